@@ -1,0 +1,2 @@
+/* client.c: placeholder until its owner writes it. */
+#include "config.h"

@@ -1,0 +1,2 @@
+/* wire.c: placeholder until its owner writes it. */
+#include "config.h"

@@ -1,0 +1,234 @@
+/*
+ * wire.h: pure codecs for every protocol rdzvd speaks.  No I/O, no
+ * allocation while decoding: decoders read a contiguous byte range and
+ * return pointers into it, so unit tests and fuzzers drive them directly.
+ * Encoders append to a libevent evbuffer.
+ *
+ * Decoder contract (tcps_decode, nat_decode):
+ *   returns > 0   a whole message was decoded; the value is the number of
+ *                 bytes it used (the caller drains them);
+ *   returns 0     the message is incomplete; *need is set to a total byte
+ *                 count (> len) that must be buffered before it is worth
+ *                 calling again;
+ *   returns < 0   an RDZV_E* code: RDZV_EPROTO (malformed or unknown),
+ *                 RDZV_ETOOBIG (over a limit in struct wire_limits).  The
+ *                 connection must be closed.
+ * A decoder never reads outside [buf, buf + len) and never trusts a count
+ * from the peer to size anything: lists are validated in place and walked
+ * with an iterator.
+ */
+#ifndef RDZV_WIRE_H
+#define RDZV_WIRE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct evbuffer;
+
+/* A byte range owned by someone else. */
+struct slice {
+	const uint8_t	*p;
+	size_t		 len;
+};
+
+struct slice	slice_str(const char *);	/* a C string, without its NUL */
+int		slice_eq(struct slice, struct slice);	/* same bytes */
+
+/* Limits enforced while decoding; see wire_limits_default(). */
+struct wire_limits {
+	size_t	key_max;	/* bytes in one key (default 8 KiB) */
+	size_t	value_max;	/* bytes in one value (default 8 MiB) */
+	size_t	keys_max;	/* keys in one CHECK/WAIT/MULTI_* (131072) */
+	size_t	ns_max;		/* bytes in a native namespace (1 KiB) */
+};
+void	wire_limits_default(struct wire_limits *);
+
+/* ---- PyTorch TCPStore (see shared/reference/tcpstore-wire.md) ---- */
+
+enum tcps_dialect {
+	TCPS_UNKNOWN = 0,
+	TCPS_V113 = 1,		/* torch 1.13: no handshake */
+	TCPS_V2 = 2,		/* torch 2.x: VALIDATE + PING first */
+};
+
+/* Operations, independent of the dialect's numbering. */
+enum tcps_op {
+	TCPS_VALIDATE = 1,	/* u32: magic */
+	TCPS_SET,		/* key, v1 */
+	TCPS_COMPARE_SET,	/* key, v1 = expected, v2 = desired */
+	TCPS_GET,		/* key */
+	TCPS_ADD,		/* key, num = delta */
+	TCPS_CHECK,		/* list: nkeys keys */
+	TCPS_WAIT,		/* list: nkeys keys */
+	TCPS_GETNUMKEYS,	/* - */
+	TCPS_WATCH_KEY,		/* key (1.13 only) */
+	TCPS_DELETE_KEY,	/* key */
+	TCPS_APPEND,		/* key, v1 (2.x) */
+	TCPS_MULTI_GET,		/* list: nkeys keys (2.x) */
+	TCPS_MULTI_SET,		/* list: nkeys (key, value) pairs (2.x) */
+	TCPS_CANCEL_WAIT,	/* - (2.x) */
+	TCPS_PING,		/* u32: nonce (2.x) */
+	TCPS_QUEUE_PUSH,	/* key, v1 (2.x) */
+	TCPS_QUEUE_POP,		/* key (2.x) */
+	TCPS_QUEUE_LEN,		/* key (2.x) */
+	TCPS_LIST_KEYS,		/* - (2.x) */
+	TCPS_BARRIER,		/* key, num = world size (2.x) */
+};
+
+#define TCPS_V2_MAGIC		0x3C85F7CEu
+/* Reply bytes. */
+#define TCPS_READY		0
+#define TCPS_NOT_READY		1
+#define TCPS_STOP_WAITING	0
+#define TCPS_WAIT_CANCELED	1
+#define TCPS_WATCH_REGISTERED	3
+/* WATCH_KEY push kinds (1.13). */
+#define TCPS_WATCH_UPDATED	0
+#define TCPS_WATCH_CREATED	1
+#define TCPS_WATCH_DELETED	2
+
+struct tcps_req {
+	enum tcps_op	op;
+	struct slice	key;
+	struct slice	v1;
+	struct slice	v2;
+	int64_t		num;
+	uint32_t	u32;
+	size_t		nkeys;	/* entries in list (pairs for MULTI_SET) */
+	struct slice	list;	/* the encoded entries, walk with tcps_list_next */
+};
+
+/*
+ * Decodes one request of the given dialect from buf (see the contract
+ * above).  On success *req points into buf.
+ */
+int	tcps_decode(enum tcps_dialect, const uint8_t *buf, size_t len,
+	    const struct wire_limits *, struct tcps_req *req, size_t *need);
+
+/*
+ * Looks at a connection's first bytes and names its dialect: returns
+ * TCPS_V2 for 00 CE F7 85 3C, TCPS_V113 for any other start that cannot
+ * be a native or 2.x client, and TCPS_UNKNOWN when len is too short to
+ * tell (fewer than 5 bytes that are a prefix of the 2.x or native magic).
+ * *native is set to 1 (and TCPS_UNKNOWN returned) when the bytes are the
+ * native preamble magic "RDZV".
+ */
+enum tcps_dialect	tcps_sniff(const uint8_t *buf, size_t len, int *native);
+
+/* Iterates a validated list: sets *key (and *val for MULTI_SET, else
+ * val may be NULL).  Returns 1 while entries remain, 0 at the end. */
+struct tcps_iter {
+	const uint8_t	*p;
+	size_t		 left;
+	size_t		 n;
+};
+void	tcps_iter_init(struct tcps_iter *, const struct tcps_req *);
+int	tcps_list_next(struct tcps_iter *, struct slice *key, struct slice *val);
+
+/* Reply encoders: append to out.  Return 0 or -1 (allocation). */
+int	tcps_put_u8(struct evbuffer *out, uint8_t);
+int	tcps_put_i64(struct evbuffer *out, int64_t);
+int	tcps_put_u32(struct evbuffer *out, uint32_t);
+int	tcps_put_bytes(struct evbuffer *out, const void *, size_t); /* u64 len + bytes */
+/* A 1.13 WATCH_KEY push: u8 kind, key, old, new. */
+int	tcps_put_watch(struct evbuffer *out, uint8_t kind, struct slice key,
+	    struct slice oldv, struct slice newv);
+
+/* ---- the native rdzv protocol (specified in common/PROTOCOL.md) ---- */
+
+#define NAT_MAGIC	"RDZV"
+#define NAT_VERSION	1
+#define NAT_PREAMBLE_LEN 8	/* "RDZV" u8 version, 3 zero bytes */
+#define NAT_HDR_LEN	12	/* u32 len, u16 op, u16 flags, u32 id */
+
+/* Frame flags. */
+#define NAT_F_REPLY	0x0001	/* answer to request id */
+#define NAT_F_ERROR	0x0002	/* with REPLY: payload is (i code, b message) */
+#define NAT_F_PUSH	0x0004	/* server-initiated, id 0 */
+
+/* Field tags inside a payload. */
+#define NAT_T_I64	'i'	/* 8 bytes, little-endian two's complement */
+#define NAT_T_BYTES	'b'	/* u32 length + bytes */
+
+enum nat_op {
+	NAT_OP_PING = 1,	/* b data -> b data */
+	NAT_OP_SET = 2,		/* b ns, b key, b value -> - */
+	NAT_OP_GET = 3,		/* b ns, b key -> b value | ENOTFOUND */
+	NAT_OP_ADD = 4,		/* b ns, b key, i delta -> i value */
+	NAT_OP_CAS = 5,		/* b ns, b key, b expected, b desired -> b now */
+	NAT_OP_WAIT = 6,	/* b ns, i timeout_ms (<0 forever), i n, n*b key -> - */
+	NAT_OP_CHECK = 7,	/* b ns, i n, n*b key -> i ready (0/1) */
+	NAT_OP_DELETE = 8,	/* b ns, b key -> i deleted (0/1) */
+	NAT_OP_NUM_KEYS = 9,	/* b ns -> i count */
+	NAT_OP_APPEND = 10,	/* b ns, b key, b value -> - */
+	NAT_OP_MULTI_GET = 11,	/* b ns, i n, n*b key -> n*b value | ENOTFOUND */
+	NAT_OP_MULTI_SET = 12,	/* b ns, i n, n*(b key, b value) -> - */
+	NAT_OP_QUEUE_PUSH = 13,	/* b ns, b key, b value -> - */
+	NAT_OP_QUEUE_POP = 14,	/* b ns, b key, i timeout_ms -> b value | ETIMEDOUT */
+	NAT_OP_QUEUE_LEN = 15,	/* b ns, b key -> i length */
+	NAT_OP_LIST_KEYS = 16,	/* b ns -> i n, n*b key */
+	NAT_OP_BARRIER = 17,	/* b ns, b key, i world, i timeout_ms -> - */
+	NAT_OP_CANCEL = 18,	/* i request id -> - (that wait replies ECANCELED) */
+	NAT_OP_WATCH = 19,	/* b ns, b key -> -; then WATCH_EVENT pushes */
+	NAT_OP_WATCH_EVENT = 20,/* push: b ns, b key, i kind, b old, b new */
+	NAT_OP_MAX = 20,
+};
+
+/* A decoded frame; payload points into the caller's buffer. */
+struct nat_msg {
+	uint16_t	op;
+	uint16_t	flags;
+	uint32_t	id;
+	struct slice	payload;
+};
+
+/* Largest frame body the limits allow (for MULTI_SET of keys_max pairs
+ * this is large; frames above frame_max(lim) are ETOOBIG). */
+size_t	nat_frame_max(const struct wire_limits *);
+
+/*
+ * Checks a preamble: returns NAT_PREAMBLE_LEN when buf holds a valid one
+ * (sets *version), 0 with *need when short, RDZV_EPROTO when it is not a
+ * native preamble, RDZV_EVERSION for an unsupported version.
+ */
+int	nat_preamble_decode(const uint8_t *buf, size_t len, uint8_t *version,
+	    size_t *need);
+int	nat_preamble_put(struct evbuffer *out, uint8_t version);
+
+/* Decodes one frame (contract above); checks header sanity only. */
+int	nat_decode(const uint8_t *buf, size_t len, const struct wire_limits *,
+	    struct nat_msg *msg, size_t *need);
+
+/*
+ * Payload reader: each get checks the tag and bounds and returns 0 or
+ * RDZV_EPROTO; nat_rd_end() returns RDZV_EPROTO unless every byte was
+ * consumed (payload lengths are checked exactly).
+ */
+struct nat_rd {
+	const uint8_t	*p;
+	size_t		 left;
+};
+void	nat_rd_init(struct nat_rd *, struct slice payload);
+int	nat_get_i64(struct nat_rd *, int64_t *);
+int	nat_get_bytes(struct nat_rd *, struct slice *);
+int	nat_rd_end(const struct nat_rd *);
+
+/*
+ * Frame writer: nat_frame_begin() appends a header with a placeholder
+ * length and remembers where; puts append fields; nat_frame_end() patches
+ * the length.  All return 0 or -1 (allocation).
+ */
+struct nat_wr {
+	struct evbuffer	*out;
+	size_t		 start;	/* offset of the header in out */
+};
+int	nat_frame_begin(struct nat_wr *, struct evbuffer *out, uint16_t op,
+	    uint16_t flags, uint32_t id);
+int	nat_put_i64(struct nat_wr *, int64_t);
+int	nat_put_bytes(struct nat_wr *, const void *, size_t);
+int	nat_frame_end(struct nat_wr *);
+/* A whole error reply: flags REPLY|ERROR, payload (i code, b message). */
+int	nat_put_error(struct evbuffer *out, uint16_t op, uint32_t id, int code,
+	    const char *message);
+
+#endif /* RDZV_WIRE_H */

@@ -1,0 +1,2 @@
+/* config.c: placeholder until its owner writes it. */
+#include "config.h"

@@ -1,0 +1,2 @@
+/* http.c: placeholder until its owner writes it. */
+#include "config.h"

@@ -1,0 +1,2 @@
+/* kv.c: placeholder until its owner writes it. */
+#include "config.h"

@@ -1,0 +1,2 @@
+/* proto_native.c: placeholder until its owner writes it. */
+#include "config.h"

@@ -1,0 +1,2 @@
+/* proto_tcpstore.c: placeholder until its owner writes it. */
+#include "config.h"

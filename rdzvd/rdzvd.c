@@ -1,0 +1,3 @@
+/* rdzvd.c: placeholder until its owner writes it. */
+#include "config.h"
+int main(void) { return 0; }

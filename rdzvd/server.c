@@ -1,0 +1,2 @@
+/* server.c: placeholder until its owner writes it. */
+#include "config.h"

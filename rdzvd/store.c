@@ -1,0 +1,2 @@
+/* store.c: placeholder until its owner writes it. */
+#include "config.h"

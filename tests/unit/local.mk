@@ -1,0 +1,17 @@
+# tests/unit/: cmocka tests of the pure parts, linked against the libraries.
+if HAVE_CMOCKA
+UNIT_TESTS = tests/unit/test_wire tests/unit/test_kv tests/unit/test_store
+check_PROGRAMS += $(UNIT_TESTS)
+TESTS += $(UNIT_TESTS)
+UNIT_CFLAGS = $(AM_CFLAGS) $(CMOCKA_CFLAGS) $(LIBEVENT_CFLAGS) -I$(top_srcdir)/rdzvd
+UNIT_LDADD = rdzvd/libkv.la common/libcommon.la $(CMOCKA_LIBS) $(LIBEVENT_LIBS) $(LIBBSD_LIBS)
+tests_unit_test_wire_SOURCES = tests/unit/test_wire.c
+tests_unit_test_wire_CFLAGS = $(UNIT_CFLAGS)
+tests_unit_test_wire_LDADD = $(UNIT_LDADD)
+tests_unit_test_kv_SOURCES = tests/unit/test_kv.c
+tests_unit_test_kv_CFLAGS = $(UNIT_CFLAGS)
+tests_unit_test_kv_LDADD = $(UNIT_LDADD)
+tests_unit_test_store_SOURCES = tests/unit/test_store.c
+tests_unit_test_store_CFLAGS = $(UNIT_CFLAGS)
+tests_unit_test_store_LDADD = $(UNIT_LDADD) $(SQLITE3_LIBS)
+endif
