@@ -1,0 +1,1464 @@
+"""rdzvtest: the shared harness for rdzv's integration and compatibility tests.
+
+Everything a test needs to drive a real rdzvd over loopback, in pure Python
+(no torch needed, so it runs under any python3; /usr/bin/python3 is used by
+`make check` because the compat tests also import torch).
+
+What is here
+------------
+Running rdzvd
+    d = Rdzvd(extra_args, durability=..., db=...)   # starts it, waits for ready
+    d.port, d.http_port, d.tmpdir, d.log_path, d.db, d.pid
+    d.stop()      SIGTERM, SIGKILL after a grace; returns the exit status
+    d.kill9()     SIGKILL, no drain
+    d.restart()   starts again with the same arguments and the same --db
+    d.metrics()   /metrics parsed (see parse_metrics); d.metric(name, **labels)
+    d.http_get(path) -> (status, body bytes)
+    d.vmrss()     resident set size in bytes, from /proc/PID/status
+    d.native(ns=b"") / d.tcps113() / d.tcps2() / d.connect()   clients
+    run_rdzvd(args) -> (rc, stdout, stderr) for start-up error tests
+  Every process started here is tracked by pid and killed at exit, on a
+  deadline, on SIGTERM/SIGINT and when a test fails: nothing is left behind,
+  and nothing we did not start is ever signalled.
+
+Clients (all take a connected socket or (host, port); every socket has a
+receive timeout so a missing reply fails instead of hanging)
+    NativeClient      common/PROTOCOL.md: one method per native op; errors
+                      raise RdzvError(code, message) with an RDZV_E* code
+    TCPStore113       torch 1.13 dialect, raw struct encoding
+    TCPStore2         torch 2.x dialect (handshake VALIDATE + PING)
+    enc113(op, ...), enc2(op, ...)  raw request bytes for byte-level tests
+    TorchServer       torch 1.13's own TCPStore server in a child process,
+                      to validate client code against the reference
+
+Test runner convention
+    def test_something(): ...         # plain asserts
+    if __name__ == "__main__":
+        rdzvtest.main(globals())
+  main() runs every test_* function in definition order, prints "ok NAME",
+  "FAIL NAME" (with the traceback) or "skip NAME: reason", and exits 0 only
+  if nothing failed, 77 (automake's SKIP) if everything was skipped, else 1.
+  A whole file may call skip_all(reason) before main() to exit 77.
+  Deadlines: each test gets `per_test` seconds (SIGALRM raises Deadline, a
+  BaseException, so a broad `except Exception` in a test cannot swallow
+  it); the whole file gets `total` seconds, enforced by a watchdog thread
+  that cleans up and exits 1 even if the main thread is stuck.
+
+Environment
+    RDZV_TOP_BUILDDIR  where rdzvd/rdzvd is (default: two levels above this
+                       file, i.e. an in-tree build)
+    RDZV_TEST_KEEP=1   keep the temp dirs of rdzvd instances (for debugging)
+    RDZV_TEST_VERBOSE=1  print rdzvd's log when a test fails (default on)
+"""
+
+import atexit
+import errno
+import http.client
+import os
+import re
+import select
+import shutil
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import traceback
+
+__all__ = [
+    "Rdzvd", "run_rdzvd", "rdzvd_path", "NativeClient", "TCPStore113",
+    "TCPStore2", "TorchServer", "RdzvError", "PeerClosed", "Skip", "Deadline",
+    "parse_metrics", "enc113", "enc2", "main", "skip", "skip_all",
+    "wait_until", "expect_closed", "still_open", "connect", "recv_exact",
+]
+
+# ---- error codes (common/rdzv_err.h; they travel on the wire) ----
+
+RDZV_OK = 0
+RDZV_EINVAL = -1
+RDZV_EPROTO = -2
+RDZV_ETOOBIG = -3
+RDZV_ENOTFOUND = -4
+RDZV_ETIMEDOUT = -5
+RDZV_ECANCELED = -6
+RDZV_ENOMEM = -7
+RDZV_EIO = -8
+RDZV_ECONN = -9
+RDZV_EAUTH = -10
+RDZV_ECLOSED = -11
+RDZV_EEXIST = -12
+RDZV_ENOTINT = -13
+RDZV_EBUSY = -14
+RDZV_EVERSION = -15
+
+ERR_NAMES = {v: k for k, v in globals().items() if k.startswith("RDZV_E")}
+
+
+class RdzvError(Exception):
+    """A native error reply (or a client-side protocol failure).
+
+    .code is the negative RDZV_E* code, .message the server's text.
+    """
+
+    def __init__(self, code, message=""):
+        self.code = code
+        self.message = message
+        name = ERR_NAMES.get(code, str(code))
+        Exception.__init__(self, "%s (%d): %s" % (name, code, message))
+
+
+class PeerClosed(RdzvError):
+    """The server closed the connection (EOF or reset) mid-exchange."""
+
+    def __init__(self, message="connection closed by peer"):
+        RdzvError.__init__(self, RDZV_ECONN, message)
+
+
+class Skip(Exception):
+    """Raise (or call skip()) inside a test to report it as skipped."""
+
+
+class Deadline(BaseException):
+    """A test ran past its deadline.  BaseException so that a test's own
+    `except Exception` does not swallow it."""
+
+
+def skip(reason):
+    raise Skip(reason)
+
+
+def skip_all(reason):
+    """Skips the whole file: prints the reason and exits 77."""
+    print("SKIP: %s" % reason, flush=True)
+    _cleanup()
+    os._exit(77)
+
+
+# ---- process tracking and cleanup ----
+
+_procs = {}             # pid -> Popen, every process this module started
+_procs_lock = threading.Lock()
+_tmpdirs = []
+
+
+def _track(p):
+    with _procs_lock:
+        _procs[p.pid] = p
+
+
+def _untrack(p):
+    with _procs_lock:
+        _procs.pop(p.pid, None)
+
+
+def _kill_tracked():
+    """SIGKILLs every process we started that has not been reaped."""
+    with _procs_lock:
+        procs = list(_procs.values())
+        _procs.clear()
+    for p in procs:
+        if p.poll() is None:
+            try:
+                os.kill(p.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            try:
+                p.wait(timeout=5)
+            except Exception:
+                pass
+
+
+def _cleanup():
+    _kill_tracked()
+    if os.environ.get("RDZV_TEST_KEEP") != "1":
+        for d in _tmpdirs:
+            shutil.rmtree(d, ignore_errors=True)
+        del _tmpdirs[:]
+
+
+atexit.register(_cleanup)
+
+
+def _fatal_signal(signo, frame):
+    _cleanup()
+    os._exit(128 + signo)
+
+
+for _s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+    try:
+        signal.signal(_s, _fatal_signal)
+    except (ValueError, OSError):
+        pass    # not the main thread: whoever imported us handles signals
+
+
+def mktemp(prefix="rdzvtest-"):
+    """A fresh temporary directory, removed at exit unless RDZV_TEST_KEEP=1."""
+    d = tempfile.mkdtemp(prefix=prefix)
+    _tmpdirs.append(d)
+    return d
+
+
+# ---- small helpers ----
+
+def wait_until(pred, timeout=5.0, interval=0.01, what="condition"):
+    """Polls pred() until it returns a true value (returned), or raises
+    AssertionError after timeout seconds."""
+    end = time.monotonic() + timeout
+    while True:
+        v = pred()
+        if v:
+            return v
+        if time.monotonic() >= end:
+            raise AssertionError("timed out after %.1fs waiting for %s" %
+                                 (timeout, what))
+        time.sleep(interval)
+
+
+def top_builddir():
+    d = os.environ.get("RDZV_TOP_BUILDDIR")
+    if d:
+        return d
+    return os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+
+
+def top_srcdir():
+    d = os.environ.get("RDZV_TOP_SRCDIR")
+    if d:
+        return d
+    return os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+
+
+def rdzvd_path():
+    """Path of the rdzvd binary under test (need not exist)."""
+    return os.path.join(top_builddir(), "rdzvd", "rdzvd")
+
+
+def connect(host, port=None, timeout=10.0):
+    """A TCP connection with TCP_NODELAY and a receive timeout.  host may be
+    a (host, port) tuple."""
+    if port is None:
+        host, port = host
+    s = socket.create_connection((host, port), timeout=timeout)
+    s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    s.settimeout(timeout)
+    return s
+
+
+def recv_exact(sock, n):
+    """Reads exactly n bytes or raises PeerClosed (EOF/reset) or
+    socket.timeout."""
+    chunks = []
+    left = n
+    while left > 0:
+        try:
+            b = sock.recv(min(left, 1 << 20))
+        except (ConnectionResetError, ConnectionAbortedError) as e:
+            raise PeerClosed("reset after %d of %d bytes: %s" %
+                             (n - left, n, e))
+        if not b:
+            raise PeerClosed("EOF after %d of %d bytes" % (n - left, n))
+        chunks.append(b)
+        left -= len(b)
+    return b"".join(chunks)
+
+
+def expect_closed(sock, timeout=5.0):
+    """Asserts the peer closes sock (EOF or reset) within timeout; returns
+    whatever bytes arrived before the close."""
+    end = time.monotonic() + timeout
+    got = []
+    while True:
+        left = end - time.monotonic()
+        if left <= 0:
+            raise AssertionError("connection still open after %.1fs "
+                                 "(received %r)" % (timeout, b"".join(got)))
+        r, _, _ = select.select([sock], [], [], left)
+        if not r:
+            continue
+        try:
+            b = sock.recv(65536)
+        except (ConnectionResetError, ConnectionAbortedError,
+                BrokenPipeError):
+            return b"".join(got)
+        except socket.timeout:
+            continue
+        if not b:
+            return b"".join(got)
+        got.append(b)
+
+
+def still_open(sock, wait=0.0):
+    """True if, after waiting up to `wait` seconds, sock has neither been
+    closed by the peer nor received unexpected data.  Raises AssertionError
+    if data arrived (a test calling this expects silence)."""
+    r, _, _ = select.select([sock], [], [], wait)
+    if not r:
+        return True
+    try:
+        b = sock.recv(65536, socket.MSG_PEEK)
+    except (ConnectionResetError, ConnectionAbortedError):
+        return False
+    if not b:
+        return False
+    raise AssertionError("unexpected data on a silent connection: %r" % b)
+
+
+def send_all_slowly(sock, data, step=1, pause=0.0):
+    """Sends data `step` bytes at a time (with TCP_NODELAY each send is its
+    own segment on loopback), pausing between sends."""
+    for i in range(0, len(data), step):
+        sock.sendall(data[i:i + step])
+        if pause:
+            time.sleep(pause)
+
+
+# ---- Prometheus text parsing ----
+
+_NAME_RE = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
+_LABEL_RE = re.compile(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"((?:[^"\\\n]|\\.)*)"\s*')
+
+
+def _unescape_label(v):
+    out = []
+    i = 0
+    while i < len(v):
+        c = v[i]
+        if c == "\\" and i + 1 < len(v):
+            n = v[i + 1]
+            out.append({"n": "\n", "\\": "\\", '"': '"'}.get(n, "\\" + n))
+            i += 2
+        else:
+            out.append(c)
+            i += 1
+    return "".join(out)
+
+
+def _parse_value(s):
+    if s in ("+Inf", "Inf"):
+        return float("inf")
+    if s == "-Inf":
+        return float("-inf")
+    if s == "NaN":
+        return float("nan")
+    return float(s)     # raises ValueError on junk
+
+
+def parse_metrics(text, strict=True):
+    """Parses Prometheus text exposition format 0.0.4.
+
+    Returns (samples, types): samples maps (name, labels) -> float, where
+    labels is a tuple of (label, value) pairs sorted by label; types maps a
+    metric family name to its # TYPE.  With strict, any line that is not a
+    comment, a blank line or a valid sample raises ValueError naming it, as
+    do a duplicate sample and a TYPE that comes after its samples or is
+    unknown.
+    """
+    samples = {}
+    types = {}
+    seen_families = set()
+    for lineno, line in enumerate(text.split("\n"), 1):
+        if line == "" or line.isspace():
+            continue
+        if line.startswith("#"):
+            parts = line.split(None, 3)
+            if len(parts) >= 3 and parts[1] in ("TYPE", "HELP"):
+                if not _NAME_RE.fullmatch(parts[2]):
+                    raise ValueError("line %d: bad metric name in %r" %
+                                     (lineno, line))
+                if parts[1] == "TYPE":
+                    if len(parts) != 4 or parts[3] not in (
+                            "counter", "gauge", "histogram", "summary",
+                            "untyped"):
+                        raise ValueError("line %d: bad TYPE %r" %
+                                         (lineno, line))
+                    if strict and parts[2] in seen_families:
+                        raise ValueError("line %d: TYPE after samples: %r" %
+                                         (lineno, line))
+                    types[parts[2]] = parts[3]
+            continue
+        m = _NAME_RE.match(line)
+        if not m:
+            raise ValueError("line %d: no metric name: %r" % (lineno, line))
+        name = m.group(0)
+        rest = line[m.end():]
+        labels = []
+        if rest.startswith("{"):
+            close = rest.find("}")
+            # a '}' may sit inside a quoted label value: scan properly
+            i = 1
+            while True:
+                if i < len(rest) and rest[i] == "}":
+                    close = i
+                    break
+                lm = _LABEL_RE.match(rest, i)
+                if not lm:
+                    raise ValueError("line %d: bad labels: %r" %
+                                     (lineno, line))
+                labels.append((lm.group(1), _unescape_label(lm.group(2))))
+                i = lm.end()
+                if i < len(rest) and rest[i] == ",":
+                    i += 1
+                elif i < len(rest) and rest[i] == "}":
+                    continue
+                else:
+                    raise ValueError("line %d: bad labels: %r" %
+                                     (lineno, line))
+            rest = rest[close + 1:]
+        if not rest.startswith((" ", "\t")):
+            raise ValueError("line %d: no value: %r" % (lineno, line))
+        fields = rest.split()
+        if len(fields) not in (1, 2):
+            raise ValueError("line %d: bad value: %r" % (lineno, line))
+        try:
+            value = _parse_value(fields[0])
+            if len(fields) == 2:
+                int(fields[1])
+        except ValueError:
+            raise ValueError("line %d: bad value: %r" % (lineno, line))
+        key = (name, tuple(sorted(labels)))
+        if strict and key in samples:
+            raise ValueError("line %d: duplicate sample %r" % (lineno, line))
+        samples[key] = value
+        fam = name
+        for suf in ("_bucket", "_sum", "_count"):
+            if name.endswith(suf) and name[:-len(suf)] in types:
+                fam = name[:-len(suf)]
+        seen_families.add(fam)
+    return samples, types
+
+
+def metric_value(samples, name, default=None, **labels):
+    """samples[(name, labels)] or default; labels given as keywords."""
+    return samples.get((name, tuple(sorted(labels.items()))), default)
+
+
+# ---- rdzvd process management ----
+
+def _pid_alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def run_rdzvd(args, timeout=10.0, binary=None):
+    """Runs rdzvd with args to completion (for --help, start-up errors).
+    Returns (exit status, stdout text, stderr text); a negative status is
+    a signal.  Kills it and raises AssertionError if it outlives timeout."""
+    p = subprocess.Popen([binary or rdzvd_path()] + list(args),
+                         stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, start_new_session=True)
+    _track(p)
+    try:
+        out, err = p.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        out, err = p.communicate()
+        raise AssertionError("rdzvd %s still running after %.1fs; stderr: %s"
+                             % (" ".join(args), timeout,
+                                err.decode(errors="replace")[-2000:]))
+    finally:
+        _untrack(p)
+    return (p.returncode, out.decode(errors="replace"),
+            err.decode(errors="replace"))
+
+
+class Rdzvd:
+    """One rdzvd instance on 127.0.0.1 in its own temp directory.
+
+    Started with -d --listen 127.0.0.1:0 --port-file, --http 127.0.0.1:0
+    --http-port-file, --log-file (unless log=False), --db (default
+    TMP/rdzvd.db; pass db=":memory:" or durability="memory" for none) and
+    the extra args.  start=False builds the object without starting it.
+    """
+
+    instances = []
+
+    def __init__(self, args=(), durability=None, db=None, http=True,
+                 log=True, start=True, ready_timeout=10.0, binary=None,
+                 tmpdir=None, env=None):
+        self.tmpdir = tmpdir or mktemp("rdzvd-")
+        self.binary = binary or rdzvd_path()
+        self.extra = list(args)
+        self.durability = durability
+        self.db = db if db is not None else os.path.join(self.tmpdir,
+                                                         "rdzvd.db")
+        self.http = http
+        self.log_path = os.path.join(self.tmpdir, "rdzvd.log") if log else None
+        self.stderr_path = os.path.join(self.tmpdir, "stderr")
+        self.port_file = os.path.join(self.tmpdir, "port")
+        self.http_port_file = os.path.join(self.tmpdir, "http-port")
+        self.ready_timeout = ready_timeout
+        self.env = env
+        self.proc = None
+        self.port = None
+        self.http_port = None
+        self.host = "127.0.0.1"
+        self.starts = 0
+        Rdzvd.instances.append(self)
+        if start:
+            self.start()
+
+    # -- life cycle --
+
+    def argv(self):
+        a = [self.binary, "-d", "--listen", "127.0.0.1:0",
+             "--port-file", self.port_file]
+        if self.http:
+            a += ["--http", "127.0.0.1:0", "--http-port-file",
+                  self.http_port_file]
+        else:
+            a += ["--http", "off"]
+        if self.db is not None:
+            a += ["--db", self.db]
+        if self.durability:
+            a += ["--durability", self.durability]
+        if self.log_path:
+            a += ["--log-file", self.log_path]
+        return a + self.extra
+
+    def start(self, wait=True):
+        """Starts rdzvd (removing old port files first) and, with wait,
+        blocks until both port files exist.  Raises AssertionError with the
+        log if it exits or is not ready in time."""
+        if self.proc is not None and self.proc.poll() is None:
+            raise AssertionError("rdzvd already running")
+        for f in (self.port_file, self.http_port_file):
+            try:
+                os.unlink(f)
+            except FileNotFoundError:
+                pass
+        self.port = self.http_port = None
+        self.starts += 1
+        errf = open(self.stderr_path, "ab")
+        try:
+            self.proc = subprocess.Popen(
+                self.argv(), stdin=subprocess.DEVNULL, stdout=errf,
+                stderr=errf, start_new_session=True, cwd=self.tmpdir,
+                env=self.env)
+        finally:
+            errf.close()
+        _track(self.proc)
+        if wait:
+            self.wait_ready()
+        return self
+
+    def wait_ready(self, timeout=None):
+        timeout = self.ready_timeout if timeout is None else timeout
+        end = time.monotonic() + timeout
+        files = [self.port_file] + ([self.http_port_file] if self.http else [])
+        while True:
+            if all(os.path.exists(f) for f in files):
+                break
+            rc = self.proc.poll()
+            if rc is not None:
+                _untrack(self.proc)
+                raise AssertionError("rdzvd exited with %d before ready\n%s" %
+                                     (rc, self.diagnostics()))
+            if time.monotonic() >= end:
+                raise AssertionError("rdzvd not ready after %.1fs\n%s" %
+                                     (timeout, self.diagnostics()))
+            time.sleep(0.005)
+        self.port = self._read_port(self.port_file)
+        if self.http:
+            self.http_port = self._read_port(self.http_port_file)
+
+    @staticmethod
+    def _read_port(path):
+        with open(path) as f:
+            s = f.read()
+        if not re.fullmatch(r"[0-9]+\n", s):
+            raise AssertionError("port file %s holds %r, not a port and "
+                                 "newline" % (path, s))
+        p = int(s)
+        if not 0 < p < 65536:
+            raise AssertionError("port file %s: bad port %d" % (path, p))
+        return p
+
+    @property
+    def pid(self):
+        return self.proc.pid if self.proc else None
+
+    @property
+    def addr(self):
+        return (self.host, self.port)
+
+    def running(self):
+        return self.proc is not None and self.proc.poll() is None
+
+    def signal(self, signo):
+        """Sends signo to our rdzvd (only if it is still our child)."""
+        if self.running():
+            os.kill(self.proc.pid, signo)
+
+    def wait(self, timeout):
+        """Waits for exit; returns the status or None if still running."""
+        try:
+            rc = self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return None
+        _untrack(self.proc)
+        return rc
+
+    def stop(self, grace=5.0):
+        """SIGTERM, then SIGKILL after grace seconds.  Returns the exit
+        status (negative = killed by that signal)."""
+        if self.proc is None:
+            return None
+        if self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGTERM)
+            rc = self.wait(grace)
+            if rc is None:
+                os.kill(self.proc.pid, signal.SIGKILL)
+                rc = self.wait(10)
+        rc = self.proc.returncode
+        _untrack(self.proc)
+        return rc
+
+    def kill9(self):
+        """SIGKILL, no chance to drain; returns once it is reaped."""
+        if self.proc is not None and self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(timeout=10)
+        if self.proc is not None:
+            _untrack(self.proc)
+
+    def restart(self, kill=False, extra=None):
+        """Stops (SIGTERM, or SIGKILL with kill=True) if running, then
+        starts again with the same arguments (plus `extra` replacing the
+        extra args if given) on the same --db.  Ports change."""
+        if kill:
+            self.kill9()
+        else:
+            self.stop()
+        if extra is not None:
+            self.extra = list(extra)
+        return self.start()
+
+    # -- observation --
+
+    def log_text(self):
+        """The log file (all generations) plus stderr, as text."""
+        out = []
+        for p in (self.log_path, self.stderr_path):
+            if p and os.path.exists(p):
+                with open(p, "rb") as f:
+                    out.append(f.read().decode(errors="replace"))
+        return "".join(out)
+
+    def diagnostics(self, tail=4000):
+        return ("argv: %s\n--- log/stderr tail ---\n%s" %
+                (" ".join(self.argv()), self.log_text()[-tail:]))
+
+    def vmrss(self):
+        """Resident set size of rdzvd in bytes (VmRSS in /proc/PID/status)."""
+        with open("/proc/%d/status" % self.proc.pid) as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024
+        raise AssertionError("no VmRSS for pid %d" % self.proc.pid)
+
+    def http_get(self, path, timeout=5.0):
+        """GET path on the HTTP port; returns (status, body bytes)."""
+        c = http.client.HTTPConnection("127.0.0.1", self.http_port,
+                                       timeout=timeout)
+        try:
+            c.request("GET", path)
+            r = c.getresponse()
+            return r.status, r.read(), r
+        finally:
+            c.close()
+
+    def metrics_text(self):
+        st, body, _ = self.http_get("/metrics")
+        if st != 200:
+            raise AssertionError("/metrics answered %d" % st)
+        return body.decode()
+
+    def metrics(self):
+        """/metrics parsed strictly: dict (name, sorted label pairs) -> float."""
+        return parse_metrics(self.metrics_text())[0]
+
+    def metric(self, name, default=0.0, **labels):
+        """One sample from a fresh /metrics scrape (default when absent)."""
+        return metric_value(self.metrics(), name, default, **labels)
+
+    # -- clients --
+
+    def connect(self, timeout=10.0):
+        return connect(self.host, self.port, timeout)
+
+    def native(self, ns=b"", timeout=10.0):
+        return NativeClient(self.connect(timeout), ns=ns)
+
+    def tcps113(self, timeout=10.0):
+        return TCPStore113(self.connect(timeout))
+
+    def tcps2(self, timeout=10.0, handshake=True):
+        return TCPStore2(self.connect(timeout), handshake=handshake)
+
+
+# ---- native protocol (common/PROTOCOL.md, common/wire.h) ----
+
+NAT_MAGIC = b"RDZV"
+NAT_VERSION = 1
+NAT_F_REPLY = 0x0001
+NAT_F_ERROR = 0x0002
+NAT_F_PUSH = 0x0004
+
+OP_PING = 1
+OP_SET = 2
+OP_GET = 3
+OP_ADD = 4
+OP_CAS = 5
+OP_WAIT = 6
+OP_CHECK = 7
+OP_DELETE = 8
+OP_NUM_KEYS = 9
+OP_APPEND = 10
+OP_MULTI_GET = 11
+OP_MULTI_SET = 12
+OP_QUEUE_PUSH = 13
+OP_QUEUE_POP = 14
+OP_QUEUE_LEN = 15
+OP_LIST_KEYS = 16
+OP_BARRIER = 17
+OP_CANCEL = 18
+OP_WATCH = 19
+OP_WATCH_EVENT = 20
+
+WATCH_UPDATED = 0
+WATCH_CREATED = 1
+WATCH_DELETED = 2
+
+
+def _b(x):
+    if isinstance(x, str):
+        return x.encode()
+    return bytes(x)
+
+
+def nat_preamble(version=NAT_VERSION):
+    return NAT_MAGIC + struct.pack("<B3x", version)
+
+
+def nat_i64(v):
+    return b"i" + struct.pack("<q", v)
+
+
+def nat_bytes(v):
+    v = _b(v)
+    return b"b" + struct.pack("<I", len(v)) + v
+
+
+def nat_fields(*fields):
+    """Encodes a payload: ints become 'i' fields, bytes/str 'b' fields."""
+    out = []
+    for f in fields:
+        if isinstance(f, bool):
+            raise TypeError("bool field")
+        if isinstance(f, int):
+            out.append(nat_i64(f))
+        else:
+            out.append(nat_bytes(f))
+    return b"".join(out)
+
+
+def nat_frame(op, payload=b"", flags=0, id=0, length=None):
+    """One frame; `length` overrides the u32 len field (for bad-input tests)."""
+    n = 8 + len(payload) if length is None else length
+    return struct.pack("<IHHI", n, op, flags, id) + payload
+
+
+def nat_parse_fields(payload):
+    """Decodes a payload into a list of ints and bytes; RdzvError(EPROTO)
+    on a malformed one."""
+    out = []
+    i = 0
+    n = len(payload)
+    while i < n:
+        t = payload[i:i + 1]
+        i += 1
+        if t == b"i":
+            if n - i < 8:
+                raise RdzvError(RDZV_EPROTO, "short i64 field")
+            out.append(struct.unpack_from("<q", payload, i)[0])
+            i += 8
+        elif t == b"b":
+            if n - i < 4:
+                raise RdzvError(RDZV_EPROTO, "short bytes length")
+            ln = struct.unpack_from("<I", payload, i)[0]
+            i += 4
+            if n - i < ln:
+                raise RdzvError(RDZV_EPROTO, "short bytes field")
+            out.append(bytes(payload[i:i + ln]))
+            i += ln
+        else:
+            raise RdzvError(RDZV_EPROTO, "unknown field tag %r" % t)
+    return out
+
+
+class NatFrame:
+    __slots__ = ("op", "flags", "id", "payload", "fields")
+
+    def __init__(self, op, flags, id, payload):
+        self.op, self.flags, self.id, self.payload = op, flags, id, payload
+        self.fields = nat_parse_fields(payload)
+
+    def __repr__(self):
+        return "NatFrame(op=%d flags=%#x id=%d fields=%r)" % (
+            self.op, self.flags, self.id, self.fields)
+
+
+class NativeClient:
+    """A native-protocol client on one connection.
+
+    Methods block for their reply (matched by id; other replies and pushes
+    that arrive meanwhile are kept).  Failures raise RdzvError with the
+    server's code.  `ns` is the default namespace; every keyed method also
+    takes ns=.  Keys and values may be str (UTF-8) or bytes; values come
+    back as bytes.  For pipelining use send() then reply(id).
+    """
+
+    def __init__(self, sock, ns=b"", preamble=True, version=NAT_VERSION):
+        self.sock = sock
+        self.ns = _b(ns)
+        self.next_id = 1
+        self.replies = {}
+        self.pushes = []
+        self.server_version = None
+        if preamble:
+            self.handshake(version)
+
+    def handshake(self, version=NAT_VERSION):
+        self.sock.sendall(nat_preamble(version))
+        p = recv_exact(self.sock, 8)
+        if p[:4] != NAT_MAGIC or p[5:] != b"\0\0\0":
+            raise RdzvError(RDZV_EPROTO, "bad preamble reply %r" % p)
+        self.server_version = p[4]
+        if p[4] == 0:
+            raise RdzvError(RDZV_EVERSION, "server refused version %d" %
+                            version)
+        return p[4]
+
+    def close(self):
+        self.sock.close()
+
+    def settimeout(self, t):
+        self.sock.settimeout(t)
+
+    # -- framing --
+
+    def send(self, op, *fields, id=None):
+        """Sends a request; returns its id."""
+        if id is None:
+            id = self.next_id
+            self.next_id += 1
+        self.sock.sendall(nat_frame(op, nat_fields(*fields), 0, id))
+        return id
+
+    def read_frame(self):
+        hdr = recv_exact(self.sock, 12)
+        n, op, flags, id = struct.unpack("<IHHI", hdr)
+        if n < 8:
+            raise RdzvError(RDZV_EPROTO, "frame length %d < 8" % n)
+        payload = recv_exact(self.sock, n - 8)
+        return NatFrame(op, flags, id, payload)
+
+    def _dispatch(self, f):
+        if f.flags & NAT_F_PUSH:
+            if f.id != 0:
+                raise RdzvError(RDZV_EPROTO, "push with id %d" % f.id)
+            self.pushes.append(f)
+        elif f.flags & NAT_F_REPLY:
+            if f.id in self.replies:
+                raise RdzvError(RDZV_EPROTO, "two replies for id %d" % f.id)
+            self.replies[f.id] = f
+        else:
+            raise RdzvError(RDZV_EPROTO, "frame with flags %#x" % f.flags)
+
+    def reply_frame(self, id, timeout=None):
+        """Waits for the reply to id and returns the raw NatFrame (error
+        replies included)."""
+        old = self.sock.gettimeout()
+        if timeout is not None:
+            self.sock.settimeout(timeout)
+        try:
+            while id not in self.replies:
+                self._dispatch(self.read_frame())
+        finally:
+            if timeout is not None:
+                self.sock.settimeout(old)
+        return self.replies.pop(id)
+
+    def reply(self, id, op=None, timeout=None):
+        """Waits for the reply to id; returns its fields, or raises
+        RdzvError for an error reply."""
+        f = self.reply_frame(id, timeout)
+        if op is not None and f.op != op:
+            raise RdzvError(RDZV_EPROTO, "reply op %d for request op %d" %
+                            (f.op, op))
+        if f.flags & NAT_F_ERROR:
+            if len(f.fields) != 2 or not isinstance(f.fields[0], int) or \
+                    not isinstance(f.fields[1], bytes):
+                raise RdzvError(RDZV_EPROTO, "malformed error reply %r" % f)
+            raise RdzvError(f.fields[0], f.fields[1].decode(errors="replace"))
+        return f.fields
+
+    def call(self, op, *fields, timeout=None):
+        return self.reply(self.send(op, *fields), op, timeout)
+
+    def next_push(self, timeout=5.0):
+        """The next server push (a NatFrame), waiting up to timeout."""
+        old = self.sock.gettimeout()
+        self.sock.settimeout(timeout)
+        try:
+            while not self.pushes:
+                self._dispatch(self.read_frame())
+        finally:
+            self.sock.settimeout(old)
+        return self.pushes.pop(0)
+
+    def _ns(self, ns):
+        return self.ns if ns is None else _b(ns)
+
+    @staticmethod
+    def _shape(fields, kinds, what):
+        if len(fields) != len(kinds) or not all(
+                isinstance(f, k) for f, k in zip(fields, kinds)):
+            raise RdzvError(RDZV_EPROTO, "%s: unexpected reply fields %r" %
+                            (what, fields))
+        return fields
+
+    # -- one method per op --
+
+    def ping(self, data=b""):
+        return self._shape(self.call(OP_PING, _b(data)), [bytes], "ping")[0]
+
+    def set(self, key, value, ns=None):
+        self._shape(self.call(OP_SET, self._ns(ns), _b(key), _b(value)), [],
+                    "set")
+
+    def get(self, key, ns=None):
+        return self._shape(self.call(OP_GET, self._ns(ns), _b(key)), [bytes],
+                           "get")[0]
+
+    def add(self, key, delta, ns=None):
+        return self._shape(self.call(OP_ADD, self._ns(ns), _b(key), delta),
+                           [int], "add")[0]
+
+    def cas(self, key, expected, desired, ns=None):
+        return self._shape(self.call(OP_CAS, self._ns(ns), _b(key),
+                                     _b(expected), _b(desired)),
+                           [bytes], "cas")[0]
+
+    compare_set = cas
+
+    def wait_send(self, keys, timeout_ms=-1, ns=None):
+        """Sends a WAIT without waiting for its reply; returns the id."""
+        return self.send(OP_WAIT, self._ns(ns), timeout_ms, len(keys),
+                         *[_b(k) for k in keys])
+
+    def wait(self, keys, timeout_ms=-1, ns=None, timeout=None):
+        """Returns when every key exists; RdzvError ETIMEDOUT/ECANCELED."""
+        id = self.wait_send(keys, timeout_ms, ns)
+        self._shape(self.reply(id, OP_WAIT, timeout), [], "wait")
+
+    def check(self, keys, ns=None):
+        return self._shape(self.call(OP_CHECK, self._ns(ns), len(keys),
+                                     *[_b(k) for k in keys]),
+                           [int], "check")[0]
+
+    def delete(self, key, ns=None):
+        return self._shape(self.call(OP_DELETE, self._ns(ns), _b(key)),
+                           [int], "delete")[0]
+
+    def num_keys(self, ns=None):
+        return self._shape(self.call(OP_NUM_KEYS, self._ns(ns)), [int],
+                           "num_keys")[0]
+
+    def append(self, key, value, ns=None):
+        self._shape(self.call(OP_APPEND, self._ns(ns), _b(key), _b(value)),
+                    [], "append")
+
+    def multi_get(self, keys, ns=None):
+        f = self.call(OP_MULTI_GET, self._ns(ns), len(keys),
+                      *[_b(k) for k in keys])
+        return self._shape(f, [bytes] * len(keys), "multi_get")
+
+    def multi_set(self, pairs, ns=None):
+        """pairs: a dict or a list of (key, value)."""
+        if isinstance(pairs, dict):
+            pairs = list(pairs.items())
+        flat = []
+        for k, v in pairs:
+            flat += [_b(k), _b(v)]
+        self._shape(self.call(OP_MULTI_SET, self._ns(ns), len(pairs), *flat),
+                    [], "multi_set")
+
+    def queue_push(self, key, value, ns=None):
+        self._shape(self.call(OP_QUEUE_PUSH, self._ns(ns), _b(key),
+                              _b(value)), [], "queue_push")
+
+    def queue_pop_send(self, key, timeout_ms=-1, ns=None):
+        return self.send(OP_QUEUE_POP, self._ns(ns), _b(key), timeout_ms)
+
+    def queue_pop(self, key, timeout_ms=0, ns=None, timeout=None):
+        """Pops the head; waits up to timeout_ms (<0 forever) for a push.
+        RdzvError ETIMEDOUT when nothing came."""
+        id = self.queue_pop_send(key, timeout_ms, ns)
+        return self._shape(self.reply(id, OP_QUEUE_POP, timeout), [bytes],
+                           "queue_pop")[0]
+
+    def queue_len(self, key, ns=None):
+        return self._shape(self.call(OP_QUEUE_LEN, self._ns(ns), _b(key)),
+                           [int], "queue_len")[0]
+
+    def list_keys(self, ns=None):
+        f = self.call(OP_LIST_KEYS, self._ns(ns))
+        if not f or not isinstance(f[0], int) or f[0] != len(f) - 1 or \
+                not all(isinstance(k, bytes) for k in f[1:]):
+            raise RdzvError(RDZV_EPROTO, "list_keys: bad reply %r" % f)
+        return f[1:]
+
+    def barrier_send(self, key, world, timeout_ms=-1, ns=None):
+        return self.send(OP_BARRIER, self._ns(ns), _b(key), world,
+                         timeout_ms)
+
+    def barrier(self, key, world, timeout_ms=-1, ns=None, timeout=None):
+        id = self.barrier_send(key, world, timeout_ms, ns)
+        self._shape(self.reply(id, OP_BARRIER, timeout), [], "barrier")
+
+    def cancel(self, req_id):
+        self._shape(self.call(OP_CANCEL, req_id), [], "cancel")
+
+    def watch(self, key, ns=None):
+        """Registers a watch; events then arrive through next_event()."""
+        self._shape(self.call(OP_WATCH, self._ns(ns), _b(key)), [], "watch")
+
+    def next_event(self, timeout=5.0):
+        """The next WATCH_EVENT push as (ns, key, kind, old, new)."""
+        f = self.next_push(timeout)
+        if f.op != OP_WATCH_EVENT:
+            raise RdzvError(RDZV_EPROTO, "push op %d" % f.op)
+        return tuple(self._shape(f.fields, [bytes, bytes, int, bytes, bytes],
+                                 "watch event"))
+
+
+# ---- TCPStore dialects (shared/reference/tcpstore-wire.md) ----
+
+T113 = {
+    "set": 0, "compare_set": 1, "get": 2, "add": 3, "check": 4, "wait": 5,
+    "num_keys": 6, "watch_key": 7, "delete_key": 8,
+}
+T2 = {
+    "validate": 0, "set": 1, "compare_set": 2, "get": 3, "add": 4,
+    "check": 5, "wait": 6, "num_keys": 7, "delete_key": 8, "append": 9,
+    "multi_get": 10, "multi_set": 11, "cancel_wait": 12, "ping": 13,
+    "queue_push": 14, "queue_pop": 15, "queue_len": 16, "list_keys": 17,
+    "barrier": 18,
+}
+V2_MAGIC = 0x3C85F7CE
+READY = 0
+NOT_READY = 1
+STOP_WAITING = 0
+WAIT_CANCELED = 1
+WATCH_REGISTERED = 3
+
+
+def ts(x):
+    """A TCPStore string/bytes: u64 length + raw bytes."""
+    x = _b(x)
+    return struct.pack("<Q", len(x)) + x
+
+
+def u8(v):
+    return struct.pack("<B", v)
+
+
+def u32(v):
+    return struct.pack("<I", v)
+
+
+def u64(v):
+    return struct.pack("<Q", v)
+
+
+def i64(v):
+    return struct.pack("<q", v)
+
+
+def _enc(table, op, args):
+    code = table[op]
+    out = [u8(code)]
+    if op in ("set", "append", "queue_push"):
+        k, v = args
+        out += [ts(k), ts(v)]
+    elif op == "compare_set":
+        k, e, d = args
+        out += [ts(k), ts(e), ts(d)]
+    elif op in ("get", "watch_key", "delete_key", "queue_pop", "queue_len"):
+        (k,) = args
+        out.append(ts(k))
+    elif op in ("add", "barrier"):
+        k, n = args
+        out += [ts(k), i64(n)]
+    elif op in ("check", "wait", "multi_get"):
+        (keys,) = args
+        out.append(u64(len(keys)))
+        out += [ts(k) for k in keys]
+    elif op == "multi_set":
+        (pairs,) = args
+        if isinstance(pairs, dict):
+            pairs = list(pairs.items())
+        out.append(i64(len(pairs)))
+        for k, v in pairs:
+            out += [ts(k), ts(v)]
+    elif op in ("num_keys", "cancel_wait", "list_keys"):
+        if args:
+            raise TypeError("%s takes no arguments" % op)
+    elif op == "validate":
+        (m,) = args if args else (V2_MAGIC,)
+        out.append(u32(m))
+    elif op == "ping":
+        (nonce,) = args
+        out.append(u32(nonce))
+    else:
+        raise KeyError(op)
+    return b"".join(out)
+
+
+def enc113(op, *args):
+    """Raw bytes of one torch 1.13 request, e.g. enc113("set", b"/a", b"1")."""
+    return _enc(T113, op, args)
+
+
+def enc2(op, *args):
+    """Raw bytes of one torch 2.x request, e.g. enc2("ping", 7)."""
+    return _enc(T2, op, args)
+
+
+class _TCPStoreBase:
+    """Shared reply readers; `sock` is public for byte-level tests."""
+
+    def __init__(self, sock):
+        self.sock = sock
+
+    def close(self):
+        self.sock.close()
+
+    def settimeout(self, t):
+        self.sock.settimeout(t)
+
+    def send_raw(self, data):
+        self.sock.sendall(data)
+
+    def read_u8(self):
+        return recv_exact(self.sock, 1)[0]
+
+    def read_i64(self):
+        return struct.unpack("<q", recv_exact(self.sock, 8))[0]
+
+    def read_u32(self):
+        return struct.unpack("<I", recv_exact(self.sock, 4))[0]
+
+    def read_bytes(self, limit=64 << 20):
+        n = struct.unpack("<Q", recv_exact(self.sock, 8))[0]
+        if n > limit:
+            raise RdzvError(RDZV_EPROTO, "reply length %d" % n)
+        return recv_exact(self.sock, n)
+
+    def _req(self, op, *args):
+        self.sock.sendall(self.enc(op, *args))
+
+    # ops common to both dialects (key bytes are sent as given: torch's
+    # Python client would put "/" in front; byte-level tests choose)
+
+    def set(self, key, value):
+        self._req("set", key, value)
+
+    def compare_set(self, key, expected, desired):
+        self._req("compare_set", key, expected, desired)
+        return self.read_bytes()
+
+    def get(self, key):
+        self._req("get", key)
+        return self.read_bytes()
+
+    def add(self, key, delta):
+        self._req("add", key, delta)
+        return self.read_i64()
+
+    def check(self, keys):
+        """READY (0) or NOT_READY (1)."""
+        self._req("check", keys)
+        return self.read_u8()
+
+    def wait(self, keys, timeout=None):
+        """Blocks until the server answers (STOP_WAITING, 0); with timeout
+        a socket.timeout propagates (1.13 sends nothing on timeout)."""
+        self._req("wait", keys)
+        old = self.sock.gettimeout()
+        if timeout is not None:
+            self.sock.settimeout(timeout)
+        try:
+            return self.read_u8()
+        finally:
+            self.sock.settimeout(old)
+
+    def num_keys(self):
+        self._req("num_keys")
+        return self.read_i64()
+
+    def delete_key(self, key):
+        self._req("delete_key", key)
+        return self.read_i64()
+
+
+class TCPStore113(_TCPStoreBase):
+    """torch 1.13's dialect: no handshake; WATCH_KEY with pushes."""
+
+    enc = staticmethod(enc113)
+
+    def watch_key(self, key):
+        """Registers a watch; returns the ack byte (WATCH_REGISTERED, 3)."""
+        self._req("watch_key", key)
+        return self.read_u8()
+
+    def read_watch_event(self):
+        """One push: (kind, key, old, new); kind 0 updated, 1 created,
+        2 deleted."""
+        kind = self.read_u8()
+        key = self.read_bytes()
+        old = self.read_bytes()
+        new = self.read_bytes()
+        return kind, key, old, new
+
+
+class TCPStore2(_TCPStoreBase):
+    """torch 2.x's dialect: VALIDATE + PING handshake, then ops 1..18."""
+
+    enc = staticmethod(enc2)
+
+    def __init__(self, sock, handshake=True):
+        _TCPStoreBase.__init__(self, sock)
+        if handshake:
+            self.handshake()
+
+    def handshake(self, nonce=0x1234ABCD):
+        self.sock.sendall(enc2("validate", V2_MAGIC))
+        got = self.ping(nonce)
+        if got != nonce:
+            raise RdzvError(RDZV_EPROTO, "ping echoed %#x for %#x" %
+                            (got, nonce))
+
+    def ping(self, nonce):
+        self._req("ping", nonce)
+        return self.read_u32()
+
+    def append(self, key, value):
+        self._req("append", key, value)
+
+    def multi_get(self, keys):
+        self._req("multi_get", keys)
+        return [self.read_bytes() for _ in keys]
+
+    def multi_set(self, pairs):
+        self._req("multi_set", pairs)
+
+    def cancel_wait(self):
+        """Sends CANCEL_WAIT and returns the byte(s) read as torch's client
+        does: [WAIT_CANCELED], or [STOP_WAITING, WAIT_CANCELED] when a
+        wait answered first."""
+        self._req("cancel_wait")
+        b = self.read_u8()
+        if b == STOP_WAITING:
+            return [b, self.read_u8()]
+        return [b]
+
+    def queue_push(self, key, value):
+        self._req("queue_push", key, value)
+
+    def queue_pop(self, key):
+        """Returns the popped item, or None when the queue was empty."""
+        self._req("queue_pop", key)
+        n = self.read_i64()
+        if n < 0:
+            raise RdzvError(RDZV_EPROTO, "queue_pop length %d" % n)
+        if n == 0:
+            return None
+        return self.read_bytes()
+
+    def queue_len(self, key):
+        self._req("queue_len", key)
+        return self.read_i64()
+
+    def list_keys(self):
+        self._req("list_keys")
+        n = self.read_i64()
+        if n < 0:
+            raise RdzvError(RDZV_EPROTO, "list_keys count %d" % n)
+        return [self.read_bytes() for _ in range(n)]
+
+    def barrier(self, key, world, timeout=None):
+        self._req("barrier", key, world)
+        old = self.sock.gettimeout()
+        if timeout is not None:
+            self.sock.settimeout(timeout)
+        try:
+            return self.read_u8()
+        finally:
+            self.sock.settimeout(old)
+
+
+# ---- torch's own server, to validate the clients above ----
+
+_TORCH_HOST = r"""
+import sys
+from torch.distributed import TCPStore
+s = TCPStore("127.0.0.1", int(sys.argv[1]), 1, True)
+print(s.port, flush=True)
+sys.stdin.read()
+"""
+
+
+class TorchServer:
+    """torch 1.13's reference TCPStore server in a child /usr/bin/python3
+    (dialect 1.13 only).  Raises Skip when torch is unavailable.  The hosting
+    instance already did ADD("init/", 1), so num_keys starts at 1."""
+
+    def __init__(self, python="/usr/bin/python3", port=0, timeout=60.0):
+        if not os.path.exists(python):
+            raise Skip("%s not found" % python)
+        self.proc = subprocess.Popen(
+            [python, "-c", _TORCH_HOST, str(port)], stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            start_new_session=True)
+        _track(self.proc)
+        r, _, _ = select.select([self.proc.stdout], [], [], timeout)
+        line = self.proc.stdout.readline() if r else b""
+        if not line.strip().isdigit():
+            err = b""
+            self.stop()
+            err = self.proc.stderr.read()
+            if b"No module named" in err:
+                raise Skip("torch not importable: %s" % err[-200:])
+            raise AssertionError("torch TCPStore server failed: %r" % err)
+        self.port = int(line)
+        self.host = "127.0.0.1"
+
+    @property
+    def addr(self):
+        return (self.host, self.port)
+
+    def connect(self, timeout=10.0):
+        return connect(self.host, self.port, timeout)
+
+    def tcps113(self, timeout=10.0):
+        return TCPStore113(self.connect(timeout))
+
+    def stop(self):
+        if self.proc.poll() is None:
+            try:
+                self.proc.stdin.close()
+            except OSError:
+                pass
+            try:
+                self.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        _untrack(self.proc)
+
+
+# ---- the runner ----
+
+def _alarm(signo, frame):
+    raise Deadline("test deadline passed")
+
+
+def main(namespace, per_test=60.0, total=170.0, only=None):
+    """Runs every test_* function in `namespace` (pass globals()) in
+    definition order.  Command-line arguments, if any, name the tests to
+    run.  Exits the process: 0 all passed, 1 a failure, 77 all skipped."""
+    names = [n for n, f in namespace.items()
+             if n.startswith("test_") and callable(f)]
+    wanted = only or sys.argv[1:]
+    if wanted:
+        unknown = [w for w in wanted if w not in names]
+        if unknown:
+            print("no such test: %s" % " ".join(unknown), flush=True)
+            sys.exit(2)
+        names = [n for n in names if n in wanted]
+
+    start = time.monotonic()
+    done = threading.Event()
+
+    def watchdog():
+        if not done.wait(total + 15):
+            sys.stdout.write("FAIL watchdog: file ran past %.0fs, killing\n" %
+                             (total + 15))
+            sys.stdout.flush()
+            _cleanup()
+            os._exit(1)
+
+    threading.Thread(target=watchdog, daemon=True).start()
+    signal.signal(signal.SIGALRM, _alarm)
+    verbose = os.environ.get("RDZV_TEST_VERBOSE", "1") == "1"
+    passed = failed = skipped = 0
+    for name in names:
+        left = total - (time.monotonic() - start)
+        if left <= 0:
+            print("FAIL %s: file deadline (%.0fs) spent before it ran" %
+                  (name, total), flush=True)
+            failed += 1
+            continue
+        ninst = len(Rdzvd.instances)
+        t0 = time.monotonic()
+        signal.setitimer(signal.ITIMER_REAL, min(per_test, left))
+        status = None
+        try:
+            try:
+                namespace[name]()
+                status = "ok"
+            finally:
+                signal.setitimer(signal.ITIMER_REAL, 0)
+        except Skip as e:
+            status = "skip"
+            print("skip %s: %s" % (name, e), flush=True)
+            skipped += 1
+        except (Exception, Deadline):
+            status = "FAIL"
+            failed += 1
+            print("FAIL %s (%.2fs)" % (name, time.monotonic() - t0),
+                  flush=True)
+            traceback.print_exc(file=sys.stdout)
+            if verbose:
+                for d in Rdzvd.instances[ninst:]:
+                    print("--- rdzvd %s ---\n%s" % (d.tmpdir,
+                                                   d.diagnostics()))
+            sys.stdout.flush()
+        if status == "ok":
+            passed += 1
+            print("ok %s (%.2fs)" % (name, time.monotonic() - t0), flush=True)
+        # Nothing a test started outlives it.
+        for d in Rdzvd.instances[ninst:]:
+            if d.running():
+                d.kill9()
+        del Rdzvd.instances[ninst:]
+        _kill_tracked()
+    done.set()
+    print("# %d passed, %d failed, %d skipped in %.1fs" %
+          (passed, failed, skipped, time.monotonic() - start), flush=True)
+    _cleanup()
+    if failed:
+        sys.exit(1)
+    if skipped and not passed:
+        sys.exit(77)
+    sys.exit(0)
