@@ -1,2 +1,1120 @@
-/* client.c: placeholder until its owner writes it. */
+/*
+ * client.c: the blocking native-protocol store client (see client.h).
+ *
+ * Owns one TCP connection to rdzvd: address parsing and resolution, a
+ * non-blocking connect under a deadline, the preamble exchange, and one
+ * request/reply exchange per call.  Requests are encoded and replies
+ * decoded with the codecs of wire.h; all waiting is poll() against a
+ * CLOCK_MONOTONIC deadline, so every call is bounded by its timeout.
+ */
 #include "config.h"
+
+#include <sys/types.h>
+#include <sys/socket.h>
+
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+
+#include <errno.h>
+#include <limits.h>
+#include <netdb.h>
+#include <poll.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <event2/buffer.h>
+
+#include "client.h"
+#include "rdzv_err.h"
+#include "wire.h"
+
+/* Extra time a blocking wait gives rdzvd to answer after its own timeout. */
+#define CLIENT_WAIT_GRACE_MS	2000
+/* How long a best-effort CANCEL of an abandoned wait may take to send. */
+#define CLIENT_CANCEL_MS	200
+/* Namespaces rdzvd accepts (wire_limits.ns_max). */
+#define CLIENT_NS_MAX		1024
+
+struct rdzv_client {
+	int			 fd;
+	int			 dead;		/* first fatal cause, 0 alive */
+	uint32_t		 next_id;
+	char			*ns;
+	struct evbuffer		*out;
+	struct evbuffer		*in;
+	size_t			 in_need;	/* bytes before decoding is worthwhile */
+	size_t			 in_used;	/* bytes of the last reply, drained later */
+	struct wire_limits	 lim;
+	rdzv_push_cb		 push_cb;
+	void			*push_arg;
+	char			 errmsg[256];
+};
+
+static int64_t
+client_now_ns(void)
+{
+	struct timespec	ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ((int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec);
+}
+
+/* A deadline from a timeout: -1 is "never". */
+static int64_t
+client_deadline(int timeout_ms)
+{
+	if (timeout_ms < 0)
+		return (-1);
+	return (client_now_ns() + (int64_t)timeout_ms * 1000000);
+}
+
+/* Milliseconds left before deadline for poll(), rounded up; -1 forever. */
+static int
+client_left_ms(int64_t deadline)
+{
+	int64_t	left;
+
+	if (deadline < 0)
+		return (-1);
+	left = deadline - client_now_ns();
+	if (left <= 0)
+		return (0);
+	left = (left + 999999) / 1000000;
+	return (left > INT_MAX ? INT_MAX : (int)left);
+}
+
+/* Waits for events on the socket; returns 1 ready, 0 timed out, <0 error. */
+static int
+client_poll(struct rdzv_client *c, short events, int64_t deadline)
+{
+	struct pollfd	pfd;
+	int		n;
+
+	for (;;) {
+		pfd.fd = c->fd;
+		pfd.events = events;
+		pfd.revents = 0;
+		n = poll(&pfd, 1, client_left_ms(deadline));
+		if (n > 0)
+			return (1);
+		if (n == 0)
+			return (0);
+		if (errno != EINTR)
+			return (RDZV_EIO);
+	}
+}
+
+/* Marks the client dead with its first cause and returns that cause. */
+static int
+client_kill(struct rdzv_client *c, int code)
+{
+	if (c->dead == 0) {
+		c->dead = code;
+		if (c->fd != -1)
+			close(c->fd);
+		c->fd = -1;
+	}
+	return (c->dead);
+}
+
+/* The code a call on a dead client returns. */
+static int
+client_dead_code(const struct rdzv_client *c)
+{
+	return (c->dead == RDZV_ENOMEM ? RDZV_ENOMEM : RDZV_ECONN);
+}
+
+/*
+ * Writes everything queued in c->out.  A timeout before the first byte
+ * leaves the stream intact (RDZV_ETIMEDOUT, request discarded); one in the
+ * middle of a frame cannot be recovered and kills the client.
+ */
+static int
+client_flush(struct rdzv_client *c, int64_t deadline)
+{
+	struct evbuffer_iovec	 v[16];
+	struct iovec		 iov[16];
+	struct msghdr		 mh;
+	size_t			 total;
+	ssize_t			 n;
+	int			 i, nv, rv;
+
+	total = evbuffer_get_length(c->out);
+	while (evbuffer_get_length(c->out) > 0) {
+		nv = evbuffer_peek(c->out, -1, NULL, v, 16);
+		if (nv > 16)
+			nv = 16;
+		for (i = 0; i < nv; i++) {
+			iov[i].iov_base = v[i].iov_base;
+			iov[i].iov_len = v[i].iov_len;
+		}
+		memset(&mh, 0, sizeof mh);
+		mh.msg_iov = iov;
+		mh.msg_iovlen = nv;
+		n = sendmsg(c->fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+		if (n > 0) {
+			evbuffer_drain(c->out, n);
+			continue;
+		}
+		if (n == -1 && errno == EINTR)
+			continue;
+		if (n == -1 && errno != EAGAIN && errno != EWOULDBLOCK)
+			return (client_kill(c, RDZV_ECONN));
+		rv = client_poll(c, POLLOUT, deadline);
+		if (rv < 0)
+			return (client_kill(c, rv));
+		if (rv == 0) {
+			if (evbuffer_get_length(c->out) == total) {
+				evbuffer_drain(c->out, total);
+				return (RDZV_ETIMEDOUT);
+			}
+			return (client_kill(c, RDZV_ETIMEDOUT));
+		}
+	}
+	return (0);
+}
+
+/* Reads what the socket has into c->in, waiting until deadline. */
+static int
+client_fill(struct rdzv_client *c, int64_t deadline)
+{
+	int	n, rv;
+
+	for (;;) {
+		n = evbuffer_read(c->in, c->fd, 65536);
+		if (n > 0)
+			return (0);
+		if (n == 0)
+			return (client_kill(c, RDZV_ECONN));
+		if (errno == EINTR)
+			continue;
+		if (errno != EAGAIN && errno != EWOULDBLOCK)
+			return (client_kill(c, RDZV_ECONN));
+		rv = client_poll(c, POLLIN, deadline);
+		if (rv < 0)
+			return (client_kill(c, rv));
+		if (rv == 0)
+			return (RDZV_ETIMEDOUT);
+	}
+}
+
+/*
+ * Reads the next whole frame into *msg (pointing into c->in) and sets
+ * *used to its size.  A partial frame stays buffered across a timeout.
+ */
+static int
+client_read_frame(struct rdzv_client *c, int64_t deadline,
+    struct nat_msg *msg, size_t *used)
+{
+	const uint8_t	*p;
+	size_t		 len, need;
+	int		 rv;
+
+	for (;;) {
+		len = evbuffer_get_length(c->in);
+		/* Only make the buffer contiguous once the frame is all there. */
+		if (len > 0 && len >= c->in_need) {
+			if ((p = evbuffer_pullup(c->in, -1)) == NULL)
+				return (client_kill(c, RDZV_ENOMEM));
+			need = 0;
+			rv = nat_decode(p, len, &c->lim, msg, &need);
+			if (rv < 0)
+				return (client_kill(c, rv));
+			if (rv > 0) {
+				c->in_need = 0;
+				*used = (size_t)rv;
+				return (0);
+			}
+			c->in_need = need;
+		}
+		if ((rv = client_fill(c, deadline)) < 0)
+			return (rv);
+	}
+}
+
+/* Drops the bytes of the reply handed out by the previous call. */
+static void
+client_release(struct rdzv_client *c)
+{
+	if (c->in_used > 0) {
+		evbuffer_drain(c->in, c->in_used);
+		c->in_used = 0;
+	}
+}
+
+/*
+ * Reads frames until the reply to id arrives; pushes go to the callback
+ * and replies to earlier, abandoned requests are skipped.  On success
+ * *msg holds the reply (valid until the next call).  An error reply is
+ * decoded into its code.
+ */
+static int
+client_await(struct rdzv_client *c, uint32_t id, int64_t deadline,
+    struct nat_msg *msg)
+{
+	struct nat_rd	rd;
+	struct slice	text;
+	int64_t		code;
+	size_t		used, n;
+	int		rv;
+
+	for (;;) {
+		if ((rv = client_read_frame(c, deadline, msg, &used)) < 0)
+			return (rv);
+		if (msg->flags & NAT_F_PUSH) {
+			if (c->push_cb != NULL)
+				c->push_cb(msg->op, msg->payload.p,
+				    msg->payload.len, c->push_arg);
+			evbuffer_drain(c->in, used);
+			continue;
+		}
+		if (!(msg->flags & NAT_F_REPLY))
+			return (client_kill(c, RDZV_EPROTO));
+		if (msg->id != id) {
+			evbuffer_drain(c->in, used);
+			continue;
+		}
+		c->in_used = used;
+		if (!(msg->flags & NAT_F_ERROR))
+			return (0);
+
+		nat_rd_init(&rd, msg->payload);
+		if (nat_get_i64(&rd, &code) != 0 ||
+		    nat_get_bytes(&rd, &text) != 0 || nat_rd_end(&rd) != 0)
+			return (RDZV_EPROTO);
+		n = text.len < sizeof c->errmsg - 1 ? text.len :
+		    sizeof c->errmsg - 1;
+		memcpy(c->errmsg, text.p, n);
+		c->errmsg[n] = '\0';
+		if (code >= 0 || code < RDZV_ERR_MIN)
+			return (RDZV_EPROTO);
+		return ((int)code);
+	}
+}
+
+/*
+ * Starts a request: a fresh id and frame header, and the namespace for
+ * ops that name one.
+ */
+static int
+client_begin(struct rdzv_client *c, struct nat_wr *wr, uint16_t op,
+    int with_ns, uint32_t *id)
+{
+	if (c->dead)
+		return (client_dead_code(c));
+	client_release(c);
+	c->errmsg[0] = '\0';
+	evbuffer_drain(c->out, evbuffer_get_length(c->out));
+	if (++c->next_id == 0)
+		c->next_id = 1;
+	*id = c->next_id;
+	if (nat_frame_begin(wr, c->out, op, 0, *id) != 0)
+		return (RDZV_ENOMEM);
+	if (with_ns && nat_put_bytes(wr, c->ns, strlen(c->ns)) != 0)
+		return (RDZV_ENOMEM);
+	return (0);
+}
+
+/* Sends a best-effort CANCEL for an abandoned wait; its reply is skipped. */
+static void
+client_cancel(struct rdzv_client *c, uint32_t id)
+{
+	struct nat_wr	wr;
+	uint32_t	cid;
+
+	if (client_begin(c, &wr, NAT_OP_CANCEL, 0, &cid) != 0)
+		return;
+	if (nat_put_i64(&wr, id) != 0 || nat_frame_end(&wr) != 0) {
+		evbuffer_drain(c->out, evbuffer_get_length(c->out));
+		return;
+	}
+	(void)client_flush(c, client_deadline(CLIENT_CANCEL_MS));
+}
+
+/*
+ * Finishes the frame in wr, sends it and waits for its reply until
+ * deadline.  cancel_on_timeout: the op waits in rdzvd, so a local timeout
+ * also cancels it there.
+ */
+static int
+client_call(struct rdzv_client *c, struct nat_wr *wr, uint32_t id,
+    int64_t deadline, int cancel_on_timeout, struct nat_msg *msg)
+{
+	int	rv;
+
+	if (nat_frame_end(wr) != 0) {
+		evbuffer_drain(c->out, evbuffer_get_length(c->out));
+		return (RDZV_ENOMEM);
+	}
+	if ((rv = client_flush(c, deadline)) < 0)
+		return (rv);
+	rv = client_await(c, id, deadline, msg);
+	if (rv == RDZV_ETIMEDOUT && cancel_on_timeout && !c->dead)
+		client_cancel(c, id);
+	return (rv);
+}
+
+/* Copies a slice into a malloc'ed, NUL-terminated buffer. */
+static int
+client_dup(struct slice s, void **out, size_t *len)
+{
+	char	*p;
+
+	if (s.len == SIZE_MAX || (p = malloc(s.len + 1)) == NULL)
+		return (RDZV_ENOMEM);
+	if (s.len > 0)
+		memcpy(p, s.p, s.len);
+	p[s.len] = '\0';
+	*out = p;
+	if (len != NULL)
+		*len = s.len;
+	return (0);
+}
+
+/* Parses a reply with no fields. */
+static int
+client_reply_empty(const struct nat_msg *msg)
+{
+	struct nat_rd	rd;
+
+	nat_rd_init(&rd, msg->payload);
+	return (nat_rd_end(&rd) == 0 ? 0 : RDZV_EPROTO);
+}
+
+/* Parses a reply of one integer. */
+static int
+client_reply_i64(const struct nat_msg *msg, int64_t *v)
+{
+	struct nat_rd	rd;
+
+	nat_rd_init(&rd, msg->payload);
+	if (nat_get_i64(&rd, v) != 0 || nat_rd_end(&rd) != 0)
+		return (RDZV_EPROTO);
+	return (0);
+}
+
+/* Parses a reply of one byte string into a malloc'ed copy. */
+static int
+client_reply_bytes(const struct nat_msg *msg, void **val, size_t *len)
+{
+	struct nat_rd	rd;
+	struct slice	s;
+
+	nat_rd_init(&rd, msg->payload);
+	if (nat_get_bytes(&rd, &s) != 0 || nat_rd_end(&rd) != 0)
+		return (RDZV_EPROTO);
+	return (client_dup(s, val, len));
+}
+
+/* Splits "host:port" or "[v6]:port" into host and port buffers. */
+static int
+client_split(const char *hp, char *host, size_t hostsz, char *port,
+    size_t portsz)
+{
+	const char	*colon, *end;
+	size_t		 hl;
+
+	if (hp == NULL)
+		return (RDZV_EINVAL);
+	if (hp[0] == '[') {
+		if ((end = strchr(hp, ']')) == NULL || end[1] != ':')
+			return (RDZV_EINVAL);
+		hp++;
+		hl = end - hp;
+		colon = end + 1;
+	} else {
+		if ((colon = strrchr(hp, ':')) == NULL)
+			return (RDZV_EINVAL);
+		/* A bare IPv6 address is ambiguous without brackets. */
+		if (memchr(hp, ':', colon - hp) != NULL)
+			return (RDZV_EINVAL);
+		hl = colon - hp;
+	}
+	if (hl == 0 || hl >= hostsz)
+		return (RDZV_EINVAL);
+	memcpy(host, hp, hl);
+	host[hl] = '\0';
+	if (strlcpy(port, colon + 1, portsz) >= portsz)
+		return (RDZV_EINVAL);
+	if (strtonum(port, 1, 65535, NULL) == 0)
+		return (RDZV_EINVAL);
+	return (0);
+}
+
+/* Tunes a connected socket: no Nagle delay, keepalive to find dead peers. */
+static void
+client_sockopts(int fd)
+{
+	int	one = 1, idle = 10, intvl = 5, cnt = 3;
+
+	(void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+	(void)setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
+	(void)setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle);
+	(void)setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof intvl);
+	(void)setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof cnt);
+}
+
+/* Connects one address before deadline; returns the socket or <0. */
+static int
+client_connect_one(const struct addrinfo *ai, int64_t deadline)
+{
+	struct pollfd	pfd;
+	socklen_t	sl;
+	int		fd, n, soerr;
+
+	fd = socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK |
+	    SOCK_CLOEXEC, ai->ai_protocol);
+	if (fd == -1)
+		return (errno == ENOMEM || errno == ENOBUFS ? RDZV_ENOMEM :
+		    RDZV_ECONN);
+	if (connect(fd, ai->ai_addr, ai->ai_addrlen) == 0)
+		return (fd);
+	if (errno != EINPROGRESS && errno != EINTR) {
+		close(fd);
+		return (RDZV_ECONN);
+	}
+	for (;;) {
+		pfd.fd = fd;
+		pfd.events = POLLOUT;
+		pfd.revents = 0;
+		n = poll(&pfd, 1, client_left_ms(deadline));
+		if (n == -1 && errno == EINTR)
+			continue;
+		break;
+	}
+	if (n == 0) {
+		close(fd);
+		return (RDZV_ETIMEDOUT);
+	}
+	sl = sizeof soerr;
+	if (n < 0 || getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &sl) == -1 ||
+	    soerr != 0) {
+		close(fd);
+		return (RDZV_ECONN);
+	}
+	return (fd);
+}
+
+/* Sends our preamble and checks rdzvd's answer. */
+static int
+client_hello(struct rdzv_client *c, int64_t deadline)
+{
+	const uint8_t	*p;
+	uint8_t		 version;
+	size_t		 need;
+	int		 rv;
+
+	if (nat_preamble_put(c->out, NAT_VERSION) != 0)
+		return (RDZV_ENOMEM);
+	if ((rv = client_flush(c, deadline)) < 0)
+		return (rv);
+	while (evbuffer_get_length(c->in) < NAT_PREAMBLE_LEN)
+		if ((rv = client_fill(c, deadline)) < 0)
+			return (rv);
+	if ((p = evbuffer_pullup(c->in, NAT_PREAMBLE_LEN)) == NULL)
+		return (RDZV_ENOMEM);
+	need = 0;
+	rv = nat_preamble_decode(p, NAT_PREAMBLE_LEN, &version, &need);
+	if (rv < 0)
+		return (rv);
+	if (rv != NAT_PREAMBLE_LEN)
+		return (RDZV_EPROTO);
+	if (version != NAT_VERSION)
+		return (RDZV_EVERSION);
+	evbuffer_drain(c->in, NAT_PREAMBLE_LEN);
+	return (0);
+}
+
+struct rdzv_client *
+rdzv_client_connect(const char *host_port, int timeout_ms, int *err)
+{
+	struct rdzv_client	*c = NULL;
+	struct addrinfo		 hints, *res = NULL, *ai;
+	char			 host[256], port[16];
+	int64_t			 deadline;
+	int			 rv, fd = -1;
+
+	deadline = client_deadline(timeout_ms);
+	if ((rv = client_split(host_port, host, sizeof host, port,
+	    sizeof port)) != 0)
+		goto fail;
+
+	memset(&hints, 0, sizeof hints);
+	hints.ai_family = AF_UNSPEC;
+	hints.ai_socktype = SOCK_STREAM;
+	hints.ai_flags = AI_NUMERICSERV;
+	rv = getaddrinfo(host, port, &hints, &res);
+	if (rv != 0) {
+		rv = (rv == EAI_MEMORY ? RDZV_ENOMEM : RDZV_ECONN);
+		res = NULL;
+		goto fail;
+	}
+	rv = RDZV_ECONN;
+	for (ai = res; ai != NULL; ai = ai->ai_next) {
+		if ((fd = client_connect_one(ai, deadline)) >= 0)
+			break;
+		rv = fd;
+		if (rv == RDZV_ETIMEDOUT || rv == RDZV_ENOMEM)
+			break;
+	}
+	freeaddrinfo(res);
+	if (fd < 0)
+		goto fail;
+	client_sockopts(fd);
+
+	if ((c = calloc(1, sizeof *c)) == NULL) {
+		rv = RDZV_ENOMEM;
+		goto fail;
+	}
+	c->fd = fd;
+	fd = -1;
+	wire_limits_default(&c->lim);
+	/* rdzvd enforces the real limits; a reply is only bounded loosely. */
+	c->lim.value_max = (size_t)1 << 30;
+	c->out = evbuffer_new();
+	c->in = evbuffer_new();
+	c->ns = strdup("");
+	if (c->out == NULL || c->in == NULL || c->ns == NULL) {
+		rv = RDZV_ENOMEM;
+		goto fail;
+	}
+	if ((rv = client_hello(c, deadline)) < 0)
+		goto fail;
+	return (c);
+
+fail:
+	if (fd >= 0)
+		close(fd);
+	if (c != NULL) {
+		/* A failed hello reports its own cause, not "dead". */
+		c->dead = 0;
+		rdzv_client_close(c);
+	}
+	if (err != NULL)
+		*err = rv;
+	return (NULL);
+}
+
+void
+rdzv_client_close(struct rdzv_client *c)
+{
+	if (c == NULL)
+		return;
+	if (c->fd != -1)
+		close(c->fd);
+	if (c->out != NULL)
+		evbuffer_free(c->out);
+	if (c->in != NULL)
+		evbuffer_free(c->in);
+	free(c->ns);
+	free(c);
+}
+
+int
+rdzv_client_set_namespace(struct rdzv_client *c, const char *ns)
+{
+	char	*copy;
+
+	if (ns == NULL)
+		ns = "";
+	if (strlen(ns) > CLIENT_NS_MAX)
+		return (RDZV_ETOOBIG);
+	if ((copy = strdup(ns)) == NULL)
+		return (RDZV_ENOMEM);
+	free(c->ns);
+	c->ns = copy;
+	return (0);
+}
+
+const char *
+rdzv_client_errmsg(const struct rdzv_client *c)
+{
+	return (c->errmsg);
+}
+
+int
+rdzv_client_fd(const struct rdzv_client *c)
+{
+	return (c->fd);
+}
+
+int
+rdzv_client_alive(const struct rdzv_client *c)
+{
+	return (c->dead == 0);
+}
+
+void
+rdzv_client_set_push_cb(struct rdzv_client *c, rdzv_push_cb cb, void *arg)
+{
+	c->push_cb = cb;
+	c->push_arg = arg;
+}
+
+int
+rdzv_client_poll_push(struct rdzv_client *c, int timeout_ms)
+{
+	struct nat_msg	msg;
+	int64_t		deadline;
+	size_t		used;
+	int		rv, n = 0;
+
+	if (c->dead)
+		return (client_dead_code(c));
+	client_release(c);
+	deadline = client_deadline(timeout_ms);
+	for (;;) {
+		rv = client_read_frame(c, n == 0 ? deadline : 0, &msg, &used);
+		if (rv == RDZV_ETIMEDOUT)
+			return (n);
+		if (rv < 0)
+			return (rv);
+		if (msg.flags & NAT_F_PUSH) {
+			if (c->push_cb != NULL)
+				c->push_cb(msg.op, msg.payload.p,
+				    msg.payload.len, c->push_arg);
+			n++;
+		} else if (!(msg.flags & NAT_F_REPLY))
+			return (client_kill(c, RDZV_EPROTO));
+		/* Anything else is a late reply to an abandoned request. */
+		evbuffer_drain(c->in, used);
+	}
+}
+
+int
+rdzv_client_ping(struct rdzv_client *c, int timeout_ms)
+{
+	static const char	 data[] = "rdzv";
+	struct nat_wr		 wr;
+	struct nat_msg		 msg;
+	struct nat_rd		 rd;
+	struct slice		 s;
+	uint32_t		 id;
+	int			 rv;
+
+	if ((rv = client_begin(c, &wr, NAT_OP_PING, 0, &id)) != 0)
+		return (rv);
+	if (nat_put_bytes(&wr, data, sizeof data - 1) != 0)
+		return (RDZV_ENOMEM);
+	rv = client_call(c, &wr, id, client_deadline(timeout_ms), 0, &msg);
+	if (rv != 0)
+		return (rv);
+	nat_rd_init(&rd, msg.payload);
+	if (nat_get_bytes(&rd, &s) != 0 || nat_rd_end(&rd) != 0 ||
+	    s.len != sizeof data - 1 || memcmp(s.p, data, s.len) != 0)
+		return (RDZV_EPROTO);
+	return (0);
+}
+
+/* SET, APPEND and QUEUE_PUSH share a shape: ns, key, value -> nothing. */
+static int
+client_key_value(struct rdzv_client *c, uint16_t op, const char *key,
+    const void *val, size_t len, int timeout_ms)
+{
+	struct nat_wr	wr;
+	struct nat_msg	msg;
+	uint32_t	id;
+	int		rv;
+
+	if ((rv = client_begin(c, &wr, op, 1, &id)) != 0)
+		return (rv);
+	if (nat_put_bytes(&wr, key, strlen(key)) != 0 ||
+	    nat_put_bytes(&wr, val, len) != 0)
+		return (RDZV_ENOMEM);
+	rv = client_call(c, &wr, id, client_deadline(timeout_ms), 0, &msg);
+	if (rv != 0)
+		return (rv);
+	return (client_reply_empty(&msg));
+}
+
+int
+rdzv_client_set(struct rdzv_client *c, const char *key, const void *val,
+    size_t len, int timeout_ms)
+{
+	return (client_key_value(c, NAT_OP_SET, key, val, len, timeout_ms));
+}
+
+int
+rdzv_client_append(struct rdzv_client *c, const char *key, const void *val,
+    size_t len, int timeout_ms)
+{
+	return (client_key_value(c, NAT_OP_APPEND, key, val, len, timeout_ms));
+}
+
+int
+rdzv_client_queue_push(struct rdzv_client *c, const char *key,
+    const void *val, size_t len, int timeout_ms)
+{
+	return (client_key_value(c, NAT_OP_QUEUE_PUSH, key, val, len,
+	    timeout_ms));
+}
+
+/* GET, DELETE and QUEUE_LEN share a shape: ns, key -> one field. */
+static int
+client_key_only(struct rdzv_client *c, uint16_t op, const char *key,
+    int timeout_ms, struct nat_msg *msg)
+{
+	struct nat_wr	wr;
+	uint32_t	id;
+	int		rv;
+
+	if ((rv = client_begin(c, &wr, op, 1, &id)) != 0)
+		return (rv);
+	if (nat_put_bytes(&wr, key, strlen(key)) != 0)
+		return (RDZV_ENOMEM);
+	return (client_call(c, &wr, id, client_deadline(timeout_ms), 0, msg));
+}
+
+int
+rdzv_client_get(struct rdzv_client *c, const char *key, void **val,
+    size_t *len, int timeout_ms)
+{
+	struct nat_msg	msg;
+	int		rv;
+
+	if ((rv = client_key_only(c, NAT_OP_GET, key, timeout_ms, &msg)) != 0)
+		return (rv);
+	return (client_reply_bytes(&msg, val, len));
+}
+
+int
+rdzv_client_delete(struct rdzv_client *c, const char *key, int timeout_ms)
+{
+	struct nat_msg	msg;
+	int64_t		v;
+	int		rv;
+
+	rv = client_key_only(c, NAT_OP_DELETE, key, timeout_ms, &msg);
+	if (rv != 0)
+		return (rv);
+	if ((rv = client_reply_i64(&msg, &v)) != 0)
+		return (rv);
+	return (v != 0);
+}
+
+int
+rdzv_client_queue_len(struct rdzv_client *c, const char *key,
+    int64_t *length, int timeout_ms)
+{
+	struct nat_msg	msg;
+	int		rv;
+
+	rv = client_key_only(c, NAT_OP_QUEUE_LEN, key, timeout_ms, &msg);
+	if (rv != 0)
+		return (rv);
+	return (client_reply_i64(&msg, length));
+}
+
+int
+rdzv_client_watch(struct rdzv_client *c, const char *key, int timeout_ms)
+{
+	struct nat_msg	msg;
+	int		rv;
+
+	if ((rv = client_key_only(c, NAT_OP_WATCH, key, timeout_ms, &msg)) != 0)
+		return (rv);
+	return (client_reply_empty(&msg));
+}
+
+int
+rdzv_client_add(struct rdzv_client *c, const char *key, int64_t delta,
+    int64_t *value, int timeout_ms)
+{
+	struct nat_wr	wr;
+	struct nat_msg	msg;
+	uint32_t	id;
+	int64_t		v;
+	int		rv;
+
+	if ((rv = client_begin(c, &wr, NAT_OP_ADD, 1, &id)) != 0)
+		return (rv);
+	if (nat_put_bytes(&wr, key, strlen(key)) != 0 ||
+	    nat_put_i64(&wr, delta) != 0)
+		return (RDZV_ENOMEM);
+	rv = client_call(c, &wr, id, client_deadline(timeout_ms), 0, &msg);
+	if (rv != 0)
+		return (rv);
+	if ((rv = client_reply_i64(&msg, &v)) != 0)
+		return (rv);
+	if (value != NULL)
+		*value = v;
+	return (0);
+}
+
+int
+rdzv_client_cas(struct rdzv_client *c, const char *key, const void *expected,
+    size_t elen, const void *desired, size_t dlen, void **now, size_t *nowlen,
+    int timeout_ms)
+{
+	struct nat_wr	wr;
+	struct nat_msg	msg;
+	struct nat_rd	rd;
+	struct slice	s;
+	uint32_t	id;
+	int		rv;
+
+	if ((rv = client_begin(c, &wr, NAT_OP_CAS, 1, &id)) != 0)
+		return (rv);
+	if (nat_put_bytes(&wr, key, strlen(key)) != 0 ||
+	    nat_put_bytes(&wr, expected, elen) != 0 ||
+	    nat_put_bytes(&wr, desired, dlen) != 0)
+		return (RDZV_ENOMEM);
+	rv = client_call(c, &wr, id, client_deadline(timeout_ms), 0, &msg);
+	if (rv != 0)
+		return (rv);
+	nat_rd_init(&rd, msg.payload);
+	if (nat_get_bytes(&rd, &s) != 0 || nat_rd_end(&rd) != 0)
+		return (RDZV_EPROTO);
+	if (now == NULL)
+		return (0);
+	return (client_dup(s, now, nowlen));
+}
+
+/* Appends "i n, n*b key" to a request. */
+static int
+client_put_keys(struct nat_wr *wr, const char *const *keys, size_t n)
+{
+	size_t	i;
+
+	if (n > INT64_MAX || nat_put_i64(wr, (int64_t)n) != 0)
+		return (RDZV_ENOMEM);
+	for (i = 0; i < n; i++)
+		if (nat_put_bytes(wr, keys[i], strlen(keys[i])) != 0)
+			return (RDZV_ENOMEM);
+	return (0);
+}
+
+int
+rdzv_client_wait(struct rdzv_client *c, const char *const *keys, size_t n,
+    int timeout_ms)
+{
+	struct nat_wr	wr;
+	struct nat_msg	msg;
+	uint32_t	id;
+	int64_t		deadline;
+	int		rv;
+
+	if ((rv = client_begin(c, &wr, NAT_OP_WAIT, 1, &id)) != 0)
+		return (rv);
+	if (nat_put_i64(&wr, timeout_ms < 0 ? -1 : timeout_ms) != 0 ||
+	    client_put_keys(&wr, keys, n) != 0)
+		return (RDZV_ENOMEM);
+	deadline = client_deadline(timeout_ms < 0 ? -1 :
+	    (timeout_ms > INT_MAX - CLIENT_WAIT_GRACE_MS ? INT_MAX :
+	    timeout_ms + CLIENT_WAIT_GRACE_MS));
+	if ((rv = client_call(c, &wr, id, deadline, 1, &msg)) != 0)
+		return (rv);
+	return (client_reply_empty(&msg));
+}
+
+int
+rdzv_client_check(struct rdzv_client *c, const char *const *keys, size_t n,
+    int timeout_ms)
+{
+	struct nat_wr	wr;
+	struct nat_msg	msg;
+	uint32_t	id;
+	int64_t		v;
+	int		rv;
+
+	if ((rv = client_begin(c, &wr, NAT_OP_CHECK, 1, &id)) != 0)
+		return (rv);
+	if (client_put_keys(&wr, keys, n) != 0)
+		return (RDZV_ENOMEM);
+	rv = client_call(c, &wr, id, client_deadline(timeout_ms), 0, &msg);
+	if (rv != 0)
+		return (rv);
+	if ((rv = client_reply_i64(&msg, &v)) != 0)
+		return (rv);
+	return (v != 0);
+}
+
+int
+rdzv_client_num_keys(struct rdzv_client *c, int64_t *count, int timeout_ms)
+{
+	struct nat_wr	wr;
+	struct nat_msg	msg;
+	uint32_t	id;
+	int		rv;
+
+	if ((rv = client_begin(c, &wr, NAT_OP_NUM_KEYS, 1, &id)) != 0)
+		return (rv);
+	rv = client_call(c, &wr, id, client_deadline(timeout_ms), 0, &msg);
+	if (rv != 0)
+		return (rv);
+	return (client_reply_i64(&msg, count));
+}
+
+int
+rdzv_client_multi_get(struct rdzv_client *c, const char *const *keys,
+    size_t n, void **vals, size_t *lens, int timeout_ms)
+{
+	struct nat_wr	wr;
+	struct nat_msg	msg;
+	struct nat_rd	rd;
+	struct slice	s;
+	uint32_t	id;
+	size_t		i;
+	int		rv;
+
+	if ((rv = client_begin(c, &wr, NAT_OP_MULTI_GET, 1, &id)) != 0)
+		return (rv);
+	if (client_put_keys(&wr, keys, n) != 0)
+		return (RDZV_ENOMEM);
+	rv = client_call(c, &wr, id, client_deadline(timeout_ms), 0, &msg);
+	if (rv != 0)
+		return (rv);
+
+	/* Check the whole reply before allocating anything. */
+	nat_rd_init(&rd, msg.payload);
+	for (i = 0; i < n; i++)
+		if (nat_get_bytes(&rd, &s) != 0)
+			return (RDZV_EPROTO);
+	if (nat_rd_end(&rd) != 0)
+		return (RDZV_EPROTO);
+	nat_rd_init(&rd, msg.payload);
+	for (i = 0; i < n; i++) {
+		(void)nat_get_bytes(&rd, &s);
+		if (client_dup(s, &vals[i], &lens[i]) != 0) {
+			while (i-- > 0) {
+				free(vals[i]);
+				vals[i] = NULL;
+			}
+			return (RDZV_ENOMEM);
+		}
+	}
+	return (0);
+}
+
+int
+rdzv_client_multi_set(struct rdzv_client *c, const char *const *keys,
+    const void *const *vals, const size_t *lens, size_t n, int timeout_ms)
+{
+	struct nat_wr	wr;
+	struct nat_msg	msg;
+	uint32_t	id;
+	size_t		i;
+	int		rv;
+
+	if ((rv = client_begin(c, &wr, NAT_OP_MULTI_SET, 1, &id)) != 0)
+		return (rv);
+	if (n > INT64_MAX || nat_put_i64(&wr, (int64_t)n) != 0)
+		return (RDZV_ENOMEM);
+	for (i = 0; i < n; i++)
+		if (nat_put_bytes(&wr, keys[i], strlen(keys[i])) != 0 ||
+		    nat_put_bytes(&wr, vals[i], lens[i]) != 0)
+			return (RDZV_ENOMEM);
+	rv = client_call(c, &wr, id, client_deadline(timeout_ms), 0, &msg);
+	if (rv != 0)
+		return (rv);
+	return (client_reply_empty(&msg));
+}
+
+int
+rdzv_client_queue_pop(struct rdzv_client *c, const char *key, void **val,
+    size_t *len, int timeout_ms)
+{
+	struct nat_wr	wr;
+	struct nat_msg	msg;
+	uint32_t	id;
+	int64_t		deadline;
+	int		rv;
+
+	if ((rv = client_begin(c, &wr, NAT_OP_QUEUE_POP, 1, &id)) != 0)
+		return (rv);
+	if (nat_put_bytes(&wr, key, strlen(key)) != 0 ||
+	    nat_put_i64(&wr, timeout_ms < 0 ? -1 : timeout_ms) != 0)
+		return (RDZV_ENOMEM);
+	deadline = client_deadline(timeout_ms < 0 ? -1 :
+	    (timeout_ms > INT_MAX - CLIENT_WAIT_GRACE_MS ? INT_MAX :
+	    timeout_ms + CLIENT_WAIT_GRACE_MS));
+	if ((rv = client_call(c, &wr, id, deadline, 1, &msg)) != 0)
+		return (rv);
+	return (client_reply_bytes(&msg, val, len));
+}
+
+int
+rdzv_client_list_keys(struct rdzv_client *c, char ***keys, size_t *n,
+    int timeout_ms)
+{
+	struct nat_wr	wr;
+	struct nat_msg	msg;
+	struct nat_rd	rd;
+	struct slice	s;
+	uint32_t	id;
+	int64_t		count;
+	size_t		i, have;
+	char		**list;
+	void		*p;
+	int		rv;
+
+	if ((rv = client_begin(c, &wr, NAT_OP_LIST_KEYS, 1, &id)) != 0)
+		return (rv);
+	rv = client_call(c, &wr, id, client_deadline(timeout_ms), 0, &msg);
+	if (rv != 0)
+		return (rv);
+
+	/* Count the entries present rather than trusting the count field. */
+	nat_rd_init(&rd, msg.payload);
+	if (nat_get_i64(&rd, &count) != 0 || count < 0 || count > INT_MAX)
+		return (RDZV_EPROTO);
+	for (have = 0; have < (size_t)count; have++)
+		if (nat_get_bytes(&rd, &s) != 0)
+			return (RDZV_EPROTO);
+	if (nat_rd_end(&rd) != 0)
+		return (RDZV_EPROTO);
+
+	if ((list = calloc(have + 1, sizeof *list)) == NULL)
+		return (RDZV_ENOMEM);
+	nat_rd_init(&rd, msg.payload);
+	(void)nat_get_i64(&rd, &count);
+	for (i = 0; i < have; i++) {
+		(void)nat_get_bytes(&rd, &s);
+		if (client_dup(s, &p, NULL) != 0) {
+			rdzv_client_free_keys(list, i);
+			return (RDZV_ENOMEM);
+		}
+		list[i] = p;
+	}
+	*keys = list;
+	*n = have;
+	return ((int)have);
+}
+
+void
+rdzv_client_free_keys(char **keys, size_t n)
+{
+	size_t	i;
+
+	if (keys == NULL)
+		return;
+	for (i = 0; i < n; i++)
+		free(keys[i]);
+	free(keys);
+}
+
+int
+rdzv_client_barrier(struct rdzv_client *c, const char *key, int64_t world,
+    int timeout_ms)
+{
+	struct nat_wr	wr;
+	struct nat_msg	msg;
+	uint32_t	id;
+	int64_t		deadline;
+	int		rv;
+
+	if ((rv = client_begin(c, &wr, NAT_OP_BARRIER, 1, &id)) != 0)
+		return (rv);
+	if (nat_put_bytes(&wr, key, strlen(key)) != 0 ||
+	    nat_put_i64(&wr, world) != 0 ||
+	    nat_put_i64(&wr, timeout_ms < 0 ? -1 : timeout_ms) != 0)
+		return (RDZV_ENOMEM);
+	deadline = client_deadline(timeout_ms < 0 ? -1 :
+	    (timeout_ms > INT_MAX - CLIENT_WAIT_GRACE_MS ? INT_MAX :
+	    timeout_ms + CLIENT_WAIT_GRACE_MS));
+	if ((rv = client_call(c, &wr, id, deadline, 1, &msg)) != 0)
+		return (rv);
+	return (client_reply_empty(&msg));
+}
