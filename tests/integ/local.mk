@@ -1,4 +1,8 @@
-# tests/integ/: scripts run against real processes on 127.0.0.1.
-INTEG_TESTS =
+# tests/integ/: scripts run against real processes on 127.0.0.1.  Each
+# starts its own rdzvd (tests/lib/rdzvtest.py) under a deadline.
+INTEG_TESTS = \
+	tests/integ/native_ops.py \
+	tests/integ/tcpstore2.py \
+	tests/integ/tcpstore113.py
 TESTS += $(INTEG_TESTS)
 EXTRA_DIST += $(INTEG_TESTS)
