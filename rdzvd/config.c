@@ -1,2 +1,410 @@
-/* config.c: placeholder until its owner writes it. */
+/*
+ * config.c: rdzvd's options.  One table serves both the command line
+ * (getopt_long) and the configuration file (key = value lines whose keys
+ * are the long option names, '-' or '_' alike), so the two never drift.
+ */
 #include "config.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <getopt.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "log.h"
+#include "rdzvd.h"
+
+#define RDZVD_DEFAULT_LISTEN	"[::]:29400"
+#define RDZVD_DEFAULT_HTTP	"[::]:29401"
+
+enum opt_type { OT_STR, OT_SIZE, OT_UINT, OT_DURABILITY, OT_LEVEL, OT_FLAG };
+
+struct opt {
+	const char	*name;
+	int		 shortopt;
+	enum opt_type	 type;
+	size_t		 offset;	/* into struct rdzvd_config */
+	size_t		 max;		/* for OT_SIZE and OT_UINT */
+	const char	*arg;		/* for usage */
+	const char	*help;
+};
+
+#define OFF(f)	offsetof(struct rdzvd_config, f)
+#define NOFIELD	((size_t)-1)	/* options that are not settings */
+
+static const struct opt opts[] = {
+	{ "foreground", 'd', OT_FLAG, OFF(foreground), 0, NULL,
+	  "stay in the foreground and log to stderr (else syslog)" },
+	{ "listen", 'l', OT_STR, OFF(listen), 0, "HOST:PORT",
+	  "store listener, IPv4 or [IPv6] (default " RDZVD_DEFAULT_LISTEN
+	  "; port 0 = any)" },
+	{ "port-file", 0, OT_STR, OFF(port_file), 0, "FILE",
+	  "write the listening port here once ready" },
+	{ "http", 0, OT_STR, OFF(http), 0, "HOST:PORT|off",
+	  "health and metrics listener (default " RDZVD_DEFAULT_HTTP ")" },
+	{ "http-port-file", 0, OT_STR, OFF(http_port_file), 0, "FILE",
+	  "write the HTTP port here once ready" },
+	{ "db", 0, OT_STR, OFF(db), 0, "PATH",
+	  "sqlite database (default " RDZV_STATEDIR "/rdzvd.db; :memory: allowed)" },
+	{ "durability", 0, OT_DURABILITY, OFF(durability), 0,
+	  "memory|relaxed|strict",
+	  "when a write is acknowledged (default relaxed)" },
+	{ "relaxed-window-ms", 0, OT_UINT, OFF(relaxed_window_ms), 60000, "N",
+	  "relaxed mode: most ms of acknowledged writes a crash loses (50)" },
+	{ "config", 'c', OT_STR, NOFIELD, 0, "FILE",
+	  "read options from FILE (key = value; the command line wins)" },
+	{ "log-file", 0, OT_STR, OFF(log_file), 0, "FILE",
+	  "log to FILE; SIGHUP reopens it" },
+	{ "log-level", 0, OT_LEVEL, OFF(log_level), 0, "warn|info|debug",
+	  "how much to log (default info)" },
+	{ "key-max", 0, OT_SIZE, OFF(limits.key_max), 1 << 20, "BYTES",
+	  "largest key (default 8192)" },
+	{ "value-max", 0, OT_SIZE, OFF(limits.value_max), 1 << 30, "BYTES",
+	  "largest value (default 8388608)" },
+	{ "keys-max", 0, OT_SIZE, OFF(limits.keys_max), 1 << 24, "N",
+	  "most keys in one CHECK/WAIT/MULTI_* (default 131072)" },
+	{ "max-connections", 0, OT_UINT, OFF(max_connections), 1 << 24, "N",
+	  "connections beyond N are closed at once (default 65536)" },
+	{ "output-max", 0, OT_SIZE, OFF(output_max), SIZE_MAX / 4, "BYTES",
+	  "queued replies before a connection is read no more (16 MiB)" },
+	{ "memory-budget", 0, OT_SIZE, OFF(memory_budget), SIZE_MAX / 4,
+	  "BYTES", "all partially received requests together (default 1 GiB)" },
+	{ "request-timeout-ms", 0, OT_UINT, OFF(request_timeout_ms), 86400000,
+	  "N", "a started request must arrive whole within N ms (30000)" },
+	{ "help", 'h', OT_FLAG, NOFIELD, 0, NULL, "show this help" },
+	{ "version", 'V', OT_FLAG, NOFIELD, 0, NULL, "show the version" },
+};
+#define NOPTS	(sizeof opts / sizeof opts[0])
+
+static void
+usage(FILE *f)
+{
+	size_t	i;
+	char	left[64];
+
+	fprintf(f, "usage: rdzvd [options]\n\n"
+	    "The rdzv rendezvous daemon: a durable key-value store and rendezvous\n"
+	    "server for distributed training.  It speaks rdzv's native protocol\n"
+	    "and PyTorch's TCPStore protocol (1.13 and 2.x) on one port.\n\n");
+	for (i = 0; i < NOPTS; i++) {
+		if (opts[i].shortopt != 0)
+			snprintf(left, sizeof left, "-%c, --%s%s%s",
+			    opts[i].shortopt, opts[i].name,
+			    opts[i].arg ? " " : "", opts[i].arg ? opts[i].arg : "");
+		else
+			snprintf(left, sizeof left, "    --%s%s%s", opts[i].name,
+			    opts[i].arg ? " " : "", opts[i].arg ? opts[i].arg : "");
+		fprintf(f, "  %-36s %s\n", left, opts[i].help);
+	}
+	fprintf(f, "\nSignals: SIGTERM or SIGINT drain and exit 0; SIGHUP reopens "
+	    "the log file.\nSee rdzvd(8) and etc/rdzvd.conf.\n");
+}
+
+/* Parses a byte size with an optional K, M or G (binary) suffix. */
+static int
+parse_size(const char *s, size_t max, size_t *out)
+{
+	char			*end;
+	unsigned long long	 v, mul = 1;
+
+	if (!isdigit((unsigned char)*s))
+		return -1;
+	errno = 0;
+	v = strtoull(s, &end, 10);
+	if (errno != 0)
+		return -1;
+	if (*end != '\0') {
+		switch (toupper((unsigned char)*end)) {
+		case 'K': mul = 1ULL << 10; break;
+		case 'M': mul = 1ULL << 20; break;
+		case 'G': mul = 1ULL << 30; break;
+		default: return -1;
+		}
+		end++;
+		if (toupper((unsigned char)*end) == 'I')
+			end++;
+		if (toupper((unsigned char)*end) == 'B')
+			end++;
+		if (*end != '\0')
+			return -1;
+	}
+	if (v > max / mul)
+		return -1;
+	*out = (size_t)(v * mul);
+	return 0;
+}
+
+/* Applies one option's value; prints the cause and returns -1 if bad. */
+static int
+opt_apply(struct rdzvd_config *cfg, const struct opt *o, const char *val,
+    const char *where)
+{
+	char		*base = (char *)cfg;
+	const char	*errstr;
+	size_t		 sz;
+	long long	 n;
+	int		 d;
+
+	switch (o->type) {
+	case OT_STR: {
+		char	**dst = (char **)(base + o->offset);
+
+		free(*dst);
+		if (strcmp(o->name, "http") == 0 && strcmp(val, "off") == 0) {
+			*dst = NULL;
+			return 0;
+		}
+		if ((*dst = strdup(val)) == NULL)
+			fatal("strdup");
+		return 0;
+	}
+	case OT_SIZE:
+		if (parse_size(val, o->max, &sz) != 0 || sz == 0) {
+			fprintf(stderr, "rdzvd: %s%s--%s: '%s' is not a size from 1 "
+			    "to %zu (a number, optionally with K, M or G)\n",
+			    where ? where : "", where ? ": " : "", o->name, val,
+			    o->max);
+			return -1;
+		}
+		*(size_t *)(base + o->offset) = sz;
+		return 0;
+	case OT_UINT:
+		n = strtonum(val, 0, (long long)o->max, &errstr);
+		if (errstr != NULL) {
+			fprintf(stderr, "rdzvd: %s%s--%s: '%s' is %s (0 to %zu)\n",
+			    where ? where : "", where ? ": " : "", o->name, val,
+			    errstr, o->max);
+			return -1;
+		}
+		*(unsigned *)(base + o->offset) = (unsigned)n;
+		return 0;
+	case OT_DURABILITY:
+		if ((d = store_durability_parse(val)) < 0) {
+			fprintf(stderr, "rdzvd: %s%s--durability: '%s' is not one "
+			    "of memory, relaxed, strict\n", where ? where : "",
+			    where ? ": " : "", val);
+			return -1;
+		}
+		*(enum store_durability *)(base + o->offset) = d;
+		return 0;
+	case OT_LEVEL:
+		if (strcmp(val, "warn") == 0)
+			d = LOG_LVL_WARN;
+		else if (strcmp(val, "info") == 0)
+			d = LOG_LVL_INFO;
+		else if (strcmp(val, "debug") == 0)
+			d = LOG_LVL_DEBUG;
+		else {
+			fprintf(stderr, "rdzvd: %s%s--log-level: '%s' is not one "
+			    "of warn, info, debug\n", where ? where : "",
+			    where ? ": " : "", val);
+			return -1;
+		}
+		*(int *)(base + o->offset) = d;
+		return 0;
+	case OT_FLAG:
+		if (strcmp(val, "yes") == 0 || strcmp(val, "true") == 0 ||
+		    strcmp(val, "1") == 0)
+			*(int *)(base + o->offset) = 1;
+		else if (strcmp(val, "no") == 0 || strcmp(val, "false") == 0 ||
+		    strcmp(val, "0") == 0)
+			*(int *)(base + o->offset) = 0;
+		else {
+			fprintf(stderr, "rdzvd: %s%s%s: '%s' is not yes or no\n",
+			    where ? where : "", where ? ": " : "", o->name, val);
+			return -1;
+		}
+		return 0;
+	}
+	return -1;
+}
+
+/* Finds an option by name, accepting '_' for '-'. */
+static const struct opt *
+opt_find(const char *name)
+{
+	char	norm[64];
+	size_t	i;
+
+	if (strlcpy(norm, name, sizeof norm) >= sizeof norm)
+		return NULL;
+	for (i = 0; norm[i] != '\0'; i++)
+		if (norm[i] == '_')
+			norm[i] = '-';
+	for (i = 0; i < NOPTS; i++)
+		if (strcmp(opts[i].name, norm) == 0)
+			return &opts[i];
+	return NULL;
+}
+
+static char *
+trim(char *s)
+{
+	char	*e;
+
+	while (isspace((unsigned char)*s))
+		s++;
+	e = s + strlen(s);
+	while (e > s && isspace((unsigned char)e[-1]))
+		*--e = '\0';
+	return s;
+}
+
+/* Reads key = value lines from path. */
+static int
+config_load_file(struct rdzvd_config *cfg, const char *path)
+{
+	FILE			*f;
+	char			*line = NULL, *key, *val, *eq, where[PATH_MAX + 32];
+	size_t			 cap = 0;
+	unsigned		 lineno = 0;
+	const struct opt	*o;
+	int			 rc = 0;
+
+	if ((f = fopen(path, "r")) == NULL) {
+		fprintf(stderr, "rdzvd: cannot read config file %s: %s\n", path,
+		    strerror(errno));
+		return -1;
+	}
+	while (getline(&line, &cap, f) != -1) {
+		lineno++;
+		key = trim(line);
+		if (*key == '\0' || *key == '#')
+			continue;
+		snprintf(where, sizeof where, "%s:%u", path, lineno);
+		if ((eq = strchr(key, '=')) == NULL) {
+			fprintf(stderr, "rdzvd: %s: expected 'key = value'\n", where);
+			rc = -1;
+			break;
+		}
+		*eq = '\0';
+		key = trim(key);
+		val = trim(eq + 1);
+		if ((o = opt_find(key)) == NULL || o->offset == NOFIELD) {
+			fprintf(stderr, "rdzvd: %s: unknown key '%s' (see rdzvd "
+			    "--help; keys are the long option names)\n", where, key);
+			rc = -1;
+			break;
+		}
+		if (opt_apply(cfg, o, val, where) != 0) {
+			rc = -1;
+			break;
+		}
+	}
+	free(line);
+	fclose(f);
+	return rc;
+}
+
+static void
+config_defaults(struct rdzvd_config *cfg)
+{
+	memset(cfg, 0, sizeof *cfg);
+	if ((cfg->listen = strdup(RDZVD_DEFAULT_LISTEN)) == NULL ||
+	    (cfg->http = strdup(RDZVD_DEFAULT_HTTP)) == NULL ||
+	    (cfg->db = strdup(RDZV_STATEDIR "/rdzvd.db")) == NULL)
+		fatal("strdup");
+	cfg->durability = STORE_RELAXED;
+	cfg->relaxed_window_ms = 50;
+	cfg->log_level = LOG_LVL_INFO;
+	wire_limits_default(&cfg->limits);
+	cfg->max_connections = 65536;
+	cfg->output_max = 16 << 20;
+	cfg->memory_budget = 1 << 30;
+	cfg->request_timeout_ms = 30000;
+}
+
+int
+config_parse(struct rdzvd_config *cfg, int argc, char **argv)
+{
+	struct option	 lopts[NOPTS + 1];
+	char		 shorts[2 * NOPTS + 1];
+	const char	*config_file = NULL;
+	size_t		 i, ns = 0;
+	int		 ch, idx;
+
+	config_defaults(cfg);
+	for (i = 0; i < NOPTS; i++) {
+		lopts[i].name = opts[i].name;
+		lopts[i].has_arg = opts[i].type == OT_FLAG ? no_argument :
+		    required_argument;
+		lopts[i].flag = NULL;
+		lopts[i].val = 256 + (int)i;
+		if (opts[i].shortopt != 0) {
+			shorts[ns++] = (char)opts[i].shortopt;
+			if (opts[i].type != OT_FLAG)
+				shorts[ns++] = ':';
+		}
+	}
+	memset(&lopts[NOPTS], 0, sizeof lopts[NOPTS]);
+	shorts[ns] = '\0';
+
+	/* First pass: find --config, --help and --version. */
+	opterr = 0;
+	while ((ch = getopt_long(argc, argv, shorts, lopts, &idx)) != -1) {
+		const struct opt *o = NULL;
+
+		if (ch >= 256)
+			o = &opts[ch - 256];
+		else
+			for (i = 0; i < NOPTS; i++)
+				if (opts[i].shortopt == ch)
+					o = &opts[i];
+		if (o == NULL)
+			continue;
+		if (strcmp(o->name, "help") == 0) {
+			usage(stdout);
+			exit(0);
+		}
+		if (strcmp(o->name, "version") == 0) {
+			printf("rdzvd %s\n", PACKAGE_VERSION);
+			exit(0);
+		}
+		if (strcmp(o->name, "config") == 0)
+			config_file = optarg;
+	}
+	if (config_file != NULL && config_load_file(cfg, config_file) != 0)
+		return -1;
+
+	/* Second pass: the command line overrides the file. */
+	optind = 0;
+	opterr = 1;
+	while ((ch = getopt_long(argc, argv, shorts, lopts, &idx)) != -1) {
+		const struct opt *o = NULL;
+
+		if (ch == '?' || ch == ':') {
+			fprintf(stderr, "Try 'rdzvd --help'.\n");
+			return -1;
+		}
+		if (ch >= 256)
+			o = &opts[ch - 256];
+		else
+			for (i = 0; i < NOPTS; i++)
+				if (opts[i].shortopt == ch)
+					o = &opts[i];
+		if (o == NULL || o->offset == NOFIELD)
+			continue;
+		if (opt_apply(cfg, o, o->type == OT_FLAG ? "yes" : optarg,
+		    NULL) != 0)
+			return -1;
+	}
+	if (optind < argc) {
+		fprintf(stderr, "rdzvd: unexpected argument '%s'; try 'rdzvd "
+		    "--help'\n", argv[optind]);
+		return -1;
+	}
+	return 0;
+}
+
+void
+config_free(struct rdzvd_config *cfg)
+{
+	free(cfg->listen);
+	free(cfg->port_file);
+	free(cfg->http);
+	free(cfg->http_port_file);
+	free(cfg->db);
+	free(cfg->log_file);
+}

@@ -100,7 +100,7 @@ int	kv_barrier(struct kv *, struct slice ns, struct slice key, int64_t world,
 	    kv_wake_cb fn, void *arg, struct kv_waiter **wp);
 
 /* Pops from queue key, waiting for a push if it is empty.  If an item is
- * there now, returns 1 with *out/*outlen (malloc'ed) and *wp = NULL;
+ * there now, returns 1 with *out and *outlen (malloc'ed) and *wp = NULL;
  * else 0 and later fn(w, arg, item, len) with an item the callback owns
  * (must free).  Waiters are served first-come, one item each. */
 typedef void	(*kv_pop_cb)(struct kv_waiter *, void *arg, uint8_t *item,

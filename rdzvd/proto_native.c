@@ -1,2 +1,597 @@
-/* proto_native.c: placeholder until its owner writes it. */
+/*
+ * proto_native.c: the native rdzv protocol adapter (common/PROTOCOL.md).
+ * Frames carry a request id, so requests may be pipelined and waits
+ * answer out of order; each wait in flight is a `struct pending` on its
+ * connection, with its own deadline, found by id for CANCEL.  Semantic
+ * failures (a missing key, a timeout) are error replies; a frame that
+ * breaks the protocol or a limit closes the connection.
+ */
 #include "config.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include <event2/buffer.h>
+#include <event2/event.h>
+
+#include "log.h"
+#include "rdzv_err.h"
+#include "rdzvd.h"
+
+#define KEYS_STACK	32	/* keys handled without allocating */
+#define WATCH_MAX	1024	/* persistent watches per connection */
+
+struct pending {
+	LIST_ENTRY(pending)	 entry;
+	struct conn		*c;
+	uint32_t		 id;
+	uint16_t		 op;
+	struct kv_waiter	*w;
+	struct event		*timer;
+	uint8_t			*ns;	/* WATCH: the namespace, for pushes */
+	size_t			 nslen;
+};
+
+static const enum op_kind nat_op_kind[NAT_OP_MAX + 1] = {
+	[NAT_OP_PING] = OPK_PING, [NAT_OP_SET] = OPK_SET,
+	[NAT_OP_GET] = OPK_GET, [NAT_OP_ADD] = OPK_ADD,
+	[NAT_OP_CAS] = OPK_COMPARE_SET, [NAT_OP_WAIT] = OPK_WAIT,
+	[NAT_OP_CHECK] = OPK_CHECK, [NAT_OP_DELETE] = OPK_DELETE,
+	[NAT_OP_NUM_KEYS] = OPK_NUM_KEYS, [NAT_OP_APPEND] = OPK_APPEND,
+	[NAT_OP_MULTI_GET] = OPK_MULTI_GET, [NAT_OP_MULTI_SET] = OPK_MULTI_SET,
+	[NAT_OP_QUEUE_PUSH] = OPK_QUEUE_PUSH, [NAT_OP_QUEUE_POP] = OPK_QUEUE_POP,
+	[NAT_OP_QUEUE_LEN] = OPK_QUEUE_LEN, [NAT_OP_LIST_KEYS] = OPK_LIST_KEYS,
+	[NAT_OP_BARRIER] = OPK_BARRIER, [NAT_OP_CANCEL] = OPK_CANCEL,
+	[NAT_OP_WATCH] = OPK_WATCH, [NAT_OP_WATCH_EVENT] = OPK_WATCH,
+};
+
+static void
+pending_free(struct pending *pd)
+{
+	LIST_REMOVE(pd, entry);
+	if (pd->w != NULL)
+		kv_waiter_cancel(server.kv, pd->w);
+	if (pd->timer != NULL)
+		event_free(pd->timer);
+	free(pd->ns);
+	free(pd);
+}
+
+void
+native_conn_free(struct conn *c)
+{
+	struct pending	*pd;
+
+	while ((pd = LIST_FIRST(&c->pending)) != NULL)
+		pending_free(pd);
+}
+
+/* An empty successful reply. */
+static void
+reply_ok(struct conn *c, uint16_t op, uint32_t id)
+{
+	struct nat_wr	wr;
+
+	nat_frame_begin(&wr, conn_reply_buf(c), op, NAT_F_REPLY, id);
+	nat_frame_end(&wr);
+	conn_reply_done(c);
+}
+
+static void
+reply_i64(struct conn *c, uint16_t op, uint32_t id, int64_t v)
+{
+	struct nat_wr	wr;
+
+	nat_frame_begin(&wr, conn_reply_buf(c), op, NAT_F_REPLY, id);
+	nat_put_i64(&wr, v);
+	nat_frame_end(&wr);
+	conn_reply_done(c);
+}
+
+static void
+reply_bytes(struct conn *c, uint16_t op, uint32_t id, const void *p,
+    size_t len)
+{
+	struct nat_wr	wr;
+
+	nat_frame_begin(&wr, conn_reply_buf(c), op, NAT_F_REPLY, id);
+	nat_put_bytes(&wr, p, len);
+	nat_frame_end(&wr);
+	conn_reply_done(c);
+}
+
+static void
+reply_error(struct conn *c, uint16_t op, uint32_t id, int code)
+{
+	nat_put_error(conn_reply_buf(c), op, id, code, rdzv_strerror(code));
+	conn_reply_done(c);
+}
+
+/* A one-shot wait (WAIT, BARRIER) completed. */
+static void
+pending_wake_cb(struct kv_waiter *w, void *arg)
+{
+	struct pending	*pd = arg;
+
+	pd->w = NULL;		/* the core frees it after we return */
+	reply_ok(pd->c, pd->op, pd->id);
+	pending_free(pd);
+}
+
+static void
+pending_pop_cb(struct kv_waiter *w, void *arg, uint8_t *item, size_t len)
+{
+	struct pending	*pd = arg;
+
+	pd->w = NULL;
+	reply_bytes(pd->c, pd->op, pd->id, item, len);
+	free(item);
+	pending_free(pd);
+}
+
+static void
+pending_watch_cb(struct kv_waiter *w, void *arg, int kind, struct slice key,
+    struct slice oldv, struct slice newv)
+{
+	struct pending	*pd = arg;
+	struct nat_wr	 wr;
+
+	nat_frame_begin(&wr, conn_reply_buf(pd->c), NAT_OP_WATCH_EVENT,
+	    NAT_F_PUSH, 0);
+	nat_put_bytes(&wr, pd->ns, pd->nslen);
+	nat_put_bytes(&wr, key.p, key.len);
+	nat_put_i64(&wr, kind);
+	nat_put_bytes(&wr, oldv.p, oldv.len);
+	nat_put_bytes(&wr, newv.p, newv.len);
+	nat_frame_end(&wr);
+	conn_reply_done(pd->c);
+}
+
+static void
+pending_timeout_cb(evutil_socket_t fd, short ev, void *arg)
+{
+	struct pending	*pd = arg;
+
+	reply_error(pd->c, pd->op, pd->id, RDZV_ETIMEDOUT);
+	pending_free(pd);
+}
+
+static struct pending *
+pending_new(struct conn *c, const struct nat_msg *m, int64_t timeout_ms)
+{
+	struct pending	*pd;
+	struct timeval	 tv;
+
+	if ((pd = calloc(1, sizeof *pd)) == NULL)
+		return NULL;
+	pd->c = c;
+	pd->id = m->id;
+	pd->op = m->op;
+	if (timeout_ms >= 0) {
+		if ((pd->timer = evtimer_new(server.base, pending_timeout_cb,
+		    pd)) == NULL) {
+			free(pd);
+			return NULL;
+		}
+		tv.tv_sec = timeout_ms / 1000;
+		tv.tv_usec = (timeout_ms % 1000) * 1000;
+		evtimer_add(pd->timer, &tv);
+	}
+	LIST_INSERT_HEAD(&c->pending, pd, entry);
+	return pd;
+}
+
+/* Reads "i n, n*b key" into keys (stack or heap), checking n against the
+ * bytes actually present before allocating anything. */
+static int
+read_keys(struct nat_rd *rd, struct slice *stack, struct slice **keysp,
+    size_t *np)
+{
+	struct slice	*keys = stack;
+	int64_t		 n;
+	size_t		 i;
+
+	if (nat_get_i64(rd, &n) != 0 || n < 0)
+		return RDZV_EPROTO;
+	if ((uint64_t)n > server.cfg->limits.keys_max)
+		return RDZV_ETOOBIG;
+	/* Each key takes at least 5 bytes (tag + length). */
+	if ((uint64_t)n > rd->left / 5)
+		return RDZV_EPROTO;
+	if (n > KEYS_STACK &&
+	    (keys = reallocarray(NULL, (size_t)n, sizeof *keys)) == NULL)
+		return RDZV_ENOMEM;
+	for (i = 0; i < (size_t)n; i++) {
+		if (nat_get_bytes(rd, &keys[i]) != 0) {
+			if (keys != stack)
+				free(keys);
+			return RDZV_EPROTO;
+		}
+		if (keys[i].len > server.cfg->limits.key_max) {
+			if (keys != stack)
+				free(keys);
+			return RDZV_ETOOBIG;
+		}
+	}
+	*keysp = keys;
+	*np = (size_t)n;
+	return 0;
+}
+
+struct list_acc {
+	struct nat_wr	*wr;
+	int64_t		 n;
+};
+
+static void
+list_count_cb(void *arg, struct slice key)
+{
+	((struct list_acc *)arg)->n++;
+}
+
+static void
+list_put_cb(void *arg, struct slice key)
+{
+	nat_put_bytes(((struct list_acc *)arg)->wr, key.p, key.len);
+}
+
+/*
+ * Serves one frame.  Returns 0 (replied, or a wait registered) or a
+ * negative RDZV_E* that closes the connection (*why set).
+ */
+static int
+native_dispatch(struct conn *c, const struct nat_msg *m, const char **why)
+{
+	const struct wire_limits *lim = &server.cfg->limits;
+	struct nat_rd		 rd;
+	struct nat_wr		 wr;
+	struct slice		 ns = { NULL, 0 }, key = { NULL, 0 }, v1, v2, out;
+	struct slice		 stack[KEYS_STACK], *keys = NULL;
+	struct pending		*pd;
+	struct list_acc		 acc;
+	int64_t			 a = 0, b = 0, r64;
+	size_t			 n = 0, i;
+	uint8_t			*item;
+	size_t			 ilen;
+	int			 rc = 0;
+
+	if (m->flags != 0) {
+		*why = "native frame with reply or push flags from a client";
+		return RDZV_EPROTO;
+	}
+	if (m->op == NAT_OP_WATCH_EVENT) {
+		*why = "WATCH_EVENT is a server push";
+		return RDZV_EPROTO;
+	}
+	metrics.ops[nat_op_kind[m->op]]++;
+	nat_rd_init(&rd, m->payload);
+
+	/* Every op but PING and CANCEL starts with a namespace. */
+	if (m->op != NAT_OP_PING && m->op != NAT_OP_CANCEL) {
+		if (nat_get_bytes(&rd, &ns) != 0)
+			goto proto;
+		if (ns.len > lim->ns_max)
+			goto toobig;
+	}
+	/* Ops that name one key next. */
+	switch (m->op) {
+	case NAT_OP_SET: case NAT_OP_GET: case NAT_OP_ADD: case NAT_OP_CAS:
+	case NAT_OP_DELETE: case NAT_OP_APPEND: case NAT_OP_QUEUE_PUSH:
+	case NAT_OP_QUEUE_POP: case NAT_OP_QUEUE_LEN: case NAT_OP_BARRIER:
+	case NAT_OP_WATCH:
+		if (nat_get_bytes(&rd, &key) != 0)
+			goto proto;
+		if (key.len > lim->key_max)
+			goto toobig;
+		break;
+	default:
+		break;
+	}
+
+	switch (m->op) {
+	case NAT_OP_PING:
+		if (nat_get_bytes(&rd, &v1) != 0 || nat_rd_end(&rd) != 0)
+			goto proto;
+		reply_bytes(c, m->op, m->id, v1.p, v1.len);
+		break;
+	case NAT_OP_SET:
+	case NAT_OP_APPEND:
+	case NAT_OP_QUEUE_PUSH:
+		if (nat_get_bytes(&rd, &v1) != 0 || nat_rd_end(&rd) != 0)
+			goto proto;
+		if (v1.len > lim->value_max)
+			goto toobig;
+		if (m->op == NAT_OP_SET)
+			rc = kv_set(server.kv, ns, key, v1);
+		else if (m->op == NAT_OP_APPEND)
+			rc = kv_append(server.kv, ns, key, v1);
+		else
+			rc = kv_qpush(server.kv, ns, key, v1);
+		if (rc < 0)
+			reply_error(c, m->op, m->id, rc);
+		else
+			reply_ok(c, m->op, m->id);
+		break;
+	case NAT_OP_GET:
+		if (nat_rd_end(&rd) != 0)
+			goto proto;
+		if ((rc = kv_get(server.kv, ns, key, &out)) < 0)
+			reply_error(c, m->op, m->id, rc);
+		else
+			reply_bytes(c, m->op, m->id, out.p, out.len);
+		break;
+	case NAT_OP_ADD:
+		if (nat_get_i64(&rd, &a) != 0 || nat_rd_end(&rd) != 0)
+			goto proto;
+		if ((rc = kv_add(server.kv, ns, key, a, &r64)) < 0)
+			reply_error(c, m->op, m->id, rc);
+		else
+			reply_i64(c, m->op, m->id, r64);
+		break;
+	case NAT_OP_CAS:
+		if (nat_get_bytes(&rd, &v1) != 0 || nat_get_bytes(&rd, &v2) != 0 ||
+		    nat_rd_end(&rd) != 0)
+			goto proto;
+		if (v1.len > lim->value_max || v2.len > lim->value_max)
+			goto toobig;
+		if ((rc = kv_cas(server.kv, ns, key, v1, v2, &out)) < 0)
+			reply_error(c, m->op, m->id, rc);
+		else
+			reply_bytes(c, m->op, m->id, out.p, out.len);
+		break;
+	case NAT_OP_DELETE:
+		if (nat_rd_end(&rd) != 0)
+			goto proto;
+		if ((rc = kv_delete(server.kv, ns, key)) < 0)
+			reply_error(c, m->op, m->id, rc);
+		else
+			reply_i64(c, m->op, m->id, rc);
+		break;
+	case NAT_OP_NUM_KEYS:
+		if (nat_rd_end(&rd) != 0)
+			goto proto;
+		reply_i64(c, m->op, m->id, kv_num_keys(server.kv, ns));
+		break;
+	case NAT_OP_QUEUE_LEN:
+		if (nat_rd_end(&rd) != 0)
+			goto proto;
+		reply_i64(c, m->op, m->id, kv_qlen(server.kv, ns, key));
+		break;
+	case NAT_OP_CHECK:
+	case NAT_OP_WAIT:
+		if (m->op == NAT_OP_WAIT && nat_get_i64(&rd, &a) != 0)
+			goto proto;
+		if ((rc = read_keys(&rd, stack, &keys, &n)) < 0) {
+			if (rc == RDZV_ETOOBIG)
+				goto toobig;
+			if (rc == RDZV_ENOMEM)
+				goto nomem;
+			goto proto;
+		}
+		if (nat_rd_end(&rd) != 0)
+			goto proto;
+		if (m->op == NAT_OP_CHECK) {
+			reply_i64(c, m->op, m->id,
+			    kv_check(server.kv, ns, keys, n));
+			break;
+		}
+		if (kv_check(server.kv, ns, keys, n)) {
+			reply_ok(c, m->op, m->id);
+			break;
+		}
+		if (a == 0) {
+			reply_error(c, m->op, m->id, RDZV_ETIMEDOUT);
+			break;
+		}
+		if ((pd = pending_new(c, m, a)) == NULL)
+			goto nomem;
+		rc = kv_wait(server.kv, ns, keys, n, pending_wake_cb, pd, &pd->w);
+		if (rc == 1) {
+			reply_ok(c, m->op, m->id);
+			pending_free(pd);
+		} else if (rc < 0) {
+			reply_error(c, m->op, m->id, rc);
+			pending_free(pd);
+		}
+		break;
+	case NAT_OP_BARRIER:
+		if (nat_get_i64(&rd, &b) != 0 || nat_get_i64(&rd, &a) != 0 ||
+		    nat_rd_end(&rd) != 0)
+			goto proto;
+		if ((pd = pending_new(c, m, a)) == NULL)
+			goto nomem;
+		rc = kv_barrier(server.kv, ns, key, b, pending_wake_cb, pd, &pd->w);
+		if (rc == 1) {
+			reply_ok(c, m->op, m->id);
+			pending_free(pd);
+		} else if (rc < 0) {
+			reply_error(c, m->op, m->id, rc);
+			pending_free(pd);
+		} else if (a == 0) {
+			reply_error(c, m->op, m->id, RDZV_ETIMEDOUT);
+			pending_free(pd);
+		}
+		break;
+	case NAT_OP_QUEUE_POP:
+		if (nat_get_i64(&rd, &a) != 0 || nat_rd_end(&rd) != 0)
+			goto proto;
+		if (a == 0) {
+			rc = kv_qpop(server.kv, ns, key, &item, &ilen);
+			if (rc < 0)
+				reply_error(c, m->op, m->id, RDZV_ETIMEDOUT);
+			else {
+				reply_bytes(c, m->op, m->id, item, ilen);
+				free(item);
+			}
+			break;
+		}
+		if ((pd = pending_new(c, m, a)) == NULL)
+			goto nomem;
+		rc = kv_qpop_wait(server.kv, ns, key, &item, &ilen, pending_pop_cb,
+		    pd, &pd->w);
+		if (rc == 1) {
+			reply_bytes(c, m->op, m->id, item, ilen);
+			free(item);
+			pending_free(pd);
+		} else if (rc < 0) {
+			reply_error(c, m->op, m->id, rc);
+			pending_free(pd);
+		}
+		break;
+	case NAT_OP_MULTI_GET:
+		if ((rc = read_keys(&rd, stack, &keys, &n)) < 0) {
+			if (rc == RDZV_ETOOBIG)
+				goto toobig;
+			if (rc == RDZV_ENOMEM)
+				goto nomem;
+			goto proto;
+		}
+		if (nat_rd_end(&rd) != 0)
+			goto proto;
+		for (i = 0; i < n; i++)
+			if (kv_get(server.kv, ns, keys[i], &out) != 0)
+				break;
+		if (i < n) {
+			reply_error(c, m->op, m->id, RDZV_ENOTFOUND);
+			break;
+		}
+		nat_frame_begin(&wr, conn_reply_buf(c), m->op, NAT_F_REPLY, m->id);
+		for (i = 0; i < n; i++) {
+			kv_get(server.kv, ns, keys[i], &out);
+			nat_put_bytes(&wr, out.p, out.len);
+		}
+		nat_frame_end(&wr);
+		conn_reply_done(c);
+		break;
+	case NAT_OP_MULTI_SET:
+		if (nat_get_i64(&rd, &a) != 0 || a < 0)
+			goto proto;
+		if ((uint64_t)a > lim->keys_max)
+			goto toobig;
+		/* Validate every pair before changing anything. */
+		{
+			struct nat_rd	scan = rd;
+
+			for (i = 0; i < (size_t)a; i++) {
+				if (nat_get_bytes(&scan, &key) != 0 ||
+				    nat_get_bytes(&scan, &v1) != 0)
+					goto proto;
+				if (key.len > lim->key_max ||
+				    v1.len > lim->value_max)
+					goto toobig;
+			}
+			if (nat_rd_end(&scan) != 0)
+				goto proto;
+		}
+		for (i = 0; rc == 0 && i < (size_t)a; i++) {
+			nat_get_bytes(&rd, &key);
+			nat_get_bytes(&rd, &v1);
+			rc = kv_set(server.kv, ns, key, v1);
+		}
+		if (rc < 0)
+			reply_error(c, m->op, m->id, rc);
+		else
+			reply_ok(c, m->op, m->id);
+		break;
+	case NAT_OP_LIST_KEYS:
+		if (nat_rd_end(&rd) != 0)
+			goto proto;
+		nat_frame_begin(&wr, conn_reply_buf(c), m->op, NAT_F_REPLY, m->id);
+		acc.wr = &wr;
+		acc.n = 0;
+		kv_list(server.kv, ns, list_count_cb, &acc);
+		nat_put_i64(&wr, acc.n);
+		kv_list(server.kv, ns, list_put_cb, &acc);
+		nat_frame_end(&wr);
+		conn_reply_done(c);
+		break;
+	case NAT_OP_CANCEL:
+		if (nat_get_i64(&rd, &a) != 0 || nat_rd_end(&rd) != 0)
+			goto proto;
+		LIST_FOREACH(pd, &c->pending, entry)
+			if (pd->id == (uint32_t)a && pd->op != NAT_OP_WATCH)
+				break;
+		if (pd != NULL) {
+			reply_error(c, pd->op, pd->id, RDZV_ECANCELED);
+			pending_free(pd);
+		}
+		reply_ok(c, m->op, m->id);
+		break;
+	case NAT_OP_WATCH:
+		if (nat_rd_end(&rd) != 0)
+			goto proto;
+		n = 0;
+		LIST_FOREACH(pd, &c->pending, entry)
+			n++;
+		if (n >= WATCH_MAX) {
+			*why = "too many pending waits and watches";
+			rc = RDZV_ETOOBIG;
+			goto out;
+		}
+		if ((pd = pending_new(c, m, -1)) == NULL)
+			goto nomem;
+		if (ns.len > 0) {
+			if ((pd->ns = malloc(ns.len)) == NULL) {
+				pending_free(pd);
+				goto nomem;
+			}
+			memcpy(pd->ns, ns.p, ns.len);
+		}
+		pd->nslen = ns.len;
+		rc = kv_watch(server.kv, ns, key, pending_watch_cb, pd, &pd->w);
+		if (rc < 0) {
+			reply_error(c, m->op, m->id, rc);
+			pending_free(pd);
+		} else
+			reply_ok(c, m->op, m->id);
+		break;
+	default:
+		goto proto;
+	}
+	rc = 0;
+	goto out;
+
+proto:
+	*why = "malformed native request payload";
+	rc = RDZV_EPROTO;
+	goto out;
+toobig:
+	*why = "native request over a size limit (--key-max, --value-max, "
+	    "--keys-max)";
+	rc = RDZV_ETOOBIG;
+	goto out;
+nomem:
+	*why = "out of memory";
+	rc = RDZV_ENOMEM;
+out:
+	if (keys != NULL && keys != stack)
+		free(keys);
+	return rc;
+}
+
+ssize_t
+native_serve(struct conn *c, const uint8_t *buf, size_t len, const char **why)
+{
+	struct nat_msg	m;
+	size_t		off = 0, need = 0;
+	int		r;
+
+	c->need = 0;
+	while (off < len) {
+		r = nat_decode(buf + off, len - off, &server.cfg->limits, &m,
+		    &need);
+		if (r == 0) {
+			c->need = need;
+			break;
+		}
+		if (r < 0) {
+			*why = r == RDZV_ETOOBIG ? "native frame over the size "
+			    "limit" : "malformed native frame";
+			return r;
+		}
+		off += (size_t)r;
+		if ((r = native_dispatch(c, &m, why)) < 0)
+			return r;
+	}
+	return (ssize_t)off;
+}

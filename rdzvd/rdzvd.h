@@ -1,0 +1,211 @@
+/*
+ * rdzvd.h: the daemon's index header, one section per .c file.
+ *
+ * rdzvd serves one kv core (kv.c) to three protocol adapters chosen per
+ * connection from its first bytes: the native rdzv protocol
+ * (proto_native.c) and PyTorch's TCPStore dialects 1.13 and 2.x
+ * (proto_tcpstore.c).  server.c owns listening sockets and connections,
+ * store.c the sqlite database, http.c the health/metrics listener.
+ */
+#ifndef RDZVD_H
+#define RDZVD_H
+
+#include <sys/types.h>
+#include <sys/queue.h>
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kv.h"
+#include "store.h"
+#include "wire.h"
+
+struct bufferevent;
+struct evbuffer;
+struct event;
+struct event_base;
+struct evconnlistener;
+
+/* ---- config.c: command line and configuration file ---- */
+
+struct rdzvd_config {
+	char			*listen;	/* HOST:PORT */
+	char			*port_file;
+	char			*http;		/* HOST:PORT, or NULL for off */
+	char			*http_port_file;
+	char			*db;
+	enum store_durability	 durability;
+	unsigned		 relaxed_window_ms;
+	char			*log_file;
+	int			 log_level;	/* enum log_level */
+	int			 foreground;
+	struct wire_limits	 limits;
+	unsigned		 max_connections;
+	size_t			 output_max;
+	size_t			 memory_budget;
+	unsigned		 request_timeout_ms;
+};
+
+/*
+ * Fills cfg from defaults, then the --config file (if named), then the
+ * other options, so the command line wins.  Prints usage and exits 0 for
+ * --help and --version; prints the cause and returns -1 on a bad option.
+ */
+int	config_parse(struct rdzvd_config *cfg, int argc, char **argv);
+void	config_free(struct rdzvd_config *);
+
+/* ---- metrics.c: counters shown on /metrics ---- */
+
+/* Operations counted per type, whatever protocol carried them. */
+enum op_kind {
+	OPK_SET, OPK_GET, OPK_ADD, OPK_COMPARE_SET, OPK_WAIT, OPK_CHECK,
+	OPK_DELETE, OPK_NUM_KEYS, OPK_APPEND, OPK_MULTI_GET, OPK_MULTI_SET,
+	OPK_QUEUE_PUSH, OPK_QUEUE_POP, OPK_QUEUE_LEN, OPK_LIST_KEYS,
+	OPK_BARRIER, OPK_CANCEL, OPK_PING, OPK_WATCH, OPK_VALIDATE,
+	OPK_COUNT
+};
+
+/* Why a connection was refused or closed by rdzvd. */
+enum err_kind {
+	ERRK_MALFORMED, ERRK_TOO_BIG, ERRK_REQUEST_TIMEOUT,
+	ERRK_MEMORY_BUDGET, ERRK_OUTPUT_LIMIT, ERRK_ACCEPT, ERRK_STORE,
+	ERRK_COUNT
+};
+
+enum conn_dialect {
+	DIALECT_UNKNOWN = 0, DIALECT_NATIVE, DIALECT_TCPS113, DIALECT_TCPS2,
+	DIALECT_COUNT
+};
+
+struct metrics {
+	uint64_t	ops[OPK_COUNT];
+	uint64_t	errors[ERRK_COUNT];
+	uint64_t	conns[DIALECT_COUNT];	/* open now */
+	uint64_t	accepted;
+	uint64_t	rejected;
+};
+
+extern struct metrics	metrics;
+
+const char	*metrics_op_name(enum op_kind);
+const char	*metrics_err_name(enum err_kind);
+/* Appends the Prometheus text of every figure to out. */
+void		 metrics_write(struct evbuffer *out);
+
+/* ---- server.c: listeners and connections ---- */
+
+/*
+ * A connection's life:
+ *
+ *   SNIFF --first bytes--> NATIVE_HELLO --preamble--> SERVING
+ *     |                                                  ^
+ *     +--- TCPStore bytes (dialect 1.13 or 2.x) ---------+
+ *   any state --bad input, EOF, limit, shutdown--> closed (conn_close)
+ *
+ * Only conn_set_state() changes the state.
+ */
+enum conn_state {
+	CONN_SNIFF,		/* no dialect yet: waiting for first bytes */
+	CONN_NATIVE_HELLO,	/* "RDZV" seen, waiting for the preamble */
+	CONN_SERVING,		/* decoding requests of conn->dialect */
+};
+
+struct pending;			/* a native request waiting (proto_native.c) */
+
+struct conn {
+	struct bufferevent	*bev;
+	enum conn_state		 state;
+	enum conn_dialect	 dialect;
+	char			 peer[64];	/* "addr:port", for logs */
+	size_t			 need;		/* bytes to buffer before decoding */
+	size_t			 budget;	/* bytes held against memory_budget */
+	struct event		*req_timer;	/* partial request deadline */
+	int			 read_paused;	/* output over output_max */
+
+	/* strict durability: replies held until store commits hold_seq */
+	struct evbuffer		*held;
+	uint64_t		 hold_seq;
+	TAILQ_ENTRY(conn)	 held_entry;
+	int			 on_held_list;
+
+	/* TCPStore: the one wait or watch this connection may have */
+	struct kv_waiter	*tcps_wait;
+	struct kv_waiter	**tcps_watch;	/* WATCH_KEY registrations */
+	size_t			 tcps_nwatch;
+
+	/* native: waits in flight, by request id */
+	LIST_HEAD(, pending)	 pending;
+
+	TAILQ_ENTRY(conn)	 entry;
+};
+
+struct server {
+	struct event_base	*base;
+	struct rdzvd_config	*cfg;
+	struct kv		*kv;
+	struct store		*store;		/* NULL in memory mode */
+	struct evconnlistener	*listener;
+	struct event		*accept_timer;	/* EMFILE back-off */
+	TAILQ_HEAD(, conn)	 conns;
+	TAILQ_HEAD(, conn)	 held;		/* conns with held output */
+	size_t			 nconns;
+	size_t			 budget_used;
+	int			 draining;
+};
+
+extern struct server	server;
+
+/*
+ * Opens a listening socket on "HOST:PORT" or "[V6]:PORT" ("*" or an empty
+ * host: every address, dual-stack); what names it in errors.  Sets *port
+ * to the bound port; returns the fd or -1 after logging the cause.
+ */
+int	listen_socket(const char *spec, const char *what, int *port);
+/* Binds cfg->listen and starts accepting; writes the port file. */
+int	server_listen(void);
+/* Called on the loop thread after the store commits through seq. */
+void	server_commit_cb(void *arg, uint64_t seq);
+/* Stops accepting and closes every connection (shutdown). */
+void	server_shutdown(void);
+
+/*
+ * The buffer a reply must be written to: the connection's output, or,
+ * in strict mode while the store has uncommitted writes, the held buffer
+ * released by server_commit_cb.  Call conn_reply_done() after writing.
+ */
+struct evbuffer	*conn_reply_buf(struct conn *);
+void		 conn_reply_done(struct conn *);
+/* Logs "closing <peer>: <why>", counts ek (unless ERRK_COUNT), frees c. */
+void		 conn_close(struct conn *, enum err_kind ek, const char *why);
+void		 conn_set_state(struct conn *, enum conn_state);
+
+/* ---- proto_tcpstore.c / proto_native.c: the adapters ---- */
+
+/*
+ * Each decodes and serves as many whole requests as buf holds.  Returns
+ * the bytes consumed (the caller drains them) and sets c->need when a
+ * request is incomplete; or a negative RDZV_E* after closing nothing:
+ * the caller closes the connection.  *why is set to a reason for the log.
+ */
+ssize_t	tcps_serve(struct conn *, const uint8_t *buf, size_t len,
+	    const char **why);
+void	tcps_conn_free(struct conn *);
+ssize_t	native_serve(struct conn *, const uint8_t *buf, size_t len,
+	    const char **why);
+void	native_conn_free(struct conn *);
+
+/* ---- http.c: /healthz and /metrics ---- */
+
+/* Starts the HTTP listener on cfg->http (if set); writes its port file. */
+int	http_start(void);
+void	http_stop(void);
+
+/* ---- rdzvd.c ---- */
+
+/* Store figures for /metrics (zeros in memory mode). */
+void	rdzvd_store_stats(struct store_stats *);
+
+/* Writes "PORT\n" to path atomically (temp file + rename). */
+int	write_port_file(const char *path, int port);
+
+#endif /* RDZVD_H */

@@ -1,2 +1,603 @@
-/* server.c: placeholder until its owner writes it. */
+/*
+ * server.c: the store listener and every connection's life: accepting
+ * (with a connection cap and an EMFILE back-off), telling the protocol
+ * apart from the first bytes, feeding whole requests to the adapters,
+ * and the limits that keep memory bounded under slow or hostile peers:
+ * a memory budget for partially received requests, a deadline for a
+ * started request, and back-pressure when replies go unread.  In strict
+ * durability it also holds replies until the store has committed them.
+ */
 #include "config.h"
+
+#include <sys/types.h>
+#include <sys/socket.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <arpa/inet.h>
+
+#include <errno.h>
+#include <netdb.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
+#include <event2/event.h>
+#include <event2/listener.h>
+#include <event2/util.h>
+
+#include "log.h"
+#include "rdzv_err.h"
+#include "rdzvd.h"
+
+struct server	server;
+
+/* Partial requests smaller than this are not charged to the budget. */
+#define BUDGET_FREE_BYTES	(64 * 1024)
+/* Largest single read from a socket: big values arrive in few reads. */
+#define READ_MAX		(256 * 1024)
+
+static void	conn_read_cb(struct bufferevent *, void *);
+static void	conn_write_cb(struct bufferevent *, void *);
+static void	conn_event_cb(struct bufferevent *, short, void *);
+static void	conn_process(struct conn *);
+
+void
+conn_set_state(struct conn *c, enum conn_state state)
+{
+	log_debug("%s: state %d -> %d", c->peer, c->state, state);
+	c->state = state;
+}
+
+static void
+conn_set_dialect(struct conn *c, enum conn_dialect d)
+{
+	metrics.conns[c->dialect]--;
+	c->dialect = d;
+	metrics.conns[d]++;
+}
+
+static void
+conn_release_budget(struct conn *c)
+{
+	server.budget_used -= c->budget;
+	c->budget = 0;
+}
+
+static void
+held_remove(struct conn *c)
+{
+	if (c->on_held_list) {
+		TAILQ_REMOVE(&server.held, c, held_entry);
+		c->on_held_list = 0;
+	}
+}
+
+void
+conn_close(struct conn *c, enum err_kind ek, const char *why)
+{
+	if (ek != ERRK_COUNT) {
+		metrics.errors[ek]++;
+		log_warnx("closing %s: %s", c->peer, why);
+	} else
+		log_debug("closing %s: %s", c->peer, why);
+
+	tcps_conn_free(c);
+	native_conn_free(c);
+	held_remove(c);
+	if (c->held != NULL)
+		evbuffer_free(c->held);
+	conn_release_budget(c);
+	if (c->req_timer != NULL)
+		event_free(c->req_timer);
+	metrics.conns[c->dialect]--;
+	TAILQ_REMOVE(&server.conns, c, entry);
+	server.nconns--;
+	bufferevent_free(c->bev);
+	free(c);
+}
+
+static int
+strict_mode(void)
+{
+	return server.store != NULL &&
+	    server.cfg->durability == STORE_STRICT;
+}
+
+struct evbuffer *
+conn_reply_buf(struct conn *c)
+{
+	uint64_t	last;
+
+	if (strict_mode()) {
+		last = store_last_seq(server.store);
+		if (last > store_committed(server.store) || c->on_held_list) {
+			if (c->held == NULL && (c->held = evbuffer_new()) == NULL)
+				fatal("evbuffer_new");
+			if (last > c->hold_seq)
+				c->hold_seq = last;
+			if (!c->on_held_list) {
+				TAILQ_INSERT_TAIL(&server.held, c, held_entry);
+				c->on_held_list = 1;
+			}
+			return c->held;
+		}
+	}
+	return bufferevent_get_output(c->bev);
+}
+
+static void
+conn_release_held(struct conn *c)
+{
+	evbuffer_add_buffer(bufferevent_get_output(c->bev), c->held);
+	held_remove(c);
+}
+
+void
+conn_reply_done(struct conn *c)
+{
+	if (c->on_held_list &&
+	    store_committed(server.store) >= c->hold_seq)
+		conn_release_held(c);
+}
+
+void
+server_commit_cb(void *arg, uint64_t seq)
+{
+	struct conn	*c, *next;
+
+	for (c = TAILQ_FIRST(&server.held); c != NULL; c = next) {
+		next = TAILQ_NEXT(c, held_entry);
+		if (c->hold_seq <= seq)
+			conn_release_held(c);
+	}
+}
+
+static void
+conn_timeout_cb(evutil_socket_t fd, short ev, void *arg)
+{
+	struct conn	*c = arg;
+	char		 why[96];
+
+	snprintf(why, sizeof why, "request incomplete after %u ms",
+	    server.cfg->request_timeout_ms);
+	conn_close(c, ERRK_REQUEST_TIMEOUT, why);
+}
+
+/*
+ * After input was consumed: arm or clear the started-request deadline,
+ * charge a large partial request to the memory budget, and stop reading
+ * a connection whose replies pile up.  Returns -1 if c was closed.
+ */
+static int
+conn_after_input(struct conn *c, int progressed)
+{
+	struct evbuffer	*in = bufferevent_get_input(c->bev);
+	size_t		 len = evbuffer_get_length(in), want, out;
+	struct timeval	 tv;
+
+	if (len == 0) {
+		evtimer_del(c->req_timer);
+	} else if (progressed || !evtimer_pending(c->req_timer, NULL)) {
+		tv.tv_sec = server.cfg->request_timeout_ms / 1000;
+		tv.tv_usec = (server.cfg->request_timeout_ms % 1000) * 1000;
+		evtimer_add(c->req_timer, &tv);
+	}
+
+	want = c->need > len ? c->need : len;
+	if (want < BUDGET_FREE_BYTES)
+		want = 0;
+	if (want > c->budget &&
+	    server.budget_used - c->budget + want > server.cfg->memory_budget) {
+		conn_close(c, ERRK_MEMORY_BUDGET, "partial request would exceed "
+		    "the memory budget (--memory-budget)");
+		return -1;
+	}
+	server.budget_used = server.budget_used - c->budget + want;
+	c->budget = want;
+
+	out = evbuffer_get_length(bufferevent_get_output(c->bev));
+	if (c->held != NULL)
+		out += evbuffer_get_length(c->held);
+	if (!c->read_paused && out > server.cfg->output_max) {
+		metrics.errors[ERRK_OUTPUT_LIMIT]++;
+		log_debug("%s: %zu bytes of replies unread, pausing input",
+		    c->peer, out);
+		bufferevent_disable(c->bev, EV_READ);
+		bufferevent_setwatermark(c->bev, EV_WRITE,
+		    server.cfg->output_max / 2, 0);
+		c->read_paused = 1;
+	}
+	return 0;
+}
+
+/* Decodes and serves everything whole that c's input holds. */
+static void
+conn_process(struct conn *c)
+{
+	struct evbuffer		*in = bufferevent_get_input(c->bev);
+	const uint8_t		*p;
+	const char		*why = "malformed request";
+	size_t			 len, n, need;
+	ssize_t			 used;
+	int			 native, rc, progressed = 0;
+	uint8_t			 version;
+	enum tcps_dialect	 d;
+
+	for (;;) {
+		len = evbuffer_get_length(in);
+		if (len == 0 || len < c->need || c->read_paused)
+			break;
+		switch (c->state) {
+		case CONN_SNIFF:
+			n = len < NAT_PREAMBLE_LEN ? len : NAT_PREAMBLE_LEN;
+			p = evbuffer_pullup(in, n);
+			d = tcps_sniff(p, n, &native);
+			if (native) {
+				conn_set_dialect(c, DIALECT_NATIVE);
+				conn_set_state(c, CONN_NATIVE_HELLO);
+			} else if (d == TCPS_UNKNOWN) {
+				c->need = len + 1;
+				goto out;
+			} else {
+				conn_set_dialect(c, d == TCPS_V2 ?
+				    DIALECT_TCPS2 : DIALECT_TCPS113);
+				conn_set_state(c, CONN_SERVING);
+			}
+			c->need = 0;
+			break;
+		case CONN_NATIVE_HELLO:
+			n = len < NAT_PREAMBLE_LEN ? len : NAT_PREAMBLE_LEN;
+			p = evbuffer_pullup(in, n);
+			rc = nat_preamble_decode(p, n, &version, &need);
+			if (rc == 0) {
+				c->need = need;
+				goto out;
+			}
+			if (rc == RDZV_EVERSION) {
+				/* Say which version we speak, then hang up. */
+				nat_preamble_put(bufferevent_get_output(c->bev), 0);
+				conn_close(c, ERRK_MALFORMED,
+				    "unsupported native protocol version");
+				return;
+			}
+			if (rc < 0) {
+				conn_close(c, ERRK_MALFORMED, "bad native preamble");
+				return;
+			}
+			evbuffer_drain(in, (size_t)rc);
+			nat_preamble_put(bufferevent_get_output(c->bev),
+			    NAT_VERSION);
+			conn_set_state(c, CONN_SERVING);
+			c->need = 0;
+			progressed = 1;
+			break;
+		case CONN_SERVING:
+			p = evbuffer_pullup(in, -1);
+			c->need = 0;
+			if (c->dialect == DIALECT_NATIVE)
+				used = native_serve(c, p, len, &why);
+			else
+				used = tcps_serve(c, p, len, &why);
+			if (used < 0) {
+				conn_close(c, used == RDZV_ETOOBIG ? ERRK_TOO_BIG :
+				    ERRK_MALFORMED, why);
+				return;
+			}
+			if (used > 0) {
+				evbuffer_drain(in, (size_t)used);
+				progressed = 1;
+			}
+			goto out;
+		}
+	}
+out:
+	conn_after_input(c, progressed);
+}
+
+static void
+conn_read_cb(struct bufferevent *bev, void *arg)
+{
+	conn_process(arg);
+}
+
+static void
+conn_write_cb(struct bufferevent *bev, void *arg)
+{
+	struct conn	*c = arg;
+
+	if (c->read_paused) {
+		c->read_paused = 0;
+		bufferevent_setwatermark(bev, EV_WRITE, 0, 0);
+		bufferevent_enable(bev, EV_READ);
+		conn_process(c);
+	}
+}
+
+static void
+conn_event_cb(struct bufferevent *bev, short what, void *arg)
+{
+	struct conn	*c = arg;
+	char		 why[128];
+
+	if (what & BEV_EVENT_EOF)
+		conn_close(c, ERRK_COUNT, "end of file");
+	else if (what & BEV_EVENT_ERROR) {
+		snprintf(why, sizeof why, "%s",
+		    evutil_socket_error_to_string(EVUTIL_SOCKET_ERROR()));
+		conn_close(c, ERRK_COUNT, why);
+	}
+}
+
+static void
+format_peer(char *out, size_t outsz, const struct sockaddr *sa)
+{
+	char	host[INET6_ADDRSTRLEN];
+	int	port = 0;
+
+	host[0] = '\0';
+	if (sa->sa_family == AF_INET) {
+		const struct sockaddr_in *sin = (const void *)sa;
+
+		inet_ntop(AF_INET, &sin->sin_addr, host, sizeof host);
+		port = ntohs(sin->sin_port);
+		snprintf(out, outsz, "%s:%d", host, port);
+	} else if (sa->sa_family == AF_INET6) {
+		const struct sockaddr_in6 *sin6 = (const void *)sa;
+
+		inet_ntop(AF_INET6, &sin6->sin6_addr, host, sizeof host);
+		port = ntohs(sin6->sin6_port);
+		snprintf(out, outsz, "[%s]:%d", host, port);
+	} else
+		snprintf(out, outsz, "unix");
+}
+
+static void
+accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa,
+    int salen, void *arg)
+{
+	struct conn	*c;
+	int		 one = 1;
+
+	if (server.draining) {
+		close(fd);
+		return;
+	}
+	if (server.nconns >= server.cfg->max_connections) {
+		metrics.rejected++;
+		if (metrics.rejected % 1000 == 1)
+			log_warnx("refusing connection: %zu open, the limit "
+			    "(--max-connections)", server.nconns);
+		close(fd);
+		return;
+	}
+	if ((c = calloc(1, sizeof *c)) == NULL) {
+		log_warn("calloc");
+		close(fd);
+		return;
+	}
+	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+	setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
+	format_peer(c->peer, sizeof c->peer, sa);
+	c->bev = bufferevent_socket_new(server.base, fd, BEV_OPT_CLOSE_ON_FREE);
+	c->req_timer = evtimer_new(server.base, conn_timeout_cb, c);
+	if (c->bev == NULL || c->req_timer == NULL) {
+		log_warnx("out of memory accepting %s", c->peer);
+		if (c->bev != NULL)
+			bufferevent_free(c->bev);
+		else
+			close(fd);
+		if (c->req_timer != NULL)
+			event_free(c->req_timer);
+		free(c);
+		return;
+	}
+	LIST_INIT(&c->pending);
+	c->state = CONN_SNIFF;
+	c->dialect = DIALECT_UNKNOWN;
+	bufferevent_set_max_single_read(c->bev, READ_MAX);
+	bufferevent_setcb(c->bev, conn_read_cb, conn_write_cb, conn_event_cb, c);
+	bufferevent_enable(c->bev, EV_READ);
+	TAILQ_INSERT_TAIL(&server.conns, c, entry);
+	server.nconns++;
+	metrics.conns[DIALECT_UNKNOWN]++;
+	metrics.accepted++;
+	log_debug("accepted %s", c->peer);
+}
+
+static void
+accept_resume_cb(evutil_socket_t fd, short ev, void *arg)
+{
+	if (!server.draining)
+		evconnlistener_enable(server.listener);
+}
+
+/* Out of descriptors: stop accepting for a second rather than spin. */
+static void
+accept_error_cb(struct evconnlistener *l, void *arg)
+{
+	int		 e = EVUTIL_SOCKET_ERROR();
+	struct timeval	 tv = { 1, 0 };
+
+	metrics.errors[ERRK_ACCEPT]++;
+	if (e == EMFILE || e == ENFILE || e == ENOBUFS || e == ENOMEM) {
+		log_warnx("accept: %s; pausing accepts for 1 s (raise the "
+		    "descriptor limit, e.g. LimitNOFILE)", strerror(e));
+		evconnlistener_disable(l);
+		evtimer_add(server.accept_timer, &tv);
+	} else
+		log_warnx("accept: %s", strerror(e));
+}
+
+/*
+ * Resolves "HOST:PORT" or "[V6]:PORT" into a passive address; "*" or an
+ * empty host mean every address (dual-stack).  Returns a getaddrinfo
+ * list the caller frees, or NULL after printing the cause.
+ */
+static struct addrinfo *
+resolve_listen(const char *spec, const char *what)
+{
+	struct addrinfo	 hints, *res;
+	char		 host[256];
+	const char	*port, *h;
+	size_t		 hl;
+	int		 rc;
+
+	if (spec[0] == '[') {
+		const char *close_br = strchr(spec, ']');
+
+		if (close_br == NULL || close_br[1] != ':') {
+			log_warnx("%s '%s': expected [IPV6]:PORT", what, spec);
+			return NULL;
+		}
+		h = spec + 1;
+		hl = (size_t)(close_br - h);
+		port = close_br + 2;
+	} else {
+		const char *colon = strrchr(spec, ':');
+
+		if (colon == NULL) {
+			log_warnx("%s '%s': expected HOST:PORT", what, spec);
+			return NULL;
+		}
+		h = spec;
+		hl = (size_t)(colon - spec);
+		port = colon + 1;
+	}
+	if (hl >= sizeof host) {
+		log_warnx("%s '%s': host name too long", what, spec);
+		return NULL;
+	}
+	memcpy(host, h, hl);
+	host[hl] = '\0';
+	memset(&hints, 0, sizeof hints);
+	hints.ai_family = AF_UNSPEC;
+	hints.ai_socktype = SOCK_STREAM;
+	hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+	rc = getaddrinfo(hl == 0 || strcmp(host, "*") == 0 ? NULL : host,
+	    port, &hints, &res);
+	if (rc != 0) {
+		log_warnx("%s '%s': %s", what, spec, gai_strerror(rc));
+		return NULL;
+	}
+	return res;
+}
+
+/* Opens a listening socket on spec; returns the fd or -1 (logged). */
+int
+listen_socket(const char *spec, const char *what, int *port)
+{
+	struct addrinfo		*res, *ai;
+	struct sockaddr_storage	 ss;
+	socklen_t		 sl = sizeof ss;
+	int			 fd = -1, one = 1, zero = 0, saved = 0;
+
+	if ((res = resolve_listen(spec, what)) == NULL)
+		return -1;
+	/* Prefer IPv6 for a wildcard so one socket serves both families. */
+	for (ai = res; ai != NULL; ai = ai->ai_next) {
+		if (ai->ai_next != NULL && ai->ai_family == AF_INET &&
+		    ai->ai_next->ai_family == AF_INET6 &&
+		    ((struct sockaddr_in *)ai->ai_addr)->sin_addr.s_addr ==
+		    htonl(INADDR_ANY))
+			continue;
+		fd = socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK |
+		    SOCK_CLOEXEC, ai->ai_protocol);
+		if (fd == -1) {
+			saved = errno;
+			continue;
+		}
+		setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+		if (ai->ai_family == AF_INET6)
+			setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero,
+			    sizeof zero);
+		if (bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 &&
+		    listen(fd, 4096) == 0)
+			break;
+		saved = errno;
+		close(fd);
+		fd = -1;
+	}
+	freeaddrinfo(res);
+	if (fd == -1) {
+		log_warnx("%s %s: %s%s", what, spec, strerror(saved),
+		    saved == EADDRINUSE ? " (another process has the port; "
+		    "stop it or choose another with --listen/--http)" : "");
+		return -1;
+	}
+	if (getsockname(fd, (struct sockaddr *)&ss, &sl) == 0)
+		*port = ss.ss_family == AF_INET6 ?
+		    ntohs(((struct sockaddr_in6 *)&ss)->sin6_port) :
+		    ntohs(((struct sockaddr_in *)&ss)->sin_port);
+	return fd;
+}
+
+int
+write_port_file(const char *path, int port)
+{
+	char	tmp[4096];
+	FILE	*f;
+
+	if ((size_t)snprintf(tmp, sizeof tmp, "%s.tmp", path) >= sizeof tmp) {
+		log_warnx("port file path too long: %s", path);
+		return -1;
+	}
+	if ((f = fopen(tmp, "w")) == NULL) {
+		log_warn("cannot write port file %s", tmp);
+		return -1;
+	}
+	fprintf(f, "%d\n", port);
+	if (fclose(f) != 0 || rename(tmp, path) != 0) {
+		log_warn("cannot write port file %s", path);
+		unlink(tmp);
+		return -1;
+	}
+	return 0;
+}
+
+int
+server_listen(void)
+{
+	int	fd, port = 0;
+
+	TAILQ_INIT(&server.conns);
+	TAILQ_INIT(&server.held);
+	if ((fd = listen_socket(server.cfg->listen, "listen", &port)) == -1)
+		return -1;
+	server.listener = evconnlistener_new(server.base, accept_cb, NULL,
+	    LEV_OPT_CLOSE_ON_FREE, -1, fd);
+	if (server.listener == NULL) {
+		log_warnx("evconnlistener_new failed");
+		close(fd);
+		return -1;
+	}
+	evconnlistener_set_error_cb(server.listener, accept_error_cb);
+	server.accept_timer = evtimer_new(server.base, accept_resume_cb, NULL);
+	if (server.accept_timer == NULL)
+		fatalx("evtimer_new");
+	log_info("listening on %s (port %d)", server.cfg->listen, port);
+	if (server.cfg->port_file != NULL &&
+	    write_port_file(server.cfg->port_file, port) != 0)
+		return -1;
+	return 0;
+}
+
+void
+server_shutdown(void)
+{
+	struct conn	*c;
+
+	server.draining = 1;
+	if (server.listener != NULL) {
+		evconnlistener_free(server.listener);
+		server.listener = NULL;
+	}
+	if (server.accept_timer != NULL) {
+		event_free(server.accept_timer);
+		server.accept_timer = NULL;
+	}
+	while ((c = TAILQ_FIRST(&server.conns)) != NULL)
+		conn_close(c, ERRK_COUNT, "shutting down");
+}
