@@ -18,6 +18,7 @@ import os
 import sys
 import time
 
+import rdzvtest
 import compatlib as cl
 from compatlib import check, log
 
@@ -44,7 +45,12 @@ class Counters:
 		if not self.srv.has_metrics:
 			return None
 		m = self.srv.metrics()
-		return {op: cl.metric(m, "rdzvd_ops_total", op=op) for op in OPS}
+		out = {}
+		for op in OPS:
+			v = rdzvtest.metric_value(m, "rdzvd_ops_total", None, op=op)
+			check(v is not None, "rdzvd_ops_total{op=%s} missing" % op)
+			out[op] = v
+		return out
 
 	def expect(self, what, **delta):
 		"""ops_total moved by exactly delta (others by 0) since the last
@@ -60,7 +66,7 @@ class Counters:
 
 
 def gauge(srv, name, **labels):
-	return cl.metric(srv.metrics(), name, **labels)
+	return srv.metric(name, **labels)
 
 
 def poll_gauge(srv, name, want, timeout=5, **labels):
@@ -84,11 +90,11 @@ def timed_raise(fn, lo, hi, what):
 		    % (what, dt, lo, hi, e))
 		log("%s raised after %.2f s: %s" % (what, dt, e))
 		return
-	fail_dt = time.monotonic() - t
-	cl.fail("%s returned after %.2f s instead of raising" % (what, fail_dt))
+	raise AssertionError("%s returned after %.2f s instead of raising" %
+	    (what, time.monotonic() - t))
 
 
-def test_basic(srv, ctr):
+def run_basic(srv, ctr):
 	c = client(srv.port)
 	check(c.host == HOST and c.port == srv.port,
 	    "host/port %r:%r" % (c.host, c.port))
@@ -166,9 +172,9 @@ def test_basic(srv, ctr):
 	return c
 
 
-def test_raw(srv, c, ctr):
+def run_raw(srv, c, ctr):
 	"""What the 1.13 Python API does not expose, sent byte for byte."""
-	r = cl.Raw113(srv.port)
+	r = srv.raw()
 	check(r.check([b"/k1"]) == 0, "CHECK present key -> READY")
 	check(r.check([b"/k1", b"/ctr", b"/cas"]) == 0, "CHECK 3 present")
 	check(r.check([b"/k1", b"/absent"]) == 1, "CHECK with one absent -> "
@@ -181,37 +187,35 @@ def test_raw(srv, c, ctr):
 
 	# WATCH_KEY (1.13's callback channel): registered, then a push per
 	# change with old and new values.
-	w = cl.Raw113(srv.port)
-	check(w.watch(b"/watched") == 3, "WATCH_KEY registered reply")
+	w = srv.raw()
+	check(w.watch_key(b"/watched") == 3, "WATCH_KEY registered reply")
 	c.set("watched", "w1")
-	ev = w.watch_event()
+	ev = w.read_watch_event()
 	check(ev == (1, b"/watched", b"", b"w1"), "watch CREATED event %r" % (ev,))
 	c.set("watched", "w2")
-	ev = w.watch_event()
+	ev = w.read_watch_event()
 	check(ev == (0, b"/watched", b"w1", b"w2"), "watch UPDATED event %r" %
 	    (ev,))
 	check(c.delete_key("watched"), "delete watched")
-	ev = w.watch_event()
+	ev = w.read_watch_event()
 	check(ev == (2, b"/watched", b"w2", b""), "watch DELETED event %r" % (ev,))
 	c.set("unwatched", "x")
-	check(not w.readable(0.3), "no event for a key not watched")
+	check(rdzvtest.still_open(w.sock, 0.3), "watch connection closed")
 	w.close()
 	ctr.expect("watch", watch=1, set=3, delete=1)
 
 	# GET of a missing key: the connection is closed, nobody else hurt.
 	# (Whether rdzvd counts the failed GET as an op is its business, so
 	# the counters are re-read after the bad clients.)
-	g = cl.Raw113(srv.port)
-	g.send(bytes([2]) + cl._s(b"/no-such-key"))
-	check(g.closed_by_peer(5), "raw GET of a missing key did not close "
-	    "the connection")
+	g = srv.raw()
+	g.send_raw(rdzvtest.enc113("get", b"/no-such-key"))
+	rdzvtest.expect_closed(g.sock, 5)
 	g.close()
 	# A malformed request (unknown query type): closed, counted.
-	bad = cl.Raw113(srv.port)
+	bad = srv.raw()
 	m0 = srv.metrics() if srv.has_metrics else None
-	bad.send(bytes([0x7f]) + b"\x00" * 16)
-	check(bad.closed_by_peer(5), "unknown query type did not close the "
-	    "connection")
+	bad.send_raw(bytes([0x7f]) + b"\x00" * 16)
+	rdzvtest.expect_closed(bad.sock, 5)
 	bad.close()
 	if srv.has_metrics:
 		ctr.base = ctr.read()
@@ -220,8 +224,9 @@ def test_raw(srv, c, ctr):
 	check(c.get("k1") == b"back", "python client fine after bad clients")
 	if srv.has_metrics:
 		m1 = srv.metrics()
-		dm = cl.metric(m1, "rdzvd_errors_total", kind="malformed") - \
-		    cl.metric(m0, "rdzvd_errors_total", kind="malformed")
+		dm = rdzvtest.metric_value(m1, "rdzvd_errors_total", 0,
+		    kind="malformed") - rdzvtest.metric_value(m0,
+		    "rdzvd_errors_total", 0, kind="malformed")
 		check(dm == 1, "rdzvd_errors_total{malformed} moved by %d, want 1"
 		    % dm)
 		check("closing" in srv.log_text(), "no 'closing <peer>: <reason>' "
@@ -230,7 +235,7 @@ def test_raw(srv, c, ctr):
 	r.close()
 
 
-def test_wait_timeout(srv, c, ctr):
+def run_wait_timeout(srv, c, ctr):
 	# A wait that times out raises after about its timeout; the client is
 	# then unusable (1.13 sends nothing to cancel) but the store is not.
 	w = client(srv.port)
@@ -269,7 +274,7 @@ def test_wait_timeout(srv, c, ctr):
 	return n
 
 
-def test_large(srv, c, ctr):
+def run_large(srv, c, ctr):
 	big = os.urandom(4 << 20)
 	big = big[:100] + b"\x00" * 100 + big[200:]
 	t = time.monotonic()
@@ -281,7 +286,7 @@ def test_large(srv, c, ctr):
 	check(other.compare_set("big4m", big, b"small") == b"small",
 	    "cas against a 4 MiB expected value")
 	c.set("big4m", big)
-	r = cl.Raw113(srv.port)
+	r = srv.raw()
 	check(r.get(b"/big4m") == big, "4 MiB via raw GET")
 	r.close()
 	log("4 MiB set+get x3 in %.3f s" % (time.monotonic() - t))
@@ -289,7 +294,7 @@ def test_large(srv, c, ctr):
 	del other
 
 
-def test_prefix(srv, c, ctr):
+def run_prefix(srv, c, ctr):
 	p = dist.PrefixStore("pfx", c)
 	check(p.underlying_store is not None, "underlying_store")
 	p.set("a", "1")
@@ -306,7 +311,7 @@ def test_prefix(srv, c, ctr):
 	nk, pk = c.num_keys(), p.num_keys()
 	check(pk == nk, "PrefixStore.num_keys counts the whole store "
 	    "(%d vs %d)" % (pk, nk))
-	r = cl.Raw113(srv.port)
+	r = srv.raw()
 	check(r.check([b"/pfx/n", b"/pfx/inner/z"]) == 0,
 	    "prefixed keys on the wire are '/pfx/...'")
 	r.close()
@@ -341,8 +346,8 @@ print("released", how, v.hex(), "%.3f" % (time.monotonic() - t), flush=True)
 """
 
 
-def test_processes(srv, c, ctr):
-	r = cl.Raw113(srv.port)
+def run_processes(srv, c, ctr):
+	r = srv.raw()
 	init0 = 0
 	if r.check([b"init/"]) == 0:
 		init0 = int(r.get(b"init/"))
@@ -401,31 +406,60 @@ def test_processes(srv, c, ctr):
 	r.close()
 
 
-def main():
-	cl.on_term()
-	cl.deadline(120, "test_tcpstore_client")
-	srv = cl.make_server("tcpstore")
-	ctr = Counters(srv)
-	c = test_basic(srv, ctr)
-	test_raw(srv, c, ctr)
-	test_wait_timeout(srv, c, ctr)
-	test_large(srv, c, ctr)
-	test_prefix(srv, c, ctr)
-	test_processes(srv, c, ctr)
-	if srv.has_metrics:
-		nk = c.num_keys()
-		g = gauge(srv, "rdzvd_keys")
-		check(g == nk, "rdzvd_keys %s != num_keys %d at the end" % (g, nk))
-		m = srv.metrics()
-		check(cl.metric(m, "rdzvd_connections_accepted_total") >= 20,
-		    "accepted_total below the connections this test opened")
-		st, body = srv.healthz()
-		check(st == 200 and body == b"ok\n", "healthz %r %r" % (st, body))
-		del c
-		srv.stop()
-	log("PASS against %s" % srv.kind)
-	return 0
+# The tests share one server and one client, in definition order.
+SRV = CTR = C = None
+
+
+def test_basic():
+	global C
+	C = run_basic(SRV, CTR)
+
+
+def test_raw_ops():
+	run_raw(SRV, C, CTR)
+
+
+def test_wait_timeout():
+	run_wait_timeout(SRV, C, CTR)
+
+
+def test_large_values():
+	run_large(SRV, C, CTR)
+
+
+def test_prefix_store():
+	run_prefix(SRV, C, CTR)
+
+
+def test_processes():
+	try:
+		run_processes(SRV, C, CTR)
+	finally:
+		cl.end_all()
+
+
+def test_final_state():
+	global C
+	if not SRV.has_metrics:
+		return
+	nk = C.num_keys()
+	g = gauge(SRV, "rdzvd_keys")
+	check(g == nk, "rdzvd_keys %s != num_keys %d at the end" % (g, nk))
+	acc = gauge(SRV, "rdzvd_connections_accepted_total")
+	check(acc >= 20, "accepted_total %s, below the connections this test "
+	    "opened" % acc)
+	st, body = SRV.healthz()
+	check(st == 200 and body == b"ok\n", "healthz %r %r" % (st, body))
+	C = None
+	v = poll_gauge(SRV, "rdzvd_connections", 0, dialect="tcpstore113")
+	check(v == 0, "rdzvd_connections{tcpstore113} %s with every client "
+	    "closed" % v)
+	rc = SRV.stop()
+	check(rc == 0, "rdzvd exited %s after SIGTERM, want 0" % rc)
+	log("PASS against rdzvd")
 
 
 if __name__ == "__main__":
-	sys.exit(main())
+	SRV = cl.make_server()
+	CTR = Counters(SRV)
+	rdzvtest.main(globals(), per_test=40, total=110)
