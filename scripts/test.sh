@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# test.sh: installs what rdzv needs, builds it and runs the whole test
+# suite: unit tests (cmocka), integration tests (real rdzvd processes on
+# 127.0.0.1), PyTorch compatibility tests (Debian's python3-torch 1.13)
+# and, in further builds, the same suite under ASan+UBSan and each fuzzer
+# briefly.  Prints one summary line "tests: N passed, N failed, N skipped".
+#
+#   scripts/test.sh            everything
+#   scripts/test.sh --quick    the plain build only
+set -uo pipefail
+
+top=$(cd "$(dirname "$0")/.." && pwd)
+quick=0
+[ "${1:-}" = "--quick" ] && quick=1
+
+bash "$top/scripts/deps.sh" || exit 1
+cd "$top" || exit 1
+if [ ! -x configure ] || [ configure.ac -nt configure ]; then
+	autoreconf -fi >/dev/null 2>&1 || { autoreconf -fi; exit 1; }
+fi
+
+pass=0 fail=0 skip=0 rc=0
+failed_logs=()
+
+# run NAME DIR CONFIGURE-ARGS...: build in DIR and run make check
+# (with $CHECK_ARGS, e.g. a TESTS= override).
+run() {
+	local name=$1 dir=$2
+	shift 2
+	echo "== $name: configure $*"
+	mkdir -p "$dir"
+	(cd "$dir" && "$top/configure" -q "$@") || { rc=1; fail=$((fail + 1)); return; }
+	echo "== $name: build"
+	make -C "$dir" -j2 >"$dir/build.log" 2>&1 || {
+		tail -40 "$dir/build.log"; rc=1; fail=$((fail + 1)); return; }
+	echo "== $name: make check"
+	make -C "$dir" -j2 check ${CHECK_ARGS:-} >"$dir/check.log" 2>&1
+	local crc=$?
+	grep -E '^(PASS|FAIL|SKIP|XFAIL|XPASS|ERROR):' "$dir/check.log" | sed "s/^/   /"
+	local p f s
+	p=$(grep -cE '^(PASS|XFAIL):' "$dir/check.log")
+	f=$(grep -cE '^(FAIL|XPASS|ERROR):' "$dir/check.log")
+	s=$(grep -cE '^SKIP:' "$dir/check.log")
+	pass=$((pass + p)); fail=$((fail + f)); skip=$((skip + s))
+	if [ $crc -ne 0 ] || [ "$f" -ne 0 ]; then
+		rc=1
+		[ "$f" -eq 0 ] && fail=$((fail + 1)) && tail -40 "$dir/check.log"
+		failed_logs+=("$dir")
+	fi
+}
+
+run plain "$top/build"
+if [ $quick -eq 0 ]; then
+	run asan "$top/build-asan" --enable-asan
+	# The fuzz build runs only the fuzzers, each briefly.
+	CHECK_ARGS='TESTS=$(FUZZ_TESTS)' run fuzz "$top/build-fuzz" CC=clang --enable-fuzzing
+fi
+
+for d in "${failed_logs[@]}"; do
+	echo "== failures in $d:"
+	for log in $(grep -lE '^(FAIL|ERROR)' $(find "$d/tests" -name '*.log') 2>/dev/null); do
+		echo "--- $log"
+		tail -30 "$log"
+	done
+done
+echo "tests: $pass passed, $fail failed, $skip skipped"
+exit $rc
