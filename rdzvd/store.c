@@ -668,8 +668,11 @@ store_open(const char *path, enum store_durability mode, unsigned window_ms,
 	sqlite3_extended_result_codes(st->db, 0);
 	sqlite3_busy_timeout(st->db, STORE_BUSY_OPEN_MS);
 
-	/* The first read of the file is here: a file that is not a
-	 * database fails now with "file is not a database". */
+	/* The schema is checked before anything is written, so a file that
+	 * is not a database ("file is not a database" on the first read) or
+	 * not ours is refused untouched. */
+	if (store_schema(st) != 0)
+		goto fail;
 	if (store_query_text(st, "PRAGMA journal_mode=WAL", buf,
 	    sizeof buf) < 0)
 		goto fail;
@@ -678,7 +681,7 @@ store_open(const char *path, enum store_durability mode, unsigned window_ms,
 	if (store_exec(st, mode == STORE_STRICT ? "PRAGMA synchronous=FULL" :
 	    "PRAGMA synchronous=NORMAL") != 0)
 		goto fail;
-	if (store_schema(st) != 0 || store_load(st, kv) != 0)
+	if (store_load(st, kv) != 0)
 		goto fail;
 	for (i = 0; i < ST_COUNT; i++) {
 		if (sqlite3_prepare_v3(st->db, store_sql[i], -1,

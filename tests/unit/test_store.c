@@ -1,0 +1,795 @@
+/*
+ * test_store.c: store.c against real sqlite files in a temporary
+ * directory: round trips through close and reopen, strict and relaxed
+ * commits reported through the event loop, a child killed without
+ * closing, files that must be refused, and commits retried while another
+ * connection holds the write lock.  sqlite3.h is used here only to build
+ * and hold on to fixtures that store.c must cope with.
+ */
+#include "config.h"
+
+#include <sys/wait.h>
+
+#include <fcntl.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+#include <event2/event.h>
+#include <event2/thread.h>
+#include <sqlite3.h>
+
+#include "kv.h"
+#include "log.h"
+#include "rdzv_err.h"
+#include "store.h"
+
+static char	tmpdir[] = "/tmp/test_store.XXXXXX";
+
+/* What done_cb has seen. */
+struct done {
+	uint64_t	seq;
+	unsigned	calls;
+};
+
+static void
+done_cb(void *arg, uint64_t seq)
+{
+	struct done	*d = arg;
+
+	/* Commits are reported in order and never go backwards. */
+	assert_true(seq >= d->seq);
+	d->seq = seq;
+	d->calls++;
+}
+
+static void
+dbpath(char *buf, size_t sz, const char *name)
+{
+	snprintf(buf, sz, "%s/%s", tmpdir, name);
+}
+
+static uint64_t
+now_ms(void)
+{
+	struct timespec	ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void
+tick_cb(evutil_socket_t fd, short what, void *arg)
+{
+}
+
+/*
+ * Runs base until d->seq >= target or timeout_ms passes.  Returns 1 when
+ * the target was reached.
+ */
+static int
+run_until(struct event_base *base, struct done *d, uint64_t target,
+    unsigned timeout_ms)
+{
+	struct event	*tick;
+	struct timeval	 tv = { 0, 10000 };
+	uint64_t	 deadline = now_ms() + timeout_ms;
+
+	tick = evtimer_new(base, tick_cb, NULL);
+	assert_non_null(tick);
+	while (d->seq < target && now_ms() < deadline) {
+		evtimer_add(tick, &tv);
+		event_base_loop(base, EVLOOP_ONCE);
+	}
+	event_free(tick);
+	return d->seq >= target;
+}
+
+/* Runs base for ms milliseconds whatever happens. */
+static void
+run_for(struct event_base *base, unsigned ms)
+{
+	struct done	d = { 0, 0 };
+
+	run_until(base, &d, 1, ms);
+}
+
+static struct slice
+S(const char *s)
+{
+	return slice_str(s);
+}
+
+static struct slice
+B(const void *p, size_t len)
+{
+	struct slice	sl = { p, len };
+
+	return sl;
+}
+
+static void
+assert_value(struct kv *kv, struct slice ns, struct slice key,
+    struct slice want)
+{
+	struct slice	got;
+
+	assert_int_equal(kv_get(kv, ns, key, &got), 0);
+	assert_int_equal(got.len, want.len);
+	assert_true(slice_eq(got, want));
+}
+
+static void
+assert_missing(struct kv *kv, struct slice ns, struct slice key)
+{
+	struct slice	got;
+
+	assert_int_equal(kv_get(kv, ns, key, &got), RDZV_ENOTFOUND);
+}
+
+static void
+assert_pop(struct kv *kv, struct slice ns, struct slice key, const char *want)
+{
+	uint8_t	*item;
+	size_t	 len;
+
+	assert_int_equal(kv_qpop(kv, ns, key, &item, &len), 0);
+	assert_int_equal(len, strlen(want));
+	assert_memory_equal(item, want, len);
+	free(item);
+}
+
+/* Opens path into a fresh kv with the journal wired as rdzvd does. */
+static struct store *
+open_store(const char *path, enum store_durability mode, unsigned window_ms,
+    struct event_base *base, struct kv **kvp, struct done *d)
+{
+	struct store	*st;
+
+	*kvp = kv_new();
+	assert_non_null(*kvp);
+	st = store_open(path, mode, window_ms, base, *kvp, done_cb, d);
+	if (st != NULL)
+		kv_set_journal(*kvp, store_journal, st);
+	return st;
+}
+
+static const uint8_t	bin_ns[] = { 'n', 0, 's' };
+static const uint8_t	bin_key[] = { 0, 1, 0, 0xff, 0 };
+static const uint8_t	bin_val[] = { 0xff, 0, 0, 7 };
+
+static void
+test_roundtrip(void **state)
+{
+	struct event_base	*base;
+	struct kv		*kv;
+	struct store		*st;
+	struct store_stats	 ss;
+	struct done		 d = { 0, 0 };
+	char			 path[256];
+
+	dbpath(path, sizeof path, "roundtrip.db");
+	base = event_base_new();
+	assert_non_null(base);
+
+	st = open_store(path, STORE_RELAXED, 10, base, &kv, &d);
+	assert_non_null(st);
+	assert_int_equal(store_last_seq(st), 0);
+	assert_int_equal(store_committed(st), 0);
+	assert_int_equal(kv_set(kv, S("a"), S("k1"), S("v1")), 0);
+	assert_int_equal(kv_set(kv, S("a"), S("k2"), S("v2")), 0);
+	assert_int_equal(kv_set(kv, S("b"), S("k1"), S("b1")), 0);
+	assert_int_equal(kv_set(kv, S("a"), S("k1"), S("v1-new")), 0);
+	assert_int_equal(kv_delete(kv, S("a"), S("k2")), 1);
+	assert_int_equal(kv_set(kv, S("a"), S("empty"), S("")), 0);
+	assert_int_equal(kv_set(kv, B(bin_ns, sizeof bin_ns),
+	    B(bin_key, sizeof bin_key), B(bin_val, sizeof bin_val)), 0);
+	assert_int_equal(kv_qpush(kv, S("a"), S("q"), S("x")), 0);
+	assert_int_equal(kv_qpush(kv, S("a"), S("q"), S("y")), 0);
+	assert_int_equal(kv_qpush(kv, S("a"), S("q"), S("")), 0);
+	assert_int_equal(kv_qpush(kv, S("a"), S("q"), S("z")), 0);
+	assert_pop(kv, S("a"), S("q"), "x");
+	assert_int_equal(kv_qpush(kv, S("b"), S("q"), S("b-item")), 0);
+	assert_int_equal(kv_set(kv, S("c"), S("gone"), S("1")), 0);
+	assert_int_equal(kv_qpush(kv, S("c"), S("q"), S("gone")), 0);
+	assert_int_equal(kv_ns_drop(kv, S("c")), 0);
+	assert_true(store_last_seq(st) >= 14);
+	assert_true(run_until(base, &d, store_last_seq(st), 5000));
+	assert_true(d.calls >= 1);
+	assert_int_equal(store_committed(st), store_last_seq(st));
+	store_get_stats(st, &ss);
+	assert_int_equal(ss.rows, store_last_seq(st));
+	assert_int_equal(ss.pending_bytes, 0);
+	assert_int_equal(ss.errors, 0);
+	assert_true(ss.commits >= 1);
+	assert_int_equal(ss.commit_hist[5], ss.commits);
+	assert_true(ss.commit_usec_max <= ss.commit_usec_sum);
+	store_close(st);
+	kv_free(kv);
+
+	/* Second life: everything is back, and the journal is left unset. */
+	st = open_store(path, STORE_RELAXED, 10, base, &kv, &d);
+	assert_non_null(st);
+	kv_set_journal(kv, NULL, NULL);
+	assert_int_equal(kv_set(kv, S("a"), S("unjournalled"), S("1")), 0);
+	assert_int_equal(store_last_seq(st), 0);
+	assert_int_equal(kv_delete(kv, S("a"), S("unjournalled")), 1);
+	kv_set_journal(kv, store_journal, st);
+
+	assert_value(kv, S("a"), S("k1"), S("v1-new"));
+	assert_missing(kv, S("a"), S("k2"));
+	assert_value(kv, S("b"), S("k1"), S("b1"));
+	assert_value(kv, S("a"), S("empty"), S(""));
+	assert_value(kv, B(bin_ns, sizeof bin_ns), B(bin_key, sizeof bin_key),
+	    B(bin_val, sizeof bin_val));
+	/* The same key bytes without the NULs are another key. */
+	assert_missing(kv, S("n"), B(bin_key, sizeof bin_key));
+	assert_int_equal(kv_num_keys(kv, S("a")), 2);
+	assert_int_equal(kv_num_keys(kv, S("c")), 0);
+	assert_int_equal(kv_qlen(kv, S("c"), S("q")), 0);
+	assert_int_equal(kv_qlen(kv, S("a"), S("q")), 3);
+	assert_int_equal(kv_qlen(kv, S("b"), S("q")), 1);
+	/* Pushes after a reload go behind the loaded items. */
+	assert_int_equal(kv_qpush(kv, S("a"), S("q"), S("w")), 0);
+	assert_pop(kv, S("a"), S("q"), "y");
+	store_close(st);
+	kv_free(kv);
+
+	/* Third life: the queue kept its order across both sessions. */
+	st = open_store(path, STORE_STRICT, 0, base, &kv, &d);
+	assert_non_null(st);
+	assert_int_equal(kv_qlen(kv, S("a"), S("q")), 3);
+	assert_pop(kv, S("a"), S("q"), "");
+	assert_pop(kv, S("a"), S("q"), "z");
+	assert_pop(kv, S("a"), S("q"), "w");
+	assert_pop(kv, S("b"), S("q"), "b-item");
+	store_close(st);
+	kv_free(kv);
+	event_base_free(base);
+}
+
+static void
+test_strict_done(void **state)
+{
+	struct event_base	*base;
+	struct kv		*kv;
+	struct store		*st;
+	struct store_stats	 ss;
+	struct done		 d = { 0, 0 };
+	char			 path[256], key[32];
+	int			 i;
+
+	dbpath(path, sizeof path, "strict.db");
+	base = event_base_new();
+	assert_non_null(base);
+	st = open_store(path, STORE_STRICT, 0, base, &kv, &d);
+	assert_non_null(st);
+	for (i = 0; i < 100; i++) {
+		snprintf(key, sizeof key, "key%d", i);
+		assert_int_equal(kv_set(kv, S(""), S(key), S(key)), 0);
+		if (i % 10 == 9)
+			assert_true(run_until(base, &d, store_last_seq(st),
+			    5000));
+	}
+	assert_int_equal(store_last_seq(st), 100);
+	assert_int_equal(d.seq, 100);
+	assert_true(d.calls >= 10);
+	assert_true(store_committed(st) >= store_last_seq(st));
+	store_get_stats(st, &ss);
+	assert_int_equal(ss.rows, 100);
+	assert_true(ss.commits >= 10);
+	assert_int_equal(ss.commit_hist[5], ss.commits);
+	assert_true(ss.commit_hist[4] <= ss.commit_hist[5]);
+	assert_int_equal(ss.pending_bytes, 0);
+	store_close(st);
+	kv_free(kv);
+
+	st = open_store(path, STORE_STRICT, 0, base, &kv, &d);
+	assert_non_null(st);
+	assert_int_equal(kv_num_keys(kv, S("")), 100);
+	assert_value(kv, S(""), S("key42"), S("key42"));
+	store_close(st);
+	kv_free(kv);
+	event_base_free(base);
+}
+
+static void
+test_relaxed_close(void **state)
+{
+	struct event_base	*base;
+	struct kv		*kv;
+	struct store		*st;
+	struct store_stats	 ss;
+	struct done		 d = { 0, 0 };
+	char			 path[256], key[32];
+	int			 i;
+
+	dbpath(path, sizeof path, "relaxed.db");
+	base = event_base_new();
+	assert_non_null(base);
+	/* A window far longer than the test: only close can commit. */
+	st = open_store(path, STORE_RELAXED, 600000, base, &kv, &d);
+	assert_non_null(st);
+	for (i = 0; i < 1000; i++) {
+		snprintf(key, sizeof key, "k%d", i);
+		assert_int_equal(kv_set(kv, S("r"), S(key), S("v")), 0);
+	}
+	run_for(base, 100);
+	assert_int_equal(store_committed(st), 0);
+	assert_int_equal(d.calls, 0);
+	store_get_stats(st, &ss);
+	assert_int_equal(ss.commits, 0);
+	assert_true(ss.pending_bytes >= 1000 * 3);
+	store_close(st);
+	/* Nothing may call back into a closed store. */
+	run_for(base, 50);
+	assert_int_equal(d.calls, 0);
+	kv_free(kv);
+
+	st = open_store(path, STORE_RELAXED, 0, base, &kv, &d);
+	assert_non_null(st);
+	assert_int_equal(kv_num_keys(kv, S("r")), 1000);
+	assert_value(kv, S("r"), S("k999"), S("v"));
+	store_close(st);
+	kv_free(kv);
+	event_base_free(base);
+}
+
+static void
+test_relaxed_triggers(void **state)
+{
+	struct event_base	*base;
+	struct kv		*kv;
+	struct store		*st;
+	struct done		 d = { 0, 0 };
+	char			 path[256];
+	uint8_t			*big;
+	size_t			 bigsz = 1 << 20;
+	int			 i;
+
+	dbpath(path, sizeof path, "triggers.db");
+	base = event_base_new();
+	assert_non_null(base);
+
+	/* The window alone commits. */
+	st = open_store(path, STORE_RELAXED, 20, base, &kv, &d);
+	assert_non_null(st);
+	assert_int_equal(kv_set(kv, S(""), S("w"), S("1")), 0);
+	assert_true(run_until(base, &d, store_last_seq(st), 5000));
+	store_close(st);
+	kv_free(kv);
+
+	/* With a long window, a kick commits. */
+	d.seq = 0;
+	st = open_store(path, STORE_RELAXED, 600000, base, &kv, &d);
+	assert_non_null(st);
+	assert_int_equal(kv_set(kv, S(""), S("k"), S("1")), 0);
+	store_kick(st);
+	assert_true(run_until(base, &d, store_last_seq(st), 5000));
+	store_close(st);
+	kv_free(kv);
+
+	/* With a long window, enough pending bytes commit: at least the
+	 * first four items, the fifth may wait for close. */
+	d.seq = 0;
+	big = malloc(bigsz);
+	assert_non_null(big);
+	memset(big, 'b', bigsz);
+	st = open_store(path, STORE_RELAXED, 600000, base, &kv, &d);
+	assert_non_null(st);
+	for (i = 0; i < 5; i++)
+		assert_int_equal(kv_qpush(kv, S(""), S("big"),
+		    B(big, bigsz)), 0);
+	assert_true(run_until(base, &d, 4, 10000));
+	store_close(st);
+	kv_free(kv);
+
+	st = open_store(path, STORE_RELAXED, 0, base, &kv, &d);
+	assert_non_null(st);
+	assert_value(kv, S(""), S("w"), S("1"));
+	assert_value(kv, S(""), S("k"), S("1"));
+	assert_int_equal(kv_qlen(kv, S(""), S("big")), 5);
+	store_close(st);
+	kv_free(kv);
+	free(big);
+	event_base_free(base);
+}
+
+/* The child journals n puts, waits for their commit, and dies. */
+static void
+crash_child(const char *path, enum store_durability mode, int n)
+{
+	struct event_base	*base;
+	struct kv		*kv;
+	struct store		*st;
+	struct done		 d = { 0, 0 };
+	char			 key[32];
+	int			 i;
+
+	if ((base = event_base_new()) == NULL || (kv = kv_new()) == NULL)
+		_exit(2);
+	st = store_open(path, mode, 20, base, kv, done_cb, &d);
+	if (st == NULL)
+		_exit(3);
+	kv_set_journal(kv, store_journal, st);
+	for (i = 0; i < n; i++) {
+		snprintf(key, sizeof key, "crash%d", i);
+		if (kv_set(kv, S("x"), S(key), S(key)) != 0)
+			_exit(4);
+	}
+	if (!run_until(base, &d, store_last_seq(st), 10000))
+		_exit(5);
+	/* Then more that nobody waited for: they may or may not be there. */
+	for (i = 0; i < 100; i++)
+		kv_set(kv, S("y"), S("unacked"), S("1"));
+	_exit(0);
+}
+
+static void
+crash_and_check(const char *name, enum store_durability mode)
+{
+	struct event_base	*base;
+	struct kv		*kv;
+	struct store		*st;
+	struct done		 d = { 0, 0 };
+	char			 path[256], key[32];
+	pid_t			 pid;
+	int			 i, status, n = 500;
+
+	dbpath(path, sizeof path, name);
+	fflush(NULL);
+	pid = fork();
+	assert_true(pid != -1);
+	if (pid == 0)
+		crash_child(path, mode, n);
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	assert_true(WIFEXITED(status));
+	assert_int_equal(WEXITSTATUS(status), 0);
+
+	base = event_base_new();
+	assert_non_null(base);
+	st = open_store(path, mode, 0, base, &kv, &d);
+	assert_non_null(st);
+	assert_int_equal(kv_num_keys(kv, S("x")), n);
+	for (i = 0; i < n; i++) {
+		snprintf(key, sizeof key, "crash%d", i);
+		assert_value(kv, S("x"), S(key), S(key));
+	}
+	store_close(st);
+	kv_free(kv);
+	event_base_free(base);
+}
+
+static void
+test_crash_strict(void **state)
+{
+	crash_and_check("crash-strict.db", STORE_STRICT);
+}
+
+static void
+test_crash_relaxed(void **state)
+{
+	crash_and_check("crash-relaxed.db", STORE_RELAXED);
+}
+
+/* Reads path (at most 1 MiB) into a malloc'ed, NUL-terminated buffer. */
+static char *
+slurp(const char *path, size_t *lenp)
+{
+	FILE	*f;
+	char	*buf;
+	size_t	 n, max = 1 << 20;
+
+	f = fopen(path, "r");
+	assert_non_null(f);
+	buf = calloc(1, max + 1);
+	assert_non_null(buf);
+	n = fread(buf, 1, max, f);
+	assert_true(n < max);
+	fclose(f);
+	if (lenp != NULL)
+		*lenp = n;
+	return buf;
+}
+
+/*
+ * store_open(path) must fail, leave the file as it was, and log a line
+ * that names the file and contains `cause`.
+ */
+static void
+assert_refused(const char *path, const char *cause)
+{
+	struct event_base	*base;
+	struct kv		*kv;
+	struct done		 d = { 0, 0 };
+	struct store		*st;
+	char			 logpath[256], *before, *after, *log;
+	size_t			 len0, len1;
+	int			 fd, saved;
+
+	dbpath(logpath, sizeof logpath, "refused.log");
+	unlink(logpath);
+	before = slurp(path, &len0);
+	base = event_base_new();
+	assert_non_null(base);
+	kv = kv_new();
+	assert_non_null(kv);
+	/* Catch the log on stderr itself: log_init() with a path would
+	 * leave its file in use after switching back. */
+	fflush(stderr);
+	saved = dup(STDERR_FILENO);
+	assert_true(saved != -1);
+	fd = open(logpath, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+	assert_true(fd != -1);
+	assert_int_equal(dup2(fd, STDERR_FILENO), STDERR_FILENO);
+	close(fd);
+	st = store_open(path, STORE_STRICT, 0, base, kv, done_cb, &d);
+	fflush(stderr);
+	assert_int_equal(dup2(saved, STDERR_FILENO), STDERR_FILENO);
+	close(saved);
+	assert_null(st);
+	log = slurp(logpath, NULL);
+	assert_non_null(strstr(log, path));
+	assert_non_null(strstr(log, cause));
+	after = slurp(path, &len1);
+	assert_int_equal(len0, len1);
+	assert_memory_equal(before, after, len0);
+	assert_int_equal(kv_total_keys(kv), 0);
+	free(before);
+	free(after);
+	free(log);
+	kv_free(kv);
+	event_base_free(base);
+}
+
+static void
+test_not_sqlite(void **state)
+{
+	char	path[256];
+	int	fd, i;
+
+	dbpath(path, sizeof path, "garbage.db");
+	fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+	assert_true(fd != -1);
+	for (i = 0; i < 200; i++)
+		assert_int_equal(write(fd, "this is not a database\n", 23),
+		    23);
+	close(fd);
+	assert_refused(path, "not a database");
+}
+
+/* Runs sql on the database at path with a connection of our own. */
+static void
+sql_on(const char *path, const char *sql)
+{
+	sqlite3	*db;
+	char	*err = NULL;
+
+	assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
+	if (sqlite3_exec(db, sql, NULL, NULL, &err) != SQLITE_OK)
+		fail_msg("%s: %s", sql, err);
+	assert_int_equal(sqlite3_close(db), SQLITE_OK);
+}
+
+static void
+make_store(const char *path)
+{
+	struct event_base	*base;
+	struct kv		*kv;
+	struct store		*st;
+	struct done		 d = { 0, 0 };
+
+	base = event_base_new();
+	assert_non_null(base);
+	st = open_store(path, STORE_STRICT, 0, base, &kv, &d);
+	assert_non_null(st);
+	assert_int_equal(kv_set(kv, S(""), S("k"), S("v")), 0);
+	store_close(st);
+	kv_free(kv);
+	event_base_free(base);
+}
+
+static void
+test_bad_schema(void **state)
+{
+	char	path[256];
+
+	dbpath(path, sizeof path, "version2.db");
+	make_store(path);
+	sql_on(path, "UPDATE meta SET value = 2 WHERE name = 'schema_version'");
+	assert_refused(path, "schema version");
+
+	dbpath(path, sizeof path, "noversion.db");
+	make_store(path);
+	sql_on(path, "DELETE FROM meta");
+	assert_refused(path, "schema version");
+
+	dbpath(path, sizeof path, "foreign.db");
+	sql_on(path, "CREATE TABLE kv(a, b); INSERT INTO kv VALUES (1, 2)");
+	assert_refused(path, "not an rdzv database");
+}
+
+/* A commit that cannot take the write lock is retried, not dropped. */
+static void
+test_busy_retry(void **state)
+{
+	struct event_base	*base;
+	struct kv		*kv;
+	struct store		*st;
+	struct store_stats	 ss;
+	struct done		 d = { 0, 0 };
+	sqlite3			*db;
+	char			 path[256];
+
+	dbpath(path, sizeof path, "busy.db");
+	base = event_base_new();
+	assert_non_null(base);
+	st = open_store(path, STORE_STRICT, 0, base, &kv, &d);
+	assert_non_null(st);
+
+	assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
+	assert_int_equal(sqlite3_exec(db, "BEGIN EXCLUSIVE", NULL, NULL, NULL),
+	    SQLITE_OK);
+	assert_int_equal(kv_set(kv, S(""), S("held"), S("1")), 0);
+	assert_int_equal(kv_qpush(kv, S(""), S("q"), S("1")), 0);
+	/* Past the writer's busy timeout and its first retry. */
+	assert_false(run_until(base, &d, store_last_seq(st), 2500));
+	store_get_stats(st, &ss);
+	assert_true(ss.errors >= 1);
+	assert_int_equal(ss.commits, 0);
+	assert_true(ss.pending_bytes > 0);
+	assert_int_equal(store_committed(st), 0);
+	assert_int_equal(kv_set(kv, S(""), S("later"), S("2")), 0);
+
+	assert_int_equal(sqlite3_exec(db, "COMMIT", NULL, NULL, NULL),
+	    SQLITE_OK);
+	assert_int_equal(sqlite3_close(db), SQLITE_OK);
+	assert_true(run_until(base, &d, store_last_seq(st), 10000));
+	store_get_stats(st, &ss);
+	assert_int_equal(ss.rows, 3);
+	assert_int_equal(ss.pending_bytes, 0);
+	store_close(st);
+	kv_free(kv);
+
+	st = open_store(path, STORE_STRICT, 0, base, &kv, &d);
+	assert_non_null(st);
+	assert_value(kv, S(""), S("held"), S("1"));
+	assert_value(kv, S(""), S("later"), S("2"));
+	assert_pop(kv, S(""), S("q"), "1");
+	store_close(st);
+	kv_free(kv);
+	event_base_free(base);
+}
+
+/* Close commits what is pending and never calls back afterwards. */
+static void
+test_close_pending(void **state)
+{
+	struct event_base	*base;
+	struct kv		*kv;
+	struct store		*st;
+	struct done		 d = { 0, 0 };
+	char			 path[256], key[32];
+	unsigned		 calls;
+	int			 i;
+
+	dbpath(path, sizeof path, "closepending.db");
+	base = event_base_new();
+	assert_non_null(base);
+	st = open_store(path, STORE_STRICT, 0, base, &kv, &d);
+	assert_non_null(st);
+	assert_int_equal(kv_set(kv, S(""), S("first"), S("1")), 0);
+	assert_true(run_until(base, &d, store_last_seq(st), 5000));
+	calls = d.calls;
+	for (i = 0; i < 2000; i++) {
+		snprintf(key, sizeof key, "k%d", i);
+		assert_int_equal(kv_set(kv, S(""), S(key), S(key)), 0);
+	}
+	store_close(st);
+	run_for(base, 50);
+	assert_int_equal(d.calls, calls);
+	kv_free(kv);
+
+	st = open_store(path, STORE_STRICT, 0, base, &kv, &d);
+	assert_non_null(st);
+	assert_int_equal(kv_num_keys(kv, S("")), 2001);
+	store_close(st);
+	kv_free(kv);
+	event_base_free(base);
+}
+
+static void
+test_memory_db(void **state)
+{
+	struct event_base	*base;
+	struct kv		*kv;
+	struct store		*st;
+	struct done		 d = { 0, 0 };
+
+	base = event_base_new();
+	assert_non_null(base);
+	st = open_store(":memory:", STORE_STRICT, 0, base, &kv, &d);
+	assert_non_null(st);
+	assert_int_equal(kv_set(kv, S(""), S("k"), S("v")), 0);
+	assert_int_equal(kv_qpush(kv, S(""), S("q"), S("v")), 0);
+	assert_true(run_until(base, &d, store_last_seq(st), 5000));
+	store_close(st);
+	kv_free(kv);
+
+	/* A new :memory: database starts empty. */
+	st = open_store(":memory:", STORE_RELAXED, 0, base, &kv, &d);
+	assert_non_null(st);
+	assert_int_equal(kv_total_keys(kv), 0);
+	store_close(st);
+	kv_free(kv);
+
+	/* Memory durability has no database at all. */
+	kv = kv_new();
+	assert_non_null(kv);
+	assert_null(store_open(":memory:", STORE_MEMORY, 0, base, kv, done_cb,
+	    &d));
+	kv_free(kv);
+	event_base_free(base);
+}
+
+static void
+test_durability_names(void **state)
+{
+	int	d;
+
+	for (d = STORE_MEMORY; d <= STORE_STRICT; d++)
+		assert_int_equal(store_durability_parse(
+		    store_durability_name(d)), d);
+	assert_int_equal(store_durability_parse("relaxed"), STORE_RELAXED);
+	assert_int_equal(store_durability_parse("Strict"), -1);
+	assert_int_equal(store_durability_parse(""), -1);
+}
+
+static int
+group_setup(void **state)
+{
+	if (evthread_use_pthreads() != 0 || mkdtemp(tmpdir) == NULL)
+		return -1;
+	log_init("test_store", 1, NULL);
+	log_setlevel(LOG_LVL_WARN);
+	return 0;
+}
+
+static int
+group_teardown(void **state)
+{
+	char	cmd[512];
+
+	if (getenv("TEST_STORE_KEEP") != NULL)
+		return 0;
+	snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
+	return system(cmd) == 0 ? 0 : -1;
+}
+
+int
+main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_durability_names),
+		cmocka_unit_test(test_roundtrip),
+		cmocka_unit_test(test_strict_done),
+		cmocka_unit_test(test_relaxed_close),
+		cmocka_unit_test(test_relaxed_triggers),
+		cmocka_unit_test(test_crash_strict),
+		cmocka_unit_test(test_crash_relaxed),
+		cmocka_unit_test(test_not_sqlite),
+		cmocka_unit_test(test_bad_schema),
+		cmocka_unit_test(test_busy_retry),
+		cmocka_unit_test(test_close_pending),
+		cmocka_unit_test(test_memory_db),
+	};
+
+	return cmocka_run_group_tests(tests, group_setup, group_teardown);
+}
