@@ -231,6 +231,60 @@ def make_server(**kw):
 	return s
 
 
+# ---- runner -----------------------------------------------------------------
+
+def run_sections(namespace, server=None, per_test=60.0, total=110.0):
+	"""Runs the test_* functions of namespace in definition order, like
+	rdzvtest.main(), except that processes and servers outlive a section:
+	the sections of one file share a server and build on each other, so
+	the first failure stops the file.  Prints "ok NAME" / "FAIL NAME" with
+	the traceback and the server's log tail; exits 0, or 1 on a failure
+	or a deadline (per section, and a watchdog for the whole file)."""
+	import traceback
+	names = [n for n, f in namespace.items()
+	    if n.startswith("test_") and callable(f)]
+	start = time.monotonic()
+	done = threading.Event()
+
+	def watchdog():
+		if not done.wait(total + 10):
+			print("FAIL watchdog: file ran past %.0f s" % (total + 10),
+			    flush=True)
+			rdzvtest._cleanup()
+			os._exit(1)
+	threading.Thread(target=watchdog, daemon=True).start()
+
+	def alarm(signo, frm):
+		raise rdzvtest.Deadline("section deadline passed")
+	signal.signal(signal.SIGALRM, alarm)
+	failed = None
+	for name in names:
+		left = total - (time.monotonic() - start)
+		t0 = time.monotonic()
+		signal.setitimer(signal.ITIMER_REAL, max(0.1, min(per_test, left)))
+		try:
+			try:
+				namespace[name]()
+			finally:
+				signal.setitimer(signal.ITIMER_REAL, 0)
+		except (Exception, rdzvtest.Deadline):
+			print("FAIL %s (%.2fs)" % (name, time.monotonic() - t0),
+			    flush=True)
+			traceback.print_exc(file=sys.stdout)
+			srv = server() if callable(server) else server
+			if srv is not None:
+				print("--- %s ---\n%s" % (srv.kind, srv.diagnostics()))
+			failed = name
+			break
+		print("ok %s (%.2fs)" % (name, time.monotonic() - t0), flush=True)
+	done.set()
+	print("# %s in %.1fs" % ("failed at " + failed if failed else
+	    "all %d passed" % len(names), time.monotonic() - start), flush=True)
+	sys.stdout.flush()
+	rdzvtest._cleanup()
+	os._exit(1 if failed else 0)
+
+
 # ---- capture proxy ----------------------------------------------------------
 
 class Proxy:
