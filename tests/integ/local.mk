@@ -4,6 +4,8 @@ INTEG_TESTS = \
 	tests/integ/native_ops.py \
 	tests/integ/tcpstore2.py \
 	tests/integ/tcpstore113.py \
-	tests/integ/bad_input.py
+	tests/integ/bad_input.py \
+	tests/integ/memory.py \
+	tests/integ/persistence.py
 TESTS += $(INTEG_TESTS)
 EXTRA_DIST += $(INTEG_TESTS)
