@@ -231,6 +231,17 @@ def make_server(**kw):
 	return s
 
 
+def poll_metric(srv, name, want, timeout=5.0, **labels):
+	"""Polls one rdzvd sample until it equals want (rdzvd notices closes
+	asynchronously); returns the last value read."""
+	t = time.monotonic() + timeout
+	while True:
+		v = srv.metric(name, **labels)
+		if v == want or time.monotonic() > t:
+			return v
+		time.sleep(0.05)
+
+
 # ---- runner -----------------------------------------------------------------
 
 def run_sections(namespace, server=None, per_test=60.0, total=110.0):
@@ -364,11 +375,11 @@ class Proxy:
 
 
 def wire_ops_113(data):
-	"""Best-effort parse of one 1.13 client->server byte stream into
-	(op, [keys]) tuples, op named as in rdzvtest.T113; stops at the first
-	thing it cannot parse."""
+	"""Parses one 1.13 client->server byte stream into ([(op, [keys])],
+	bytes parsed), op named as in rdzvtest.T113; stops at the first thing
+	it cannot parse (an unknown byte or a truncated request)."""
 	out = []
-	i = 0
+	i = done = 0
 	inv = {v: k for k, v in rdzvtest.T113.items()}
 
 	def string(i):
@@ -408,6 +419,10 @@ def wire_ops_113(data):
 				out.append((op, []))
 			else:
 				break
+			if i > len(data):
+				out.pop()
+				break
+			done = i
 	except struct.error:
 		pass
-	return out
+	return out, done

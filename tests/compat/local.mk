@@ -1,7 +1,8 @@
 # tests/compat/: scripts run against real processes on 127.0.0.1, with the
 # real PyTorch 1.13 client (TCPStore, gloo, torchrun) talking to rdzvd.
 COMPAT_TESTS = \
-	tests/compat/test_tcpstore_client.py
+	tests/compat/test_tcpstore_client.py \
+	tests/compat/test_gloo_pg.py
 TESTS += $(COMPAT_TESTS)
 EXTRA_DIST += $(COMPAT_TESTS) tests/compat/compatlib.py
 # compatlib.py sits next to the tests, so python finds it by the script's

@@ -69,16 +69,6 @@ def gauge(srv, name, **labels):
 	return srv.metric(name, **labels)
 
 
-def poll_gauge(srv, name, want, timeout=5, **labels):
-	"""Wait until a gauge equals want (rdzvd notices closes asynchronously)."""
-	t = time.monotonic() + timeout
-	while True:
-		v = gauge(srv, name, **labels)
-		if v == want or time.monotonic() > t:
-			return v
-		time.sleep(0.05)
-
-
 def timed_raise(fn, lo, hi, what):
 	"""fn() must raise RuntimeError after at least lo and at most hi s."""
 	t = time.monotonic()
@@ -246,7 +236,7 @@ def run_wait_timeout(srv, c, ctr):
 		    "still hold the timed-out client's registration")
 	del w
 	if srv.has_metrics:
-		v = poll_gauge(srv, "rdzvd_waiters", 0)
+		v = cl.poll_metric(srv, "rdzvd_waiters", 0)
 		check(v == 0, "rdzvd_waiters %s after the waiting client closed" % v)
 
 	# set_timeout changes the default used by wait() and get().
@@ -269,7 +259,7 @@ def run_wait_timeout(srv, c, ctr):
 	n.wait(["never-set"], td(seconds=5))
 	ctr.expect("timeouts", wait=6, set=2, get=2)
 	if srv.has_metrics:
-		v = poll_gauge(srv, "rdzvd_waiters", 0)
+		v = cl.poll_metric(srv, "rdzvd_waiters", 0)
 		check(v == 0, "rdzvd_waiters %s with nobody waiting" % v)
 	return n
 
@@ -385,7 +375,7 @@ def run_processes(srv, c, ctr):
 		line = p.stdout.readline()
 		check(line.strip() == "ready", "waiter said %r" % line)
 	if srv.has_metrics:
-		v = poll_gauge(srv, "rdzvd_waiters", 2, timeout=10)
+		v = cl.poll_metric(srv, "rdzvd_waiters", 2, timeout=10)
 		check(v == 2, "rdzvd_waiters %s with two processes blocked" % v)
 	else:
 		time.sleep(1.0)
@@ -404,7 +394,7 @@ def run_processes(srv, c, ctr):
 	log("cross-process wait and get released %.3f s after the set" %
 	    (time.monotonic() - t0))
 	if srv.has_metrics:
-		v = poll_gauge(srv, "rdzvd_waiters", 0)
+		v = cl.poll_metric(srv, "rdzvd_waiters", 0)
 		check(v == 0, "rdzvd_waiters %s after release" % v)
 	r.close()
 
@@ -451,7 +441,7 @@ def test_final_state():
 	st, body = SRV.healthz()
 	check(st == 200 and body == b"ok\n", "healthz %r %r" % (st, body))
 	C = None
-	v = poll_gauge(SRV, "rdzvd_connections", 0, dialect="tcpstore113")
+	v = cl.poll_metric(SRV, "rdzvd_connections", 0, dialect="tcpstore113")
 	check(v == 0, "rdzvd_connections{tcpstore113} %s with every client "
 	    "closed" % v)
 	rc = SRV.stop()
