@@ -1,0 +1,196 @@
+#!/usr/bin/python3
+"""make-corpus.py: writes the seed corpora of the fuzz targets.
+
+Usage: tests/fuzz/make-corpus.py [DIR]   (default: tests/fuzz/corpus beside
+this script).  Each target gets a few small inputs per op, built the way a
+real client sends them, within the fuzzers' small limits (key 64, value 256,
+8 keys per list, namespace 16).  TCPStore integers are little-endian, as on
+every host torch runs on; the native protocol is little-endian by spec.
+"""
+import os
+import struct
+import sys
+
+
+def u8(v):
+    return struct.pack('<B', v)
+
+
+def u32(v):
+    return struct.pack('<I', v)
+
+
+def u64(v):
+    return struct.pack('<Q', v & 0xffffffffffffffff)
+
+
+def tstr(s):
+    if isinstance(s, str):
+        s = s.encode()
+    return u64(len(s)) + s
+
+
+def tlist(keys):
+    return u64(len(keys)) + b''.join(tstr(k) for k in keys)
+
+
+V2_HELLO = u8(0) + u32(0x3C85F7CE) + u8(13) + u32(0x1234)
+
+
+def tcps113():
+    c = {}
+    c['set'] = u8(0) + tstr('/key') + tstr('value')
+    c['set-empty'] = u8(0) + tstr('') + tstr('')
+    c['set-binary'] = u8(0) + tstr('/bin') + tstr(bytes(range(200)))
+    c['cas-create'] = u8(1) + tstr('/torch.rendezvous.x') + tstr('') + \
+        tstr('Y2FuaW1hZGFt')
+    c['cas'] = u8(1) + tstr('/k') + tstr('old') + tstr('new')
+    c['get'] = u8(2) + tstr('/key')
+    c['add-init'] = u8(3) + tstr('init/') + u64(1)
+    c['add-neg'] = u8(3) + tstr('/ctr') + u64(-7)
+    c['check'] = u8(4) + tlist(['/a', '/b', '/c'])
+    c['check-empty'] = u8(4) + tlist([])
+    c['wait'] = u8(5) + tlist(['/rank0'])
+    c['wait-many'] = u8(5) + tlist(['/k%d' % i for i in range(8)])
+    c['getnumkeys'] = u8(6)
+    c['watch'] = u8(7) + tstr('/watched')
+    c['delete'] = u8(8) + tstr('/gone')
+    # A session as torch 1.13 sends it: init, set, wait, get.
+    c['session'] = (u8(3) + tstr('init/') + u64(1) +
+                    u8(0) + tstr('/master') + tstr('10.0.0.1:1234') +
+                    u8(5) + tlist(['/master']) + u8(2) + tstr('/master'))
+    c['trunc-set'] = (u8(0) + tstr('/key') + tstr('value'))[:-3]
+    c['toobig-key'] = u8(2) + u64(65) + b'k' * 8
+    c['toobig-count'] = u8(4) + u64(9)
+    c['bad-op'] = u8(9) + tstr('/x')
+    return c
+
+
+def tcps2():
+    c = {}
+    c['hello'] = V2_HELLO
+    c['validate'] = u8(0) + u32(0x3C85F7CE)
+    c['validate-bad'] = u8(0) + u32(0x3C85F7CF)
+    c['set'] = V2_HELLO + u8(1) + tstr('/key') + tstr('value')
+    c['cas'] = u8(2) + tstr('/k') + tstr('') + tstr('Y2FuaW1hZGFt')
+    c['get'] = u8(3) + tstr('/key')
+    c['add'] = V2_HELLO + u8(4) + tstr('init/') + u64(1)
+    c['check'] = u8(5) + tlist(['/a', '/b'])
+    c['wait'] = u8(6) + tlist(['/a'])
+    c['getnumkeys'] = u8(7)
+    c['delete'] = u8(8) + tstr('/d')
+    c['append'] = u8(9) + tstr('/log') + tstr('more')
+    c['multi-get'] = u8(10) + tlist(['/x', '/y', '/z'])
+    c['multi-set'] = u8(11) + u64(2) + tstr('/x') + tstr('1') + \
+        tstr('/y') + tstr('22')
+    c['multi-set-neg'] = u8(11) + u64(-1)
+    c['cancel-wait'] = u8(6) + tlist(['/slow']) + u8(12)
+    c['ping'] = u8(13) + u32(0xdeadbeef)
+    c['queue-push'] = u8(14) + tstr('/q') + tstr('item')
+    c['queue-pop'] = u8(15) + tstr('/q')
+    c['queue-len'] = u8(16) + tstr('/q')
+    c['list-keys'] = u8(17)
+    c['barrier'] = u8(18) + tstr('/barrier') + u64(4)
+    c['trunc-multi-set'] = (u8(11) + u64(2) + tstr('/x') + tstr('1'))
+    c['toobig-value'] = u8(1) + tstr('/k') + u64(257)
+    c['bad-op'] = u8(19)
+    return c
+
+
+def nhdr(body_len, op, flags, rid):
+    return u32(8 + body_len) + struct.pack('<HHI', op, flags, rid)
+
+
+def fb(s):
+    if isinstance(s, str):
+        s = s.encode()
+    return b'b' + u32(len(s)) + s
+
+
+def fi(v):
+    return b'i' + struct.pack('<q', v)
+
+
+def frame(op, fields, flags=0, rid=1):
+    body = b''.join(fields)
+    return nhdr(len(body), op, flags, rid) + body
+
+
+PRE = b'RDZV' + bytes([1, 0, 0, 0])
+REPLY, ERROR, PUSH = 1, 2, 4
+
+
+def native():
+    ns, k, v = fb('job1/3'), fb('key'), fb('value')
+    keys = [fb('k%d' % i) for i in range(3)]
+    req = {
+        1: [fb('ping')],
+        2: [ns, k, v],
+        3: [ns, k],
+        4: [ns, k, fi(5)],
+        5: [ns, k, fb(''), v],
+        6: [ns, fi(-1), fi(3)] + keys,
+        7: [ns, fi(3)] + keys,
+        8: [ns, k],
+        9: [ns],
+        10: [ns, k, v],
+        11: [ns, fi(3)] + keys,
+        12: [ns, fi(2), fb('a'), fb('1'), fb('b'), fb('2')],
+        13: [ns, k, v],
+        14: [ns, k, fi(1000)],
+        15: [ns, k],
+        16: [ns],
+        17: [ns, k, fi(8), fi(-1)],
+        18: [fi(7)],
+        19: [ns, k],
+        20: [ns, k, fi(1), fb('old'), fb('new')],
+    }
+    rep = {
+        1: [fb('ping')], 2: [], 3: [v], 4: [fi(6)], 5: [v], 6: [],
+        7: [fi(1)], 8: [fi(1)], 9: [fi(42)], 10: [],
+        11: [fb('1'), fb('2'), fb('3')], 12: [], 13: [], 14: [v],
+        15: [fi(0)], 16: [fi(2), fb('a'), fb('b')], 17: [], 18: [], 19: [],
+    }
+    names = {1: 'ping', 2: 'set', 3: 'get', 4: 'add', 5: 'cas', 6: 'wait',
+             7: 'check', 8: 'delete', 9: 'num-keys', 10: 'append',
+             11: 'multi-get', 12: 'multi-set', 13: 'queue-push',
+             14: 'queue-pop', 15: 'queue-len', 16: 'list-keys',
+             17: 'barrier', 18: 'cancel', 19: 'watch', 20: 'watch-event'}
+    c = {}
+    for op, fields in req.items():
+        flags = PUSH if op == 20 else 0
+        rid = 0 if op == 20 else op
+        c['req-' + names[op]] = PRE + frame(op, fields, flags, rid)
+    for op, fields in rep.items():
+        c['rep-' + names[op]] = frame(op, fields, REPLY, op)
+    c['err-notfound'] = frame(3, [fi(-4), fb('not found')], REPLY | ERROR, 3)
+    c['err-canceled'] = frame(6, [fi(-6), fb('cancelled')], REPLY | ERROR, 9)
+    c['pipeline'] = PRE + b''.join(
+        frame(op, req[op], 0, 100 + op) for op in (2, 4, 3, 6, 18))
+    c['preamble'] = PRE
+    c['preamble-v2'] = b'RDZV' + bytes([2, 0, 0, 0])
+    c['preamble-v0'] = b'RDZV' + bytes([0, 0, 0, 0])
+    c['trunc'] = (PRE + frame(2, req[2]))[:-2]
+    c['bad-op'] = PRE + nhdr(0, 21, 0, 1)
+    c['bad-len'] = PRE + u32(7) + struct.pack('<HHI', 1, 0, 1)
+    c['toobig'] = PRE + u32(1 << 20) + struct.pack('<HHI', 2, 0, 1)
+    c['bad-field'] = PRE + frame(2, [ns, k, b'b' + u32(99) + b'short'])
+    return c
+
+
+def main():
+    here = os.path.dirname(os.path.abspath(__file__))
+    top = sys.argv[1] if len(sys.argv) > 1 else os.path.join(here, 'corpus')
+    for target, seeds in (('fuzz_tcps113', tcps113()),
+                          ('fuzz_tcps2', tcps2()),
+                          ('fuzz_native', native())):
+        d = os.path.join(top, target)
+        os.makedirs(d, exist_ok=True)
+        for name, data in sorted(seeds.items()):
+            with open(os.path.join(d, name), 'wb') as f:
+                f.write(data)
+        print('%s: %d seeds' % (d, len(seeds)))
+
+
+if __name__ == '__main__':
+    main()
