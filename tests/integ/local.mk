@@ -6,6 +6,7 @@ INTEG_TESTS = \
 	tests/integ/tcpstore113.py \
 	tests/integ/bad_input.py \
 	tests/integ/memory.py \
-	tests/integ/persistence.py
+	tests/integ/persistence.py \
+	tests/integ/daemon.py
 TESTS += $(INTEG_TESTS)
 EXTRA_DIST += $(INTEG_TESTS)

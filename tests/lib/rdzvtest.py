@@ -476,13 +476,16 @@ class Rdzvd:
     --http-port-file, --log-file (unless log=False), --db (default
     TMP/rdzvd.db; pass db=":memory:" or durability="memory" for none) and
     the extra args.  start=False builds the object without starting it.
+    raw=True passes only -d and the extra args (e.g. a --config file that
+    names self.port_file and self.http_port_file itself); http=False with
+    raw expects no HTTP port file.
     """
 
     instances = []
 
     def __init__(self, args=(), durability=None, db=None, http=True,
                  log=True, start=True, ready_timeout=10.0, binary=None,
-                 tmpdir=None, env=None):
+                 tmpdir=None, env=None, raw=False):
         self.tmpdir = tmpdir or mktemp("rdzvd-")
         self.binary = binary or rdzvd_path()
         self.extra = list(args)
@@ -496,6 +499,7 @@ class Rdzvd:
         self.http_port_file = os.path.join(self.tmpdir, "http-port")
         self.ready_timeout = ready_timeout
         self.env = env
+        self.raw = raw
         self.proc = None
         self.port = None
         self.http_port = None
@@ -508,6 +512,8 @@ class Rdzvd:
     # -- life cycle --
 
     def argv(self):
+        if self.raw:
+            return [self.binary, "-d"] + self.extra
         a = [self.binary, "-d", "--listen", "127.0.0.1:0",
              "--port-file", self.port_file]
         if self.http:
