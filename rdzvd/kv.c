@@ -702,9 +702,10 @@ kv_store(struct kv *kv, struct kv_ns *ns, struct slice nsname,
 					return (RDZV_ENOMEM);
 				kv->scratchcap = e->vlen;
 			}
-			if (e->vlen > 0)
+			if (e->vlen > 0) {
 				memcpy(kv->scratch, e->val, e->vlen);
-			oldv = sl_make(kv->scratch, e->vlen);
+				oldv = sl_make(kv->scratch, e->vlen);
+			}
 		}
 		if ((r = entry_write(e, append ? e->vlen : 0, v)) != 0)
 			return (r);

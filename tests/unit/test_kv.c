@@ -26,7 +26,7 @@ S(const char *s)
 
 	r.p = (const uint8_t *)s;
 	r.len = strlen(s);
-	return r;
+	return (r);
 }
 
 static struct slice
@@ -36,7 +36,7 @@ B(const void *p, size_t len)
 
 	r.p = p;
 	r.len = len;
-	return r;
+	return (r);
 }
 
 static const struct slice NONE = { NULL, 0 };
@@ -44,7 +44,7 @@ static const struct slice NONE = { NULL, 0 };
 static int
 eq(struct slice a, const char *s)
 {
-	return a.len == strlen(s) && memcmp(a.p, s, a.len) == 0;
+	return (a.len == strlen(s) && memcmp(a.p, s, a.len) == 0);
 }
 
 #define assert_slice(a, s)	assert_true(eq((a), (s)))
@@ -55,16 +55,16 @@ setup(void **state)
 	struct kv	*kv;
 
 	if ((kv = kv_new()) == NULL)
-		return -1;
+		return (-1);
 	*state = kv;
-	return 0;
+	return (0);
 }
 
 static int
 teardown(void **state)
 {
 	kv_free(*state);
-	return 0;
+	return (0);
 }
 
 /* ---- simple operations ---- */
@@ -174,12 +174,16 @@ test_namespaces(void **state)
 	assert_int_equal(kv_total_keys(kv), 3);
 }
 
+static const char *const not_ints[] = { "", "-", "abc", "+1", " 1", "1 ",
+    "1x", "--1", "1.0", "9223372036854775808", "-9223372036854775809" };
+
 static void
 test_add(void **state)
 {
 	struct kv	*kv = *state;
 	struct slice	 v;
 	int64_t		 n = 42;
+	size_t		 i;
 
 	assert_int_equal(kv_add(kv, NONE, S("c"), 5, &n), 0);
 	assert_int_equal(n, 5);
@@ -200,16 +204,13 @@ test_add(void **state)
 	assert_int_equal(kv_add(kv, NONE, S("d"), 1, &n), 0);
 	assert_int_equal(n, 1);
 
-	static const char *const bad[] = { "", "-", "abc", "+1", " 1", "1 ",
-	    "1x", "--1", "1.0", "9223372036854775808",
-	    "-9223372036854775809" };
-	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
-		assert_int_equal(kv_set(kv, NONE, S("bad"), S(bad[i])), 0);
+	for (i = 0; i < sizeof(not_ints) / sizeof(not_ints[0]); i++) {
+		assert_int_equal(kv_set(kv, NONE, S("bad"), S(not_ints[i])), 0);
 		assert_int_equal(kv_add(kv, NONE, S("bad"), 1, &n),
 		    RDZV_ENOTINT);
 		/* A failed ADD leaves the value alone. */
 		assert_int_equal(kv_get(kv, NONE, S("bad"), &v), 0);
-		assert_slice(v, bad[i]);
+		assert_slice(v, not_ints[i]);
 	}
 	assert_int_equal(kv_set(kv, NONE, S("bad"), B("1\0", 2)), 0);
 	assert_int_equal(kv_add(kv, NONE, S("bad"), 1, &n), RDZV_ENOTINT);
@@ -372,6 +373,8 @@ test_check(void **state)
 {
 	struct kv	*kv = *state;
 	struct slice	 keys[3] = { S("a"), S("b"), S("q") };
+	uint8_t		*item;
+	size_t		 len;
 
 	assert_int_equal(kv_check(kv, NONE, keys, 0), 1);
 	assert_int_equal(kv_check(kv, NONE, keys, 1), 0);
@@ -385,8 +388,6 @@ test_check(void **state)
 	assert_int_equal(kv_qpush(kv, NONE, S("q"), S("i")), 0);
 	assert_int_equal(kv_check(kv, NONE, keys, 3), 1);
 	assert_int_equal(kv_check(kv, S("ns"), keys, 3), 0);
-	uint8_t	*item;
-	size_t	 len;
 	assert_int_equal(kv_qpop(kv, NONE, S("q"), &item, &len), 0);
 	free(item);
 	assert_int_equal(kv_check(kv, NONE, keys, 3), 0);
@@ -533,6 +534,8 @@ test_wait_delete_rearms(void **state)
 	struct kv_waiter	*w;
 	struct fired		 f = { 0 };
 	struct slice		 keys[2] = { S("a"), S("b") };
+	uint8_t			*item;
+	size_t			 len;
 
 	assert_int_equal(kv_wait(kv, NONE, keys, 2, wake_cb, &f, &w), 0);
 	assert_int_equal(kv_set(kv, NONE, S("a"), S("1")), 0);
@@ -550,8 +553,6 @@ test_wait_delete_rearms(void **state)
 	assert_int_equal(kv_ns_drop(kv, S("n")), 0);
 	assert_int_equal(kv_qpush(kv, S("n"), S("b"), S("i")), 0);
 	assert_int_equal(f.n, 1);
-	uint8_t	*item;
-	size_t	 len;
 	assert_int_equal(kv_qpop(kv, S("n"), S("b"), &item, &len), 0);
 	free(item);
 	assert_int_equal(kv_set(kv, S("n"), S("a"), S("1")), 0);
@@ -857,6 +858,7 @@ static void
 copy(char *dst, struct slice s)
 {
 	assert_true(s.len < 16);
+	assert_non_null(s.p);
 	memcpy(dst, s.p, s.len);
 	dst[s.len] = '\0';
 }
@@ -910,19 +912,43 @@ test_watch(void **state)
 	assert_int_equal(kv_delete(kv, NONE, S("k")), 0);
 	assert_int_equal(kv_add(kv, NONE, S("k"), 7, NULL), 0);
 	assert_int_equal(kv_set(kv, S("ns2"), S("k"), S("elsewhere")), 0);
-	assert_int_equal(x.n, 6);
+	assert_int_equal(kv_set(kv, NONE, S("k"), NONE), 0);
+	assert_int_equal(kv_set(kv, NONE, S("k"), S("full")), 0);
+	assert_int_equal(x.n, 8);
 	assert_event(x, 0, TCPS_WATCH_CREATED, "k", "", "v1");
 	assert_event(x, 1, TCPS_WATCH_UPDATED, "k", "v1", "v2");
 	assert_event(x, 2, TCPS_WATCH_UPDATED, "k", "v2", "v3");
 	assert_event(x, 3, TCPS_WATCH_UPDATED, "k", "v3", "v3+");
 	assert_event(x, 4, TCPS_WATCH_DELETED, "k", "v3+", "");
 	assert_event(x, 5, TCPS_WATCH_CREATED, "k", "", "7");
+	assert_event(x, 6, TCPS_WATCH_UPDATED, "k", "7", "");
+	assert_event(x, 7, TCPS_WATCH_UPDATED, "k", "", "full");
 	/* Still registered until cancelled. */
 	assert_int_equal(kv_total_waiters(kv), 1);
 	kv_waiter_cancel(kv, w);
 	assert_int_equal(kv_set(kv, NONE, S("k"), S("v9")), 0);
-	assert_int_equal(x.n, 6);
+	assert_int_equal(x.n, 8);
 	assert_int_equal(kv_total_waiters(kv), 0);
+}
+
+/* Empty old and new values still come with valid pointers. */
+static void
+test_watch_empty(void **state)
+{
+	struct kv		*kv = *state;
+	struct kv_waiter	*w;
+	struct watched		 x;
+
+	memset(&x, 0, sizeof(x));
+	assert_int_equal(kv_watch(kv, NONE, S("k"), watch_cb, &x, &w), 0);
+	assert_int_equal(kv_set(kv, NONE, S("k"), NONE), 0);
+	assert_int_equal(kv_set(kv, NONE, S("k"), S("v")), 0);
+	assert_int_equal(kv_delete(kv, NONE, S("k")), 1);
+	assert_int_equal(x.n, 3);
+	assert_event(x, 0, TCPS_WATCH_CREATED, "k", "", "");
+	assert_event(x, 1, TCPS_WATCH_UPDATED, "k", "", "v");
+	assert_event(x, 2, TCPS_WATCH_DELETED, "k", "v", "");
+	kv_waiter_cancel(kv, w);
 }
 
 static void
@@ -1001,7 +1027,7 @@ static void
 jcopy(char *dst, size_t sz, struct slice s)
 {
 	assert_true(s.len < sz);
-	assert_true(s.len == 0 || s.p != NULL);
+	assert_non_null(s.p);
 	memcpy(dst, s.p, s.len);
 	dst[s.len] = '\0';
 }
@@ -1163,6 +1189,8 @@ main(void)
 		cmocka_unit_test_setup_teardown(test_queue_pop_wait, setup,
 		    teardown),
 		cmocka_unit_test_setup_teardown(test_watch, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_watch_empty, setup,
+		    teardown),
 		cmocka_unit_test_setup_teardown(test_watch_cancel_in_callback,
 		    setup, teardown),
 		cmocka_unit_test_setup_teardown(test_watch_and_wait_together,
@@ -1172,5 +1200,5 @@ main(void)
 		    teardown),
 	};
 
-	return cmocka_run_group_tests(tests, NULL, NULL);
+	return (cmocka_run_group_tests(tests, NULL, NULL));
 }
