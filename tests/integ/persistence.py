@@ -123,6 +123,32 @@ def test_strict_kill9():
     assert d.native().get("second") == b"life"
 
 
+def test_strict_tcpstore_reply_implies_commit():
+    # 1.13 SET has no reply; a later reply on the same connection (here
+    # ADD's) must not be sent before the SET committed either
+    d = rt.Rdzvd([], durability="strict")
+    t = d.tcps113()
+    n = 200
+    for i in range(n):
+        t.set(b"/s%d" % i, b"v%d" % i)
+    assert t.add(b"/after", 1) == 1
+    t2 = d.tcps2()
+    t2.multi_set([(b"/m%d" % i, b"%d" % i) for i in range(n)])
+    t2.append(b"/ap", b"x")
+    t2.queue_push(b"/q", b"item")
+    assert t2.ping(1) == 1          # the reply that acknowledges them all
+    d.kill9()
+    d.start()
+    c = d.native()
+    assert c.multi_get([b"/s%d" % i for i in range(n)]) == \
+        [b"v%d" % i for i in range(n)]
+    assert c.get("/after") == b"1"
+    assert c.multi_get([b"/m%d" % i for i in range(n)]) == \
+        [b"%d" % i for i in range(n)]
+    assert c.get("/ap") == b"x"
+    assert c.queue_pop("/q", 0) == b"item"
+
+
 def test_relaxed_kill9():
     window_ms = 50
     margin_ms = 300
