@@ -681,6 +681,10 @@ store_open(const char *path, enum store_durability mode, unsigned window_ms,
 	if (store_exec(st, mode == STORE_STRICT ? "PRAGMA synchronous=FULL" :
 	    "PRAGMA synchronous=NORMAL") != 0)
 		goto fail;
+	/* Big relaxed batches touch many pages of the kv index; the default
+	 * 2 MiB cache made them about a quarter slower. */
+	if (store_exec(st, "PRAGMA cache_size=-8192") != 0)
+		goto fail;
 	if (store_load(st, kv) != 0)
 		goto fail;
 	for (i = 0; i < ST_COUNT; i++) {
@@ -750,8 +754,10 @@ store_journal(void *arg, enum kv_jop op, struct slice ns, struct slice key,
 	STAILQ_INSERT_TAIL(&st->pending, r, entry);
 	st->stats.pending_bytes += STORE_REC_OVERHEAD + ns.len + key.len +
 	    value.len;
-	/* Relaxed: wake an idle writer so it starts its window, or a
-	 * gathering one when the batch is big enough. */
+	/* Strict needs a signal only while the writer sleeps: a busy one
+	 * looks at the list again before it waits.  Relaxed also wakes an
+	 * idle writer (to start its window) and a gathering one when the
+	 * batch is big enough. */
 	if (st->idle || (st->mode == STORE_RELAXED &&
 	    st->stats.pending_bytes >= STORE_PENDING_MAX))
 		pthread_cond_signal(&st->cond);

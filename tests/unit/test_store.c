@@ -640,7 +640,7 @@ test_busy_retry(void **state)
 	assert_int_equal(kv_set(kv, S(""), S("held"), S("1")), 0);
 	assert_int_equal(kv_qpush(kv, S(""), S("q"), S("1")), 0);
 	/* Past the writer's busy timeout and its first retry. */
-	assert_false(run_until(base, &d, store_last_seq(st), 2500));
+	assert_false(run_until(base, &d, store_last_seq(st), 3000));
 	store_get_stats(st, &ss);
 	assert_true(ss.errors >= 1);
 	assert_int_equal(ss.commits, 0);
