@@ -470,12 +470,12 @@ store_account(struct store_stats *ss, uint64_t usec, uint64_t rows)
 	ss->commit_usec_sum += usec;
 	if (usec > ss->commit_usec_max)
 		ss->commit_usec_max = usec;
-	/* Cumulative, as Prometheus "le" buckets are; [5] is +Inf. */
+	/* One bucket per commit; metrics.c makes them cumulative. */
 	for (i = 0; i < sizeof bound / sizeof bound[0]; i++) {
 		if (usec <= bound[i])
-			ss->commit_hist[i]++;
+			break;
 	}
-	ss->commit_hist[5]++;
+	ss->commit_hist[i]++;
 }
 
 /* Waits until there is a batch to write; returns 0 when told to exit. */

@@ -52,7 +52,8 @@ struct store_stats {
 	uint64_t	commit_usec_sum;	/* time spent in commits */
 	uint64_t	commit_usec_max;
 	/* Prometheus histogram buckets of commit latency: <=100us, 1ms,
-	 * 10ms, 100ms, 1s, +Inf. */
+	 * 10ms, 100ms, 1s, +Inf.  Each commit counts in one bucket only
+	 * (not cumulative); they sum to commits. */
 	uint64_t	commit_hist[6];
 };
 

@@ -161,6 +161,18 @@ open_store(const char *path, enum store_durability mode, unsigned window_ms,
 	return st;
 }
 
+/* Latency buckets are per bucket: together they count every commit. */
+static uint64_t
+hist_sum(const struct store_stats *ss)
+{
+	uint64_t	n = 0;
+	size_t		i;
+
+	for (i = 0; i < 6; i++)
+		n += ss->commit_hist[i];
+	return n;
+}
+
 static const uint8_t	bin_ns[] = { 'n', 0, 's' };
 static const uint8_t	bin_key[] = { 0, 1, 0, 0xff, 0 };
 static const uint8_t	bin_val[] = { 0xff, 0, 0, 7 };
@@ -209,7 +221,7 @@ test_roundtrip(void **state)
 	assert_int_equal(ss.pending_bytes, 0);
 	assert_int_equal(ss.errors, 0);
 	assert_true(ss.commits >= 1);
-	assert_int_equal(ss.commit_hist[5], ss.commits);
+	assert_int_equal(hist_sum(&ss), ss.commits);
 	assert_true(ss.commit_usec_max <= ss.commit_usec_sum);
 	store_close(st);
 	kv_free(kv);
@@ -285,8 +297,7 @@ test_strict_done(void **state)
 	store_get_stats(st, &ss);
 	assert_int_equal(ss.rows, 100);
 	assert_true(ss.commits >= 10);
-	assert_int_equal(ss.commit_hist[5], ss.commits);
-	assert_true(ss.commit_hist[4] <= ss.commit_hist[5]);
+	assert_int_equal(hist_sum(&ss), ss.commits);
 	assert_int_equal(ss.pending_bytes, 0);
 	store_close(st);
 	kv_free(kv);
