@@ -17,6 +17,7 @@ Running rdzvd
     d.vmrss()     resident set size in bytes, from /proc/PID/status
     d.native(ns=b"") / d.tcps113() / d.tcps2() / d.connect()   clients
     run_rdzvd(args) -> (rc, stdout, stderr) for start-up error tests
+    Rdzvd(args, raw=True) passes only -d and args (e.g. --config FILE)
   Every process started here is tracked by pid and killed at exit, on a
   deadline, on SIGTERM/SIGINT and when a test fails: nothing is left behind,
   and nothing we did not start is ever signalled.
@@ -30,6 +31,20 @@ receive timeout so a missing reply fails instead of hanging)
     enc113(op, ...), enc2(op, ...)  raw request bytes for byte-level tests
     TorchServer       torch 1.13's own TCPStore server in a child process,
                       to validate client code against the reference
+
+Helpers
+    connect(host, port) / recv_exact(sock, n)   TCP_NODELAY, timeouts;
+                      PeerClosed on EOF or reset
+    expect_closed(sock, t)  asserts the peer closes within t; returns what
+                      arrived first (b"" = closed without a reply)
+    still_open(sock, wait)  True if not closed (AssertionError on data)
+    send_all_slowly(sock, data, step, pause)   split a request
+    wait_until(pred, timeout, what=)   poll until true or AssertionError
+    parse_metrics(text) -> (samples, types); metric_value(samples, name,
+                      default, **labels)
+    mktemp()          a temp dir removed at exit
+    ts/u8/u32/u64/i64, nat_frame/nat_fields/nat_preamble   wire encoders
+    RDZV_E* constants and ERR_NAMES (common/rdzv_err.h)
 
 Test runner convention
     def test_something(): ...         # plain asserts
@@ -73,6 +88,8 @@ __all__ = [
     "TCPStore2", "TorchServer", "RdzvError", "PeerClosed", "Skip", "Deadline",
     "parse_metrics", "enc113", "enc2", "main", "skip", "skip_all",
     "wait_until", "expect_closed", "still_open", "connect", "recv_exact",
+    "send_all_slowly", "metric_value", "mktemp", "top_builddir",
+    "top_srcdir",
 ]
 
 # ---- error codes (common/rdzv_err.h; they travel on the wire) ----
