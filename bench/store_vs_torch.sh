@@ -113,6 +113,10 @@ start_torch
 log "servers: memory=${port[memory]} relaxed=${port[relaxed]} strict=${port[strict]} torch=${port[torch]}"
 log "raw results in $results"
 
+# CPU time (user + system) a process has used, in clock ticks.
+clk_tck=$(getconf CLK_TCK)
+cpu_ticks() { awk '{ sub(/.*\) /, ""); print $12 + $13 }' "/proc/$1/stat"; }
+
 # Pulls key=value fields out of a storeload line.
 field() { sed -n "s/.* $1=\([^ ]*\).*/\1/p" <<< " $2"; }
 
@@ -123,20 +127,26 @@ for k in $CONNS; do
 	for rep in $(seq 1 "$REPS"); do
 		for t in $targets; do
 			srv=${t%%:*} proto=${t#*:}
+			c0=$(cpu_ticks "${pid[$srv]}")
 			line=$("$storeload" --proto "$proto" --port "${port[$srv]}" \
 			    --conns "$k" --duration "$DURATION" --warmup "$WARMUP" \
 			    --mix "$MIX" --keys "$KEYS" --key-size "$KEY_SIZE" \
 			    --value-size "$VALUE_SIZE" 2>>"$results/storeload.err") || line="failed"
+			c1=$(cpu_ticks "${pid[$srv]}")
 			echo "load $srv $line" >> "$results/storeload.out"
 			if [ "$line" = failed ]; then
-				printf 'load\t%s\t%s\t%s\t%s\tnan\tnan\tnan\n' "$srv" "$proto" "$k" "$rep" >> "$raw"
+				printf 'load\t%s\t%s\t%s\t%s\tnan\tnan\tnan\tnan\n' "$srv" "$proto" "$k" "$rep" >> "$raw"
 				log "K=$k rep $rep $srv/$proto: FAILED"
 				continue
 			fi
-			printf 'load\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$srv" "$proto" "$k" "$rep" \
+			# Server CPU per op: noise from other processes on the
+			# machine moves it far less than ops/s.
+			cpu=$(awk -v d=$((c1 - c0)) -v t="$clk_tck" -v n="$(field total_ops "$line")" \
+			    'BEGIN { printf "%.2f", (n > 0 ? d * 1e6 / t / n : 0) }')
+			printf 'load\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$srv" "$proto" "$k" "$rep" \
 			    "$(field ops_per_s "$line")" "$(field p50_us "$line")" \
-			    "$(field p99_us "$line")" >> "$raw"
-			log "K=$k rep $rep $srv/$proto: $(field ops_per_s "$line") ops/s p99 $(field p99_us "$line") us"
+			    "$(field p99_us "$line")" "$cpu" >> "$raw"
+			log "K=$k rep $rep $srv/$proto: $(field ops_per_s "$line") ops/s p99 $(field p99_us "$line") us, server $cpu us CPU/op"
 		done
 	done
 done
@@ -153,7 +163,7 @@ for n in $BARRIER_NS; do
 			echo "barrier $srv $line" >> "$results/storeload.out"
 			s=$(field seconds "$line")
 			case $s in ''|timeout) s=nan ;; esac
-			printf 'barrier\t%s\ttcpstore113\t%s\t%s\t%s\tnan\tnan\n' "$srv" "$n" "$rep" "$s" >> "$raw"
+			printf 'barrier\t%s\ttcpstore113\t%s\t%s\t%s\tnan\tnan\tnan\n' "$srv" "$n" "$rep" "$s" >> "$raw"
 			log "barrier N=$n rep $rep $srv: $s s"
 		done
 	done
@@ -165,7 +175,7 @@ rss_kib() { awk '/^VmRSS:/ { print $2 }' "/proc/$1/status"; }
 start_rdzvd idle relaxed "$tmp/idle.db"
 sleep 0.5
 base=$(rss_kib "${pid[idle]}")
-printf 'rss\tidle\tnone\t0\t1\t%s\tnan\tnan\n' "$base" >> "$raw"
+printf 'rss\tidle\tnone\t0\t1\t%s\tnan\tnan\tnan\n' "$base" >> "$raw"
 for proto in tcpstore113 native; do
 	"$storeload" --idle "$IDLE_N" --proto "$proto" --port "${port[idle]}" \
 	    > "$tmp/idle.out" 2>>"$results/storeload.err" &
@@ -181,7 +191,7 @@ for proto in tcpstore113 native; do
 	else
 		rss=nan
 	fi
-	printf 'rss\tidle\t%s\t%s\t1\t%s\tnan\tnan\n' "$proto" "$IDLE_N" "$rss" >> "$raw"
+	printf 'rss\tidle\t%s\t%s\t1\t%s\tnan\tnan\tnan\n' "$proto" "$IDLE_N" "$rss" >> "$raw"
 	log "rdzvd VmRSS with $IDLE_N idle $proto connections: $rss KiB (baseline $base KiB)"
 	kill $ipid 2>/dev/null || true
 	wait $ipid 2>/dev/null || true
@@ -219,14 +229,15 @@ def ratio(a, b):
 
 
 load = {}
-for kind, srv, proto, k, rep, a, b, c in rows:
+for kind, srv, proto, k, rep, a, b, c, d in rows:
     if kind == "load":
-        load.setdefault((srv, proto, int(k)), []).append((num(a), num(b), num(c)))
+        load.setdefault((srv, proto, int(k)), []).append((num(a), num(b), num(c), num(d)))
 
 print(f"### Store ops ({reps} runs each, medians; {dur} s after {warm} s warmup; "
       f"mix {mix}; {keys} keys of {ksz} B, values {vsz} B)\n")
-print("| server | protocol | K | ops/s | p50 µs | p99 µs | ops/s vs torch | p99 vs torch | runs (ops/s) |")
-print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
+print("| server | protocol | K | ops/s | p50 µs | p99 µs | ops/s vs torch | p99 vs torch "
+      "| server CPU µs/op | runs (ops/s) |")
+print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
 for k in sorted({key[2] for key in load}):
     t = load.get(("torch", "tcpstore113", k), [])
     t_ops = med([x[0] for x in t])
@@ -241,15 +252,16 @@ for k in sorted({key[2] for key in load}):
         ops = med([x[0] for x in r])
         p50 = med([x[1] for x in r])
         p99 = med([x[2] for x in r])
+        cpu = med([x[3] for x in r])
         name = "torch 1.13 TCPStore" if srv == "torch" else f"rdzvd {srv}"
         vs = "—" if srv == "torch" else ratio(ops, t_ops)
         vp = "—" if srv == "torch" else ratio(p99, t_p99)
         runs = " ".join(fmt(x[0]) for x in r)
         print(f"| {name} | {proto} | {k} | {fmt(ops)} | {fmt(p50, 1)} | {fmt(p99, 1)} "
-              f"| {vs} | {vp} | {runs} |")
+              f"| {vs} | {vp} | {fmt(cpu, 2)} | {runs} |")
 
 bar = {}
-for kind, srv, proto, n, rep, a, b, c in rows:
+for kind, srv, proto, n, rep, a, b, c, d in rows:
     if kind == "barrier":
         bar.setdefault((srv, int(n)), []).append(num(a))
 if bar:
@@ -264,7 +276,7 @@ if bar:
         print(f"| {n} | {fmt(m['memory'], 3)} | {fmt(m['relaxed'], 3)} | {fmt(m['strict'], 3)} "
               f"| {fmt(m['torch'], 3)} | {ratio(m['torch'], m['relaxed'])} | {runs} |")
 
-rss = [(proto, int(n), num(a)) for kind, srv, proto, n, rep, a, b, c in rows if kind == "rss"]
+rss = [(proto, int(n), num(a)) for kind, srv, proto, n, rep, a, b, c, d in rows if kind == "rss"]
 if rss:
     print("\n### rdzvd memory (fresh rdzvd, relaxed, VmRSS)\n")
     print("| idle connections | protocol | VmRSS MiB |")

@@ -155,6 +155,7 @@ struct sl {
 	uint64_t		 t_rec_start;
 	uint64_t		 t_rec_end;
 	uint64_t		 ops;
+	uint64_t		 all_ops;	/* warmup and drain included */
 	uint64_t		 op_count[OP_COUNT];
 	uint64_t		 lat_ops;
 	uint64_t		 hist[HIST_BUCKETS];
@@ -594,6 +595,7 @@ static void
 load_done(struct sl *sl, struct conn *c, enum sl_op op, uint64_t t,
     int timed)
 {
+	sl->all_ops++;
 	if (!sl->recording)
 		return;
 	sl->ops++;
@@ -779,6 +781,18 @@ conn_issue(struct conn *c)
 }
 
 /* ---- modes ---- */
+
+/* CPU time this process used so far (user + system). */
+static double
+cpu_seconds(void)
+{
+	struct rusage	ru;
+
+	if (getrusage(RUSAGE_SELF, &ru) == -1)
+		return (0);
+	return ((double)ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6 +
+	    (double)ru.ru_stime.tv_sec + ru.ru_stime.tv_usec / 1e6);
+}
 
 static void
 load_warm_cb(evutil_socket_t fd, short what, void *arg)
@@ -1229,13 +1243,14 @@ main(int argc, char **argv)
 		printf("proto=%s conns=%zu mix=%s key_size=%zu value_size=%zu "
 		    "keys=%zu duration_s=%.3f ops=%" PRIu64 " ops_per_s=%.0f "
 		    "lat_ops=%" PRIu64 " p50_us=%.1f p99_us=%.1f "
-		    "p999_us=%.1f max_us=%.1f",
+		    "p999_us=%.1f max_us=%.1f total_ops=%" PRIu64
+		    " client_cpu_s=%.3f",
 		    sl->proto == SL_NATIVE ? "native" : "tcpstore113",
 		    sl->nconns, sl->mixstr, sl->key_size, sl->value_size,
 		    sl->nkeys, secs, sl->ops, (double)sl->ops / secs,
 		    sl->lat_ops, hist_quantile(sl, 0.50),
 		    hist_quantile(sl, 0.99), hist_quantile(sl, 0.999),
-		    (double)sl->lat_max / 1000.0);
+		    (double)sl->lat_max / 1000.0, sl->all_ops, cpu_seconds());
 		for (op = 0; op < OP_COUNT; op++)
 			if (sl->weight[op] > 0) {
 				snprintf(buf, sizeof buf, " %s=%" PRIu64,
