@@ -10,7 +10,6 @@ are closed after --request-timeout-ms, --max-connections is enforced.
 
 import re
 import select
-import socket
 import struct
 import time
 

@@ -8,8 +8,6 @@ may make, and each test first checks that its bound is well below what an
 unbounded server would need, so the test can fail.
 """
 
-import os
-import select
 import socket
 import time
 

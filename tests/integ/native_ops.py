@@ -5,7 +5,6 @@ Each test starts its own rdzvd (memory durability, so no disk waits) on
 """
 
 import select
-import socket
 import struct
 import threading
 import time

@@ -67,7 +67,6 @@ Environment
 """
 
 import atexit
-import errno
 import http.client
 import os
 import re
