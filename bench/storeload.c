@@ -166,6 +166,8 @@ struct sl {
 	char			 bar_done[96];
 	size_t			 released;
 	uint64_t		 t_bar_start;
+	uint64_t		 t_bar_last;	/* the ADD that returned N came back */
+	uint64_t		 t_bar_sent;	/* every ADD written */
 	uint64_t		 t_bar_end;
 	int			 finished;
 };
@@ -624,6 +626,7 @@ bar_reply(struct sl *sl, struct conn *c)
 			errx(1, "barrier counter reached %" PRId64 " (n=%zu): "
 			    "stale key?", c->rval, n);
 		if ((uint64_t)c->rval == n) {
+			sl->t_bar_last = now_ns();
 			conn_encode(c, OP_SET, sl->bar_done,
 			    strlen(sl->bar_done));
 			c->step = BAR_SET;
@@ -867,6 +870,7 @@ sl_all_ready(struct sl *sl)
 			c->state = CS_BUSY;
 			conn_send(c);
 		}
+		sl->t_bar_sent = now_ns();
 		break;
 	case SL_IDLE:
 		printf("idle n=%zu ready pid=%ld\n", sl->nconns, (long)getpid());
@@ -1266,9 +1270,12 @@ main(int argc, char **argv)
 			    sl->proto == SL_NATIVE ? "native" : "tcpstore113");
 			return (1);
 		}
-		printf("barrier n=%zu seconds=%.4f proto=%s\n", sl->nconns,
+		printf("barrier n=%zu seconds=%.4f proto=%s adds_sent_s=%.4f "
+		    "last_add_s=%.4f\n", sl->nconns,
 		    (double)(sl->t_bar_end - sl->t_bar_start) / 1e9,
-		    sl->proto == SL_NATIVE ? "native" : "tcpstore113");
+		    sl->proto == SL_NATIVE ? "native" : "tcpstore113",
+		    (double)(sl->t_bar_sent - sl->t_bar_start) / 1e9,
+		    (double)(sl->t_bar_last - sl->t_bar_start) / 1e9);
 		return (0);
 	case SL_IDLE:
 		break;
