@@ -138,6 +138,9 @@ class RdzvdServer:
 	has_metrics = True
 
 	def __init__(self, **kw):
+		# A directory of our own naming, so nobody's tidying of
+		# /tmp/rdzvd-* pulls the database from under a restart test.
+		kw.setdefault("tmpdir", rdzvtest.mktemp("rdzv-compat-rdzvd-"))
 		self.d = rdzvtest.Rdzvd(**kw)
 
 	@property

@@ -141,9 +141,18 @@ def test_two_ranks_via_proxy():
 	ops0 = ops_snapshot(srv)
 	px = cl.Proxy(srv.port)
 	try:
-		res = run_group(px.port, 2, 0, "2 ranks")
+		check_two_ranks(srv, raw, px, init0, nk0, ops0)
+	except AssertionError:
+		# What torch sent and what came back, for the report.
+		print("--- wire (proxy) ---\n%s" % px.dump()[-6000:])
+		raise
 	finally:
 		px.close()
+	raw.close()
+
+
+def check_two_ranks(srv, raw, px, init0, nk0, ops0):
+	res = run_group(px.port, 2, 0, "2 ranks")
 	check_results(res, 2, "2 ranks")
 
 	streams = px.client_streams()
@@ -193,7 +202,6 @@ def test_two_ranks_via_proxy():
 			    (name, got, counts.get(op, 0), mine.get(op, 0)))
 		w = srv.metric("rdzvd_waiters")
 		check(w == 0, "rdzvd_waiters %s after the group finished" % w)
-	raw.close()
 
 
 def test_three_ranks_direct():
