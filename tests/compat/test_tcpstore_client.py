@@ -451,6 +451,45 @@ def test_processes():
 	run_processes(SRV, C, CTR)
 
 
+def test_idle_clients():
+	"""torch 1.13 keeps a silent callback connection and idles between
+	requests: neither may be closed by --request-timeout-ms, which is only
+	for a partially received request."""
+	if not SRV.has_metrics:
+		rdzvtest.skip("rdzvd's --request-timeout-ms")
+	s = cl.RdzvdServer(args=["--request-timeout-ms", "300"],
+	    durability="memory", db=":memory:")
+	c = client(s.port)
+	c.set("idle", "1")
+	check(c.get("idle") == b"1", "first get")
+	t = cl.poll_metric(s, "rdzvd_connections", 1, dialect="tcpstore113")
+	u = cl.poll_metric(s, "rdzvd_connections", 1, dialect="unknown")
+	check(t == 1 and u == 1, "one torch client: connections tcpstore113 %s "
+	    "unknown %s, want 1 and 1 (main and silent callback)" % (t, u))
+	time.sleep(1.2)
+	c.set("idle", "2")
+	check(c.get("idle") == b"2", "client idle 4x request timeout")
+	t = s.metric("rdzvd_connections", dialect="tcpstore113")
+	u = s.metric("rdzvd_connections", dialect="unknown")
+	check(t == 1 and u == 1, "after idling: tcpstore113 %s unknown %s" %
+	    (t, u))
+	# Half a request is another matter: closed after about 300 ms.
+	r = s.raw()
+	full = rdzvtest.enc113("set", b"/half", b"0123456789")
+	r.send_raw(full[:12])
+	t0 = time.monotonic()
+	rdzvtest.expect_closed(r.sock, 5)
+	dt = time.monotonic() - t0
+	check(0.2 <= dt <= 2.5, "half request closed after %.2f s, want about "
+	    "0.3 s" % dt)
+	n = s.metric("rdzvd_errors_total", kind="request_timeout")
+	check(n == 1, "rdzvd_errors_total{request_timeout} %s" % n)
+	check(c.get("idle") == b"2", "torch client fine after another's timeout")
+	del c
+	rc = s.stop()
+	check(rc == 0, "second rdzvd exited %s" % rc)
+
+
 def test_final_state():
 	global C
 	if not SRV.has_metrics:

@@ -238,4 +238,4 @@ def test_relaxed_kill_after_window():
 
 if __name__ == "__main__":
 	SRV = cl.make_server(durability="strict")
-	cl.run_sections(globals(), SRV, per_test=JOB_TIMEOUT + 30, total=200)
+	cl.run_sections(globals(), SRV, per_test=JOB_TIMEOUT + 30, total=160)
