@@ -51,13 +51,14 @@ http_notfound_cb(struct evhttp_request *req, void *arg)
 }
 
 int
-http_start(void)
+http_start(int *port)
 {
-	int	fd, port = 0;
+	int	fd;
 
+	*port = 0;
 	if (server.cfg->http == NULL)
 		return 0;
-	if ((fd = listen_socket(server.cfg->http, "http", &port)) == -1)
+	if ((fd = listen_socket(server.cfg->http, "http", port)) == -1)
 		return -1;
 	if ((http = evhttp_new(server.base)) == NULL)
 		fatalx("evhttp_new");
@@ -73,10 +74,7 @@ http_start(void)
 		close(fd);
 		return -1;
 	}
-	log_info("http on %s (port %d)", server.cfg->http, port);
-	if (server.cfg->http_port_file != NULL &&
-	    write_port_file(server.cfg->http_port_file, port) != 0)
-		return -1;
+	log_info("http on %s (port %d)", server.cfg->http, *port);
 	return 0;
 }
 

@@ -374,6 +374,9 @@ tcps_serve(struct conn *c, const uint8_t *buf, size_t len, const char **why)
 		off += (size_t)r;
 		if ((r = tcps_dispatch(c, &req, why)) < 0)
 			return r;
+		/* Unread replies pile up: serve the rest once the peer reads. */
+		if (conn_output_full(c))
+			break;
 	}
 	return (ssize_t)off;
 }

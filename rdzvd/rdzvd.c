@@ -52,6 +52,7 @@ main(int argc, char **argv)
 {
 	struct event	*sigs[4];
 	int		 signos[4] = { SIGTERM, SIGINT, SIGHUP, 0 }, i, rc = 1;
+	int		 port, http_port;
 
 	if (config_parse(&cfg, argc, argv) != 0)
 		return 1;
@@ -83,7 +84,13 @@ main(int argc, char **argv)
 		}
 		kv_set_journal(server.kv, store_journal, server.store);
 	}
-	if (server_listen() != 0 || http_start() != 0)
+	if (server_listen(&port) != 0 || http_start(&http_port) != 0)
+		goto out;
+	/* Port files last: their existence tells a supervisor we serve. */
+	if (cfg.http_port_file != NULL && cfg.http != NULL &&
+	    write_port_file(cfg.http_port_file, http_port) != 0)
+		goto out;
+	if (cfg.port_file != NULL && write_port_file(cfg.port_file, port) != 0)
 		goto out;
 
 	for (i = 0; signos[i] != 0; i++) {

@@ -121,6 +121,7 @@ struct conn {
 	size_t			 budget;	/* bytes held against memory_budget */
 	struct event		*req_timer;	/* partial request deadline */
 	int			 read_paused;	/* output over output_max */
+	int			 closing;	/* closes once output is sent */
 
 	/* strict durability: replies held until store commits hold_seq */
 	struct evbuffer		*held;
@@ -161,8 +162,8 @@ extern struct server	server;
  * to the bound port; returns the fd or -1 after logging the cause.
  */
 int	listen_socket(const char *spec, const char *what, int *port);
-/* Binds cfg->listen and starts accepting; writes the port file. */
-int	server_listen(void);
+/* Binds cfg->listen and starts accepting; sets *port. */
+int	server_listen(int *port);
 /* Called on the loop thread after the store commits through seq. */
 void	server_commit_cb(void *arg, uint64_t seq);
 /* Stops accepting and closes every connection (shutdown). */
@@ -177,6 +178,12 @@ struct evbuffer	*conn_reply_buf(struct conn *);
 void		 conn_reply_done(struct conn *);
 /* Logs "closing <peer>: <why>", counts ek (unless ERRK_COUNT), frees c. */
 void		 conn_close(struct conn *, enum err_kind ek, const char *why);
+/* The same, but sends what is queued first (at most 1 s). */
+void		 conn_close_after_flush(struct conn *, enum err_kind ek,
+		    const char *why);
+/* 1 when c's unsent replies exceed output_max: adapters stop serving
+ * its requests until the peer reads (back-pressure). */
+int		 conn_output_full(struct conn *);
 void		 conn_set_state(struct conn *, enum conn_state);
 
 /* ---- proto_tcpstore.c / proto_native.c: the adapters ---- */
@@ -196,8 +203,8 @@ void	native_conn_free(struct conn *);
 
 /* ---- http.c: /healthz and /metrics ---- */
 
-/* Starts the HTTP listener on cfg->http (if set); writes its port file. */
-int	http_start(void);
+/* Starts the HTTP listener on cfg->http (if set); sets *port (0 if off). */
+int	http_start(int *port);
 void	http_stop(void);
 
 /* ---- rdzvd.c ---- */

@@ -36,6 +36,8 @@ struct server	server;
 
 /* Partial requests smaller than this are not charged to the budget. */
 #define BUDGET_FREE_BYTES	(64 * 1024)
+/* Relaxed mode: uncommitted bytes past which replies wait for commits. */
+#define RELAXED_BACKLOG_MAX	(64 * 1024 * 1024)
 /* Largest single read from a socket: big values arrive in few reads. */
 #define READ_MAX		(256 * 1024)
 
@@ -99,11 +101,48 @@ conn_close(struct conn *c, enum err_kind ek, const char *why)
 	free(c);
 }
 
-static int
-strict_mode(void)
+void
+conn_close_after_flush(struct conn *c, enum err_kind ek, const char *why)
 {
-	return server.store != NULL &&
-	    server.cfg->durability == STORE_STRICT;
+	struct timeval	tv = { 1, 0 };
+
+	metrics.errors[ek]++;
+	log_warnx("closing %s: %s", c->peer, why);
+	c->closing = 1;
+	bufferevent_disable(c->bev, EV_READ);
+	evbuffer_drain(bufferevent_get_input(c->bev),
+	    evbuffer_get_length(bufferevent_get_input(c->bev)));
+	/* The request deadline doubles as the flush deadline. */
+	evtimer_add(c->req_timer, &tv);
+	if (evbuffer_get_length(bufferevent_get_output(c->bev)) == 0)
+		conn_close(c, ERRK_COUNT, "flushed");
+}
+
+int
+conn_output_full(struct conn *c)
+{
+	size_t	out;
+
+	out = evbuffer_get_length(bufferevent_get_output(c->bev));
+	if (c->held != NULL)
+		out += evbuffer_get_length(c->held);
+	return out > server.cfg->output_max;
+}
+
+/*
+ * Whether replies must wait for the store: always in strict mode while
+ * anything is uncommitted; in relaxed mode only when the backlog passes
+ * RELAXED_BACKLOG_MAX, so a disk slower than the clients bounds what a
+ * crash can lose (and the memory the backlog takes) instead of growing.
+ */
+static int
+replies_wait_for_store(void)
+{
+	if (server.store == NULL)
+		return 0;
+	if (server.cfg->durability == STORE_STRICT)
+		return 1;
+	return store_backlog(server.store) > RELAXED_BACKLOG_MAX;
 }
 
 struct evbuffer *
@@ -111,7 +150,7 @@ conn_reply_buf(struct conn *c)
 {
 	uint64_t	last;
 
-	if (strict_mode()) {
+	if (c->on_held_list || replies_wait_for_store()) {
 		last = store_last_seq(server.store);
 		if (last > store_committed(server.store) || c->on_held_list) {
 			if (c->held == NULL && (c->held = evbuffer_new()) == NULL)
@@ -161,6 +200,10 @@ conn_timeout_cb(evutil_socket_t fd, short ev, void *arg)
 	struct conn	*c = arg;
 	char		 why[96];
 
+	if (c->closing) {
+		conn_close(c, ERRK_COUNT, "flush deadline");
+		return;
+	}
 	snprintf(why, sizeof why, "request incomplete after %u ms",
 	    server.cfg->request_timeout_ms);
 	conn_close(c, ERRK_REQUEST_TIMEOUT, why);
@@ -198,10 +241,8 @@ conn_after_input(struct conn *c, int progressed)
 	server.budget_used = server.budget_used - c->budget + want;
 	c->budget = want;
 
-	out = evbuffer_get_length(bufferevent_get_output(c->bev));
-	if (c->held != NULL)
-		out += evbuffer_get_length(c->held);
-	if (!c->read_paused && out > server.cfg->output_max) {
+	if (!c->read_paused && conn_output_full(c)) {
+		out = evbuffer_get_length(bufferevent_get_output(c->bev));
 		metrics.errors[ERRK_OUTPUT_LIMIT]++;
 		log_debug("%s: %zu bytes of replies unread, pausing input",
 		    c->peer, out);
@@ -257,9 +298,9 @@ conn_process(struct conn *c)
 				goto out;
 			}
 			if (rc == RDZV_EVERSION) {
-				/* Say which version we speak, then hang up. */
+				/* Answer with version 0 (none), then hang up. */
 				nat_preamble_put(bufferevent_get_output(c->bev), 0);
-				conn_close(c, ERRK_MALFORMED,
+				conn_close_after_flush(c, ERRK_MALFORMED,
 				    "unsupported native protocol version");
 				return;
 			}
@@ -308,6 +349,11 @@ conn_write_cb(struct bufferevent *bev, void *arg)
 {
 	struct conn	*c = arg;
 
+	if (c->closing) {
+		if (evbuffer_get_length(bufferevent_get_output(bev)) == 0)
+			conn_close(c, ERRK_COUNT, "flushed");
+		return;
+	}
 	if (c->read_paused) {
 		c->read_paused = 0;
 		bufferevent_setwatermark(bev, EV_WRITE, 0, 0);
@@ -558,13 +604,13 @@ write_port_file(const char *path, int port)
 }
 
 int
-server_listen(void)
+server_listen(int *port)
 {
-	int	fd, port = 0;
+	int	fd;
 
 	TAILQ_INIT(&server.conns);
 	TAILQ_INIT(&server.held);
-	if ((fd = listen_socket(server.cfg->listen, "listen", &port)) == -1)
+	if ((fd = listen_socket(server.cfg->listen, "listen", port)) == -1)
 		return -1;
 	server.listener = evconnlistener_new(server.base, accept_cb, NULL,
 	    LEV_OPT_CLOSE_ON_FREE, -1, fd);
@@ -577,10 +623,7 @@ server_listen(void)
 	server.accept_timer = evtimer_new(server.base, accept_resume_cb, NULL);
 	if (server.accept_timer == NULL)
 		fatalx("evtimer_new");
-	log_info("listening on %s (port %d)", server.cfg->listen, port);
-	if (server.cfg->port_file != NULL &&
-	    write_port_file(server.cfg->port_file, port) != 0)
-		return -1;
+	log_info("listening on %s (port %d)", server.cfg->listen, *port);
 	return 0;
 }
 

@@ -123,6 +123,7 @@ struct store {
 
 	uint64_t		 last_seq;	/* loop thread only */
 	_Atomic uint64_t	 committed;
+	_Atomic uint64_t	 backlog;	/* pending_bytes, readable without mtx */
 };
 
 static const uint8_t	store_empty[1];
@@ -548,6 +549,7 @@ store_thread(void *arg)
 				    (unsigned long long)rows,
 				    (unsigned long long)last);
 				st->stats.pending_bytes -= bytes;
+				atomic_store(&st->backlog, st->stats.pending_bytes);
 				pthread_mutex_unlock(&st->mtx);
 				STAILQ_FOREACH_SAFE(r, &batch, entry, r1)
 					free(r);
@@ -577,6 +579,7 @@ store_thread(void *arg)
 		pthread_mutex_lock(&st->mtx);
 		store_account(&st->stats, usec, rows);
 		st->stats.pending_bytes -= bytes;
+		atomic_store(&st->backlog, st->stats.pending_bytes);
 		atomic_store(&st->committed, last);
 		pthread_mutex_unlock(&st->mtx);
 
@@ -645,6 +648,7 @@ store_open(const char *path, enum store_durability mode, unsigned window_ms,
 	st->done_arg = arg;
 	STAILQ_INIT(&st->pending);
 	atomic_init(&st->committed, 0);
+	atomic_init(&st->backlog, 0);
 	pthread_mutex_init(&st->mtx, NULL);
 	/* Relaxed deadlines are computed on the monotonic clock. */
 	pthread_condattr_init(&ca);
@@ -754,6 +758,7 @@ store_journal(void *arg, enum kv_jop op, struct slice ns, struct slice key,
 	STAILQ_INSERT_TAIL(&st->pending, r, entry);
 	st->stats.pending_bytes += STORE_REC_OVERHEAD + ns.len + key.len +
 	    value.len;
+	atomic_store(&st->backlog, st->stats.pending_bytes);
 	/* Strict needs a signal only while the writer sleeps: a busy one
 	 * looks at the list again before it waits.  Relaxed also wakes an
 	 * idle writer (to start its window) and a gathering one when the
@@ -768,6 +773,12 @@ uint64_t
 store_last_seq(const struct store *st)
 {
 	return st->last_seq;
+}
+
+uint64_t
+store_backlog(const struct store *st)
+{
+	return atomic_load(&st->backlog);
 }
 
 uint64_t

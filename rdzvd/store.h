@@ -74,6 +74,8 @@ void		 store_journal(void *arg, enum kv_jop, struct slice ns,
 
 /* Sequence number of the last mutation queued (0 before any). */
 uint64_t	 store_last_seq(const struct store *);
+/* Bytes journaled but not yet committed (cheap: no lock taken). */
+uint64_t	 store_backlog(const struct store *);
 /* Highest sequence number known committed. */
 uint64_t	 store_committed(const struct store *);
 /* Asks the thread to commit now (strict mode calls it per batch). */
