@@ -337,9 +337,12 @@ port, how = int(sys.argv[1]), sys.argv[2]
 s = dist.TCPStore("127.0.0.1", port, None, False, datetime.timedelta(seconds=30))
 print("ready", flush=True)
 t = time.monotonic()
-if how == "wait":
-    s.wait(["xp/key"])
-    v = s.get("xp/key")
+if how == "wait2":
+    s.wait(["xp/key", "xp/key2"])
+    v = s.get("xp/key2")
+elif how == "add":
+    s.wait(["xp/ctr"])
+    v = s.get("xp/ctr")
 else:
     v = s.get("xp/get")
 print("released", how, v.hex(), "%.3f" % (time.monotonic() - t), flush=True)
@@ -390,31 +393,42 @@ def run_processes(srv, c, ctr):
 	    (init1, init3))
 	del q, m
 
-	# A wait (and a get, which waits first) in another process, released
-	# by a set from this one.
+	# Waits in other processes released from this one: a wait on two
+	# keys (released only by the second), a get (which waits first), and
+	# a wait on a key created by ADD.
+	hows = ("wait2", "get", "add")
 	ws = [cl.spawn([cl.TORCH_PY, "-c", WAITER, str(srv.port), how],
-	    stdout=cl.subprocess.PIPE, text=True) for how in ("wait", "get")]
+	    stdout=cl.subprocess.PIPE, text=True) for how in hows]
 	for p in ws:
 		line = p.stdout.readline()
 		check(line.strip() == "ready", "waiter said %r" % line)
 	if srv.has_metrics:
-		v = cl.poll_metric(srv, "rdzvd_waiters", 2, timeout=10)
-		check(v == 2, "rdzvd_waiters %s with two processes blocked" % v)
+		v = cl.poll_metric(srv, "rdzvd_waiters", 3, timeout=10)
+		check(v == 3, "rdzvd_waiters %s with three processes blocked" % v)
 	else:
 		time.sleep(1.0)
 	for p in ws:
 		check(p.poll() is None, "waiter returned before the set")
 	payload = b"\x00released\x00"
+	c.set("xp/key", b"first of two")
+	check(c.get("xp/key") == b"first of two", "xp/key")
+	time.sleep(0.3)
+	check(ws[0].poll() is None, "a wait on two keys returned when only "
+	    "one existed")
+	if srv.has_metrics:
+		v = srv.metric("rdzvd_waiters")
+		check(v == 3, "rdzvd_waiters %s after one of two keys" % v)
 	t0 = time.monotonic()
-	c.set("xp/key", payload)
+	c.set("xp/key2", payload)
 	c.set("xp/get", payload[::-1])
-	for p, want in zip(ws, (payload, payload[::-1])):
+	check(c.add("xp/ctr", 1) == 1, "add xp/ctr")
+	for p, want in zip(ws, (payload, payload[::-1], b"1")):
 		out, _ = p.communicate(timeout=10)
 		check(p.returncode == 0, "waiter failed: %r" % out)
 		f = out.split()
 		check(f[0] == "released" and bytes.fromhex(f[2]) == want,
 		    "waiter read %r" % out)
-	log("cross-process wait and get released %.3f s after the set" %
+	log("cross-process waits released %.3f s after the writes" %
 	    (time.monotonic() - t0))
 	if srv.has_metrics:
 		v = cl.poll_metric(srv, "rdzvd_waiters", 0)
