@@ -171,7 +171,34 @@ enum nat_op {
 	NAT_OP_CANCEL = 18,	/* i request id -> - (that wait replies ECANCELED) */
 	NAT_OP_WATCH = 19,	/* b ns, b key -> -; then WATCH_EVENT pushes */
 	NAT_OP_WATCH_EVENT = 20,/* push: b ns, b key, i kind, b old, b new */
-	NAT_OP_MAX = 20,
+
+	/* Rendezvous (agents); see common/PROTOCOL.md "Rendezvous". */
+	NAT_OP_JOIN = 21,	/* b job, b instance, b host, b addr, i pid,
+				 * i local_world_size, i min_nodes, i max_nodes,
+				 * i max_restarts, i last_call_ms, i lease_ms
+				 * -> i node_id, i restart_count | ECLOSED */
+	NAT_OP_HEARTBEAT = 22,	/* b job, i node_id -> i round | ENOTFOUND */
+	NAT_OP_LEAVE = 23,	/* b job, i node_id -> - */
+	NAT_OP_FAILURE = 24,	/* b job, i node_id, i round, i local_rank,
+				 * i rank, i exit_code, i signal, b message -> - */
+	NAT_OP_SUCCEEDED = 25,	/* b job, i node_id, i round -> - */
+	NAT_OP_ROUND = 26,	/* push: b job, i round, i state (enum
+				 * rdzv_round_state), i node_id, i group_rank,
+				 * i group_world_size, i world_size, i rank_base,
+				 * i restart_count, i max_restarts, b store_ns,
+				 * i store_port, b message */
+	NAT_OP_JOB_STATUS = 27,	/* b job -> b text (one line per member) */
+	NAT_OP_MAX = 27,
+};
+
+/* The state a ROUND push gives its node. */
+enum rdzv_round_state {
+	RDZV_ROUND_RUNNING = 1,	/* member of this round: (re)start workers */
+	RDZV_ROUND_STANDBY = 2,	/* beyond max nodes: wait, workers stopped */
+	RDZV_ROUND_STOP = 3,	/* round ended: stop workers, next push follows */
+	RDZV_ROUND_DONE = 4,	/* every member succeeded: job closed, exit 0 */
+	RDZV_ROUND_FAILED = 5,	/* restarts exhausted or job closed: exit 1;
+				 * message names the first failure */
 };
 
 /* A decoded frame; payload points into the caller's buffer. */
