@@ -1,0 +1,1 @@
+# agent/: rdzv-agent, the per-node elastic agent (issue 3).

@@ -1,0 +1,1 @@
+# examples/: training programs on real data (issue 4).

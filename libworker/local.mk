@@ -1,0 +1,1 @@
+# libworker/: librdzvworker, linked into training programs (issue 4).
