@@ -43,7 +43,7 @@ def check(cond, msg):
 def require_torch():
 	"""torch.distributed, or the whole file is skipped (77)."""
 	try:
-		import torch  # noqa: F401
+		import torch  # noqa: F401  (the import is the check)
 		import torch.distributed as dist
 	except Exception as e:
 		rdzvtest.skip_all("torch not importable by %s: %s" %
@@ -112,21 +112,6 @@ def _cleanup_both():
 
 
 rdzvtest._cleanup = _cleanup_both
-
-
-def run_py(code, args=(), env=None, timeout=60):
-	"""Runs code under the torch python; returns (rc, stdout, stderr).
-	A child still running after timeout fails the test."""
-	p = spawn([TORCH_PY, "-c", code] + [str(a) for a in args], env=env,
-	    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-	try:
-		out, err = p.communicate(timeout=timeout)
-	except subprocess.TimeoutExpired:
-		end(p)
-		out, err = p.communicate()
-		raise AssertionError("child timed out after %d s\n--- stdout\n%s"
-		    "\n--- stderr\n%s" % (timeout, out, err))
-	return p.returncode, out, err
 
 
 # ---- servers ----------------------------------------------------------------

@@ -19,7 +19,6 @@ attempt_1 (as after a restart) and its keys are checked by name.
 
 import json
 import os
-import sys
 import time
 
 import rdzvtest

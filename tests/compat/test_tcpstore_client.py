@@ -15,7 +15,6 @@ torch's own TCPStore server, which is how this test was validated.
 
 import datetime
 import os
-import sys
 import time
 
 import rdzvtest

@@ -30,7 +30,6 @@ import glob
 import json
 import os
 import pickle
-import sys
 import time
 
 import rdzvtest
