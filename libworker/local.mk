@@ -1,1 +1,28 @@
 # libworker/: librdzvworker, linked into training programs (issue 4).
+# Only the rdzv_* API of rdzv_worker.h is exported; the common/ code and
+# rdzvd's kv core (for the TCPStore a torchrun rank 0 hosts) are linked in.
+lib_LTLIBRARIES += libworker/librdzvworker.la
+include_HEADERS = libworker/rdzv_worker.h
+pkgconfigdir = $(libdir)/pkgconfig
+pkgconfig_DATA = libworker/rdzvworker.pc
+libworker_librdzvworker_la_SOURCES = \
+	libworker/rdzv_worker.h libworker/worker.h \
+	libworker/comm.c libworker/env.c libworker/store.c \
+	libworker/tstore_srv.c libworker/cpu.c libworker/cpu_coll.c \
+	libworker/reduce.c libworker/shm.c \
+	libworker/dp.c libworker/sampler.c libworker/ckpt.c \
+	rdzvd/kv.h rdzvd/kv.c
+libworker_librdzvworker_la_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/libworker -I$(top_srcdir)/rdzvd
+libworker_librdzvworker_la_CFLAGS = $(AM_CFLAGS) $(LIBEVENT_CFLAGS) -pthread
+libworker_librdzvworker_la_LDFLAGS = -version-info 0:0:0 -export-symbols-regex '^rdzv_' -pthread
+libworker_librdzvworker_la_LIBADD = common/libcommon.la $(LIBEVENT_LIBS) $(LIBBSD_LIBS) -lm
+if HAVE_CUDA
+libworker_librdzvworker_la_CFLAGS += $(CUDA_CFLAGS)
+libworker_librdzvworker_la_LIBADD += $(CUDA_LIBS)
+endif
+if HAVE_NCCL
+libworker_librdzvworker_la_SOURCES += libworker/nccl.c
+libworker_librdzvworker_la_CFLAGS += $(NCCL_CFLAGS)
+libworker_librdzvworker_la_LIBADD += $(NCCL_LIBS)
+endif
+EXTRA_DIST += libworker/rdzvworker.pc.in

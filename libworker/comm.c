@@ -1,0 +1,1 @@
+/* comm.c: being written (worker engineer). */

@@ -1,0 +1,1 @@
+/* cpu.c: being written (worker engineer). */

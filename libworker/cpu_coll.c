@@ -1,0 +1,1 @@
+/* cpu_coll.c: being written (worker engineer). */

@@ -1,0 +1,1 @@
+/* env.c: being written (worker engineer). */

@@ -1,0 +1,1 @@
+/* reduce.c: being written (worker engineer). */

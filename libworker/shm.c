@@ -1,0 +1,1 @@
+/* shm.c: being written (worker engineer). */

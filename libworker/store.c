@@ -1,0 +1,1 @@
+/* store.c: being written (worker engineer). */

@@ -1,0 +1,1 @@
+/* tstore_srv.c: being written (worker engineer). */

@@ -1,0 +1,1 @@
+/* worker.h: internal header of librdzvworker (being written). */
