@@ -1,1 +1,284 @@
-/* worker.h: internal header of librdzvworker (being written). */
+/*
+ * worker.h: librdzvworker's internal index, one section per file.
+ *
+ *   comm.c	the public API: options, the communicator, argument checks,
+ *		dispatch to a backend, requests and the background queue
+ *   env.c	where this process stands: rank, size, local rank and how to
+ *		reach the store, from agent, torchrun, MPI or Slurm variables
+ *   store.c	the bootstrap store client: rdzvd's native protocol or a
+ *		TCPStore (1.13 dialect)
+ *   tstore_srv.c  a minimal TCPStore server on rdzvd's kv core, hosted by
+ *		rank 0 when torchrun or env:// expects it
+ *   reduce.c	element-wise reductions for every dtype and op
+ *   cpu.c	the cpu backend's transport: TCP mesh, shared-memory rings,
+ *		non-blocking progress with deadlines
+ *   cpu_coll.c	the cpu backend's collective algorithms
+ *   shm.c	shared-memory segments and the same-host collective arena
+ *   nccl.c	the nccl backend (HAVE_NCCL)
+ *   dp.c, sampler.c, ckpt.c  the data-parallel helpers
+ */
+#ifndef RDZV_WORKER_INTERNAL_H
+#define RDZV_WORKER_INTERNAL_H
+
+#include <pthread.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "rdzv_worker.h"
+
+#define RDZV_TIMEOUT_DEFAULT_MS		300000
+#define RDZV_INIT_TIMEOUT_DEFAULT_MS	600000
+#define RDZV_ERRMSG_MAX			512
+#define RDZV_HOST_MAX			256
+#define RDZV_NS_MAX			1024
+
+/* ---- env.c ---- */
+
+enum wenv_store {
+	WENV_STORE_NONE = 0,	/* world of one: no store needed */
+	WENV_STORE_NATIVE,	/* rdzvd at endpoint, keys in namespace ns */
+	WENV_STORE_TCPSTORE,	/* TCPStore at master_addr:master_port */
+};
+
+/* What the environment says about this process. */
+struct wenv {
+	int		rank;
+	int		size;
+	int		local_rank;	/* -1 when unknown (worked out from peers) */
+	int		local_size;	/* -1 when unknown */
+	int		restart_count;
+	const char	*source;	/* "rdzv-agent", "torchrun", "openmpi", ... */
+	enum wenv_store	store;
+	char		endpoint[RDZV_HOST_MAX];	/* native: host:port */
+	char		ns[RDZV_NS_MAX];		/* native: key scope */
+	char		master_addr[RDZV_HOST_MAX];	/* TCPStore host */
+	int		master_port;
+	int		host_store;	/* TCPStore: this rank serves it */
+	char		prefix[64];	/* TCPStore key prefix, "" for none */
+	enum rdzv_backend backend;	/* RDZV_BACKEND, AUTO if unset */
+	int		timeout_ms;	/* RDZV_TIMEOUT_MS, -1 if unset */
+	int		init_timeout_ms; /* RDZV_INIT_TIMEOUT_MS, -1 if unset */
+};
+
+/* Looks a variable up; returns NULL when unset. */
+typedef const char	*(*wenv_get_fn)(const char *name, void *arg);
+
+/*
+ * Fills e from the variables get returns (getenv when get is NULL).
+ * Returns 0, or RDZV_EINVAL with a message in err naming the variables
+ * that are missing or malformed.
+ */
+int	wenv_detect(struct wenv *e, wenv_get_fn get, void *arg, char *err,
+	    size_t errlen);
+
+/* ---- store.c ---- */
+
+struct wstore;
+
+/*
+ * Connects to the store e names (serving it first when e->host_store),
+ * retrying refused connections until timeout_ms.  Returns 0 or a code
+ * with a message in err.
+ */
+int	wstore_open(struct wstore **sp, const struct wenv *e, int timeout_ms,
+	    char *err, size_t errlen);
+void	wstore_close(struct wstore *);
+int	wstore_set(struct wstore *, const char *key, const void *val,
+	    size_t len, int timeout_ms);
+/* Waits up to timeout_ms for key to exist, then reads it (malloc'ed,
+ * NUL-terminated). */
+int	wstore_get(struct wstore *, const char *key, void **val, size_t *len,
+	    int timeout_ms);
+int	wstore_add(struct wstore *, const char *key, int64_t delta,
+	    int64_t *out, int timeout_ms);
+/* The address of this end of the store connection ("" if unknown): the
+ * interface the other ranks can reach us on. */
+const char	*wstore_local_addr(const struct wstore *);
+/* Blocks in the store until every rank has called it with the same key. */
+int	wstore_barrier(struct wstore *, const char *key, int world,
+	    int timeout_ms);
+
+/* ---- tstore_srv.c ---- */
+
+struct tstore_srv;
+
+/*
+ * Serves the TCPStore 1.13 protocol (and 2.x) on addr:port from a
+ * background thread, on a private kv core.  port 0 picks a free one;
+ * *portp gets the port bound.  Returns 0 or RDZV_ECONN (cannot bind),
+ * RDZV_ENOMEM.
+ */
+int	tstore_srv_start(struct tstore_srv **, const char *addr, int port,
+	    int *portp);
+/* Stops the thread, closes every connection, frees the server. */
+void	tstore_srv_stop(struct tstore_srv *);
+
+/* ---- reduce.c ---- */
+
+/* dst[i] = dst[i] op src[i] for n elements (AVG reduces as SUM). */
+typedef void	(*reduce_fn)(void *dst, const void *src, size_t n);
+reduce_fn	reduce_get(enum rdzv_dtype, enum rdzv_op);
+/* dst[i] = a[i] op b[i] (AVG as SUM); dst may alias a. */
+typedef void	(*reduce3_fn)(void *dst, const void *a, const void *b,
+		    size_t n);
+reduce3_fn	reduce3_get(enum rdzv_dtype, enum rdzv_op);
+/* Divides n elements by size in place (the last step of AVG). */
+void	reduce_avg_finish(void *buf, size_t n, enum rdzv_dtype, int size);
+float		half_to_float(uint16_t);
+uint16_t	float_to_half(float);
+float		bf16_to_float(uint16_t);
+uint16_t	float_to_bf16(float);
+
+/* ---- comm.c ---- */
+
+/* Milliseconds on the monotonic clock. */
+int64_t	now_ms(void);
+/* Microseconds on the monotonic clock. */
+int64_t	now_us(void);
+
+struct rdzv_comm;
+
+/*
+ * A backend: every collective gets a valid, checked argument set and an
+ * absolute deadline (now_ms() clock); it returns 0 or a code, and calls
+ * comm_fail() for anything that leaves the peers out of step.  Optional
+ * entries may be NULL (comm.c then emulates them or answers RDZV_EINVAL).
+ * Non-blocking forms (iallreduce, isend, irecv) may be left NULL: comm.c
+ * then runs the blocking form on its background thread, in issue order.
+ */
+struct rdzv_request;
+struct backend_ops {
+	const char	*name;
+	enum rdzv_backend kind;
+	/* Called with comm's identity, store and options set. */
+	int	(*init)(struct rdzv_comm *);
+	void	(*fini)(struct rdzv_comm *);
+	/* Any thread: make every pending and later call fail fast. */
+	void	(*abort)(struct rdzv_comm *);
+	int	(*allreduce)(struct rdzv_comm *, const void *, void *, size_t,
+		    enum rdzv_dtype, enum rdzv_op, int64_t deadline);
+	int	(*broadcast)(struct rdzv_comm *, void *, size_t,
+		    enum rdzv_dtype, int root, int64_t deadline);
+	int	(*reduce)(struct rdzv_comm *, const void *, void *, size_t,
+		    enum rdzv_dtype, enum rdzv_op, int root, int64_t deadline);
+	int	(*allgather)(struct rdzv_comm *, const void *, void *, size_t,
+		    enum rdzv_dtype, int64_t deadline);
+	int	(*reduce_scatter)(struct rdzv_comm *, const void *, void *,
+		    size_t, enum rdzv_dtype, enum rdzv_op, int64_t deadline);
+	int	(*gather)(struct rdzv_comm *, const void *, void *, size_t,
+		    enum rdzv_dtype, int root, int64_t deadline);
+	int	(*scatter)(struct rdzv_comm *, const void *, void *, size_t,
+		    enum rdzv_dtype, int root, int64_t deadline);
+	int	(*alltoall)(struct rdzv_comm *, const void *, void *, size_t,
+		    enum rdzv_dtype, int64_t deadline);
+	int	(*barrier)(struct rdzv_comm *, int64_t deadline);
+	/* Point to point, blocking; bytes, not elements. */
+	int	(*send)(struct rdzv_comm *, const void *, size_t, int peer,
+		    int64_t deadline);
+	int	(*recv)(struct rdzv_comm *, void *, size_t, int peer,
+		    int64_t deadline);
+	/* Optional native asynchronous forms: fill *reqp with a request
+	 * whose wait/test/free hooks the backend sets. */
+	int	(*iallreduce)(struct rdzv_comm *, const void *, void *, size_t,
+		    enum rdzv_dtype, enum rdzv_op, int64_t timeout_ms,
+		    struct rdzv_request **reqp);
+};
+
+extern const struct backend_ops	cpu_backend_ops;
+#ifdef HAVE_NCCL
+extern const struct backend_ops	nccl_backend_ops;
+#endif
+
+/*
+ * A request.  Backends with native asynchrony allocate their own (with
+ * request_new) and set the hooks; requests comm.c queues for its
+ * background thread leave them NULL.
+ */
+enum req_kind { REQ_ALLREDUCE = 1, REQ_SEND, REQ_RECV, REQ_BACKEND };
+struct rdzv_request {
+	struct rdzv_comm	*comm;
+	enum req_kind		 kind;
+	/* Backend hooks (REQ_BACKEND): wait returns the result without
+	 * freeing; test returns 0 pending, 1 done, < 0 error; free frees
+	 * the backend's part. */
+	int	(*wait)(struct rdzv_request *);
+	int	(*test)(struct rdzv_request *);
+	void	(*free)(struct rdzv_request *);
+	void	*be;
+
+	/* Queued operation (comm.c). */
+	const void		*sbuf;
+	void			*rbuf;
+	size_t			 count;
+	enum rdzv_dtype		 dtype;
+	enum rdzv_op		 op;
+	int			 peer;
+	int			 timeout_ms;
+	int			 done;	/* guarded by comm->qlock */
+	int			 result;
+	struct rdzv_request	*next;	/* queue link */
+};
+/* Allocates a zeroed request of comm for a backend; NULL on ENOMEM. */
+struct rdzv_request	*request_new(struct rdzv_comm *);
+
+struct rdzv_comm {
+	int		 rank;
+	int		 size;
+	int		 local_rank;
+	int		 local_size;
+	int		 restart_count;
+	int		 device;
+	int		 timeout_ms;
+	int		 init_timeout_ms;
+	struct rdzv_options opts;
+	struct wenv	 env;
+	struct wstore	*store;		/* NULL in a world of one */
+	char		 keypfx[64];	/* this communicator's store keys */
+	const struct backend_ops *ops;
+	void		*be;		/* the backend's state */
+
+	/* Broken state: set once by comm_fail(), read by every call. */
+	int		 err;		/* atomic */
+	char		 errmsg[RDZV_ERRMSG_MAX];
+	pthread_mutex_t	 errlock;
+
+	/* Background queue of asynchronous operations, run in issue order
+	 * by one thread; blocking calls wait for it to drain. */
+	pthread_mutex_t	 qlock;
+	pthread_cond_t	 qcond;		/* queue changed or request done */
+	struct rdzv_request *qhead;
+	struct rdzv_request *qtail;
+	int		 qbusy;		/* the thread is running one */
+	int		 qstop;
+	int		 qthread_on;
+	pthread_t	 qthread;
+
+	/* Progress reporting (rdzv-agent). */
+	int64_t		 progress_ms;
+};
+
+/* Logs msg at level through the user's callback, if any and enabled. */
+void	comm_log(struct rdzv_comm *, enum rdzv_log_level, const char *, ...)
+	    __attribute__((format(printf, 3, 4)));
+/*
+ * Breaks the communicator with code (first cause wins), records the
+ * message, logs it, and lets the backend abort so peers notice at once.
+ * Returns code, so `return comm_fail(...)` reads naturally.  Any thread.
+ */
+int	comm_fail(struct rdzv_comm *, int code, const char *, ...)
+	    __attribute__((format(printf, 3, 4)));
+/* 0 while usable, else the breaking code. */
+int	comm_broken(const struct rdzv_comm *);
+/* Absolute deadline for a call's timeout_ms (negative: the default). */
+int64_t	comm_deadline(const struct rdzv_comm *, int timeout_ms);
+/* Milliseconds left until deadline, at least 0, at most INT_MAX. */
+int	deadline_left(int64_t deadline);
+
+/* ---- cpu.c (shared with cpu_coll.c) ---- */
+
+struct cpu;
+/* The cuda staging helpers of cpu.c: 1 when p is device memory. */
+int	cpu_is_device_ptr(const void *p);
+
+#endif /* RDZV_WORKER_INTERNAL_H */
