@@ -73,6 +73,10 @@ static const struct opt opts[] = {
 	  "BYTES", "all partially received requests together (default 1 GiB)" },
 	{ "request-timeout-ms", 0, OT_UINT, OFF(request_timeout_ms), 86400000,
 	  "N", "a started request must arrive whole within N ms (30000)" },
+	{ "last-call-ms", 0, OT_UINT, OFF(last_call_ms), 3600000, "N",
+	  "rendezvous: wait after the last join above min nodes (1000)" },
+	{ "lease-ms", 0, OT_UINT, OFF(lease_ms), 3600000, "N",
+	  "rendezvous: a node silent this long is dropped (5000)" },
 	{ "help", 'h', OT_FLAG, NOFIELD, 0, NULL, "show this help" },
 	{ "version", 'V', OT_FLAG, NOFIELD, 0, NULL, "show the version" },
 };
@@ -298,7 +302,7 @@ config_load_file(struct rdzvd_config *cfg, const char *path)
 	return rc;
 }
 
-static void
+void
 config_defaults(struct rdzvd_config *cfg)
 {
 	memset(cfg, 0, sizeof *cfg);
@@ -314,6 +318,8 @@ config_defaults(struct rdzvd_config *cfg)
 	cfg->output_max = 16 << 20;
 	cfg->memory_budget = 1 << 30;
 	cfg->request_timeout_ms = 30000;
+	cfg->last_call_ms = 1000;
+	cfg->lease_ms = 5000;
 }
 
 int

@@ -6,6 +6,7 @@
 #include "config.h"
 
 #include <inttypes.h>
+#include <string.h>
 
 #include <event2/buffer.h>
 
@@ -23,7 +24,10 @@ static const char *op_names[OPK_COUNT] = {
 	[OPK_QUEUE_LEN] = "queue_len", [OPK_LIST_KEYS] = "list_keys",
 	[OPK_BARRIER] = "barrier", [OPK_CANCEL] = "cancel",
 	[OPK_PING] = "ping", [OPK_WATCH] = "watch",
-	[OPK_VALIDATE] = "validate",
+	[OPK_VALIDATE] = "validate", [OPK_JOIN] = "join",
+	[OPK_HEARTBEAT] = "heartbeat", [OPK_LEAVE] = "leave",
+	[OPK_FAILURE] = "failure", [OPK_SUCCEEDED] = "succeeded",
+	[OPK_JOB_STATUS] = "job_status",
 };
 
 static const char *err_names[ERRK_COUNT] = {
@@ -57,10 +61,33 @@ metrics_write(struct evbuffer *out)
 	static const char	*le[6] = { "0.0001", "0.001", "0.01", "0.1",
 				    "1", "+Inf" };
 	struct store_stats	 st;
+	struct rz_stats		 rz;
 	uint64_t		 cum = 0;
 	int			 i;
 
 	rdzvd_store_stats(&st);
+	memset(&rz, 0, sizeof rz);
+	if (server.rz != NULL)
+		rz_get_stats(server.rz, &rz);
+	evbuffer_add_printf(out,
+	    "# HELP rdzvd_jobs Rendezvous jobs by state.\n"
+	    "# TYPE rdzvd_jobs gauge\n"
+	    "rdzvd_jobs{state=\"forming\"} %" PRId64 "\n"
+	    "rdzvd_jobs{state=\"running\"} %" PRId64 "\n"
+	    "rdzvd_jobs{state=\"closed\"} %" PRId64 "\n"
+	    "# HELP rdzvd_nodes Nodes (agents) in all jobs.\n"
+	    "# TYPE rdzvd_nodes gauge\nrdzvd_nodes %" PRId64 "\n"
+	    "# HELP rdzvd_rounds_total Rounds completed since start.\n"
+	    "# TYPE rdzvd_rounds_total counter\nrdzvd_rounds_total %" PRId64 "\n"
+	    "# HELP rdzvd_restarts_total Failure restarts since start.\n"
+	    "# TYPE rdzvd_restarts_total counter\nrdzvd_restarts_total %" PRId64
+	    "\n"
+	    "# HELP rdzvd_lease_expiries_total Nodes dropped for a lapsed "
+	    "lease since start.\n"
+	    "# TYPE rdzvd_lease_expiries_total counter\n"
+	    "rdzvd_lease_expiries_total %" PRId64 "\n",
+	    rz.jobs_forming, rz.jobs_running, rz.jobs_closed, rz.nodes,
+	    rz.rounds_total, rz.restarts_total, rz.lease_expiries_total);
 	evbuffer_add_printf(out,
 	    "# HELP rdzvd_up Whether rdzvd is serving.\n"
 	    "# TYPE rdzvd_up gauge\nrdzvd_up 1\n"

@@ -43,6 +43,10 @@ static const enum op_kind nat_op_kind[NAT_OP_MAX + 1] = {
 	[NAT_OP_QUEUE_LEN] = OPK_QUEUE_LEN, [NAT_OP_LIST_KEYS] = OPK_LIST_KEYS,
 	[NAT_OP_BARRIER] = OPK_BARRIER, [NAT_OP_CANCEL] = OPK_CANCEL,
 	[NAT_OP_WATCH] = OPK_WATCH, [NAT_OP_WATCH_EVENT] = OPK_WATCH,
+	[NAT_OP_JOIN] = OPK_JOIN, [NAT_OP_HEARTBEAT] = OPK_HEARTBEAT,
+	[NAT_OP_LEAVE] = OPK_LEAVE, [NAT_OP_FAILURE] = OPK_FAILURE,
+	[NAT_OP_SUCCEEDED] = OPK_SUCCEEDED, [NAT_OP_ROUND] = OPK_JOIN,
+	[NAT_OP_JOB_STATUS] = OPK_JOB_STATUS,
 };
 
 static void
@@ -235,6 +239,123 @@ list_put_cb(void *arg, struct slice key)
 	nat_put_bytes(((struct list_acc *)arg)->wr, key.p, key.len);
 }
 
+static int
+native_op_writes(uint16_t op)
+{
+	switch (op) {
+	case NAT_OP_SET: case NAT_OP_ADD: case NAT_OP_CAS: case NAT_OP_DELETE:
+	case NAT_OP_APPEND: case NAT_OP_MULTI_SET: case NAT_OP_QUEUE_PUSH:
+	case NAT_OP_QUEUE_POP: case NAT_OP_BARRIER:
+		return 1;
+	}
+	return 0;
+}
+
+/* Replies to a rendezvous op that succeeded or failed (no payload). */
+static void
+reply_rz(struct conn *c, const struct nat_msg *m, int rc)
+{
+	struct nat_wr	wr;
+
+	if (rc < 0) {
+		nat_put_error(conn_reply_buf(c), m->op, m->id, rc,
+		    rc == RDZV_ENOTFOUND ? "unknown job or node: JOIN again" :
+		    rdzv_strerror(rc));
+		conn_reply_done(c);
+		return;
+	}
+	/* Membership changes are acknowledged once committed. */
+	nat_frame_begin(&wr, conn_reply_buf_durable(c, 1), m->op, NAT_F_REPLY,
+	    m->id);
+	nat_frame_end(&wr);
+	conn_reply_done(c);
+}
+
+/* JOIN .. JOB_STATUS (PROTOCOL.md "Rendezvous"). */
+static int
+native_rendezvous(struct conn *c, const struct nat_msg *m, struct nat_rd *rd,
+    const char **why)
+{
+	struct rz_join_req	 jr;
+	struct rz_failure_req	 fr;
+	struct slice		 job;
+	int64_t			 node, round, now = rdzvd_now_ms();
+	char			*text;
+	int			 rc;
+
+	if (nat_get_bytes(rd, &job) != 0)
+		goto proto;
+	switch (m->op) {
+	case NAT_OP_JOIN:
+		memset(&jr, 0, sizeof jr);
+		jr.job = job;
+		if (nat_get_bytes(rd, &jr.instance) != 0 ||
+		    nat_get_bytes(rd, &jr.host) != 0 ||
+		    nat_get_bytes(rd, &jr.addr) != 0 ||
+		    nat_get_i64(rd, &jr.pid) != 0 ||
+		    nat_get_i64(rd, &jr.local_world_size) != 0 ||
+		    nat_get_i64(rd, &jr.min_nodes) != 0 ||
+		    nat_get_i64(rd, &jr.max_nodes) != 0 ||
+		    nat_get_i64(rd, &jr.max_restarts) != 0 ||
+		    nat_get_i64(rd, &jr.last_call_ms) != 0 ||
+		    nat_get_i64(rd, &jr.lease_ms) != 0 || nat_rd_end(rd) != 0)
+			goto proto;
+		round_join(c, m->id, &jr);
+		return 0;
+	case NAT_OP_HEARTBEAT:
+		if (nat_get_i64(rd, &node) != 0 || nat_rd_end(rd) != 0)
+			goto proto;
+		rc = rz_heartbeat(server.rz, job, node, c, now, &round);
+		if (rc < 0)
+			reply_rz(c, m, rc);
+		else
+			reply_i64(c, m->op, m->id, round);
+		break;
+	case NAT_OP_LEAVE:
+		if (nat_get_i64(rd, &node) != 0 || nat_rd_end(rd) != 0)
+			goto proto;
+		reply_rz(c, m, rz_leave(server.rz, job, node, now));
+		break;
+	case NAT_OP_FAILURE:
+		memset(&fr, 0, sizeof fr);
+		fr.job = job;
+		if (nat_get_i64(rd, &fr.node_id) != 0 ||
+		    nat_get_i64(rd, &fr.round) != 0 ||
+		    nat_get_i64(rd, &fr.local_rank) != 0 ||
+		    nat_get_i64(rd, &fr.rank) != 0 ||
+		    nat_get_i64(rd, &fr.exit_code) != 0 ||
+		    nat_get_i64(rd, &fr.signo) != 0 ||
+		    nat_get_bytes(rd, &fr.message) != 0 || nat_rd_end(rd) != 0)
+			goto proto;
+		reply_rz(c, m, rz_failure(server.rz, &fr, now));
+		break;
+	case NAT_OP_SUCCEEDED:
+		if (nat_get_i64(rd, &node) != 0 || nat_get_i64(rd, &round) != 0 ||
+		    nat_rd_end(rd) != 0)
+			goto proto;
+		reply_rz(c, m, rz_succeeded(server.rz, job, node, round, now));
+		break;
+	case NAT_OP_JOB_STATUS:
+		if (nat_rd_end(rd) != 0)
+			goto proto;
+		if ((text = rz_status(server.rz, job, now)) == NULL) {
+			reply_rz(c, m, RDZV_ENOTFOUND);
+			break;
+		}
+		reply_bytes(c, m->op, m->id, text, strlen(text));
+		free(text);
+		break;
+	default:
+		/* ROUND is a push: a client may not send it. */
+		goto proto;
+	}
+	round_rearm();
+	return 0;
+proto:
+	*why = "malformed rendezvous request";
+	return RDZV_EPROTO;
+}
+
 /*
  * Serves one frame.  Returns 0 (replied, or a wait registered) or a
  * negative RDZV_E* that closes the connection (*why set).
@@ -259,19 +380,26 @@ native_dispatch(struct conn *c, const struct nat_msg *m, const char **why)
 		*why = "native frame with reply or push flags from a client";
 		return RDZV_EPROTO;
 	}
-	if (m->op == NAT_OP_WATCH_EVENT) {
-		*why = "WATCH_EVENT is a server push";
+	if (m->op == NAT_OP_WATCH_EVENT || m->op == NAT_OP_ROUND) {
+		*why = "a client sent a server push";
 		return RDZV_EPROTO;
 	}
 	metrics.ops[nat_op_kind[m->op]]++;
 	nat_rd_init(&rd, m->payload);
 
-	/* Every op but PING and CANCEL starts with a namespace. */
+	if (m->op >= NAT_OP_JOIN)
+		return native_rendezvous(c, m, &rd, why);
+	/* Every kv op but PING and CANCEL starts with a namespace. */
 	if (m->op != NAT_OP_PING && m->op != NAT_OP_CANCEL) {
 		if (nat_get_bytes(&rd, &ns) != 0)
 			goto proto;
 		if (ns.len > lim->ns_max)
 			goto toobig;
+		/* NUL-led namespaces hold rdzvd's own rows: read-only. */
+		if (ns.len > 0 && ns.p[0] == '\0' && native_op_writes(m->op)) {
+			reply_error(c, m->op, m->id, RDZV_EINVAL);
+			return 0;
+		}
 	}
 	/* Ops that name one key next. */
 	switch (m->op) {

@@ -144,6 +144,9 @@ tcps_dispatch(struct conn *c, const struct tcps_req *req, const char **why)
 	int64_t			 n;
 	int			 rc = 0;
 	size_t			 i;
+	/* A round's port serves that round's namespace; the main port the root. */
+	const struct slice	 ns = c->ns != NULL ?
+	    (struct slice){ c->ns->p, c->ns->len } : root_ns;
 
 	metrics.ops[tcps_op_kind(req->op)]++;
 	switch (req->op) {
@@ -154,13 +157,13 @@ tcps_dispatch(struct conn *c, const struct tcps_req *req, const char **why)
 		}
 		return 0;
 	case TCPS_SET:
-		rc = kv_set(server.kv, root_ns, req->key, req->v1);
+		rc = kv_set(server.kv, ns, req->key, req->v1);
 		break;
 	case TCPS_APPEND:
-		rc = kv_append(server.kv, root_ns, req->key, req->v1);
+		rc = kv_append(server.kv, ns, req->key, req->v1);
 		break;
 	case TCPS_GET:
-		rc = kv_get(server.kv, root_ns, req->key, &val);
+		rc = kv_get(server.kv, ns, req->key, &val);
 		if (rc == RDZV_ENOTFOUND && c->dialect == DIALECT_TCPS2) {
 			/* Newer servers answer a missing key with empty bytes. */
 			val.p = NULL;
@@ -178,7 +181,7 @@ tcps_dispatch(struct conn *c, const struct tcps_req *req, const char **why)
 		}
 		break;
 	case TCPS_ADD:
-		rc = kv_add(server.kv, root_ns, req->key, req->num, &n);
+		rc = kv_add(server.kv, ns, req->key, req->num, &n);
 		if (rc == RDZV_ENOTINT || rc == RDZV_EINVAL) {
 			*why = rc == RDZV_ENOTINT ? "ADD to a key that does not "
 			    "hold a decimal integer" : "ADD overflows int64";
@@ -190,7 +193,7 @@ tcps_dispatch(struct conn *c, const struct tcps_req *req, const char **why)
 		}
 		break;
 	case TCPS_COMPARE_SET:
-		rc = kv_cas(server.kv, root_ns, req->key, req->v1, req->v2, &val);
+		rc = kv_cas(server.kv, ns, req->key, req->v1, req->v2, &val);
 		if (rc == 0) {
 			tcps_put_bytes(conn_reply_buf(c), val.p, val.len);
 			conn_reply_done(c);
@@ -203,13 +206,13 @@ tcps_dispatch(struct conn *c, const struct tcps_req *req, const char **why)
 			break;
 		}
 		if (req->op == TCPS_CHECK) {
-			rc = kv_check(server.kv, root_ns, keys, req->nkeys);
+			rc = kv_check(server.kv, ns, keys, req->nkeys);
 			tcps_put_u8(conn_reply_buf(c),
 			    rc ? TCPS_READY : TCPS_NOT_READY);
 			conn_reply_done(c);
 			rc = 0;
 		} else {
-			rc = kv_wait(server.kv, root_ns, keys, req->nkeys,
+			rc = kv_wait(server.kv, ns, keys, req->nkeys,
 			    tcps_wake_cb, c, &c->tcps_wait);
 			if (rc == 1) {
 				tcps_put_u8(conn_reply_buf(c), TCPS_STOP_WAITING);
@@ -222,7 +225,7 @@ tcps_dispatch(struct conn *c, const struct tcps_req *req, const char **why)
 			free(keys);
 		break;
 	case TCPS_BARRIER:
-		rc = kv_barrier(server.kv, root_ns, req->key, req->num,
+		rc = kv_barrier(server.kv, ns, req->key, req->num,
 		    tcps_wake_cb, c, &c->tcps_wait);
 		if (rc == RDZV_ENOTINT) {
 			*why = "BARRIER on a key that is not a counter";
@@ -236,11 +239,11 @@ tcps_dispatch(struct conn *c, const struct tcps_req *req, const char **why)
 			rc = 0;
 		break;
 	case TCPS_GETNUMKEYS:
-		tcps_put_i64(conn_reply_buf(c), kv_num_keys(server.kv, root_ns));
+		tcps_put_i64(conn_reply_buf(c), kv_num_keys(server.kv, ns));
 		conn_reply_done(c);
 		break;
 	case TCPS_DELETE_KEY:
-		rc = kv_delete(server.kv, root_ns, req->key);
+		rc = kv_delete(server.kv, ns, req->key);
 		if (rc >= 0) {
 			tcps_put_i64(conn_reply_buf(c), rc);
 			conn_reply_done(c);
@@ -261,7 +264,7 @@ tcps_dispatch(struct conn *c, const struct tcps_req *req, const char **why)
 			break;
 		}
 		c->tcps_watch = nw;
-		rc = kv_watch(server.kv, root_ns, req->key, tcps_watch_cb, c,
+		rc = kv_watch(server.kv, ns, req->key, tcps_watch_cb, c,
 		    &c->tcps_watch[c->tcps_nwatch]);
 		if (rc >= 0) {
 			c->tcps_nwatch++;
@@ -275,7 +278,7 @@ tcps_dispatch(struct conn *c, const struct tcps_req *req, const char **why)
 		out = conn_reply_buf(c);
 		tcps_iter_init(&it, req);
 		while (tcps_list_next(&it, &key, &val)) {
-			if (kv_get(server.kv, root_ns, key, &val) != 0) {
+			if (kv_get(server.kv, ns, key, &val) != 0) {
 				val.p = NULL;
 				val.len = 0;
 			}
@@ -286,7 +289,7 @@ tcps_dispatch(struct conn *c, const struct tcps_req *req, const char **why)
 	case TCPS_MULTI_SET:
 		tcps_iter_init(&it, req);
 		for (i = 0; rc == 0 && tcps_list_next(&it, &key, &val); i++)
-			rc = kv_set(server.kv, root_ns, key, val);
+			rc = kv_set(server.kv, ns, key, val);
 		break;
 	case TCPS_CANCEL_WAIT:
 		/* The client reads WAIT_CANCELED whether or not a wait was
@@ -300,7 +303,7 @@ tcps_dispatch(struct conn *c, const struct tcps_req *req, const char **why)
 		conn_reply_done(c);
 		break;
 	case TCPS_QUEUE_PUSH:
-		rc = kv_qpush(server.kv, root_ns, req->key, req->v1);
+		rc = kv_qpush(server.kv, ns, req->key, req->v1);
 		break;
 	case TCPS_QUEUE_POP: {
 		uint8_t	*item = NULL;
@@ -308,11 +311,11 @@ tcps_dispatch(struct conn *c, const struct tcps_req *req, const char **why)
 
 		/* Length before the pop, then the item if there was one;
 		 * a blocking client WAITs on the queue's name first. */
-		n = kv_qlen(server.kv, root_ns, req->key);
+		n = kv_qlen(server.kv, ns, req->key);
 		out = conn_reply_buf(c);
 		tcps_put_i64(out, n);
 		if (n > 0 &&
-		    kv_qpop(server.kv, root_ns, req->key, &item, &ilen) == 0) {
+		    kv_qpop(server.kv, ns, req->key, &item, &ilen) == 0) {
 			tcps_put_bytes(out, item, ilen);
 			free(item);
 		}
@@ -321,7 +324,7 @@ tcps_dispatch(struct conn *c, const struct tcps_req *req, const char **why)
 	}
 	case TCPS_QUEUE_LEN:
 		tcps_put_i64(conn_reply_buf(c),
-		    kv_qlen(server.kv, root_ns, req->key));
+		    kv_qlen(server.kv, ns, req->key));
 		conn_reply_done(c);
 		break;
 	case TCPS_LIST_KEYS:
@@ -330,7 +333,7 @@ tcps_dispatch(struct conn *c, const struct tcps_req *req, const char **why)
 			break;
 		}
 		acc.n = 0;
-		kv_list(server.kv, root_ns, tcps_list_cb, &acc);
+		kv_list(server.kv, ns, tcps_list_cb, &acc);
 		out = conn_reply_buf(c);
 		tcps_put_i64(out, acc.n);
 		evbuffer_add_buffer(out, acc.buf);

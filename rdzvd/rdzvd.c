@@ -1,7 +1,7 @@
 /*
- * rdzvd.c: the daemon's start and end: options, logging, the event base,
- * the kv core and its store, the listeners, and the signals that stop it
- * (SIGTERM, SIGINT: drain and exit 0) or reopen its log (SIGHUP).
+ * rdzvd.c: main(): options, logging, the event base, serve.c's start and
+ * stop, and the signals that stop rdzvd (SIGTERM, SIGINT: drain and exit
+ * 0) or reopen its log (SIGHUP).
  */
 #include "config.h"
 
@@ -17,15 +17,7 @@
 #include "rdzvd.h"
 
 static struct rdzvd_config	cfg;
-
-void
-rdzvd_store_stats(struct store_stats *st)
-{
-	if (server.store != NULL)
-		store_get_stats(server.store, st);
-	else
-		memset(st, 0, sizeof *st);
-}
+static struct event_base	*base;
 
 static void
 sig_stop_cb(evutil_socket_t sig, short ev, void *arg)
@@ -35,7 +27,7 @@ sig_stop_cb(evutil_socket_t sig, short ev, void *arg)
 	log_info("%s: draining and exiting", strsignal((int)sig));
 	server_shutdown();
 	http_stop();
-	event_base_loopexit(server.base, NULL);
+	event_base_loopexit(base, NULL);
 }
 
 static void
@@ -66,25 +58,9 @@ main(int argc, char **argv)
 
 	if (evthread_use_pthreads() != 0)
 		fatalx("evthread_use_pthreads failed");
-	if ((server.base = event_base_new()) == NULL)
+	if ((base = event_base_new()) == NULL)
 		fatalx("event_base_new failed");
-	server.cfg = &cfg;
-	if ((server.kv = kv_new()) == NULL)
-		fatalx("out of memory");
-
-	if (cfg.durability != STORE_MEMORY) {
-		server.store = store_open(cfg.db, cfg.durability,
-		    cfg.relaxed_window_ms, server.base, server.kv,
-		    server_commit_cb, NULL);
-		if (server.store == NULL) {
-			log_warnx("cannot use database %s (see above); choose "
-			    "another with --db, or --durability memory",
-			    cfg.db);
-			goto out;
-		}
-		kv_set_journal(server.kv, store_journal, server.store);
-	}
-	if (server_listen(&port) != 0 || http_start(&http_port) != 0)
+	if (rdzvd_serve_start(base, &cfg, &port, &http_port) != 0)
 		goto out;
 	/* Port files last: their existence tells a supervisor we serve. */
 	if (cfg.http_port_file != NULL && cfg.http != NULL &&
@@ -94,7 +70,7 @@ main(int argc, char **argv)
 		goto out;
 
 	for (i = 0; signos[i] != 0; i++) {
-		sigs[i] = evsignal_new(server.base, signos[i],
+		sigs[i] = evsignal_new(base, signos[i],
 		    signos[i] == SIGHUP ? sig_hup_cb : sig_stop_cb, NULL);
 		if (sigs[i] == NULL || evsignal_add(sigs[i], NULL) != 0)
 			fatalx("evsignal_new failed");
@@ -105,21 +81,14 @@ main(int argc, char **argv)
 	    server.store != NULL ? ", database " : "",
 	    server.store != NULL ? cfg.db : "", (size_t)kv_total_keys(server.kv));
 
-	event_base_dispatch(server.base);
+	event_base_dispatch(base);
 
 	for (i = 0; sigs[i] != NULL; i++)
 		event_free(sigs[i]);
 	rc = 0;
 out:
-	server_shutdown();
-	http_stop();
-	if (server.store != NULL) {
-		/* Commits whatever is pending before we exit. */
-		store_close(server.store);
-		server.store = NULL;
-	}
-	kv_free(server.kv);
-	event_base_free(server.base);
+	rdzvd_serve_stop();
+	event_base_free(base);
 	if (rc == 0)
 		log_info("exited cleanly");
 	config_free(&cfg);

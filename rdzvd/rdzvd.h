@@ -17,6 +17,7 @@
 #include <stdint.h>
 
 #include "kv.h"
+#include "rdzv.h"
 #include "store.h"
 #include "wire.h"
 
@@ -44,6 +45,8 @@ struct rdzvd_config {
 	size_t			 output_max;
 	size_t			 memory_budget;
 	unsigned		 request_timeout_ms;
+	unsigned		 last_call_ms;	/* rendezvous defaults */
+	unsigned		 lease_ms;
 };
 
 /*
@@ -52,6 +55,8 @@ struct rdzvd_config {
  * --help and --version; prints the cause and returns -1 on a bad option.
  */
 int	config_parse(struct rdzvd_config *cfg, int argc, char **argv);
+/* Fills cfg with the defaults alone. */
+void	config_defaults(struct rdzvd_config *cfg);
 void	config_free(struct rdzvd_config *);
 
 /* ---- metrics.c: counters shown on /metrics ---- */
@@ -62,6 +67,8 @@ enum op_kind {
 	OPK_DELETE, OPK_NUM_KEYS, OPK_APPEND, OPK_MULTI_GET, OPK_MULTI_SET,
 	OPK_QUEUE_PUSH, OPK_QUEUE_POP, OPK_QUEUE_LEN, OPK_LIST_KEYS,
 	OPK_BARRIER, OPK_CANCEL, OPK_PING, OPK_WATCH, OPK_VALIDATE,
+	OPK_JOIN, OPK_HEARTBEAT, OPK_LEAVE, OPK_FAILURE, OPK_SUCCEEDED,
+	OPK_JOB_STATUS,
 	OPK_COUNT
 };
 
@@ -112,11 +119,21 @@ enum conn_state {
 
 struct pending;			/* a native request waiting (proto_native.c) */
 
+/* A namespace shared by a round's listener and its connections. */
+struct ns_ref {
+	int		refs;
+	size_t		len;
+	uint8_t		p[];
+};
+struct ns_ref	*ns_ref_new(struct slice);
+void		 ns_ref_put(struct ns_ref *);
+
 struct conn {
 	struct bufferevent	*bev;
 	enum conn_state		 state;
 	enum conn_dialect	 dialect;
 	char			 peer[64];	/* "addr:port", for logs */
+	struct ns_ref		*ns;		/* TCPStore namespace; NULL: root */
 	size_t			 need;		/* bytes to buffer before decoding */
 	size_t			 budget;	/* bytes held against memory_budget */
 	struct event		*req_timer;	/* partial request deadline */
@@ -144,6 +161,7 @@ struct server {
 	struct event_base	*base;
 	struct rdzvd_config	*cfg;
 	struct kv		*kv;
+	struct rz		*rz;		/* the rendezvous */
 	struct store		*store;		/* NULL in memory mode */
 	struct evconnlistener	*listener;
 	struct event		*accept_timer;	/* EMFILE back-off */
@@ -164,6 +182,9 @@ extern struct server	server;
 int	listen_socket(const char *spec, const char *what, int *port);
 /* Binds cfg->listen and starts accepting; sets *port. */
 int	server_listen(int *port);
+/* Accepts on fd (a listening socket) into namespace ns (a reference is
+ * taken per connection; NULL: the root).  NULL on failure (fd closed). */
+struct evconnlistener *server_listen_fd(int fd, struct ns_ref *ns);
 /* Called on the loop thread after the store commits through seq. */
 void	server_commit_cb(void *arg, uint64_t seq);
 /* Stops accepting and closes every connection (shutdown). */
@@ -175,6 +196,9 @@ void	server_shutdown(void);
  * released by server_commit_cb.  Call conn_reply_done() after writing.
  */
 struct evbuffer	*conn_reply_buf(struct conn *);
+/* The same; durable = 1 holds the reply until everything written so far
+ * is committed in any mode with a database (membership changes). */
+struct evbuffer	*conn_reply_buf_durable(struct conn *, int durable);
 void		 conn_reply_done(struct conn *);
 /* Logs "closing <peer>: <why>", counts ek (unless ERRK_COUNT), frees c. */
 void		 conn_close(struct conn *, enum err_kind ek, const char *why);
@@ -201,14 +225,32 @@ ssize_t	native_serve(struct conn *, const uint8_t *buf, size_t len,
 	    const char **why);
 void	native_conn_free(struct conn *);
 
+/* ---- round.c: the rendezvous wired to the loop ---- */
+
+int64_t	rdzvd_now_ms(void);	/* monotonic */
+/* Creates server.rz, loads saved jobs, arms the timer. */
+int	round_init(int64_t last_call_ms, int64_t lease_ms);
+/* Serves a JOIN from c (request id): replies before any ROUND push. */
+void	round_join(struct conn *c, uint32_t id, const struct rz_join_req *);
+/* Pauses (0) or resumes (1) accepting on every round's port. */
+void	round_set_accepting(int on);
+/* Re-arms the timer after any rendezvous event. */
+void	round_rearm(void);
+void	round_fini(void);
+
 /* ---- http.c: /healthz and /metrics ---- */
 
 /* Starts the HTTP listener on cfg->http (if set); sets *port (0 if off). */
 int	http_start(int *port);
 void	http_stop(void);
 
-/* ---- rdzvd.c ---- */
+/* ---- serve.c: the daemon on an event base (main and embed.h) ---- */
 
+/* Starts kv, store, rendezvous and listeners on base; sets the ports. */
+int	rdzvd_serve_start(struct event_base *, struct rdzvd_config *,
+	    int *port, int *http_port);
+/* Closes connections, commits the store and frees everything. */
+void	rdzvd_serve_stop(void);
 /* Store figures for /metrics (zeros in memory mode). */
 void	rdzvd_store_stats(struct store_stats *);
 

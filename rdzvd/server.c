@@ -88,6 +88,9 @@ conn_close(struct conn *c, enum err_kind ek, const char *why)
 
 	tcps_conn_free(c);
 	native_conn_free(c);
+	if (server.rz != NULL)
+		rz_conn_gone(server.rz, c);
+	ns_ref_put(c->ns);
 	held_remove(c);
 	if (c->held != NULL)
 		evbuffer_free(c->held);
@@ -145,12 +148,40 @@ replies_wait_for_store(void)
 	return store_backlog(server.store) > RELAXED_BACKLOG_MAX;
 }
 
+struct ns_ref *
+ns_ref_new(struct slice ns)
+{
+	struct ns_ref	*r;
+
+	if ((r = malloc(sizeof *r + ns.len)) == NULL)
+		return NULL;
+	r->refs = 1;
+	r->len = ns.len;
+	if (ns.len > 0)
+		memcpy(r->p, ns.p, ns.len);
+	return r;
+}
+
+void
+ns_ref_put(struct ns_ref *r)
+{
+	if (r != NULL && --r->refs == 0)
+		free(r);
+}
+
 struct evbuffer *
 conn_reply_buf(struct conn *c)
 {
+	return conn_reply_buf_durable(c, 0);
+}
+
+struct evbuffer *
+conn_reply_buf_durable(struct conn *c, int durable)
+{
 	uint64_t	last;
 
-	if (c->on_held_list || replies_wait_for_store()) {
+	if (c->on_held_list || (durable && server.store != NULL) ||
+	    replies_wait_for_store()) {
 		last = store_last_seq(server.store);
 		if (last > store_committed(server.store) || c->on_held_list) {
 			if (c->held == NULL && (c->held = evbuffer_new()) == NULL)
@@ -427,6 +458,8 @@ accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa,
 	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
 	setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
 	format_peer(c->peer, sizeof c->peer, sa);
+	if ((c->ns = arg) != NULL)
+		c->ns->refs++;
 	c->bev = bufferevent_socket_new(server.base, fd, BEV_OPT_CLOSE_ON_FREE);
 	c->req_timer = evtimer_new(server.base, conn_timeout_cb, c);
 	if (c->bev == NULL || c->req_timer == NULL) {
@@ -456,8 +489,10 @@ accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa,
 static void
 accept_resume_cb(evutil_socket_t fd, short ev, void *arg)
 {
-	if (!server.draining)
+	if (!server.draining) {
 		evconnlistener_enable(server.listener);
+		round_set_accepting(1);
+	}
 }
 
 /* Out of descriptors: stop accepting for a second rather than spin. */
@@ -471,7 +506,9 @@ accept_error_cb(struct evconnlistener *l, void *arg)
 	if (e == EMFILE || e == ENFILE || e == ENOBUFS || e == ENOMEM) {
 		log_warnx("accept: %s; pausing accepts for 1 s (raise the "
 		    "descriptor limit, e.g. LimitNOFILE)", strerror(e));
-		evconnlistener_disable(l);
+		/* Descriptors are per process: pause every listener. */
+		evconnlistener_disable(server.listener);
+		round_set_accepting(0);
 		evtimer_add(server.accept_timer, &tv);
 	} else
 		log_warnx("accept: %s", strerror(e));
@@ -603,6 +640,22 @@ write_port_file(const char *path, int port)
 	return 0;
 }
 
+struct evconnlistener *
+server_listen_fd(int fd, struct ns_ref *ns)
+{
+	struct evconnlistener	*l;
+
+	l = evconnlistener_new(server.base, accept_cb, ns,
+	    LEV_OPT_CLOSE_ON_FREE, -1, fd);
+	if (l == NULL) {
+		log_warnx("evconnlistener_new failed");
+		close(fd);
+		return NULL;
+	}
+	evconnlistener_set_error_cb(l, accept_error_cb);
+	return l;
+}
+
 int
 server_listen(int *port)
 {
@@ -612,14 +665,8 @@ server_listen(int *port)
 	TAILQ_INIT(&server.held);
 	if ((fd = listen_socket(server.cfg->listen, "listen", port)) == -1)
 		return -1;
-	server.listener = evconnlistener_new(server.base, accept_cb, NULL,
-	    LEV_OPT_CLOSE_ON_FREE, -1, fd);
-	if (server.listener == NULL) {
-		log_warnx("evconnlistener_new failed");
-		close(fd);
+	if ((server.listener = server_listen_fd(fd, NULL)) == NULL)
 		return -1;
-	}
-	evconnlistener_set_error_cb(server.listener, accept_error_cb);
 	server.accept_timer = evtimer_new(server.base, accept_resume_cb, NULL);
 	if (server.accept_timer == NULL)
 		fatalx("evtimer_new");

@@ -7,6 +7,7 @@ INTEG_TESTS = \
 	tests/integ/bad_input.py \
 	tests/integ/memory.py \
 	tests/integ/persistence.py \
-	tests/integ/daemon.py
+	tests/integ/daemon.py \
+	tests/integ/rendezvous.py
 TESTS += $(INTEG_TESTS)
 EXTRA_DIST += $(INTEG_TESTS)

@@ -1,0 +1,991 @@
+/*
+ * rdzv.c: the server-side rendezvous state machine (see rdzv.h for the
+ * states and the rows it keeps in kv).  Deterministic: the same events
+ * at the same times give the same rounds, ranks and pushes.
+ */
+#include "config.h"
+
+#include <sys/queue.h>
+
+#include <ctype.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <uthash.h>
+
+#include "rdzv.h"
+#include "rdzv_err.h"
+#include "wire.h"
+
+enum rz_job_state { RZJ_FORMING = 1, RZJ_RUNNING, RZJ_DONE, RZJ_FAILED };
+enum rz_node_state { RZN_WAITING = 1, RZN_MEMBER, RZN_STANDBY };
+
+struct rz_node {
+	TAILQ_ENTRY(rz_node)	 entry;
+	int64_t			 id;
+	char			 instance[RZ_ID_MAX + 1];
+	char			 host[RZ_ID_MAX + 1];
+	char			 addr[RZ_ID_MAX + 1];
+	int64_t			 pid;
+	int64_t			 lws;		/* local world size */
+	enum rz_node_state	 state;
+	int64_t			 group_rank;	/* this round, or -1 */
+	int64_t			 prev_rank;	/* last round it was in, or -1 */
+	int64_t			 join_seq;	/* order of joining */
+	int64_t			 lease_end;
+	int			 succeeded;
+	void			*conn;
+};
+TAILQ_HEAD(rz_nodes, rz_node);
+
+struct rz_job {
+	UT_hash_handle		 hh;
+	char			 id[RZ_ID_MAX + 1];
+	int64_t			 min, max, max_restarts, last_call_ms, lease_ms;
+	enum rz_job_state	 state;
+	int64_t			 round;
+	int64_t			 restart_count;
+	int64_t			 last_join;	/* for the last call */
+	int64_t			 next_node_id;
+	int64_t			 next_join_seq;
+	int64_t			 next_event;
+	int64_t			 world_size;
+	int			 port;		/* this round's TCPStore port */
+	char			 ns[RZ_ID_MAX + 64];
+	char			 failure[RZ_MSG_MAX];
+	struct rz_nodes		 nodes;
+	int64_t			 nnodes;
+};
+
+struct rz {
+	struct kv		*kv;
+	struct rz_hooks		 hooks;
+	int64_t			 def_last_call, def_lease;
+	struct rz_job		*jobs;
+	struct rz_stats		 stats;
+};
+
+static const struct slice ns_jobs = { (const uint8_t *)"\0rdzv/job", 9 };
+
+static void	rz_round_end(struct rz *, struct rz_job *, int64_t now,
+		    const char *why);
+static void	rz_round_form(struct rz *, struct rz_job *, int64_t now);
+
+const char *
+rz_job_id(const struct rz_job *j)
+{
+	return j->id;
+}
+
+/* Copies a peer-supplied identifier, refusing empty, long or odd ones. */
+static int
+rz_copy_id(char *dst, struct slice s, int allow_empty)
+{
+	size_t	i;
+
+	if (s.len > RZ_ID_MAX || (s.len == 0 && !allow_empty))
+		return RDZV_EINVAL;
+	for (i = 0; i < s.len; i++)
+		if (!isgraph(s.p[i]))
+			return RDZV_EINVAL;
+	memcpy(dst, s.p, s.len);
+	dst[s.len] = '\0';
+	return 0;
+}
+
+/* Escapes newlines and backslashes so a value fits one row line. */
+static void
+rz_escape(char *out, size_t outsz, const char *in)
+{
+	size_t	o = 0;
+
+	for (; *in != '\0' && o + 3 < outsz; in++) {
+		if (*in == '\n') {
+			out[o++] = '\\';
+			out[o++] = 'n';
+		} else if (*in == '\\') {
+			out[o++] = '\\';
+			out[o++] = '\\';
+		} else
+			out[o++] = *in;
+	}
+	out[o] = '\0';
+}
+
+static void
+rz_unescape(char *s)
+{
+	char	*o = s;
+
+	for (; *s != '\0'; s++) {
+		if (*s == '\\' && s[1] == 'n') {
+			*o++ = '\n';
+			s++;
+		} else if (*s == '\\' && s[1] == '\\') {
+			*o++ = '\\';
+			s++;
+		} else
+			*o++ = *s;
+	}
+	*o = '\0';
+}
+
+/* ---- persistence: rows in reserved kv namespaces ---- */
+
+static void
+rz_ns_name(char *out, size_t outsz, const char *kind, const struct rz_job *j,
+    struct slice *ns)
+{
+	int	n;
+
+	n = snprintf(out, outsz, "%crdzv/%s/%s", '\0', kind, j->id);
+	ns->p = (const uint8_t *)out;
+	ns->len = n < 0 ? 0 : (size_t)n < outsz ? (size_t)n : outsz - 1;
+}
+
+static void
+rz_save_job(struct rz *rz, struct rz_job *j)
+{
+	char	row[RZ_MSG_MAX * 2 + 512], esc[RZ_MSG_MAX * 2];
+	int	n;
+
+	rz_escape(esc, sizeof esc, j->failure);
+	n = snprintf(row, sizeof row,
+	    "min=%" PRId64 "\nmax=%" PRId64 "\nmax_restarts=%" PRId64
+	    "\nlast_call_ms=%" PRId64 "\nlease_ms=%" PRId64 "\nstate=%d"
+	    "\nround=%" PRId64 "\nrestarts=%" PRId64 "\nnext_node=%" PRId64
+	    "\nnext_join=%" PRId64 "\nnext_event=%" PRId64 "\nport=%d"
+	    "\nworld=%" PRId64 "\nfailure=%s\n",
+	    j->min, j->max, j->max_restarts, j->last_call_ms, j->lease_ms,
+	    (int)j->state, j->round, j->restart_count, j->next_node_id,
+	    j->next_join_seq, j->next_event, j->port, j->world_size, esc);
+	if (n > 0 && (size_t)n < sizeof row)
+		kv_set(rz->kv, ns_jobs, slice_str(j->id),
+		    (struct slice){ (const uint8_t *)row, (size_t)n });
+}
+
+static void
+rz_save_node(struct rz *rz, struct rz_job *j, struct rz_node *nd)
+{
+	char		nsbuf[RZ_ID_MAX + 32], key[32], row[4 * RZ_ID_MAX + 256];
+	struct slice	ns;
+	int		n, k;
+
+	rz_ns_name(nsbuf, sizeof nsbuf, "node", j, &ns);
+	k = snprintf(key, sizeof key, "%" PRId64, nd->id);
+	n = snprintf(row, sizeof row,
+	    "instance=%s\nhost=%s\naddr=%s\npid=%" PRId64 "\nlws=%" PRId64
+	    "\nstate=%d\ngroup_rank=%" PRId64 "\nprev_rank=%" PRId64
+	    "\njoin_seq=%" PRId64 "\nsucceeded=%d\n",
+	    nd->instance, nd->host, nd->addr, nd->pid, nd->lws, (int)nd->state,
+	    nd->group_rank, nd->prev_rank, nd->join_seq, nd->succeeded);
+	if (n > 0 && (size_t)n < sizeof row)
+		kv_set(rz->kv, ns, (struct slice){ (const uint8_t *)key,
+		    (size_t)k }, (struct slice){ (const uint8_t *)row,
+		    (size_t)n });
+}
+
+static void
+rz_drop_node_row(struct rz *rz, struct rz_job *j, struct rz_node *nd)
+{
+	char		nsbuf[RZ_ID_MAX + 32], key[32];
+	struct slice	ns;
+	int		k;
+
+	rz_ns_name(nsbuf, sizeof nsbuf, "node", j, &ns);
+	k = snprintf(key, sizeof key, "%" PRId64, nd->id);
+	kv_delete(rz->kv, ns, (struct slice){ (const uint8_t *)key, (size_t)k });
+}
+
+/* Appends one line to the job's event log. */
+static void
+rz_event(struct rz *rz, struct rz_job *j, int64_t now, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static void
+rz_event(struct rz *rz, struct rz_job *j, int64_t now, const char *fmt, ...)
+{
+	char		nsbuf[RZ_ID_MAX + 32], key[32], line[RZ_MSG_MAX + 512];
+	char		esc[RZ_MSG_MAX + 512];
+	struct slice	ns;
+	va_list		ap;
+	int		k, n;
+
+	va_start(ap, fmt);
+	vsnprintf(line, sizeof line, fmt, ap);
+	va_end(ap);
+	rz_escape(esc, sizeof esc, line);
+	rz_ns_name(nsbuf, sizeof nsbuf, "ev", j, &ns);
+	k = snprintf(key, sizeof key, "%020" PRId64, j->next_event++);
+	n = snprintf(line, sizeof line, "%" PRId64 " %s", now, esc);
+	if (n > 0)
+		kv_set(rz->kv, ns, (struct slice){ (const uint8_t *)key,
+		    (size_t)k }, (struct slice){ (const uint8_t *)line,
+		    (size_t)n < sizeof line ? (size_t)n : sizeof line - 1 });
+}
+
+/* ---- lookups ---- */
+
+static struct rz_job *
+rz_find_job(struct rz *rz, struct slice id)
+{
+	struct rz_job	*j;
+	char		 buf[RZ_ID_MAX + 1];
+
+	if (rz_copy_id(buf, id, 0) != 0)
+		return NULL;
+	HASH_FIND_STR(rz->jobs, buf, j);
+	return j;
+}
+
+static struct rz_node *
+rz_find_node(struct rz_job *j, int64_t id)
+{
+	struct rz_node	*nd;
+
+	TAILQ_FOREACH(nd, &j->nodes, entry)
+		if (nd->id == id)
+			return nd;
+	return NULL;
+}
+
+static int
+rz_closed(const struct rz_job *j)
+{
+	return j->state == RZJ_DONE || j->state == RZJ_FAILED;
+}
+
+/* ---- pushes ---- */
+
+static void
+rz_push_node(struct rz *rz, struct rz_job *j, struct rz_node *nd, int state)
+{
+	struct rz_push	p;
+
+	if (nd->conn == NULL)
+		return;
+	memset(&p, 0, sizeof p);
+	p.job = j->id;
+	p.round = j->round;
+	p.state = state;
+	p.node_id = nd->id;
+	p.group_rank = -1;
+	p.restart_count = j->restart_count;
+	p.max_restarts = j->max_restarts;
+	p.store_ns = "";
+	p.message = state == RDZV_ROUND_FAILED ? j->failure : "";
+	if (state == RDZV_ROUND_RUNNING) {
+		struct rz_node	*o;
+		int64_t		 base = 0;
+
+		TAILQ_FOREACH(o, &j->nodes, entry)
+			if (o->state == RZN_MEMBER && o->group_rank < nd->group_rank)
+				base += o->lws;
+		p.group_rank = nd->group_rank;
+		p.group_world_size = 0;
+		TAILQ_FOREACH(o, &j->nodes, entry)
+			if (o->state == RZN_MEMBER)
+				p.group_world_size++;
+		p.world_size = j->world_size;
+		p.rank_base = base;
+		p.store_ns = j->ns;
+		p.store_port = j->port;
+	}
+	rz->hooks.push(rz->hooks.arg, nd->conn, &p);
+}
+
+/* Tells a node where it stands now (after a join or a reconnect). */
+static void
+rz_push_current(struct rz *rz, struct rz_job *j, struct rz_node *nd)
+{
+	if (j->state == RZJ_DONE)
+		rz_push_node(rz, j, nd, RDZV_ROUND_DONE);
+	else if (j->state == RZJ_FAILED)
+		rz_push_node(rz, j, nd, RDZV_ROUND_FAILED);
+	else if (nd->state == RZN_MEMBER && j->state == RZJ_RUNNING)
+		rz_push_node(rz, j, nd, RDZV_ROUND_RUNNING);
+	else if (nd->state == RZN_STANDBY)
+		rz_push_node(rz, j, nd, RDZV_ROUND_STANDBY);
+}
+
+/* ---- transitions ---- */
+
+static void
+rz_close_job(struct rz *rz, struct rz_job *j, enum rz_job_state state,
+    int64_t now)
+{
+	struct rz_node	*nd;
+
+	j->state = state;
+	if (j->port > 0) {
+		rz->hooks.close_port(rz->hooks.arg, j);
+		j->port = 0;
+	}
+	if (j->ns[0] != '\0')
+		kv_ns_drop(rz->kv, slice_str(j->ns));
+	rz_event(rz, j, now, state == RZJ_DONE ? "close succeeded" :
+	    "close failed: %s", j->failure);
+	rz_save_job(rz, j);
+	TAILQ_FOREACH(nd, &j->nodes, entry)
+		rz_push_node(rz, j, nd, state == RZJ_DONE ? RDZV_ROUND_DONE :
+		    RDZV_ROUND_FAILED);
+}
+
+/* Ends the running round: members stop, everyone waits for the next. */
+static void
+rz_round_end(struct rz *rz, struct rz_job *j, int64_t now, const char *why)
+{
+	struct rz_node	*nd;
+
+	if (j->state == RZJ_RUNNING) {
+		TAILQ_FOREACH(nd, &j->nodes, entry) {
+			if (nd->state == RZN_MEMBER)
+				rz_push_node(rz, j, nd, RDZV_ROUND_STOP);
+		}
+		if (j->port > 0) {
+			rz->hooks.close_port(rz->hooks.arg, j);
+			j->port = 0;
+		}
+		/* The old round's keys can never be read again. */
+		if (j->ns[0] != '\0')
+			kv_ns_drop(rz->kv, slice_str(j->ns));
+		rz_event(rz, j, now, "round %" PRId64 " ended: %s", j->round,
+		    why);
+	}
+	TAILQ_FOREACH(nd, &j->nodes, entry) {
+		if (nd->state == RZN_MEMBER)
+			nd->prev_rank = nd->group_rank;
+		nd->state = RZN_WAITING;
+		nd->group_rank = -1;
+		nd->succeeded = 0;
+		rz_save_node(rz, j, nd);
+	}
+	j->state = RZJ_FORMING;
+	j->last_join = now;
+	rz_save_job(rz, j);
+}
+
+static int
+rz_rank_cmp(const void *a, const void *b)
+{
+	const struct rz_node	*x = *(struct rz_node * const *)a;
+	const struct rz_node	*y = *(struct rz_node * const *)b;
+
+	/* Survivors first, in their old order; then by joining. */
+	if ((x->prev_rank >= 0) != (y->prev_rank >= 0))
+		return x->prev_rank >= 0 ? -1 : 1;
+	if (x->prev_rank != y->prev_rank)
+		return x->prev_rank < y->prev_rank ? -1 : 1;
+	return x->join_seq < y->join_seq ? -1 : x->join_seq > y->join_seq;
+}
+
+/* Completes a round if it can (FORMING only). */
+static void
+rz_round_form(struct rz *rz, struct rz_job *j, int64_t now)
+{
+	struct rz_node	**order, *nd;
+	int64_t		  i, n = 0, members;
+	int		  port;
+
+	if (j->state != RZJ_FORMING || j->nnodes < j->min)
+		return;
+	if (j->nnodes < j->max && now < j->last_join + j->last_call_ms)
+		return;
+	if ((order = reallocarray(NULL, (size_t)j->nnodes, sizeof *order)) ==
+	    NULL)
+		return;		/* tried again at the next event */
+	TAILQ_FOREACH(nd, &j->nodes, entry)
+		order[n++] = nd;
+	qsort(order, (size_t)n, sizeof *order, rz_rank_cmp);
+	members = n < j->max ? n : j->max;
+
+	j->round++;
+	j->world_size = 0;
+	snprintf(j->ns, sizeof j->ns, "job/%s/round/%" PRId64, j->id, j->round);
+	for (i = 0; i < n; i++) {
+		nd = order[i];
+		if (i < members) {
+			nd->state = RZN_MEMBER;
+			nd->group_rank = i;
+			j->world_size += nd->lws;
+		} else {
+			nd->state = RZN_STANDBY;
+			nd->group_rank = -1;
+		}
+		nd->succeeded = 0;
+		rz_save_node(rz, j, nd);
+	}
+	port = rz->hooks.open_port(rz->hooks.arg, j, j->ns, 0);
+	j->port = port > 0 ? port : 0;
+	j->state = RZJ_RUNNING;
+	rz->stats.rounds_total++;
+	rz_event(rz, j, now, "round %" PRId64 " running: %" PRId64 " nodes, "
+	    "world size %" PRId64 ", %" PRId64 " standby, restart %" PRId64,
+	    j->round, members, j->world_size, n - members, j->restart_count);
+	rz_save_job(rz, j);
+	for (i = 0; i < n; i++)
+		rz_push_node(rz, j, order[i], i < members ? RDZV_ROUND_RUNNING :
+		    RDZV_ROUND_STANDBY);
+	free(order);
+}
+
+static void
+rz_node_remove(struct rz *rz, struct rz_job *j, struct rz_node *nd)
+{
+	TAILQ_REMOVE(&j->nodes, nd, entry);
+	j->nnodes--;
+	rz_drop_node_row(rz, j, nd);
+	free(nd);
+}
+
+/* ---- the ops ---- */
+
+struct rz *
+rz_new(struct kv *kv, const struct rz_hooks *hooks, int64_t last_call_ms,
+    int64_t lease_ms)
+{
+	struct rz	*rz;
+
+	if ((rz = calloc(1, sizeof *rz)) == NULL)
+		return NULL;
+	rz->kv = kv;
+	rz->hooks = *hooks;
+	rz->def_last_call = last_call_ms;
+	rz->def_lease = lease_ms;
+	return rz;
+}
+
+void
+rz_free(struct rz *rz)
+{
+	struct rz_job	*j, *tmp;
+	struct rz_node	*nd;
+
+	if (rz == NULL)
+		return;
+	HASH_ITER(hh, rz->jobs, j, tmp) {
+		HASH_DEL(rz->jobs, j);
+		while ((nd = TAILQ_FIRST(&j->nodes)) != NULL) {
+			TAILQ_REMOVE(&j->nodes, nd, entry);
+			free(nd);
+		}
+		free(j);
+	}
+	free(rz);
+}
+
+int
+rz_join(struct rz *rz, const struct rz_join_req *r, void *conn, int64_t now,
+    int64_t *node_id, int64_t *restart_count)
+{
+	struct rz_job	*j;
+	struct rz_node	*nd;
+	char		 id[RZ_ID_MAX + 1], inst[RZ_ID_MAX + 1];
+	int64_t		 last_call, lease;
+
+	if (rz_copy_id(id, r->job, 0) != 0 ||
+	    rz_copy_id(inst, r->instance, 0) != 0)
+		return RDZV_EINVAL;
+	if (r->local_world_size < 1 || r->local_world_size > 1 << 20 ||
+	    r->min_nodes < 1 || r->max_nodes < r->min_nodes ||
+	    r->max_nodes > 1 << 20 || r->max_restarts < 0)
+		return RDZV_EINVAL;
+	last_call = r->last_call_ms >= 0 ? r->last_call_ms : rz->def_last_call;
+	lease = r->lease_ms > 0 ? r->lease_ms : rz->def_lease;
+
+	HASH_FIND_STR(rz->jobs, id, j);
+	if (j == NULL) {
+		if ((j = calloc(1, sizeof *j)) == NULL)
+			return RDZV_ENOMEM;
+		memcpy(j->id, id, sizeof j->id);
+		j->min = r->min_nodes;
+		j->max = r->max_nodes;
+		j->max_restarts = r->max_restarts;
+		j->last_call_ms = last_call;
+		j->lease_ms = lease;
+		j->state = RZJ_FORMING;
+		j->next_node_id = 1;
+		TAILQ_INIT(&j->nodes);
+		HASH_ADD_STR(rz->jobs, id, j);
+		rz_event(rz, j, now, "job created: nodes %" PRId64 ":%" PRId64
+		    ", max restarts %" PRId64, j->min, j->max, j->max_restarts);
+	} else if (rz_closed(j))
+		return RDZV_ECLOSED;
+	else if (j->min != r->min_nodes || j->max != r->max_nodes ||
+	    j->max_restarts != r->max_restarts)
+		return RDZV_EINVAL;
+
+	TAILQ_FOREACH(nd, &j->nodes, entry)
+		if (strcmp(nd->instance, inst) == 0)
+			break;
+	if (nd != NULL) {
+		/* The same agent again (reconnect, or rdzvd restarted). */
+		nd->conn = conn;
+		nd->lease_end = now + j->lease_ms;
+		*node_id = nd->id;
+		*restart_count = j->restart_count;
+		rz_save_job(rz, j);
+		rz_push_current(rz, j, nd);
+		return 0;
+	}
+
+	if ((nd = calloc(1, sizeof *nd)) == NULL)
+		return RDZV_ENOMEM;
+	memcpy(nd->instance, inst, sizeof nd->instance);
+	if (rz_copy_id(nd->host, r->host, 1) != 0 ||
+	    rz_copy_id(nd->addr, r->addr, 1) != 0) {
+		free(nd);
+		return RDZV_EINVAL;
+	}
+	nd->id = j->next_node_id++;
+	nd->pid = r->pid;
+	nd->lws = r->local_world_size;
+	nd->state = RZN_WAITING;
+	nd->group_rank = nd->prev_rank = -1;
+	nd->join_seq = j->next_join_seq++;
+	nd->lease_end = now + j->lease_ms;
+	nd->conn = conn;
+	TAILQ_INSERT_TAIL(&j->nodes, nd, entry);
+	j->nnodes++;
+	j->last_join = now;
+	rz_event(rz, j, now, "join node %" PRId64 " host %s pid %" PRId64
+	    " local world size %" PRId64, nd->id, nd->host, nd->pid, nd->lws);
+	*node_id = nd->id;
+	*restart_count = j->restart_count;
+
+	if (j->state == RZJ_RUNNING) {
+		int64_t	members = 0;
+		struct rz_node *o;
+
+		TAILQ_FOREACH(o, &j->nodes, entry)
+			if (o->state == RZN_MEMBER)
+				members++;
+		if (members < j->max) {
+			rz_event(rz, j, now, "rescale: node %" PRId64
+			    " waits below max nodes", nd->id);
+			rz_round_end(rz, j, now, "a node joined below max");
+		} else {
+			nd->state = RZN_STANDBY;
+			rz_save_node(rz, j, nd);
+			rz_save_job(rz, j);
+			rz_push_node(rz, j, nd, RDZV_ROUND_STANDBY);
+			return 0;
+		}
+	}
+	rz_save_node(rz, j, nd);
+	rz_save_job(rz, j);
+	rz_round_form(rz, j, now);
+	return 0;
+}
+
+int
+rz_heartbeat(struct rz *rz, struct slice job, int64_t node_id, void *conn,
+    int64_t now, int64_t *round)
+{
+	struct rz_job	*j;
+	struct rz_node	*nd;
+
+	if ((j = rz_find_job(rz, job)) == NULL ||
+	    (nd = rz_find_node(j, node_id)) == NULL)
+		return RDZV_ENOTFOUND;
+	nd->lease_end = now + j->lease_ms;
+	if (conn != NULL)
+		nd->conn = conn;
+	*round = j->round;
+	return 0;
+}
+
+int
+rz_leave(struct rz *rz, struct slice job, int64_t node_id, int64_t now)
+{
+	struct rz_job	*j;
+	struct rz_node	*nd;
+	int		 was_member;
+
+	if ((j = rz_find_job(rz, job)) == NULL ||
+	    (nd = rz_find_node(j, node_id)) == NULL)
+		return RDZV_ENOTFOUND;
+	was_member = nd->state == RZN_MEMBER;
+	rz_event(rz, j, now, "leave node %" PRId64 " host %s", nd->id, nd->host);
+	nd->conn = NULL;	/* it asked to go: no STOP for it */
+	rz_node_remove(rz, j, nd);
+	if (rz_closed(j)) {
+		rz_save_job(rz, j);
+		return 0;
+	}
+	if (was_member && j->state == RZJ_RUNNING)
+		rz_round_end(rz, j, now, "a member left");
+	else
+		rz_save_job(rz, j);
+	rz_round_form(rz, j, now);
+	return 0;
+}
+
+int
+rz_failure(struct rz *rz, const struct rz_failure_req *r, int64_t now)
+{
+	struct rz_job	*j;
+	struct rz_node	*nd;
+	char		 msg[RZ_MSG_MAX / 2], what[64];
+	size_t		 mlen;
+
+	if ((j = rz_find_job(rz, r->job)) == NULL ||
+	    (nd = rz_find_node(j, r->node_id)) == NULL)
+		return RDZV_ENOTFOUND;
+	mlen = r->message.len < sizeof msg - 1 ? r->message.len :
+	    sizeof msg - 1;
+	memcpy(msg, r->message.p, mlen);
+	msg[mlen] = '\0';
+	if (r->signo > 0)
+		snprintf(what, sizeof what, "signal %" PRId64, r->signo);
+	else
+		snprintf(what, sizeof what, "exit code %" PRId64, r->exit_code);
+	rz_event(rz, j, now, "failure round %" PRId64 " node %" PRId64
+	    " host %s rank %" PRId64 " local rank %" PRId64 " %s: %s",
+	    r->round, nd->id, nd->host, r->rank, r->local_rank, what, msg);
+	/* Only the first report of a round counts: the others are the
+	 * same failure seen from the survivors. */
+	if (j->state != RZJ_RUNNING || r->round != j->round ||
+	    nd->state != RZN_MEMBER)
+		return 0;
+	if (j->restart_count >= j->max_restarts) {
+		snprintf(j->failure, sizeof j->failure, "rank %" PRId64
+		    " (local rank %" PRId64 ") on %s: %s%s%s; %" PRId64
+		    " restarts used of %" PRId64, r->rank, r->local_rank,
+		    nd->host, what, msg[0] ? ": " : "", msg, j->restart_count,
+		    j->max_restarts);
+		rz_close_job(rz, j, RZJ_FAILED, now);
+		return 0;
+	}
+	j->restart_count++;
+	rz->stats.restarts_total++;
+	rz_event(rz, j, now, "restart %" PRId64 " of %" PRId64,
+	    j->restart_count, j->max_restarts);
+	rz_round_end(rz, j, now, "a worker failed");
+	rz_round_form(rz, j, now);
+	return 0;
+}
+
+int
+rz_succeeded(struct rz *rz, struct slice job, int64_t node_id, int64_t round,
+    int64_t now)
+{
+	struct rz_job	*j;
+	struct rz_node	*nd;
+
+	if ((j = rz_find_job(rz, job)) == NULL ||
+	    (nd = rz_find_node(j, node_id)) == NULL)
+		return RDZV_ENOTFOUND;
+	if (j->state != RZJ_RUNNING || round != j->round ||
+	    nd->state != RZN_MEMBER || nd->succeeded)
+		return 0;
+	nd->succeeded = 1;
+	rz_save_node(rz, j, nd);
+	rz_event(rz, j, now, "node %" PRId64 " succeeded round %" PRId64,
+	    nd->id, round);
+	TAILQ_FOREACH(nd, &j->nodes, entry)
+		if (nd->state == RZN_MEMBER && !nd->succeeded)
+			return 0;
+	rz_close_job(rz, j, RZJ_DONE, now);
+	return 0;
+}
+
+void
+rz_conn_gone(struct rz *rz, void *conn)
+{
+	struct rz_job	*j, *tmp;
+	struct rz_node	*nd;
+
+	HASH_ITER(hh, rz->jobs, j, tmp)
+		TAILQ_FOREACH(nd, &j->nodes, entry)
+			if (nd->conn == conn)
+				nd->conn = NULL;
+}
+
+void
+rz_tick(struct rz *rz, int64_t now)
+{
+	struct rz_job	*j, *tmp;
+	struct rz_node	*nd, *next;
+	int		 lost_member;
+
+	HASH_ITER(hh, rz->jobs, j, tmp) {
+		if (rz_closed(j))
+			continue;
+		lost_member = 0;
+		for (nd = TAILQ_FIRST(&j->nodes); nd != NULL; nd = next) {
+			next = TAILQ_NEXT(nd, entry);
+			if (nd->lease_end > now)
+				continue;
+			rz->stats.lease_expiries_total++;
+			rz_event(rz, j, now, "lease expired node %" PRId64
+			    " host %s", nd->id, nd->host);
+			if (nd->state == RZN_MEMBER)
+				lost_member = 1;
+			rz_node_remove(rz, j, nd);
+		}
+		if (lost_member && j->state == RZJ_RUNNING)
+			rz_round_end(rz, j, now, "a member's lease expired");
+		rz_round_form(rz, j, now);
+	}
+}
+
+int64_t
+rz_next_deadline(struct rz *rz)
+{
+	struct rz_job	*j, *tmp;
+	struct rz_node	*nd;
+	int64_t		 best = -1, t;
+
+	HASH_ITER(hh, rz->jobs, j, tmp) {
+		if (rz_closed(j))
+			continue;
+		TAILQ_FOREACH(nd, &j->nodes, entry)
+			if (best < 0 || nd->lease_end < best)
+				best = nd->lease_end;
+		if (j->state == RZJ_FORMING && j->nnodes >= j->min) {
+			t = j->last_join + j->last_call_ms;
+			if (best < 0 || t < best)
+				best = t;
+		}
+	}
+	return best;
+}
+
+/* ---- loading after a restart ---- */
+
+static int64_t
+row_i64(const char *row, const char *name, int64_t dflt)
+{
+	const char	*p;
+	size_t		 nl = strlen(name);
+
+	for (p = row; p != NULL && *p != '\0'; p = strchr(p, '\n'),
+	    p = p ? p + 1 : NULL)
+		if (strncmp(p, name, nl) == 0 && p[nl] == '=')
+			return strtoll(p + nl + 1, NULL, 10);
+	return dflt;
+}
+
+static void
+row_str(const char *row, const char *name, char *out, size_t outsz)
+{
+	const char	*p, *e;
+	size_t		 nl = strlen(name), n;
+
+	out[0] = '\0';
+	for (p = row; p != NULL && *p != '\0'; p = strchr(p, '\n'),
+	    p = p ? p + 1 : NULL) {
+		if (strncmp(p, name, nl) != 0 || p[nl] != '=')
+			continue;
+		p += nl + 1;
+		e = strchr(p, '\n');
+		n = e ? (size_t)(e - p) : strlen(p);
+		if (n >= outsz)
+			n = outsz - 1;
+		memcpy(out, p, n);
+		out[n] = '\0';
+		return;
+	}
+}
+
+struct rz_load_ctx {
+	struct rz	*rz;
+	struct rz_job	*job;
+	int64_t		 now;
+	int		 err;
+};
+
+static char *
+slice_cstr(struct slice s)
+{
+	char	*p;
+
+	if ((p = malloc(s.len + 1)) == NULL)
+		return NULL;
+	memcpy(p, s.p, s.len);
+	p[s.len] = '\0';
+	return p;
+}
+
+static void
+rz_load_node_cb(void *arg, struct slice key)
+{
+	struct rz_load_ctx	*ctx = arg;
+	struct rz_job		*j = ctx->job;
+	struct rz_node		*nd;
+	struct slice		 v, ns;
+	char			 nsbuf[RZ_ID_MAX + 32], *row, *k;
+
+	rz_ns_name(nsbuf, sizeof nsbuf, "node", j, &ns);
+	if (kv_get(ctx->rz->kv, ns, key, &v) != 0 ||
+	    (row = slice_cstr(v)) == NULL)
+		return;
+	if ((nd = calloc(1, sizeof *nd)) == NULL ||
+	    (k = slice_cstr(key)) == NULL) {
+		free(nd);
+		free(row);
+		ctx->err = RDZV_ENOMEM;
+		return;
+	}
+	nd->id = strtoll(k, NULL, 10);
+	free(k);
+	row_str(row, "instance", nd->instance, sizeof nd->instance);
+	row_str(row, "host", nd->host, sizeof nd->host);
+	row_str(row, "addr", nd->addr, sizeof nd->addr);
+	nd->pid = row_i64(row, "pid", 0);
+	nd->lws = row_i64(row, "lws", 1);
+	nd->state = (enum rz_node_state)row_i64(row, "state", RZN_WAITING);
+	nd->group_rank = row_i64(row, "group_rank", -1);
+	nd->prev_rank = row_i64(row, "prev_rank", -1);
+	nd->join_seq = row_i64(row, "join_seq", 0);
+	nd->succeeded = (int)row_i64(row, "succeeded", 0);
+	nd->lease_end = ctx->now + j->lease_ms;
+	free(row);
+	TAILQ_INSERT_TAIL(&j->nodes, nd, entry);
+	j->nnodes++;
+}
+
+static void
+rz_load_job_cb(void *arg, struct slice key)
+{
+	struct rz_load_ctx	*ctx = arg;
+	struct rz_job		*j;
+	struct slice		 v, ns;
+	char			 nsbuf[RZ_ID_MAX + 32], *row;
+
+	if (key.len > RZ_ID_MAX || kv_get(ctx->rz->kv, ns_jobs, key, &v) != 0 ||
+	    (row = slice_cstr(v)) == NULL)
+		return;
+	if ((j = calloc(1, sizeof *j)) == NULL) {
+		free(row);
+		ctx->err = RDZV_ENOMEM;
+		return;
+	}
+	memcpy(j->id, key.p, key.len);
+	TAILQ_INIT(&j->nodes);
+	j->min = row_i64(row, "min", 1);
+	j->max = row_i64(row, "max", 1);
+	j->max_restarts = row_i64(row, "max_restarts", 0);
+	j->last_call_ms = row_i64(row, "last_call_ms", ctx->rz->def_last_call);
+	j->lease_ms = row_i64(row, "lease_ms", ctx->rz->def_lease);
+	j->state = (enum rz_job_state)row_i64(row, "state", RZJ_FORMING);
+	j->round = row_i64(row, "round", 0);
+	j->restart_count = row_i64(row, "restarts", 0);
+	j->next_node_id = row_i64(row, "next_node", 1);
+	j->next_join_seq = row_i64(row, "next_join", 0);
+	j->next_event = row_i64(row, "next_event", 0);
+	j->world_size = row_i64(row, "world", 0);
+	j->port = (int)row_i64(row, "port", 0);
+	row_str(row, "failure", j->failure, sizeof j->failure);
+	rz_unescape(j->failure);
+	free(row);
+	if (j->round > 0)
+		snprintf(j->ns, sizeof j->ns, "job/%s/round/%" PRId64, j->id,
+		    j->round);
+	j->last_join = ctx->now;
+	HASH_ADD_STR(ctx->rz->jobs, id, j);
+
+	ctx->job = j;
+	rz_ns_name(nsbuf, sizeof nsbuf, "node", j, &ns);
+	kv_list(ctx->rz->kv, ns, rz_load_node_cb, ctx);
+}
+
+int
+rz_load(struct rz *rz, int64_t now)
+{
+	struct rz_load_ctx	 ctx = { rz, NULL, now, 0 };
+	struct rz_job		*j, *tmp;
+	int			 want;
+
+	kv_list(rz->kv, ns_jobs, rz_load_job_cb, &ctx);
+	HASH_ITER(hh, rz->jobs, j, tmp) {
+		if (j->state != RZJ_RUNNING)
+			continue;
+		/* Workers were told this port: serve it again if we can. */
+		want = j->port;
+		j->port = rz->hooks.open_port(rz->hooks.arg, j, j->ns, want);
+		if (j->port < 0)
+			j->port = 0;
+		if (j->port != want)
+			rz_save_job(rz, j);
+		rz_event(rz, j, now, "rdzvd restarted: round %" PRId64
+		    " resumes, %" PRId64 " nodes have %" PRId64 " ms to "
+		    "reconnect", j->round, j->nnodes, j->lease_ms);
+	}
+	return ctx.err;
+}
+
+/* ---- status ---- */
+
+static const char *
+rz_state_name(int s)
+{
+	switch (s) {
+	case RZJ_FORMING:	return "forming";
+	case RZJ_RUNNING:	return "running";
+	case RZJ_DONE:		return "succeeded";
+	case RZJ_FAILED:	return "failed";
+	}
+	return "unknown";
+}
+
+static const char *
+rz_node_state_name(int s)
+{
+	switch (s) {
+	case RZN_WAITING:	return "waiting";
+	case RZN_MEMBER:	return "member";
+	case RZN_STANDBY:	return "standby";
+	}
+	return "unknown";
+}
+
+char *
+rz_status(struct rz *rz, struct slice job, int64_t now)
+{
+	struct rz_job	*j;
+	struct rz_node	*nd;
+	char		*buf = NULL;
+	size_t		 len = 0;
+	FILE		*f;
+
+	if ((j = rz_find_job(rz, job)) == NULL)
+		return NULL;
+	if ((f = open_memstream(&buf, &len)) == NULL)
+		return NULL;
+	fprintf(f, "job %s state %s round %" PRId64 " restarts %" PRId64 "/%"
+	    PRId64 " nodes %" PRId64 ":%" PRId64 " world %" PRId64 " port %d\n",
+	    j->id, rz_state_name(j->state), j->round, j->restart_count,
+	    j->max_restarts, j->min, j->max, j->world_size, j->port);
+	TAILQ_FOREACH(nd, &j->nodes, entry)
+		fprintf(f, "node %" PRId64 " %s rank %" PRId64 " host %s pid %"
+		    PRId64 " lws %" PRId64 " lease_ms %" PRId64 " %s\n", nd->id,
+		    rz_node_state_name(nd->state), nd->group_rank, nd->host,
+		    nd->pid, nd->lws, nd->lease_end - now,
+		    nd->conn ? "connected" : "disconnected");
+	if (j->failure[0] != '\0')
+		fprintf(f, "failure %s\n", j->failure);
+	fclose(f);
+	return buf;
+}
+
+void
+rz_get_stats(struct rz *rz, struct rz_stats *st)
+{
+	struct rz_job	*j, *tmp;
+
+	*st = rz->stats;
+	st->jobs_running = st->jobs_forming = st->jobs_closed = st->nodes = 0;
+	HASH_ITER(hh, rz->jobs, j, tmp) {
+		if (j->state == RZJ_RUNNING)
+			st->jobs_running++;
+		else if (j->state == RZJ_FORMING)
+			st->jobs_forming++;
+		else
+			st->jobs_closed++;
+		st->nodes += j->nnodes;
+	}
+}

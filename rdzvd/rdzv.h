@@ -1,0 +1,121 @@
+/*
+ * rdzv.h: the server-side rendezvous (jobs, rounds, members, leases,
+ * restarts), a pure state machine: no I/O, no clock, no libevent.  The
+ * caller passes the time in, and the machine acts through hooks (push a
+ * ROUND frame to a connection, open or close a round's TCPStore port).
+ *
+ * Durable state is written as kv rows in reserved namespaces (NUL-led,
+ * refused to clients), so it reaches sqlite through the kv journal and
+ * is back after a restart through rz_load():
+ *   "\0rdzv/job"          job id       -> job row
+ *   "\0rdzv/node/<job>"   node id      -> node row
+ *   "\0rdzv/ev/<job>"     %020 seq     -> event line
+ *
+ * Job states (one job per rdzv_id):
+ *
+ *   FORMING --max live nodes, or >= min and last call over--> RUNNING
+ *   RUNNING --FAILURE (restarts left) / lease lapse / LEAVE /
+ *             new node below max--> FORMING   (members get STOP)
+ *   RUNNING --FAILURE, no restarts left--> FAILED   (all get FAILED)
+ *   RUNNING --every member SUCCEEDED--> DONE        (all get DONE)
+ *   DONE, FAILED: closed, JOIN answers RDZV_ECLOSED.
+ * rz_round_end() and rz_round_form() make the transitions.
+ */
+#ifndef RDZVD_RDZV_H
+#define RDZVD_RDZV_H
+
+#include <stdint.h>
+
+#include "kv.h"
+
+struct rz;
+struct rz_job;
+
+#define RZ_ID_MAX	256	/* bytes in a job id, instance, host, addr */
+#define RZ_MSG_MAX	4096	/* bytes of a failure message kept */
+
+/* What a ROUND push tells one node. */
+struct rz_push {
+	const char	*job;
+	int64_t		 round;
+	int64_t		 state;		/* enum rdzv_round_state */
+	int64_t		 node_id;
+	int64_t		 group_rank;
+	int64_t		 group_world_size;
+	int64_t		 world_size;
+	int64_t		 rank_base;
+	int64_t		 restart_count;
+	int64_t		 max_restarts;
+	const char	*store_ns;
+	int64_t		 store_port;
+	const char	*message;
+};
+
+struct rz_hooks {
+	/* Sends p to the connection conn (never NULL here). */
+	void	(*push)(void *arg, void *conn, const struct rz_push *p);
+	/* Serves namespace ns on a TCPStore port for job; want is the port
+	 * to reuse after a restart (0: any).  Returns the port or -1. */
+	int	(*open_port)(void *arg, struct rz_job *job, const char *ns,
+		    int want);
+	void	(*close_port)(void *arg, struct rz_job *job);
+	void	*arg;
+};
+
+struct rz_join_req {
+	struct slice	job, instance, host, addr;
+	int64_t		pid, local_world_size;
+	int64_t		min_nodes, max_nodes, max_restarts;
+	int64_t		last_call_ms, lease_ms;	/* < 0: defaults */
+};
+
+struct rz_failure_req {
+	struct slice	job;
+	int64_t		node_id, round, local_rank, rank, exit_code, signo;
+	struct slice	message;
+};
+
+/* Creates the rendezvous over kv; defaults apply when a JOIN says -1. */
+struct rz	*rz_new(struct kv *, const struct rz_hooks *,
+		    int64_t last_call_ms, int64_t lease_ms);
+void		 rz_free(struct rz *);
+
+/* Rebuilds jobs and nodes from kv's reserved rows (after store_open).
+ * Leases restart at now so agents have a lease to reconnect in; running
+ * rounds reopen their TCPStore ports on the same numbers. */
+int		 rz_load(struct rz *, int64_t now_ms);
+
+/* The ops of PROTOCOL.md "Rendezvous".  Each returns 0 or RDZV_E*:
+ * EINVAL (bad field, parameters disagree with the job), ECLOSED (job
+ * over), ENOTFOUND (unknown job or node).  conn is the caller's
+ * connection, remembered for pushes. */
+int	rz_join(struct rz *, const struct rz_join_req *, void *conn,
+	    int64_t now_ms, int64_t *node_id, int64_t *restart_count);
+int	rz_heartbeat(struct rz *, struct slice job, int64_t node_id, void *conn,
+	    int64_t now_ms, int64_t *round);
+int	rz_leave(struct rz *, struct slice job, int64_t node_id, int64_t now_ms);
+int	rz_failure(struct rz *, const struct rz_failure_req *, int64_t now_ms);
+int	rz_succeeded(struct rz *, struct slice job, int64_t node_id,
+	    int64_t round, int64_t now_ms);
+
+/* A connection closed: its nodes keep their leases but get no pushes. */
+void	rz_conn_gone(struct rz *, void *conn);
+/* Expires leases and completes rounds whose last call is over. */
+void	rz_tick(struct rz *, int64_t now_ms);
+/* Earliest time rz_tick has work, or -1. */
+int64_t	rz_next_deadline(struct rz *);
+
+/* A malloc'ed text description of job (NULL: unknown or no memory). */
+char	*rz_status(struct rz *, struct slice job, int64_t now_ms);
+
+/* Figures for /metrics. */
+struct rz_stats {
+	int64_t	jobs_running, jobs_forming, jobs_closed;
+	int64_t	nodes, rounds_total, restarts_total, lease_expiries_total;
+};
+void	rz_get_stats(struct rz *, struct rz_stats *);
+
+/* The job's id (for hooks). */
+const char	*rz_job_id(const struct rz_job *);
+
+#endif /* RDZVD_RDZV_H */

@@ -1,0 +1,256 @@
+/*
+ * round.c: the rendezvous state machine (rdzv.c) wired to the daemon:
+ * its one timer (leases, last calls), ROUND pushes encoded onto agents'
+ * connections, and the per-round TCPStore listeners through which
+ * unmodified PyTorch workers reach exactly their round's namespace.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <event2/buffer.h>
+#include <event2/event.h>
+#include <event2/listener.h>
+
+#include <uthash.h>
+
+#include "log.h"
+#include "rdzv_err.h"
+#include "rdzvd.h"
+
+/* A round's TCPStore listener, found by its job. */
+struct round_port {
+	UT_hash_handle		 hh;
+	const struct rz_job	*job;		/* hash key: the pointer */
+	struct evconnlistener	*lis;
+	struct ns_ref		*ns;
+	int			 port;
+};
+
+static struct round_port	*ports;
+static struct event		*rz_timer;
+
+/* A JOIN being served: its reply must precede any push to its node. */
+static struct {
+	struct conn	*c;
+	uint32_t	 id;
+} join_pending;
+
+static void
+join_reply(struct conn *c, uint32_t id, int64_t node_id, int64_t restarts)
+{
+	struct nat_wr	wr;
+
+	nat_frame_begin(&wr, conn_reply_buf_durable(c, 1), NAT_OP_JOIN,
+	    NAT_F_REPLY, id);
+	nat_put_i64(&wr, node_id);
+	nat_put_i64(&wr, restarts);
+	nat_frame_end(&wr);
+	conn_reply_done(c);
+}
+
+void
+round_join(struct conn *c, uint32_t id, const struct rz_join_req *req)
+{
+	int64_t	node_id = 0, restarts = 0;
+	int	rc;
+
+	join_pending.c = c;
+	join_pending.id = id;
+	rc = rz_join(server.rz, req, c, rdzvd_now_ms(), &node_id, &restarts);
+	if (join_pending.c != NULL) {
+		join_pending.c = NULL;
+		if (rc < 0)
+			nat_put_error(conn_reply_buf(c), NAT_OP_JOIN, id, rc,
+			    rc == RDZV_ECLOSED ? "job is closed: it succeeded "
+			    "or failed; use a new rdzv_id" : rc == RDZV_EINVAL ?
+			    "bad JOIN, or nnodes/max_restarts differ from the "
+			    "job's first JOIN" : rdzv_strerror(rc));
+		else
+			join_reply(c, id, node_id, restarts);
+		conn_reply_done(c);
+	}
+	round_rearm();
+}
+
+int64_t
+rdzvd_now_ms(void)
+{
+	struct timespec	ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void
+round_push_cb(void *arg, void *connp, const struct rz_push *p)
+{
+	struct conn	*c = connp;
+	struct nat_wr	 wr;
+
+	if (join_pending.c == c) {
+		join_pending.c = NULL;
+		join_reply(c, join_pending.id, p->node_id, p->restart_count);
+	}
+	nat_frame_begin(&wr, conn_reply_buf_durable(c, 1), NAT_OP_ROUND,
+	    NAT_F_PUSH, 0);
+	nat_put_bytes(&wr, p->job, strlen(p->job));
+	nat_put_i64(&wr, p->round);
+	nat_put_i64(&wr, p->state);
+	nat_put_i64(&wr, p->node_id);
+	nat_put_i64(&wr, p->group_rank);
+	nat_put_i64(&wr, p->group_world_size);
+	nat_put_i64(&wr, p->world_size);
+	nat_put_i64(&wr, p->rank_base);
+	nat_put_i64(&wr, p->restart_count);
+	nat_put_i64(&wr, p->max_restarts);
+	nat_put_bytes(&wr, p->store_ns, strlen(p->store_ns));
+	nat_put_i64(&wr, p->store_port);
+	nat_put_bytes(&wr, p->message, strlen(p->message));
+	nat_frame_end(&wr);
+	conn_reply_done(c);
+}
+
+static int
+round_open_port_cb(void *arg, struct rz_job *job, const char *ns, int want)
+{
+	struct round_port	*rp;
+	char			 spec[300];
+	int			 fd, port = 0;
+
+	/* The round's port listens where the main listener does. */
+	snprintf(spec, sizeof spec, "%s", server.cfg->listen);
+	if (want > 0) {
+		char *colon = strrchr(spec, ':');
+
+		if (colon != NULL)
+			snprintf(colon + 1, sizeof spec - (size_t)(colon + 1 -
+			    spec), "%d", want);
+	} else {
+		char *colon = strrchr(spec, ':');
+
+		if (colon != NULL)
+			snprintf(colon + 1, sizeof spec - (size_t)(colon + 1 -
+			    spec), "0");
+	}
+	fd = listen_socket(spec, "round store", &port);
+	if (fd == -1 && want > 0) {
+		log_warnx("job %s: cannot serve its round on port %d again; "
+		    "workers must reconnect to a new port", rz_job_id(job), want);
+		return -1;
+	}
+	if (fd == -1)
+		return -1;
+	if ((rp = calloc(1, sizeof *rp)) == NULL ||
+	    (rp->ns = ns_ref_new(slice_str(ns))) == NULL) {
+		free(rp);
+		close(fd);
+		return -1;
+	}
+	rp->lis = server_listen_fd(fd, rp->ns);
+	if (rp->lis == NULL) {
+		ns_ref_put(rp->ns);
+		free(rp);
+		return -1;
+	}
+	rp->job = job;
+	rp->port = port;
+	HASH_ADD_PTR(ports, job, rp);
+	log_info("job %s: round store %s on port %d", rz_job_id(job), ns, port);
+	return port;
+}
+
+static void
+round_close_port_cb(void *arg, struct rz_job *job)
+{
+	struct round_port	*rp;
+
+	HASH_FIND_PTR(ports, &job, rp);
+	if (rp == NULL)
+		return;
+	HASH_DEL(ports, rp);
+	evconnlistener_free(rp->lis);
+	ns_ref_put(rp->ns);
+	free(rp);
+}
+
+static void
+round_timer_cb(evutil_socket_t fd, short ev, void *arg)
+{
+	rz_tick(server.rz, rdzvd_now_ms());
+	round_rearm();
+}
+
+void
+round_rearm(void)
+{
+	int64_t		next, now;
+	struct timeval	tv;
+
+	if (server.rz == NULL || rz_timer == NULL)
+		return;
+	next = rz_next_deadline(server.rz);
+	if (next < 0) {
+		evtimer_del(rz_timer);
+		return;
+	}
+	now = rdzvd_now_ms();
+	next = next > now ? next - now : 0;
+	tv.tv_sec = next / 1000;
+	tv.tv_usec = (next % 1000) * 1000 + 1000;	/* just past it */
+	evtimer_add(rz_timer, &tv);
+}
+
+void
+round_set_accepting(int on)
+{
+	struct round_port	*rp, *tmp;
+
+	HASH_ITER(hh, ports, rp, tmp) {
+		if (on)
+			evconnlistener_enable(rp->lis);
+		else
+			evconnlistener_disable(rp->lis);
+	}
+}
+
+int
+round_init(int64_t last_call_ms, int64_t lease_ms)
+{
+	static const struct rz_hooks hooks = {
+		round_push_cb, round_open_port_cb, round_close_port_cb, NULL
+	};
+
+	if ((server.rz = rz_new(server.kv, &hooks, last_call_ms,
+	    lease_ms)) == NULL)
+		return -1;
+	if ((rz_timer = evtimer_new(server.base, round_timer_cb, NULL)) == NULL)
+		return -1;
+	if (rz_load(server.rz, rdzvd_now_ms()) != 0)
+		log_warnx("rendezvous: could not load every job");
+	round_rearm();
+	return 0;
+}
+
+void
+round_fini(void)
+{
+	struct round_port	*rp, *tmp;
+
+	HASH_ITER(hh, ports, rp, tmp) {
+		HASH_DEL(ports, rp);
+		evconnlistener_free(rp->lis);
+		ns_ref_put(rp->ns);
+		free(rp);
+	}
+	if (rz_timer != NULL) {
+		event_free(rz_timer);
+		rz_timer = NULL;
+	}
+	rz_free(server.rz);
+	server.rz = NULL;
+}
