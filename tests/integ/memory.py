@@ -8,10 +8,25 @@ may make, and each test first checks that its bound is well below what an
 unbounded server would need, so the test can fail.
 """
 
+import os
 import socket
 import time
 
 import rdzvtest as rt
+
+# Sanitizer builds keep freed memory in quarantine and add shadow memory,
+# so resident-size bounds say nothing there: the behaviour is still
+# checked, the bounds are reported and skipped, visibly.
+SANITIZED = os.environ.get("RDZV_SANITIZERS") == "1"
+
+
+def check_bound(peak, bound, what):
+    if SANITIZED:
+        print("# skip RSS bound under sanitizers (quarantine): %s VmHWM "
+              "%.1f MiB, bound %.1f MiB" % (what, peak / MiB, bound / MiB))
+        return
+    assert peak <= bound, "%s: VmHWM %.1f MiB over bound %.1f MiB" % (
+        what, peak / MiB, bound / MiB)
 
 MiB = 1 << 20
 
@@ -87,8 +102,7 @@ def test_memory_budget_partial_values():
     print("# memory budget %d MiB: %d held, %d closed, VmHWM %.1f MiB "
           "(start %.1f MiB, bound %.1f MiB)" %
           (budget // MiB, held, nc, peak / MiB, base / MiB, bound / MiB))
-    assert peak <= bound, "VmHWM %.1f MiB over bound %.1f MiB" % (
-        peak / MiB, bound / MiB)
+    check_bound(peak, bound, "while serving")
     # the held ones can still complete their request
     for i, s in enumerate(socks):
         if not closed(s):
@@ -142,8 +156,7 @@ def test_output_max_slow_reader():
           "(start %.1f MiB, bound %.1f MiB)" %
           (output_max // MiB, n, vlen // MiB, peak / MiB, base / MiB,
            bound / MiB))
-    assert peak <= bound, "VmHWM %.1f MiB over bound %.1f MiB" % (
-        peak / MiB, bound / MiB)
+    check_bound(peak, bound, "while serving")
     # a slow reader is paused, not dropped: every reply arrives intact
     t = rt.TCPStore113(slow)
     for i in range(n):
@@ -151,8 +164,7 @@ def test_output_max_slow_reader():
     assert t.add(b"/n", 1) == 1
     # resuming must not decode every buffered request at once either
     peak = status(d, "VmHWM")
-    assert peak <= bound, "after draining: VmHWM %.1f MiB over bound " \
-        "%.1f MiB" % (peak / MiB, bound / MiB)
+    check_bound(peak, bound, "after draining")
 
 
 def test_many_idle_connections():
