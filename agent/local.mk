@@ -1,1 +1,8 @@
-# agent/: rdzv-agent, the per-node elastic agent (issue 3).
+# agent/: rdzv-agent, the per-node elastic agent (issue 3).  Only sup.c
+# forks; main.c is the state machine, rdzv.c the connection to rdzvd.
+bin_PROGRAMS += agent/rdzv-agent
+agent_rdzv_agent_SOURCES = \
+	agent/agent.h agent/main.c agent/cli.c agent/rdzv.c agent/sup.c \
+	agent/logs.c
+agent_rdzv_agent_CFLAGS = $(AM_CFLAGS) $(LIBEVENT_CFLAGS)
+agent_rdzv_agent_LDADD = common/libcommon.la $(LIBEVENT_LIBS) $(LIBBSD_LIBS) -lm

@@ -1,0 +1,224 @@
+/*
+ * agent.h: rdzv-agent's index header, one section per .c file.
+ *
+ * rdzv-agent is torchrun's replacement: one per node, it joins a job's
+ * rendezvous in rdzvd (rdzv.c), starts the local workers of each round
+ * and supervises them (sup.c, the only file that forks), routes their
+ * output and error files (logs.c), and ties the three together in one
+ * event-driven state machine (main.c).  cli.c turns torchrun's command
+ * line, PET_* and SLURM_* variables into a struct agent_config.
+ */
+#ifndef AGENT_H
+#define AGENT_H
+
+#include <sys/types.h>
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <time.h>
+
+struct event_base;
+
+#define AGENT_NPROC_MAX		4096	/* local workers, a sanity bound */
+#define AGENT_MSG_MAX		4096	/* bytes of a failure message sent */
+
+/* ---- cli.c: command line, PET_* and SLURM_* defaults ---- */
+
+struct agent_config {
+	int		 nnodes_min;
+	int		 nnodes_max;
+	int		 nproc;		/* resolved local world size */
+	char		*nproc_spec;	/* as given: N, auto, gpu or cpu */
+	char		*endpoint;	/* rdzvd HOST:PORT ("[v6]:port") */
+	char		*ep_host;	/* its host part: MASTER_ADDR */
+	char		*rdzv_id;
+	char		*rdzv_backend;	/* accepted, ignored */
+	char		*rdzv_conf;
+	int		 standalone;
+	int		 max_restarts;
+	double		 monitor_interval; /* accepted: we are event-driven */
+	char		*role;
+	char		*log_dir;	/* NULL: a temporary one */
+	char		*redirects;	/* "N" or "rank:N,..." (torchrun) */
+	char		*tee;
+	char		*local_addr;
+	int		 no_python;
+	int		 module;
+	int		 run_path;
+	int		 node_rank;	/* accepted (static backend) */
+	char		*master_addr;
+	int		 master_port;
+	int		 grace_ms;	/* SIGTERM -> SIGKILL */
+	int		 gpus_per_worker; /* 0: leave CUDA_VISIBLE_DEVICES */
+	char		*gpu_list;	/* devices to hand out, comma list */
+	int		 dry_run;
+	int		 verbose;
+
+	/* --rdzv_conf keys, in milliseconds; -1 lets rdzvd choose. */
+	int		 last_call_ms;
+	int		 lease_ms;
+	int		 heartbeat_ms;	/* resolved: lease / 4 or a default */
+	int		 join_timeout_ms;
+	int		 reconnect_timeout_ms;
+
+	char		*program;	/* the user's program, for messages */
+	char	       **argv;		/* the worker command, NULL-terminated */
+	int		 argc;
+};
+
+/*
+ * Fills cfg from defaults, SLURM_*, PET_* and then argv (which wins).
+ * Returns 0; prints --help/--version and returns 1 (exit 0); prints the
+ * cause and returns -1 (exit 2) on a bad option.
+ */
+int	cli_parse(struct agent_config *cfg, int argc, char **argv);
+/* Prints the resolved configuration (--dry-run). */
+void	cli_print(const struct agent_config *cfg, FILE *);
+/*
+ * The redirect/tee mask (0 none, 1 stdout, 2 stderr, 3 both) for
+ * local_rank from a torchrun spec ("3", or "0:3,1:2"); -1 when malformed.
+ */
+int	cli_std_for(const char *spec, int local_rank);
+/* Counts the GPUs this node shows (CUDA_VISIBLE_DEVICES, /proc, /dev,
+ * nvidia-smi -L), 0 when none. */
+int	cli_count_gpus(char **list);
+
+/* ---- sup.c: spawning and supervising workers (the only fork) ---- */
+
+struct sup_exit {
+	int		 local_rank;
+	pid_t		 pid;
+	int		 status;	/* as from waitpid */
+	struct timespec	 when;		/* CLOCK_REALTIME of the reap */
+};
+typedef void	(*sup_exit_cb)(const struct sup_exit *, void *);
+typedef void	(*sup_done_cb)(void *);
+
+/* Installs the SIGCHLD event.  cb hears of every worker exit. */
+int	sup_init(struct event_base *, sup_exit_cb cb, void *arg);
+/*
+ * Starts one worker: fork with every signal blocked; the child gets its
+ * own process group, a parent-death SIGKILL, default signal handlers,
+ * out_fd/err_fd (>= 0) as stdout/stderr, and execs argv[0] (PATH search)
+ * with envp.  Returns 0 with *pid set, or RDZV_EIO / RDZV_EINVAL.
+ */
+int	sup_spawn(int local_rank, char *const argv[], char *const envp[],
+	    int out_fd, int err_fd, pid_t *pid);
+/* Live workers. */
+int	sup_live(void);
+/* Sends sig to the process group of every live worker. */
+void	sup_signal(int sig);
+/*
+ * Stops every live worker: sig (SIGTERM) to each group, and SIGKILL to
+ * the groups still alive after grace_ms.  done is called once no worker
+ * is left (at once, from the event loop, if none is).
+ */
+void	sup_stop(int sig, int grace_ms, sup_done_cb done, void *arg);
+/* SIGKILLs every live worker's group now (a second signal). */
+void	sup_kill_now(void);
+/*
+ * Runs argv to completion before the event loop starts (nvidia-smi),
+ * capturing up to outsz - 1 bytes of stdout; returns the byte count or
+ * a negative RDZV_E* code.
+ */
+int	sup_capture(char *const argv[], char *out, size_t outsz,
+	    int timeout_ms);
+/* Describes a wait status: "exit code 3" or "signal 9 (SIGKILL)". */
+const char	*sup_describe(int status, char *buf, size_t len);
+
+/* ---- logs.c: log directories, worker output, error files ---- */
+
+/* Creates the run directory <log_dir>/<run_id>_<random>. */
+int	logs_init(struct event_base *, const struct agent_config *);
+/* Removes the run directory when it was a temporary one. */
+void	logs_cleanup(void);
+/*
+ * Prepares attempt n for nproc workers: attempt_<n>/<local_rank>/ with
+ * stdout.log, stderr.log (per --redirects/--tee) and a path for
+ * error.json (removed if left over).  Returns 0 or an RDZV_E* code.
+ */
+int	logs_attempt(int attempt, int nproc);
+/* The error file path for local_rank (TORCHELASTIC_ERROR_FILE). */
+const char	*logs_error_file(int local_rank);
+/*
+ * The stdout and stderr fds the child of local_rank gets: the write end
+ * of a pipe the agent reads (console, tee), or the log file itself
+ * (redirect only).  The agent's copies are closed by logs_spawned().
+ */
+int	logs_child_fds(int local_rank, int *out_fd, int *err_fd);
+void	logs_spawned(int local_rank);
+/* Reads what the pipes of local_rank hold now (after its exit). */
+void	logs_drain(int local_rank);
+/* Closes every pipe and file of the attempt, flushing partial lines. */
+void	logs_end_attempt(void);
+
+/*
+ * Reads local_rank's error file, if the worker wrote one in torch's
+ * format ({"message": {"message": ..., "extraInfo": {"py_callstack":
+ * ..., "timestamp": ...}}} or {"message": "..."}).  Returns 0 and fills
+ * what it found (NUL-terminated, truncated to fit), RDZV_ENOTFOUND when
+ * there is no file, RDZV_EPROTO when it is not such JSON.
+ */
+int	logs_read_error(int local_rank, char *msg, size_t msgsz, char *stack,
+	    size_t stacksz, char *stamp, size_t stampsz);
+/*
+ * Finds the string (or the raw number, true, false) at the path of
+ * object keys in the JSON text js[0..len) and copies it into out.
+ * Returns 0, RDZV_ENOTFOUND, or RDZV_EPROTO on malformed JSON.
+ */
+int	logs_json_get(const char *js, size_t len, const char *const *path,
+	    char *out, size_t outsz);
+
+/* ---- rdzv.c: the asynchronous connection to rdzvd ---- */
+
+/* A ROUND push, decoded; strings are NUL-terminated copies. */
+struct rdzv_round {
+	int64_t		 round;
+	int64_t		 state;		/* enum rdzv_round_state */
+	int64_t		 node_id;
+	int64_t		 group_rank;
+	int64_t		 group_world_size;
+	int64_t		 world_size;
+	int64_t		 rank_base;
+	int64_t		 restart_count;
+	int64_t		 max_restarts;
+	int64_t		 store_port;
+	char		 store_ns[1025];
+	char		 message[AGENT_MSG_MAX];
+};
+
+struct rdzv_cbs {
+	/* JOIN acknowledged (first time and after every reconnect). */
+	void	(*joined)(int64_t node_id, int64_t restart_count, void *);
+	/* A ROUND push for this node. */
+	void	(*round)(const struct rdzv_round *, void *);
+	/* The job cannot go on: closed, refused, or rdzvd unreachable. */
+	void	(*fatal)(int code, const char *msg, void *);
+	/* The LEAVE was acknowledged, or could not be sent in time. */
+	void	(*left)(void *);
+};
+
+/*
+ * Starts connecting to cfg->endpoint and joining; everything after is
+ * reported through cbs.  Returns 0 or RDZV_EINVAL (bad endpoint).
+ */
+int	rdzv_start(struct event_base *, const struct agent_config *,
+	    const struct rdzv_cbs *, void *arg);
+/* This agent's instance id (hex) and node id (-1 before JOIN). */
+const char	*rdzv_instance(void);
+int64_t	rdzv_node_id(void);
+/*
+ * Reports a worker failure of round (kept and sent again after a
+ * reconnect until rdzvd acknowledges it).
+ */
+void	rdzv_report_failure(int64_t round, int local_rank, int64_t rank,
+	    int exit_code, int signo, const char *message);
+/* Reports that every local worker of round exited 0. */
+void	rdzv_report_succeeded(int64_t round);
+/* Sends LEAVE; cbs->left runs on the reply or after timeout_ms. */
+void	rdzv_leave(int timeout_ms);
+/* Closes the connection and every timer. */
+void	rdzv_shutdown(void);
+
+#endif /* AGENT_H */

@@ -1,0 +1,833 @@
+/*
+ * cli.c: rdzv-agent's command line.
+ *
+ * Owns torchrun's options in both spellings (--nproc_per_node and
+ * --nproc-per-node), their PET_<OPTION> environment defaults, the Slurm
+ * defaults (SLURM_JOB_ID, SLURM_NNODES), --rdzv_conf keys, counting GPUs
+ * for --nproc_per_node auto|gpu, and resolving the worker command the way
+ * torchrun does (the python interpreter unless --no_python; -m).
+ * Precedence, lowest first: defaults, SLURM_*, PET_*, the command line.
+ */
+#include "config.h"
+
+#include <sys/types.h>
+#include <sys/stat.h>
+
+#include <ctype.h>
+#include <dirent.h>
+#include <errno.h>
+#include <getopt.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "agent.h"
+#include "log.h"
+#include "rdzv_err.h"
+
+#define CLI_DEFAULT_PORT	"29400"
+#define CLI_DEFAULT_PYTHON	"/usr/bin/python3"
+
+enum cli_id {
+	O_NNODES = 256, O_NPROC, O_ENDPOINT, O_ID, O_BACKEND, O_CONF,
+	O_STANDALONE, O_MAX_RESTARTS, O_MONITOR, O_START_METHOD, O_ROLE,
+	O_LOG_DIR, O_REDIRECTS, O_TEE, O_LOCAL_ADDR, O_NO_PYTHON, O_MODULE,
+	O_RUN_PATH, O_NODE_RANK, O_MASTER_ADDR, O_MASTER_PORT, O_GRACE,
+	O_GPUS_PER_WORKER, O_DRY_RUN, O_USE_ENV, O_HELP, O_VERSION,
+	O_VERBOSE
+};
+
+/*
+ * Every option once, in its underscore spelling; the hyphen spelling and
+ * the PET_ name are derived from it.  flag options take no value.
+ */
+static const struct cli_opt {
+	const char	*name;
+	int		 id;
+	int		 flag;
+	int		 shortc;
+} cli_opts[] = {
+	{ "nnodes",		O_NNODES,		0, 0 },
+	{ "nproc_per_node",	O_NPROC,		0, 0 },
+	{ "rdzv_endpoint",	O_ENDPOINT,		0, 0 },
+	{ "rdzv_id",		O_ID,			0, 0 },
+	{ "rdzv_backend",	O_BACKEND,		0, 0 },
+	{ "rdzv_conf",		O_CONF,			0, 0 },
+	{ "standalone",		O_STANDALONE,		1, 0 },
+	{ "max_restarts",	O_MAX_RESTARTS,		0, 0 },
+	{ "monitor_interval",	O_MONITOR,		0, 0 },
+	{ "start_method",	O_START_METHOD,		0, 0 },
+	{ "role",		O_ROLE,			0, 0 },
+	{ "log_dir",		O_LOG_DIR,		0, 0 },
+	{ "redirects",		O_REDIRECTS,		0, 'r' },
+	{ "tee",		O_TEE,			0, 't' },
+	{ "local_addr",		O_LOCAL_ADDR,		0, 0 },
+	{ "no_python",		O_NO_PYTHON,		1, 0 },
+	{ "module",		O_MODULE,		1, 'm' },
+	{ "run_path",		O_RUN_PATH,		1, 0 },
+	{ "node_rank",		O_NODE_RANK,		0, 0 },
+	{ "master_addr",	O_MASTER_ADDR,		0, 0 },
+	{ "master_port",	O_MASTER_PORT,		0, 0 },
+	{ "grace",		O_GRACE,		0, 0 },
+	{ "gpus_per_worker",	O_GPUS_PER_WORKER,	0, 0 },
+	{ "dry_run",		O_DRY_RUN,		1, 0 },
+	{ "use_env",		O_USE_ENV,		1, 0 },
+	{ "help",		O_HELP,			1, 'h' },
+	{ "version",		O_VERSION,		1, 'V' },
+	{ "verbose",		O_VERBOSE,		1, 'v' },
+};
+#define CLI_NOPTS	(sizeof cli_opts / sizeof cli_opts[0])
+
+static int	cli_nnodes_set, cli_id_set, cli_endpoint_set;
+
+static void
+cli_usage(FILE *f)
+{
+	fprintf(f,
+"usage: rdzv-agent [options] [--] PROGRAM [ARGS...]\n"
+"\n"
+"Starts and supervises the local workers of an elastic job, like torchrun,\n"
+"with the rendezvous kept by rdzvd.  Every option may also come from\n"
+"PET_<OPTION> (e.g. PET_NPROC_PER_NODE=4); the command line wins.  Under\n"
+"Slurm, SLURM_JOB_ID is the default --rdzv_id and SLURM_NNODES --nnodes.\n"
+"Options are accepted with '_' or '-' (--nproc_per_node, --nproc-per-node).\n"
+"\n"
+"  --nnodes N|MIN:MAX        nodes in the job (default 1:1)\n"
+"  --nproc_per_node N|auto|gpu|cpu\n"
+"                            workers on this node (default 1); gpu = one per\n"
+"                            GPU, cpu = one per CPU, auto = gpu if any GPU\n"
+"  --rdzv_endpoint HOST:PORT rdzvd's address (default port 29400)\n"
+"  --rdzv_id ID              the job's name in rdzvd (default \"none\")\n"
+"  --rdzv_backend NAME       accepted (c10d, static, rdzv) and ignored\n"
+"  --rdzv_conf K=V,...       last_call_timeout=S  round completes S seconds\n"
+"                              after the last join once min nodes wait\n"
+"                            lease=S  a node silent S seconds is dropped\n"
+"                              (alias lease_timeout; default: rdzvd's)\n"
+"                            heartbeat=S  heartbeat period (alias\n"
+"                              heartbeat_interval; default lease/4 or 1)\n"
+"                            join_timeout=S  give up when no round starts\n"
+"                              within S seconds (default 600)\n"
+"                            reconnect_timeout=S  give up when rdzvd stays\n"
+"                              unreachable S seconds (default 300)\n"
+"                            torchrun's other keys are ignored\n"
+"  --standalone              run an in-process rdzvd (one-node jobs);\n"
+"                            implied when no endpoint is given and\n"
+"                            --nnodes is 1\n"
+"  --max_restarts N          worker-group restarts before the job fails (0)\n"
+"  --monitor_interval S      accepted; the agent is event-driven\n"
+"  --role NAME               ROLE_NAME of the workers (default \"default\")\n"
+"  --log_dir DIR             DIR/<run_id>_<random>/attempt_<n>/<rank>/\n"
+"                            {stdout.log,stderr.log,error.json}\n"
+"  -r, --redirects N|R:N,... send stdout (1), stderr (2) or both (3) of a\n"
+"                            worker to its log file only\n"
+"  -t, --tee N|R:N,...       to the log file and the console\n"
+"  --local_addr ADDR         this node's address as told to rdzvd\n"
+"  --no_python               exec PROGRAM directly, not with python\n"
+"  -m, --module              run PROGRAM as a python module (python -m)\n"
+"  --run_path                run PROGRAM with python (like the default)\n"
+"  --node_rank N, --master_addr A, --master_port P\n"
+"                            accepted; without an endpoint, A:P is rdzvd\n"
+"  --grace S                 seconds from SIGTERM to SIGKILL when stopping\n"
+"                            workers (default 30)\n"
+"  --gpus_per_worker N       give local rank r CUDA_VISIBLE_DEVICES with\n"
+"                            the devices r*N .. r*N+N-1 of this node\n"
+"  --dry_run                 print the resolved configuration and the\n"
+"                            environment of each worker, then exit\n"
+"  -v, --verbose             debug logging\n"
+"  -h, --help, -V, --version\n"
+"\n"
+"The python interpreter is $PYTHON, else " CLI_DEFAULT_PYTHON ".\n"
+"Exit status: 0 when every worker of the job succeeded, 1 when the job\n"
+"failed (a summary names the first failure), 2 on a usage error, 128+N\n"
+"when the agent was stopped by signal N (forwarded to the workers).\n");
+}
+
+static char *
+cli_strdup(const char *s)
+{
+	char	*p;
+
+	if ((p = strdup(s)) == NULL)
+		fatal("strdup");
+	return (p);
+}
+
+static void
+cli_setstr(char **dst, const char *v)
+{
+	free(*dst);
+	*dst = cli_strdup(v);
+}
+
+/* Parses a boolean PET_ value (torch: int(value)); -1 if not one. */
+static int
+cli_bool(const char *v)
+{
+	if (strcmp(v, "1") == 0 || strcasecmp(v, "true") == 0 ||
+	    strcasecmp(v, "yes") == 0 || strcasecmp(v, "on") == 0)
+		return (1);
+	if (strcmp(v, "0") == 0 || strcasecmp(v, "false") == 0 ||
+	    strcasecmp(v, "no") == 0 || strcasecmp(v, "off") == 0 ||
+	    *v == '\0')
+		return (0);
+	return (-1);
+}
+
+static int
+cli_int(const char *name, const char *v, long long min, long long max,
+    int *out)
+{
+	const char	*errstr;
+	long long	 n;
+
+	n = strtonum(v, min, max, &errstr);
+	if (errstr != NULL) {
+		fprintf(stderr, "rdzv-agent: --%s: \"%s\" is %s\n", name, v,
+		    errstr);
+		return (-1);
+	}
+	*out = (int)n;
+	return (0);
+}
+
+/* Seconds (a decimal, maybe fractional) into milliseconds. */
+static int
+cli_seconds(const char *name, const char *v, int *ms)
+{
+	char	*end;
+	double	 d;
+
+	errno = 0;
+	d = strtod(v, &end);
+	if (errno != 0 || end == v || *end != '\0' || !isfinite(d) ||
+	    d < 0 || d > 1e6) {
+		fprintf(stderr, "rdzv-agent: %s: \"%s\" is not a number of "
+		    "seconds\n", name, v);
+		return (-1);
+	}
+	*ms = (int)(d * 1000 + 0.5);
+	return (0);
+}
+
+static int
+cli_nnodes(struct agent_config *cfg, const char *v)
+{
+	char	 buf[64], *colon;
+	int	 a, b;
+
+	if (strlcpy(buf, v, sizeof buf) >= sizeof buf)
+		goto bad;
+	if ((colon = strchr(buf, ':')) != NULL) {
+		*colon = '\0';
+		if (cli_int("nnodes", buf, 1, 1000000, &a) != 0 ||
+		    cli_int("nnodes", colon + 1, 1, 1000000, &b) != 0)
+			return (-1);
+	} else {
+		if (cli_int("nnodes", buf, 1, 1000000, &a) != 0)
+			return (-1);
+		b = a;
+	}
+	if (a > b)
+		goto bad;
+	cfg->nnodes_min = a;
+	cfg->nnodes_max = b;
+	return (0);
+bad:
+	fprintf(stderr, "rdzv-agent: --nnodes: \"%s\" is not N or MIN:MAX "
+	    "with MIN <= MAX\n", v);
+	return (-1);
+}
+
+int
+cli_std_for(const char *spec, int local_rank)
+{
+	const char	*p, *errstr;
+	char		 item[32], *colon;
+	size_t		 n;
+	long long	 r, v;
+
+	if (spec == NULL || *spec == '\0')
+		return (0);
+	if (strchr(spec, ':') == NULL) {
+		v = strtonum(spec, 0, 3, &errstr);
+		return (errstr != NULL ? -1 : (int)v);
+	}
+	/* torchrun's mapping form: "0:3,1:2"; ranks not named get 0. */
+	for (p = spec; *p != '\0'; p += n + (p[n] == ',')) {
+		n = strcspn(p, ",");
+		if (n == 0 || n >= sizeof item)
+			return (-1);
+		memcpy(item, p, n);
+		item[n] = '\0';
+		if ((colon = strchr(item, ':')) == NULL)
+			return (-1);
+		*colon = '\0';
+		r = strtonum(item, 0, AGENT_NPROC_MAX, &errstr);
+		if (errstr != NULL)
+			return (-1);
+		v = strtonum(colon + 1, 0, 3, &errstr);
+		if (errstr != NULL)
+			return (-1);
+		if (r == local_rank)
+			return ((int)v);
+	}
+	return (0);
+}
+
+/* One --rdzv_conf key; unknown keys warn, torchrun's own are ignored. */
+static int
+cli_conf_key(struct agent_config *cfg, const char *k, const char *v)
+{
+	static const char *const ignored[] = {
+		"timeout", "read_timeout", "close_timeout", "is_host",
+		"store_type", "keep_alive_interval", "keep_alive_max_attempt",
+		"use_libuv", NULL
+	};
+	char	 name[64];
+	int	 i;
+
+	snprintf(name, sizeof name, "--rdzv_conf %s", k);
+	if (strcmp(k, "last_call_timeout") == 0)
+		return (cli_seconds(name, v, &cfg->last_call_ms));
+	if (strcmp(k, "lease") == 0 || strcmp(k, "lease_timeout") == 0)
+		return (cli_seconds(name, v, &cfg->lease_ms));
+	if (strcmp(k, "heartbeat") == 0 ||
+	    strcmp(k, "heartbeat_interval") == 0)
+		return (cli_seconds(name, v, &cfg->heartbeat_ms));
+	if (strcmp(k, "join_timeout") == 0)
+		return (cli_seconds(name, v, &cfg->join_timeout_ms));
+	if (strcmp(k, "reconnect_timeout") == 0)
+		return (cli_seconds(name, v, &cfg->reconnect_timeout_ms));
+	for (i = 0; ignored[i] != NULL; i++)
+		if (strcmp(k, ignored[i]) == 0)
+			return (0);
+	log_warnx("--rdzv_conf: unknown key \"%s\" ignored", k);
+	return (0);
+}
+
+static int
+cli_conf(struct agent_config *cfg, const char *conf)
+{
+	char	*copy, *item, *next, *eq;
+	int	 rv = 0;
+
+	copy = cli_strdup(conf);
+	for (item = copy; item != NULL && rv == 0; item = next) {
+		if ((next = strchr(item, ',')) != NULL)
+			*next++ = '\0';
+		if (*item == '\0')
+			continue;
+		if ((eq = strchr(item, '=')) == NULL) {
+			fprintf(stderr, "rdzv-agent: --rdzv_conf: \"%s\" is "
+			    "not KEY=VALUE\n", item);
+			rv = -1;
+			break;
+		}
+		*eq = '\0';
+		rv = cli_conf_key(cfg, item, eq + 1);
+	}
+	free(copy);
+	return (rv);
+}
+
+/* Applies one option's value; returns 0, 1 (help/version) or -1. */
+static int
+cli_apply(struct agent_config *cfg, const struct cli_opt *o, const char *v)
+{
+	int	b;
+
+	if (o->flag && v != NULL) {
+		/* A flag from PET_*: torch reads it as an integer. */
+		if ((b = cli_bool(v)) == -1) {
+			fprintf(stderr, "rdzv-agent: PET_ value \"%s\" for "
+			    "--%s is not 0 or 1\n", v, o->name);
+			return (-1);
+		}
+		if (b == 0)
+			return (0);
+	}
+	switch (o->id) {
+	case O_NNODES:
+		cli_nnodes_set = 1;
+		return (cli_nnodes(cfg, v));
+	case O_NPROC:
+		cli_setstr(&cfg->nproc_spec, v);
+		return (0);
+	case O_ENDPOINT:
+		cli_endpoint_set = (*v != '\0');
+		cli_setstr(&cfg->endpoint, v);
+		return (0);
+	case O_ID:
+		cli_id_set = 1;
+		cli_setstr(&cfg->rdzv_id, v);
+		return (0);
+	case O_BACKEND:
+		if (strcmp(v, "c10d") != 0 && strcmp(v, "static") != 0 &&
+		    strcmp(v, "rdzv") != 0 && strcmp(v, "etcd") != 0 &&
+		    strcmp(v, "etcd-v2") != 0)
+			log_warnx("--rdzv_backend %s: unknown, using rdzvd", v);
+		cli_setstr(&cfg->rdzv_backend, v);
+		return (0);
+	case O_CONF:
+		cli_setstr(&cfg->rdzv_conf, v);
+		return (cli_conf(cfg, v));
+	case O_STANDALONE:
+		cfg->standalone = 1;
+		return (0);
+	case O_MAX_RESTARTS:
+		return (cli_int(o->name, v, 0, INT_MAX / 2,
+		    &cfg->max_restarts));
+	case O_MONITOR:
+		cfg->monitor_interval = strtod(v, NULL);
+		return (0);
+	case O_START_METHOD:
+		return (0);
+	case O_ROLE:
+		cli_setstr(&cfg->role, v);
+		return (0);
+	case O_LOG_DIR:
+		cli_setstr(&cfg->log_dir, v);
+		return (0);
+	case O_REDIRECTS:
+	case O_TEE:
+		if (cli_std_for(v, 0) == -1) {
+			fprintf(stderr, "rdzv-agent: --%s: \"%s\" is not 0-3 "
+			    "or LOCAL_RANK:0-3,...\n", o->name, v);
+			return (-1);
+		}
+		cli_setstr(o->id == O_TEE ? &cfg->tee : &cfg->redirects, v);
+		return (0);
+	case O_LOCAL_ADDR:
+		cli_setstr(&cfg->local_addr, v);
+		return (0);
+	case O_NO_PYTHON:
+		cfg->no_python = 1;
+		return (0);
+	case O_MODULE:
+		cfg->module = 1;
+		return (0);
+	case O_RUN_PATH:
+		cfg->run_path = 1;
+		return (0);
+	case O_NODE_RANK:
+		return (cli_int(o->name, v, 0, 1000000, &cfg->node_rank));
+	case O_MASTER_ADDR:
+		cli_setstr(&cfg->master_addr, v);
+		return (0);
+	case O_MASTER_PORT:
+		return (cli_int(o->name, v, 1, 65535, &cfg->master_port));
+	case O_GRACE:
+		return (cli_seconds("--grace", v, &cfg->grace_ms));
+	case O_GPUS_PER_WORKER:
+		return (cli_int(o->name, v, 0, 1024, &cfg->gpus_per_worker));
+	case O_DRY_RUN:
+		cfg->dry_run = 1;
+		return (0);
+	case O_USE_ENV:
+		return (0);
+	case O_HELP:
+		cli_usage(stdout);
+		return (1);
+	case O_VERSION:
+		printf("rdzv-agent %s\n", PACKAGE_VERSION);
+		return (1);
+	case O_VERBOSE:
+		cfg->verbose = 1;
+		return (0);
+	}
+	return (-1);
+}
+
+/* Reads PET_<OPTION> for every option. */
+static int
+cli_env(struct agent_config *cfg)
+{
+	const struct cli_opt	*o;
+	char			 name[64];
+	const char		*v;
+	size_t			 i, j;
+	int			 rv;
+
+	for (i = 0; i < CLI_NOPTS; i++) {
+		o = &cli_opts[i];
+		if (o->id == O_HELP || o->id == O_VERSION)
+			continue;
+		snprintf(name, sizeof name, "PET_%s", o->name);
+		for (j = 4; name[j] != '\0'; j++)
+			name[j] = toupper((unsigned char)name[j]);
+		if ((v = getenv(name)) == NULL)
+			continue;
+		if ((rv = cli_apply(cfg, o, v)) != 0)
+			return (rv);
+	}
+	return (0);
+}
+
+static int
+cli_count_list(const char *s)
+{
+	int	n = 0;
+
+	if (*s == '\0')
+		return (0);
+	for (n = 1; *s != '\0'; s++)
+		if (*s == ',')
+			n++;
+	return (n);
+}
+
+int
+cli_count_gpus(char **list)
+{
+	char		 buf[8192], tmp[16], *l = NULL, *p;
+	char *const	 smi[] = { "nvidia-smi", "-L", NULL };
+	const char	*cvd;
+	DIR		*d;
+	struct dirent	*de;
+	size_t		 len;
+	int		 n = 0, rv, i;
+
+	/* torch counts what CUDA_VISIBLE_DEVICES leaves visible. */
+	if ((cvd = getenv("CUDA_VISIBLE_DEVICES")) != NULL) {
+		if (*cvd == '\0' || strncmp(cvd, "-1", 2) == 0) {
+			if (list != NULL)
+				*list = cli_strdup("");
+			return (0);
+		}
+		if (list != NULL)
+			*list = cli_strdup(cvd);
+		return (cli_count_list(cvd));
+	}
+	if ((d = opendir("/proc/driver/nvidia/gpus")) != NULL) {
+		while ((de = readdir(d)) != NULL)
+			if (de->d_name[0] != '.')
+				n++;
+		closedir(d);
+	}
+	if (n == 0 && (d = opendir("/dev")) != NULL) {
+		while ((de = readdir(d)) != NULL)
+			if (strncmp(de->d_name, "nvidia", 6) == 0 &&
+			    isdigit((unsigned char)de->d_name[6]))
+				n++;
+		closedir(d);
+	}
+	if (n == 0 && (rv = sup_capture(smi, buf, sizeof buf, 5000)) > 0) {
+		for (p = buf; (p = strstr(p, "GPU ")) != NULL; p += 4)
+			if (p == buf || p[-1] == '\n')
+				n++;
+	}
+	if (list != NULL) {
+		len = (size_t)n * 8 + 1;
+		if ((l = calloc(1, len)) == NULL)
+			fatal("calloc");
+		for (i = 0; i < n; i++) {
+			snprintf(tmp, sizeof tmp, "%s%d", i ? "," : "", i);
+			strlcat(l, tmp, len);
+		}
+		*list = l;
+	}
+	return (n);
+}
+
+static int
+cli_nproc(struct agent_config *cfg)
+{
+	const char	*s = cfg->nproc_spec;
+	long		 ncpu;
+	int		 ngpu;
+
+	if (strcmp(s, "cpu") == 0 || strcmp(s, "gpu") == 0 ||
+	    strcmp(s, "auto") == 0) {
+		ngpu = (strcmp(s, "cpu") == 0) ? 0 : cli_count_gpus(NULL);
+		if (strcmp(s, "gpu") == 0 && ngpu == 0) {
+			fprintf(stderr, "rdzv-agent: --nproc_per_node gpu: "
+			    "no GPU found\n");
+			return (-1);
+		}
+		if (ngpu > 0) {
+			cfg->nproc = ngpu;
+			return (0);
+		}
+		ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+		cfg->nproc = ncpu > 0 ? (int)ncpu : 1;
+		if (cfg->nproc > AGENT_NPROC_MAX)
+			cfg->nproc = AGENT_NPROC_MAX;
+		return (0);
+	}
+	return (cli_int("nproc_per_node", s, 1, AGENT_NPROC_MAX,
+	    &cfg->nproc));
+}
+
+/* Splits the endpoint into its host (for MASTER_ADDR); adds the port. */
+static int
+cli_endpoint(struct agent_config *cfg)
+{
+	char		*ep = cfg->endpoint, *end, *colon, *full;
+	const char	*errstr;
+	size_t		 hl;
+
+	if (ep[0] == '[') {
+		if ((end = strchr(ep, ']')) == NULL ||
+		    (end[1] != ':' && end[1] != '\0'))
+			goto bad;
+		hl = end - ep - 1;
+		cfg->ep_host = strndup(ep + 1, hl);
+		colon = end[1] == ':' ? end + 1 : NULL;
+	} else {
+		colon = strrchr(ep, ':');
+		if (colon != NULL && memchr(ep, ':', colon - ep) != NULL)
+			goto bad;	/* bare IPv6: needs brackets */
+		hl = colon != NULL ? (size_t)(colon - ep) : strlen(ep);
+		cfg->ep_host = strndup(ep, hl);
+	}
+	if (cfg->ep_host == NULL)
+		fatal("strndup");
+	if (hl == 0)
+		goto bad;
+	if (colon == NULL) {
+		if (asprintf(&full, "%s:%s", ep, CLI_DEFAULT_PORT) == -1)
+			fatal("asprintf");
+		free(cfg->endpoint);
+		cfg->endpoint = full;
+		return (0);
+	}
+	(void)strtonum(colon + 1, cfg->standalone ? 0 : 1, 65535, &errstr);
+	if (errstr != NULL)
+		goto bad;
+	return (0);
+bad:
+	fprintf(stderr, "rdzv-agent: --rdzv_endpoint: \"%s\" is not HOST:PORT "
+	    "or [IPV6]:PORT\n", ep);
+	return (-1);
+}
+
+/* The worker command: torchrun runs PROGRAM with python -u unless told. */
+static int
+cli_command(struct agent_config *cfg, int argc, char **argv)
+{
+	const char	*py;
+	int		 n = 0, i, extra;
+
+	if (argc < 1) {
+		fprintf(stderr, "rdzv-agent: missing the program to run "
+		    "(see --help)\n");
+		return (-1);
+	}
+	if (cfg->no_python && cfg->module) {
+		fprintf(stderr, "rdzv-agent: --no_python and -m cannot be "
+		    "used together\n");
+		return (-1);
+	}
+	cfg->program = cli_strdup(argv[0]);
+	extra = cfg->no_python ? 0 : (cfg->module ? 3 : 2);
+	cfg->argv = calloc((size_t)argc + extra + 1, sizeof *cfg->argv);
+	if (cfg->argv == NULL)
+		fatal("calloc");
+	if (!cfg->no_python) {
+		if ((py = getenv("PYTHON")) == NULL || *py == '\0')
+			py = CLI_DEFAULT_PYTHON;
+		cfg->argv[n++] = cli_strdup(py);
+		cfg->argv[n++] = cli_strdup("-u");
+		if (cfg->module)
+			cfg->argv[n++] = cli_strdup("-m");
+	}
+	for (i = 0; i < argc; i++)
+		cfg->argv[n++] = cli_strdup(argv[i]);
+	cfg->argc = n;
+	return (0);
+}
+
+static void
+cli_random_id(char *out, size_t outsz)
+{
+	uint8_t	b[16];
+	size_t	i;
+
+	arc4random_buf(b, sizeof b);
+	b[6] = (b[6] & 0x0f) | 0x40;	/* a version 4 UUID, like torchrun's */
+	b[8] = (b[8] & 0x3f) | 0x80;
+	out[0] = '\0';
+	for (i = 0; i < sizeof b && outsz > 3; i++) {
+		snprintf(out, outsz, "%02x", b[i]);
+		out += 2;
+		outsz -= 2;
+		if ((i == 3 || i == 5 || i == 7 || i == 9) && outsz > 1) {
+			*out++ = '-';
+			*out = '\0';
+			outsz--;
+		}
+	}
+}
+
+int
+cli_parse(struct agent_config *cfg, int argc, char **argv)
+{
+	struct option	 lopts[CLI_NOPTS * 2 + 1];
+	char		 shorts[64], names[CLI_NOPTS][32], idbuf[40];
+	const char	*v;
+	size_t		 i, j, n = 0, s = 0;
+	int		 c, rv, ngpu;
+
+	memset(cfg, 0, sizeof *cfg);
+	cfg->nnodes_min = cfg->nnodes_max = 1;
+	cfg->nproc_spec = cli_strdup("1");
+	cfg->rdzv_id = cli_strdup("none");
+	cfg->rdzv_backend = cli_strdup("c10d");
+	cfg->role = cli_strdup("default");
+	cfg->monitor_interval = 5;
+	cfg->master_port = 29500;
+	cfg->grace_ms = 30000;
+	cfg->last_call_ms = -1;
+	cfg->lease_ms = -1;
+	cfg->heartbeat_ms = -1;
+	cfg->join_timeout_ms = 600000;
+	cfg->reconnect_timeout_ms = 300000;
+
+	/* Both spellings of every long option; getopt stops at PROGRAM. */
+	shorts[s++] = '+';
+	for (i = 0; i < CLI_NOPTS; i++) {
+		for (j = 0; j < 2; j++) {
+			lopts[n].name = cli_opts[i].name;
+			if (j == 1) {
+				strlcpy(names[i], cli_opts[i].name,
+				    sizeof names[i]);
+				if (strchr(names[i], '_') == NULL)
+					continue;
+				for (c = 0; names[i][c] != '\0'; c++)
+					if (names[i][c] == '_')
+						names[i][c] = '-';
+				lopts[n].name = names[i];
+			}
+			lopts[n].has_arg = cli_opts[i].flag ? no_argument :
+			    required_argument;
+			lopts[n].flag = NULL;
+			lopts[n].val = cli_opts[i].id;
+			n++;
+		}
+		if (cli_opts[i].shortc != 0) {
+			shorts[s++] = cli_opts[i].shortc;
+			if (!cli_opts[i].flag)
+				shorts[s++] = ':';
+		}
+	}
+	memset(&lopts[n], 0, sizeof lopts[n]);
+	shorts[s] = '\0';
+
+	/* Slurm, then PET_*, then the command line. */
+	if ((v = getenv("SLURM_JOB_ID")) != NULL && *v != '\0')
+		cli_setstr(&cfg->rdzv_id, v);
+	if ((v = getenv("SLURM_NNODES")) != NULL && *v != '\0' &&
+	    cli_nnodes(cfg, v) != 0)
+		return (-1);
+	if ((rv = cli_env(cfg)) != 0)
+		return (rv);
+
+	optind = 1;
+	while ((c = getopt_long(argc, argv, shorts, lopts, NULL)) != -1) {
+		if (c == '?' || c == ':') {
+			fprintf(stderr, "rdzv-agent: see --help\n");
+			return (-1);
+		}
+		for (i = 0; i < CLI_NOPTS; i++)
+			if (cli_opts[i].id == c || cli_opts[i].shortc == c)
+				break;
+		if (i == CLI_NOPTS)
+			return (-1);
+		if ((rv = cli_apply(cfg, &cli_opts[i],
+		    cli_opts[i].flag ? NULL : optarg)) != 0)
+			return (rv);
+	}
+	if (cli_command(cfg, argc - optind, argv + optind) != 0)
+		return (-1);
+
+	/* torchrun: --standalone is one node with a fresh id. */
+	if (!cli_endpoint_set && cfg->master_addr != NULL && !cfg->standalone) {
+		if (asprintf(&cfg->endpoint, "%s%s%s:%d",
+		    strchr(cfg->master_addr, ':') ? "[" : "", cfg->master_addr,
+		    strchr(cfg->master_addr, ':') ? "]" : "",
+		    cfg->master_port) == -1)
+			fatal("asprintf");
+		cli_endpoint_set = 1;
+	}
+	if (!cli_endpoint_set && cfg->nnodes_max == 1)
+		cfg->standalone = 1;
+	if (cfg->standalone) {
+		if (cli_nnodes_set && cfg->nnodes_max != 1)
+			log_warnx("--standalone: --nnodes is 1");
+		cfg->nnodes_min = cfg->nnodes_max = 1;
+		if (!cli_id_set) {
+			cli_random_id(idbuf, sizeof idbuf);
+			cli_setstr(&cfg->rdzv_id, idbuf);
+		}
+		cli_setstr(&cfg->endpoint, "127.0.0.1:0");
+	} else if (!cli_endpoint_set) {
+		fprintf(stderr, "rdzv-agent: --nnodes %d:%d needs "
+		    "--rdzv_endpoint (or --standalone for one node)\n",
+		    cfg->nnodes_min, cfg->nnodes_max);
+		return (-1);
+	}
+	if (cli_endpoint(cfg) != 0)
+		return (-1);
+	if (cli_nproc(cfg) != 0)
+		return (-1);
+	if (cfg->gpus_per_worker > 0) {
+		ngpu = cli_count_gpus(&cfg->gpu_list);
+		if ((long long)cfg->gpus_per_worker * cfg->nproc > ngpu) {
+			fprintf(stderr, "rdzv-agent: --gpus_per_worker %d with "
+			    "%d workers needs %d GPUs, %d found\n",
+			    cfg->gpus_per_worker, cfg->nproc,
+			    cfg->gpus_per_worker * cfg->nproc, ngpu);
+			return (-1);
+		}
+	}
+	if (cfg->heartbeat_ms <= 0)
+		cfg->heartbeat_ms = cfg->lease_ms > 0 ? cfg->lease_ms / 4 :
+		    1000;
+	if (cfg->heartbeat_ms < 10)
+		cfg->heartbeat_ms = 10;
+	return (0);
+}
+
+static void
+cli_ms(FILE *f, const char *name, int ms)
+{
+	if (ms < 0)
+		fprintf(f, "%s=default\n", name);
+	else
+		fprintf(f, "%s=%d.%03d\n", name, ms / 1000, ms % 1000);
+}
+
+void
+cli_print(const struct agent_config *cfg, FILE *f)
+{
+	int	i;
+
+	fprintf(f, "nnodes=%d:%d\n", cfg->nnodes_min, cfg->nnodes_max);
+	fprintf(f, "nproc_per_node=%d\n", cfg->nproc);
+	fprintf(f, "rdzv_endpoint=%s\n", cfg->endpoint);
+	fprintf(f, "master_addr=%s\n", cfg->ep_host);
+	fprintf(f, "rdzv_id=%s\n", cfg->rdzv_id);
+	fprintf(f, "rdzv_backend=%s\n", cfg->rdzv_backend);
+	fprintf(f, "standalone=%d\n", cfg->standalone);
+	fprintf(f, "max_restarts=%d\n", cfg->max_restarts);
+	fprintf(f, "role=%s\n", cfg->role);
+	fprintf(f, "log_dir=%s\n", cfg->log_dir ? cfg->log_dir : "");
+	fprintf(f, "redirects=%s\n", cfg->redirects ? cfg->redirects : "0");
+	fprintf(f, "tee=%s\n", cfg->tee ? cfg->tee : "0");
+	fprintf(f, "local_addr=%s\n", cfg->local_addr ? cfg->local_addr : "");
+	fprintf(f, "no_python=%d\nmodule=%d\n", cfg->no_python, cfg->module);
+	cli_ms(f, "grace", cfg->grace_ms);
+	fprintf(f, "gpus_per_worker=%d\n", cfg->gpus_per_worker);
+	cli_ms(f, "last_call_timeout", cfg->last_call_ms);
+	cli_ms(f, "lease", cfg->lease_ms);
+	cli_ms(f, "heartbeat", cfg->heartbeat_ms);
+	cli_ms(f, "join_timeout", cfg->join_timeout_ms);
+	cli_ms(f, "reconnect_timeout", cfg->reconnect_timeout_ms);
+	fprintf(f, "command=");
+	for (i = 0; i < cfg->argc; i++)
+		fprintf(f, "%s%s", i ? " " : "", cfg->argv[i]);
+	fprintf(f, "\n");
+}

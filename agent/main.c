@@ -1,0 +1,708 @@
+/*
+ * main.c: rdzv-agent's state machine.
+ *
+ * Ties rdzvd's pushes (rdzv.c), worker exits (sup.c) and the agent's own
+ * signals together.  Everything is an event; nothing polls.
+ *
+ *   JOINING --RUNNING push--> RUNNING --all exit 0--> SUCCEEDED
+ *      |                        |  |                     | DONE push: exit 0
+ *      | STANDBY push           |  +--worker fails: FAILURE to rdzvd,
+ *      v                        |     begin_stop -------> STOPPING
+ *   WAITING <--stop done--------+--STOP/STANDBY push: begin_stop
+ *      ^                                                 | stop done:
+ *      +-------------------------------------------------+ RUNNING push
+ *                                                          pending? spawn
+ *   any --signal--> LEAVING: the signal to the workers, SIGKILL after the
+ *                   grace, LEAVE, exit 128+signo
+ *   any --FAILED push or fatal--> LEAVING (no LEAVE): stop, summary,
+ *                   exit 1
+ *
+ * A RUNNING push for the round already running (a re-JOIN after a
+ * reconnect) changes nothing; one for another round while workers run
+ * stops them first and spawns the new round when they are gone.
+ */
+#include "config.h"
+
+#include <sys/types.h>
+#include <sys/wait.h>
+
+#include <errno.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <event2/event.h>
+
+#include "agent.h"
+#include "log.h"
+#include "rdzv_err.h"
+#include "wire.h"
+
+#ifdef HAVE_RDZVD_EMBED
+#include "embed.h"
+#endif
+
+enum agent_state {
+	AS_JOINING,	/* no round yet */
+	AS_RUNNING,	/* workers of ag.cur run */
+	AS_SUCCEEDED,	/* every worker exited 0; SUCCEEDED reported */
+	AS_STOPPING,	/* stopping workers; then ag.next or WAITING */
+	AS_WAITING,	/* no workers; waiting for a push */
+	AS_LEAVING,	/* stopping for good: signal, FAILED, fatal */
+};
+
+/* A worker failure as the summary prints it. */
+struct agent_failure {
+	int		 valid;
+	int		 local_rank;
+	int64_t		 rank;
+	pid_t		 pid;
+	int		 status;
+	struct timespec	 when;
+	int64_t		 round;
+	char		 errfile[4096];
+	char		 message[AGENT_MSG_MAX];
+	char		 stack[8192];
+};
+
+static struct {
+	struct agent_config	 cfg;
+	struct event_base	*base;
+	enum agent_state	 state;
+	struct rdzv_round	 cur;		/* round of the workers */
+	struct rdzv_round	 next;		/* RUNNING push to start */
+	int			 have_next;
+	int			 nok;		/* workers exited 0 */
+	int			 failed_now;	/* a failure this round */
+	struct agent_failure	 first;		/* first local failure */
+	char			 job_failure[AGENT_MSG_MAX];
+	int			 job_failed;
+	int			 exit_code;
+	int			 signo;
+	int			 embedded;
+	char			 hostname[256];
+	struct event		*sig_ev[4];
+	struct event		*join_ev;
+} ag;
+
+static const int agent_signals[4] = { SIGTERM, SIGINT, SIGHUP, SIGQUIT };
+
+static void	agent_begin_stop(void);
+
+static void
+agent_setenv(char ***envp, size_t *n, size_t *cap, const char *name,
+    const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+
+/* Appends NAME=value to a growing NULL-terminated array. */
+static void
+agent_setenv(char ***envp, size_t *n, size_t *cap, const char *name,
+    const char *fmt, ...)
+{
+	va_list	 ap;
+	char	*val, *kv, **e;
+
+	va_start(ap, fmt);
+	if (vasprintf(&val, fmt, ap) == -1)
+		fatalx("out of memory");
+	va_end(ap);
+	if (asprintf(&kv, "%s=%s", name, val) == -1)
+		fatalx("out of memory");
+	free(val);
+	if (*n + 2 > *cap) {
+		*cap = *cap ? *cap * 2 : 64;
+		if ((e = reallocarray(*envp, *cap, sizeof *e)) == NULL)
+			fatalx("out of memory");
+		*envp = e;
+	}
+	(*envp)[(*n)++] = kv;
+	(*envp)[*n] = NULL;
+}
+
+static int
+agent_env_has(char **envp, size_t n, const char *name)
+{
+	size_t	i, l = strlen(name);
+
+	for (i = 0; i < n; i++)
+		if (strncmp(envp[i], name, l) == 0 && envp[i][l] == '=')
+			return (1);
+	return (0);
+}
+
+/* The CUDA_VISIBLE_DEVICES of local_rank: its share of the GPU list. */
+static void
+agent_gpus(int local_rank, char *out, size_t outsz)
+{
+	const char	*p = ag.cfg.gpu_list;
+	int		 first = local_rank * ag.cfg.gpus_per_worker, i = 0;
+	size_t		 o = 0, n;
+
+	out[0] = '\0';
+	while (p != NULL && *p != '\0') {
+		n = strcspn(p, ",");
+		if (i >= first && i < first + ag.cfg.gpus_per_worker &&
+		    o + n + 2 < outsz) {
+			if (o > 0)
+				out[o++] = ',';
+			memcpy(out + o, p, n);
+			o += n;
+			out[o] = '\0';
+		}
+		i++;
+		p += n + (p[n] == ',');
+	}
+}
+
+/*
+ * The variables rdzv-agent sets for local_rank in round r (torchrun's,
+ * see shared/reference/tcpstore-wire.md section 6, plus RDZV_*).
+ */
+static char **
+agent_worker_vars(int local_rank, const struct rdzv_round *r, size_t *np)
+{
+	char		**e = NULL, gpus[1024];
+	size_t		  n = 0, cap = 0;
+	int64_t		  rank = r->rank_base + local_rank;
+
+	agent_setenv(&e, &n, &cap, "LOCAL_RANK", "%d", local_rank);
+	agent_setenv(&e, &n, &cap, "RANK", "%lld", (long long)rank);
+	agent_setenv(&e, &n, &cap, "GROUP_RANK", "%lld",
+	    (long long)r->group_rank);
+	agent_setenv(&e, &n, &cap, "ROLE_RANK", "%lld", (long long)rank);
+	agent_setenv(&e, &n, &cap, "ROLE_NAME", "%s", ag.cfg.role);
+	agent_setenv(&e, &n, &cap, "LOCAL_WORLD_SIZE", "%d", ag.cfg.nproc);
+	agent_setenv(&e, &n, &cap, "WORLD_SIZE", "%lld",
+	    (long long)r->world_size);
+	agent_setenv(&e, &n, &cap, "GROUP_WORLD_SIZE", "%lld",
+	    (long long)r->group_world_size);
+	agent_setenv(&e, &n, &cap, "ROLE_WORLD_SIZE", "%lld",
+	    (long long)r->world_size);
+	agent_setenv(&e, &n, &cap, "MASTER_ADDR", "%s", ag.cfg.ep_host);
+	agent_setenv(&e, &n, &cap, "MASTER_PORT", "%lld",
+	    (long long)r->store_port);
+	agent_setenv(&e, &n, &cap, "TORCHELASTIC_RESTART_COUNT", "%lld",
+	    (long long)r->restart_count);
+	agent_setenv(&e, &n, &cap, "TORCHELASTIC_MAX_RESTARTS", "%lld",
+	    (long long)r->max_restarts);
+	agent_setenv(&e, &n, &cap, "TORCHELASTIC_RUN_ID", "%s",
+	    ag.cfg.rdzv_id);
+	agent_setenv(&e, &n, &cap, "TORCHELASTIC_USE_AGENT_STORE", "True");
+	agent_setenv(&e, &n, &cap, "TORCHELASTIC_ERROR_FILE", "%s",
+	    logs_error_file(local_rank));
+	agent_setenv(&e, &n, &cap, "RDZV_ENDPOINT", "%s", ag.cfg.endpoint);
+	agent_setenv(&e, &n, &cap, "RDZV_JOB", "%s", ag.cfg.rdzv_id);
+	agent_setenv(&e, &n, &cap, "RDZV_ROUND", "%lld", (long long)r->round);
+	agent_setenv(&e, &n, &cap, "RDZV_NAMESPACE", "%s", r->store_ns);
+	agent_setenv(&e, &n, &cap, "RDZV_NODE_ID", "%lld",
+	    (long long)r->node_id);
+	if (ag.cfg.gpus_per_worker > 0) {
+		agent_gpus(local_rank, gpus, sizeof gpus);
+		agent_setenv(&e, &n, &cap, "CUDA_VISIBLE_DEVICES", "%s", gpus);
+	}
+	/* Defaults torchrun sets only when the user has not. */
+	if (getenv("NCCL_ASYNC_ERROR_HANDLING") == NULL)
+		agent_setenv(&e, &n, &cap, "NCCL_ASYNC_ERROR_HANDLING", "1");
+	if (getenv("TORCH_NCCL_ASYNC_ERROR_HANDLING") == NULL)
+		agent_setenv(&e, &n, &cap, "TORCH_NCCL_ASYNC_ERROR_HANDLING",
+		    "1");
+	if (getenv("OMP_NUM_THREADS") == NULL && ag.cfg.nproc > 1)
+		agent_setenv(&e, &n, &cap, "OMP_NUM_THREADS", "1");
+	*np = n;
+	return (e);
+}
+
+/* The whole environment: the agent's, less what we set, plus ours. */
+static char **
+agent_worker_env(int local_rank, const struct rdzv_round *r)
+{
+	extern char	**environ;
+	char		**vars, **e, *eq;
+	size_t		  nv, ne = 0, i;
+
+	vars = agent_worker_vars(local_rank, r, &nv);
+	for (i = 0; environ[i] != NULL; i++)
+		;
+	if ((e = calloc(i + nv + 1, sizeof *e)) == NULL)
+		fatalx("out of memory");
+	for (i = 0; environ[i] != NULL; i++) {
+		if ((eq = strchr(environ[i], '=')) == NULL)
+			continue;
+		*eq = '\0';
+		if (!agent_env_has(vars, nv, environ[i]))
+			e[ne++] = environ[i];
+		*eq = '=';
+	}
+	for (i = 0; i < nv; i++)
+		e[ne++] = vars[i];
+	e[ne] = NULL;
+	free(vars);	/* the strings now belong to e */
+	return (e);
+}
+
+/* Frees what agent_worker_env allocated (our strings only). */
+static void
+agent_free_env(char **e)
+{
+	extern char	**environ;
+	size_t		  i, j;
+	int		  ours;
+
+	for (i = 0; e[i] != NULL; i++) {
+		ours = 1;
+		for (j = 0; environ[j] != NULL; j++)
+			if (environ[j] == e[i]) {
+				ours = 0;
+				break;
+			}
+		if (ours)
+			free(e[i]);
+	}
+	free(e);
+}
+
+static void
+agent_time(const struct timespec *ts, char *buf, size_t len)
+{
+	struct tm	tm;
+
+	localtime_r(&ts->tv_sec, &tm);
+	strftime(buf, len, "%Y-%m-%d_%H:%M:%S", &tm);
+}
+
+/* torchrun's failure summary, naming the first failure. */
+static void
+agent_summary(void)
+{
+	const struct agent_failure	*f = &ag.first;
+	const char			*line =
+	    "============================================================";
+	const char			*thin =
+	    "------------------------------------------------------------";
+	char				 t[64], sig[16];
+
+	fprintf(stderr, "%s\n%s FAILED\n%s\n", line, ag.cfg.program, thin);
+	if (ag.job_failed && ag.job_failure[0] != '\0')
+		fprintf(stderr, "Root Cause (first failure in the job, from "
+		    "rdzvd):\n  %s\n%s\n", ag.job_failure, thin);
+	if (f->valid) {
+		agent_time(&f->when, t, sizeof t);
+		fprintf(stderr, "First failure on this node:\n"
+		    "  time      : %s\n  host      : %s\n"
+		    "  rank      : %lld (local_rank: %d)\n", t, ag.hostname,
+		    (long long)f->rank, f->local_rank);
+		if (WIFSIGNALED(f->status)) {
+			snprintf(sig, sizeof sig, "SIG%s",
+			    sigabbrev_np(WTERMSIG(f->status)) ?
+			    sigabbrev_np(WTERMSIG(f->status)) : "?");
+			fprintf(stderr, "  exitcode  : -%d (pid: %ld)\n"
+			    "  signal    : %d (%s)\n", WTERMSIG(f->status),
+			    (long)f->pid, WTERMSIG(f->status), sig);
+		} else
+			fprintf(stderr, "  exitcode  : %d (pid: %ld)\n",
+			    WEXITSTATUS(f->status), (long)f->pid);
+		fprintf(stderr, "  error_file: %s\n", f->message[0] ?
+		    f->errfile : "<N/A>");
+		if (f->message[0] != '\0')
+			fprintf(stderr, "  message   : %s\n", f->message);
+		if (f->stack[0] != '\0')
+			fprintf(stderr, "  traceback : %s\n", f->stack);
+	} else if (!ag.job_failed || ag.job_failure[0] == '\0')
+		fprintf(stderr, "  (no worker failed on this node)\n");
+	fprintf(stderr, "%s\n", line);
+}
+
+/* Ends the event loop with code (the summary first, for a failure). */
+static void
+agent_finish(int code)
+{
+	ag.exit_code = code;
+	if (code == 1)
+		agent_summary();
+	event_base_loopbreak(ag.base);
+}
+
+static void
+agent_start_round(const struct rdzv_round *r)
+{
+	char	**env;
+	pid_t	  pid;
+	int	  i, out_fd, err_fd, rv;
+
+	ag.cur = *r;
+	ag.nok = 0;
+	ag.failed_now = 0;
+	ag.state = AS_RUNNING;
+	log_info("round %lld: group rank %lld of %lld, ranks %lld-%lld of "
+	    "%lld, restart %lld", (long long)r->round,
+	    (long long)r->group_rank, (long long)r->group_world_size,
+	    (long long)r->rank_base,
+	    (long long)r->rank_base + ag.cfg.nproc - 1,
+	    (long long)r->world_size, (long long)r->restart_count);
+	if ((rv = logs_attempt((int)r->restart_count, ag.cfg.nproc)) != 0) {
+		log_warnx("cannot prepare the log directory: %s",
+		    rdzv_strerror(rv));
+		rdzv_report_failure(r->round, 0, r->rank_base, 127, 0,
+		    "rdzv-agent could not create its log directory");
+		ag.failed_now = 1;
+		agent_begin_stop();
+		return;
+	}
+	for (i = 0; i < ag.cfg.nproc; i++) {
+		env = agent_worker_env(i, r);
+		logs_child_fds(i, &out_fd, &err_fd);
+		rv = sup_spawn(i, ag.cfg.argv, env, out_fd, err_fd, &pid);
+		logs_spawned(i);
+		agent_free_env(env);
+		if (rv != 0) {
+			rdzv_report_failure(r->round, i, r->rank_base + i,
+			    127, 0, "rdzv-agent could not fork the worker");
+			ag.failed_now = 1;
+			agent_begin_stop();
+			return;
+		}
+	}
+}
+
+static void
+agent_stop_done(void *arg)
+{
+	logs_end_attempt();
+	if (ag.state == AS_LEAVING)
+		return;		/* agent_leave_stopped runs instead */
+	if (ag.have_next) {
+		ag.have_next = 0;
+		agent_start_round(&ag.next);
+		return;
+	}
+	ag.state = AS_WAITING;
+}
+
+static void
+agent_begin_stop(void)
+{
+	ag.state = AS_STOPPING;
+	sup_stop(SIGTERM, ag.cfg.grace_ms, agent_stop_done, NULL);
+}
+
+/* The exit of one worker. */
+static void
+agent_exit_cb(const struct sup_exit *x, void *arg)
+{
+	struct agent_failure	*f = &ag.first;
+	char			 desc[64], msg[AGENT_MSG_MAX], stack[8192];
+	char			 stamp[64];
+	int			 code, signo;
+
+	logs_drain(x->local_rank);
+	if (ag.state != AS_RUNNING)
+		return;		/* stopping: expected */
+	if (WIFEXITED(x->status) && WEXITSTATUS(x->status) == 0) {
+		if (++ag.nok == ag.cfg.nproc) {
+			log_info("round %lld: every local worker succeeded",
+			    (long long)ag.cur.round);
+			ag.state = AS_SUCCEEDED;
+			logs_end_attempt();
+			rdzv_report_succeeded(ag.cur.round);
+		}
+		return;
+	}
+	sup_describe(x->status, desc, sizeof desc);
+	(void)logs_read_error(x->local_rank, msg, sizeof msg, stack,
+	    sizeof stack, stamp, sizeof stamp);
+	log_warnx("worker %d (rank %lld, pid %ld) failed: %s%s%s",
+	    x->local_rank, (long long)(ag.cur.rank_base + x->local_rank),
+	    (long)x->pid, desc, msg[0] ? ": " : "", msg);
+	if (!f->valid) {
+		f->valid = 1;
+		f->local_rank = x->local_rank;
+		f->rank = ag.cur.rank_base + x->local_rank;
+		f->pid = x->pid;
+		f->status = x->status;
+		f->when = x->when;
+		f->round = ag.cur.round;
+		strlcpy(f->errfile, logs_error_file(x->local_rank),
+		    sizeof f->errfile);
+		strlcpy(f->message, msg, sizeof f->message);
+		strlcpy(f->stack, stack, sizeof f->stack);
+	}
+	ag.failed_now = 1;
+	if (WIFSIGNALED(x->status)) {
+		signo = WTERMSIG(x->status);
+		code = -signo;
+	} else {
+		signo = 0;
+		code = WEXITSTATUS(x->status);
+	}
+	rdzv_report_failure(ag.cur.round, x->local_rank,
+	    ag.cur.rank_base + x->local_rank, code, signo,
+	    msg[0] != '\0' ? msg : desc);
+	agent_begin_stop();
+}
+
+static void
+agent_leave_stopped(void *arg)
+{
+	logs_end_attempt();
+	if (ag.signo != 0) {
+		rdzv_leave(2000);
+		return;
+	}
+	agent_finish(ag.exit_code);
+}
+
+static void
+agent_left_cb(void *arg)
+{
+	agent_finish(128 + ag.signo);
+}
+
+/* Stops for good: workers get sig (SIGKILL after the grace). */
+static void
+agent_leave(int sig, int code)
+{
+	ag.state = AS_LEAVING;
+	ag.have_next = 0;
+	ag.exit_code = code;
+	sup_stop(sig, ag.cfg.grace_ms, agent_leave_stopped, NULL);
+}
+
+static void
+agent_signal_cb(evutil_socket_t sig, short ev, void *arg)
+{
+	if (ag.state == AS_LEAVING) {
+		log_warnx("signal %d again: killing the workers", (int)sig);
+		sup_kill_now();
+		return;
+	}
+	log_info("signal %d (SIG%s): stopping the workers", (int)sig,
+	    sigabbrev_np(sig) ? sigabbrev_np(sig) : "?");
+	ag.signo = sig;
+	agent_leave(sig, 128 + sig);
+}
+
+static void
+agent_round_cb(const struct rdzv_round *r, void *arg)
+{
+	if (ag.state == AS_LEAVING)
+		return;
+	switch (r->state) {
+	case RDZV_ROUND_RUNNING:
+		evtimer_del(ag.join_ev);
+		if ((ag.state == AS_RUNNING || ag.state == AS_SUCCEEDED) &&
+		    r->round == ag.cur.round) {
+			log_debug("round %lld still running", (long long)r->round);
+			return;
+		}
+		if (sup_live() > 0) {
+			ag.next = *r;
+			ag.have_next = 1;
+			if (ag.state != AS_STOPPING)
+				agent_begin_stop();
+			return;
+		}
+		if (ag.state == AS_STOPPING) {
+			/* The stop callback is still to run. */
+			ag.next = *r;
+			ag.have_next = 1;
+			return;
+		}
+		logs_end_attempt();
+		agent_start_round(r);
+		return;
+	case RDZV_ROUND_STANDBY:
+	case RDZV_ROUND_STOP:
+		if (r->state == RDZV_ROUND_STANDBY) {
+			evtimer_del(ag.join_ev);
+			log_info("standby: job %s has its maximum of nodes",
+			    ag.cfg.rdzv_id);
+		} else
+			log_info("round %lld stopped", (long long)r->round);
+		ag.have_next = 0;
+		if (sup_live() > 0 || ag.state == AS_STOPPING) {
+			if (ag.state != AS_STOPPING)
+				agent_begin_stop();
+			return;
+		}
+		ag.state = AS_WAITING;
+		return;
+	case RDZV_ROUND_DONE:
+		log_info("job %s succeeded", ag.cfg.rdzv_id);
+		if (sup_live() > 0) {
+			agent_leave(SIGTERM, 0);
+			return;
+		}
+		agent_finish(0);
+		return;
+	case RDZV_ROUND_FAILED:
+		ag.job_failed = 1;
+		strlcpy(ag.job_failure, r->message, sizeof ag.job_failure);
+		log_warnx("job %s failed: %s", ag.cfg.rdzv_id, r->message);
+		if (sup_live() > 0) {
+			agent_leave(SIGTERM, 1);
+			ag.exit_code = 1;
+			return;
+		}
+		agent_finish(1);
+		return;
+	default:
+		log_warnx("ROUND push with unknown state %lld ignored",
+		    (long long)r->state);
+	}
+}
+
+static void
+agent_fatal_cb(int code, const char *msg, void *arg)
+{
+	log_warnx("%s", msg);
+	ag.job_failed = 1;
+	strlcpy(ag.job_failure, msg, sizeof ag.job_failure);
+	if (ag.state == AS_LEAVING && ag.signo != 0)
+		return;		/* leaving anyway; LEAVE gives up itself */
+	agent_leave(SIGTERM, 1);
+}
+
+static void
+agent_joined_cb(int64_t node_id, int64_t restarts, void *arg)
+{
+}
+
+static void
+agent_join_timeout_cb(evutil_socket_t fd, short ev, void *arg)
+{
+	char	buf[128];
+
+	snprintf(buf, sizeof buf, "no round started within the join "
+	    "timeout (%d s)", ag.cfg.join_timeout_ms / 1000);
+	agent_fatal_cb(RDZV_ETIMEDOUT, buf, NULL);
+}
+
+static const struct rdzv_cbs agent_rdzv_cbs = {
+	.joined = agent_joined_cb,
+	.round = agent_round_cb,
+	.fatal = agent_fatal_cb,
+	.left = agent_left_cb,
+};
+
+/* --dry_run: the configuration and each worker's variables. */
+static void
+agent_dry_run(void)
+{
+	struct rdzv_round	 r;
+	char			**vars;
+	size_t			  n, j;
+	int			  i;
+
+	cli_print(&ag.cfg, stdout);
+	memset(&r, 0, sizeof r);
+	r.group_world_size = 1;
+	r.world_size = ag.cfg.nproc;
+	r.max_restarts = ag.cfg.max_restarts;
+	r.node_id = 0;
+	r.store_port = 0;
+	for (i = 0; i < ag.cfg.nproc; i++) {
+		vars = agent_worker_vars(i, &r, &n);
+		for (j = 0; j < n; j++) {
+			printf("env[%d] %s\n", i, vars[j]);
+			free(vars[j]);
+		}
+		free(vars);
+	}
+}
+
+static int
+agent_standalone(void)
+{
+#ifdef HAVE_RDZVD_EMBED
+	char	*ep;
+	int	 port, rv;
+
+	if ((rv = rdzvd_embed_start(ag.base, "127.0.0.1:0", &port)) != 0) {
+		log_warnx("--standalone: cannot start the embedded rdzvd: %s",
+		    rdzv_strerror(rv));
+		return (-1);
+	}
+	ag.embedded = 1;
+	if (asprintf(&ep, "127.0.0.1:%d", port) == -1)
+		fatalx("out of memory");
+	free(ag.cfg.endpoint);
+	ag.cfg.endpoint = ep;
+	log_debug("embedded rdzvd on %s", ep);
+	return (0);
+#else
+	log_warnx("--standalone: this build has no embedded rdzvd; start "
+	    "rdzvd and pass --rdzv_endpoint");
+	return (-1);
+#endif
+}
+
+int
+main(int argc, char **argv)
+{
+	int	rv, i;
+
+	signal(SIGPIPE, SIG_IGN);
+	log_init("rdzv-agent", 1, NULL);
+	rv = cli_parse(&ag.cfg, argc, argv);
+	if (rv == 1)
+		return (0);
+	if (rv != 0)
+		return (2);
+	if (ag.cfg.verbose)
+		log_setlevel(LOG_LVL_DEBUG);
+	if (ag.cfg.dry_run) {
+		agent_dry_run();
+		return (0);
+	}
+	if (gethostname(ag.hostname, sizeof ag.hostname) == -1)
+		strlcpy(ag.hostname, "localhost", sizeof ag.hostname);
+	ag.hostname[sizeof ag.hostname - 1] = '\0';
+	if ((ag.base = event_base_new()) == NULL)
+		fatalx("event_base_new");
+	if (ag.cfg.standalone && agent_standalone() != 0)
+		return (1);
+	if ((rv = logs_init(ag.base, &ag.cfg)) != 0) {
+		log_warnx("cannot create the log directory: %s",
+		    rdzv_strerror(rv));
+		return (1);
+	}
+	if (sup_init(ag.base, agent_exit_cb, NULL) != 0)
+		fatalx("cannot watch SIGCHLD");
+	for (i = 0; i < 4; i++) {
+		ag.sig_ev[i] = evsignal_new(ag.base, agent_signals[i],
+		    agent_signal_cb, NULL);
+		if (ag.sig_ev[i] == NULL || evsignal_add(ag.sig_ev[i],
+		    NULL) == -1)
+			fatalx("cannot watch signal %d", agent_signals[i]);
+	}
+	ag.join_ev = evtimer_new(ag.base, agent_join_timeout_cb, NULL);
+	if (ag.join_ev == NULL)
+		fatalx("evtimer_new");
+	{
+		struct timeval	tv = { ag.cfg.join_timeout_ms / 1000,
+		    (ag.cfg.join_timeout_ms % 1000) * 1000 };
+		evtimer_add(ag.join_ev, &tv);
+	}
+	ag.state = AS_JOINING;
+	log_info("job %s: %d worker%s here, %d-%d nodes, rdzvd %s",
+	    ag.cfg.rdzv_id, ag.cfg.nproc, ag.cfg.nproc == 1 ? "" : "s",
+	    ag.cfg.nnodes_min, ag.cfg.nnodes_max, ag.cfg.endpoint);
+	if (rdzv_start(ag.base, &ag.cfg, &agent_rdzv_cbs, NULL) != 0) {
+		log_warnx("bad rdzvd endpoint %s", ag.cfg.endpoint);
+		return (2);
+	}
+	event_base_dispatch(ag.base);
+
+	rdzv_shutdown();
+	logs_end_attempt();
+	logs_cleanup();
+#ifdef HAVE_RDZVD_EMBED
+	if (ag.embedded)
+		rdzvd_embed_stop();
+#endif
+	fflush(stdout);
+	return (ag.exit_code);
+}

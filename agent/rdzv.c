@@ -1,0 +1,796 @@
+/*
+ * rdzv.c: the agent's asynchronous native connection to rdzvd.
+ *
+ * Owns one bufferevent to rdzvd, the JOIN of this agent's node, the
+ * heartbeat timer, decoding ROUND pushes, the FAILURE / SUCCEEDED reports
+ * (kept until acknowledged, sent again after a reconnect) and LEAVE.
+ * When the connection drops it reconnects with a capped backoff and
+ * JOINs again with the same instance id, which rdzvd takes as the same
+ * node: a running round goes on untouched.
+ *
+ *   IDLE --rdzv_connect--> CONNECTING --connected--> PREAMBLE
+ *     ^                                                 | preamble ok
+ *     |                                                 v: send JOIN
+ *     +--rdzv_drop (EOF, error, silence)--------- JOINING
+ *     |                                                 | JOIN reply
+ *     +---------------------------------------------- JOINED (heartbeats)
+ *   rdzv_shutdown: any state -> CLOSED
+ */
+#include "config.h"
+
+#include <sys/types.h>
+#include <sys/queue.h>
+#include <sys/socket.h>
+
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+
+#include <errno.h>
+#include <netdb.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
+#include <event2/event.h>
+
+#include "agent.h"
+#include "log.h"
+#include "rdzv_err.h"
+#include "wire.h"
+
+#define RDZV_CONNECT_MS		5000	/* one connect + preamble attempt */
+#define RDZV_BACKOFF_MIN_MS	20
+#define RDZV_BACKOFF_MAX_MS	1000
+#define RDZV_DEFAULT_LEASE_MS	5000	/* when rdzvd chooses the lease */
+
+enum rdzv_state {
+	RC_IDLE,	/* not connected; the reconnect timer may be armed */
+	RC_CONNECTING,	/* TCP connect in progress */
+	RC_PREAMBLE,	/* our preamble sent, waiting for rdzvd's */
+	RC_JOINING,	/* JOIN sent */
+	RC_JOINED,	/* node attached: heartbeats, pushes, reports */
+	RC_CLOSED,	/* shut down */
+};
+
+/* A report that must reach rdzvd even across a reconnect. */
+struct rdzv_report {
+	uint16_t		 op;		/* FAILURE or SUCCEEDED */
+	uint32_t		 id;		/* request id when sent, else 0 */
+	int64_t			 round;
+	int64_t			 local_rank;
+	int64_t			 rank;
+	int64_t			 exit_code;
+	int64_t			 signo;
+	char			*message;
+	TAILQ_ENTRY(rdzv_report) entry;
+};
+TAILQ_HEAD(rdzv_reports, rdzv_report);
+
+static struct event_base		*rc_base;
+static const struct agent_config	*rc_cfg;
+static const struct rdzv_cbs		*rc_cbs;
+static void				*rc_arg;
+static enum rdzv_state			 rc_state = RC_IDLE;
+static struct bufferevent		*rc_bev;
+static struct addrinfo			*rc_addrs;
+static int				 rc_addr_next;
+static char				 rc_host[256], rc_port[16];
+static char				 rc_instance[33];
+static char				 rc_hostname[256];
+static int64_t				 rc_node_id = -1;
+static uint32_t				 rc_next_id;
+static uint32_t				 rc_join_id, rc_hb_id, rc_leave_id;
+static int				 rc_ever_joined;
+static int				 rc_leaving;	/* LEAVE asked for */
+static int				 rc_backoff_ms;
+static struct timespec			 rc_down_since;	/* first failure */
+static struct timespec			 rc_last_rx;
+static struct event			*rc_retry_ev, *rc_hb_ev, *rc_leave_ev,
+					*rc_conn_ev;
+static struct rdzv_reports		 rc_reports =
+    TAILQ_HEAD_INITIALIZER(rc_reports);
+static struct wire_limits		 rc_lim;
+static unsigned				 rc_gen;	/* bumps on drop */
+
+static void	rdzv_connect(void);
+static void	rdzv_drop(const char *why);
+
+static int64_t
+rdzv_ms_since(const struct timespec *t)
+{
+	struct timespec	now;
+
+	clock_gettime(CLOCK_MONOTONIC, &now);
+	return ((int64_t)(now.tv_sec - t->tv_sec) * 1000 +
+	    (now.tv_nsec - t->tv_nsec) / 1000000);
+}
+
+static void
+rdzv_timer(struct event *ev, int ms)
+{
+	struct timeval	tv;
+
+	tv.tv_sec = ms / 1000;
+	tv.tv_usec = (ms % 1000) * 1000;
+	evtimer_add(ev, &tv);
+}
+
+const char *
+rdzv_instance(void)
+{
+	return (rc_instance);
+}
+
+int64_t
+rdzv_node_id(void)
+{
+	return (rc_node_id);
+}
+
+static struct evbuffer *
+rdzv_out(void)
+{
+	return (bufferevent_get_output(rc_bev));
+}
+
+/* Starts a request frame; returns its id (0 when not connected). */
+static uint32_t
+rdzv_begin(struct nat_wr *wr, uint16_t op)
+{
+	uint32_t	id;
+
+	if (rc_bev == NULL)
+		return (0);
+	if (++rc_next_id == 0)
+		rc_next_id = 1;
+	id = rc_next_id;
+	if (nat_frame_begin(wr, rdzv_out(), op, 0, id) != 0)
+		fatalx("out of memory");
+	return (id);
+}
+
+static void
+rdzv_end(struct nat_wr *wr)
+{
+	if (nat_frame_end(wr) != 0)
+		fatalx("out of memory");
+}
+
+static void
+rdzv_put_str(struct nat_wr *wr, const char *s)
+{
+	if (nat_put_bytes(wr, s, strlen(s)) != 0)
+		fatalx("out of memory");
+}
+
+static void
+rdzv_put_i64(struct nat_wr *wr, int64_t v)
+{
+	if (nat_put_i64(wr, v) != 0)
+		fatalx("out of memory");
+}
+
+static void
+rdzv_send_join(void)
+{
+	struct nat_wr	 wr;
+	const char	*addr;
+
+	addr = rc_cfg->local_addr != NULL ? rc_cfg->local_addr : rc_hostname;
+	rc_join_id = rdzv_begin(&wr, NAT_OP_JOIN);
+	rdzv_put_str(&wr, rc_cfg->rdzv_id);
+	rdzv_put_str(&wr, rc_instance);
+	rdzv_put_str(&wr, rc_hostname);
+	rdzv_put_str(&wr, addr);
+	rdzv_put_i64(&wr, getpid());
+	rdzv_put_i64(&wr, rc_cfg->nproc);
+	rdzv_put_i64(&wr, rc_cfg->nnodes_min);
+	rdzv_put_i64(&wr, rc_cfg->nnodes_max);
+	rdzv_put_i64(&wr, rc_cfg->max_restarts);
+	rdzv_put_i64(&wr, rc_cfg->last_call_ms);
+	rdzv_put_i64(&wr, rc_cfg->lease_ms);
+	rdzv_end(&wr);
+	rc_state = RC_JOINING;
+	log_debug("JOIN %s as instance %s", rc_cfg->rdzv_id, rc_instance);
+}
+
+static void
+rdzv_send_report(struct rdzv_report *r)
+{
+	struct nat_wr	wr;
+
+	r->id = rdzv_begin(&wr, r->op);
+	rdzv_put_str(&wr, rc_cfg->rdzv_id);
+	rdzv_put_i64(&wr, rc_node_id);
+	rdzv_put_i64(&wr, r->round);
+	if (r->op == NAT_OP_FAILURE) {
+		rdzv_put_i64(&wr, r->local_rank);
+		rdzv_put_i64(&wr, r->rank);
+		rdzv_put_i64(&wr, r->exit_code);
+		rdzv_put_i64(&wr, r->signo);
+		rdzv_put_str(&wr, r->message);
+	}
+	rdzv_end(&wr);
+}
+
+static void
+rdzv_send_leave(void)
+{
+	struct nat_wr	wr;
+
+	rc_leave_id = rdzv_begin(&wr, NAT_OP_LEAVE);
+	rdzv_put_str(&wr, rc_cfg->rdzv_id);
+	rdzv_put_i64(&wr, rc_node_id);
+	rdzv_end(&wr);
+}
+
+static void
+rdzv_left(void)
+{
+	if (!rc_leaving)
+		return;
+	rc_leaving = 0;
+	evtimer_del(rc_leave_ev);
+	if (rc_cbs->left != NULL)
+		rc_cbs->left(rc_arg);
+}
+
+static void
+rdzv_fatal(int code, const char *msg)
+{
+	rdzv_shutdown();
+	rdzv_left();	/* a pending LEAVE will not be answered now */
+	if (rc_cbs->fatal != NULL)
+		rc_cbs->fatal(code, msg, rc_arg);
+}
+
+/* Decodes a ROUND push and hands it to main. */
+static void
+rdzv_round_push(const struct nat_msg *m)
+{
+	struct rdzv_round	 r;
+	struct nat_rd		 rd;
+	struct slice		 job, ns, msg;
+	int64_t			*ints1[] = { &r.round, &r.state, &r.node_id,
+	    &r.group_rank, &r.group_world_size, &r.world_size, &r.rank_base,
+	    &r.restart_count, &r.max_restarts };
+	size_t			 i;
+
+	memset(&r, 0, sizeof r);
+	nat_rd_init(&rd, m->payload);
+	if (nat_get_bytes(&rd, &job) != 0)
+		goto bad;
+	for (i = 0; i < sizeof ints1 / sizeof ints1[0]; i++)
+		if (nat_get_i64(&rd, ints1[i]) != 0)
+			goto bad;
+	if (nat_get_bytes(&rd, &ns) != 0 || nat_get_i64(&rd, &r.store_port) ||
+	    nat_get_bytes(&rd, &msg) != 0 || nat_rd_end(&rd) != 0)
+		goto bad;
+	if (!slice_eq(job, slice_str(rc_cfg->rdzv_id))) {
+		log_warnx("ROUND push for another job ignored");
+		return;
+	}
+	if (rc_node_id != -1 && r.node_id != rc_node_id) {
+		log_warnx("ROUND push for node %lld (we are %lld) ignored",
+		    (long long)r.node_id, (long long)rc_node_id);
+		return;
+	}
+	if (ns.len >= sizeof r.store_ns) {
+		rdzv_drop("store namespace too long in a ROUND push");
+		return;
+	}
+	memcpy(r.store_ns, ns.p, ns.len);
+	r.store_ns[ns.len] = '\0';
+	i = msg.len < sizeof r.message ? msg.len : sizeof r.message - 1;
+	memcpy(r.message, msg.p, i);
+	r.message[i] = '\0';
+	log_debug("ROUND %lld state %lld group_rank %lld/%lld rank_base %lld "
+	    "world %lld restarts %lld port %lld", (long long)r.round,
+	    (long long)r.state, (long long)r.group_rank,
+	    (long long)r.group_world_size, (long long)r.rank_base,
+	    (long long)r.world_size, (long long)r.restart_count,
+	    (long long)r.store_port);
+	if (rc_cbs->round != NULL)
+		rc_cbs->round(&r, rc_arg);
+	return;
+bad:
+	rdzv_drop("malformed ROUND push");
+}
+
+static void
+rdzv_joined(const struct nat_msg *m)
+{
+	struct rdzv_report	*r;
+	struct nat_rd		 rd;
+	int64_t			 node_id, restarts;
+
+	nat_rd_init(&rd, m->payload);
+	if (nat_get_i64(&rd, &node_id) != 0 ||
+	    nat_get_i64(&rd, &restarts) != 0 || nat_rd_end(&rd) != 0) {
+		rdzv_drop("malformed JOIN reply");
+		return;
+	}
+	if (rc_node_id != -1 && node_id != rc_node_id)
+		log_warnx("rdzvd gave a new node id %lld (was %lld)",
+		    (long long)node_id, (long long)rc_node_id);
+	rc_node_id = node_id;
+	rc_state = RC_JOINED;
+	rc_backoff_ms = 0;
+	if (rc_ever_joined)
+		log_info("rejoined job %s as node %lld", rc_cfg->rdzv_id,
+		    (long long)node_id);
+	else
+		log_info("joined job %s as node %lld (restarts %lld)",
+		    rc_cfg->rdzv_id, (long long)node_id, (long long)restarts);
+	rc_ever_joined = 1;
+	TAILQ_FOREACH(r, &rc_reports, entry)
+		rdzv_send_report(r);
+	if (rc_leaving)
+		rdzv_send_leave();
+	rdzv_timer(rc_hb_ev, rc_cfg->heartbeat_ms);
+	if (rc_cbs->joined != NULL)
+		rc_cbs->joined(node_id, restarts, rc_arg);
+}
+
+static void
+rdzv_reply(const struct nat_msg *m)
+{
+	struct rdzv_report	*r;
+	struct nat_rd		 rd;
+	struct slice		 s;
+	char			 msg[512];
+	int64_t			 code = 0;
+
+	msg[0] = '\0';
+	if (m->flags & NAT_F_ERROR) {
+		nat_rd_init(&rd, m->payload);
+		if (nat_get_i64(&rd, &code) != 0 ||
+		    nat_get_bytes(&rd, &s) != 0 || nat_rd_end(&rd) != 0) {
+			rdzv_drop("malformed error reply");
+			return;
+		}
+		log_escape(msg, sizeof msg, s.p, s.len);
+	}
+	if (m->id == rc_join_id && rc_join_id != 0) {
+		rc_join_id = 0;
+		if (code == 0) {
+			rdzv_joined(m);
+			return;
+		}
+		if (code == RDZV_ECLOSED || code == RDZV_EINVAL) {
+			char	buf[640];
+
+			snprintf(buf, sizeof buf, "rdzvd refused to join job "
+			    "%s: %s%s%s", rc_cfg->rdzv_id,
+			    rdzv_strerror((int)code), *msg ? ": " : "", msg);
+			rdzv_fatal((int)code, buf);
+			return;
+		}
+		log_warnx("JOIN failed: %s: %s", rdzv_strerror((int)code),
+		    msg);
+		rdzv_drop("JOIN refused");
+		return;
+	}
+	if (m->id == rc_hb_id && rc_hb_id != 0) {
+		rc_hb_id = 0;
+		if (code == RDZV_ENOTFOUND) {
+			/* rdzvd dropped this node (lease): join again. */
+			log_warnx("rdzvd no longer knows node %lld: rejoining",
+			    (long long)rc_node_id);
+			rdzv_send_join();
+		} else if (code != 0)
+			log_warnx("HEARTBEAT: %s: %s",
+			    rdzv_strerror((int)code), msg);
+		return;
+	}
+	if (m->id == rc_leave_id && rc_leave_id != 0) {
+		rc_leave_id = 0;
+		if (code != 0)
+			log_warnx("LEAVE: %s: %s", rdzv_strerror((int)code),
+			    msg);
+		rdzv_left();
+		return;
+	}
+	TAILQ_FOREACH(r, &rc_reports, entry) {
+		if (r->id != m->id)
+			continue;
+		if (code != 0)
+			log_warnx("%s for round %lld: %s: %s",
+			    r->op == NAT_OP_FAILURE ? "FAILURE" : "SUCCEEDED",
+			    (long long)r->round, rdzv_strerror((int)code), msg);
+		TAILQ_REMOVE(&rc_reports, r, entry);
+		free(r->message);
+		free(r);
+		return;
+	}
+	log_debug("reply to unknown request %u ignored", m->id);
+}
+
+/* Handles one whole frame; may drop the connection. */
+static void
+rdzv_frame(const struct nat_msg *m)
+{
+	if (m->flags & NAT_F_PUSH) {
+		if (m->op == NAT_OP_ROUND)
+			rdzv_round_push(m);
+		else
+			log_debug("push op %u ignored", m->op);
+		return;
+	}
+	if (m->flags & NAT_F_REPLY)
+		rdzv_reply(m);
+}
+
+static void
+rdzv_read_cb(struct bufferevent *bev, void *arg)
+{
+	struct evbuffer	*in = bufferevent_get_input(bev);
+	struct nat_msg	 m;
+	const uint8_t	*p;
+	uint8_t		 version;
+	size_t		 len, need, flen;
+	unsigned	 gen = rc_gen;
+	int		 rv;
+
+	clock_gettime(CLOCK_MONOTONIC, &rc_last_rx);
+	if (rc_state == RC_PREAMBLE) {
+		if (evbuffer_get_length(in) < NAT_PREAMBLE_LEN)
+			return;
+		p = evbuffer_pullup(in, NAT_PREAMBLE_LEN);
+		rv = nat_preamble_decode(p, NAT_PREAMBLE_LEN, &version, &need);
+		if (rv != NAT_PREAMBLE_LEN) {
+			rdzv_drop("not an rdzvd (bad preamble)");
+			return;
+		}
+		if (version != NAT_VERSION) {
+			rdzv_fatal(RDZV_EVERSION, "rdzvd does not speak native "
+			    "protocol version 1");
+			return;
+		}
+		evbuffer_drain(in, NAT_PREAMBLE_LEN);
+		evtimer_del(rc_conn_ev);
+		rdzv_send_join();
+	}
+	while (gen == rc_gen && rc_bev != NULL &&
+	    (len = evbuffer_get_length(in)) >= 4) {
+		p = evbuffer_pullup(in, 4);
+		flen = (size_t)p[0] | (size_t)p[1] << 8 | (size_t)p[2] << 16 |
+		    (size_t)p[3] << 24;
+		if (flen > nat_frame_max(&rc_lim)) {
+			rdzv_drop("frame too big");
+			return;
+		}
+		flen += 4;
+		if (len < flen)
+			return;
+		p = evbuffer_pullup(in, flen);
+		rv = nat_decode(p, flen, &rc_lim, &m, &need);
+		if (rv <= 0) {
+			rdzv_drop("malformed frame");
+			return;
+		}
+		rdzv_frame(&m);
+		if (gen != rc_gen || rc_bev == NULL)
+			return;		/* dropped: the buffer is gone */
+		evbuffer_drain(in, rv);
+	}
+}
+
+static void
+rdzv_event_cb(struct bufferevent *bev, short what, void *arg)
+{
+	int	fd, one = 1, idle = 5, intvl = 2, cnt = 3;
+
+	if (what & BEV_EVENT_CONNECTED) {
+		fd = bufferevent_getfd(bev);
+		(void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one,
+		    sizeof one);
+		(void)setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one,
+		    sizeof one);
+		(void)setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle,
+		    sizeof idle);
+		(void)setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl,
+		    sizeof intvl);
+		(void)setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt,
+		    sizeof cnt);
+		clock_gettime(CLOCK_MONOTONIC, &rc_last_rx);
+		if (nat_preamble_put(rdzv_out(), NAT_VERSION) != 0)
+			fatalx("out of memory");
+		rc_state = RC_PREAMBLE;
+		return;
+	}
+	if (what & BEV_EVENT_EOF)
+		rdzv_drop("rdzvd closed the connection");
+	else if (what & BEV_EVENT_ERROR)
+		rdzv_drop(evutil_socket_error_to_string(
+		    EVUTIL_SOCKET_ERROR()));
+}
+
+/* Tears the connection down and schedules the next attempt. */
+static void
+rdzv_drop(const char *why)
+{
+	struct rdzv_report	*r;
+	int64_t			 down, limit;
+	int			 ms, jitter;
+
+	if (rc_state == RC_CLOSED)
+		return;
+	if (rc_state == RC_JOINED || rc_state == RC_JOINING)
+		log_warnx("connection to rdzvd %s lost: %s", rc_cfg->endpoint,
+		    why);
+	else
+		log_debug("connecting to rdzvd %s: %s", rc_cfg->endpoint, why);
+	/* An outage is timed from the loss of a joined connection. */
+	if (rc_state == RC_JOINED)
+		clock_gettime(CLOCK_MONOTONIC, &rc_down_since);
+	rc_gen++;
+	if (rc_bev != NULL)
+		bufferevent_free(rc_bev);
+	rc_bev = NULL;
+	rc_state = RC_IDLE;
+	rc_join_id = rc_hb_id = rc_leave_id = 0;
+	TAILQ_FOREACH(r, &rc_reports, entry)
+		r->id = 0;
+	evtimer_del(rc_hb_ev);
+	evtimer_del(rc_conn_ev);
+	if (rc_leaving) {
+		/* Nobody to say goodbye to: the lease will expire. */
+		rdzv_left();
+	}
+	down = rdzv_ms_since(&rc_down_since);
+	limit = rc_ever_joined ? rc_cfg->reconnect_timeout_ms :
+	    rc_cfg->join_timeout_ms;
+	if (down >= limit) {
+		char	buf[512];
+
+		snprintf(buf, sizeof buf, "rdzvd %s unreachable for %lld ms: "
+		    "%s", rc_cfg->endpoint, (long long)down, why);
+		rdzv_fatal(RDZV_ECONN, buf);
+		return;
+	}
+	if (rc_backoff_ms == 0)
+		rc_backoff_ms = RDZV_BACKOFF_MIN_MS;
+	else
+		rc_backoff_ms *= 2;
+	ms = rc_cfg->heartbeat_ms < RDZV_BACKOFF_MAX_MS ?
+	    rc_cfg->heartbeat_ms : RDZV_BACKOFF_MAX_MS;
+	if (ms < 50)
+		ms = 50;
+	if (rc_backoff_ms > ms)
+		rc_backoff_ms = ms;
+	jitter = (int)arc4random_uniform(rc_backoff_ms / 4 + 1);
+	rdzv_timer(rc_retry_ev, rc_backoff_ms + jitter);
+}
+
+static void
+rdzv_retry_cb(evutil_socket_t fd, short ev, void *arg)
+{
+	rdzv_connect();
+}
+
+static void
+rdzv_conn_timeout_cb(evutil_socket_t fd, short ev, void *arg)
+{
+	rdzv_drop("timed out connecting");
+}
+
+/* Heartbeat, and the watchdog for a silent (half-open) connection. */
+static void
+rdzv_hb_cb(evutil_socket_t fd, short ev, void *arg)
+{
+	struct nat_wr	wr;
+	int		lease, dead;
+
+	if (rc_state != RC_JOINED)
+		return;
+	lease = rc_cfg->lease_ms > 0 ? rc_cfg->lease_ms : RDZV_DEFAULT_LEASE_MS;
+	dead = lease > 3 * rc_cfg->heartbeat_ms ? lease :
+	    3 * rc_cfg->heartbeat_ms;
+	if (rc_hb_id != 0 && rdzv_ms_since(&rc_last_rx) > dead) {
+		rdzv_drop("rdzvd silent");
+		return;
+	}
+	if (rc_hb_id == 0) {
+		rc_hb_id = rdzv_begin(&wr, NAT_OP_HEARTBEAT);
+		rdzv_put_str(&wr, rc_cfg->rdzv_id);
+		rdzv_put_i64(&wr, rc_node_id);
+		rdzv_end(&wr);
+	}
+	rdzv_timer(rc_hb_ev, rc_cfg->heartbeat_ms);
+}
+
+static void
+rdzv_leave_timeout_cb(evutil_socket_t fd, short ev, void *arg)
+{
+	if (rc_leaving)
+		log_warnx("LEAVE not acknowledged in time");
+	rdzv_left();
+}
+
+static int
+rdzv_resolve(void)
+{
+	struct addrinfo	hints;
+	int		rv;
+
+	if (rc_addrs != NULL)
+		return (0);
+	memset(&hints, 0, sizeof hints);
+	hints.ai_family = AF_UNSPEC;
+	hints.ai_socktype = SOCK_STREAM;
+	hints.ai_flags = AI_NUMERICSERV;
+	if ((rv = getaddrinfo(rc_host, rc_port, &hints, &rc_addrs)) != 0) {
+		rc_addrs = NULL;
+		log_warnx("resolving %s: %s", rc_host, gai_strerror(rv));
+		return (RDZV_ECONN);
+	}
+	rc_addr_next = 0;
+	return (0);
+}
+
+static void
+rdzv_connect(void)
+{
+	struct addrinfo	*ai;
+	int		 i, fd;
+
+	if (rc_state == RC_CLOSED)
+		return;
+	if (rdzv_resolve() != 0) {
+		rdzv_drop("name not resolved");
+		return;
+	}
+	/* Rotate through the addresses, one per attempt. */
+	for (ai = rc_addrs, i = 0; ai != NULL && i < rc_addr_next; i++)
+		ai = ai->ai_next;
+	if (ai == NULL) {
+		ai = rc_addrs;
+		rc_addr_next = 0;
+	}
+	rc_addr_next++;
+	fd = socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK |
+	    SOCK_CLOEXEC, ai->ai_protocol);
+	if (fd == -1) {
+		rdzv_drop(strerror(errno));
+		return;
+	}
+	rc_bev = bufferevent_socket_new(rc_base, fd, BEV_OPT_CLOSE_ON_FREE);
+	if (rc_bev == NULL) {
+		close(fd);
+		rdzv_drop("out of memory");
+		return;
+	}
+	bufferevent_setcb(rc_bev, rdzv_read_cb, NULL, rdzv_event_cb, NULL);
+	bufferevent_enable(rc_bev, EV_READ | EV_WRITE);
+	rc_state = RC_CONNECTING;
+	rdzv_timer(rc_conn_ev, RDZV_CONNECT_MS);
+	if (bufferevent_socket_connect(rc_bev, ai->ai_addr,
+	    ai->ai_addrlen) == -1) {
+		rdzv_drop("connect failed");
+		return;
+	}
+}
+
+int
+rdzv_start(struct event_base *base, const struct agent_config *cfg,
+    const struct rdzv_cbs *cbs, void *arg)
+{
+	const char	*ep = cfg->endpoint, *colon;
+	uint8_t		 rnd[16];
+	size_t		 i;
+
+	rc_base = base;
+	rc_cfg = cfg;
+	rc_cbs = cbs;
+	rc_arg = arg;
+	wire_limits_default(&rc_lim);
+	rc_lim.value_max = (size_t)64 << 20;
+	if ((colon = strrchr(ep, ':')) == NULL)
+		return (RDZV_EINVAL);
+	if (strlcpy(rc_host, cfg->ep_host, sizeof rc_host) >= sizeof rc_host ||
+	    strlcpy(rc_port, colon + 1, sizeof rc_port) >= sizeof rc_port)
+		return (RDZV_EINVAL);
+	if (gethostname(rc_hostname, sizeof rc_hostname) == -1)
+		strlcpy(rc_hostname, "localhost", sizeof rc_hostname);
+	rc_hostname[sizeof rc_hostname - 1] = '\0';
+	/* A fresh instance per process: a restarted agent is a new node. */
+	arc4random_buf(rnd, sizeof rnd);
+	for (i = 0; i < sizeof rnd; i++)
+		snprintf(rc_instance + 2 * i, 3, "%02x", rnd[i]);
+	rc_retry_ev = evtimer_new(base, rdzv_retry_cb, NULL);
+	rc_hb_ev = evtimer_new(base, rdzv_hb_cb, NULL);
+	rc_leave_ev = evtimer_new(base, rdzv_leave_timeout_cb, NULL);
+	rc_conn_ev = evtimer_new(base, rdzv_conn_timeout_cb, NULL);
+	if (rc_retry_ev == NULL || rc_hb_ev == NULL || rc_leave_ev == NULL ||
+	    rc_conn_ev == NULL)
+		return (RDZV_ENOMEM);
+	clock_gettime(CLOCK_MONOTONIC, &rc_down_since);
+	rdzv_connect();
+	return (0);
+}
+
+static void
+rdzv_queue(struct rdzv_report *r)
+{
+	TAILQ_INSERT_TAIL(&rc_reports, r, entry);
+	if (rc_state == RC_JOINED)
+		rdzv_send_report(r);
+}
+
+void
+rdzv_report_failure(int64_t round, int local_rank, int64_t rank,
+    int exit_code, int signo, const char *message)
+{
+	struct rdzv_report	*r;
+
+	if (rc_state == RC_CLOSED)
+		return;
+	if ((r = calloc(1, sizeof *r)) == NULL ||
+	    (r->message = strndup(message, AGENT_MSG_MAX - 1)) == NULL)
+		fatalx("out of memory");
+	r->op = NAT_OP_FAILURE;
+	r->round = round;
+	r->local_rank = local_rank;
+	r->rank = rank;
+	r->exit_code = exit_code;
+	r->signo = signo;
+	rdzv_queue(r);
+}
+
+void
+rdzv_report_succeeded(int64_t round)
+{
+	struct rdzv_report	*r;
+
+	if (rc_state == RC_CLOSED)
+		return;
+	if ((r = calloc(1, sizeof *r)) == NULL ||
+	    (r->message = strdup("")) == NULL)
+		fatalx("out of memory");
+	r->op = NAT_OP_SUCCEEDED;
+	r->round = round;
+	rdzv_queue(r);
+}
+
+void
+rdzv_leave(int timeout_ms)
+{
+	rc_leaving = 1;
+	rdzv_timer(rc_leave_ev, rc_state == RC_JOINED ? timeout_ms : 0);
+	if (rc_state == RC_JOINED)
+		rdzv_send_leave();
+}
+
+void
+rdzv_shutdown(void)
+{
+	struct rdzv_report	*r;
+
+	if (rc_state == RC_CLOSED)
+		return;
+	rc_state = RC_CLOSED;
+	rc_gen++;
+	if (rc_bev != NULL)
+		bufferevent_free(rc_bev);
+	rc_bev = NULL;
+	while ((r = TAILQ_FIRST(&rc_reports)) != NULL) {
+		TAILQ_REMOVE(&rc_reports, r, entry);
+		free(r->message);
+		free(r);
+	}
+	if (rc_retry_ev != NULL)
+		evtimer_del(rc_retry_ev);
+	if (rc_hb_ev != NULL)
+		evtimer_del(rc_hb_ev);
+	if (rc_conn_ev != NULL)
+		evtimer_del(rc_conn_ev);
+	if (rc_leave_ev != NULL)
+		evtimer_del(rc_leave_ev);
+	if (rc_addrs != NULL)
+		freeaddrinfo(rc_addrs);
+	rc_addrs = NULL;
+}
