@@ -20,6 +20,8 @@
  * zlib's crc32 would do as well, but a word-wise hash here keeps the
  * library free of another link dependency.
  */
+#include "config.h"
+
 #include <sys/stat.h>
 
 #include <errno.h>

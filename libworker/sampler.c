@@ -13,6 +13,8 @@
  * a single process taking batches of b * size would see.  That is what
  * lets a data-parallel run follow the single-process loss curve.
  */
+#include "config.h"
+
 #include <stdint.h>
 #include <stdlib.h>
 

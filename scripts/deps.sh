@@ -10,6 +10,7 @@ PKGS=(
 	libcmocka-dev sqlite3 curl
 	python3 python3-torch
 	clang libclang-rt-14-dev
+	libopenblas-dev zlib1g-dev dataset-fashion-mnist
 )
 
 missing=()

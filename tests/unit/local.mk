@@ -1,6 +1,15 @@
 # tests/unit/: cmocka tests of the pure parts, linked against the libraries.
 if HAVE_CMOCKA
 UNIT_TESTS = tests/unit/test_wire tests/unit/test_kv tests/unit/test_store
+UNIT_TESTS += tests/unit/test_dp_sampler tests/unit/test_dp_ckpt
+DP_UNIT_CFLAGS = $(AM_CFLAGS) $(CMOCKA_CFLAGS) -I$(top_srcdir)/libworker
+DP_UNIT_LDADD = libworker/librdzvworker.la $(CMOCKA_LIBS) $(LIBBSD_LIBS)
+tests_unit_test_dp_sampler_SOURCES = tests/unit/test_dp_sampler.c
+tests_unit_test_dp_sampler_CFLAGS = $(DP_UNIT_CFLAGS)
+tests_unit_test_dp_sampler_LDADD = $(DP_UNIT_LDADD)
+tests_unit_test_dp_ckpt_SOURCES = tests/unit/test_dp_ckpt.c
+tests_unit_test_dp_ckpt_CFLAGS = $(DP_UNIT_CFLAGS)
+tests_unit_test_dp_ckpt_LDADD = $(DP_UNIT_LDADD)
 check_PROGRAMS += $(UNIT_TESTS)
 TESTS += $(UNIT_TESTS)
 UNIT_CFLAGS = $(AM_CFLAGS) $(CMOCKA_CFLAGS) $(LIBEVENT_CFLAGS) -I$(top_srcdir)/rdzvd
