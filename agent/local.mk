@@ -1,8 +1,12 @@
 # agent/: rdzv-agent, the per-node elastic agent (issue 3).  Only sup.c
 # forks; main.c is the state machine, rdzv.c the connection to rdzvd.
+# librdzvd gives --standalone its in-process rdzvd (rdzvd/embed.h).
 bin_PROGRAMS += agent/rdzv-agent
 agent_rdzv_agent_SOURCES = \
 	agent/agent.h agent/main.c agent/cli.c agent/rdzv.c agent/sup.c \
 	agent/logs.c
+agent_rdzv_agent_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/rdzvd \
+	-DHAVE_RDZVD_EMBED=1
 agent_rdzv_agent_CFLAGS = $(AM_CFLAGS) $(LIBEVENT_CFLAGS)
-agent_rdzv_agent_LDADD = common/libcommon.la $(LIBEVENT_LIBS) $(LIBBSD_LIBS) -lm
+agent_rdzv_agent_LDADD = rdzvd/librdzvd.la common/libcommon.la \
+	$(LIBEVENT_LIBS) $(LIBBSD_LIBS) -lm

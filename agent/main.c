@@ -290,7 +290,7 @@ agent_summary(void)
 		    "rdzvd):\n  %s\n%s\n", ag.job_failure, thin);
 	if (f->valid) {
 		agent_time(&f->when, t, sizeof t);
-		fprintf(stderr, "First failure on this node:\n"
+		fprintf(stderr, "First failure on this node (last round):\n"
 		    "  time      : %s\n  host      : %s\n"
 		    "  rank      : %lld (local_rank: %d)\n", t, ag.hostname,
 		    (long long)f->rank, f->local_rank);
@@ -335,6 +335,8 @@ agent_start_round(const struct rdzv_round *r)
 	ag.cur = *r;
 	ag.nok = 0;
 	ag.failed_now = 0;
+	/* The summary names the failure of the round that ended the job. */
+	memset(&ag.first, 0, sizeof ag.first);
 	ag.state = AS_RUNNING;
 	log_info("round %lld: group rank %lld of %lld, ranks %lld-%lld of "
 	    "%lld, restart %lld", (long long)r->round,
@@ -437,9 +439,9 @@ agent_exit_cb(const struct sup_exit *x, void *arg)
 		signo = 0;
 		code = WEXITSTATUS(x->status);
 	}
+	/* rdzvd words the exit code or signal itself. */
 	rdzv_report_failure(ag.cur.round, x->local_rank,
-	    ag.cur.rank_base + x->local_rank, code, signo,
-	    msg[0] != '\0' ? msg : desc);
+	    ag.cur.rank_base + x->local_rank, code, signo, msg);
 	agent_begin_stop();
 }
 
@@ -621,8 +623,7 @@ agent_standalone(void)
 	int	 port, rv;
 
 	if ((rv = rdzvd_embed_start(ag.base, "127.0.0.1:0", &port)) != 0) {
-		log_warnx("--standalone: cannot start the embedded rdzvd: %s",
-		    rdzv_strerror(rv));
+		log_warnx("--standalone: cannot start the embedded rdzvd");
 		return (-1);
 	}
 	ag.embedded = 1;

@@ -1,0 +1,322 @@
+"""agent_lib: helpers for rdzv-agent's integration tests (agent_*.py).
+
+    Agent(args, tmp, env=)   rdzv-agent in its own session, output to a file,
+                             tracked by rdzvtest so it is killed at exit
+    write_worker(tmp)        the worker program (python, no torch) below
+    starts(tmp)              what every worker start recorded, oldest first
+    wait_starts(tmp, pred)   polls starts() until pred(list) holds
+    marked_pids(marker)      pids whose command line holds marker (/proc)
+    assert_gone(marker, t)   no such process within t seconds
+    job_status(d, job)       rdzvd's JOB_STATUS text
+
+Every test passes its own temporary directory as the worker's first
+argument, so the directory's path marks every process the test started
+(agents and workers): after the test none may be left.
+"""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import rdzvtest as rt
+
+OP_JOB_STATUS = 27
+
+
+def agent_path():
+    return os.path.join(rt.top_builddir(), "agent", "rdzv-agent")
+
+
+# The worker: records its start (env, pid) in DIR/start.<round>.<rank>.<pid>,
+# then behaves as W_* variables say:
+#   W_EXIT="restart:rank:code,..."  exit with code in that restart and rank
+#   W_ERRFILE=1     write torch's error file before failing
+#   W_RUN=S         exit 0 after S seconds (default: run until killed)
+#   W_TRAPTERM=1    on SIGTERM record DIR/term.<rank>.<pid> and exit 0
+#   W_IGNTERM=1     ignore SIGTERM (the grace period must end in SIGKILL)
+#   W_STORE=1       use the round's TCPStore (MASTER_ADDR:MASTER_PORT):
+#                   ADD "count", SET "job", wait for all, record both
+#   W_DELAY=S       before failing (default 0.05)
+WORKER = r'''
+import json, os, signal, sys, time
+d = sys.argv[1]
+env = os.environ
+rank = int(env["RANK"])
+restart = int(env["TORCHELASTIC_RESTART_COUNT"])
+rnd = env["RDZV_ROUND"]
+pid = os.getpid()
+
+def record(name, obj):
+    tmp = os.path.join(d, ".%s.tmp" % name)
+    with open(tmp, "w") as f:
+        json.dump(obj, f)
+    os.rename(tmp, os.path.join(d, name))
+
+if env.get("W_TRAPTERM") == "1":
+    def onterm(s, f):
+        record("term.%d.%d" % (rank, pid), {"rank": rank})
+        os._exit(0)
+    signal.signal(signal.SIGTERM, onterm)
+if env.get("W_IGNTERM") == "1":
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+
+keys = [k for k in env if k in ("LOCAL_RANK", "RANK", "GROUP_RANK",
+        "ROLE_RANK", "ROLE_NAME", "LOCAL_WORLD_SIZE", "WORLD_SIZE",
+        "GROUP_WORLD_SIZE", "ROLE_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
+        "OMP_NUM_THREADS", "CUDA_VISIBLE_DEVICES", "NCCL_ASYNC_ERROR_HANDLING",
+        "TORCH_NCCL_ASYNC_ERROR_HANDLING")
+        or k.startswith("TORCHELASTIC_") or k.startswith("RDZV_")]
+info = {k: env[k] for k in keys}
+info["pid"] = pid
+info["t"] = time.time()
+record("start.%s.%d.%d" % (rnd, rank, pid), info)
+print("worker rank %d restart %d up" % (rank, restart), flush=True)
+print("rank %d err" % rank, file=sys.stderr, flush=True)
+
+if env.get("W_STORE") == "1":
+    import rdzvtest as rt
+    s = rt.TCPStore113(rt.connect(env["MASTER_ADDR"], int(env["MASTER_PORT"])))
+    n = s.add("count", 1)
+    if n == 1:
+        s.set("job", env["RDZV_JOB"])
+    s.wait(["job"])
+    world = int(env["WORLD_SIZE"])
+    deadline = time.time() + 10
+    while s.add("count", 0) < world and time.time() < deadline:
+        time.sleep(0.01)
+    record("store.%s.%d" % (env["RDZV_JOB"], rank),
+           {"job": s.get("job").decode(), "count": s.add("count", 0)})
+
+for item in env.get("W_EXIT", "").split(","):
+    if not item:
+        continue
+    r, k, code = (int(x) for x in item.split(":"))
+    if r == restart and k == rank:
+        time.sleep(float(env.get("W_DELAY", "0.05")))
+        if env.get("W_ERRFILE") == "1":
+            with open(env["TORCHELASTIC_ERROR_FILE"], "w") as f:
+                json.dump({"message": {"message": "ValueError: rank %d "
+                    "broke" % rank, "extraInfo": {"py_callstack":
+                    "Traceback: line 1", "timestamp": str(int(time.time()))}}}, f)
+        print("rank %d failing with %d" % (rank, code), file=sys.stderr,
+              flush=True)
+        sys.exit(code)
+
+if "W_RUN" in env:
+    time.sleep(float(env["W_RUN"]))
+    sys.exit(0)
+while True:
+    time.sleep(3600)
+'''
+
+
+def write_worker(tmp):
+    p = os.path.join(tmp, "worker.py")
+    with open(p, "w") as f:
+        f.write(WORKER)
+    return p
+
+
+def conf(last_call=0.2, lease=1.0, extra=""):
+    """A --rdzv_conf value with the short timeouts the tests use."""
+    s = "last_call_timeout=%g,lease=%g" % (last_call, lease)
+    return s + ("," + extra if extra else "")
+
+
+class Agent:
+    """One rdzv-agent.  args are its arguments (program included)."""
+
+    n = 0
+
+    def __init__(self, args, tmp, env=None, binary=None):
+        Agent.n += 1
+        self.name = "agent%d" % Agent.n
+        self.out_path = os.path.join(tmp, self.name + ".out")
+        e = dict(os.environ)
+        e.setdefault("PYTHONPATH", "")
+        e["PYTHONPATH"] = os.path.join(rt.top_srcdir(), "tests", "lib") + \
+            (":" + e["PYTHONPATH"] if e["PYTHONPATH"] else "")
+        e["PYTHON"] = sys.executable
+        e["TMPDIR"] = tmp
+        if env:
+            e.update(env)
+        self.argv = [binary or agent_path()] + list(args)
+        with open(self.out_path, "wb") as out:
+            self.proc = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL,
+                                         stdout=out, stderr=subprocess.STDOUT,
+                                         start_new_session=True, env=e,
+                                         cwd=tmp)
+        rt._track(self.proc)
+        self.pid = self.proc.pid
+
+    def output(self):
+        with open(self.out_path, "rb") as f:
+            return f.read().decode(errors="replace")
+
+    def wait(self, timeout=20.0):
+        try:
+            rc = self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raise AssertionError("%s still running after %.1fs; output:\n%s"
+                                 % (self.name, timeout, self.output()[-4000:]))
+        rt._untrack(self.proc)
+        return rc
+
+    def alive(self):
+        return self.proc.poll() is None
+
+    def signal(self, sig):
+        if self.proc.poll() is None:
+            os.kill(self.pid, sig)
+
+    def kill(self):
+        if self.proc.poll() is None:
+            os.kill(self.pid, signal.SIGKILL)
+            self.proc.wait(timeout=10)
+        rt._untrack(self.proc)
+
+    def children(self):
+        """Pids whose parent is this agent (its workers)."""
+        out = []
+        for pid in os.listdir("/proc"):
+            if not pid.isdigit():
+                continue
+            try:
+                with open("/proc/%s/stat" % pid) as f:
+                    st = f.read()
+            except OSError:
+                continue
+            fields = st[st.rfind(")") + 2:].split()
+            if fields[0] != "Z" and int(fields[1]) == self.pid:
+                out.append(int(pid))
+        return out
+
+
+def starts(tmp):
+    """Every worker start recorded in tmp, in start-time order."""
+    out = []
+    for name in os.listdir(tmp):
+        if not name.startswith("start."):
+            continue
+        try:
+            with open(os.path.join(tmp, name)) as f:
+                info = json.load(f)
+        except (OSError, ValueError):
+            continue
+        out.append(info)
+    out.sort(key=lambda i: i["t"])
+    return out
+
+
+def by_round(tmp):
+    """{round: {rank: info}} of the starts."""
+    r = {}
+    for i in starts(tmp):
+        r.setdefault(int(i["RDZV_ROUND"]), {})[int(i["RANK"])] = i
+    return r
+
+
+def wait_starts(tmp, pred, timeout=10.0, what="worker starts"):
+    """Polls starts(tmp) until pred(starts) is true; returns the starts."""
+    def check():
+        st = starts(tmp)
+        return st if pred(st) else None
+    return rt.wait_until(check, timeout=timeout, interval=0.02, what=what)
+
+
+def marked_pids(marker):
+    """Pids (not ours) whose command line contains marker."""
+    me = os.getpid()
+    out = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit() or int(pid) == me:
+            continue
+        try:
+            with open("/proc/%s/cmdline" % pid, "rb") as f:
+                cmd = f.read()
+            with open("/proc/%s/stat" % pid) as f:
+                st = f.read()
+        except OSError:
+            continue
+        if st[st.rfind(")") + 2] == "Z":
+            continue
+        if marker.encode() in cmd:
+            out.append(int(pid))
+    return out
+
+
+def assert_gone(marker, timeout=3.0):
+    """No process of the test (marked by its directory) within timeout."""
+    end = time.monotonic() + timeout
+    while True:
+        left = marked_pids(marker)
+        if not left:
+            return
+        if time.monotonic() > end:
+            info = []
+            for p in left:
+                try:
+                    with open("/proc/%d/cmdline" % p, "rb") as f:
+                        info.append("%d: %s" % (p, f.read().replace(
+                            b"\0", b" ").decode(errors="replace")))
+                except OSError:
+                    pass
+            for p in left:
+                try:
+                    os.kill(p, signal.SIGKILL)
+                except OSError:
+                    pass
+            raise AssertionError("processes left behind:\n" +
+                                 "\n".join(info))
+        time.sleep(0.02)
+
+
+def job_status(d, job):
+    c = d.native()
+    try:
+        return c.call(OP_JOB_STATUS, job)[0].decode()
+    finally:
+        c.close()
+
+
+def free_port():
+    import socket
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    p = s.getsockname()[1]
+    s.close()
+    return p
+
+
+class Scope:
+    """A test's directory, worker and agents; close() kills what is left
+    and checks that nothing marked with the directory survives."""
+
+    def __init__(self, prefix="agent-"):
+        self.tmp = rt.mktemp(prefix)
+        self.worker = write_worker(self.tmp)
+        self.agents = []
+
+    def agent(self, args, env=None, program=None):
+        prog = program if program is not None else [self.worker, self.tmp]
+        a = Agent(list(args) + ["--"] + prog, self.tmp, env=env)
+        self.agents.append(a)
+        return a
+
+    def close(self):
+        for a in self.agents:
+            a.kill()
+        assert_gone(self.tmp)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        try:
+            self.close()
+        except AssertionError:
+            if exc[0] is None:
+                raise
+        return False
