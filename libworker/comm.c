@@ -1,1 +1,992 @@
-/* comm.c: being written (worker engineer). */
+/*
+ * comm.c: the public face of librdzvworker.  Owns the communicator's
+ * life (environment, store, backend choice, finalize), argument checks,
+ * the broken state, logging, and requests.
+ *
+ * Asynchronous operations (iallreduce, isend, irecv, and the blocking
+ * send/recv built on them) go through one queue run by one background
+ * thread per communicator, in issue order, so every rank runs its
+ * collectives in the same order.  A blocking collective waits for that
+ * queue to drain and then runs on the caller's thread: no hand-off, so
+ * small collectives keep their latency.  Point-to-point requests at the
+ * head of the queue are handed to the backend together, so a send and a
+ * receive posted back to back progress at once instead of deadlocking.
+ *
+ * Request life: allocated by an i* call (on the comm's live list), queued,
+ * run, marked done; freed by rdzv_wait()/rdzv_test() or by finalize.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#ifdef HAVE_CUDA
+#include <cuda_runtime.h>
+#endif
+
+#include "worker.h"
+
+/* Bootstrap generations: each rdzv_init of a process gets its own keys. */
+static atomic_int	comm_generation;
+
+int64_t
+now_ms(void)
+{
+	struct timespec	ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ((int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000);
+}
+
+int64_t
+now_us(void)
+{
+	struct timespec	ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ((int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000);
+}
+
+int64_t
+comm_deadline(const struct rdzv_comm *c, int timeout_ms)
+{
+	return (now_ms() + (timeout_ms < 0 ? c->timeout_ms : timeout_ms));
+}
+
+int
+deadline_left(int64_t deadline)
+{
+	int64_t	left = deadline - now_ms();
+
+	if (left <= 0)
+		return (0);
+	return (left > INT_MAX ? INT_MAX : (int)left);
+}
+
+size_t
+rdzv_dtype_size(enum rdzv_dtype dt)
+{
+	switch (dt) {
+	case RDZV_F32:	return (4);
+	case RDZV_F64:	return (8);
+	case RDZV_F16:	return (2);
+	case RDZV_BF16:	return (2);
+	case RDZV_I32:	return (4);
+	case RDZV_I64:	return (8);
+	case RDZV_U8:	return (1);
+	}
+	return (0);
+}
+
+void
+rdzv_options_init(struct rdzv_options *o)
+{
+	memset(o, 0, sizeof *o);
+	o->backend = RDZV_BACKEND_AUTO;
+	o->timeout_ms = RDZV_TIMEOUT_DEFAULT_MS;
+	o->init_timeout_ms = RDZV_INIT_TIMEOUT_DEFAULT_MS;
+	o->device = -1;
+	o->log_level = RDZV_LOG_WARN;
+}
+
+static void
+vlog(const struct rdzv_options *o, enum rdzv_log_level lvl, const char *fmt,
+    va_list ap)
+{
+	char	msg[RDZV_ERRMSG_MAX];
+
+	if (o->log == NULL || lvl > o->log_level)
+		return;
+	vsnprintf(msg, sizeof msg, fmt, ap);
+	o->log(o->log_arg, lvl, msg);
+}
+
+void
+comm_log(struct rdzv_comm *c, enum rdzv_log_level lvl, const char *fmt, ...)
+{
+	va_list	ap;
+
+	va_start(ap, fmt);
+	vlog(&c->opts, lvl, fmt, ap);
+	va_end(ap);
+}
+
+int
+comm_fail(struct rdzv_comm *c, int code, const char *fmt, ...)
+{
+	va_list	ap;
+	int	expected = 0;
+
+	if (code >= 0)
+		code = RDZV_EIO;
+	pthread_mutex_lock(&c->errlock);
+	if (__atomic_compare_exchange_n(&c->err, &expected, code, 0,
+	    __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) {
+		va_start(ap, fmt);
+		vsnprintf(c->errmsg, sizeof c->errmsg, fmt, ap);
+		va_end(ap);
+		pthread_mutex_unlock(&c->errlock);
+		comm_log(c, RDZV_LOG_ERROR, "rank %d: communicator broken: %s",
+		    c->rank, c->errmsg);
+		/* Let the peers see it now rather than at their timeout. */
+		if (c->ops != NULL && c->ops->abort != NULL)
+			c->ops->abort(c);
+		return (code);
+	}
+	pthread_mutex_unlock(&c->errlock);
+	return (code);
+}
+
+int
+comm_broken(const struct rdzv_comm *c)
+{
+	return (__atomic_load_n(&c->err, __ATOMIC_ACQUIRE));
+}
+
+int
+comm_note(struct rdzv_comm *c, int code, const char *fmt, ...)
+{
+	va_list	ap;
+
+	if (comm_broken(c))
+		return (code);
+	pthread_mutex_lock(&c->errlock);
+	va_start(ap, fmt);
+	vsnprintf(c->errmsg, sizeof c->errmsg, fmt, ap);
+	va_end(ap);
+	pthread_mutex_unlock(&c->errlock);
+	return (code);
+}
+
+/* ---- init and finalize ---- */
+
+static void
+init_err(const struct rdzv_options *o, char *err, size_t errlen,
+    const char *fmt, ...)
+{
+	va_list	ap;
+	char	msg[RDZV_ERRMSG_MAX];
+
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof msg, fmt, ap);
+	va_end(ap);
+	if (err != NULL && errlen > 0)
+		strlcpy(err, msg, errlen);
+	if (o->log != NULL)
+		o->log(o->log_arg, RDZV_LOG_ERROR, msg);
+}
+
+static int
+gpu_visible(void)
+{
+#ifdef HAVE_CUDA
+	int	n = 0;
+
+	if (cudaGetDeviceCount(&n) != cudaSuccess) {
+		(void)cudaGetLastError();
+		return (0);
+	}
+	return (n > 0);
+#else
+	return (0);
+#endif
+}
+
+/* Chooses the backend: explicit, else nccl with a GPU, else cpu. */
+static const struct backend_ops *
+choose_backend(struct rdzv_comm *c, char *why, size_t whylen)
+{
+	enum rdzv_backend	b = c->opts.backend;
+
+	if (b == RDZV_BACKEND_AUTO)
+		b = c->env.backend;
+	if (b == RDZV_BACKEND_CPU)
+		return (&cpu_backend_ops);
+	if (b == RDZV_BACKEND_NCCL) {
+#ifdef HAVE_NCCL
+		return (&nccl_backend_ops);
+#else
+		snprintf(why, whylen, "the nccl backend was asked for but "
+		    "this librdzvworker was built without NCCL");
+		return (NULL);
+#endif
+	}
+#ifdef HAVE_NCCL
+	if (gpu_visible())
+		return (&nccl_backend_ops);
+#else
+	(void)gpu_visible;
+#endif
+	return (&cpu_backend_ops);
+}
+
+int
+rdzv_init(struct rdzv_comm **commp, const struct rdzv_options *opts,
+    char *err, size_t errlen)
+{
+	struct rdzv_options	 dflt;
+	struct rdzv_comm	*c;
+	char			 msg[RDZV_ERRMSG_MAX];
+	int			 rc, gen;
+
+	if (commp == NULL)
+		return (RDZV_EINVAL);
+	*commp = NULL;
+	if (err != NULL && errlen > 0)
+		err[0] = '\0';
+	if (opts == NULL) {
+		rdzv_options_init(&dflt);
+		opts = &dflt;
+	}
+	if ((c = calloc(1, sizeof *c)) == NULL) {
+		init_err(opts, err, errlen, "out of memory");
+		return (RDZV_ENOMEM);
+	}
+	c->opts = *opts;
+	pthread_mutex_init(&c->errlock, NULL);
+	pthread_mutex_init(&c->qlock, NULL);
+	pthread_cond_init(&c->qcond, NULL);
+	TAILQ_INIT(&c->queue);
+	TAILQ_INIT(&c->live);
+	c->qwake[0] = c->qwake[1] = -1;
+
+	if ((rc = wenv_detect(&c->env, NULL, NULL, msg, sizeof msg)) != 0) {
+		init_err(opts, err, errlen, "rdzv_init: %s", msg);
+		goto fail;
+	}
+	c->rank = c->env.rank;
+	c->size = c->env.size;
+	c->local_rank = c->env.local_rank;
+	c->local_size = c->env.local_size;
+	c->restart_count = c->env.restart_count;
+	c->device = opts->device;
+	/* The environment tunes what the program left at its default. */
+	c->timeout_ms = opts->timeout_ms > 0 ? opts->timeout_ms :
+	    RDZV_TIMEOUT_DEFAULT_MS;
+	if (opts->timeout_ms == RDZV_TIMEOUT_DEFAULT_MS &&
+	    c->env.timeout_ms > 0)
+		c->timeout_ms = c->env.timeout_ms;
+	c->init_timeout_ms = opts->init_timeout_ms > 0 ?
+	    opts->init_timeout_ms : RDZV_INIT_TIMEOUT_DEFAULT_MS;
+	if (opts->init_timeout_ms == RDZV_INIT_TIMEOUT_DEFAULT_MS &&
+	    c->env.init_timeout_ms > 0)
+		c->init_timeout_ms = c->env.init_timeout_ms;
+	gen = atomic_fetch_add(&comm_generation, 1);
+	snprintf(c->keypfx, sizeof c->keypfx, "rdzvw/%d", gen);
+
+	if (pipe2(c->qwake, O_CLOEXEC | O_NONBLOCK) == -1) {
+		rc = RDZV_EIO;
+		init_err(opts, err, errlen, "rdzv_init: pipe: %s",
+		    strerror(errno));
+		goto fail;
+	}
+	if (c->size > 1) {
+		rc = wstore_open(&c->store, &c->env, c->init_timeout_ms, msg,
+		    sizeof msg);
+		if (rc != 0) {
+			init_err(opts, err, errlen, "rdzv_init: rank %d of %d "
+			    "(%s): %s", c->rank, c->size, c->env.source, msg);
+			goto fail;
+		}
+	}
+	if ((c->ops = choose_backend(c, msg, sizeof msg)) == NULL) {
+		rc = RDZV_EINVAL;
+		init_err(opts, err, errlen, "rdzv_init: %s", msg);
+		goto fail;
+	}
+	if ((rc = c->ops->init(c)) != 0) {
+		init_err(opts, err, errlen, "rdzv_init: rank %d of %d: %s "
+		    "backend: %s", c->rank, c->size, c->ops->name,
+		    c->errmsg[0] != '\0' ? c->errmsg : rdzv_strerror(rc));
+		c->ops = NULL;
+		goto fail;
+	}
+	if (c->local_rank < 0)
+		c->local_rank = 0;
+	if (c->local_size < 0)
+		c->local_size = 1;
+	comm_log(c, RDZV_LOG_INFO, "rank %d of %d (local %d of %d, %s): %s "
+	    "backend ready", c->rank, c->size, c->local_rank, c->local_size,
+	    c->env.source, c->ops->name);
+	c->errmsg[0] = '\0';
+	*commp = c;
+	return (0);
+fail:
+	c->err = rc;
+	rdzv_finalize(c);
+	return (rc);
+}
+
+static void	queue_stop(struct rdzv_comm *);
+
+int
+rdzv_finalize(struct rdzv_comm *c)
+{
+	struct rdzv_request	*r;
+	int			 rc;
+
+	if (c == NULL)
+		return (0);
+	queue_stop(c);
+	while ((r = TAILQ_FIRST(&c->live)) != NULL) {
+		TAILQ_REMOVE(&c->live, r, lentry);
+		if (r->free != NULL)
+			r->free(r);
+		free(r);
+	}
+	rc = comm_broken(c);
+	if (c->ops != NULL && c->ops->fini != NULL)
+		c->ops->fini(c);
+	wstore_close(c->store);
+	if (c->qwake[0] != -1) {
+		close(c->qwake[0]);
+		close(c->qwake[1]);
+	}
+	pthread_mutex_destroy(&c->errlock);
+	pthread_mutex_destroy(&c->qlock);
+	pthread_cond_destroy(&c->qcond);
+	free(c);
+	return (rc);
+}
+
+void
+rdzv_abort(struct rdzv_comm *c)
+{
+	if (c != NULL)
+		comm_fail(c, RDZV_ECLOSED, "aborted by the program");
+}
+
+/* ---- queries ---- */
+
+int
+rdzv_rank(const struct rdzv_comm *c)
+{
+	return (c->rank);
+}
+
+int
+rdzv_size(const struct rdzv_comm *c)
+{
+	return (c->size);
+}
+
+int
+rdzv_local_rank(const struct rdzv_comm *c)
+{
+	return (c->local_rank);
+}
+
+int
+rdzv_local_size(const struct rdzv_comm *c)
+{
+	return (c->local_size);
+}
+
+enum rdzv_backend
+rdzv_backend(const struct rdzv_comm *c)
+{
+	return (c->ops->kind);
+}
+
+int
+rdzv_device(const struct rdzv_comm *c)
+{
+	return (c->device);
+}
+
+int
+rdzv_restart_count(const struct rdzv_comm *c)
+{
+	return (c->restart_count);
+}
+
+int
+rdzv_comm_error(const struct rdzv_comm *c)
+{
+	return (comm_broken(c));
+}
+
+const char *
+rdzv_comm_errmsg(const struct rdzv_comm *c)
+{
+	return (c->errmsg);
+}
+
+/* ---- the background queue ---- */
+
+static void *
+queue_main(void *arg)
+{
+	struct rdzv_comm	*c = arg;
+	struct rdzv_request	*r;
+	int			 rc;
+	char			 drain[64];
+
+	pthread_mutex_lock(&c->qlock);
+	for (;;) {
+		while (TAILQ_EMPTY(&c->queue) && !c->qstop)
+			pthread_cond_wait(&c->qcond, &c->qlock);
+		if (c->qstop)
+			break;
+		r = TAILQ_FIRST(&c->queue);
+		TAILQ_REMOVE(&c->queue, r, qentry);
+		c->qbusy = 1;
+		pthread_mutex_unlock(&c->qlock);
+		while (read(c->qwake[0], drain, sizeof drain) > 0)
+			;
+		r->deadline = comm_deadline(c, r->timeout_ms);
+		if ((rc = comm_broken(c)) != 0)
+			comm_complete(r, RDZV_ECLOSED);
+		else if (r->kind == REQ_ALLREDUCE) {
+			rc = c->ops->allreduce(c, r->sbuf, r->rbuf, r->count,
+			    r->dtype, r->op, r->deadline);
+			comm_complete(r, rc);
+		} else
+			c->ops->p2p(c, r);
+		pthread_mutex_lock(&c->qlock);
+		c->qbusy = 0;
+		pthread_cond_broadcast(&c->qcond);
+	}
+	pthread_mutex_unlock(&c->qlock);
+	return (NULL);
+}
+
+/* Stops the thread: a running operation is aborted first, so no user
+ * buffer is touched after finalize returns. */
+static void
+queue_stop(struct rdzv_comm *c)
+{
+	struct rdzv_request	*r;
+
+	if (!c->qthread_on)
+		return;
+	pthread_mutex_lock(&c->qlock);
+	if (c->qbusy || !TAILQ_EMPTY(&c->queue)) {
+		pthread_mutex_unlock(&c->qlock);
+		comm_fail(c, RDZV_ECLOSED, "finalized with requests pending");
+		pthread_mutex_lock(&c->qlock);
+	}
+	while ((r = TAILQ_FIRST(&c->queue)) != NULL) {
+		TAILQ_REMOVE(&c->queue, r, qentry);
+		r->done = 1;
+		r->result = RDZV_ECLOSED;
+	}
+	c->qstop = 1;
+	pthread_cond_broadcast(&c->qcond);
+	pthread_mutex_unlock(&c->qlock);
+	pthread_join(c->qthread, NULL);
+	c->qthread_on = 0;
+}
+
+/* Waits until the queue is empty and idle: a blocking call comes next. */
+static void
+queue_drain(struct rdzv_comm *c)
+{
+	if (!c->qthread_on)
+		return;
+	pthread_mutex_lock(&c->qlock);
+	while (c->qbusy || !TAILQ_EMPTY(&c->queue))
+		pthread_cond_wait(&c->qcond, &c->qlock);
+	pthread_mutex_unlock(&c->qlock);
+}
+
+struct rdzv_request *
+request_new(struct rdzv_comm *c)
+{
+	struct rdzv_request	*r;
+
+	if ((r = calloc(1, sizeof *r)) == NULL)
+		return (NULL);
+	r->comm = c;
+	pthread_mutex_lock(&c->qlock);
+	TAILQ_INSERT_TAIL(&c->live, r, lentry);
+	pthread_mutex_unlock(&c->qlock);
+	return (r);
+}
+
+static void
+request_free(struct rdzv_request *r)
+{
+	struct rdzv_comm	*c = r->comm;
+
+	pthread_mutex_lock(&c->qlock);
+	TAILQ_REMOVE(&c->live, r, lentry);
+	pthread_mutex_unlock(&c->qlock);
+	if (r->free != NULL)
+		r->free(r);
+	free(r);
+}
+
+static int
+queue_push(struct rdzv_comm *c, struct rdzv_request *r)
+{
+	pthread_mutex_lock(&c->qlock);
+	if (!c->qthread_on) {
+		if (pthread_create(&c->qthread, NULL, queue_main, c) != 0) {
+			pthread_mutex_unlock(&c->qlock);
+			return (RDZV_ENOMEM);
+		}
+		c->qthread_on = 1;
+	}
+	TAILQ_INSERT_TAIL(&c->queue, r, qentry);
+	pthread_cond_broadcast(&c->qcond);
+	pthread_mutex_unlock(&c->qlock);
+	if (r->kind == REQ_SEND || r->kind == REQ_RECV)
+		(void)write(c->qwake[1], "p", 1);
+	return (0);
+}
+
+struct rdzv_request *
+comm_take_p2p(struct rdzv_comm *c)
+{
+	struct rdzv_request	*r;
+
+	pthread_mutex_lock(&c->qlock);
+	r = TAILQ_FIRST(&c->queue);
+	if (r != NULL && (r->kind == REQ_SEND || r->kind == REQ_RECV) &&
+	    !c->qstop)
+		TAILQ_REMOVE(&c->queue, r, qentry);
+	else
+		r = NULL;
+	pthread_mutex_unlock(&c->qlock);
+	if (r != NULL)
+		r->deadline = comm_deadline(c, r->timeout_ms);
+	return (r);
+}
+
+int
+comm_wake_fd(const struct rdzv_comm *c)
+{
+	return (c->qwake[0]);
+}
+
+void
+comm_complete(struct rdzv_request *r, int result)
+{
+	struct rdzv_comm	*c = r->comm;
+
+	pthread_mutex_lock(&c->qlock);
+	r->result = result;
+	r->done = 1;
+	pthread_cond_broadcast(&c->qcond);
+	pthread_mutex_unlock(&c->qlock);
+}
+
+int
+rdzv_wait(struct rdzv_request *r)
+{
+	struct rdzv_comm	*c;
+	int			 rc;
+
+	if (r == NULL)
+		return (RDZV_EINVAL);
+	c = r->comm;
+	if (r->kind == REQ_BACKEND)
+		rc = r->wait(r);
+	else {
+		pthread_mutex_lock(&c->qlock);
+		while (!r->done)
+			pthread_cond_wait(&c->qcond, &c->qlock);
+		rc = r->result;
+		pthread_mutex_unlock(&c->qlock);
+	}
+	request_free(r);
+	return (rc);
+}
+
+int
+rdzv_waitall(struct rdzv_request **reqs, size_t n)
+{
+	size_t	i;
+	int	rc, first = 0;
+
+	for (i = 0; i < n; i++) {
+		if (reqs[i] == NULL)
+			continue;
+		rc = rdzv_wait(reqs[i]);
+		reqs[i] = NULL;
+		if (rc != 0 && first == 0)
+			first = rc;
+	}
+	return (first);
+}
+
+int
+rdzv_test(struct rdzv_request *r)
+{
+	struct rdzv_comm	*c;
+	int			 rc, done;
+
+	if (r == NULL)
+		return (RDZV_EINVAL);
+	c = r->comm;
+	if (r->kind == REQ_BACKEND) {
+		if ((rc = r->test(r)) == 0)
+			return (0);
+	} else {
+		pthread_mutex_lock(&c->qlock);
+		done = r->done;
+		rc = r->result;
+		pthread_mutex_unlock(&c->qlock);
+		if (!done)
+			return (0);
+		if (rc == 0)
+			rc = 1;
+	}
+	request_free(r);
+	return (rc);
+}
+
+/* ---- argument checks ---- */
+
+/* Common checks; sets *bytes to count elements of dt, times mult. */
+static int
+check(struct rdzv_comm *c, size_t count, enum rdzv_dtype dt, size_t mult,
+    size_t *bytes)
+{
+	size_t	es;
+
+	if (c == NULL)
+		return (RDZV_EINVAL);
+	if (comm_broken(c) != 0)
+		return (RDZV_ECLOSED);	/* errmsg keeps the first cause */
+	if ((es = rdzv_dtype_size(dt)) == 0)
+		return (comm_note(c, RDZV_EINVAL, "unknown dtype %d", (int)dt));
+	if (mult == 0 || count > SIZE_MAX / es / mult)
+		return (comm_note(c, RDZV_EINVAL, "count %zu overflows",
+		    count));
+	*bytes = count * es * mult;
+	return (0);
+}
+
+static int
+check_op(struct rdzv_comm *c, enum rdzv_op op)
+{
+	if ((unsigned)op >= RDZV_OP_COUNT)
+		return (comm_note(c, RDZV_EINVAL, "unknown op %d", (int)op));
+	return (0);
+}
+
+static int
+check_rank(struct rdzv_comm *c, int r, const char *what)
+{
+	if (r < 0 || r >= c->size)
+		return (comm_note(c, RDZV_EINVAL, "%s %d is not a rank of "
+		    "0..%d", what, r, c->size - 1));
+	return (0);
+}
+
+static int
+check_buf(struct rdzv_comm *c, const void *p, size_t bytes, const char *what)
+{
+	if (p == NULL && bytes > 0)
+		return (comm_note(c, RDZV_EINVAL, "%s is NULL", what));
+	return (0);
+}
+
+/* ---- collectives ---- */
+
+int
+rdzv_allreduce(struct rdzv_comm *c, const void *sbuf, void *rbuf,
+    size_t count, enum rdzv_dtype dt, enum rdzv_op op, int timeout_ms)
+{
+	size_t	bytes;
+	int	rc;
+
+	if ((rc = check(c, count, dt, 1, &bytes)) != 0 ||
+	    (rc = check_op(c, op)) != 0 ||
+	    (rc = check_buf(c, sbuf, bytes, "sendbuf")) != 0 ||
+	    (rc = check_buf(c, rbuf, bytes, "recvbuf")) != 0)
+		return (rc);
+	queue_drain(c);
+	return (c->ops->allreduce(c, sbuf, rbuf, count, dt, op,
+	    comm_deadline(c, timeout_ms)));
+}
+
+int
+rdzv_broadcast(struct rdzv_comm *c, void *buf, size_t count,
+    enum rdzv_dtype dt, int root, int timeout_ms)
+{
+	size_t	bytes;
+	int	rc;
+
+	if ((rc = check(c, count, dt, 1, &bytes)) != 0 ||
+	    (rc = check_rank(c, root, "root")) != 0 ||
+	    (rc = check_buf(c, buf, bytes, "buf")) != 0)
+		return (rc);
+	queue_drain(c);
+	return (c->ops->broadcast(c, buf, count, dt, root,
+	    comm_deadline(c, timeout_ms)));
+}
+
+int
+rdzv_reduce(struct rdzv_comm *c, const void *sbuf, void *rbuf, size_t count,
+    enum rdzv_dtype dt, enum rdzv_op op, int root, int timeout_ms)
+{
+	size_t	bytes;
+	int	rc;
+
+	if ((rc = check(c, count, dt, 1, &bytes)) != 0 ||
+	    (rc = check_op(c, op)) != 0 ||
+	    (rc = check_rank(c, root, "root")) != 0 ||
+	    (rc = check_buf(c, sbuf, bytes, "sendbuf")) != 0 ||
+	    (c->rank == root &&
+	    (rc = check_buf(c, rbuf, bytes, "recvbuf")) != 0))
+		return (rc);
+	queue_drain(c);
+	return (c->ops->reduce(c, sbuf, rbuf, count, dt, op, root,
+	    comm_deadline(c, timeout_ms)));
+}
+
+int
+rdzv_allgather(struct rdzv_comm *c, const void *sbuf, void *rbuf,
+    size_t count, enum rdzv_dtype dt, int timeout_ms)
+{
+	size_t	bytes, all;
+	int	rc;
+
+	if ((rc = check(c, count, dt, 1, &bytes)) != 0 ||
+	    (rc = check(c, count, dt, (size_t)c->size, &all)) != 0 ||
+	    (rc = check_buf(c, sbuf, bytes, "sendbuf")) != 0 ||
+	    (rc = check_buf(c, rbuf, all, "recvbuf")) != 0)
+		return (rc);
+	queue_drain(c);
+	return (c->ops->allgather(c, sbuf, rbuf, count, dt,
+	    comm_deadline(c, timeout_ms)));
+}
+
+int
+rdzv_reduce_scatter(struct rdzv_comm *c, const void *sbuf, void *rbuf,
+    size_t count, enum rdzv_dtype dt, enum rdzv_op op, int timeout_ms)
+{
+	size_t	bytes, all;
+	int	rc;
+
+	if ((rc = check(c, count, dt, 1, &bytes)) != 0 ||
+	    (rc = check(c, count, dt, (size_t)c->size, &all)) != 0 ||
+	    (rc = check_op(c, op)) != 0 ||
+	    (rc = check_buf(c, sbuf, all, "sendbuf")) != 0 ||
+	    (rc = check_buf(c, rbuf, bytes, "recvbuf")) != 0)
+		return (rc);
+	queue_drain(c);
+	return (c->ops->reduce_scatter(c, sbuf, rbuf, count, dt, op,
+	    comm_deadline(c, timeout_ms)));
+}
+
+int
+rdzv_gather(struct rdzv_comm *c, const void *sbuf, void *rbuf, size_t count,
+    enum rdzv_dtype dt, int root, int timeout_ms)
+{
+	size_t	bytes, all;
+	int	rc;
+
+	if ((rc = check(c, count, dt, 1, &bytes)) != 0 ||
+	    (rc = check(c, count, dt, (size_t)c->size, &all)) != 0 ||
+	    (rc = check_rank(c, root, "root")) != 0 ||
+	    (rc = check_buf(c, sbuf, bytes, "sendbuf")) != 0 ||
+	    (c->rank == root &&
+	    (rc = check_buf(c, rbuf, all, "recvbuf")) != 0))
+		return (rc);
+	queue_drain(c);
+	return (c->ops->gather(c, sbuf, rbuf, count, dt, root,
+	    comm_deadline(c, timeout_ms)));
+}
+
+int
+rdzv_scatter(struct rdzv_comm *c, const void *sbuf, void *rbuf, size_t count,
+    enum rdzv_dtype dt, int root, int timeout_ms)
+{
+	size_t	bytes, all;
+	int	rc;
+
+	if ((rc = check(c, count, dt, 1, &bytes)) != 0 ||
+	    (rc = check(c, count, dt, (size_t)c->size, &all)) != 0 ||
+	    (rc = check_rank(c, root, "root")) != 0 ||
+	    (c->rank == root &&
+	    (rc = check_buf(c, sbuf, all, "sendbuf")) != 0) ||
+	    (rc = check_buf(c, rbuf, bytes, "recvbuf")) != 0)
+		return (rc);
+	queue_drain(c);
+	return (c->ops->scatter(c, sbuf, rbuf, count, dt, root,
+	    comm_deadline(c, timeout_ms)));
+}
+
+int
+rdzv_alltoall(struct rdzv_comm *c, const void *sbuf, void *rbuf, size_t count,
+    enum rdzv_dtype dt, int timeout_ms)
+{
+	size_t	all;
+	int	rc;
+
+	if ((rc = check(c, count, dt, (size_t)c->size, &all)) != 0 ||
+	    (rc = check_buf(c, sbuf, all, "sendbuf")) != 0 ||
+	    (rc = check_buf(c, rbuf, all, "recvbuf")) != 0)
+		return (rc);
+	if (all > 0 && sbuf == rbuf)
+		return (comm_note(c, RDZV_EINVAL, "alltoall is not in place"));
+	queue_drain(c);
+	return (c->ops->alltoall(c, sbuf, rbuf, count, dt,
+	    comm_deadline(c, timeout_ms)));
+}
+
+int
+rdzv_barrier(struct rdzv_comm *c, int timeout_ms)
+{
+	size_t	bytes;
+	int	rc;
+
+	if ((rc = check(c, 0, RDZV_U8, 1, &bytes)) != 0)
+		return (rc);
+	queue_drain(c);
+	return (c->ops->barrier(c, comm_deadline(c, timeout_ms)));
+}
+
+/* ---- point to point and asynchronous operations ---- */
+
+static int
+p2p_start(struct rdzv_comm *c, enum req_kind kind, const void *sbuf,
+    void *rbuf, size_t count, enum rdzv_dtype dt, int peer, int timeout_ms,
+    struct rdzv_request **reqp)
+{
+	struct rdzv_request	*r;
+	size_t			 bytes;
+	int			 rc;
+
+	if (reqp == NULL)
+		return (RDZV_EINVAL);
+	*reqp = NULL;
+	if ((rc = check(c, count, dt, 1, &bytes)) != 0 ||
+	    (rc = check_rank(c, peer, "peer")) != 0 ||
+	    (rc = check_buf(c, kind == REQ_SEND ? sbuf : rbuf, bytes,
+	    "buf")) != 0)
+		return (rc);
+	if ((r = request_new(c)) == NULL)
+		return (RDZV_ENOMEM);
+	r->kind = kind;
+	r->sbuf = sbuf;
+	r->rbuf = rbuf;
+	r->count = bytes;	/* p2p moves bytes */
+	r->dtype = dt;
+	r->peer = peer;
+	r->timeout_ms = timeout_ms;
+	if ((rc = queue_push(c, r)) != 0) {
+		request_free(r);
+		return (rc);
+	}
+	*reqp = r;
+	return (0);
+}
+
+int
+rdzv_isend(struct rdzv_comm *c, const void *buf, size_t count,
+    enum rdzv_dtype dt, int peer, int timeout_ms, struct rdzv_request **reqp)
+{
+	return (p2p_start(c, REQ_SEND, buf, NULL, count, dt, peer, timeout_ms,
+	    reqp));
+}
+
+int
+rdzv_irecv(struct rdzv_comm *c, void *buf, size_t count, enum rdzv_dtype dt,
+    int peer, int timeout_ms, struct rdzv_request **reqp)
+{
+	return (p2p_start(c, REQ_RECV, NULL, buf, count, dt, peer, timeout_ms,
+	    reqp));
+}
+
+int
+rdzv_send(struct rdzv_comm *c, const void *buf, size_t count,
+    enum rdzv_dtype dt, int peer, int timeout_ms)
+{
+	struct rdzv_request	*r;
+	int			 rc;
+
+	if ((rc = rdzv_isend(c, buf, count, dt, peer, timeout_ms, &r)) != 0)
+		return (rc);
+	return (rdzv_wait(r));
+}
+
+int
+rdzv_recv(struct rdzv_comm *c, void *buf, size_t count, enum rdzv_dtype dt,
+    int peer, int timeout_ms)
+{
+	struct rdzv_request	*r;
+	int			 rc;
+
+	if ((rc = rdzv_irecv(c, buf, count, dt, peer, timeout_ms, &r)) != 0)
+		return (rc);
+	return (rdzv_wait(r));
+}
+
+int
+rdzv_iallreduce(struct rdzv_comm *c, const void *sbuf, void *rbuf,
+    size_t count, enum rdzv_dtype dt, enum rdzv_op op, int timeout_ms,
+    struct rdzv_request **reqp)
+{
+	struct rdzv_request	*r;
+	size_t			 bytes;
+	int			 rc;
+
+	if (reqp == NULL)
+		return (RDZV_EINVAL);
+	*reqp = NULL;
+	if ((rc = check(c, count, dt, 1, &bytes)) != 0 ||
+	    (rc = check_op(c, op)) != 0 ||
+	    (rc = check_buf(c, sbuf, bytes, "sendbuf")) != 0 ||
+	    (rc = check_buf(c, rbuf, bytes, "recvbuf")) != 0)
+		return (rc);
+	if (c->ops->iallreduce != NULL) {
+		queue_drain(c);
+		return (c->ops->iallreduce(c, sbuf, rbuf, count, dt, op,
+		    timeout_ms, reqp));
+	}
+	if ((r = request_new(c)) == NULL)
+		return (RDZV_ENOMEM);
+	r->kind = REQ_ALLREDUCE;
+	r->sbuf = sbuf;
+	r->rbuf = rbuf;
+	r->count = count;
+	r->dtype = dt;
+	r->op = op;
+	r->timeout_ms = timeout_ms;
+	if ((rc = queue_push(c, r)) != 0) {
+		request_free(r);
+		return (rc);
+	}
+	*reqp = r;
+	return (0);
+}
+
+/* ---- progress ---- */
+
+#define PROGRESS_EVERY_MS	1000
+
+int
+rdzv_report_progress(struct rdzv_comm *c, uint64_t step)
+{
+	struct timespec	ts;
+	char		key[128], val[64];
+	int64_t		now;
+
+	if (c == NULL)
+		return (RDZV_EINVAL);
+	c->progress_step = step;
+	if (c->store == NULL || c->env.store != WENV_STORE_NATIVE)
+		return (0);
+	now = now_ms();
+	if (c->progress_ms != 0 && now - c->progress_ms < PROGRESS_EVERY_MS)
+		return (0);
+	c->progress_ms = now;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	snprintf(key, sizeof key, "progress/%d", c->rank);
+	snprintf(val, sizeof val, "%llu %lld", (unsigned long long)step,
+	    (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000);
+	return (wstore_set(c->store, key, val, strlen(val), 1000));
+}

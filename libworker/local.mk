@@ -7,14 +7,14 @@ pkgconfigdir = $(libdir)/pkgconfig
 pkgconfig_DATA = libworker/rdzvworker.pc
 libworker_librdzvworker_la_SOURCES = \
 	libworker/rdzv_worker.h libworker/worker.h \
-	libworker/comm.c libworker/env.c libworker/store.c \
-	libworker/tstore_srv.c libworker/cpu.c libworker/cpu_coll.c \
+	libworker/comm.c libworker/env.c libworker/net.c libworker/store.c \
+	libworker/tstore_srv.c libworker/cpu.h libworker/cpu.c libworker/cpu_coll.c \
 	libworker/reduce.c libworker/shm.c \
 	libworker/dp.c libworker/sampler.c libworker/ckpt.c \
 	rdzvd/kv.h rdzvd/kv.c
 libworker_librdzvworker_la_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/libworker -I$(top_srcdir)/rdzvd
 libworker_librdzvworker_la_CFLAGS = $(AM_CFLAGS) $(LIBEVENT_CFLAGS) -pthread
-libworker_librdzvworker_la_LDFLAGS = -version-info 0:0:0 -export-symbols-regex '^rdzv_' -pthread
+libworker_librdzvworker_la_LDFLAGS = -version-info 0:0:0 -export-symbols-regex '^rdzv_([abd-z]|c[a-km-z])' -pthread
 libworker_librdzvworker_la_LIBADD = common/libcommon.la $(LIBEVENT_LIBS) $(LIBBSD_LIBS) -lm
 if HAVE_CUDA
 libworker_librdzvworker_la_CFLAGS += $(CUDA_CFLAGS)

@@ -1,1 +1,423 @@
-/* store.c: being written (worker engineer). */
+/*
+ * store.c: the bootstrap store as librdzvworker sees it: set, get (after
+ * waiting for the key), add and barrier, over one of two clients:
+ *
+ *   native	rdzvd's framed protocol (common/client.h), every key in the
+ *		round's namespace (RDZV_NAMESPACE), so a restarted round can
+ *		never read the previous round's addresses or ids;
+ *   tcpstore	PyTorch's TCPStore, 1.13 dialect (no handshake), to
+ *		MASTER_ADDR:MASTER_PORT, keys sent as torch's client sends
+ *		them ("/" + prefix + "/" + key).  When this rank is the one
+ *		torch would make the master, it first serves the store itself
+ *		(tstore_srv.c) and then talks to it like everyone else.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "client.h"
+#include "wire.h"
+#include "worker.h"
+
+/* TCPStore 1.13 query bytes. */
+#define T113_SET	0
+#define T113_GET	2
+#define T113_ADD	3
+#define T113_WAIT	5
+
+#define STORE_KEY_MAX	4096
+#define STORE_VAL_MAX	(64u << 20)	/* a sanity bound on replies */
+
+struct wstore {
+	enum wenv_store		 kind;
+	struct rdzv_client	*nat;
+	int			 fd;		/* tcpstore; -1 until connected */
+	char			 host[RDZV_HOST_MAX];
+	int			 port;
+	char			 prefix[64];
+	struct tstore_srv	*srv;		/* hosted here, or NULL */
+	char			 local[64];
+};
+
+static void
+seterr(char *err, size_t errlen, const char *fmt, ...)
+{
+	va_list	ap;
+
+	if (err == NULL || errlen == 0)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(err, errlen, fmt, ap);
+	va_end(ap);
+}
+
+/* ---- TCPStore 1.13 client ---- */
+
+/* A request under construction. */
+struct tbuf {
+	uint8_t	*p;
+	size_t	 len;
+	size_t	 cap;
+	int	 oom;
+};
+
+static void
+tb_put(struct tbuf *b, const void *p, size_t n)
+{
+	uint8_t	*np;
+	size_t	 cap;
+
+	if (b->oom)
+		return;
+	if (b->cap - b->len < n) {
+		cap = b->cap == 0 ? 256 : b->cap;
+		while (cap - b->len < n)
+			cap *= 2;
+		if ((np = realloc(b->p, cap)) == NULL) {
+			b->oom = 1;
+			return;
+		}
+		b->p = np;
+		b->cap = cap;
+	}
+	memcpy(b->p + b->len, p, n);
+	b->len += n;
+}
+
+static void
+tb_u64(struct tbuf *b, uint64_t v)
+{
+	uint8_t	le[8];
+	int	i;
+
+	for (i = 0; i < 8; i++)
+		le[i] = (uint8_t)(v >> (8 * i));
+	tb_put(b, le, 8);
+}
+
+static void
+tb_bytes(struct tbuf *b, const void *p, size_t n)
+{
+	tb_u64(b, n);
+	tb_put(b, p, n);
+}
+
+/* A key as torch's client sends it: "/" [prefix "/"] key. */
+static void
+tb_key(struct tbuf *b, const struct wstore *s, const char *key)
+{
+	size_t	plen = strlen(s->prefix), klen = strlen(key);
+
+	tb_u64(b, 1 + (plen > 0 ? plen + 1 : 0) + klen);
+	tb_put(b, "/", 1);
+	if (plen > 0) {
+		tb_put(b, s->prefix, plen);
+		tb_put(b, "/", 1);
+	}
+	tb_put(b, key, klen);
+}
+
+static uint64_t
+le64(const uint8_t *p)
+{
+	uint64_t	v = 0;
+	int		i;
+
+	for (i = 7; i >= 0; i--)
+		v = (v << 8) | p[i];
+	return (v);
+}
+
+/* Drops the connection: after a timeout its stream is out of step. */
+static void
+t_drop(struct wstore *s)
+{
+	if (s->fd != -1)
+		close(s->fd);
+	s->fd = -1;
+}
+
+static int
+t_connect(struct wstore *s, int64_t deadline)
+{
+	int	rc;
+
+	if (s->fd != -1)
+		return (0);
+	if ((rc = net_connect(s->host, s->port, deadline, &s->fd)) != 0)
+		return (rc);
+	net_tune(s->fd, 0);
+	if (net_local_addr(s->fd, s->local, sizeof s->local) != 0)
+		s->local[0] = '\0';
+	return (0);
+}
+
+/* Sends b (then frees it) and reads rlen reply bytes into r. */
+static int
+t_exchange(struct wstore *s, struct tbuf *b, void *r, size_t rlen,
+    int64_t deadline)
+{
+	int	rc;
+
+	if (b->oom) {
+		rc = RDZV_ENOMEM;
+		goto out;
+	}
+	if ((rc = t_connect(s, deadline)) != 0)
+		goto out;
+	if ((rc = net_write_all(s->fd, b->p, b->len, deadline)) != 0 ||
+	    (rlen > 0 && (rc = net_read_all(s->fd, r, rlen, deadline)) != 0))
+		t_drop(s);
+out:
+	free(b->p);
+	memset(b, 0, sizeof *b);
+	return (rc);
+}
+
+static int
+t_set(struct wstore *s, const char *key, const void *val, size_t len,
+    int64_t deadline)
+{
+	struct tbuf	b = { 0 };
+	uint8_t		q = T113_SET;
+
+	tb_put(&b, &q, 1);
+	tb_key(&b, s, key);
+	tb_bytes(&b, val, len);
+	return (t_exchange(s, &b, NULL, 0, deadline));
+}
+
+static int
+t_wait(struct wstore *s, const char *key, int64_t deadline)
+{
+	struct tbuf	b = { 0 };
+	uint8_t		q = T113_WAIT, r;
+	int		rc;
+
+	tb_put(&b, &q, 1);
+	tb_u64(&b, 1);
+	tb_key(&b, s, key);
+	if ((rc = t_exchange(s, &b, &r, 1, deadline)) != 0)
+		return (rc);
+	if (r != TCPS_STOP_WAITING) {
+		t_drop(s);
+		return (RDZV_EPROTO);
+	}
+	return (0);
+}
+
+static int
+t_get(struct wstore *s, const char *key, void **val, size_t *len,
+    int64_t deadline)
+{
+	struct tbuf	 b = { 0 };
+	uint8_t		 q = T113_GET, hdr[8];
+	uint64_t	 n;
+	char		*v;
+	int		 rc;
+
+	/* A 1.13 server drops a connection that GETs a missing key. */
+	if ((rc = t_wait(s, key, deadline)) != 0)
+		return (rc);
+	tb_put(&b, &q, 1);
+	tb_key(&b, s, key);
+	if ((rc = t_exchange(s, &b, hdr, sizeof hdr, deadline)) != 0)
+		return (rc);
+	n = le64(hdr);
+	if (n > STORE_VAL_MAX) {
+		t_drop(s);
+		return (RDZV_ETOOBIG);
+	}
+	if ((v = malloc(n + 1)) == NULL) {
+		t_drop(s);
+		return (RDZV_ENOMEM);
+	}
+	if ((rc = net_read_all(s->fd, v, n, deadline)) != 0) {
+		free(v);
+		t_drop(s);
+		return (rc);
+	}
+	v[n] = '\0';
+	*val = v;
+	*len = n;
+	return (0);
+}
+
+static int
+t_add(struct wstore *s, const char *key, int64_t delta, int64_t *out,
+    int64_t deadline)
+{
+	struct tbuf	b = { 0 };
+	uint8_t		q = T113_ADD, r[8];
+	int		rc;
+
+	tb_put(&b, &q, 1);
+	tb_key(&b, s, key);
+	tb_u64(&b, (uint64_t)delta);
+	if ((rc = t_exchange(s, &b, r, sizeof r, deadline)) != 0)
+		return (rc);
+	if (out != NULL)
+		*out = (int64_t)le64(r);
+	return (0);
+}
+
+/* ---- the interface ---- */
+
+static int
+timeout_of(int timeout_ms)
+{
+	return (timeout_ms < 0 ? RDZV_INIT_TIMEOUT_DEFAULT_MS : timeout_ms);
+}
+
+int
+wstore_open(struct wstore **sp, const struct wenv *e, int timeout_ms,
+    char *err, size_t errlen)
+{
+	struct wstore	*s;
+	int64_t		 deadline = now_ms() + timeout_of(timeout_ms);
+	int		 rc, port;
+
+	*sp = NULL;
+	if ((s = calloc(1, sizeof *s)) == NULL)
+		return (RDZV_ENOMEM);
+	s->kind = e->store;
+	s->fd = -1;
+	switch (e->store) {
+	case WENV_STORE_NATIVE:
+		s->nat = rdzv_client_connect(e->endpoint,
+		    deadline_left(deadline), &rc);
+		if (s->nat == NULL) {
+			seterr(err, errlen, "cannot reach rdzvd at %s "
+			    "(RDZV_ENDPOINT): %s", e->endpoint,
+			    rdzv_strerror(rc));
+			goto fail;
+		}
+		if ((rc = rdzv_client_set_namespace(s->nat, e->ns)) != 0) {
+			seterr(err, errlen, "RDZV_NAMESPACE: %s",
+			    rdzv_strerror(rc));
+			goto fail;
+		}
+		if (net_local_addr(rdzv_client_fd(s->nat), s->local,
+		    sizeof s->local) != 0)
+			s->local[0] = '\0';
+		break;
+	case WENV_STORE_TCPSTORE:
+		strlcpy(s->host, e->master_addr, sizeof s->host);
+		s->port = e->master_port;
+		strlcpy(s->prefix, e->prefix, sizeof s->prefix);
+		if (e->host_store) {
+			rc = tstore_srv_start(&s->srv, "::", e->master_port,
+			    &port);
+			if (rc != 0)
+				rc = tstore_srv_start(&s->srv, "0.0.0.0",
+				    e->master_port, &port);
+			if (rc != 0) {
+				seterr(err, errlen, "rank 0 cannot serve the "
+				    "store on port %d (MASTER_PORT): %s",
+				    e->master_port, rdzv_strerror(rc));
+				goto fail;
+			}
+		}
+		if ((rc = t_connect(s, deadline)) != 0) {
+			seterr(err, errlen, "cannot reach the store at %s:%d "
+			    "(MASTER_ADDR, MASTER_PORT): %s", e->master_addr,
+			    e->master_port, rdzv_strerror(rc));
+			goto fail;
+		}
+		break;
+	default:
+		rc = RDZV_EINVAL;
+		seterr(err, errlen, "no store configured");
+		goto fail;
+	}
+	*sp = s;
+	return (0);
+fail:
+	wstore_close(s);
+	return (rc);
+}
+
+void
+wstore_close(struct wstore *s)
+{
+	if (s == NULL)
+		return;
+	rdzv_client_close(s->nat);
+	t_drop(s);
+	if (s->srv != NULL)
+		tstore_srv_stop(s->srv);
+	free(s);
+}
+
+int
+wstore_set(struct wstore *s, const char *key, const void *val, size_t len,
+    int timeout_ms)
+{
+	int64_t	deadline = now_ms() + timeout_of(timeout_ms);
+
+	if (s->kind == WENV_STORE_NATIVE)
+		return (rdzv_client_set(s->nat, key, val, len,
+		    deadline_left(deadline)));
+	return (t_set(s, key, val, len, deadline));
+}
+
+int
+wstore_get(struct wstore *s, const char *key, void **val, size_t *len,
+    int timeout_ms)
+{
+	int64_t		 deadline = now_ms() + timeout_of(timeout_ms);
+	const char	*keys[1] = { key };
+	int		 rc;
+
+	if (s->kind != WENV_STORE_NATIVE)
+		return (t_get(s, key, val, len, deadline));
+	rc = rdzv_client_wait(s->nat, keys, 1, deadline_left(deadline));
+	if (rc != 0)
+		return (rc);
+	return (rdzv_client_get(s->nat, key, val, len,
+	    deadline_left(deadline)));
+}
+
+int
+wstore_add(struct wstore *s, const char *key, int64_t delta, int64_t *out,
+    int timeout_ms)
+{
+	int64_t	deadline = now_ms() + timeout_of(timeout_ms);
+
+	if (s->kind == WENV_STORE_NATIVE)
+		return (rdzv_client_add(s->nat, key, delta, out,
+		    deadline_left(deadline)));
+	return (t_add(s, key, delta, out, deadline));
+}
+
+int
+wstore_barrier(struct wstore *s, const char *key, int world, int timeout_ms)
+{
+	int64_t	 deadline = now_ms() + timeout_of(timeout_ms);
+	int64_t	 n;
+	char	 k[STORE_KEY_MAX];
+	int	 rc;
+
+	if (s->kind == WENV_STORE_NATIVE)
+		return (rdzv_client_barrier(s->nat, key, world,
+		    deadline_left(deadline)));
+	/* 1.13 has no BARRIER: count arrivals, the last one opens it. */
+	snprintf(k, sizeof k, "%s/count", key);
+	if ((rc = t_add(s, k, 1, &n, deadline)) != 0)
+		return (rc);
+	snprintf(k, sizeof k, "%s/open", key);
+	if (n == world && (rc = t_set(s, k, "1", 1, deadline)) != 0)
+		return (rc);
+	return (t_wait(s, k, deadline));
+}
+
+const char *
+wstore_local_addr(const struct wstore *s)
+{
+	return (s->local);
+}

@@ -5,6 +5,8 @@
  *		dispatch to a backend, requests and the background queue
  *   env.c	where this process stands: rank, size, local rank and how to
  *		reach the store, from agent, torchrun, MPI or Slurm variables
+ *   net.c	TCP plumbing: connect under a deadline, listen, exact reads
+ *		and writes
  *   store.c	the bootstrap store client: rdzvd's native protocol or a
  *		TCPStore (1.13 dialect)
  *   tstore_srv.c  a minimal TCPStore server on rdzvd's kv core, hosted by
@@ -19,6 +21,8 @@
  */
 #ifndef RDZV_WORKER_INTERNAL_H
 #define RDZV_WORKER_INTERNAL_H
+
+#include <sys/queue.h>
 
 #include <pthread.h>
 #include <stdarg.h>
@@ -72,6 +76,28 @@ typedef const char	*(*wenv_get_fn)(const char *name, void *arg);
 int	wenv_detect(struct wenv *e, wenv_get_fn get, void *arg, char *err,
 	    size_t errlen);
 
+/* ---- net.c ---- */
+
+/* Sets O_NONBLOCK; 0 or RDZV_EIO. */
+int	net_nonblock(int fd);
+/* TCP_NODELAY, and large buffers when bulk. */
+void	net_tune(int fd, int bulk);
+/* poll() one fd until deadline: 1 ready, 0 timed out, < 0 error. */
+int	net_poll1(int fd, short events, int64_t deadline);
+/* Connects to host:port (every resolved address), retrying refusals until
+ * deadline.  *fdp is non-blocking.  0, RDZV_ECONN, RDZV_ETIMEDOUT or
+ * RDZV_EINVAL (name never resolved). */
+int	net_connect(const char *host, int port, int64_t deadline, int *fdp);
+/* Listens on addr (numeric, "0.0.0.0" or "::" for any) and port (0: any
+ * free); *portp (may be NULL) gets the port.  0 or RDZV_ECONN. */
+int	net_listen(const char *addr, int port, int *fdp, int *portp);
+int	net_local_port(int fd);
+/* The local address of a connected socket, numeric. */
+int	net_local_addr(int fd, char *buf, size_t len);
+/* Exact transfers under a deadline: 0, RDZV_ETIMEDOUT or RDZV_ECONN. */
+int	net_write_all(int fd, const void *buf, size_t len, int64_t deadline);
+int	net_read_all(int fd, void *buf, size_t len, int64_t deadline);
+
 /* ---- store.c ---- */
 
 struct wstore;
@@ -116,9 +142,6 @@ void	tstore_srv_stop(struct tstore_srv *);
 
 /* ---- reduce.c ---- */
 
-/* dst[i] = dst[i] op src[i] for n elements (AVG reduces as SUM). */
-typedef void	(*reduce_fn)(void *dst, const void *src, size_t n);
-reduce_fn	reduce_get(enum rdzv_dtype, enum rdzv_op);
 /* dst[i] = a[i] op b[i] (AVG as SUM); dst may alias a. */
 typedef void	(*reduce3_fn)(void *dst, const void *a, const void *b,
 		    size_t n);
@@ -173,11 +196,16 @@ struct backend_ops {
 	int	(*alltoall)(struct rdzv_comm *, const void *, void *, size_t,
 		    enum rdzv_dtype, int64_t deadline);
 	int	(*barrier)(struct rdzv_comm *, int64_t deadline);
-	/* Point to point, blocking; bytes, not elements. */
-	int	(*send)(struct rdzv_comm *, const void *, size_t, int peer,
-		    int64_t deadline);
-	int	(*recv)(struct rdzv_comm *, void *, size_t, int peer,
-		    int64_t deadline);
+	/*
+	 * Point to point: runs the queued send/recv request first (taken
+	 * off the queue by comm.c) concurrently with any further ones it
+	 * takes with comm_take_p2p() while it runs (poll comm_wake_fd() to
+	 * hear of them), completing each with comm_complete() as it ends;
+	 * returns when none is left.  Sends to one peer go in order, and
+	 * so do receives from one peer.  Each request's deadline starts
+	 * when it is taken.
+	 */
+	int	(*p2p)(struct rdzv_comm *, struct rdzv_request *first);
 	/* Optional native asynchronous forms: fill *reqp with a request
 	 * whose wait/test/free hooks the backend sets. */
 	int	(*iallreduce)(struct rdzv_comm *, const void *, void *, size_t,
@@ -215,12 +243,24 @@ struct rdzv_request {
 	enum rdzv_op		 op;
 	int			 peer;
 	int			 timeout_ms;
+	int64_t			 deadline;	/* set when started */
+	size_t			 off;		/* bytes moved (p2p) */
+	uint8_t			 hdr[8];	/* p2p length header */
 	int			 done;	/* guarded by comm->qlock */
 	int			 result;
-	struct rdzv_request	*next;	/* queue link */
+	TAILQ_ENTRY(rdzv_request) qentry;	/* the run queue */
+	TAILQ_ENTRY(rdzv_request) lentry;	/* every live request */
 };
+TAILQ_HEAD(req_list, rdzv_request);
 /* Allocates a zeroed request of comm for a backend; NULL on ENOMEM. */
 struct rdzv_request	*request_new(struct rdzv_comm *);
+/* Takes the next queued request off the queue if it is a send or recv
+ * (for a backend's p2p runner), else NULL. */
+struct rdzv_request	*comm_take_p2p(struct rdzv_comm *);
+/* Marks a request the background thread runs as done with result. */
+void	comm_complete(struct rdzv_request *, int result);
+/* Readable when comm_take_p2p() may have something new. */
+int	comm_wake_fd(const struct rdzv_comm *);
 
 struct rdzv_comm {
 	int		 rank;
@@ -247,8 +287,9 @@ struct rdzv_comm {
 	 * by one thread; blocking calls wait for it to drain. */
 	pthread_mutex_t	 qlock;
 	pthread_cond_t	 qcond;		/* queue changed or request done */
-	struct rdzv_request *qhead;
-	struct rdzv_request *qtail;
+	struct req_list	 queue;		/* waiting to run */
+	struct req_list	 live;		/* allocated, not yet freed */
+	int		 qwake[2];	/* pipe: a p2p request was queued */
 	int		 qbusy;		/* the thread is running one */
 	int		 qstop;
 	int		 qthread_on;
@@ -256,6 +297,7 @@ struct rdzv_comm {
 
 	/* Progress reporting (rdzv-agent). */
 	int64_t		 progress_ms;
+	uint64_t	 progress_step;
 };
 
 /* Logs msg at level through the user's callback, if any and enabled. */
@@ -267,6 +309,10 @@ void	comm_log(struct rdzv_comm *, enum rdzv_log_level, const char *, ...)
  * Returns code, so `return comm_fail(...)` reads naturally.  Any thread.
  */
 int	comm_fail(struct rdzv_comm *, int code, const char *, ...)
+	    __attribute__((format(printf, 3, 4)));
+/* Records a message for rdzv_comm_errmsg() without breaking anything
+ * (bad arguments, init failures); returns code. */
+int	comm_note(struct rdzv_comm *, int code, const char *, ...)
 	    __attribute__((format(printf, 3, 4)));
 /* 0 while usable, else the breaking code. */
 int	comm_broken(const struct rdzv_comm *);
