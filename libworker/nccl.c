@@ -1,1 +1,1316 @@
-/* nccl.c: placeholder; written by the data-parallel/NCCL engineer (see rdzv_worker.h). */
+/*
+ * nccl.c: the nccl backend, built when configure finds CUDA and NCCL.
+ *
+ * Bootstrap: rank 0 creates the NCCL unique id and publishes it in this
+ * communicator's store scope (the round's, so a restarted rank can never
+ * pick up a stale id); the others wait for it there.  From
+ * NCCL_SCALABLE_MIN ranks on, one id per NCCL_RANKS_PER_ID ranks is made
+ * by evenly spread ranks and ncclCommInitRankScalable spreads the
+ * bootstrap load.  The device is the local rank modulo the visible
+ * devices, unless the program chose one.
+ *
+ * The communicator is non-blocking (config.blocking = 0) so that no NCCL
+ * call can hold us past a deadline: every operation is enqueued on our
+ * stream and then polled, watching three things at once: the stream
+ * (done), ncclCommGetAsyncError (a peer died or the network broke) and
+ * the call's deadline.  An error or an expired deadline breaks the
+ * communicator (comm_fail) and ends in ncclCommAbort, which makes every
+ * peer's pending operation fail in turn instead of hanging.
+ *
+ * Locking: n->lock is held by whichever thread is using the NCCL
+ * communicator.  An abort asked for from another thread (rdzv_abort,
+ * comm_fail) takes the lock if it is free and aborts at once; otherwise
+ * it leaves a flag that the thread holding the lock sees at its next poll
+ * (within a millisecond), so ncclCommAbort never races another call on
+ * the same communicator.
+ *
+ * Host buffers are staged through device memory, so the library's own
+ * small collectives (checkpoints, barriers, the example's loss sums) work
+ * with either backend.  Sends and receives to oneself never enter NCCL:
+ * a send is copied and completed at once and matched by a later receive.
+ */
+#include "config.h"
+
+#include <sys/queue.h>
+
+#include <poll.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cuda_runtime.h>
+/* nccl.h declares a few functions with () parameter lists. */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wstrict-prototypes"
+#include <nccl.h>
+#pragma GCC diagnostic pop
+
+#include "worker.h"
+
+#define NCCL_SCALABLE_MIN	256	/* ranks: several unique ids from here */
+#define NCCL_RANKS_PER_ID	128
+#define NCCL_SPIN_US		200	/* busy-poll this long, then sleep */
+#define NCCL_SLEEP_MAX_US	500
+#define NCCL_ALIGN		256
+#define NCCL_HOST_MAX		256
+
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 23, 0)
+#define HAVE_NCCL_SCALABLE	1
+#endif
+#if NCCL_VERSION_CODE < NCCL_VERSION(2, 10, 0)
+#error "the nccl backend needs NCCL 2.10 or later (ncclAvg, ncclBfloat16)"
+#endif
+
+/* A message sent to oneself, kept until its receive comes. */
+struct nccl_self {
+	void			*buf;	/* device memory */
+	size_t			 len;
+	TAILQ_ENTRY(nccl_self)	 entry;
+};
+TAILQ_HEAD(nccl_selfq, nccl_self);
+
+struct nccl {
+	ncclComm_t	 comm;
+	cudaStream_t	 stream;
+	cudaEvent_t	 ev;		/* completion of blocking calls */
+	int		 dev;
+	pthread_mutex_t	 lock;		/* held while using comm */
+	int		 abort_req;	/* atomic: an abort is wanted */
+	int		 aborted;	/* atomic: ncclCommAbort was called */
+	void		*stage;		/* device scratch for host buffers */
+	size_t		 stagesz;
+	int32_t		*one;		/* device: barrier token */
+	struct nccl_selfq selfq;	/* self sends not yet received */
+	struct req_list	 selfwait;	/* self receives waiting for one */
+};
+
+/* An asynchronous all-reduce (REQ_BACKEND request). */
+struct nccl_req {
+	struct nccl	*n;
+	cudaEvent_t	 ev;
+	void		*stage;		/* device copy of host buffers */
+	void		*hostr;		/* host result buffer, if staged */
+	size_t		 count;
+	size_t		 bytes;
+	enum rdzv_dtype	 dtype;
+	int		 int_avg;	/* integer AVG: divide on the host */
+	int64_t		 deadline;
+	int		 done;
+	int		 result;
+};
+
+static ncclDataType_t
+nccl_type(enum rdzv_dtype dt)
+{
+	switch (dt) {
+	case RDZV_F32:
+		return (ncclFloat32);
+	case RDZV_F64:
+		return (ncclFloat64);
+	case RDZV_F16:
+		return (ncclFloat16);
+	case RDZV_BF16:
+		return (ncclBfloat16);
+	case RDZV_I32:
+		return (ncclInt32);
+	case RDZV_I64:
+		return (ncclInt64);
+	case RDZV_U8:
+	default:
+		return (ncclUint8);
+	}
+}
+
+static int
+nccl_is_int(enum rdzv_dtype dt)
+{
+	return (dt == RDZV_I32 || dt == RDZV_I64 || dt == RDZV_U8);
+}
+
+/* AVG of integers is done as SUM then divided on the host (see below). */
+static ncclRedOp_t
+nccl_op(enum rdzv_op op, enum rdzv_dtype dt)
+{
+	switch (op) {
+	case RDZV_PROD:
+		return (ncclProd);
+	case RDZV_MIN:
+		return (ncclMin);
+	case RDZV_MAX:
+		return (ncclMax);
+	case RDZV_AVG:
+		return (nccl_is_int(dt) ? ncclSum : ncclAvg);
+	case RDZV_SUM:
+	default:
+		return (ncclSum);
+	}
+}
+
+static int
+nccl_is_dev(const void *p)
+{
+	struct cudaPointerAttributes	a;
+
+	if (p == NULL)
+		return (0);
+	if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+		(void)cudaGetLastError();
+		return (0);
+	}
+	return (a.type == cudaMemoryTypeDevice ||
+	    a.type == cudaMemoryTypeManaged);
+}
+
+static size_t
+nccl_align(size_t n)
+{
+	return ((n + NCCL_ALIGN - 1) / NCCL_ALIGN * NCCL_ALIGN);
+}
+
+/* Calls ncclCommAbort once; the caller holds n->lock or knows it free. */
+static void
+nccl_do_abort(struct nccl *n)
+{
+	if (n->comm != NULL &&
+	    !__atomic_exchange_n(&n->aborted, 1, __ATOMIC_SEQ_CST))
+		(void)ncclCommAbort(n->comm);
+}
+
+/* backend_ops.abort: any thread. */
+static void
+nccl_abort(struct rdzv_comm *c)
+{
+	struct nccl	*n = c->be;
+
+	if (n == NULL)
+		return;
+	__atomic_store_n(&n->abort_req, 1, __ATOMIC_SEQ_CST);
+	if (pthread_mutex_trylock(&n->lock) == 0) {
+		nccl_do_abort(n);
+		pthread_mutex_unlock(&n->lock);
+	}
+}
+
+/* Maps an NCCL failure to our codes and breaks the communicator. */
+static int
+nccl_fail(struct rdzv_comm *c, ncclResult_t r, const char *what)
+{
+	struct nccl	*n = c->be;
+	const char	*last = "";
+	int		 code;
+
+	switch (r) {
+	case ncclSystemError:
+	case ncclRemoteError:
+		code = RDZV_ECONN;	/* a peer or the network went away */
+		break;
+	case ncclInvalidArgument:
+	case ncclInvalidUsage:
+		code = RDZV_EINVAL;
+		break;
+	default:
+		code = RDZV_EIO;
+		break;
+	}
+	if (n != NULL && n->comm != NULL &&
+	    !__atomic_load_n(&n->aborted, __ATOMIC_SEQ_CST))
+		last = ncclGetLastError(n->comm);
+	return (comm_fail(c, code, "nccl: %s: %s%s%s", what,
+	    ncclGetErrorString(r), last != NULL && *last ? ": " : "",
+	    last != NULL ? last : ""));
+}
+
+static void
+nccl_backoff(int64_t start_us)
+{
+	struct timespec	ts;
+	int64_t		waited = now_us() - start_us;
+
+	if (waited < NCCL_SPIN_US) {
+		sched_yield();
+		return;
+	}
+	ts.tv_sec = 0;
+	ts.tv_nsec = (waited / 8 < NCCL_SLEEP_MAX_US ? waited / 8 :
+	    NCCL_SLEEP_MAX_US) * 1000;
+	nanosleep(&ts, NULL);
+}
+
+/*
+ * Polls until ev has completed (ev NULL: until the communicator's pending
+ * non-blocking call has settled), the communicator reports an error, an
+ * abort is asked for or deadline passes.  Called with n->lock held.
+ * Returns 0 or the code that broke the communicator.
+ */
+static int
+nccl_poll(struct rdzv_comm *c, struct nccl *n, cudaEvent_t ev,
+    int64_t deadline, const char *what)
+{
+	ncclResult_t	ar;
+	cudaError_t	ce;
+	int64_t		start = now_us();
+	int		rc;
+
+	for (;;) {
+		if (__atomic_load_n(&n->abort_req, __ATOMIC_SEQ_CST)) {
+			nccl_do_abort(n);
+			rc = comm_broken(c);
+			return (rc != 0 ? rc : RDZV_ECLOSED);
+		}
+		if (ncclCommGetAsyncError(n->comm, &ar) != ncclSuccess)
+			ar = ncclInternalError;
+		if (ar != ncclSuccess && ar != ncclInProgress) {
+			rc = nccl_fail(c, ar, what);
+			nccl_do_abort(n);
+			return (rc);
+		}
+		if (ev != NULL) {
+			ce = cudaEventQuery(ev);
+			if (ce == cudaSuccess)
+				return (0);
+			if (ce != cudaErrorNotReady) {
+				rc = comm_fail(c, RDZV_EIO, "nccl: %s: %s", what,
+				    cudaGetErrorString(ce));
+				nccl_do_abort(n);
+				return (rc);
+			}
+		} else if (ar == ncclSuccess)
+			return (0);
+		if (now_ms() >= deadline) {
+			rc = comm_fail(c, RDZV_ETIMEDOUT, "nccl: %s: not done "
+			    "within the timeout (a peer died or hangs); "
+			    "communicator aborted", what);
+			nccl_do_abort(n);
+			return (rc);
+		}
+		nccl_backoff(start);
+	}
+}
+
+/* Checks an enqueueing call's result; waits out ncclInProgress. */
+static int
+nccl_settle(struct rdzv_comm *c, struct nccl *n, ncclResult_t r,
+    int64_t deadline, const char *what)
+{
+	if (r == ncclSuccess)
+		return (0);
+	if (r == ncclInProgress)
+		return (nccl_poll(c, n, NULL, deadline, what));
+	nccl_fail(c, r, what);
+	nccl_do_abort(n);
+	return (comm_broken(c));
+}
+
+static int
+nccl_cuda(struct rdzv_comm *c, struct nccl *n, cudaError_t e,
+    const char *what)
+{
+	int	rc;
+
+	if (e == cudaSuccess)
+		return (0);
+	rc = comm_fail(c, e == cudaErrorMemoryAllocation ? RDZV_ENOMEM :
+	    RDZV_EIO, "nccl: %s: %s", what, cudaGetErrorString(e));
+	nccl_do_abort(n);
+	return (rc);
+}
+
+/* Starts a call: takes the lock, selects the device, checks for aborts. */
+static int
+nccl_enter(struct rdzv_comm *c, struct nccl *n)
+{
+	int	rc;
+
+	pthread_mutex_lock(&n->lock);
+	if (__atomic_load_n(&n->aborted, __ATOMIC_SEQ_CST) ||
+	    __atomic_load_n(&n->abort_req, __ATOMIC_SEQ_CST)) {
+		nccl_do_abort(n);
+		pthread_mutex_unlock(&n->lock);
+		rc = comm_broken(c);
+		return (rc != 0 ? rc : RDZV_ECLOSED);
+	}
+	if (cudaSetDevice(n->dev) != cudaSuccess) {
+		pthread_mutex_unlock(&n->lock);
+		return (comm_fail(c, RDZV_EIO, "nccl: cannot select device %d",
+		    n->dev));
+	}
+	return (0);
+}
+
+/* Grows the staging area to at least len bytes. */
+static int
+nccl_stage(struct rdzv_comm *c, struct nccl *n, size_t len)
+{
+	void	*p;
+
+	if (len <= n->stagesz)
+		return (0);
+	if (cudaMalloc(&p, len) != cudaSuccess) {
+		(void)cudaGetLastError();
+		return (comm_fail(c, RDZV_ENOMEM, "nccl: cannot allocate %zu "
+		    "bytes of device memory to stage host buffers", len));
+	}
+	cudaFree(n->stage);
+	n->stage = p;
+	n->stagesz = len;
+	return (0);
+}
+
+/*
+ * The device views of a call's send and receive buffers: each is the
+ * buffer itself when it is device memory, else a region of the staging
+ * area (the send region filled from the host).  In place (s == r) both
+ * views are one region.
+ */
+struct xfer {
+	const void	*s;
+	void		*r;
+	size_t		 sbytes, rbytes;
+	const void	*ds;
+	void		*dr;
+	int		 stage_r;	/* copy dr back to r at the end */
+};
+
+static int
+nccl_xfer_in(struct rdzv_comm *c, struct nccl *n, struct xfer *x)
+{
+	int	hs = x->s != NULL && x->sbytes > 0 && !nccl_is_dev(x->s);
+	int	hr = x->r != NULL && x->rbytes > 0 && !nccl_is_dev(x->r);
+	size_t	need;
+	int	rc;
+
+	x->ds = x->s;
+	x->dr = x->r;
+	x->stage_r = 0;
+	if (!hs && !hr)
+		return (0);
+	need = (x->s == x->r) ? nccl_align(x->rbytes > x->sbytes ?
+	    x->rbytes : x->sbytes) : nccl_align(x->sbytes) +
+	    nccl_align(x->rbytes);
+	if ((rc = nccl_stage(c, n, need)) != 0)
+		return (rc);
+	if (hs) {
+		x->ds = n->stage;
+		rc = nccl_cuda(c, n, cudaMemcpyAsync(n->stage, x->s,
+		    x->sbytes, cudaMemcpyHostToDevice, n->stream),
+		    "staging a host buffer");
+		if (rc != 0)
+			return (rc);
+	}
+	if (hr) {
+		x->dr = x->s == x->r ? n->stage :
+		    (char *)n->stage + nccl_align(x->sbytes);
+		x->stage_r = 1;
+	}
+	if (x->s == x->r)
+		x->ds = x->dr;
+	return (0);
+}
+
+/*
+ * Ends a call: copies a staged result back, waits for the stream under
+ * the deadline, releases the lock.
+ */
+static int
+nccl_xfer_out(struct rdzv_comm *c, struct nccl *n, struct xfer *x,
+    int rc, int64_t deadline, const char *what)
+{
+	if (rc == 0 && x != NULL && x->stage_r)
+		rc = nccl_cuda(c, n, cudaMemcpyAsync(x->r, x->dr, x->rbytes,
+		    cudaMemcpyDeviceToHost, n->stream), "unstaging a result");
+	if (rc == 0)
+		rc = nccl_cuda(c, n, cudaEventRecord(n->ev, n->stream),
+		    "cudaEventRecord");
+	if (rc == 0)
+		rc = nccl_poll(c, n, n->ev, deadline, what);
+	pthread_mutex_unlock(&n->lock);
+	return (rc);
+}
+
+/* Integer AVG: the sum is in r (host or device); divide it on the host. */
+static int
+nccl_int_avg(struct rdzv_comm *c, void *r, size_t count, enum rdzv_dtype dt)
+{
+	size_t	bytes = count * rdzv_dtype_size(dt);
+	void	*h;
+
+	if (!nccl_is_dev(r)) {
+		reduce_avg_finish(r, count, dt, c->size);
+		return (0);
+	}
+	if ((h = malloc(bytes)) == NULL)
+		return (comm_fail(c, RDZV_ENOMEM, "nccl: integer average"));
+	if (cudaMemcpy(h, r, bytes, cudaMemcpyDeviceToHost) != cudaSuccess) {
+		free(h);
+		return (comm_fail(c, RDZV_EIO, "nccl: integer average"));
+	}
+	reduce_avg_finish(h, count, dt, c->size);
+	if (cudaMemcpy(r, h, bytes, cudaMemcpyHostToDevice) != cudaSuccess) {
+		free(h);
+		return (comm_fail(c, RDZV_EIO, "nccl: integer average"));
+	}
+	free(h);
+	return (0);
+}
+
+/* ---- collectives ---- */
+
+static int
+nccl_allreduce(struct rdzv_comm *c, const void *s, void *r, size_t count,
+    enum rdzv_dtype dt, enum rdzv_op op, int64_t deadline)
+{
+	struct nccl	*n = c->be;
+	struct xfer	 x;
+	size_t		 bytes = count * rdzv_dtype_size(dt);
+	int		 rc;
+
+	if ((rc = nccl_enter(c, n)) != 0)
+		return (rc);
+	x = (struct xfer){ .s = s, .r = r, .sbytes = bytes, .rbytes = bytes };
+	if ((rc = nccl_xfer_in(c, n, &x)) == 0)
+		rc = nccl_settle(c, n, ncclAllReduce(x.ds, x.dr, count,
+		    nccl_type(dt), nccl_op(op, dt), n->comm, n->stream),
+		    deadline, "ncclAllReduce");
+	rc = nccl_xfer_out(c, n, &x, rc, deadline, "allreduce");
+	if (rc == 0 && op == RDZV_AVG && nccl_is_int(dt))
+		rc = nccl_int_avg(c, r, count, dt);
+	return (rc);
+}
+
+static int
+nccl_broadcast(struct rdzv_comm *c, void *buf, size_t count,
+    enum rdzv_dtype dt, int root, int64_t deadline)
+{
+	struct nccl	*n = c->be;
+	struct xfer	 x;
+	size_t		 bytes = count * rdzv_dtype_size(dt);
+	int		 rc;
+
+	if ((rc = nccl_enter(c, n)) != 0)
+		return (rc);
+	x = (struct xfer){ .s = buf, .r = buf, .sbytes = bytes,
+	    .rbytes = bytes };
+	if ((rc = nccl_xfer_in(c, n, &x)) == 0)
+		rc = nccl_settle(c, n, ncclBroadcast(x.ds, x.dr, count,
+		    nccl_type(dt), root, n->comm, n->stream), deadline,
+		    "ncclBroadcast");
+	return (nccl_xfer_out(c, n, &x, rc, deadline, "broadcast"));
+}
+
+static int
+nccl_reduce(struct rdzv_comm *c, const void *s, void *r, size_t count,
+    enum rdzv_dtype dt, enum rdzv_op op, int root, int64_t deadline)
+{
+	struct nccl	*n = c->be;
+	struct xfer	 x;
+	size_t		 bytes = count * rdzv_dtype_size(dt);
+	int		 rc, isroot = c->rank == root;
+
+	if ((rc = nccl_enter(c, n)) != 0)
+		return (rc);
+	/* Only the root has a receive buffer; NCCL wants a valid pointer
+	 * elsewhere, which the send buffer is and never written. */
+	x = (struct xfer){ .s = s, .r = isroot ? r : NULL, .sbytes = bytes,
+	    .rbytes = isroot ? bytes : 0 };
+	if ((rc = nccl_xfer_in(c, n, &x)) == 0)
+		rc = nccl_settle(c, n, ncclReduce(x.ds,
+		    isroot ? x.dr : (void *)x.ds, count, nccl_type(dt),
+		    nccl_op(op, dt), root, n->comm, n->stream), deadline,
+		    "ncclReduce");
+	rc = nccl_xfer_out(c, n, &x, rc, deadline, "reduce");
+	if (rc == 0 && isroot && op == RDZV_AVG && nccl_is_int(dt))
+		rc = nccl_int_avg(c, r, count, dt);
+	return (rc);
+}
+
+static int
+nccl_allgather(struct rdzv_comm *c, const void *s, void *r, size_t count,
+    enum rdzv_dtype dt, int64_t deadline)
+{
+	struct nccl	*n = c->be;
+	struct xfer	 x;
+	size_t		 bytes = count * rdzv_dtype_size(dt);
+	char		*slot;
+	int		 rc;
+
+	if ((rc = nccl_enter(c, n)) != 0)
+		return (rc);
+	x = (struct xfer){ .s = s, .r = r, .sbytes = bytes,
+	    .rbytes = bytes * (size_t)c->size };
+	if ((rc = nccl_xfer_in(c, n, &x)) != 0)
+		return (nccl_xfer_out(c, n, &x, rc, deadline, "allgather"));
+	/*
+	 * NCCL's in-place form reads this rank's block from its slot of the
+	 * receive buffer; ours (s == r) has it at the start: move it.
+	 */
+	slot = (char *)x.dr + bytes * (size_t)c->rank;
+	if (x.ds == x.dr && c->rank > 0)
+		rc = nccl_cuda(c, n, cudaMemcpyAsync(slot, x.dr, bytes,
+		    cudaMemcpyDeviceToDevice, n->stream), "allgather");
+	if (rc == 0)
+		rc = nccl_settle(c, n, ncclAllGather(x.ds == x.dr ? slot :
+		    x.ds, x.dr, count, nccl_type(dt), n->comm, n->stream),
+		    deadline, "ncclAllGather");
+	return (nccl_xfer_out(c, n, &x, rc, deadline, "allgather"));
+}
+
+static int
+nccl_reduce_scatter(struct rdzv_comm *c, const void *s, void *r,
+    size_t count, enum rdzv_dtype dt, enum rdzv_op op, int64_t deadline)
+{
+	struct nccl	*n = c->be;
+	struct xfer	 x;
+	size_t		 bytes = count * rdzv_dtype_size(dt);
+	char		*slot;
+	int		 rc;
+
+	if ((rc = nccl_enter(c, n)) != 0)
+		return (rc);
+	x = (struct xfer){ .s = s, .r = r, .sbytes = bytes * (size_t)c->size,
+	    .rbytes = bytes };
+	if ((rc = nccl_xfer_in(c, n, &x)) != 0)
+		return (nccl_xfer_out(c, n, &x, rc, deadline,
+		    "reduce_scatter"));
+	/* In place, NCCL writes our block's slot; ours wants the start. */
+	slot = (char *)x.dr + bytes * (size_t)c->rank;
+	rc = nccl_settle(c, n, ncclReduceScatter(x.ds, x.ds == x.dr ? slot :
+	    x.dr, count, nccl_type(dt), nccl_op(op, dt), n->comm, n->stream),
+	    deadline, "ncclReduceScatter");
+	if (rc == 0 && x.ds == x.dr && c->rank > 0)
+		rc = nccl_cuda(c, n, cudaMemcpyAsync(x.dr, slot, bytes,
+		    cudaMemcpyDeviceToDevice, n->stream), "reduce_scatter");
+	rc = nccl_xfer_out(c, n, &x, rc, deadline, "reduce_scatter");
+	if (rc == 0 && op == RDZV_AVG && nccl_is_int(dt))
+		rc = nccl_int_avg(c, r, count, dt);
+	return (rc);
+}
+
+/*
+ * gather, scatter and alltoall as grouped sends and receives; a rank's
+ * own block is a device copy.  root < 0: every rank both sends and
+ * receives (alltoall).
+ */
+static int
+nccl_p2p_coll(struct rdzv_comm *c, const void *s, void *r, size_t count,
+    enum rdzv_dtype dt, int root, int kind, int64_t deadline)
+{
+	enum { GATHER, SCATTER, ALLTOALL };
+	struct nccl	*n = c->be;
+	struct xfer	 x;
+	size_t		 bytes = count * rdzv_dtype_size(dt), all;
+	ncclDataType_t	 t = nccl_type(dt);
+	const char	*what = kind == GATHER ? "gather" : kind == SCATTER ?
+			    "scatter" : "alltoall";
+	const char	*sp;
+	char		*rp;
+	ncclResult_t	 nr = ncclSuccess;
+	int		 rc, p, me = c->rank;
+
+	if ((rc = nccl_enter(c, n)) != 0)
+		return (rc);
+	all = bytes * (size_t)c->size;
+	x = (struct xfer){ .s = s, .r = r,
+	    .sbytes = kind == GATHER ? bytes : (kind == SCATTER ?
+	    (me == root ? all : 0) : all),
+	    .rbytes = kind == SCATTER ? bytes : (kind == GATHER ?
+	    (me == root ? all : 0) : all) };
+	if (kind == GATHER && me != root)
+		x.r = NULL;
+	if (kind == SCATTER && me != root)
+		x.s = NULL;
+	if ((rc = nccl_xfer_in(c, n, &x)) != 0)
+		return (nccl_xfer_out(c, n, &x, rc, deadline, what));
+	sp = x.ds;
+	rp = x.dr;
+	if ((rc = nccl_settle(c, n, ncclGroupStart(), deadline, what)) != 0)
+		return (nccl_xfer_out(c, n, &x, rc, deadline, what));
+	for (p = 0; p < c->size && rc == 0; p++) {
+		if (p == me)
+			continue;
+		switch (kind) {
+		case GATHER:
+			if (me == root)
+				nr = ncclRecv(rp + bytes * (size_t)p, count, t,
+				    p, n->comm, n->stream);
+			else if (p == root)
+				nr = ncclSend(sp, count, t, p, n->comm,
+				    n->stream);
+			break;
+		case SCATTER:
+			if (me == root)
+				nr = ncclSend(sp + bytes * (size_t)p, count, t,
+				    p, n->comm, n->stream);
+			else if (p == root)
+				nr = ncclRecv(rp, count, t, p, n->comm,
+				    n->stream);
+			break;
+		default:
+			nr = ncclSend(sp + bytes * (size_t)p, count, t, p,
+			    n->comm, n->stream);
+			if (nr == ncclSuccess || nr == ncclInProgress)
+				nr = ncclRecv(rp + bytes * (size_t)p, count, t,
+				    p, n->comm, n->stream);
+			break;
+		}
+		/* Inside a group, InProgress settles at ncclGroupEnd. */
+		if (nr != ncclSuccess && nr != ncclInProgress)
+			rc = nccl_settle(c, n, nr, deadline, what);
+	}
+	if (rc == 0)
+		rc = nccl_settle(c, n, ncclGroupEnd(), deadline, what);
+	else
+		(void)ncclGroupEnd();
+	/* Our own block. */
+	if (rc == 0 && bytes > 0 && (kind == ALLTOALL || me == root)) {
+		const void	*from = kind == GATHER ? sp :
+				    sp + bytes * (size_t)me;
+		void		*to = kind == SCATTER ? (void *)rp :
+				    rp + bytes * (size_t)me;
+
+		rc = nccl_cuda(c, n, cudaMemcpyAsync(to, from, bytes,
+		    cudaMemcpyDeviceToDevice, n->stream), what);
+	}
+	return (nccl_xfer_out(c, n, &x, rc, deadline, what));
+}
+
+static int
+nccl_gather(struct rdzv_comm *c, const void *s, void *r, size_t count,
+    enum rdzv_dtype dt, int root, int64_t deadline)
+{
+	return (nccl_p2p_coll(c, s, r, count, dt, root, 0, deadline));
+}
+
+static int
+nccl_scatter(struct rdzv_comm *c, const void *s, void *r, size_t count,
+    enum rdzv_dtype dt, int root, int64_t deadline)
+{
+	return (nccl_p2p_coll(c, s, r, count, dt, root, 1, deadline));
+}
+
+static int
+nccl_alltoall(struct rdzv_comm *c, const void *s, void *r, size_t count,
+    enum rdzv_dtype dt, int64_t deadline)
+{
+	return (nccl_p2p_coll(c, s, r, count, dt, -1, 2, deadline));
+}
+
+static int
+nccl_barrier(struct rdzv_comm *c, int64_t deadline)
+{
+	struct nccl	*n = c->be;
+	int		 rc;
+
+	if ((rc = nccl_enter(c, n)) != 0)
+		return (rc);
+	rc = nccl_settle(c, n, ncclAllReduce(n->one, n->one, 1, ncclInt32,
+	    ncclMax, n->comm, n->stream), deadline, "barrier");
+	return (nccl_xfer_out(c, n, NULL, rc, deadline, "barrier"));
+}
+
+/* ---- point to point ---- */
+
+/* A device buffer holding a host send's bytes, or a host receive's. */
+static int
+nccl_p2p_stage(struct rdzv_comm *c, struct nccl *n, struct rdzv_request *r,
+    void **dp)
+{
+	const void	*p = r->kind == REQ_SEND ? r->sbuf : r->rbuf;
+
+	*dp = NULL;
+	if (r->count == 0 || nccl_is_dev(p))
+		return (0);
+	if (cudaMalloc(dp, r->count) != cudaSuccess) {
+		(void)cudaGetLastError();
+		*dp = NULL;
+		return (comm_fail(c, RDZV_ENOMEM, "nccl: staging %zu bytes",
+		    r->count));
+	}
+	if (r->kind == REQ_SEND)
+		return (nccl_cuda(c, n, cudaMemcpyAsync(*dp, p, r->count,
+		    cudaMemcpyHostToDevice, n->stream), "staging a send"));
+	return (0);
+}
+
+/* A self send: copied now, completed at once, queued for its receive. */
+static int
+nccl_self_send(struct rdzv_comm *c, struct nccl *n, struct rdzv_request *r)
+{
+	struct nccl_self	*m;
+	int			 rc;
+
+	if ((m = calloc(1, sizeof *m)) == NULL)
+		return (comm_fail(c, RDZV_ENOMEM, "nccl: self send"));
+	m->len = r->count;
+	if (m->len > 0 && cudaMalloc(&m->buf, m->len) != cudaSuccess) {
+		(void)cudaGetLastError();
+		free(m);
+		return (comm_fail(c, RDZV_ENOMEM, "nccl: self send"));
+	}
+	if (m->len > 0 && (rc = nccl_cuda(c, n, cudaMemcpy(m->buf, r->sbuf,
+	    m->len, cudaMemcpyDefault), "self send")) != 0) {
+		cudaFree(m->buf);
+		free(m);
+		return (rc);
+	}
+	TAILQ_INSERT_TAIL(&n->selfq, m, entry);
+	comm_complete(r, 0);
+	return (0);
+}
+
+/* Matches waiting self receives with queued self sends, in order. */
+static int
+nccl_self_match(struct rdzv_comm *c, struct nccl *n)
+{
+	struct rdzv_request	*r;
+	struct nccl_self	*m;
+	int			 rc = 0;
+
+	while ((r = TAILQ_FIRST(&n->selfwait)) != NULL &&
+	    (m = TAILQ_FIRST(&n->selfq)) != NULL) {
+		TAILQ_REMOVE(&n->selfwait, r, qentry);
+		TAILQ_REMOVE(&n->selfq, m, entry);
+		if (m->len != r->count)
+			rc = comm_fail(c, RDZV_EINVAL, "nccl: a receive of %zu "
+			    "bytes from self matched a send of %zu", r->count,
+			    m->len);
+		else if (m->len > 0)
+			rc = nccl_cuda(c, n, cudaMemcpy(r->rbuf, m->buf,
+			    m->len, cudaMemcpyDefault), "self receive");
+		cudaFree(m->buf);
+		free(m);
+		comm_complete(r, rc);
+		if (rc != 0)
+			return (rc);
+	}
+	return (0);
+}
+
+/*
+ * backend_ops.p2p: runs first and whatever else is queued, as one NCCL
+ * group per round, until nothing is left.  A group holds every request
+ * queued at the time it starts, so an isend and an irecv posted together
+ * (the usual exchange) cannot wait on each other.
+ */
+static int
+nccl_p2p(struct rdzv_comm *c, struct rdzv_request *first)
+{
+	struct nccl		*n = c->be;
+	struct rdzv_request	*batch[64], *r;
+	void			*stage[64];
+	size_t			 nb, i;
+	int64_t			 deadline;
+	int			 rc = 0, p;
+	struct pollfd		 pfd;
+
+	r = first;
+	for (;;) {
+		if ((rc = nccl_enter(c, n)) != 0) {
+			if (r != NULL)
+				comm_complete(r, rc);
+			while ((r = comm_take_p2p(c)) != NULL)
+				comm_complete(r, rc);
+			while ((r = TAILQ_FIRST(&n->selfwait)) != NULL) {
+				TAILQ_REMOVE(&n->selfwait, r, qentry);
+				comm_complete(r, rc);
+			}
+			return (rc);
+		}
+		nb = 0;
+		deadline = INT64_MAX;
+		while (r != NULL && nb < 64) {
+			if (r->peer == c->rank) {
+				if (r->kind == REQ_SEND &&
+				    (rc = nccl_self_send(c, n, r)) != 0)
+					comm_complete(r, rc);
+				else if (r->kind == REQ_RECV)
+					TAILQ_INSERT_TAIL(&n->selfwait, r,
+					    qentry);
+			} else {
+				batch[nb++] = r;
+				if (r->deadline < deadline)
+					deadline = r->deadline;
+			}
+			if (rc != 0)
+				break;
+			r = nb < 64 ? comm_take_p2p(c) : NULL;
+		}
+		if (rc == 0)
+			rc = nccl_self_match(c, n);
+		for (i = 0; i < nb; i++)
+			stage[i] = NULL;
+		for (i = 0; i < nb && rc == 0; i++)
+			rc = nccl_p2p_stage(c, n, batch[i], &stage[i]);
+		if (rc == 0 && nb > 0) {
+			rc = nccl_settle(c, n, ncclGroupStart(), deadline,
+			    "p2p");
+			for (i = 0; i < nb && rc == 0; i++) {
+				struct rdzv_request *q = batch[i];
+				ncclResult_t	 nr;
+
+				if (q->kind == REQ_SEND)
+					nr = ncclSend(stage[i] ? stage[i] :
+					    q->sbuf, q->count, ncclUint8,
+					    q->peer, n->comm, n->stream);
+				else
+					nr = ncclRecv(stage[i] ? stage[i] :
+					    q->rbuf, q->count, ncclUint8,
+					    q->peer, n->comm, n->stream);
+				if (nr != ncclSuccess && nr != ncclInProgress)
+					rc = nccl_settle(c, n, nr, deadline,
+					    "p2p");
+			}
+			if (rc == 0)
+				rc = nccl_settle(c, n, ncclGroupEnd(),
+				    deadline, "p2p");
+			else
+				(void)ncclGroupEnd();
+			for (i = 0; i < nb && rc == 0; i++)
+				if (stage[i] != NULL &&
+				    batch[i]->kind == REQ_RECV)
+					rc = nccl_cuda(c, n, cudaMemcpyAsync(
+					    batch[i]->rbuf, stage[i],
+					    batch[i]->count,
+					    cudaMemcpyDeviceToHost, n->stream),
+					    "unstaging a receive");
+			if (rc == 0)
+				rc = nccl_xfer_out(c, n, NULL, 0, deadline,
+				    "send/recv");
+			else
+				pthread_mutex_unlock(&n->lock);
+		} else
+			pthread_mutex_unlock(&n->lock);
+		for (i = 0; i < nb; i++) {
+			cudaFree(stage[i]);
+			comm_complete(batch[i], rc);
+		}
+		if (rc != 0) {
+			r = NULL;
+			continue;	/* nccl_enter fails the rest */
+		}
+		if ((r = comm_take_p2p(c)) != NULL)
+			continue;
+		if (TAILQ_EMPTY(&n->selfwait))
+			return (0);
+		/* A self receive waits for its send: sleep until queued. */
+		deadline = TAILQ_FIRST(&n->selfwait)->deadline;
+		pfd.fd = comm_wake_fd(c);
+		pfd.events = POLLIN;
+		p = poll(&pfd, 1, deadline_left(deadline) < 100 ?
+		    deadline_left(deadline) : 100);
+		(void)p;
+		if ((r = comm_take_p2p(c)) == NULL && now_ms() >= deadline) {
+			rc = comm_fail(c, RDZV_ETIMEDOUT, "nccl: a receive from "
+			    "self found no send within the timeout");
+			r = NULL;
+		}
+	}
+}
+
+/* ---- asynchronous all-reduce ---- */
+
+static void
+nccl_req_free(struct rdzv_request *r)
+{
+	struct nccl_req	*q = r->be;
+
+	if (q == NULL)
+		return;
+	if (q->ev != NULL)
+		cudaEventDestroy(q->ev);
+	cudaFree(q->stage);
+	free(q);
+	r->be = NULL;
+}
+
+/* Finishes a completed request (host copy-back, integer average). */
+static int
+nccl_req_finish(struct rdzv_request *r)
+{
+	struct nccl_req	*q = r->be;
+	struct rdzv_comm *c = r->comm;
+
+	q->done = 1;
+	if (q->result == 0 && q->int_avg)
+		q->result = nccl_int_avg(c, q->hostr != NULL ? q->hostr :
+		    r->rbuf, q->count, q->dtype);
+	return (q->result);
+}
+
+static int
+nccl_req_wait(struct rdzv_request *r)
+{
+	struct nccl_req	*q = r->be;
+	struct rdzv_comm *c = r->comm;
+	int		 rc;
+
+	if (q->done)
+		return (q->result);
+	if ((rc = nccl_enter(c, q->n)) != 0) {
+		q->done = 1;
+		return (q->result = rc);
+	}
+	q->result = nccl_poll(c, q->n, q->ev, q->deadline, "iallreduce");
+	pthread_mutex_unlock(&q->n->lock);
+	return (nccl_req_finish(r));
+}
+
+static int
+nccl_req_test(struct rdzv_request *r)
+{
+	struct nccl_req	*q = r->be;
+	struct rdzv_comm *c = r->comm;
+	cudaError_t	 ce;
+	int		 rc;
+
+	if (!q->done) {
+		ce = cudaEventQuery(q->ev);
+		if (ce == cudaErrorNotReady && now_ms() < q->deadline &&
+		    !comm_broken(c))
+			return (0);
+		/* Done, failed or late: wait() sorts out which. */
+		return ((rc = nccl_req_wait(r)) == 0 ? 1 : rc);
+	}
+	return (q->result == 0 ? 1 : q->result);
+}
+
+static int
+nccl_iallreduce(struct rdzv_comm *c, const void *s, void *r, size_t count,
+    enum rdzv_dtype dt, enum rdzv_op op, int64_t timeout_ms,
+    struct rdzv_request **reqp)
+{
+	struct nccl		*n = c->be;
+	struct rdzv_request	*req;
+	struct nccl_req		*q;
+	const void		*ds = s;
+	void			*dr = r;
+	int			 rc;
+
+	*reqp = NULL;
+	if ((req = request_new(c)) == NULL)
+		return (RDZV_ENOMEM);
+	if ((q = calloc(1, sizeof *q)) == NULL) {
+		/* A plain request marked done: rdzv_wait just frees it. */
+		req->done = 1;
+		(void)rdzv_wait(req);
+		return (RDZV_ENOMEM);
+	}
+	req->kind = REQ_BACKEND;
+	req->be = q;
+	req->wait = nccl_req_wait;
+	req->test = nccl_req_test;
+	req->free = nccl_req_free;
+	q->n = n;
+	q->count = count;
+	q->dtype = dt;
+	q->bytes = count * rdzv_dtype_size(dt);
+	q->int_avg = op == RDZV_AVG && nccl_is_int(dt);
+	q->deadline = comm_deadline(c, (int)timeout_ms);
+	if ((rc = nccl_enter(c, n)) != 0)
+		goto fail;
+	rc = nccl_cuda(c, n, cudaEventCreateWithFlags(&q->ev,
+	    cudaEventDisableTiming), "cudaEventCreate");
+	/* Host buffers get a staging copy of their own: several requests
+	 * may be in flight at once. */
+	if (rc == 0 && (!nccl_is_dev(s) || !nccl_is_dev(r))) {
+		if (cudaMalloc(&q->stage, q->bytes) != cudaSuccess) {
+			(void)cudaGetLastError();
+			q->stage = NULL;
+			rc = comm_fail(c, RDZV_ENOMEM, "nccl: staging");
+		} else {
+			rc = nccl_cuda(c, n, cudaMemcpyAsync(q->stage, s,
+			    q->bytes, cudaMemcpyDefault, n->stream),
+			    "staging");
+			ds = dr = q->stage;
+			if (!nccl_is_dev(r))
+				q->hostr = r;
+		}
+	}
+	if (rc == 0)
+		rc = nccl_settle(c, n, ncclAllReduce(ds, dr, count,
+		    nccl_type(dt), nccl_op(op, dt), n->comm, n->stream),
+		    q->deadline, "ncclAllReduce");
+	if (rc == 0 && q->stage != NULL)
+		rc = nccl_cuda(c, n, cudaMemcpyAsync(r, q->stage, q->bytes,
+		    cudaMemcpyDefault, n->stream), "unstaging");
+	if (rc == 0)
+		rc = nccl_cuda(c, n, cudaEventRecord(q->ev, n->stream),
+		    "cudaEventRecord");
+	pthread_mutex_unlock(&n->lock);
+	if (rc != 0)
+		goto fail;
+	*reqp = req;
+	return (0);
+fail:
+	q->done = 1;
+	q->result = rc;
+	(void)rdzv_wait(req);
+	return (rc);
+}
+
+/* ---- set-up and tear-down ---- */
+
+/*
+ * The local rank when the environment did not say: the number of lower
+ * ranks that report the same host name through the store.
+ */
+static int
+nccl_local_rank(struct rdzv_comm *c, int64_t deadline, int *lrp)
+{
+	char	 host[NCCL_HOST_MAX], key[128];
+	void	*val;
+	size_t	 len;
+	int	 p, rc, lr = 0;
+
+	if (gethostname(host, sizeof host) != 0)
+		host[0] = '\0';
+	host[sizeof host - 1] = '\0';
+	snprintf(key, sizeof key, "%s/nccl/host/%d", c->keypfx, c->rank);
+	if ((rc = wstore_set(c->store, key, host, strlen(host),
+	    deadline_left(deadline))) != 0)
+		return (rc);
+	for (p = 0; p < c->rank; p++) {
+		snprintf(key, sizeof key, "%s/nccl/host/%d", c->keypfx, p);
+		if ((rc = wstore_get(c->store, key, &val, &len,
+		    deadline_left(deadline))) != 0)
+			return (rc);
+		if (len == strlen(host) && memcmp(val, host, len) == 0)
+			lr++;
+		free(val);
+	}
+	*lrp = lr;
+	return (0);
+}
+
+/* Publishes or fetches the unique ids; nid of them. */
+static int
+nccl_ids(struct rdzv_comm *c, ncclUniqueId *ids, int nid, int64_t deadline)
+{
+	char		 key[128];
+	void		*val;
+	size_t		 len;
+	ncclResult_t	 nr;
+	int		 i, maker, rc;
+
+	/* Id i is made by rank i * size / nid: spread over the job. */
+	for (i = 0; i < nid; i++) {
+		maker = (int)((int64_t)i * c->size / nid);
+		if (maker != c->rank)
+			continue;
+		if ((nr = ncclGetUniqueId(&ids[i])) != ncclSuccess)
+			return (comm_fail(c, RDZV_EIO, "nccl: ncclGetUniqueId: "
+			    "%s", ncclGetErrorString(nr)));
+		snprintf(key, sizeof key, "%s/nccl/id/%d", c->keypfx, i);
+		if ((rc = wstore_set(c->store, key, &ids[i], sizeof ids[i],
+		    deadline_left(deadline))) != 0)
+			return (comm_fail(c, rc, "nccl: publishing the unique "
+			    "id: %s", rdzv_strerror(rc)));
+	}
+	for (i = 0; i < nid; i++) {
+		maker = (int)((int64_t)i * c->size / nid);
+		if (maker == c->rank)
+			continue;
+		snprintf(key, sizeof key, "%s/nccl/id/%d", c->keypfx, i);
+		if ((rc = wstore_get(c->store, key, &val, &len,
+		    deadline_left(deadline))) != 0)
+			return (comm_fail(c, rc, "nccl: waiting for the unique "
+			    "id of rank %d: %s", maker, rdzv_strerror(rc)));
+		if (len != sizeof ids[i]) {
+			free(val);
+			return (comm_fail(c, RDZV_EPROTO, "nccl: unique id %d "
+			    "has %zu bytes", i, len));
+		}
+		memcpy(&ids[i], val, len);
+		free(val);
+	}
+	return (0);
+}
+
+static void
+nccl_free(struct nccl *n)
+{
+	struct nccl_self	*m;
+
+	if (n == NULL)
+		return;
+	while ((m = TAILQ_FIRST(&n->selfq)) != NULL) {
+		TAILQ_REMOVE(&n->selfq, m, entry);
+		cudaFree(m->buf);
+		free(m);
+	}
+	cudaFree(n->stage);
+	cudaFree(n->one);
+	if (n->ev != NULL)
+		cudaEventDestroy(n->ev);
+	if (n->stream != NULL)
+		cudaStreamDestroy(n->stream);
+	pthread_mutex_destroy(&n->lock);
+	free(n);
+}
+
+static int
+nccl_init(struct rdzv_comm *c)
+{
+	struct nccl	*n;
+	ncclUniqueId	*ids = NULL;
+	ncclConfig_t	 cfg = NCCL_CONFIG_INITIALIZER;
+	ncclResult_t	 nr;
+	int64_t		 deadline, t0 = now_us();
+	int		 ndev = 0, lr, nid = 1, rc;
+	int32_t		 one = 1;
+
+	deadline = now_ms() + c->init_timeout_ms;
+	if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev <= 0) {
+		(void)cudaGetLastError();
+		return (comm_fail(c, RDZV_EINVAL, "nccl: no CUDA device is "
+		    "visible"));
+	}
+	if ((n = calloc(1, sizeof *n)) == NULL)
+		return (RDZV_ENOMEM);
+	pthread_mutex_init(&n->lock, NULL);
+	TAILQ_INIT(&n->selfq);
+	TAILQ_INIT(&n->selfwait);
+	c->be = n;
+
+	lr = c->local_rank;
+	if (lr < 0 && c->store != NULL &&
+	    (rc = nccl_local_rank(c, deadline, &lr)) != 0) {
+		comm_fail(c, rc, "nccl: working out the local rank: %s",
+		    rdzv_strerror(rc));
+		goto fail;
+	}
+	if (lr < 0)
+		lr = 0;
+	if (c->opts.device >= ndev) {
+		rc = comm_fail(c, RDZV_EINVAL, "nccl: device %d asked for, "
+		    "%d visible", c->opts.device, ndev);
+		goto fail;
+	}
+	n->dev = c->opts.device >= 0 ? c->opts.device : lr % ndev;
+	c->device = n->dev;
+	if (cudaSetDevice(n->dev) != cudaSuccess ||
+	    cudaStreamCreateWithFlags(&n->stream, cudaStreamNonBlocking) !=
+	    cudaSuccess ||
+	    cudaEventCreateWithFlags(&n->ev, cudaEventDisableTiming) !=
+	    cudaSuccess ||
+	    cudaMalloc((void **)&n->one, sizeof *n->one) != cudaSuccess ||
+	    cudaMemcpy(n->one, &one, sizeof one, cudaMemcpyHostToDevice) !=
+	    cudaSuccess) {
+		rc = comm_fail(c, RDZV_EIO, "nccl: setting up device %d: %s",
+		    n->dev, cudaGetErrorString(cudaGetLastError()));
+		goto fail;
+	}
+
+#ifdef HAVE_NCCL_SCALABLE
+	if (c->size >= NCCL_SCALABLE_MIN)
+		nid = (c->size + NCCL_RANKS_PER_ID - 1) / NCCL_RANKS_PER_ID;
+#endif
+	if ((ids = calloc((size_t)nid, sizeof *ids)) == NULL) {
+		rc = RDZV_ENOMEM;
+		goto fail;
+	}
+	if (c->size == 1) {
+		if ((nr = ncclGetUniqueId(&ids[0])) != ncclSuccess) {
+			rc = comm_fail(c, RDZV_EIO, "nccl: ncclGetUniqueId: "
+			    "%s", ncclGetErrorString(nr));
+			goto fail;
+		}
+	} else if ((rc = nccl_ids(c, ids, nid, deadline)) != 0)
+		goto fail;
+
+	/* Non-blocking, so that init, too, answers to the deadline. */
+	cfg.blocking = 0;
+	pthread_mutex_lock(&n->lock);
+#ifdef HAVE_NCCL_SCALABLE
+	if (nid > 1)
+		nr = ncclCommInitRankScalable(&n->comm, c->size, c->rank, nid,
+		    ids, &cfg);
+	else
+#endif
+		nr = ncclCommInitRankConfig(&n->comm, c->size, ids[0], c->rank,
+		    &cfg);
+	if (n->comm == NULL) {
+		pthread_mutex_unlock(&n->lock);
+		rc = comm_fail(c, RDZV_EIO, "nccl: ncclCommInitRank: %s",
+		    ncclGetErrorString(nr));
+		goto fail;
+	}
+	rc = nccl_settle(c, n, nr, deadline, "ncclCommInitRank");
+	pthread_mutex_unlock(&n->lock);
+	if (rc != 0)
+		goto fail;
+	free(ids);
+	comm_log(c, RDZV_LOG_INFO, "nccl %d.%d.%d: rank %d of %d on device "
+	    "%d, %d unique id%s, ready in %.1f ms", NCCL_MAJOR, NCCL_MINOR,
+	    NCCL_PATCH, c->rank, c->size, n->dev, nid, nid > 1 ? "s" : "",
+	    (double)(now_us() - t0) / 1000.0);
+	return (0);
+fail:
+	free(ids);
+	if (n->comm != NULL)
+		nccl_do_abort(n);
+	c->be = NULL;
+	nccl_free(n);
+	return (rc != 0 ? rc : RDZV_EIO);
+}
+
+/*
+ * backend_ops.fini: a healthy communicator is finalized (flushing what
+ * is in flight) and destroyed, under the default timeout; a broken one
+ * was aborted, which also freed it.
+ */
+static void
+nccl_fini(struct rdzv_comm *c)
+{
+	struct nccl	*n = c->be;
+	struct rdzv_request *r;
+	int64_t		 deadline;
+	int		 rc;
+
+	if (n == NULL)
+		return;
+	while ((r = TAILQ_FIRST(&n->selfwait)) != NULL) {
+		TAILQ_REMOVE(&n->selfwait, r, qentry);
+		comm_complete(r, RDZV_ECLOSED);
+	}
+	pthread_mutex_lock(&n->lock);
+	(void)cudaSetDevice(n->dev);
+	if (n->comm != NULL && !__atomic_load_n(&n->aborted,
+	    __ATOMIC_SEQ_CST) && comm_broken(c) == 0) {
+		deadline = comm_deadline(c, -1);
+		rc = nccl_settle(c, n, ncclCommFinalize(n->comm), deadline,
+		    "ncclCommFinalize");
+		if (rc == 0 && !__atomic_load_n(&n->aborted,
+		    __ATOMIC_SEQ_CST))
+			(void)ncclCommDestroy(n->comm);
+		else
+			nccl_do_abort(n);
+	} else
+		nccl_do_abort(n);
+	n->comm = NULL;
+	pthread_mutex_unlock(&n->lock);
+	c->be = NULL;
+	nccl_free(n);
+}
+
+const struct backend_ops nccl_backend_ops = {
+	.name = "nccl",
+	.kind = RDZV_BACKEND_NCCL,
+	.init = nccl_init,
+	.fini = nccl_fini,
+	.abort = nccl_abort,
+	.allreduce = nccl_allreduce,
+	.broadcast = nccl_broadcast,
+	.reduce = nccl_reduce,
+	.allgather = nccl_allgather,
+	.reduce_scatter = nccl_reduce_scatter,
+	.gather = nccl_gather,
+	.scatter = nccl_scatter,
+	.alltoall = nccl_alltoall,
+	.barrier = nccl_barrier,
+	.p2p = nccl_p2p,
+	.iallreduce = nccl_iallreduce,
+};
