@@ -499,6 +499,16 @@ agent_round_cb(const struct rdzv_round *r, void *arg)
 			log_debug("round %lld still running", (long long)r->round);
 			return;
 		}
+		/*
+		 * After a reconnect rdzvd may tell us of the round we already
+		 * reported a failure in, before it reads the report again:
+		 * only a later round restarts the workers.
+		 */
+		if (ag.failed_now && r->round == ag.cur.round) {
+			log_debug("round %lld failed here; waiting for the next",
+			    (long long)r->round);
+			return;
+		}
 		if (sup_live() > 0) {
 			ag.next = *r;
 			ag.have_next = 1;
