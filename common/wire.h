@@ -188,7 +188,17 @@ enum nat_op {
 				 * i restart_count, i max_restarts, b store_ns,
 				 * i store_port, b message */
 	NAT_OP_JOB_STATUS = 27,	/* b job -> b text (one line per member) */
-	NAT_OP_MAX = 27,
+
+	/* Operators (rdzvctl); replies are JSON documents, see PROTOCOL.md. */
+	NAT_OP_ADMIN_STATUS = 28, /* - -> b json {version, uptime_s, ...} */
+	NAT_OP_ADMIN_JOBS = 29,	/* - -> b json [job, ...] */
+	NAT_OP_ADMIN_JOB = 30,	/* b job -> b json {job + members} | ENOTFOUND */
+	NAT_OP_ADMIN_EVENTS = 31, /* b job, i after_seq, i timeout_ms
+				 * -> b json [event, ...] (waits up to
+				 * timeout_ms for one past after_seq) */
+	NAT_OP_ADMIN_CLOSE = 32, /* b job, b reason -> - (job FAILED) */
+	NAT_OP_ADMIN_EVICT = 33, /* b job, i node_id -> - (new round) */
+	NAT_OP_MAX = 33,
 };
 
 /* The state a ROUND push gives its node. */
