@@ -1,0 +1,66 @@
+"""worker_coll: librdzvworker's cpu backend between real processes.
+
+tests/integ/worker_check (a C program on the public API) runs as N ranks,
+N = 1..5, against a real rdzvd (native protocol, keys in a namespace) and
+torchrun-style (MASTER_ADDR/MASTER_PORT, rank 0 hosting a TCPStore):
+every collective, op and dtype, sizes that do not divide evenly, small and
+large messages (direct, ring, chains), over TCP and over shared memory.
+"""
+
+import rdzvtest as rt
+import worker_lib as wl
+
+
+def daemon():
+    return rt.Rdzvd([], durability="memory", db=":memory:")
+
+
+def check_all_ok(res, mode):
+    for r, (rc, out, err) in enumerate(res):
+        assert ("ok %s rank=%d" % (mode, r)) in out, (r, out, err[-2000:])
+
+
+def test_world_1_needs_nothing():
+    # No launcher variables at all: a world of one, no store.
+    res = wl.run_ok(1, [wl.prog(), "init"], store=None,
+                    rank_env=lambda r, n: {})
+    assert "rank=0 size=1 local_rank=0 local_size=1" in res[0][1], res
+
+
+def test_coll_native_tcp():
+    d = daemon()
+    for n in (2, 3, 4, 5):
+        res = wl.run_ok(n, [wl.prog(), "coll", "quick"], d=d,
+                        env={"RDZV_SHM": "0"}, timeout=150)
+        check_all_ok(res, "coll")
+    d.stop()
+
+
+def test_coll_shm():
+    d = daemon()
+    for n in (1, 2, 3, 4, 5):
+        res = wl.run_ok(n, [wl.prog(), "coll", "quick"], d=d, timeout=150)
+        check_all_ok(res, "coll")
+    d.stop()
+
+
+def test_coll_large_and_tcpstore():
+    # torchrun-style: rank 0 serves a TCPStore on MASTER_PORT.
+    for n in (2, 3):
+        res = wl.run_ok(n, [wl.prog(), "coll"], store="tcpstore",
+                        env={"RDZV_SHM": "0"}, timeout=150)
+        check_all_ok(res, "coll")
+
+
+def test_direct_threshold_off():
+    # Every allreduce/allgather/reduce through the ring and chains.
+    d = daemon()
+    res = wl.run_ok(4, [wl.prog(), "coll", "quick"], d=d,
+                    env={"RDZV_SHM": "0", "RDZV_CPU_DIRECT_MAX": "0",
+                         "RDZV_CPU_CHUNK": "4096"}, timeout=150)
+    check_all_ok(res, "coll")
+    d.stop()
+
+
+if __name__ == "__main__":
+    rt.main(globals(), per_test=170.0, total=600.0)
