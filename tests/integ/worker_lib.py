@@ -82,12 +82,16 @@ class Group:
             rt._track(p)
             self.procs.append(p)
 
-    def wait(self, timeout=120.0):
-        """Waits for every rank; returns [(rc, out, err)].  Ranks still
-        running at the deadline are killed (rc None)."""
+    def wait(self, timeout=120.0, skip=()):
+        """Waits for every rank but those in skip; returns [(rc, out, err)]
+        (None for a skipped one).  Ranks still running at the deadline
+        are killed (rc None)."""
         end = time.monotonic() + timeout
         res = []
-        for p in self.procs:
+        for i, p in enumerate(self.procs):
+            if i in skip:
+                res.append(None)
+                continue
             try:
                 out, err = p.communicate(
                     timeout=max(0.1, end - time.monotonic()))
