@@ -99,7 +99,9 @@ check_addresses(const char *hp)
 	CHECK(rdzv_client_connect("127.0.0.1:9", 1000, &err) == NULL);
 	CHECK(err == RDZV_ECONN);
 
-	/* The same server by name. */
+	/* The same server by name ("localhost" may be IPv4 only). */
+	if (strncmp(hp, "127.0.0.1:", 10) != 0)
+		return;
 	snprintf(buf, sizeof buf, "localhost:%s", port);
 	c = rdzv_client_connect(buf, 5000, &err);
 	CHECK(c != NULL);

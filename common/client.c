@@ -587,11 +587,7 @@ rdzv_client_connect(const char *host_port, int timeout_ms, int *err)
 fail:
 	if (fd >= 0)
 		close(fd);
-	if (c != NULL) {
-		/* A failed hello reports its own cause, not "dead". */
-		c->dead = 0;
-		rdzv_client_close(c);
-	}
+	rdzv_client_close(c);
 	if (err != NULL)
 		*err = rv;
 	return (NULL);
