@@ -24,6 +24,7 @@
 
 #include <errno.h>
 #include <getopt.h>
+#include <signal.h>
 #include <limits.h>
 #include <math.h>
 #include <stdarg.h>
@@ -57,6 +58,7 @@ struct args {
 	int		 threads;
 	int		 cuda;		/* -1 auto, 0 no, 1 required */
 	int		 exit_after;	/* testing resume: stop after N steps */
+	int		 crash_rank;	/* with exit_after: only it, by SIGKILL */
 };
 
 /* What a checkpoint holds besides the parameters. */
@@ -96,7 +98,8 @@ usage(void)
 	    "[--checkpoint-every STEPS]\n"
 	    "               [--seed S] [--limit N] [--test-limit N] "
 	    "[--bucket-kb K]\n"
-	    "               [--threads T] [--cpu | --cuda]\n");
+	    "               [--threads T] [--cpu | --cuda]\n"
+	    "  testing: [--exit-after STEPS [--crash-rank R]]\n");
 	exit(2);
 }
 
@@ -144,6 +147,7 @@ parse_args(struct args *a, int argc, char **argv)
 		{ "cpu", no_argument, NULL, 'P' },
 		{ "cuda", no_argument, NULL, 'G' },
 		{ "exit-after", required_argument, NULL, 'X' },
+		{ "crash-rank", required_argument, NULL, 'K' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 }
 	};
@@ -158,6 +162,7 @@ parse_args(struct args *a, int argc, char **argv)
 	a->data = "/usr/share/datasets/fashion-mnist";
 	a->seed = 1;
 	a->cuda = -1;
+	a->crash_rank = -1;
 	while ((ch = getopt_long(argc, argv, "", opts, NULL)) != -1) {
 		switch (ch) {
 		case 'e':
@@ -215,6 +220,10 @@ parse_args(struct args *a, int argc, char **argv)
 		case 'X':
 			a->exit_after = (int)arg_long(optarg, 1, INT_MAX,
 			    "--exit-after");
+			break;
+		case 'K':
+			a->crash_rank = (int)arg_long(optarg, 0, INT_MAX,
+			    "--crash-rank");
 			break;
 		default:
 			usage();
@@ -543,11 +552,19 @@ train_epoch(struct train *t, uint64_t epoch, uint64_t done, int *stepsp)
 		if (t->a.checkpoint != NULL && t->a.ckpt_every > 0 &&
 		    (s + 1) % (uint64_t)t->a.ckpt_every == 0 && s + 1 < steps)
 			save(t, epoch, (s + 1) * gb);
-		if (t->a.exit_after > 0 && *stepsp >= t->a.exit_after) {
-			say(t, "exiting after %d steps (--exit-after)\n",
-			    *stepsp);
-			rdzv_finalize(t->comm);
-			exit(3);
+		/* Testing: a clean stop of every rank, or one rank's death. */
+		if (t->a.exit_after > 0 && *stepsp == t->a.exit_after) {
+			if (t->a.crash_rank == t->rank) {
+				fprintf(stderr, "ddp_mlp: rank %d: SIGKILL to "
+				    "myself after %d steps\n", t->rank, *stepsp);
+				raise(SIGKILL);
+			}
+			if (t->a.crash_rank < 0) {
+				say(t, "exiting after %d steps "
+				    "(--exit-after)\n", *stepsp);
+				rdzv_finalize(t->comm);
+				exit(3);
+			}
 		}
 		/* A progress line at each quarter, rank 0's view. */
 		while (quarter < 3 && (s + 1) * 4 >= steps * (uint64_t)(quarter
