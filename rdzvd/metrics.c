@@ -27,7 +27,7 @@ static const char *op_names[OPK_COUNT] = {
 	[OPK_VALIDATE] = "validate", [OPK_JOIN] = "join",
 	[OPK_HEARTBEAT] = "heartbeat", [OPK_LEAVE] = "leave",
 	[OPK_FAILURE] = "failure", [OPK_SUCCEEDED] = "succeeded",
-	[OPK_JOB_STATUS] = "job_status",
+	[OPK_JOB_STATUS] = "job_status", [OPK_ADMIN] = "admin",
 };
 
 static const char *err_names[ERRK_COUNT] = {

@@ -28,8 +28,10 @@ struct pending {
 	uint16_t		 op;
 	struct kv_waiter	*w;
 	struct event		*timer;
-	uint8_t			*ns;	/* WATCH: the namespace, for pushes */
+	uint8_t			*ns;	/* WATCH: the namespace, for pushes;
+					 * ADMIN_EVENTS: the job id */
 	size_t			 nslen;
+	int64_t			 after;	/* ADMIN_EVENTS: last seq seen */
 };
 
 static const enum op_kind nat_op_kind[NAT_OP_MAX + 1] = {
@@ -47,6 +49,9 @@ static const enum op_kind nat_op_kind[NAT_OP_MAX + 1] = {
 	[NAT_OP_LEAVE] = OPK_LEAVE, [NAT_OP_FAILURE] = OPK_FAILURE,
 	[NAT_OP_SUCCEEDED] = OPK_SUCCEEDED, [NAT_OP_ROUND] = OPK_JOIN,
 	[NAT_OP_JOB_STATUS] = OPK_JOB_STATUS,
+	[NAT_OP_ADMIN_STATUS] = OPK_ADMIN, [NAT_OP_ADMIN_JOBS] = OPK_ADMIN,
+	[NAT_OP_ADMIN_JOB] = OPK_ADMIN, [NAT_OP_ADMIN_EVENTS] = OPK_ADMIN,
+	[NAT_OP_ADMIN_CLOSE] = OPK_ADMIN, [NAT_OP_ADMIN_EVICT] = OPK_ADMIN,
 };
 
 static void
@@ -151,12 +156,41 @@ pending_watch_cb(struct kv_waiter *w, void *arg, int kind, struct slice key,
 	conn_reply_done(pd->c);
 }
 
+/* Replies to ADMIN_EVENTS with what is newer than pd->after. */
+static void
+events_reply(struct pending *pd)
+{
+	char	*text;
+
+	text = rz_json_events(server.rz, (struct slice){ pd->ns, pd->nslen },
+	    pd->after);
+	if (text == NULL)
+		reply_error(pd->c, pd->op, pd->id, RDZV_ENOTFOUND);
+	else {
+		reply_bytes(pd->c, pd->op, pd->id, text, strlen(text));
+		free(text);
+	}
+}
+
 static void
 pending_timeout_cb(evutil_socket_t fd, short ev, void *arg)
 {
 	struct pending	*pd = arg;
 
-	reply_error(pd->c, pd->op, pd->id, RDZV_ETIMEDOUT);
+	if (pd->op == NAT_OP_ADMIN_EVENTS)
+		events_reply(pd);	/* nothing new: an empty list */
+	else
+		reply_error(pd->c, pd->op, pd->id, RDZV_ETIMEDOUT);
+	pending_free(pd);
+}
+
+static void
+pending_events_cb(struct kv_waiter *w, void *arg)
+{
+	struct pending	*pd = arg;
+
+	pd->w = NULL;
+	events_reply(pd);
 	pending_free(pd);
 }
 
@@ -283,9 +317,74 @@ native_rendezvous(struct conn *c, const struct nat_msg *m, struct nat_rd *rd,
 	char			*text;
 	int			 rc;
 
+	if (m->op == NAT_OP_ADMIN_STATUS || m->op == NAT_OP_ADMIN_JOBS) {
+		if (nat_rd_end(rd) != 0)
+			goto proto;
+		text = m->op == NAT_OP_ADMIN_STATUS ? rdzvd_status_json() :
+		    rz_json_jobs(server.rz);
+		if (text == NULL)
+			goto nomem;
+		reply_bytes(c, m->op, m->id, text, strlen(text));
+		free(text);
+		return 0;
+	}
 	if (nat_get_bytes(rd, &job) != 0)
 		goto proto;
 	switch (m->op) {
+	case NAT_OP_ADMIN_JOB:
+		if (nat_rd_end(rd) != 0)
+			goto proto;
+		if ((text = rz_json_job(server.rz, job, now)) == NULL) {
+			reply_rz(c, m, RDZV_ENOTFOUND);
+			break;
+		}
+		reply_bytes(c, m->op, m->id, text, strlen(text));
+		free(text);
+		break;
+	case NAT_OP_ADMIN_EVENTS: {
+		struct pending	*pd;
+		char		 nsbuf[RZ_ID_MAX + 32], keybuf[32];
+		struct slice	 ens, ekey;
+		int64_t		 after, timeout;
+
+		if (nat_get_i64(rd, &after) != 0 ||
+		    nat_get_i64(rd, &timeout) != 0 || nat_rd_end(rd) != 0)
+			goto proto;
+		if (rz_event_row(server.rz, job, after, nsbuf, sizeof nsbuf,
+		    &ens, keybuf, sizeof keybuf, &ekey) != 0) {
+			reply_rz(c, m, RDZV_ENOTFOUND);
+			break;
+		}
+		if ((pd = pending_new(c, m, timeout > 0 ? timeout : 0)) == NULL ||
+		    (pd->ns = malloc(job.len)) == NULL) {
+			if (pd != NULL)
+				pending_free(pd);
+			goto nomem;
+		}
+		memcpy(pd->ns, job.p, job.len);
+		pd->nslen = job.len;
+		pd->after = after;
+		/* Something newer already, or no waiting asked: answer now. */
+		if (timeout <= 0 || kv_wait(server.kv, ens, &ekey, 1,
+		    pending_events_cb, pd, &pd->w) != 0) {
+			events_reply(pd);
+			pending_free(pd);
+		}
+		break;
+	}
+	case NAT_OP_ADMIN_CLOSE: {
+		struct slice	reason;
+
+		if (nat_get_bytes(rd, &reason) != 0 || nat_rd_end(rd) != 0)
+			goto proto;
+		reply_rz(c, m, rz_admin_close(server.rz, job, reason, now));
+		break;
+	}
+	case NAT_OP_ADMIN_EVICT:
+		if (nat_get_i64(rd, &node) != 0 || nat_rd_end(rd) != 0)
+			goto proto;
+		reply_rz(c, m, rz_admin_evict(server.rz, job, node, now));
+		break;
 	case NAT_OP_JOIN:
 		memset(&jr, 0, sizeof jr);
 		jr.job = job;
@@ -354,6 +453,9 @@ native_rendezvous(struct conn *c, const struct nat_msg *m, struct nat_rd *rd,
 proto:
 	*why = "malformed rendezvous request";
 	return RDZV_EPROTO;
+nomem:
+	*why = "out of memory";
+	return RDZV_ENOMEM;
 }
 
 /*

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <jansson.h>
 #include <uthash.h>
 
 #include "rdzv.h"
@@ -200,7 +201,8 @@ rz_drop_node_row(struct rz *rz, struct rz_job *j, struct rz_node *nd)
 	kv_delete(rz->kv, ns, (struct slice){ (const uint8_t *)key, (size_t)k });
 }
 
-/* Appends one line to the job's event log. */
+/* Appends one line to the job's event log, dropping the oldest past
+ * RZ_EVENTS_KEPT.  `now` is unused: events carry wall-clock time. */
 static void
 rz_event(struct rz *rz, struct rz_job *j, int64_t now, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
@@ -218,8 +220,15 @@ rz_event(struct rz *rz, struct rz_job *j, int64_t now, const char *fmt, ...)
 	va_end(ap);
 	rz_escape(esc, sizeof esc, line);
 	rz_ns_name(nsbuf, sizeof nsbuf, "ev", j, &ns);
+	if (j->next_event >= RZ_EVENTS_KEPT) {
+		k = snprintf(key, sizeof key, "%020" PRId64,
+		    j->next_event - RZ_EVENTS_KEPT);
+		kv_delete(rz->kv, ns, (struct slice){ (const uint8_t *)key,
+		    (size_t)k });
+	}
 	k = snprintf(key, sizeof key, "%020" PRId64, j->next_event++);
-	n = snprintf(line, sizeof line, "%" PRId64 " %s", now, esc);
+	n = snprintf(line, sizeof line, "%" PRId64 " %s",
+	    rz->hooks.wall_ms(rz->hooks.arg), esc);
 	if (n > 0)
 		kv_set(rz->kv, ns, (struct slice){ (const uint8_t *)key,
 		    (size_t)k }, (struct slice){ (const uint8_t *)line,
@@ -988,4 +997,194 @@ rz_get_stats(struct rz *rz, struct rz_stats *st)
 			st->jobs_closed++;
 		st->nodes += j->nnodes;
 	}
+}
+
+/* ---- operators ---- */
+
+static json_t *
+rz_job_json(const struct rz_job *j)
+{
+	return json_pack("{s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I}",
+	    "job", j->id, "state", rz_state_name(j->state),
+	    "round", (json_int_t)j->round,
+	    "restarts", (json_int_t)j->restart_count,
+	    "max_restarts", (json_int_t)j->max_restarts,
+	    "min_nodes", (json_int_t)j->min, "max_nodes", (json_int_t)j->max,
+	    "nodes", (json_int_t)j->nnodes,
+	    "world_size", (json_int_t)j->world_size);
+}
+
+static char *
+rz_dump(json_t *doc)
+{
+	char	*text;
+
+	if (doc == NULL)
+		return NULL;
+	text = json_dumps(doc, JSON_COMPACT | JSON_ENSURE_ASCII);
+	json_decref(doc);
+	return text;
+}
+
+static int
+rz_job_cmp(const struct rz_job *a, const struct rz_job *b)
+{
+	return strcmp(a->id, b->id);
+}
+
+char *
+rz_json_jobs(struct rz *rz)
+{
+	struct rz_job	*j, *tmp;
+	json_t		*arr;
+
+	if ((arr = json_array()) == NULL)
+		return NULL;
+	HASH_SORT(rz->jobs, rz_job_cmp);
+	HASH_ITER(hh, rz->jobs, j, tmp)
+		json_array_append_new(arr, rz_job_json(j));
+	return rz_dump(arr);
+}
+
+char *
+rz_json_job(struct rz *rz, struct slice job, int64_t now)
+{
+	struct rz_job	*j;
+	struct rz_node	*nd;
+	json_t		*doc, *members;
+
+	if ((j = rz_find_job(rz, job)) == NULL)
+		return NULL;
+	if ((doc = rz_job_json(j)) == NULL || (members = json_array()) == NULL) {
+		json_decref(doc);
+		return NULL;
+	}
+	TAILQ_FOREACH(nd, &j->nodes, entry)
+		json_array_append_new(members, json_pack(
+		    "{s:I, s:s, s:I, s:s, s:s, s:I, s:I, s:I, s:b}",
+		    "node_id", (json_int_t)nd->id,
+		    "state", rz_node_state_name(nd->state),
+		    "group_rank", (json_int_t)nd->group_rank,
+		    "host", nd->host, "addr", nd->addr,
+		    "pid", (json_int_t)nd->pid,
+		    "local_world_size", (json_int_t)nd->lws,
+		    "lease_left_ms", (json_int_t)(nd->lease_end - now),
+		    "connected", nd->conn != NULL));
+	json_object_set_new(doc, "members", members);
+	json_object_set_new(doc, "store_port", json_integer(j->port));
+	json_object_set_new(doc, "store_ns", json_string(j->ns));
+	json_object_set_new(doc, "failure", json_string(j->failure));
+	return rz_dump(doc);
+}
+
+char *
+rz_json_events(struct rz *rz, struct slice job, int64_t after)
+{
+	struct rz_job	*j;
+	struct slice	 ns, v;
+	char		 nsbuf[RZ_ID_MAX + 32], key[32], *line, *sp;
+	int64_t		 seq, first;
+	json_t		*arr;
+	int		 k;
+
+	if ((j = rz_find_job(rz, job)) == NULL)
+		return NULL;
+	if ((arr = json_array()) == NULL)
+		return NULL;
+	rz_ns_name(nsbuf, sizeof nsbuf, "ev", j, &ns);
+	first = after + 1;
+	if (first < j->next_event - RZ_EVENTS_KEPT)
+		first = j->next_event - RZ_EVENTS_KEPT;
+	if (first < 0)
+		first = 0;
+	if (j->next_event - first > 1000)
+		first = j->next_event - 1000;
+	for (seq = first; seq < j->next_event; seq++) {
+		k = snprintf(key, sizeof key, "%020" PRId64, seq);
+		if (kv_get(rz->kv, ns, (struct slice){ (const uint8_t *)key,
+		    (size_t)k }, &v) != 0 || (line = slice_cstr(v)) == NULL)
+			continue;
+		rz_unescape(line);
+		sp = strchr(line, ' ');
+		json_array_append_new(arr, json_pack("{s:I, s:I, s:s}",
+		    "seq", (json_int_t)seq,
+		    "time_ms", (json_int_t)strtoll(line, NULL, 10),
+		    "text", sp != NULL ? sp + 1 : ""));
+		free(line);
+	}
+	return rz_dump(arr);
+}
+
+int
+rz_event_row(struct rz *rz, struct slice job, int64_t after, char *nsbuf,
+    size_t nssz, struct slice *ns, char *keybuf, size_t keysz,
+    struct slice *key)
+{
+	struct rz_job	*j;
+	int		 k;
+
+	if ((j = rz_find_job(rz, job)) == NULL)
+		return RDZV_ENOTFOUND;
+	if (after < j->next_event - 1)
+		after = j->next_event - 1;
+	rz_ns_name(nsbuf, nssz, "ev", j, ns);
+	k = snprintf(keybuf, keysz, "%020" PRId64, after + 1);
+	key->p = (const uint8_t *)keybuf;
+	key->len = (size_t)k;
+	return 0;
+}
+
+int
+rz_admin_close(struct rz *rz, struct slice job, struct slice reason,
+    int64_t now)
+{
+	struct rz_job	*j;
+	size_t		 n;
+
+	if ((j = rz_find_job(rz, job)) == NULL)
+		return RDZV_ENOTFOUND;
+	if (rz_closed(j))
+		return RDZV_ECLOSED;
+	n = reason.len < sizeof j->failure - 32 ? reason.len :
+	    sizeof j->failure - 32;
+	snprintf(j->failure, sizeof j->failure, "closed by an operator: %.*s",
+	    (int)n, (const char *)reason.p);
+	rz_close_job(rz, j, RZJ_FAILED, now);
+	return 0;
+}
+
+int
+rz_admin_evict(struct rz *rz, struct slice job, int64_t node_id, int64_t now)
+{
+	struct rz_job	*j;
+	struct rz_node	*nd;
+	struct rz_push	 p;
+	int		 was_member;
+
+	if ((j = rz_find_job(rz, job)) == NULL ||
+	    (nd = rz_find_node(j, node_id)) == NULL)
+		return RDZV_ENOTFOUND;
+	rz_event(rz, j, now, "evicted node %" PRId64 " host %s by an operator",
+	    nd->id, nd->host);
+	if (nd->conn != NULL) {
+		memset(&p, 0, sizeof p);
+		p.job = j->id;
+		p.round = j->round;
+		p.state = RDZV_ROUND_FAILED;
+		p.node_id = nd->id;
+		p.group_rank = -1;
+		p.restart_count = j->restart_count;
+		p.max_restarts = j->max_restarts;
+		p.store_ns = "";
+		p.message = "evicted by an operator";
+		rz->hooks.push(rz->hooks.arg, nd->conn, &p);
+	}
+	was_member = nd->state == RZN_MEMBER;
+	rz_node_remove(rz, j, nd);
+	if (was_member && j->state == RZJ_RUNNING)
+		rz_round_end(rz, j, now, "a node was evicted");
+	else
+		rz_save_job(rz, j);
+	rz_round_form(rz, j, now);
+	return 0;
 }

@@ -9,7 +9,8 @@
  * is back after a restart through rz_load():
  *   "\0rdzv/job"          job id       -> job row
  *   "\0rdzv/node/<job>"   node id      -> node row
- *   "\0rdzv/ev/<job>"     %020 seq     -> event line
+ *   "\0rdzv/ev/<job>"     %020 seq     -> "<wall ms> <text>" (newest
+ *                                          RZ_EVENTS_KEPT kept)
  *
  * Job states (one job per rdzv_id):
  *
@@ -33,6 +34,7 @@ struct rz_job;
 
 #define RZ_ID_MAX	256	/* bytes in a job id, instance, host, addr */
 #define RZ_MSG_MAX	4096	/* bytes of a failure message kept */
+#define RZ_EVENTS_KEPT	10000	/* events kept per job */
 
 /* What a ROUND push tells one node. */
 struct rz_push {
@@ -59,6 +61,8 @@ struct rz_hooks {
 	int	(*open_port)(void *arg, struct rz_job *job, const char *ns,
 		    int want);
 	void	(*close_port)(void *arg, struct rz_job *job);
+	/* Wall-clock ms since the epoch, for the event log. */
+	int64_t	(*wall_ms)(void *arg);
 	void	*arg;
 };
 
@@ -107,6 +111,23 @@ int64_t	rz_next_deadline(struct rz *);
 
 /* A malloc'ed text description of job (NULL: unknown or no memory). */
 char	*rz_status(struct rz *, struct slice job, int64_t now_ms);
+
+/* Operators (PROTOCOL.md "Operators"): malloc'ed JSON text, or NULL
+ * (unknown job, or no memory). */
+char	*rz_json_jobs(struct rz *);
+char	*rz_json_job(struct rz *, struct slice job, int64_t now_ms);
+/* Events after seq `after` (all when < 0), oldest first, at most 1000. */
+char	*rz_json_events(struct rz *, struct slice job, int64_t after);
+/* The kv row (namespace, key) the event after `after` will be written
+ * to, for waiting on it: fills nsbuf/keybuf.  ENOTFOUND: unknown job. */
+int	rz_event_row(struct rz *, struct slice job, int64_t after,
+	    char *nsbuf, size_t nssz, struct slice *ns, char *keybuf,
+	    size_t keysz, struct slice *key);
+/* Closes a job as failed with reason; evicts a node (new round). */
+int	rz_admin_close(struct rz *, struct slice job, struct slice reason,
+	    int64_t now_ms);
+int	rz_admin_evict(struct rz *, struct slice job, int64_t node_id,
+	    int64_t now_ms);
 
 /* Figures for /metrics. */
 struct rz_stats {

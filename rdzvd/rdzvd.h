@@ -68,7 +68,7 @@ enum op_kind {
 	OPK_QUEUE_PUSH, OPK_QUEUE_POP, OPK_QUEUE_LEN, OPK_LIST_KEYS,
 	OPK_BARRIER, OPK_CANCEL, OPK_PING, OPK_WATCH, OPK_VALIDATE,
 	OPK_JOIN, OPK_HEARTBEAT, OPK_LEAVE, OPK_FAILURE, OPK_SUCCEEDED,
-	OPK_JOB_STATUS,
+	OPK_JOB_STATUS, OPK_ADMIN,
 	OPK_COUNT
 };
 
@@ -251,6 +251,8 @@ int	rdzvd_serve_start(struct event_base *, struct rdzvd_config *,
 	    int *port, int *http_port);
 /* Closes connections, commits the store and frees everything. */
 void	rdzvd_serve_stop(void);
+/* rdzvd's own status as a malloc'ed JSON text (ADMIN_STATUS, /api). */
+char	*rdzvd_status_json(void);
 /* Store figures for /metrics (zeros in memory mode). */
 void	rdzvd_store_stats(struct store_stats *);
 

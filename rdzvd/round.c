@@ -218,11 +218,21 @@ round_set_accepting(int on)
 	}
 }
 
+static int64_t
+round_wall_ms_cb(void *arg)
+{
+	struct timespec	ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
 int
 round_init(int64_t last_call_ms, int64_t lease_ms)
 {
 	static const struct rz_hooks hooks = {
-		round_push_cb, round_open_port_cb, round_close_port_cb, NULL
+		round_push_cb, round_open_port_cb, round_close_port_cb,
+		round_wall_ms_cb, NULL
 	};
 
 	if ((server.rz = rz_new(server.kv, &hooks, last_call_ms,
