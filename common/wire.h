@@ -198,8 +198,20 @@ enum nat_op {
 				 * timeout_ms for one past after_seq) */
 	NAT_OP_ADMIN_CLOSE = 32, /* b job, b reason -> - (job FAILED) */
 	NAT_OP_ADMIN_EVICT = 33, /* b job, i node_id -> - (new round) */
-	NAT_OP_MAX = 33,
+
+	/* Authentication (PROTOCOL.md "Authentication"). */
+	NAT_OP_AUTH_CHALLENGE = 34, /* push: b server_nonce (32 bytes) */
+	NAT_OP_AUTH = 35,	/* b client_nonce (32), b mac (32)
+				 * -> b server_mac (32) | EAUTH + close */
+	NAT_OP_MAX = 35,
 };
+
+/* Preamble flags (byte 5 of the server's preamble). */
+#define NAT_PRE_AUTH	0x01	/* a token is required: a challenge follows */
+#define NAT_NONCE_LEN	32
+#define NAT_MAC_LEN	32	/* HMAC-SHA256 */
+#define NAT_AUTH_CLIENT_TAG	"rdzv-auth-v1 client"
+#define NAT_AUTH_SERVER_TAG	"rdzv-auth-v1 server"
 
 /* The state a ROUND push gives its node. */
 enum rdzv_round_state {
@@ -231,6 +243,22 @@ size_t	nat_frame_max(const struct wire_limits *);
 int	nat_preamble_decode(const uint8_t *buf, size_t len, uint8_t *version,
 	    size_t *need);
 int	nat_preamble_put(struct evbuffer *out, uint8_t version);
+/* The server's preamble: version and NAT_PRE_* flags in byte 5. */
+int	nat_preamble_put_flags(struct evbuffer *out, uint8_t version,
+	    uint8_t flags);
+
+/*
+ * The MACs of the challenge-response: HMAC-SHA256 keyed by the token over
+ * tag || first nonce || second nonce.  The client proves itself with
+ * NAT_AUTH_CLIENT_TAG over (server nonce, client nonce); the server
+ * answers with NAT_AUTH_SERVER_TAG over (client nonce, server nonce).
+ * Returns 0, or -1 if OpenSSL fails.  nat_mac_equal compares in constant
+ * time.
+ */
+int	nat_auth_mac(const void *token, size_t tokenlen, const char *tag,
+	    const uint8_t first[NAT_NONCE_LEN],
+	    const uint8_t second[NAT_NONCE_LEN], uint8_t mac[NAT_MAC_LEN]);
+int	nat_mac_equal(const uint8_t a[NAT_MAC_LEN], const uint8_t b[NAT_MAC_LEN]);
 
 /* Decodes one frame (contract above); checks header sanity only. */
 int	nat_decode(const uint8_t *buf, size_t len, const struct wire_limits *,
