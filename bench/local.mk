@@ -7,3 +7,16 @@ bench_storeload_LDADD = common/libcommon.la $(LIBEVENT_LIBS) $(LIBBSD_LIBS) -lm
 bench_client_check_SOURCES = bench/client_check.c
 bench_client_check_LDADD = common/libcommon.la $(LIBEVENT_LIBS) $(LIBBSD_LIBS)
 EXTRA_DIST += bench/README.md bench/RESULTS.md bench/torch_store_server.py bench/store_vs_torch.sh
+# librdzvworker's allreduce, timed like nccl-tests (beside torch gloo:
+# bench/allreduce_vs_gloo.sh).
+noinst_PROGRAMS += bench/allreduce_perf
+bench_allreduce_perf_SOURCES = bench/allreduce_perf.c
+bench_allreduce_perf_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/libworker
+bench_allreduce_perf_LDFLAGS = -no-install
+bench_allreduce_perf_LDADD = libworker/librdzvworker.la $(LIBBSD_LIBS)
+EXTRA_DIST += bench/gloo_allreduce.py bench/allreduce_vs_gloo.sh
+# bench/restart: the non-Python worker of restart_vs_torchrun.sh.
+noinst_PROGRAMS += bench/restart/startmark
+bench_restart_startmark_SOURCES = bench/restart/startmark.c
+bench_restart_startmark_LDADD = $(LIBBSD_LIBS)
+EXTRA_DIST += bench/restart/restart_vs_torchrun.sh bench/restart/restart.py bench/restart/gloo_ready.py bench/restart/join1000.py
