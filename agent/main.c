@@ -92,6 +92,7 @@ static struct {
 static const int agent_signals[4] = { SIGTERM, SIGINT, SIGHUP, SIGQUIT };
 
 static void	agent_begin_stop(void);
+static void	agent_arm_join_timer(void);
 
 static void
 agent_setenv(char ***envp, size_t *n, size_t *cap, const char *name,
@@ -445,21 +446,18 @@ agent_exit_cb(const struct sup_exit *x, void *arg)
 	agent_begin_stop();
 }
 
+/* Workers gone for good: LEAVE (at once a no-op once rdzv is shut). */
 static void
 agent_leave_stopped(void *arg)
 {
 	logs_end_attempt();
-	if (ag.signo != 0) {
-		rdzv_leave(2000);
-		return;
-	}
-	agent_finish(ag.exit_code);
+	rdzv_leave(2000);
 }
 
 static void
 agent_left_cb(void *arg)
 {
-	agent_finish(128 + ag.signo);
+	agent_finish(ag.exit_code);
 }
 
 /* Stops for good: workers get sig (SIGKILL after the grace). */
@@ -531,8 +529,11 @@ agent_round_cb(const struct rdzv_round *r, void *arg)
 			evtimer_del(ag.join_ev);
 			log_info("standby: job %s has its maximum of nodes",
 			    ag.cfg.rdzv_id);
-		} else
+		} else {
 			log_info("round %lld stopped", (long long)r->round);
+			/* The next round, too, must form within the timeout. */
+			agent_arm_join_timer();
+		}
 		ag.have_next = 0;
 		if (sup_live() > 0 || ag.state == AS_STOPPING) {
 			if (ag.state != AS_STOPPING)
@@ -572,7 +573,7 @@ agent_fatal_cb(int code, const char *msg, void *arg)
 	log_warnx("%s", msg);
 	ag.job_failed = 1;
 	strlcpy(ag.job_failure, msg, sizeof ag.job_failure);
-	if (ag.state == AS_LEAVING && ag.signo != 0)
+	if (ag.state == AS_LEAVING)
 		return;		/* leaving anyway; LEAVE gives up itself */
 	agent_leave(SIGTERM, 1);
 }
@@ -590,6 +591,16 @@ agent_join_timeout_cb(evutil_socket_t fd, short ev, void *arg)
 	snprintf(buf, sizeof buf, "no round started within the join "
 	    "timeout (%d s)", ag.cfg.join_timeout_ms / 1000);
 	agent_fatal_cb(RDZV_ETIMEDOUT, buf, NULL);
+}
+
+static void
+agent_arm_join_timer(void)
+{
+	struct timeval	tv;
+
+	tv.tv_sec = ag.cfg.join_timeout_ms / 1000;
+	tv.tv_usec = (ag.cfg.join_timeout_ms % 1000) * 1000;
+	evtimer_add(ag.join_ev, &tv);
 }
 
 static const struct rdzv_cbs agent_rdzv_cbs = {
@@ -692,11 +703,7 @@ main(int argc, char **argv)
 	ag.join_ev = evtimer_new(ag.base, agent_join_timeout_cb, NULL);
 	if (ag.join_ev == NULL)
 		fatalx("evtimer_new");
-	{
-		struct timeval	tv = { ag.cfg.join_timeout_ms / 1000,
-		    (ag.cfg.join_timeout_ms % 1000) * 1000 };
-		evtimer_add(ag.join_ev, &tv);
-	}
+	agent_arm_join_timer();
 	ag.state = AS_JOINING;
 	log_info("job %s: %d worker%s here, %d-%d nodes, rdzvd %s",
 	    ag.cfg.rdzv_id, ag.cfg.nproc, ag.cfg.nproc == 1 ? "" : "s",

@@ -220,6 +220,24 @@ def test_sigterm_agent_leaves():
     d.stop()
 
 
+def test_join_timeout_and_closed_job():
+    d = rt.Rdzvd()
+    with Scope() as s:
+        a = s.agent(common(d, "lonely", "2:2", extra=[
+            "--rdzv_conf", conf(0.2, 30, "join_timeout=0.5")]))
+        assert a.wait(10) == 1, a.output()
+        assert "join timeout" in a.output(), a.output()
+        # It said goodbye: rdzvd does not wait for its 30 s lease.
+        assert "\nnode " not in job_status(d, "lonely")
+        b = s.agent(common(d, "over", "1:1"), env={"W_RUN": "0"})
+        assert b.wait(20) == 0, b.output()
+        c = s.agent(common(d, "over", "1:1"))
+        assert c.wait(10) == 1, c.output()
+        assert "refused to join job over" in c.output(), c.output()
+        assert c.children() == [] and len(starts(s.tmp)) == 2
+    d.stop()
+
+
 def test_job_succeeds():
     d = rt.Rdzvd()
     with Scope() as s:
