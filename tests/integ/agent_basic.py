@@ -254,7 +254,9 @@ def test_failure_summary_with_error_file():
         assert "FAILED" in out and "Root Cause" in out, out
         assert "rank      : 1 (local_rank: 1)" in out, out
         assert "exitcode  : 3 (pid: " in out, out
-        assert "message   : ValueError: rank 1 broke" in out, out
+        # JSON escapes decoded: a quote, U+00E9, a surrogate pair.
+        assert 'message   : ValueError: rank 1 broke "\u00e9\U0001F600"' \
+            in out, out
         assert "traceback : Traceback: line 1" in out, out
         assert "1 restarts used of 1" in out, out
         ef = glob.glob(os.path.join(logs, "*", "attempt_1", "1",

@@ -98,7 +98,7 @@ for item in env.get("W_EXIT", "").split(","):
         if env.get("W_ERRFILE") == "1":
             with open(env["TORCHELASTIC_ERROR_FILE"], "w") as f:
                 json.dump({"message": {"message": "ValueError: rank %d "
-                    "broke" % rank, "extraInfo": {"py_callstack":
+                    "broke \"\u00e9\U0001F600\"" % rank, "extraInfo": {"py_callstack":
                     "Traceback: line 1", "timestamp": str(int(time.time()))}}}, f)
         print("rank %d failing with %d" % (rank, code), file=sys.stderr,
               flush=True)
