@@ -21,7 +21,6 @@
 #include "store.h"
 #include "wire.h"
 
-struct bufferevent;
 struct evbuffer;
 struct event;
 struct event_base;
@@ -129,7 +128,13 @@ struct ns_ref	*ns_ref_new(struct slice);
 void		 ns_ref_put(struct ns_ref *);
 
 struct conn {
-	struct bufferevent	*bev;
+	int			 fd;
+	struct event		*rev;		/* EV_READ|EV_PERSIST, always */
+	struct event		*wev;		/* added only while out is stuck */
+	struct evbuffer		*in;
+	struct evbuffer		*out;
+	int			 dirty;		/* on server.dirty: out to flush */
+	TAILQ_ENTRY(conn)	 dirty_entry;
 	enum conn_state		 state;
 	enum conn_dialect	 dialect;
 	char			 peer[64];	/* "addr:port", for logs */
@@ -167,6 +172,8 @@ struct server {
 	struct event		*accept_timer;	/* EMFILE back-off */
 	TAILQ_HEAD(, conn)	 conns;
 	TAILQ_HEAD(, conn)	 held;		/* conns with held output */
+	TAILQ_HEAD(, conn)	 dirty;		/* conns with output to send */
+	struct event		*flush_ev;	/* sends it, once per loop pass */
 	size_t			 nconns;
 	size_t			 budget_used;
 	int			 draining;
@@ -200,6 +207,8 @@ struct evbuffer	*conn_reply_buf(struct conn *);
  * is committed in any mode with a database (membership changes). */
 struct evbuffer	*conn_reply_buf_durable(struct conn *, int durable);
 void		 conn_reply_done(struct conn *);
+/* Queues c for the flush at the end of this loop pass. */
+void		 conn_mark_dirty(struct conn *);
 /* Logs "closing <peer>: <why>", counts ek (unless ERRK_COUNT), frees c. */
 void		 conn_close(struct conn *, enum err_kind ek, const char *why);
 /* The same, but sends what is queued first (at most 1 s). */

@@ -23,7 +23,6 @@
 #include <unistd.h>
 
 #include <event2/buffer.h>
-#include <event2/bufferevent.h>
 #include <event2/event.h>
 #include <event2/listener.h>
 #include <event2/util.h>
@@ -38,13 +37,14 @@ struct server	server;
 #define BUDGET_FREE_BYTES	(64 * 1024)
 /* Relaxed mode: uncommitted bytes past which replies wait for commits. */
 #define RELAXED_BACKLOG_MAX	(64 * 1024 * 1024)
-/* Largest single read from a socket: big values arrive in few reads. */
-#define READ_MAX		(256 * 1024)
+/* Bytes read at a time: small, unless a known big request is arriving. */
+#define READ_MIN		(16 * 1024)
+#define READ_MAX		(1024 * 1024)
 
-static void	conn_read_cb(struct bufferevent *, void *);
-static void	conn_write_cb(struct bufferevent *, void *);
-static void	conn_event_cb(struct bufferevent *, short, void *);
+static void	conn_read_cb(evutil_socket_t, short, void *);
+static void	conn_write_cb(evutil_socket_t, short, void *);
 static void	conn_process(struct conn *);
+static int	conn_flush(struct conn *);
 
 void
 conn_set_state(struct conn *c, enum conn_state state)
@@ -100,7 +100,13 @@ conn_close(struct conn *c, enum err_kind ek, const char *why)
 	metrics.conns[c->dialect]--;
 	TAILQ_REMOVE(&server.conns, c, entry);
 	server.nconns--;
-	bufferevent_free(c->bev);
+	if (c->dirty)
+		TAILQ_REMOVE(&server.dirty, c, dirty_entry);
+	event_free(c->rev);
+	event_free(c->wev);
+	evbuffer_free(c->in);
+	evbuffer_free(c->out);
+	close(c->fd);
 	free(c);
 }
 
@@ -112,13 +118,11 @@ conn_close_after_flush(struct conn *c, enum err_kind ek, const char *why)
 	metrics.errors[ek]++;
 	log_warnx("closing %s: %s", c->peer, why);
 	c->closing = 1;
-	bufferevent_disable(c->bev, EV_READ);
-	evbuffer_drain(bufferevent_get_input(c->bev),
-	    evbuffer_get_length(bufferevent_get_input(c->bev)));
+	event_del(c->rev);
+	evbuffer_drain(c->in, evbuffer_get_length(c->in));
 	/* The request deadline doubles as the flush deadline. */
 	evtimer_add(c->req_timer, &tv);
-	if (evbuffer_get_length(bufferevent_get_output(c->bev)) == 0)
-		conn_close(c, ERRK_COUNT, "flushed");
+	conn_flush(c);
 }
 
 int
@@ -126,7 +130,7 @@ conn_output_full(struct conn *c)
 {
 	size_t	out;
 
-	out = evbuffer_get_length(bufferevent_get_output(c->bev));
+	out = evbuffer_get_length(c->out);
 	if (c->held != NULL)
 		out += evbuffer_get_length(c->held);
 	return out > server.cfg->output_max;
@@ -195,14 +199,25 @@ conn_reply_buf_durable(struct conn *c, int durable)
 			return c->held;
 		}
 	}
-	return bufferevent_get_output(c->bev);
+	return c->out;
 }
 
 static void
 conn_release_held(struct conn *c)
 {
-	evbuffer_add_buffer(bufferevent_get_output(c->bev), c->held);
+	evbuffer_add_buffer(c->out, c->held);
 	held_remove(c);
+	conn_mark_dirty(c);
+}
+
+void
+conn_mark_dirty(struct conn *c)
+{
+	if (c->dirty)
+		return;
+	c->dirty = 1;
+	TAILQ_INSERT_TAIL(&server.dirty, c, dirty_entry);
+	event_active(server.flush_ev, EV_TIMEOUT, 0);
 }
 
 void
@@ -211,6 +226,60 @@ conn_reply_done(struct conn *c)
 	if (c->on_held_list &&
 	    store_committed(server.store) >= c->hold_seq)
 		conn_release_held(c);
+	else if (!c->on_held_list)
+		conn_mark_dirty(c);
+}
+
+/*
+ * Writes what c has queued, straight to the socket: no event is armed
+ * unless the socket takes less than everything.  Returns -1 if c was
+ * closed (write error, or a closing connection now flushed).
+ */
+static int
+conn_flush(struct conn *c)
+{
+	int	n, e;
+
+	if (c->dirty) {
+		TAILQ_REMOVE(&server.dirty, c, dirty_entry);
+		c->dirty = 0;
+	}
+	while (evbuffer_get_length(c->out) > 0) {
+		n = evbuffer_write(c->out, c->fd);
+		if (n > 0)
+			continue;
+		e = errno;
+		if (n < 0 && (e == EAGAIN || e == EWOULDBLOCK || e == EINTR)) {
+			if (!event_pending(c->wev, EV_WRITE, NULL))
+				event_add(c->wev, NULL);
+			return 0;
+		}
+		conn_close(c, ERRK_COUNT, n == 0 ? "peer closed" :
+		    strerror(e));
+		return -1;
+	}
+	if (event_pending(c->wev, EV_WRITE, NULL))
+		event_del(c->wev);
+	if (c->closing) {
+		conn_close(c, ERRK_COUNT, "flushed");
+		return -1;
+	}
+	if (c->read_paused && !conn_output_full(c)) {
+		c->read_paused = 0;
+		event_add(c->rev, NULL);
+		conn_process(c);	/* requests buffered while paused */
+	}
+	return 0;
+}
+
+/* Sends every connection's queued replies: once per loop pass. */
+static void
+server_flush_cb(evutil_socket_t fd, short ev, void *arg)
+{
+	struct conn	*c;
+
+	while ((c = TAILQ_FIRST(&server.dirty)) != NULL)
+		conn_flush(c);
 }
 
 void
@@ -248,8 +317,7 @@ conn_timeout_cb(evutil_socket_t fd, short ev, void *arg)
 static int
 conn_after_input(struct conn *c, int progressed)
 {
-	struct evbuffer	*in = bufferevent_get_input(c->bev);
-	size_t		 len = evbuffer_get_length(in), want, out;
+	size_t		 len = evbuffer_get_length(c->in), want;
 	struct timeval	 tv;
 
 	if (len == 0) {
@@ -273,13 +341,10 @@ conn_after_input(struct conn *c, int progressed)
 	c->budget = want;
 
 	if (!c->read_paused && conn_output_full(c)) {
-		out = evbuffer_get_length(bufferevent_get_output(c->bev));
 		metrics.errors[ERRK_OUTPUT_LIMIT]++;
 		log_debug("%s: %zu bytes of replies unread, pausing input",
-		    c->peer, out);
-		bufferevent_disable(c->bev, EV_READ);
-		bufferevent_setwatermark(c->bev, EV_WRITE,
-		    server.cfg->output_max / 2, 0);
+		    c->peer, evbuffer_get_length(c->out));
+		event_del(c->rev);
 		c->read_paused = 1;
 	}
 	return 0;
@@ -289,7 +354,7 @@ conn_after_input(struct conn *c, int progressed)
 static void
 conn_process(struct conn *c)
 {
-	struct evbuffer		*in = bufferevent_get_input(c->bev);
+	struct evbuffer		*in = c->in;
 	const uint8_t		*p;
 	const char		*why = "malformed request";
 	size_t			 len, n, need;
@@ -330,7 +395,7 @@ conn_process(struct conn *c)
 			}
 			if (rc == RDZV_EVERSION) {
 				/* Answer with version 0 (none), then hang up. */
-				nat_preamble_put(bufferevent_get_output(c->bev), 0);
+				nat_preamble_put(c->out, 0);
 				conn_close_after_flush(c, ERRK_MALFORMED,
 				    "unsupported native protocol version");
 				return;
@@ -340,8 +405,8 @@ conn_process(struct conn *c)
 				return;
 			}
 			evbuffer_drain(in, (size_t)rc);
-			nat_preamble_put(bufferevent_get_output(c->bev),
-			    NAT_VERSION);
+			nat_preamble_put(c->out, NAT_VERSION);
+			conn_mark_dirty(c);
 			conn_set_state(c, CONN_SERVING);
 			c->need = 0;
 			progressed = 1;
@@ -370,42 +435,38 @@ out:
 }
 
 static void
-conn_read_cb(struct bufferevent *bev, void *arg)
+conn_read_cb(evutil_socket_t fd, short ev, void *arg)
 {
-	conn_process(arg);
-}
+	struct conn		*c = arg;
+	struct evbuffer_iovec	 v;
+	size_t			 want = READ_MIN, len;
+	ssize_t			 n;
 
-static void
-conn_write_cb(struct bufferevent *bev, void *arg)
-{
-	struct conn	*c = arg;
-
-	if (c->closing) {
-		if (evbuffer_get_length(bufferevent_get_output(bev)) == 0)
-			conn_close(c, ERRK_COUNT, "flushed");
+	/* A big request on its way: read it in large pieces. */
+	len = evbuffer_get_length(c->in);
+	if (c->need > len && c->need - len > want)
+		want = c->need - len < READ_MAX ? c->need - len : READ_MAX;
+	if (evbuffer_reserve_space(c->in, (ev_ssize_t)want, &v, 1) < 1) {
+		conn_close(c, ERRK_MEMORY_BUDGET, "out of memory for input");
 		return;
 	}
-	if (c->read_paused) {
-		c->read_paused = 0;
-		bufferevent_setwatermark(bev, EV_WRITE, 0, 0);
-		bufferevent_enable(bev, EV_READ);
+	n = read(fd, v.iov_base, v.iov_len);
+	if (n > 0) {
+		v.iov_len = (size_t)n;
+		evbuffer_commit_space(c->in, &v, 1);
 		conn_process(c);
+		return;
 	}
+	if (n == 0)
+		conn_close(c, ERRK_COUNT, "end of file");
+	else if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+		conn_close(c, ERRK_COUNT, strerror(errno));
 }
 
 static void
-conn_event_cb(struct bufferevent *bev, short what, void *arg)
+conn_write_cb(evutil_socket_t fd, short ev, void *arg)
 {
-	struct conn	*c = arg;
-	char		 why[128];
-
-	if (what & BEV_EVENT_EOF)
-		conn_close(c, ERRK_COUNT, "end of file");
-	else if (what & BEV_EVENT_ERROR) {
-		snprintf(why, sizeof why, "%s",
-		    evutil_socket_error_to_string(EVUTIL_SOCKET_ERROR()));
-		conn_close(c, ERRK_COUNT, why);
-	}
+	conn_flush(arg);
 }
 
 static void
@@ -460,25 +521,36 @@ accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa,
 	format_peer(c->peer, sizeof c->peer, sa);
 	if ((c->ns = arg) != NULL)
 		c->ns->refs++;
-	c->bev = bufferevent_socket_new(server.base, fd, BEV_OPT_CLOSE_ON_FREE);
+	c->fd = fd;
+	c->rev = event_new(server.base, fd, EV_READ | EV_PERSIST, conn_read_cb,
+	    c);
+	c->wev = event_new(server.base, fd, EV_WRITE | EV_PERSIST,
+	    conn_write_cb, c);
+	c->in = evbuffer_new();
+	c->out = evbuffer_new();
 	c->req_timer = evtimer_new(server.base, conn_timeout_cb, c);
-	if (c->bev == NULL || c->req_timer == NULL) {
+	if (c->rev == NULL || c->wev == NULL || c->in == NULL ||
+	    c->out == NULL || c->req_timer == NULL) {
 		log_warnx("out of memory accepting %s", c->peer);
-		if (c->bev != NULL)
-			bufferevent_free(c->bev);
-		else
-			close(fd);
+		if (c->rev != NULL)
+			event_free(c->rev);
+		if (c->wev != NULL)
+			event_free(c->wev);
+		if (c->in != NULL)
+			evbuffer_free(c->in);
+		if (c->out != NULL)
+			evbuffer_free(c->out);
 		if (c->req_timer != NULL)
 			event_free(c->req_timer);
+		ns_ref_put(c->ns);
+		close(fd);
 		free(c);
 		return;
 	}
 	LIST_INIT(&c->pending);
 	c->state = CONN_SNIFF;
 	c->dialect = DIALECT_UNKNOWN;
-	bufferevent_set_max_single_read(c->bev, READ_MAX);
-	bufferevent_setcb(c->bev, conn_read_cb, conn_write_cb, conn_event_cb, c);
-	bufferevent_enable(c->bev, EV_READ);
+	event_add(c->rev, NULL);
 	TAILQ_INSERT_TAIL(&server.conns, c, entry);
 	server.nconns++;
 	metrics.conns[DIALECT_UNKNOWN]++;
@@ -663,6 +735,10 @@ server_listen(int *port)
 
 	TAILQ_INIT(&server.conns);
 	TAILQ_INIT(&server.held);
+	TAILQ_INIT(&server.dirty);
+	if ((server.flush_ev = event_new(server.base, -1, 0, server_flush_cb,
+	    NULL)) == NULL)
+		fatalx("event_new");
 	if ((fd = listen_socket(server.cfg->listen, "listen", port)) == -1)
 		return -1;
 	if ((server.listener = server_listen_fd(fd, NULL)) == NULL)
@@ -688,6 +764,13 @@ server_shutdown(void)
 		event_free(server.accept_timer);
 		server.accept_timer = NULL;
 	}
+	/* Send what is queued, best effort, before closing. */
+	while ((c = TAILQ_FIRST(&server.dirty)) != NULL)
+		conn_flush(c);
 	while ((c = TAILQ_FIRST(&server.conns)) != NULL)
 		conn_close(c, ERRK_COUNT, "shutting down");
+	if (server.flush_ev != NULL) {
+		event_free(server.flush_ev);
+		server.flush_ev = NULL;
+	}
 }
