@@ -1,0 +1,95 @@
+#!/bin/bash
+# ddp_vs_torch.sh: one epoch of examples/ddp_mlp beside the same training in
+# torch 1.13 DDP over gloo (bench/torch_ddp_mlp.py), in one run.
+#
+#   bench/ddp_vs_torch.sh [BUILDDIR]
+#
+# Same data (Fashion-MNIST, all 60000 training images, test on 10000), same
+# model (784 -> HIDDEN ReLU -> 10), loss, plain SGD at LR, BATCH per rank
+# and world size.  Both run under torchrun (--no_python for ddp_mlp), one
+# process per rank with one math thread each, as torchrun sets
+# OMP_NUM_THREADS=1.  For each world size in WORLDS, REPS repetitions
+# alternate between the two so that machine noise falls on both alike.
+# Both programs time their own training epoch (data already in memory, the
+# test pass excluded) and print it; the table shows medians, the speedup,
+# loss and test accuracy, and torchrun's wall time for the whole job
+# (start-up, data loading, epoch, test, exit).
+#
+# Environment: WORLDS ("2 4"), REPS (3), EPOCHS (1), BATCH (64), HIDDEN
+# (128), LR (0.1), TORCH_PYTHON (/usr/bin/python3), RESULTS_DIR (kept logs).
+set -euo pipefail
+
+here=$(cd "$(dirname "$0")" && pwd)
+build=${1:-${RDZV_TOP_BUILDDIR:-$(pwd)}}
+ddp=$build/examples/ddp_mlp
+python=${TORCH_PYTHON:-/usr/bin/python3}
+WORLDS=${WORLDS:-"2 4"}
+REPS=${REPS:-3}
+EPOCHS=${EPOCHS:-1}
+BATCH=${BATCH:-64}
+HIDDEN=${HIDDEN:-128}
+LR=${LR:-0.1}
+
+[ -x "$ddp" ] || { echo "ddp_vs_torch: $ddp not built (pass the build directory)" >&2; exit 1; }
+results=${RESULTS_DIR:-$(mktemp -d /tmp/ddp_vs_torch.XXXXXX)}
+mkdir -p "$results"
+echo "ddp_vs_torch: logs in $results" >&2
+
+free_port() {
+	"$python" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+# run IMPL WORLD REP: one job under torchrun; its log in $results.
+run() {
+	local impl=$1 w=$2 rep=$3 log t0 t1
+	local common=(--epochs "$EPOCHS" --batch "$BATCH" --hidden "$HIDDEN" --lr "$LR")
+	log=$results/$impl-w$w-r$rep.log
+	t0=$(date +%s.%N)
+	if [ "$impl" = ddp_mlp ]; then
+		"$python" -m torch.distributed.run --nproc_per_node "$w" \
+		    --master_port "$(free_port)" --redirects 9:1 --tee 9:1 \
+		    --no_python "$ddp" "${common[@]}" >"$log" 2>&1
+	else
+		"$python" -m torch.distributed.run --nproc_per_node "$w" \
+		    --master_port "$(free_port)" --redirects 9:1 --tee 9:1 \
+		    "$here/torch_ddp_mlp.py" "${common[@]}" --threads 1 >"$log" 2>&1
+	fi
+	t1=$(date +%s.%N)
+	echo "wall $(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.2f", b - a }')" >>"$log"
+	# The last epoch line (torchrun may prefix lines with the rank).
+	grep -Eo "epoch $EPOCHS loss .*" "$log" | tail -1 >"$log.epoch" || {
+		echo "ddp_vs_torch: $impl world $w failed, see $log" >&2; tail -20 "$log" >&2; exit 1; }
+	echo "  $impl w=$w rep $rep: $(cat "$log.epoch") wall $(tail -1 "$log" | cut -d' ' -f2)" >&2
+}
+
+median() { sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+field() { awk -v k="$1" '{ for (i = 1; i < NF; i++) if ($i == k) { v = $(i + 1); sub(/s$/, "", v); print v } }'; }
+
+for w in $WORLDS; do
+	for rep in $(seq 1 "$REPS"); do
+		run ddp_mlp "$w" "$rep"
+		run torch "$w" "$rep"
+	done
+done
+
+echo "| world | batch/rank | program | epoch s | samples/s | loss | test_acc | job wall s | samples/s vs torch | runs (samples/s) |"
+echo "| ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |"
+for w in $WORLDS; do
+	declare -A ep sps loss acc wall runs
+	for impl in ddp_mlp torch; do
+		e=$(cat "$results/$impl-w$w"-r*.log.epoch)
+		ep[$impl]=$(echo "$e" | field time | median)
+		sps[$impl]=$(echo "$e" | field samples/s | median)
+		loss[$impl]=$(echo "$e" | field loss | median)
+		acc[$impl]=$(echo "$e" | field test_acc | median)
+		runs[$impl]=$(echo "$e" | field samples/s | tr '\n' ' ')
+		wall[$impl]=$(for f in "$results/$impl-w$w"-r*.log; do tail -1 "$f" | cut -d' ' -f2; done | median)
+	done
+	for impl in ddp_mlp torch; do
+		ratio=$(awk -v a="${sps[$impl]}" -v b="${sps[torch]}" 'BEGIN { printf "%.2fx", a / b }')
+		printf '| %d | %d | %s | %.2f | %.0f | %.4f | %.4f | %.1f | %s | %s|\n' \
+		    "$w" "$BATCH" "$impl" "${ep[$impl]}" "${sps[$impl]}" "${loss[$impl]}" \
+		    "${acc[$impl]}" "${wall[$impl]}" "$ratio" "${runs[$impl]}"
+	done
+	unset ep sps loss acc wall runs
+done
