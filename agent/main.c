@@ -123,10 +123,11 @@ agent_setenv(char ***envp, size_t *n, size_t *cap, const char *name,
 	(*envp)[*n] = NULL;
 }
 
+/* Whether envp sets the variable named by the first l bytes of name. */
 static int
-agent_env_has(char **envp, size_t n, const char *name)
+agent_env_has(char **envp, size_t n, const char *name, size_t l)
 {
-	size_t	i, l = strlen(name);
+	size_t	i;
 
 	for (i = 0; i < n; i++)
 		if (strncmp(envp[i], name, l) == 0 && envp[i][l] == '=')
@@ -221,7 +222,7 @@ static char **
 agent_worker_env(int local_rank, const struct rdzv_round *r)
 {
 	extern char	**environ;
-	char		**vars, **e, *eq;
+	char		**vars, **e;
 	size_t		  nv, ne = 0, i;
 
 	vars = agent_worker_vars(local_rank, r, &nv);
@@ -230,12 +231,11 @@ agent_worker_env(int local_rank, const struct rdzv_round *r)
 	if ((e = calloc(i + nv + 1, sizeof *e)) == NULL)
 		fatalx("out of memory");
 	for (i = 0; environ[i] != NULL; i++) {
-		if ((eq = strchr(environ[i], '=')) == NULL)
+		if (strchr(environ[i], '=') == NULL)
 			continue;
-		*eq = '\0';
-		if (!agent_env_has(vars, nv, environ[i]))
+		if (!agent_env_has(vars, nv, environ[i],
+		    strcspn(environ[i], "=")))
 			e[ne++] = environ[i];
-		*eq = '=';
 	}
 	for (i = 0; i < nv; i++)
 		e[ne++] = vars[i];
