@@ -26,6 +26,7 @@
 
 #include <event2/buffer.h>
 
+#include "auth.h"
 #include "client.h"
 #include "rdzv_err.h"
 #include "wire.h"
@@ -498,11 +499,76 @@ client_connect_one(const struct addrinfo *ai, int64_t deadline)
 }
 
 /* Sends our preamble and checks rdzvd's answer. */
+/*
+ * The challenge-response of PROTOCOL.md "Authentication": answers the
+ * server's nonce with our MAC and checks the server's MAC in return.
+ */
 static int
-client_hello(struct rdzv_client *c, int64_t deadline)
+client_auth(struct rdzv_client *c, int64_t deadline, const void *token,
+    size_t tokenlen)
+{
+	struct nat_msg	msg;
+	struct nat_rd	rd;
+	struct nat_wr	wr;
+	struct slice	sn, smac;
+	uint8_t		snonce[NAT_NONCE_LEN], cn[NAT_NONCE_LEN];
+	uint8_t		mac[NAT_MAC_LEN];
+	size_t		used;
+	uint32_t	id;
+	int		rv;
+
+	if (token == NULL) {
+		snprintf(c->errmsg, sizeof c->errmsg, "rdzvd requires a token: "
+		    "pass --token-file or set RDZV_TOKEN_FILE");
+		return (RDZV_EAUTH);
+	}
+	if ((rv = client_read_frame(c, deadline, &msg, &used)) < 0)
+		return (rv);
+	nat_rd_init(&rd, msg.payload);
+	if (msg.op != NAT_OP_AUTH_CHALLENGE || !(msg.flags & NAT_F_PUSH) ||
+	    nat_get_bytes(&rd, &sn) != 0 || nat_rd_end(&rd) != 0 ||
+	    sn.len != NAT_NONCE_LEN)
+		return (client_kill(c, RDZV_EPROTO));
+	memcpy(snonce, sn.p, NAT_NONCE_LEN);
+	evbuffer_drain(c->in, used);
+	if (rdzv_random(cn, sizeof cn) != 0 ||
+	    nat_auth_mac(token, tokenlen, NAT_AUTH_CLIENT_TAG, snonce, cn,
+	    mac) != 0)
+		return (RDZV_EIO);
+	id = ++c->next_id;
+	if (nat_frame_begin(&wr, c->out, NAT_OP_AUTH, 0, id) != 0 ||
+	    nat_put_bytes(&wr, cn, sizeof cn) != 0 ||
+	    nat_put_bytes(&wr, mac, sizeof mac) != 0 ||
+	    nat_frame_end(&wr) != 0)
+		return (RDZV_ENOMEM);
+	if ((rv = client_flush(c, deadline)) < 0)
+		return (rv);
+	if ((rv = client_await(c, id, deadline, &msg)) < 0) {
+		if (rv == RDZV_EAUTH)
+			snprintf(c->errmsg, sizeof c->errmsg, "rdzvd refused "
+			    "the token: check --token-file against rdzvd's");
+		return (rv);
+	}
+	nat_rd_init(&rd, msg.payload);
+	rv = nat_get_bytes(&rd, &smac) != 0 || nat_rd_end(&rd) != 0 ||
+	    smac.len != NAT_MAC_LEN ? RDZV_EPROTO : 0;
+	if (rv == 0 && (nat_auth_mac(token, tokenlen, NAT_AUTH_SERVER_TAG, cn,
+	    snonce, mac) != 0 || !nat_mac_equal(mac, smac.p))) {
+		snprintf(c->errmsg, sizeof c->errmsg, "the server does not "
+		    "hold the same token: not rdzvd, or another one");
+		rv = RDZV_EAUTH;
+	}
+	evbuffer_drain(c->in, c->in_used);
+	c->in_used = 0;
+	return (rv);
+}
+
+static int
+client_hello(struct rdzv_client *c, int64_t deadline, const void *token,
+    size_t tokenlen)
 {
 	const uint8_t	*p;
-	uint8_t		 version;
+	uint8_t		 version, flags;
 	size_t		 need;
 	int		 rv;
 
@@ -523,12 +589,22 @@ client_hello(struct rdzv_client *c, int64_t deadline)
 		return (RDZV_EPROTO);
 	if (version != NAT_VERSION)
 		return (RDZV_EVERSION);
+	flags = p[5];
 	evbuffer_drain(c->in, NAT_PREAMBLE_LEN);
+	if (flags & NAT_PRE_AUTH)
+		return (client_auth(c, deadline, token, tokenlen));
 	return (0);
 }
 
 struct rdzv_client *
 rdzv_client_connect(const char *host_port, int timeout_ms, int *err)
+{
+	return (rdzv_client_connect_auth(host_port, timeout_ms, NULL, 0, err));
+}
+
+struct rdzv_client *
+rdzv_client_connect_auth(const char *host_port, int timeout_ms,
+    const void *token, size_t tokenlen, int *err)
 {
 	struct rdzv_client	*c = NULL;
 	struct addrinfo		 hints, *res = NULL, *ai;
@@ -580,7 +656,7 @@ rdzv_client_connect(const char *host_port, int timeout_ms, int *err)
 		rv = RDZV_ENOMEM;
 		goto fail;
 	}
-	if ((rv = client_hello(c, deadline)) < 0)
+	if ((rv = client_hello(c, deadline, token, tokenlen)) < 0)
 		goto fail;
 	return (c);
 

@@ -42,6 +42,15 @@ struct rdzv_client;
  */
 struct rdzv_client	*rdzv_client_connect(const char *host_port,
 			    int timeout_ms, int *err);
+/*
+ * The same, answering rdzvd's challenge with token (PROTOCOL.md
+ * "Authentication") when it asks for one.  *err is RDZV_EAUTH when rdzvd
+ * wants a token and none was given, refuses this one, or does not prove
+ * that it holds the same one.  token may be NULL.
+ */
+struct rdzv_client	*rdzv_client_connect_auth(const char *host_port,
+			    int timeout_ms, const void *token, size_t tokenlen,
+			    int *err);
 /* Closes the connection and frees the client; NULL is allowed. */
 void	rdzv_client_close(struct rdzv_client *);
 

@@ -77,6 +77,10 @@ static const struct opt opts[] = {
 	  "rendezvous: wait after the last join above min nodes (1000)" },
 	{ "lease-ms", 0, OT_UINT, OFF(lease_ms), 3600000, "N",
 	  "rendezvous: a node silent this long is dropped (5000)" },
+	{ "token-file", 0, OT_STR, OFF(token_file), 0, "FILE",
+	  "require this shared secret from native clients" },
+	{ "tcpstore-allow", 0, OT_STR, OFF(tcpstore_allow), 0, "CIDR,...",
+	  "with a token: TCPStore clients allowed from these networks" },
 	{ "help", 'h', OT_FLAG, NOFIELD, 0, NULL, "show this help" },
 	{ "version", 'V', OT_FLAG, NOFIELD, 0, NULL, "show the version" },
 };
@@ -413,4 +417,6 @@ config_free(struct rdzvd_config *cfg)
 	free(cfg->http_port_file);
 	free(cfg->db);
 	free(cfg->log_file);
+	free(cfg->token_file);
+	free(cfg->tcpstore_allow);
 }

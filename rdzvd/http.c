@@ -170,6 +170,16 @@ http_notfound_cb(struct evhttp_request *req, void *arg)
 	const struct evhttp_uri	*uri = evhttp_request_get_evhttp_uri(req);
 	const char		*path = uri ? evhttp_uri_get_path(uri) : NULL;
 
+	if (!server_bearer_ok(evhttp_find_header(
+	    evhttp_request_get_input_headers(req), "Authorization"))) {
+		evhttp_add_header(evhttp_request_get_output_headers(req),
+		    "WWW-Authenticate", "Bearer realm=\"rdzvd\"");
+		evbuffer_add_printf(evhttp_request_get_output_buffer(req),
+		    "this rdzvd has a token: send Authorization: Bearer "
+		    "<token>\n");
+		evhttp_send_reply(req, 401, "Unauthorized", NULL);
+		return;
+	}
 	if (path != NULL && (strcmp(path, "/") == 0 ||
 	    strcmp(path, "/index.html") == 0)) {
 		http_page_cb(req, arg);

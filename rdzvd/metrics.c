@@ -35,7 +35,8 @@ static const char *err_names[ERRK_COUNT] = {
 	[ERRK_REQUEST_TIMEOUT] = "request_timeout",
 	[ERRK_MEMORY_BUDGET] = "memory_budget",
 	[ERRK_OUTPUT_LIMIT] = "output_limit", [ERRK_ACCEPT] = "accept",
-	[ERRK_STORE] = "store",
+	[ERRK_STORE] = "store", [ERRK_AUTH] = "auth",
+	[ERRK_TCPSTORE_DENIED] = "tcpstore_denied",
 };
 
 static const char *dialect_names[DIALECT_COUNT] = {

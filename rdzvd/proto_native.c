@@ -52,6 +52,7 @@ static const enum op_kind nat_op_kind[NAT_OP_MAX + 1] = {
 	[NAT_OP_ADMIN_STATUS] = OPK_ADMIN, [NAT_OP_ADMIN_JOBS] = OPK_ADMIN,
 	[NAT_OP_ADMIN_JOB] = OPK_ADMIN, [NAT_OP_ADMIN_EVENTS] = OPK_ADMIN,
 	[NAT_OP_ADMIN_CLOSE] = OPK_ADMIN, [NAT_OP_ADMIN_EVICT] = OPK_ADMIN,
+	[NAT_OP_AUTH_CHALLENGE] = OPK_ADMIN, [NAT_OP_AUTH] = OPK_ADMIN,
 };
 
 static void
@@ -273,6 +274,47 @@ list_put_cb(void *arg, struct slice key)
 	nat_put_bytes(((struct list_acc *)arg)->wr, key.p, key.len);
 }
 
+/* AUTH: checks the client's MAC over our nonce and answers with ours. */
+static int
+native_auth(struct conn *c, const struct nat_msg *m, const char **why)
+{
+	struct nat_rd	rd;
+	struct nat_wr	wr;
+	struct slice	cn, mac;
+	uint8_t		want[NAT_MAC_LEN], ours[NAT_MAC_LEN];
+
+	metrics.ops[OPK_ADMIN]++;
+	nat_rd_init(&rd, m->payload);
+	if (nat_get_bytes(&rd, &cn) != 0 || nat_get_bytes(&rd, &mac) != 0 ||
+	    nat_rd_end(&rd) != 0 || cn.len != NAT_NONCE_LEN ||
+	    mac.len != NAT_MAC_LEN) {
+		*why = "malformed AUTH";
+		return RDZV_EPROTO;
+	}
+	if (server.token == NULL || c->authed) {
+		reply_error(c, m->op, m->id, RDZV_EINVAL);
+		return 0;
+	}
+	if (nat_auth_mac(server.token, server.tokenlen, NAT_AUTH_CLIENT_TAG,
+	    c->nonce, cn.p, want) != 0 || !nat_mac_equal(want, mac.p)) {
+		nat_put_error(c->out, m->op, m->id, RDZV_EAUTH,
+		    "wrong token");
+		*why = "wrong token";
+		return RDZV_EAUTH;
+	}
+	if (nat_auth_mac(server.token, server.tokenlen, NAT_AUTH_SERVER_TAG,
+	    cn.p, c->nonce, ours) != 0) {
+		*why = "HMAC failed";
+		return RDZV_EAUTH;
+	}
+	c->authed = 1;
+	nat_frame_begin(&wr, conn_reply_buf(c), m->op, NAT_F_REPLY, m->id);
+	nat_put_bytes(&wr, ours, sizeof ours);
+	nat_frame_end(&wr);
+	conn_reply_done(c);
+	return 0;
+}
+
 static int
 native_op_writes(uint16_t op)
 {
@@ -482,7 +524,16 @@ native_dispatch(struct conn *c, const struct nat_msg *m, const char **why)
 		*why = "native frame with reply or push flags from a client";
 		return RDZV_EPROTO;
 	}
-	if (m->op == NAT_OP_WATCH_EVENT || m->op == NAT_OP_ROUND) {
+	if (m->op == NAT_OP_AUTH)
+		return native_auth(c, m, why);
+	if (!c->authed) {
+		nat_put_error(c->out, m->op, m->id, RDZV_EAUTH,
+		    "authentication required: this rdzvd has a token");
+		*why = "request before authentication";
+		return RDZV_EAUTH;
+	}
+	if (m->op == NAT_OP_WATCH_EVENT || m->op == NAT_OP_ROUND ||
+	    m->op == NAT_OP_AUTH_CHALLENGE) {
 		*why = "a client sent a server push";
 		return RDZV_EPROTO;
 	}

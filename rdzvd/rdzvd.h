@@ -12,6 +12,7 @@
 
 #include <sys/types.h>
 #include <sys/queue.h>
+#include <sys/socket.h>
 
 #include <stddef.h>
 #include <stdint.h>
@@ -46,6 +47,8 @@ struct rdzvd_config {
 	unsigned		 request_timeout_ms;
 	unsigned		 last_call_ms;	/* rendezvous defaults */
 	unsigned		 lease_ms;
+	char			*token_file;	/* native protocol secret */
+	char			*tcpstore_allow; /* CIDRs, with a token */
 };
 
 /*
@@ -75,6 +78,7 @@ enum op_kind {
 enum err_kind {
 	ERRK_MALFORMED, ERRK_TOO_BIG, ERRK_REQUEST_TIMEOUT,
 	ERRK_MEMORY_BUDGET, ERRK_OUTPUT_LIMIT, ERRK_ACCEPT, ERRK_STORE,
+	ERRK_AUTH, ERRK_TCPSTORE_DENIED,
 	ERRK_COUNT
 };
 
@@ -144,6 +148,9 @@ struct conn {
 	struct event		*req_timer;	/* partial request deadline */
 	int			 read_paused;	/* output over output_max */
 	int			 closing;	/* closes once output is sent */
+	int			 authed;	/* native: token proven, or none */
+	uint8_t			 nonce[NAT_NONCE_LEN]; /* our challenge */
+	struct sockaddr_storage	 sa;		/* the peer */
 
 	/* strict durability: replies held until store commits hold_seq */
 	struct evbuffer		*held;
@@ -177,6 +184,9 @@ struct server {
 	size_t			 nconns;
 	size_t			 budget_used;
 	int			 draining;
+	uint8_t			*token;		/* NULL: no authentication */
+	size_t			 tokenlen;
+	struct acl		*tcps_allow;	/* with a token: TCPStore peers */
 };
 
 extern struct server	server;
@@ -187,6 +197,16 @@ extern struct server	server;
  * to the bound port; returns the fd or -1 after logging the cause.
  */
 int	listen_socket(const char *spec, const char *what, int *port);
+/*
+ * Loads --token-file and parses --tcpstore-allow into server; returns 0
+ * or -1 after logging the cause.  acl_allows() tells whether a peer is
+ * in the list (IPv4-mapped IPv6 addresses match IPv4 entries).
+ */
+int	server_auth_init(void);
+struct acl;
+int	acl_allows(const struct acl *, const struct sockaddr *);
+/* Whether an HTTP "Authorization" header value carries the token. */
+int	server_bearer_ok(const char *header);
 /* Binds cfg->listen and starts accepting; sets *port. */
 int	server_listen(int *port);
 /* Accepts on fd (a listening socket) into namespace ns (a reference is

@@ -42,6 +42,8 @@ rdzvd_serve_start(struct event_base *base, struct rdzvd_config *cfg,
 		log_warnx("out of memory");
 		return -1;
 	}
+	if (server_auth_init() != 0)
+		return -1;
 	if (cfg->durability != STORE_MEMORY) {
 		server.store = store_open(cfg->db, cfg->durability,
 		    cfg->relaxed_window_ms, base, server.kv, server_commit_cb,
@@ -79,6 +81,13 @@ rdzvd_serve_stop(void)
 	}
 	kv_free(server.kv);
 	server.kv = NULL;
+	if (server.token != NULL) {
+		explicit_bzero(server.token, server.tokenlen);
+		free(server.token);
+		server.token = NULL;
+	}
+	free(server.tcps_allow);
+	server.tcps_allow = NULL;
 }
 
 char *

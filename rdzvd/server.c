@@ -27,6 +27,7 @@
 #include <event2/listener.h>
 #include <event2/util.h>
 
+#include "auth.h"
 #include "log.h"
 #include "rdzv_err.h"
 #include "rdzvd.h"
@@ -381,6 +382,14 @@ conn_process(struct conn *c)
 			} else {
 				conn_set_dialect(c, d == TCPS_V2 ?
 				    DIALECT_TCPS2 : DIALECT_TCPS113);
+				if (server.token != NULL && !acl_allows(
+				    server.tcps_allow, (struct sockaddr *)&c->sa)) {
+					conn_close(c, ERRK_TCPSTORE_DENIED,
+					    "TCPStore protocol refused: a token "
+					    "is set and the peer is not in "
+					    "--tcpstore-allow");
+					return;
+				}
 				conn_set_state(c, CONN_SERVING);
 			}
 			c->need = 0;
@@ -405,7 +414,19 @@ conn_process(struct conn *c)
 				return;
 			}
 			evbuffer_drain(in, (size_t)rc);
-			nat_preamble_put(c->out, NAT_VERSION);
+			if (server.token != NULL) {
+				struct nat_wr	wr;
+
+				if (rdzv_random(c->nonce, sizeof c->nonce) != 0)
+					fatal("getrandom");
+				nat_preamble_put_flags(c->out, NAT_VERSION,
+				    NAT_PRE_AUTH);
+				nat_frame_begin(&wr, c->out,
+				    NAT_OP_AUTH_CHALLENGE, NAT_F_PUSH, 0);
+				nat_put_bytes(&wr, c->nonce, sizeof c->nonce);
+				nat_frame_end(&wr);
+			} else
+				nat_preamble_put(c->out, NAT_VERSION);
 			conn_mark_dirty(c);
 			conn_set_state(c, CONN_SERVING);
 			c->need = 0;
@@ -418,6 +439,11 @@ conn_process(struct conn *c)
 				used = native_serve(c, p, len, &why);
 			else
 				used = tcps_serve(c, p, len, &why);
+			if (used == RDZV_EAUTH) {
+				/* The EAUTH reply goes out first. */
+				conn_close_after_flush(c, ERRK_AUTH, why);
+				return;
+			}
 			if (used < 0) {
 				conn_close(c, used == RDZV_ETOOBIG ? ERRK_TOO_BIG :
 				    ERRK_MALFORMED, why);
@@ -519,6 +545,9 @@ accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa,
 	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
 	setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
 	format_peer(c->peer, sizeof c->peer, sa);
+	if ((size_t)salen <= sizeof c->sa)
+		memcpy(&c->sa, sa, (size_t)salen);
+	c->authed = server.token == NULL;
 	if ((c->ns = arg) != NULL)
 		c->ns->refs++;
 	c->fd = fd;
@@ -687,6 +716,164 @@ listen_socket(const char *spec, const char *what, int *port)
 		    ntohs(((struct sockaddr_in6 *)&ss)->sin6_port) :
 		    ntohs(((struct sockaddr_in *)&ss)->sin_port);
 	return fd;
+}
+
+/* One network of --tcpstore-allow. */
+struct acl {
+	size_t		n;
+	struct {
+		int	family;
+		uint8_t	addr[16];
+		int	prefix;
+	}		e[];
+};
+
+static int
+acl_parse(const char *spec, struct acl **out)
+{
+	struct acl	*a;
+	char		*copy, *tok, *save = NULL, *slash;
+	size_t		 n = 1, i;
+	const char	*errstr;
+	const char	*p;
+
+	for (p = spec; *p != '\0'; p++)
+		if (*p == ',')
+			n++;
+	if ((a = calloc(1, sizeof *a + n * sizeof a->e[0])) == NULL ||
+	    (copy = strdup(spec)) == NULL) {
+		free(a);
+		return -1;
+	}
+	for (tok = strtok_r(copy, ", ", &save); tok != NULL;
+	    tok = strtok_r(NULL, ", ", &save)) {
+		i = a->n;
+		slash = strchr(tok, '/');
+		if (slash != NULL)
+			*slash++ = '\0';
+		if (inet_pton(AF_INET, tok, a->e[i].addr) == 1)
+			a->e[i].family = AF_INET;
+		else if (inet_pton(AF_INET6, tok, a->e[i].addr) == 1)
+			a->e[i].family = AF_INET6;
+		else {
+			log_warnx("--tcpstore-allow: '%s' is not an IPv4 or "
+			    "IPv6 address", tok);
+			goto bad;
+		}
+		a->e[i].prefix = a->e[i].family == AF_INET ? 32 : 128;
+		if (slash != NULL) {
+			a->e[i].prefix = (int)strtonum(slash, 0,
+			    a->e[i].prefix, &errstr);
+			if (errstr != NULL) {
+				log_warnx("--tcpstore-allow: prefix '/%s' is %s",
+				    slash, errstr);
+				goto bad;
+			}
+		}
+		a->n++;
+	}
+	free(copy);
+	*out = a;
+	return 0;
+bad:
+	free(copy);
+	free(a);
+	return -1;
+}
+
+static int
+prefix_match(const uint8_t *a, const uint8_t *b, int bits)
+{
+	int	full = bits / 8, rest = bits % 8;
+
+	if (memcmp(a, b, (size_t)full) != 0)
+		return 0;
+	if (rest == 0)
+		return 1;
+	return ((a[full] ^ b[full]) & (0xff << (8 - rest))) == 0;
+}
+
+int
+acl_allows(const struct acl *a, const struct sockaddr *sa)
+{
+	const uint8_t	*addr;
+	int		 family;
+	size_t		 i;
+	static const uint8_t mapped[12] = { 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+	    0xff, 0xff };
+
+	if (a == NULL)
+		return 0;
+	if (sa->sa_family == AF_INET) {
+		family = AF_INET;
+		addr = (const uint8_t *)&((const struct sockaddr_in *)
+		    (const void *)sa)->sin_addr;
+	} else if (sa->sa_family == AF_INET6) {
+		family = AF_INET6;
+		addr = (const uint8_t *)&((const struct sockaddr_in6 *)
+		    (const void *)sa)->sin6_addr;
+		/* A dual-stack socket shows IPv4 peers as ::ffff:a.b.c.d. */
+		if (memcmp(addr, mapped, sizeof mapped) == 0) {
+			family = AF_INET;
+			addr += 12;
+		}
+	} else
+		return 0;
+	for (i = 0; i < a->n; i++)
+		if (a->e[i].family == family &&
+		    prefix_match(addr, a->e[i].addr, a->e[i].prefix))
+			return 1;
+	return 0;
+}
+
+int
+server_auth_init(void)
+{
+	char	why[512];
+	int	insecure;
+
+	if (server.cfg->token_file == NULL) {
+		if (server.cfg->tcpstore_allow != NULL)
+			log_warnx("--tcpstore-allow has no effect without "
+			    "--token-file: TCPStore clients are allowed from "
+			    "anywhere");
+		return 0;
+	}
+	if (rdzv_token_load(server.cfg->token_file, &server.token,
+	    &server.tokenlen, &insecure, why, sizeof why) != 0) {
+		log_warnx("%s", why);
+		return -1;
+	}
+	if (insecure)
+		log_warnx("token file %s is readable by group or others; "
+		    "chmod 600 it", server.cfg->token_file);
+	if (server.cfg->tcpstore_allow != NULL &&
+	    acl_parse(server.cfg->tcpstore_allow, &server.tcps_allow) != 0)
+		return -1;
+	log_info("authentication on: native clients need the token; "
+	    "TCPStore clients %s", server.tcps_allow != NULL ?
+	    "only from --tcpstore-allow" : "refused");
+	return 0;
+}
+
+int
+server_bearer_ok(const char *h)
+{
+	uint8_t	a[NAT_MAC_LEN], b[NAT_MAC_LEN];
+	uint8_t	zero[NAT_NONCE_LEN] = { 0 };
+	size_t	len;
+
+	if (server.token == NULL)
+		return 1;
+	if (h == NULL || strncmp(h, "Bearer ", 7) != 0)
+		return 0;
+	h += 7;
+	len = strlen(h);
+	/* Compare MACs of both, so the time says nothing of the token. */
+	if (nat_auth_mac(server.token, server.tokenlen, "bearer", zero, zero,
+	    a) != 0 || nat_auth_mac(h, len, "bearer", zero, zero, b) != 0)
+		return 0;
+	return nat_mac_equal(a, b);
 }
 
 int

@@ -9,7 +9,8 @@ INTEG_TESTS = \
 	tests/integ/persistence.py \
 	tests/integ/daemon.py \
 	tests/integ/agent_basic.py tests/integ/agent_elastic.py tests/integ/agent_torch.py tests/integ/agent_slurm.py \
-	tests/integ/rendezvous.py
+	tests/integ/rendezvous.py \
+	tests/integ/auth.py
 INTEG_TESTS += tests/integ/dp_train.py
 TESTS += $(INTEG_TESTS)
 EXTRA_DIST += $(INTEG_TESTS)
