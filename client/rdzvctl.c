@@ -1,0 +1,1051 @@
+/*
+ * rdzvctl.c: the operator's command line for rdzvd: status, jobs,
+ * members, events, kv, close and evict.
+ *
+ * Owns option parsing (global options anywhere on the line, each
+ * command's own options checked against it), one function per command,
+ * and the two outputs: the server's JSON as is with --json, aligned
+ * tables otherwise.  Exit statuses are part of the interface (ctl.h,
+ * rdzvctl(1)): 0 done, 1 rdzvd said no, 2 usage, 3 no connection or no
+ * answer in time, 4 authentication refused.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <math.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
+#include "client.h"
+#include "ctl.h"
+#include "rdzv_err.h"
+#include "wire.h"
+
+#define CTL_TIMEOUT_MS		10000
+#define CTL_FOLLOW_WAIT_MS	10000	/* rdzvd holds an ADMIN_EVENTS this long */
+#define CTL_CLOSE_REASON	"closed with rdzvctl"
+#define CTL_VALUE_MAX		((size_t)64 << 20)	/* kv set VALUE from stdin */
+
+/* Command options; each command lists the ones it takes. */
+#define OPT_NS		0x01
+#define OPT_REASON	0x02
+#define OPT_FOLLOW	0x04
+#define OPT_AFTER	0x08
+
+struct ctl {
+	struct ctl_opts	 o;
+	int		 json;
+	unsigned	 given;		/* OPT_* seen on the line */
+	const char	*ns;
+	const char	*reason;
+	int		 follow;
+	int64_t		 after;
+	const char	*cmd;
+	char		 errmsg[256];
+};
+
+struct cmd {
+	const char	*name;
+	const char	*synopsis;
+	const char	*help;
+	unsigned	 opts;
+	int		 minargs, maxargs;
+	int		(*fn)(struct ctl *, int, char **);
+};
+
+static int	cmd_status(struct ctl *, int, char **);
+static int	cmd_jobs(struct ctl *, int, char **);
+static int	cmd_members(struct ctl *, int, char **);
+static int	cmd_events(struct ctl *, int, char **);
+static int	cmd_kv(struct ctl *, int, char **);
+static int	cmd_close(struct ctl *, int, char **);
+static int	cmd_evict(struct ctl *, int, char **);
+
+static const struct cmd cmds[] = {
+	{ "status", "status",
+	  "rdzvd's version, uptime, durability, database, keys, waiters,\n"
+	  "connections, and how many jobs are forming, running and closed.\n",
+	  0, 0, 0, cmd_status },
+	{ "jobs", "jobs",
+	  "Every job rdzvd knows, sorted by id: its state (forming, running,\n"
+	  "succeeded, failed), round, nodes (min:max), world size and\n"
+	  "restarts used of those allowed.\n",
+	  0, 0, 0, cmd_jobs },
+	{ "members", "members JOB",
+	  "One job and its nodes: node id, state (member, waiting, standby),\n"
+	  "group rank, host, address, agent pid, workers, time left on its\n"
+	  "lease, and whether its agent is connected; the failure that\n"
+	  "closed the job, if any.\n",
+	  0, 1, 1, cmd_members },
+	{ "events", "events JOB [--follow] [--after SEQ]",
+	  "The job's event log (joins, rounds, failures, evictions), oldest\n"
+	  "first.\n"
+	  "  -f, --follow   keep waiting for new events and print each as it\n"
+	  "                 comes, until interrupted (exit 0); with --json,\n"
+	  "                 one event object per line\n"
+	  "  --after SEQ    only events after sequence number SEQ\n",
+	  OPT_FOLLOW | OPT_AFTER, 1, 1, cmd_events },
+	{ "kv", "kv get|set|del|list [--ns NS] [KEY [VALUE]]",
+	  "The key-value store, in namespace NS (default: the empty one,\n"
+	  "which unmodified PyTorch clients see; a round's store is\n"
+	  "job/JOB/round/N).\n"
+	  "  kv get KEY          print the value (and a newline)\n"
+	  "  kv set KEY VALUE    store VALUE; \"-\" reads it from stdin\n"
+	  "  kv del KEY          delete KEY (exit 1 if it did not exist)\n"
+	  "  kv list [PREFIX]    the keys, sorted, one per line\n"
+	  "  --ns NS             the namespace\n"
+	  "With --json: {\"ns\", \"key\", \"value\"} (\"value_hex\" when the value\n"
+	  "is not UTF-8 text), {\"ns\", \"key\", \"bytes\"}, {\"ns\", \"key\",\n"
+	  "\"deleted\"}, {\"ns\", \"keys\": [...]}.\n",
+	  OPT_NS, 1, 3, cmd_kv },
+	{ "close", "close JOB [--reason R]",
+	  "Closes a job: every node gets FAILED with the reason, agents stop\n"
+	  "their workers and exit 1, and later joins are refused.\n"
+	  "  --reason R     the reason (default \"" CTL_CLOSE_REASON "\")\n",
+	  OPT_REASON, 1, 1, cmd_close },
+	{ "evict", "evict JOB NODE_ID",
+	  "Drops a node as if its lease had lapsed: a new round forms without\n"
+	  "it, and its agent gets FAILED (\"evicted by an operator\").  Node\n"
+	  "ids are in `rdzvctl members JOB`.\n",
+	  0, 2, 2, cmd_evict },
+};
+#define NCMDS	(sizeof cmds / sizeof cmds[0])
+
+static void
+usage_global(FILE *f)
+{
+	size_t	i;
+
+	fprintf(f,
+"usage: rdzvctl [-e HOST:PORT] [--token-file FILE] [--json] [--timeout S]\n"
+"               COMMAND [ARGS...]\n"
+"\n"
+"Shows and steers what rdzvd, the rdzv rendezvous daemon, is doing.\n"
+"\n"
+"Commands:\n");
+	for (i = 0; i < NCMDS; i++)
+		fprintf(f, "  %s\n", cmds[i].synopsis);
+	fprintf(f,
+"\n"
+"Options (anywhere on the line):\n"
+"  -e, --endpoint HOST:PORT  rdzvd's main port (default $RDZV_ENDPOINT,\n"
+"                            else " CTL_DEFAULT_ENDPOINT "); [IPV6]:PORT\n"
+"      --token-file FILE     the shared token (default $RDZV_TOKEN_FILE)\n"
+"  -j, --json                print rdzvd's JSON as is (a JSON object for kv)\n"
+"  -t, --timeout S           seconds to connect and for each answer (%d)\n"
+"  -h, --help                this help; `rdzvctl COMMAND -h` for a command\n"
+"  -V, --version             the version\n"
+"\n"
+"Exit status: 0 done; 1 rdzvd answered with an error (e.g. no such job or\n"
+"key); 2 usage error; 3 cannot connect, connection lost, or no answer in\n"
+"time; 4 authentication refused.  See rdzvctl(1).\n", CTL_TIMEOUT_MS / 1000);
+}
+
+static void
+usage_cmd(FILE *f, const struct cmd *c)
+{
+	fprintf(f, "usage: rdzvctl [options] %s\n\n%s\n"
+	    "Global options: -e HOST:PORT, --token-file FILE, --json, "
+	    "--timeout S\n(`rdzvctl --help`).\n", c->synopsis, c->help);
+}
+
+static int
+usage_error(const char *fmt, ...)
+{
+	va_list	ap;
+
+	fputs("rdzvctl: ", stderr);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputs(" (rdzvctl --help)\n", stderr);
+	return CTL_EXIT_USAGE;
+}
+
+/*
+ * Reports a failed request in words that say what happened and what to
+ * try, and returns the exit status.  what names the object for not-found
+ * errors ("job \"x\"").
+ */
+static int
+ctl_fail(struct ctl *ctl, int code, const char *what, const char *hint)
+{
+	const char	*msg = ctl->errmsg[0] != '\0' ? ctl->errmsg :
+			    rdzv_strerror(code);
+
+	switch (code) {
+	case RDZV_ENOTFOUND:
+		fprintf(stderr, "rdzvctl: no %s%s%s\n", what,
+		    hint != NULL ? " — " : "", hint != NULL ? hint : "");
+		break;
+	case RDZV_ECLOSED:
+		fprintf(stderr, "rdzvctl: %s is already closed\n", what);
+		break;
+	case RDZV_ETIMEDOUT:
+		fprintf(stderr, "rdzvctl: rdzvd at %s did not answer within "
+		    "%d ms (--timeout to wait longer)\n", ctl->o.endpoint,
+		    ctl->o.timeout_ms);
+		break;
+	case RDZV_ECONN:
+		fprintf(stderr, "rdzvctl: lost the connection to rdzvd at %s "
+		    "— did it stop or restart?\n", ctl->o.endpoint);
+		break;
+	case RDZV_EPROTO:
+		fprintf(stderr, "rdzvctl: rdzvd at %s sent a reply rdzvctl "
+		    "cannot read — are both from the same release?\n",
+		    ctl->o.endpoint);
+		return CTL_EXIT_CONN;
+	case RDZV_EAUTH:
+		fprintf(stderr, "rdzvctl: rdzvd at %s refused us: %s — give "
+		    "the token rdzvd uses (--token-file or RDZV_TOKEN_FILE)\n",
+		    ctl->o.endpoint, msg);
+		break;
+	default:
+		fprintf(stderr, "rdzvctl: %s: rdzvd answered: %s\n", ctl->cmd,
+		    msg);
+	}
+	return ctl_exit_code(code);
+}
+
+/* ---- JSON helpers ---- */
+
+static json_t *
+ctl_parse(struct ctl *ctl, const char *text, size_t len)
+{
+	json_error_t	 e;
+	json_t		*doc;
+
+	if (text == NULL || (doc = json_loadb(text, len, 0, &e)) == NULL) {
+		fprintf(stderr, "rdzvctl: %s: rdzvd's reply is not JSON "
+		    "(%s)\n", ctl->cmd, text == NULL ? "empty" : e.text);
+		return NULL;
+	}
+	return doc;
+}
+
+static int64_t
+jint(const json_t *o, const char *key)
+{
+	const json_t	*v = json_object_get(o, key);
+
+	return json_is_integer(v) ? (int64_t)json_integer_value(v) : -1;
+}
+
+static const char *
+jstr(const json_t *o, const char *key)
+{
+	const char	*s = json_string_value(json_object_get(o, key));
+
+	return s != NULL ? s : "-";
+}
+
+/* Prints a JSON value compactly on one line. */
+static int
+ctl_print_json(const json_t *v)
+{
+	if (json_dumpf(v, stdout, JSON_COMPACT) != 0)
+		return CTL_EXIT_SERVER;
+	putchar('\n');
+	return CTL_EXIT_OK;
+}
+
+/* Prints the server's JSON as is, one document per line. */
+static void
+ctl_print_raw(const char *text, size_t len)
+{
+	fwrite(text, 1, len, stdout);
+	putchar('\n');
+}
+
+/* ---- commands ---- */
+
+/*
+ * Connects, makes one operator request and closes.  Returns 0 with *text
+ * (the reply's JSON, malloc'ed; NULL for an empty reply), or the exit
+ * status after reporting the failure; what and hint word a not-found
+ * answer.
+ */
+static int
+ctl_request(struct ctl *ctl, const char *what, const char *hint,
+    char **text, size_t *len, uint16_t op, const char *fmt, ...)
+{
+	struct rdzv_client	*c;
+	va_list			 ap;
+	int			 status, rv;
+
+	if ((c = ctl_connect(&ctl->o, 0, &status)) == NULL)
+		return status;
+	va_start(ap, fmt);
+	rv = ctl_vadmin(c, ctl->o.timeout_ms, text, len, ctl->errmsg,
+	    sizeof ctl->errmsg, op, fmt, ap);
+	va_end(ap);
+	rdzv_client_close(c);
+	if (rv != 0)
+		return ctl_fail(ctl, rv, what, hint);
+	return 0;
+}
+
+static int
+cmd_status(struct ctl *ctl, int argc, char **argv)
+{
+	json_t	*doc, *jobs;
+	char	*text, buf[64];
+	size_t	 len;
+	int	 rv;
+
+	if ((rv = ctl_request(ctl, "status", NULL, &text, &len,
+	    NAT_OP_ADMIN_STATUS, "")) != 0)
+		return rv;
+	if (ctl->json) {
+		ctl_print_raw(text, len);
+		free(text);
+		return CTL_EXIT_OK;
+	}
+	doc = ctl_parse(ctl, text, len);
+	free(text);
+	if (doc == NULL)
+		return CTL_EXIT_SERVER;
+	jobs = json_object_get(doc, "jobs");
+	printf("rdzvd %s at %s\n", jstr(doc, "version"), ctl->o.endpoint);
+	printf("uptime       %s\n", ctl_fmt_duration(buf, sizeof buf,
+	    jint(doc, "uptime_s") * 1000));
+	printf("durability   %s\n", jstr(doc, "durability"));
+	printf("database     %s\n", json_is_string(json_object_get(doc, "db")) ?
+	    jstr(doc, "db") : "none (nothing persists)");
+	printf("keys         %" PRId64 "\n", jint(doc, "keys"));
+	printf("waiters      %" PRId64 "\n", jint(doc, "waiters"));
+	printf("connections  %" PRId64 "\n", jint(doc, "connections"));
+	printf("jobs         %" PRId64 " running, %" PRId64 " forming, %"
+	    PRId64 " closed\n", jint(jobs, "running"), jint(jobs, "forming"),
+	    jint(jobs, "closed"));
+	if (json_object_get(doc, "rounds_total") != NULL)
+		printf("rounds       %" PRId64 " (%" PRId64 " restarts)\n",
+		    jint(doc, "rounds_total"), jint(doc, "restarts_total"));
+	json_decref(doc);
+	return CTL_EXIT_OK;
+}
+
+static int
+cmd_jobs(struct ctl *ctl, int argc, char **argv)
+{
+	struct ctl_table	*t;
+	json_t			*doc, *j;
+	char			*text;
+	size_t			 len, i;
+	int			 rv;
+
+	if ((rv = ctl_request(ctl, "jobs", NULL, &text, &len,
+	    NAT_OP_ADMIN_JOBS, "")) != 0)
+		return rv;
+	if (ctl->json) {
+		ctl_print_raw(text, len);
+		free(text);
+		return CTL_EXIT_OK;
+	}
+	doc = ctl_parse(ctl, text, len);
+	free(text);
+	if (doc == NULL)
+		return CTL_EXIT_SERVER;
+	if (json_array_size(doc) == 0) {
+		printf("no jobs\n");
+		json_decref(doc);
+		return CTL_EXIT_OK;
+	}
+	if ((t = ctl_table_new("JOB|STATE|>ROUND|>NODES|>MIN:MAX|>WORLD|"
+	    ">RESTARTS")) == NULL) {
+		json_decref(doc);
+		return CTL_EXIT_SERVER;
+	}
+	json_array_foreach(doc, i, j) {
+		ctl_table_cell(t, "%s", jstr(j, "job"));
+		ctl_table_cell(t, "%s", jstr(j, "state"));
+		ctl_table_cell(t, "%" PRId64, jint(j, "round"));
+		ctl_table_cell(t, "%" PRId64, jint(j, "nodes"));
+		ctl_table_cell(t, "%" PRId64 ":%" PRId64, jint(j, "min_nodes"),
+		    jint(j, "max_nodes"));
+		ctl_table_cell(t, "%" PRId64, jint(j, "world_size"));
+		ctl_table_cell(t, "%" PRId64 "/%" PRId64, jint(j, "restarts"),
+		    jint(j, "max_restarts"));
+	}
+	ctl_table_print(t);
+	json_decref(doc);
+	return CTL_EXIT_OK;
+}
+
+static int
+cmd_members(struct ctl *ctl, int argc, char **argv)
+{
+	struct ctl_table	*t;
+	json_t			*doc, *m, *members;
+	const char		*failure;
+	char			*text, what[300], buf[64];
+	size_t			 len, i;
+	int			 rv;
+
+	snprintf(what, sizeof what, "job \"%s\"", argv[0]);
+	if ((rv = ctl_request(ctl, what, "`rdzvctl jobs` lists them", &text,
+	    &len, NAT_OP_ADMIN_JOB, "b", argv[0])) != 0)
+		return rv;
+	if (ctl->json) {
+		ctl_print_raw(text, len);
+		free(text);
+		return CTL_EXIT_OK;
+	}
+	doc = ctl_parse(ctl, text, len);
+	free(text);
+	if (doc == NULL)
+		return CTL_EXIT_SERVER;
+	printf("job %s: %s, round %" PRId64 ", %" PRId64 " node%s (%" PRId64
+	    ":%" PRId64 "), world size %" PRId64 ", restarts %" PRId64 "/%"
+	    PRId64, jstr(doc, "job"), jstr(doc, "state"), jint(doc, "round"),
+	    jint(doc, "nodes"), jint(doc, "nodes") == 1 ? "" : "s",
+	    jint(doc, "min_nodes"), jint(doc, "max_nodes"),
+	    jint(doc, "world_size"), jint(doc, "restarts"),
+	    jint(doc, "max_restarts"));
+	if (jint(doc, "store_port") > 0)
+		printf(", store port %" PRId64, jint(doc, "store_port"));
+	putchar('\n');
+	failure = jstr(doc, "failure");
+	if (*failure != '\0' && strcmp(failure, "-") != 0)
+		printf("failure: %s\n", failure);
+	members = json_object_get(doc, "members");
+	if (json_array_size(members) == 0) {
+		printf("no nodes\n");
+		json_decref(doc);
+		return CTL_EXIT_OK;
+	}
+	if ((t = ctl_table_new(">NODE|STATE|>RANK|HOST|ADDR|>PID|>WORKERS|"
+	    ">LEASE LEFT|CONNECTED")) == NULL) {
+		json_decref(doc);
+		return CTL_EXIT_SERVER;
+	}
+	json_array_foreach(members, i, m) {
+		ctl_table_cell(t, "%" PRId64, jint(m, "node_id"));
+		ctl_table_cell(t, "%s", jstr(m, "state"));
+		if (jint(m, "group_rank") >= 0)
+			ctl_table_cell(t, "%" PRId64, jint(m, "group_rank"));
+		else
+			ctl_table_cell(t, "-");
+		ctl_table_cell(t, "%s", jstr(m, "host"));
+		ctl_table_cell(t, "%s", jstr(m, "addr"));
+		ctl_table_cell(t, "%" PRId64, jint(m, "pid"));
+		ctl_table_cell(t, "%" PRId64, jint(m, "local_world_size"));
+		ctl_table_cell(t, "%s", jint(m, "lease_left_ms") < 0 ?
+		    "expired" : ctl_fmt_duration(buf, sizeof buf,
+		    jint(m, "lease_left_ms")));
+		ctl_table_cell(t, "%s", json_is_true(json_object_get(m,
+		    "connected")) ? "yes" : "no");
+	}
+	ctl_table_print(t);
+	json_decref(doc);
+	return CTL_EXIT_OK;
+}
+
+/* Prints a batch of events; *last gets the highest sequence number. */
+static void
+events_print(struct ctl *ctl, json_t *arr, int follow, int64_t *last)
+{
+	struct ctl_table	*t = NULL;
+	json_t			*ev;
+	char			 tbuf[64];
+	size_t			 i;
+
+	if (!follow && !ctl->json &&
+	    (t = ctl_table_new(">SEQ|TIME|EVENT")) == NULL)
+		return;
+	json_array_foreach(arr, i, ev) {
+		if (jint(ev, "seq") > *last)
+			*last = jint(ev, "seq");
+		ctl_fmt_time(tbuf, sizeof tbuf, jint(ev, "time_ms"));
+		if (ctl->json)
+			ctl_print_json(ev);
+		else if (t != NULL) {
+			ctl_table_cell(t, "%" PRId64, jint(ev, "seq"));
+			ctl_table_cell(t, "%s", tbuf);
+			ctl_table_cell(t, "%s", jstr(ev, "text"));
+		} else
+			/* Streaming: fixed widths, the header came first. */
+			printf("%5" PRId64 "  %-23s  %s\n", jint(ev, "seq"),
+			    tbuf, jstr(ev, "text"));
+	}
+	if (t != NULL)
+		ctl_table_print(t);
+	fflush(stdout);
+}
+
+static void
+ctl_interrupt_cb(int sig)
+{
+	ctl_interrupted = 1;
+}
+
+/* 1 when the job is closed (succeeded or failed), 0 if not, <0 error. */
+static int
+events_job_closed(struct ctl *ctl, struct rdzv_client *c, const char *job)
+{
+	json_t		*doc;
+	const char	*state;
+	char		*text;
+	size_t		 len;
+	int		 rv;
+
+	rv = ctl_admin(c, ctl->o.timeout_ms, &text, &len, ctl->errmsg,
+	    sizeof ctl->errmsg, NAT_OP_ADMIN_JOB, "b", job);
+	if (rv != 0)
+		return rv;
+	if ((doc = ctl_parse(ctl, text, len)) == NULL) {
+		free(text);
+		return RDZV_EPROTO;
+	}
+	free(text);
+	state = jstr(doc, "state");
+	rv = strcmp(state, "succeeded") == 0 || strcmp(state, "failed") == 0;
+	json_decref(doc);
+	return rv;
+}
+
+/*
+ * events --follow: waits in rdzvd for each next batch, reconnecting
+ * (within --timeout) when rdzvd restarts, until the job closes or a
+ * signal ends it.
+ */
+static int
+events_follow(struct ctl *ctl, const char *job, const char *what)
+{
+	struct rdzv_client	*c = NULL;
+	struct sigaction	 sa;
+	json_t			*arr;
+	char			*text;
+	size_t			 len;
+	int64_t			 last = ctl->after;
+	int			 status, rv, draining = 0;
+
+	memset(&sa, 0, sizeof sa);
+	sa.sa_handler = ctl_interrupt_cb;	/* no SA_RESTART: poll wakes */
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGTERM, &sa, NULL);
+	if (!ctl->json) {
+		printf("%5s  %-23s  %s\n", "SEQ", "TIME", "EVENT");
+		fflush(stdout);
+	}
+	for (;;) {
+		if (c == NULL && (c = ctl_connect(&ctl->o, last != ctl->after,
+		    &status)) == NULL)
+			return status;
+		/* After the job closed, one last look without waiting. */
+		rv = ctl_admin(c, CTL_FOLLOW_WAIT_MS + ctl->o.timeout_ms, &text,
+		    &len, ctl->errmsg, sizeof ctl->errmsg, NAT_OP_ADMIN_EVENTS,
+		    "bii", job, last, (int64_t)(draining ? 0 :
+		    CTL_FOLLOW_WAIT_MS));
+		if (rv == 0 && (arr = ctl_parse(ctl, text, len)) != NULL) {
+			events_print(ctl, arr, 1, &last);
+			json_decref(arr);
+		}
+		free(text);
+		if (rv == 0 && draining)
+			break;
+		if (rv == 0)
+			rv = events_job_closed(ctl, c, job);
+		if (rv == 1) {
+			draining = 1;
+			continue;
+		}
+		if (ctl_interrupted)
+			break;
+		if (rv == RDZV_ECONN || rv == RDZV_ETIMEDOUT) {
+			/* rdzvd went away: a restart keeps the events. */
+			fprintf(stderr, "rdzvctl: lost the connection to %s, "
+			    "reconnecting\n", ctl->o.endpoint);
+			rdzv_client_close(c);
+			c = NULL;
+			continue;
+		}
+		if (rv < 0) {
+			rdzv_client_close(c);
+			return ctl_fail(ctl, rv, what, NULL);
+		}
+	}
+	rdzv_client_close(c);
+	return CTL_EXIT_OK;
+}
+
+static int
+cmd_events(struct ctl *ctl, int argc, char **argv)
+{
+	json_t	*doc;
+	char	*text, what[300];
+	size_t	 len;
+	int64_t	 last = -1;
+	int	 rv;
+
+	snprintf(what, sizeof what, "job \"%s\"", argv[0]);
+	if (ctl->follow)
+		return events_follow(ctl, argv[0], what);
+	if ((rv = ctl_request(ctl, what, "`rdzvctl jobs` lists them", &text,
+	    &len, NAT_OP_ADMIN_EVENTS, "bii", argv[0], ctl->after,
+	    (int64_t)0)) != 0)
+		return rv;
+	if (ctl->json) {
+		ctl_print_raw(text, len);
+		free(text);
+		return CTL_EXIT_OK;
+	}
+	doc = ctl_parse(ctl, text, len);
+	free(text);
+	if (doc == NULL)
+		return CTL_EXIT_SERVER;
+	if (json_array_size(doc) == 0)
+		printf("no events\n");
+	else
+		events_print(ctl, doc, 0, &last);
+	json_decref(doc);
+	return CTL_EXIT_OK;
+}
+
+/* Reads all of stdin (kv set KEY -). */
+static int
+ctl_read_stdin(char **buf, size_t *len)
+{
+	char	*p = NULL, *np;
+	size_t	 n = 0, cap = 0, r;
+
+	for (;;) {
+		if (cap - n < 4096) {
+			if (cap > CTL_VALUE_MAX) {
+				free(p);
+				return RDZV_ETOOBIG;
+			}
+			cap = cap == 0 ? 65536 : cap * 2;
+			if ((np = realloc(p, cap)) == NULL) {
+				free(p);
+				return RDZV_ENOMEM;
+			}
+			p = np;
+		}
+		r = fread(p + n, 1, cap - n, stdin);
+		n += r;
+		if (r == 0)
+			break;
+	}
+	if (ferror(stdin)) {
+		free(p);
+		return RDZV_EIO;
+	}
+	*buf = p;
+	*len = n;
+	return 0;
+}
+
+static int
+ctl_strcmp(const void *a, const void *b)
+{
+	return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* A JSON object {"ns": ns, "key": key} for the kv outputs. */
+static json_t *
+kv_json(const char *ns, const char *key)
+{
+	return json_pack("{s:s, s:s}", "ns", ns, "key", key);
+}
+
+static int
+kv_get(struct ctl *ctl, struct rdzv_client *c, const char *key)
+{
+	json_t	*o, *v;
+	void	*val;
+	size_t	 len, i;
+	char	*hex;
+	int	 rv;
+
+	if ((rv = rdzv_client_get(c, key, &val, &len, ctl->o.timeout_ms)) != 0)
+		return rv;
+	if (!ctl->json) {
+		fwrite(val, 1, len, stdout);
+		putchar('\n');
+		free(val);
+		return 0;
+	}
+	o = kv_json(ctl->ns, key);
+	if ((v = json_stringn(val, len)) != NULL)
+		json_object_set_new(o, "value", v);
+	else if ((hex = malloc(len * 2 + 1)) != NULL) {
+		/* Not UTF-8: hex keeps every byte, readable by any tool. */
+		for (i = 0; i < len; i++)
+			snprintf(hex + 2 * i, 3, "%02x",
+			    ((unsigned char *)val)[i]);
+		hex[2 * len] = '\0';
+		json_object_set_new(o, "value_hex", json_string(hex));
+		free(hex);
+	}
+	free(val);
+	ctl_print_json(o);
+	json_decref(o);
+	return 0;
+}
+
+static int
+kv_set(struct ctl *ctl, struct rdzv_client *c, const char *key,
+    const char *arg)
+{
+	json_t	*o;
+	char	*val;
+	size_t	 len;
+	int	 rv;
+
+	if (strcmp(arg, "-") == 0) {
+		if ((rv = ctl_read_stdin(&val, &len)) != 0) {
+			fprintf(stderr, "rdzvctl: kv set: cannot read the value "
+			    "from stdin: %s\n", rdzv_strerror(rv));
+			return CTL_EXIT_USAGE;
+		}
+	} else {
+		len = strlen(arg);
+		if ((val = strdup(arg)) == NULL)
+			return RDZV_ENOMEM;
+	}
+	rv = rdzv_client_set(c, key, val, len, ctl->o.timeout_ms);
+	free(val);
+	if (rv != 0)
+		return rv;
+	if (ctl->json) {
+		o = kv_json(ctl->ns, key);
+		json_object_set_new(o, "bytes", json_integer((json_int_t)len));
+		ctl_print_json(o);
+		json_decref(o);
+	}
+	return 0;
+}
+
+static int
+kv_del(struct ctl *ctl, struct rdzv_client *c, const char *key)
+{
+	json_t	*o;
+	int	 rv;
+
+	if ((rv = rdzv_client_delete(c, key, ctl->o.timeout_ms)) < 0)
+		return rv;
+	if (ctl->json) {
+		o = kv_json(ctl->ns, key);
+		json_object_set_new(o, "deleted", json_boolean(rv == 1));
+		ctl_print_json(o);
+		json_decref(o);
+	}
+	return rv == 1 ? 0 : RDZV_ENOTFOUND;
+}
+
+static int
+kv_list(struct ctl *ctl, struct rdzv_client *c, const char *prefix)
+{
+	json_t	*o, *arr;
+	char	**keys;
+	size_t	 n, i, plen;
+	int	 rv;
+
+	if ((rv = rdzv_client_list_keys(c, &keys, &n, ctl->o.timeout_ms)) < 0)
+		return rv;
+	qsort(keys, n, sizeof *keys, ctl_strcmp);
+	plen = prefix != NULL ? strlen(prefix) : 0;
+	arr = json_array();
+	for (i = 0; i < n; i++) {
+		if (plen > 0 && strncmp(keys[i], prefix, plen) != 0)
+			continue;
+		if (ctl->json)
+			json_array_append_new(arr, json_string(keys[i]));
+		else
+			printf("%s\n", keys[i]);
+	}
+	rdzv_client_free_keys(keys, n);
+	if (ctl->json) {
+		o = json_pack("{s:s, s:o}", "ns", ctl->ns, "keys", arr);
+		ctl_print_json(o);
+		json_decref(o);
+	} else
+		json_decref(arr);
+	return 0;
+}
+
+static int
+cmd_kv(struct ctl *ctl, int argc, char **argv)
+{
+	struct rdzv_client	*c;
+	static const struct {
+		const char	*name;
+		int		 nargs;
+	} subs[] = { { "get", 1 }, { "set", 2 }, { "del", 1 }, { "list", 0 } };
+	const char		*sub = argv[0];
+	char			 what[300];
+	size_t			 i;
+	int			 rv, status;
+
+	for (i = 0; i < sizeof subs / sizeof subs[0]; i++)
+		if (strcmp(sub, subs[i].name) == 0)
+			break;
+	if (i == sizeof subs / sizeof subs[0])
+		return usage_error("kv: unknown subcommand \"%s\": get, set, "
+		    "del or list", sub);
+	if (argc - 1 != subs[i].nargs && !(i == 3 && argc - 1 <= 1))
+		return usage_error("usage: rdzvctl kv %s%s", sub,
+		    i == 0 || i == 2 ? " KEY" : i == 1 ? " KEY VALUE" :
+		    " [PREFIX]");
+	if ((c = ctl_connect(&ctl->o, 0, &status)) == NULL)
+		return status;
+	if ((rv = rdzv_client_set_namespace(c, ctl->ns)) != 0) {
+		rdzv_client_close(c);
+		return usage_error("--ns: a namespace is at most 1024 bytes");
+	}
+	switch (i) {
+	case 0:
+		rv = kv_get(ctl, c, argv[1]);
+		break;
+	case 1:
+		rv = kv_set(ctl, c, argv[1], argv[2]);
+		break;
+	case 2:
+		rv = kv_del(ctl, c, argv[1]);
+		break;
+	default:
+		rv = kv_list(ctl, c, argc > 1 ? argv[1] : NULL);
+	}
+	if (rv > 0) {		/* already reported */
+		rdzv_client_close(c);
+		return rv;
+	}
+	strlcpy(ctl->errmsg, rdzv_client_errmsg(c), sizeof ctl->errmsg);
+	rdzv_client_close(c);
+	if (rv == 0)
+		return CTL_EXIT_OK;
+	snprintf(what, sizeof what, "key \"%s\" in namespace \"%s\"",
+	    argv[1], ctl->ns);
+	return ctl_fail(ctl, rv, what, "`rdzvctl kv list` shows the keys");
+}
+
+static int
+cmd_close(struct ctl *ctl, int argc, char **argv)
+{
+	json_t	*o;
+	char	*text, what[300];
+	size_t	 len;
+	int	 rv;
+
+	snprintf(what, sizeof what, "job \"%s\"", argv[0]);
+	rv = ctl_request(ctl, what, "`rdzvctl jobs` lists them", &text, &len,
+	    NAT_OP_ADMIN_CLOSE, "bb", argv[0], ctl->reason);
+	free(text);
+	if (rv != 0)
+		return rv;
+	if (ctl->json) {
+		o = json_pack("{s:s, s:b, s:s}", "job", argv[0], "closed", 1,
+		    "reason", ctl->reason);
+		ctl_print_json(o);
+		json_decref(o);
+	} else
+		printf("closed job %s: its nodes get FAILED (%s)\n", argv[0],
+		    ctl->reason);
+	return CTL_EXIT_OK;
+}
+
+static int
+cmd_evict(struct ctl *ctl, int argc, char **argv)
+{
+	json_t		*o;
+	const char	*errstr;
+	char		*text, what[300];
+	size_t		 len;
+	long long	 node;
+	int		 rv;
+
+	node = strtonum(argv[1], 0, LLONG_MAX, &errstr);
+	if (errstr != NULL)
+		return usage_error("evict: NODE_ID \"%s\" is %s: a node id "
+		    "from `rdzvctl members %s`", argv[1], errstr, argv[0]);
+	snprintf(what, sizeof what, "node %lld in job \"%s\"", node, argv[0]);
+	rv = ctl_request(ctl, what, "`rdzvctl members JOB` lists its nodes",
+	    &text, &len, NAT_OP_ADMIN_EVICT, "bi", argv[0], (int64_t)node);
+	free(text);
+	if (rv != 0)
+		return rv;
+	if (ctl->json) {
+		o = json_pack("{s:s, s:I, s:b}", "job", argv[0], "node_id",
+		    (json_int_t)node, "evicted", 1);
+		ctl_print_json(o);
+		json_decref(o);
+	} else
+		printf("evicted node %lld from job %s: a new round forms "
+		    "without it\n", node, argv[0]);
+	return CTL_EXIT_OK;
+}
+
+/* ---- the command line ---- */
+
+enum {
+	O_TOKEN_FILE = 256, O_NS, O_REASON, O_AFTER
+};
+
+static const struct option longopts[] = {
+	{ "endpoint",	required_argument,	NULL,	'e' },
+	{ "token-file",	required_argument,	NULL,	O_TOKEN_FILE },
+	{ "json",	no_argument,		NULL,	'j' },
+	{ "timeout",	required_argument,	NULL,	't' },
+	{ "help",	no_argument,		NULL,	'h' },
+	{ "version",	no_argument,		NULL,	'V' },
+	{ "ns",		required_argument,	NULL,	O_NS },
+	{ "reason",	required_argument,	NULL,	O_REASON },
+	{ "follow",	no_argument,		NULL,	'f' },
+	{ "after",	required_argument,	NULL,	O_AFTER },
+	{ NULL,		0,			NULL,	0 }
+};
+
+static const char *
+opt_name(unsigned bit)
+{
+	switch (bit) {
+	case OPT_NS:		return "--ns";
+	case OPT_REASON:	return "--reason";
+	case OPT_FOLLOW:	return "--follow";
+	}
+	return "--after";
+}
+
+/* HOST alone or [V6] alone gets the default port. */
+static const char *
+ctl_endpoint(const char *ep, char *buf, size_t sz)
+{
+	size_t	n = strlen(ep);
+
+	if ((ep[0] != '[' && strchr(ep, ':') == NULL) ||
+	    (ep[0] == '[' && n > 0 && ep[n - 1] == ']')) {
+		snprintf(buf, sz, "%s:29400", ep);
+		return buf;
+	}
+	return ep;
+}
+
+int
+main(int argc, char **argv)
+{
+	struct ctl		 ctl;
+	const struct cmd	*cmd = NULL;
+	const char		*errstr, *ep = NULL, *v;
+	char			 epbuf[600], *end;
+	double			 secs;
+	size_t			 i;
+	unsigned		 bit;
+	int			 ch, help = 0;
+
+	memset(&ctl, 0, sizeof ctl);
+	ctl.o.timeout_ms = CTL_TIMEOUT_MS;
+	ctl.ns = "";
+	ctl.reason = CTL_CLOSE_REASON;
+	ctl.after = -1;
+	opterr = 0;
+	while ((ch = getopt_long(argc, argv, ":e:jt:hVf", longopts,
+	    NULL)) != -1) {
+		switch (ch) {
+		case 'e':
+			ep = optarg;
+			break;
+		case O_TOKEN_FILE:
+			ctl.o.token_file = optarg;
+			break;
+		case 'j':
+			ctl.json = 1;
+			break;
+		case 't':
+			errno = 0;
+			secs = strtod(optarg, &end);
+			if (errno != 0 || end == optarg || *end != '\0' ||
+			    !(secs > 0 && secs <= 86400))
+				return usage_error("--timeout \"%s\": seconds, "
+				    "more than 0 and at most 86400", optarg);
+			ctl.o.timeout_ms = secs * 1000 < 1 ? 1 :
+			    (int)(secs * 1000);
+			break;
+		case 'h':
+			help = 1;
+			break;
+		case 'V':
+			printf("rdzvctl %s\n", PACKAGE_VERSION);
+			return CTL_EXIT_OK;
+		case O_NS:
+			ctl.ns = optarg;
+			ctl.given |= OPT_NS;
+			break;
+		case O_REASON:
+			ctl.reason = optarg;
+			ctl.given |= OPT_REASON;
+			break;
+		case 'f':
+			ctl.follow = 1;
+			ctl.given |= OPT_FOLLOW;
+			break;
+		case O_AFTER:
+			ctl.after = strtonum(optarg, -1, LLONG_MAX, &errstr);
+			if (errstr != NULL)
+				return usage_error("--after \"%s\" is %s: a "
+				    "sequence number", optarg, errstr);
+			ctl.given |= OPT_AFTER;
+			break;
+		case ':':
+			return usage_error("%s needs a value",
+			    argv[optind - 1]);
+		default:
+			if (optopt != 0)
+				return usage_error("unknown option -%c",
+				    optopt);
+			return usage_error("unknown option %s",
+			    argv[optind - 1]);
+		}
+	}
+	argc -= optind;
+	argv += optind;
+
+	if (argc > 0) {
+		for (i = 0; i < NCMDS; i++)
+			if (strcmp(argv[0], cmds[i].name) == 0)
+				cmd = &cmds[i];
+		if (cmd == NULL)
+			return usage_error("unknown command \"%s\"", argv[0]);
+	}
+	if (help) {
+		if (cmd != NULL)
+			usage_cmd(stdout, cmd);
+		else
+			usage_global(stdout);
+		return CTL_EXIT_OK;
+	}
+	if (cmd == NULL) {
+		usage_global(stderr);
+		return CTL_EXIT_USAGE;
+	}
+	for (bit = 1; bit <= OPT_AFTER; bit <<= 1)
+		if ((ctl.given & bit) && !(cmd->opts & bit))
+			return usage_error("%s is not an option of %s",
+			    opt_name(bit), cmd->name);
+	if (argc - 1 < cmd->minargs || argc - 1 > cmd->maxargs) {
+		fprintf(stderr, "rdzvctl: usage: rdzvctl %s (rdzvctl %s -h)\n",
+		    cmd->synopsis, cmd->name);
+		return CTL_EXIT_USAGE;
+	}
+
+	if (ep == NULL && (v = getenv("RDZV_ENDPOINT")) != NULL && *v != '\0')
+		ep = v;
+	if (ep == NULL)
+		ep = CTL_DEFAULT_ENDPOINT;
+	ctl.o.endpoint = ctl_endpoint(ep, epbuf, sizeof epbuf);
+	if (ctl.o.token_file == NULL &&
+	    (v = getenv("RDZV_TOKEN_FILE")) != NULL && *v != '\0')
+		ctl.o.token_file = v;
+	ctl.cmd = cmd->name;
+	return cmd->fn(&ctl, argc - 1, argv + 1);
+}

@@ -1,0 +1,1 @@
+# systemd/: the units for rdzvd and rdzv-agent (issue 5).
