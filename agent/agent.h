@@ -43,6 +43,7 @@ struct agent_config {
 	char		*redirects;	/* "N" or "rank:N,..." (torchrun) */
 	char		*tee;
 	char		*local_addr;
+	char		*token_file;	/* rdzvd's shared secret, or NULL */
 	int		 no_python;
 	int		 module;
 	int		 run_path;

@@ -36,7 +36,7 @@ enum cli_id {
 	O_STANDALONE, O_MAX_RESTARTS, O_MONITOR, O_START_METHOD, O_ROLE,
 	O_LOG_DIR, O_REDIRECTS, O_TEE, O_LOCAL_ADDR, O_NO_PYTHON, O_MODULE,
 	O_RUN_PATH, O_NODE_RANK, O_MASTER_ADDR, O_MASTER_PORT, O_GRACE,
-	O_GPUS_PER_WORKER, O_DRY_RUN, O_USE_ENV, O_HELP, O_VERSION,
+	O_GPUS_PER_WORKER, O_TOKEN_FILE, O_DRY_RUN, O_USE_ENV, O_HELP, O_VERSION,
 	O_VERBOSE
 };
 
@@ -73,6 +73,7 @@ static const struct cli_opt {
 	{ "master_port",	O_MASTER_PORT,		0, 0 },
 	{ "grace",		O_GRACE,		0, 0 },
 	{ "gpus_per_worker",	O_GPUS_PER_WORKER,	0, 0 },
+	{ "token_file",		O_TOKEN_FILE,		0, 0 },
 	{ "dry_run",		O_DRY_RUN,		1, 0 },
 	{ "use_env",		O_USE_ENV,		1, 0 },
 	{ "help",		O_HELP,			1, 'h' },
@@ -129,6 +130,8 @@ cli_usage(FILE *f)
 "                            worker to its log file only\n"
 "  -t, --tee N|R:N,...       to the log file and the console\n"
 "  --local_addr ADDR         this node's address as told to rdzvd\n"
+"  --token_file FILE         rdzvd's shared secret (default $RDZV_TOKEN_FILE);\n"
+"                            passed on to workers as RDZV_TOKEN_FILE\n"
 "  --no_python               exec PROGRAM directly, not with python\n"
 "  -m, --module              run PROGRAM as a python module (python -m)\n"
 "  --run_path                run PROGRAM with python (like the default)\n"
@@ -406,6 +409,9 @@ cli_apply(struct agent_config *cfg, const struct cli_opt *o, const char *v)
 		return (0);
 	case O_LOCAL_ADDR:
 		cli_setstr(&cfg->local_addr, v);
+		return (0);
+	case O_TOKEN_FILE:
+		cli_setstr(&cfg->token_file, v);
 		return (0);
 	case O_NO_PYTHON:
 		cfg->no_python = 1;
@@ -787,6 +793,21 @@ cli_parse(struct agent_config *cfg, int argc, char **argv)
 			return (-1);
 		}
 	}
+	if (cfg->token_file == NULL && getenv("RDZV_TOKEN_FILE") != NULL &&
+	    *getenv("RDZV_TOKEN_FILE") != '\0')
+		cli_setstr(&cfg->token_file, getenv("RDZV_TOKEN_FILE"));
+	if (cfg->token_file != NULL && cfg->token_file[0] != '/') {
+		/* Workers run elsewhere: hand them an absolute path. */
+		char	*abs = realpath(cfg->token_file, NULL);
+
+		if (abs == NULL) {
+			fprintf(stderr, "rdzv-agent: --token_file %s: %s\n",
+			    cfg->token_file, strerror(errno));
+			return (-1);
+		}
+		free(cfg->token_file);
+		cfg->token_file = abs;
+	}
 	if (cfg->heartbeat_ms <= 0)
 		cfg->heartbeat_ms = cfg->lease_ms > 0 ? cfg->lease_ms / 4 :
 		    1000;
@@ -822,6 +843,7 @@ cli_print(const struct agent_config *cfg, FILE *f)
 	fprintf(f, "redirects=%s\n", cfg->redirects ? cfg->redirects : "0");
 	fprintf(f, "tee=%s\n", cfg->tee ? cfg->tee : "0");
 	fprintf(f, "local_addr=%s\n", cfg->local_addr ? cfg->local_addr : "");
+	fprintf(f, "token_file=%s\n", cfg->token_file ? cfg->token_file : "");
 	fprintf(f, "no_python=%d\nmodule=%d\n", cfg->no_python, cfg->module);
 	cli_ms(f, "grace", cfg->grace_ms);
 	fprintf(f, "gpus_per_worker=%d\n", cfg->gpus_per_worker);

@@ -196,6 +196,9 @@ agent_worker_vars(int local_rank, const struct rdzv_round *r, size_t *np)
 	agent_setenv(&e, &n, &cap, "TORCHELASTIC_ERROR_FILE", "%s",
 	    logs_error_file(local_rank));
 	agent_setenv(&e, &n, &cap, "RDZV_ENDPOINT", "%s", ag.cfg.endpoint);
+	if (ag.cfg.token_file != NULL)
+		agent_setenv(&e, &n, &cap, "RDZV_TOKEN_FILE", "%s",
+		    ag.cfg.token_file);
 	agent_setenv(&e, &n, &cap, "RDZV_JOB", "%s", ag.cfg.rdzv_id);
 	agent_setenv(&e, &n, &cap, "RDZV_ROUND", "%lld", (long long)r->round);
 	agent_setenv(&e, &n, &cap, "RDZV_NAMESPACE", "%s", r->store_ns);

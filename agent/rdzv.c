@@ -37,6 +37,7 @@
 #include <event2/event.h>
 
 #include "agent.h"
+#include "auth.h"
 #include "log.h"
 #include "rdzv_err.h"
 #include "wire.h"
@@ -50,6 +51,7 @@ enum rdzv_state {
 	RC_IDLE,	/* not connected; the reconnect timer may be armed */
 	RC_CONNECTING,	/* TCP connect in progress */
 	RC_PREAMBLE,	/* our preamble sent, waiting for rdzvd's */
+	RC_AUTH,	/* rdzvd wants the token: challenge, then AUTH reply */
 	RC_JOINING,	/* JOIN sent */
 	RC_JOINED,	/* node attached: heartbeats, pushes, reports */
 	RC_CLOSED,	/* shut down */
@@ -94,6 +96,10 @@ static struct rdzv_reports		 rc_reports =
     TAILQ_HEAD_INITIALIZER(rc_reports);
 static struct wire_limits		 rc_lim;
 static unsigned				 rc_gen;	/* bumps on drop */
+static uint8_t				*rc_token;	/* NULL: none */
+static size_t				 rc_tokenlen;
+static uint8_t				 rc_sn[NAT_NONCE_LEN], rc_cn[NAT_NONCE_LEN];
+static uint32_t				 rc_auth_id;
 
 static void	rdzv_connect(void);
 static void	rdzv_drop(const char *why);
@@ -410,9 +416,64 @@ rdzv_reply(const struct nat_msg *m)
 }
 
 /* Handles one whole frame; may drop the connection. */
+/* The challenge-response (PROTOCOL.md "Authentication"). */
+static void
+rdzv_auth_frame(const struct nat_msg *m)
+{
+	struct nat_rd	rd;
+	struct nat_wr	wr;
+	struct slice	s;
+	uint8_t		mac[NAT_MAC_LEN];
+
+	nat_rd_init(&rd, m->payload);
+	if ((m->flags & NAT_F_PUSH) && m->op == NAT_OP_AUTH_CHALLENGE &&
+	    rc_auth_id == 0) {
+		if (nat_get_bytes(&rd, &s) != 0 || nat_rd_end(&rd) != 0 ||
+		    s.len != NAT_NONCE_LEN) {
+			rdzv_drop("malformed challenge");
+			return;
+		}
+		memcpy(rc_sn, s.p, NAT_NONCE_LEN);
+		arc4random_buf(rc_cn, sizeof rc_cn);
+		if (nat_auth_mac(rc_token, rc_tokenlen, NAT_AUTH_CLIENT_TAG,
+		    rc_sn, rc_cn, mac) != 0)
+			fatalx("HMAC failed");
+		rc_auth_id = rdzv_begin(&wr, NAT_OP_AUTH);
+		nat_put_bytes(&wr, rc_cn, sizeof rc_cn);
+		nat_put_bytes(&wr, mac, sizeof mac);
+		rdzv_end(&wr);
+		return;
+	}
+	if (!(m->flags & NAT_F_REPLY) || m->id != rc_auth_id ||
+	    rc_auth_id == 0) {
+		rdzv_drop("unexpected frame while authenticating");
+		return;
+	}
+	rc_auth_id = 0;
+	if (m->flags & NAT_F_ERROR) {
+		rdzv_fatal(RDZV_EAUTH, "rdzvd refused our token: check "
+		    "--token_file against rdzvd's --token-file");
+		return;
+	}
+	if (nat_get_bytes(&rd, &s) != 0 || nat_rd_end(&rd) != 0 ||
+	    s.len != NAT_MAC_LEN ||
+	    nat_auth_mac(rc_token, rc_tokenlen, NAT_AUTH_SERVER_TAG, rc_cn,
+	    rc_sn, mac) != 0 || !nat_mac_equal(mac, s.p)) {
+		rdzv_fatal(RDZV_EAUTH, "the server at the endpoint does not "
+		    "hold our token: not our rdzvd");
+		return;
+	}
+	evtimer_del(rc_conn_ev);
+	rdzv_send_join();
+}
+
 static void
 rdzv_frame(const struct nat_msg *m)
 {
+	if (rc_state == RC_AUTH) {
+		rdzv_auth_frame(m);
+		return;
+	}
 	if (m->flags & NAT_F_PUSH) {
 		if (m->op == NAT_OP_ROUND)
 			rdzv_round_push(m);
@@ -450,9 +511,19 @@ rdzv_read_cb(struct bufferevent *bev, void *arg)
 			    "protocol version 1");
 			return;
 		}
-		evbuffer_drain(in, NAT_PREAMBLE_LEN);
-		evtimer_del(rc_conn_ev);
-		rdzv_send_join();
+		if (p[5] & NAT_PRE_AUTH) {
+			if (rc_token == NULL) {
+				rdzv_fatal(RDZV_EAUTH, "rdzvd requires a token: "
+				    "pass --token_file or set RDZV_TOKEN_FILE");
+				return;
+			}
+			evbuffer_drain(in, NAT_PREAMBLE_LEN);
+			rc_state = RC_AUTH;
+		} else {
+			evbuffer_drain(in, NAT_PREAMBLE_LEN);
+			evtimer_del(rc_conn_ev);
+			rdzv_send_join();
+		}
 	}
 	while (gen == rc_gen && rc_bev != NULL &&
 	    (len = evbuffer_get_length(in)) >= 4) {
@@ -532,7 +603,7 @@ rdzv_drop(const char *why)
 		bufferevent_free(rc_bev);
 	rc_bev = NULL;
 	rc_state = RC_IDLE;
-	rc_join_id = rc_hb_id = rc_leave_id = 0;
+	rc_join_id = rc_hb_id = rc_leave_id = rc_auth_id = 0;
 	TAILQ_FOREACH(r, &rc_reports, entry)
 		r->id = 0;
 	evtimer_del(rc_hb_ev);
@@ -708,6 +779,19 @@ rdzv_start(struct event_base *base, const struct agent_config *cfg,
 	if (rc_retry_ev == NULL || rc_hb_ev == NULL || rc_leave_ev == NULL ||
 	    rc_conn_ev == NULL)
 		return (RDZV_ENOMEM);
+	if (cfg->token_file != NULL) {
+		char	why[512];
+		int	insecure, rv;
+
+		if ((rv = rdzv_token_load(cfg->token_file, &rc_token,
+		    &rc_tokenlen, &insecure, why, sizeof why)) != 0) {
+			log_warnx("%s", why);
+			return (rv);
+		}
+		if (insecure)
+			log_warnx("token file %s is readable by group or "
+			    "others; chmod 600 it", cfg->token_file);
+	}
 	clock_gettime(CLOCK_MONOTONIC, &rc_down_since);
 	rdzv_connect();
 	return (0);

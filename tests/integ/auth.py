@@ -180,5 +180,44 @@ def test_bad_token_file_is_a_clear_error():
     assert rc == 1 and "cannot read token file" in err, err
 
 
+def agent(d, token_file, out, timeout=30):
+    """Runs a one-node job whose worker writes RDZV_TOKEN_FILE to out."""
+    import subprocess
+    argv = [os.path.join(rt.top_builddir(), "agent", "rdzv-agent"),
+            "--nnodes", "1", "--nproc_per_node", "1",
+            "--rdzv_endpoint", "127.0.0.1:%d" % d.port,
+            "--rdzv_id", "auth-" + os.urandom(4).hex(), "--no_python"]
+    if token_file is not None:
+        argv += ["--token_file", token_file]
+    argv += ["/bin/sh", "-c", 'printf %s "$RDZV_TOKEN_FILE" > ' + out]
+    env = dict(os.environ)
+    env.pop("RDZV_TOKEN_FILE", None)
+    p = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True,
+                       timeout=timeout, env=env, start_new_session=True)
+    return p.returncode, p.stderr.decode(errors="replace")
+
+
+def test_agent_with_token():
+    d = daemon()
+    tmp = rt.mktemp("agent-auth-")
+    tok = os.path.join(tmp, "token")
+    with open(tok, "wb") as f:
+        f.write(TOKEN)
+    os.chmod(tok, 0o600)
+    out = os.path.join(tmp, "seen")
+    rc, err = agent(d, tok, out)
+    assert rc == 0, err
+    assert open(out).read() == tok          # workers get the token file
+    rc, err = agent(d, None, os.path.join(tmp, "x"))
+    assert rc == 1 and "requires a token" in err, err
+    bad = os.path.join(tmp, "bad")
+    with open(bad, "wb") as f:
+        f.write(b"wrong")
+    os.chmod(bad, 0o600)
+    rc, err = agent(d, bad, os.path.join(tmp, "y"))
+    assert rc == 1 and "refused our token" in err, err
+    assert not os.path.exists(os.path.join(tmp, "y"))
+
+
 if __name__ == "__main__":
     rt.main(globals())
