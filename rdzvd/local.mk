@@ -6,14 +6,14 @@ noinst_LTLIBRARIES += rdzvd/libkv.la rdzvd/librdzvd.la
 rdzvd_libkv_la_SOURCES = rdzvd/kv.h rdzvd/kv.c rdzvd/store.h rdzvd/store.c \
 	rdzvd/rdzv.h rdzvd/rdzv.c
 rdzvd_libkv_la_CFLAGS = $(AM_CFLAGS) $(LIBEVENT_CFLAGS) $(SQLITE3_CFLAGS) $(JANSSON_CFLAGS)
-rdzvd_libkv_la_LIBADD = common/libcommon.la $(LIBEVENT_LIBS) $(SQLITE3_LIBS) $(JANSSON_LIBS)
+rdzvd_libkv_la_LIBADD = common/libcommon.la $(LIBEVENT_LIBS) $(SQLITE3_LIBS) $(JANSSON_LIBS) $(LIBSYSTEMD_LIBS)
 
 rdzvd_librdzvd_la_SOURCES = \
 	rdzvd/rdzvd.h rdzvd/embed.h rdzvd/serve.c rdzvd/config.c \
 	rdzvd/server.c rdzvd/proto_tcpstore.c rdzvd/proto_native.c \
 	rdzvd/round.c rdzvd/http.c rdzvd/metrics.c
-rdzvd_librdzvd_la_CFLAGS = $(AM_CFLAGS) $(LIBEVENT_CFLAGS) $(JANSSON_CFLAGS) -DRDZV_STATEDIR='"$(localstatedir)/lib/rdzv"' -DRDZV_SYSCONFDIR='"$(sysconfdir)/rdzv"'
-rdzvd_librdzvd_la_LIBADD = rdzvd/libkv.la common/libcommon.la $(LIBEVENT_LIBS) $(LIBBSD_LIBS) $(SQLITE3_LIBS) $(JANSSON_LIBS)
+rdzvd_librdzvd_la_CFLAGS = $(AM_CFLAGS) $(LIBEVENT_CFLAGS) $(JANSSON_CFLAGS) $(LIBSYSTEMD_CFLAGS) -DRDZV_STATEDIR='"$(localstatedir)/lib/rdzv"' -DRDZV_SYSCONFDIR='"$(sysconfdir)/rdzv"'
+rdzvd_librdzvd_la_LIBADD = rdzvd/libkv.la common/libcommon.la $(LIBEVENT_LIBS) $(LIBBSD_LIBS) $(SQLITE3_LIBS) $(JANSSON_LIBS) $(LIBSYSTEMD_LIBS)
 
 sbin_PROGRAMS += rdzvd/rdzvd
 rdzvd_rdzvd_SOURCES = rdzvd/rdzvd.c

@@ -13,6 +13,10 @@
 #include <event2/event.h>
 #include <event2/thread.h>
 
+#ifdef HAVE_LIBSYSTEMD
+#include <systemd/sd-daemon.h>
+#endif
+
 #include "log.h"
 #include "rdzvd.h"
 
@@ -25,6 +29,9 @@ sig_stop_cb(evutil_socket_t sig, short ev, void *arg)
 	if (server.draining)
 		return;
 	log_info("%s: draining and exiting", strsignal((int)sig));
+#ifdef HAVE_LIBSYSTEMD
+	sd_notify(0, "STOPPING=1");
+#endif
 	server_shutdown();
 	http_stop();
 	event_base_loopexit(base, NULL);
@@ -33,10 +40,16 @@ sig_stop_cb(evutil_socket_t sig, short ev, void *arg)
 static void
 sig_hup_cb(evutil_socket_t sig, short ev, void *arg)
 {
+#ifdef HAVE_LIBSYSTEMD
+	sd_notify(0, "RELOADING=1");
+#endif
 	if (log_reopen() != 0)
 		log_warn("SIGHUP: cannot reopen log file %s", cfg.log_file);
 	else
 		log_info("SIGHUP: log reopened");
+#ifdef HAVE_LIBSYSTEMD
+	sd_notify(0, "READY=1");
+#endif
 }
 
 int
@@ -81,6 +94,10 @@ main(int argc, char **argv)
 	    server.store != NULL ? ", database " : "",
 	    server.store != NULL ? cfg.db : "", (size_t)kv_total_keys(server.kv));
 
+#ifdef HAVE_LIBSYSTEMD
+	/* Type=notify: ready only now that the port files exist. */
+	sd_notifyf(0, "READY=1\nSTATUS=serving on port %d", port);
+#endif
 	event_base_dispatch(base);
 
 	for (i = 0; sigs[i] != NULL; i++)

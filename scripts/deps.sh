@@ -6,7 +6,7 @@ set -euo pipefail
 
 PKGS=(
 	build-essential autoconf automake libtool pkg-config
-	libevent-dev libsqlite3-dev libjansson-dev libssl-dev libbsd-dev uthash-dev
+	libevent-dev libsqlite3-dev libjansson-dev libsystemd-dev libssl-dev libbsd-dev uthash-dev
 	libcmocka-dev sqlite3 curl
 	python3 python3-torch
 	clang libclang-rt-14-dev

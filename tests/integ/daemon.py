@@ -229,6 +229,25 @@ def test_ipv6_listen():
     assert c.get("v6") == b"yes"
 
 
+def test_sd_notify():
+    # systemd's Type=notify: READY=1 once serving, STOPPING=1 on SIGTERM.
+    # A datagram socket stands in for systemd's NOTIFY_SOCKET.
+    tmp = rt.mktemp("notify-")
+    path = os.path.join(tmp, "notify")
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    sock.bind(path)
+    sock.settimeout(10)
+    env = dict(os.environ, NOTIFY_SOCKET=path)
+    d = rt.Rdzvd(durability="memory", env=env)
+    msg = sock.recv(4096).decode()      # one datagram: READY and STATUS
+    assert "READY=1" in msg, msg
+    assert "STATUS=serving on port %d" % d.port in msg, msg
+    d.signal(signal.SIGTERM)
+    assert "STOPPING=1" in sock.recv(4096).decode()
+    assert d.wait(10) == 0
+    sock.close()
+
+
 def test_healthz():
     d = rt.Rdzvd([], durability="memory", db=":memory:")
     st, body, _ = d.http_get("/healthz")
