@@ -87,6 +87,14 @@ def vmrss_kb(pid):
     return None
 
 
+def cpu_ms(pid):
+    """User + system CPU time of pid in ms (clock-tick resolution)."""
+    with open("/proc/%d/stat" % pid) as f:
+        st = f.read()
+    f = st[st.rfind(")") + 2:].split()
+    return (int(f[11]) + int(f[12])) * 1000.0 / os.sysconf("SC_CLK_TCK")
+
+
 def proc_stat(pid):
     """(ppid, session, state) of pid, or None."""
     try:
@@ -125,8 +133,9 @@ class Bench:
         self.procs = []
         self.rows = []		# (experiment, launcher, metric, value, info)
         self.tsv = open(os.path.join(self.results, "events.tsv"), "a")
-        self.rdzvd = None
-        self.rdzvd_port = None
+        self.rdzvds = {}	# launcher name -> (rdzvd process, port)
+        self.variants = [v for v in a.variants.split(",") if v]
+        self.launcher_set = a.launchers.split(",")
         self.njobs = 0
 
     # -- bookkeeping --
@@ -148,7 +157,16 @@ class Bench:
                                  start_new_session=True)
         self.sessions.add(p.pid)
         self.procs.append(p)
+        self.save_sessions()
         return p
+
+    def save_sessions(self):
+        """The live sessions, for restart_vs_torchrun.sh's trap should
+        this driver be killed."""
+        path = os.path.join(self.tmp, "sessions")
+        with open(path + ".tmp", "w") as f:
+            f.write("".join("%d\n" % sid for sid in sorted(self.sessions)))
+        os.rename(path + ".tmp", path)
 
     def ours(self, sessions, mark):
         """Live pids in sessions, or with mark (a directory of ours) in
@@ -199,10 +217,11 @@ class Bench:
                     log("pid %d did not die" % p.pid)
         self.procs = [p for p in self.procs if p.poll() is None]
         self.sessions -= sessions
+        self.save_sessions()
 
     # -- rdzvd --
 
-    def start_rdzvd(self, name):
+    def start_rdzvd(self, name, durability=None):
         d = os.path.join(self.tmp, name)
         os.makedirs(d, exist_ok=True)
         pf = os.path.join(d, "port")
@@ -210,6 +229,8 @@ class Bench:
                 "--port-file", pf, "--http", "off",
                 "--db", os.path.join(d, "rdzvd.db"),
                 "--log-file", os.path.join(d, "rdzvd.log")]
+        if durability:
+            argv += ["--durability", durability]
         p = self.spawn(argv, os.path.join(d, "stderr"), d)
         end = time.monotonic() + 10
         while not os.path.exists(pf):
@@ -227,6 +248,8 @@ class Bench:
             except subprocess.TimeoutExpired:
                 p.kill()
                 p.wait()
+        self.sessions.discard(p.pid)
+        self.save_sessions()
 
     # -- one job --
 
@@ -234,6 +257,11 @@ class Bench:
         self.njobs += 1
         name = "%s-%s-%d" % (exp, "tr" if launcher == "torchrun" else "ra",
                              self.njobs)
+        if launcher != "torchrun" and launcher not in self.rdzvds:
+            dur = launcher.split()[-1].rstrip(")") if "(" in launcher \
+                else None
+            self.rdzvds[launcher] = self.start_rdzvd(
+                "rdzvd-" + (dur or "default"), dur)
         d = os.path.join(self.tmp, name)
         os.makedirs(d)
         marks = os.path.join(d, "marks")
@@ -251,7 +279,8 @@ class Bench:
                     "--redirects", "9:1", "--tee", "9:1"] + prog
         else:
             argv = [self.agent, "--nnodes", "2", "--nproc_per_node", "2",
-                    "--rdzv_endpoint", "127.0.0.1:%d" % self.rdzvd_port,
+                    "--rdzv_endpoint", "127.0.0.1:%d" %
+                    self.rdzvds[launcher][1],
                     "--rdzv_id", name, "--max_restarts",
                     str(MAX_RESTARTS)] + prog
         agents = [self.spawn(argv, os.path.join(d, "agent%d.out" % i), d)
@@ -312,8 +341,25 @@ class Bench:
                 self.record(exp, launcher, what + " -> all 4 started",
                             (max(m["mono"] for m in st.values()) - t0) / 1e6,
                             info)
+        # Where the time went: the agent of the failed worker stopping its
+        # other worker, and the other node's agent (told through rdzvd or
+        # the c10d store) stopping both of its own.
+        ms = self.read_marks(marks)
+        pids = {cur[r]["pid"]: r for r in cur if r != rank}
+        terms = {}
+        for m in ms:
+            if m["kind"] == "term" and m["pid"] in pids and \
+                    m["pid"] not in terms:
+                terms[m["pid"]] = m["mono"]
+        if sib in terms:
+            self.record(exp, launcher, what + " -> same-node worker SIGTERM",
+                        (terms[sib] - t0) / 1e6, info)
+        far = [terms.get(cur[r]["pid"]) for r in cur
+               if r // NPROC != rank // NPROC]
+        if all(far):
+            self.record(exp, launcher, what + " -> other node's workers "
+                        "SIGTERM", (max(far) - t0) / 1e6, info)
         if ev == "exit":
-            ms = self.read_marks(marks)
             ex = [m for m in ms if m["kind"] == "exit" and
                   m["pid"] == victim]
             tm = [m for m in ms if m["kind"] == "term" and m["pid"] == sib]
@@ -325,10 +371,12 @@ class Bench:
                 self.record("notice", launcher, "exit -> sibling SIGTERM",
                             None, info + " marks missing")
             if launcher == "rdzv-agent" and ex:
+                # The stamp is truncated to the millisecond: the line came
+                # before stamp + 1 ms, which is what is recorded.
                 t = self.agent_log_time(d, victim)
                 if t is not None:
                     self.record("notice", launcher, "exit -> agent log line",
-                                (t - ex[0]["real"]) / 1e6, info)
+                                (t + 10**6 - ex[0]["real"]) / 1e6, info)
         return new
 
     @staticmethod
@@ -395,11 +443,17 @@ class Bench:
 
     # -- experiments --
 
-    def launchers(self, j):
+    def launchers(self, j, exp):
         # Alternate which launcher goes first so drift in the machine's
-        # load falls on both alike.
-        return ("torchrun", "rdzv-agent") if j % 2 == 0 else \
-            ("rdzv-agent", "torchrun")
+        # load falls on both alike.  rdzvd durability variants (a only)
+        # come after.
+        pair = [x for x in ("torchrun", "rdzv-agent")
+                if x in self.launcher_set]
+        if j % 2:
+            pair.reverse()
+        if exp == "a":
+            pair += ["rdzv-agent (rdzvd %s)" % v for v in self.variants]
+        return pair
 
     def run_events(self, exp, worker, kinds):
         evs = []
@@ -408,7 +462,7 @@ class Bench:
         jobs = [evs[i:i + MAX_RESTARTS] for i in range(0, len(evs),
                                                         MAX_RESTARTS)]
         for j, chunk in enumerate(jobs):
-            for launcher in self.launchers(j):
+            for launcher in self.launchers(j, exp):
                 log("%s job %d/%d under %s: %s" % (exp, j + 1, len(jobs),
                     launcher, ", ".join("%s r%d" % e for e in chunk)))
                 self.job(launcher, worker, chunk, exp)
@@ -418,6 +472,7 @@ class Bench:
         for i in range(self.reps):
             p, port = self.start_rdzvd("rdzvd-join%d" % i)
             try:
+                cpu0 = cpu_ms(p.pid)
                 out = subprocess.run([PY, script, "--port", str(port),
                                       "--n", "1000", "--job", "j%d" % i],
                                      capture_output=True, text=True,
@@ -433,14 +488,16 @@ class Bench:
                             float(m.group(1)), out.stdout.strip())
                 self.record("join", "rdzv-agent", "rdzvd VmRSS kB after",
                             vmrss_kb(p.pid), "")
+                self.record("join", "rdzv-agent", "rdzvd CPU ms",
+                            cpu_ms(p.pid) - cpu0, "")
             finally:
                 self.stop_proc(p)
 
     # -- report --
 
-    def samples(self, launcher, metric):
-        return [r[3] for r in self.rows if r[1] == launcher and
-                r[2] == metric and r[3] is not None]
+    def samples(self, exp, launcher, metric):
+        return [r[3] for r in self.rows if r[0] == exp and r[1] == launcher
+                and r[2] == metric and r[3] is not None]
 
 
 def fmt(v, unit):
@@ -460,38 +517,53 @@ def med(xs):
 
 
 def report(b):
-    # metric, unit, target text, check(torchrun, rdzv) -> bool or None
+    # exp, metric, unit, what, target, check(torchrun, rdzv-agent medians)
     table = [
-        ("SIGKILL -> all 4 running", "ms", "(a) C worker: kill -> last of "
-         "the 4 new ranks started", ">= 20x", lambda t, r: t / r >= 20),
-        ("exit(1) -> all 4 running", "ms", "(a) C worker: exit(1) -> last "
-         "of the 4 new ranks started", "-", None),
-        ("SIGKILL -> all 4 gloo ready", "ms", "(b) gloo worker: kill -> all "
-         "4 process groups ready (init + allreduce)", "> 1x",
-         lambda t, r: t / r > 1),
-        ("SIGKILL -> all 4 started", "ms", "(b) gloo worker: kill -> all 4 "
-         "python processes started", "-", None),
-        ("exit -> sibling SIGTERM", "ms", "worker exit -> its node's other "
-         "worker gets SIGTERM (agent noticed)", "< 5 ms (rdzv-agent)",
-         lambda t, r: r < 5),
-        ("exit -> agent log line", "ms", "worker exit -> agent's \"failed\" "
-         "log line (1 ms stamps, truncated)", "< 5 ms", lambda t, r: r < 5),
-        ("agent VmRSS kB", "MiB", "agent VmRSS, 2 workers running", "-",
+        ("a", "SIGKILL -> all 4 running", "ms",
+         "(a) C worker: SIGKILL -> last of the 4 new ranks started",
+         ">= 20x", lambda t, r: t / r >= 20),
+        ("a", "SIGKILL -> same-node worker SIGTERM", "ms",
+         "(a) of which: SIGKILL -> the other worker of that node gets "
+         "SIGTERM", "-", None),
+        ("a", "SIGKILL -> other node's workers SIGTERM", "ms",
+         "(a) of which: SIGKILL -> both workers of the other node got "
+         "SIGTERM", "-", None),
+        ("a", "exit(1) -> all 4 running", "ms",
+         "(a) C worker: exit(1) -> last of the 4 new ranks started", "-",
          None),
-        ("1000 joins -> all ROUND pushes", "ms", "1000 simulated agents "
-         "JOIN one job -> all 1000 ROUND pushes in", "< 1 s",
-         lambda t, r: r < 1000),
-        ("rdzvd VmRSS kB after", "MiB", "rdzvd VmRSS after the 1000-node "
-         "round", "-", None),
+        ("b", "SIGKILL -> all 4 gloo ready", "ms",
+         "(b) gloo worker: SIGKILL -> all 4 process groups ready (init + "
+         "allreduce)", "> 1x", lambda t, r: t / r > 1),
+        ("b", "SIGKILL -> all 4 started", "ms",
+         "(b) gloo worker: SIGKILL -> all 4 python processes started", "-",
+         None),
+        ("notice", "exit -> sibling SIGTERM", "ms",
+         "worker exit -> its node's other worker gets SIGTERM (agent "
+         "noticed and acted)", "< 5 ms", lambda t, r: r < 5),
+        ("notice", "exit -> agent log line", "ms",
+         "worker exit -> agent's \"failed\" log line (upper bound: 1 ms "
+         "stamps)", "< 5 ms", lambda t, r: r < 5),
+        ("rss", "agent VmRSS kB", "MiB",
+         "agent VmRSS, 2 workers running", "-", None),
+        ("rss", "rdzvd VmRSS kB (restart jobs)", "MiB",
+         "rdzvd VmRSS after the restart jobs (torchrun: its store is inside "
+         "an agent)", "-", None),
+        ("join", "1000 joins -> all ROUND pushes", "ms",
+         "1000 simulated agents JOIN one job -> all 1000 ROUND pushes in",
+         "< 1 s", lambda t, r: r < 1000),
+        ("join", "rdzvd CPU ms", "ms",
+         "rdzvd CPU time (user + sys) for those 1000 JOINs and pushes", "-",
+         None),
+        ("join", "rdzvd VmRSS kB after", "MiB",
+         "rdzvd VmRSS after the 1000-node round", "-", None),
     ]
-    out = []
-    out.append("| measurement | torchrun 1.13 | rdzv-agent | torchrun / "
-               "rdzv-agent | target | met |")
-    out.append("| --- | ---: | ---: | ---: | --- | --- |")
+    out = ["| measurement | torchrun 1.13 | rdzv-agent | torchrun / "
+           "rdzv-agent | target | met |",
+           "| --- | ---: | ---: | ---: | --- | --- |"]
     detail = []
-    for metric, unit, text, target, check in table:
-        tr = b.samples("torchrun", metric)
-        ra = b.samples("rdzv-agent", metric)
+    for exp, metric, unit, text, target, check in table:
+        tr = b.samples(exp, "torchrun", metric)
+        ra = b.samples(exp, "rdzv-agent", metric)
         if not tr and not ra:
             continue
         mt, mr = med(tr), med(ra)
@@ -508,20 +580,49 @@ def report(b):
             target, met))
         for name, xs in (("torchrun", tr), ("rdzv-agent", ra)):
             if xs:
-                conv = (lambda v: v / 1024.0) if unit == "MiB" else \
-                    (lambda v: v)
-                detail.append("- %s, %s: %s %s" % (
-                    metric, name, ", ".join("%.3g" % conv(x) for x in xs),
-                    "MiB" if unit == "MiB" else "ms"))
-    bad = [r for r in b.rows if r[3] is None]
+                detail.append(samples_line(metric, name, xs, unit))
     print("\n".join(out))
+
+    # rdzv-agent in (a) against rdzvd in each durability mode.
+    names = ["rdzv-agent"] + ["rdzv-agent (rdzvd %s)" % v
+                              for v in b.variants]
+    rows = [("a", "SIGKILL -> all 4 running", "SIGKILL -> all 4 running"),
+            ("a", "SIGKILL -> other node's workers SIGTERM",
+             "SIGKILL -> other node's workers SIGTERM"),
+            ("a", "exit(1) -> all 4 running", "exit(1) -> all 4 running"),
+            ("notice", "exit -> sibling SIGTERM", "exit -> sibling SIGTERM")]
+    if b.variants and any(b.samples("a", n, rows[0][1]) for n in names[1:]):
+        print()
+        print("(a) under rdzv-agent by rdzvd durability (medians; relaxed is "
+              "rdzvd's default and the figure above):")
+        print()
+        print("| rdzvd | " + " | ".join(r[2] for r in rows) + " |")
+        print("| --- |" + " ---: |" * len(rows))
+        for n in names:
+            cells = []
+            for exp, metric, _ in rows:
+                xs = b.samples(exp, n, metric)
+                cells.append(fmt(med(xs), "ms") + " (n=%d)" % len(xs)
+                             if xs else "-")
+                if xs and n != "rdzv-agent":
+                    detail.append(samples_line(metric, n, xs, "ms"))
+            label = "relaxed (default)" if n == "rdzv-agent" else \
+                n.split()[-1].rstrip(")")
+            print("| %s | %s |" % (label, " | ".join(cells)))
     print()
-    print("Medians (n = samples).  Every sample:")
+    print("Every sample:")
     print()
     print("\n".join(detail))
+    bad = [r for r in b.rows if r[3] is None]
     if bad:
         print()
         print("Failed events: " + "; ".join("%s %s %s" % r[:3] for r in bad))
+
+
+def samples_line(metric, name, xs, unit):
+    conv = (lambda v: v / 1024.0) if unit == "MiB" else (lambda v: v)
+    return "- %s, %s: %s %s" % (metric, name, ", ".join(
+        "%.3g" % conv(x) for x in xs), "MiB" if unit == "MiB" else "ms")
 
 
 def main():
@@ -533,6 +634,9 @@ def main():
     ap.add_argument("--tmp", required=True)
     ap.add_argument("--settle", type=float, default=0.5)
     ap.add_argument("--timeout", type=float, default=120.0)
+    ap.add_argument("--launchers", default="torchrun,rdzv-agent")
+    ap.add_argument("--variants", default="strict,memory",
+                    help="rdzvd --durability values also run in (a)")
     a = ap.parse_args()
     b = Bench(a)
 
@@ -543,16 +647,14 @@ def main():
     only = a.only.split(",")
     t_start = time.monotonic()
     try:
-        if "a" in only or "b" in only:
-            b.rdzvd, b.rdzvd_port = b.start_rdzvd("rdzvd")
         if "a" in only:
             b.run_events("a", "c", ("kill", "exit"))
         if "b" in only:
             b.run_events("b", "gloo", ("kill",))
-        if b.rdzvd is not None:
-            b.record("rss", "rdzv-agent", "rdzvd VmRSS kB (restart jobs)",
-                     vmrss_kb(b.rdzvd.pid), "")
-            b.stop_proc(b.rdzvd)
+        for launcher, (p, port) in sorted(b.rdzvds.items()):
+            b.record("rss", launcher, "rdzvd VmRSS kB (restart jobs)",
+                     vmrss_kb(p.pid), "")
+            b.stop_proc(p)
         if "join" in only:
             b.run_join()
     finally:
