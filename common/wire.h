@@ -279,13 +279,26 @@ int	nat_get_bytes(struct nat_rd *, struct slice *);
 int	nat_rd_end(const struct nat_rd *);
 
 /*
- * Frame writer: nat_frame_begin() appends a header with a placeholder
- * length and remembers where; puts append fields; nat_frame_end() patches
- * the length.  All return 0 or -1 (allocation).
+ * Frame writer: nat_frame_begin() starts a frame, puts add fields and
+ * nat_frame_end() sets its length and finishes the frame on out, at a cost
+ * that does not grow with what out queues already.  A frame up to
+ * NAT_WR_STAGE bytes is assembled inside the writer and appended whole by
+ * nat_frame_end(); a larger one goes onto out as it is written when out
+ * queues little (64 KiB), else into an evbuffer of its own that
+ * nat_frame_end() moves onto out.  All return 0 or -1 (allocation); after
+ * a failure out may hold part of a frame larger than the stage, so the
+ * connection must be closed.  Every nat_frame_begin() must be followed by
+ * nat_frame_end(), which releases what the writer holds, and nothing else
+ * may be appended to out in between.
  */
+#define NAT_WR_STAGE	512
 struct nat_wr {
 	struct evbuffer	*out;
-	size_t		 start;	/* offset of the header in out */
+	size_t		 start;	/* offset of the frame in out */
+	struct evbuffer	*body;	/* the frame so far, when in its own buffer */
+	size_t		 used;	/* bytes in stage; 0 once straight on out */
+	int		 failed;	/* or ended */
+	uint8_t		 stage[NAT_WR_STAGE];
 };
 int	nat_frame_begin(struct nat_wr *, struct evbuffer *out, uint16_t op,
 	    uint16_t flags, uint32_t id);

@@ -101,7 +101,10 @@ nat_frame_max(const struct wire_limits *lim)
 /*
  * Checks a preamble (contract in wire.h).  The magic is checked on the
  * bytes present, so a wrong one is refused without waiting for all 8.
- * Version 0 is what a server sends to refuse, so it is never accepted.
+ * Byte 5 may carry NAT_PRE_* flags (a server's preamble; the caller reads
+ * them from buf[5]); unknown flags and non-zero bytes 6 and 7 are
+ * malformed.  Version 0 is what a server sends to refuse, so it is never
+ * accepted.
  */
 int
 nat_preamble_decode(const uint8_t *buf, size_t len, uint8_t *version,
@@ -116,7 +119,7 @@ nat_preamble_decode(const uint8_t *buf, size_t len, uint8_t *version,
 		*need = NAT_PREAMBLE_LEN;
 		return (0);
 	}
-	if (buf[5] != 0 || buf[6] != 0 || buf[7] != 0)
+	if ((buf[5] & ~NAT_PRE_AUTH) != 0 || buf[6] != 0 || buf[7] != 0)
 		return (RDZV_EPROTO);
 	*version = buf[4];
 	if (buf[4] == 0 || buf[4] > NAT_VERSION)
@@ -124,15 +127,23 @@ nat_preamble_decode(const uint8_t *buf, size_t len, uint8_t *version,
 	return (NAT_PREAMBLE_LEN);
 }
 
-/* Appends a preamble carrying version.  Returns 0 or -1. */
+/* Appends a preamble carrying version and no flags.  Returns 0 or -1. */
 int
 nat_preamble_put(struct evbuffer *out, uint8_t version)
+{
+	return (nat_preamble_put_flags(out, version, 0));
+}
+
+/* Appends a server's preamble: version, NAT_PRE_* flags.  0 or -1. */
+int
+nat_preamble_put_flags(struct evbuffer *out, uint8_t version, uint8_t flags)
 {
 	uint8_t	p[NAT_PREAMBLE_LEN];
 
 	memcpy(p, NAT_MAGIC, 4);
 	p[4] = version;
-	p[5] = p[6] = p[7] = 0;
+	p[5] = flags;
+	p[6] = p[7] = 0;
 	return (evbuffer_add(out, p, sizeof(p)) == 0 ? 0 : -1);
 }
 
@@ -246,23 +257,85 @@ nat_rd_end(const struct nat_rd *rd)
 }
 
 /*
- * Appends a frame header with a zero length and remembers where it starts.
- * Nothing else may be appended to out until nat_frame_end().  On failure
- * out may hold part of a frame: the connection is beyond saving.
+ * A frame that outgrows the stage goes straight onto out when out queues
+ * at most this much (its length is then patched where it lies, behind a
+ * few chains at most), and into an evbuffer of its own otherwise.
+ */
+#define NAT_WR_DIRECT_MAX	(64 * 1024)
+
+/*
+ * Starts a frame: its header, with the length still zero, goes into the
+ * stage.  Nothing reaches out before nat_frame_end() unless the frame
+ * outgrows the stage; that is what keeps setting the length cheap: the
+ * header is in the writer's own memory, at the start of its own evbuffer,
+ * or behind at most NAT_WR_DIRECT_MAX bytes of out, never behind however
+ * much out queues, which evbuffer could only reach by walking its chains.
  */
 int
 nat_frame_begin(struct nat_wr *w, struct evbuffer *out, uint16_t op,
     uint16_t flags, uint32_t id)
 {
-	uint8_t	h[NAT_HDR_LEN];
-
 	w->out = out;
 	w->start = evbuffer_get_length(out);
-	nat_put32(h, 0);
-	nat_put16(h + 4, op);
-	nat_put16(h + 6, flags);
-	nat_put32(h + 8, id);
-	return (evbuffer_add(out, h, sizeof(h)) == 0 ? 0 : -1);
+	w->body = NULL;
+	w->failed = 0;
+	nat_put32(w->stage, 0);
+	nat_put16(w->stage + 4, op);
+	nat_put16(w->stage + 6, flags);
+	nat_put32(w->stage + 8, id);
+	w->used = NAT_HDR_LEN;
+	return (0);
+}
+
+/* Drops the frame being written; nat_frame_end() will add nothing more. */
+static void
+nat_wr_fail(struct nat_wr *w)
+{
+	if (w->body != NULL)
+		evbuffer_free(w->body);
+	w->body = NULL;
+	w->failed = 1;
+}
+
+/*
+ * Adds n bytes of field data: to the stage while they fit, then, stage
+ * first, to out directly (w->used = 0) or to an evbuffer of the frame's
+ * own (w->body).  A failure drops the frame.
+ */
+static int
+nat_wr_add(struct nat_wr *w, const void *p, size_t n)
+{
+	struct evbuffer	*dst;
+
+	if (w->failed)
+		return (-1);
+	if (w->body == NULL && w->used != 0) {
+		if (sizeof(w->stage) - w->used >= n) {
+			if (n != 0)
+				memcpy(w->stage + w->used, p, n);
+			w->used += n;
+			return (0);
+		}
+		/* Only where the header will land at w->start. */
+		if (evbuffer_get_length(w->out) == w->start &&
+		    w->start <= NAT_WR_DIRECT_MAX) {
+			if (evbuffer_add(w->out, w->stage, w->used) != 0)
+				goto fail;
+			w->used = 0;
+		} else {
+			if ((w->body = evbuffer_new()) == NULL)
+				goto fail;
+			if (evbuffer_add(w->body, w->stage, w->used) != 0)
+				goto fail;
+		}
+	}
+	dst = w->body != NULL ? w->body : w->out;
+	if (n != 0 && evbuffer_add(dst, p, n) != 0)
+		goto fail;
+	return (0);
+fail:
+	nat_wr_fail(w);
+	return (-1);
 }
 
 /* Appends an 'i' field. */
@@ -273,69 +346,91 @@ nat_put_i64(struct nat_wr *w, int64_t v)
 
 	f[0] = NAT_T_I64;
 	nat_put64(f + 1, (uint64_t)v);
-	return (evbuffer_add(w->out, f, sizeof(f)) == 0 ? 0 : -1);
+	return (nat_wr_add(w, f, sizeof(f)));
 }
 
 /*
- * Appends a 'b' field.  Short data is copied with its tag in one call,
- * as most fields are keys and small values.  More than UINT32_MAX bytes
- * cannot be encoded: -1.
+ * Appends a 'b' field.  More than UINT32_MAX bytes cannot be encoded: -1
+ * (and the frame is dropped).
  */
 int
 nat_put_bytes(struct nat_wr *w, const void *p, size_t n)
 {
-	uint8_t	f[5 + 123];
+	uint8_t	f[5];
 
-	if (n > UINT32_MAX)
+	if (n > UINT32_MAX) {
+		nat_wr_fail(w);
 		return (-1);
+	}
 	f[0] = NAT_T_BYTES;
 	nat_put32(f + 1, (uint32_t)n);
-	if (n <= sizeof(f) - 5) {
-		if (n != 0)
-			memcpy(f + 5, p, n);
-		return (evbuffer_add(w->out, f, 5 + n) == 0 ? 0 : -1);
-	}
-	if (evbuffer_add(w->out, f, 5) != 0 || evbuffer_add(w->out, p, n) != 0)
+	if (nat_wr_add(w, f, sizeof(f)) != 0)
 		return (-1);
-	return (0);
+	return (nat_wr_add(w, p, n));
 }
 
 /*
- * Patches the frame's length field.  The field may straddle evbuffer
- * chains, so it is found with evbuffer_ptr_set() and written through the
- * extents evbuffer_peek() returns; the header came from evbuffer_add(), so
- * those chains are the buffer's own, writable memory.  A body over
- * UINT32_MAX cannot be framed: -1.
+ * Writes the 4-byte little-endian v at offset off of buf, which may
+ * straddle chains: found with evbuffer_ptr_set() and written through the
+ * extents evbuffer_peek() returns (the chains are the buffer's own memory,
+ * filled by evbuffer_add()).  Returns 0 or -1.
+ */
+static int
+nat_patch32(struct evbuffer *buf, size_t off, uint32_t v)
+{
+	struct evbuffer_ptr	 pos;
+	struct evbuffer_iovec	 iov[4];
+	uint8_t			 b[4], *q;
+	size_t			 i, k;
+	int			 n, j;
+
+	nat_put32(b, v);
+	if (evbuffer_ptr_set(buf, &pos, off, EVBUFFER_PTR_SET) != 0)
+		return (-1);
+	n = evbuffer_peek(buf, sizeof(b), &pos, iov, 4);
+	if (n < 1 || n > 4)
+		return (-1);
+	k = 0;
+	for (j = 0; j < n && k < sizeof(b); j++) {
+		q = iov[j].iov_base;
+		for (i = 0; i < iov[j].iov_len && k < sizeof(b); i++)
+			q[i] = b[k++];
+	}
+	return (k == sizeof(b) ? 0 : -1);
+}
+
+/*
+ * Sets the frame's length and finishes it on out: a staged frame goes with
+ * one copy, a frame with its own evbuffer has the length written at that
+ * buffer's start and its chains moved onto out, and a frame written
+ * straight onto out has it patched in place.  A body over UINT32_MAX
+ * cannot be framed.  Returns 0 or -1; the writer is spent either way.
  */
 int
 nat_frame_end(struct nat_wr *w)
 {
-	struct evbuffer_ptr	 pos;
-	struct evbuffer_iovec	 v[4];
-	uint8_t			 lenb[4];
-	size_t			 total, body, i, k;
-	uint8_t			*q;
-	int			 n, j;
+	size_t	total;
+	int	rc = -1;
 
-	total = evbuffer_get_length(w->out);
-	if (total < w->start || total - w->start < NAT_HDR_LEN)
+	if (w->failed)
 		return (-1);
-	body = total - w->start - 4;
-	if (body > UINT32_MAX)
-		return (-1);
-	nat_put32(lenb, (uint32_t)body);
-	if (evbuffer_ptr_set(w->out, &pos, w->start, EVBUFFER_PTR_SET) != 0)
-		return (-1);
-	n = evbuffer_peek(w->out, sizeof(lenb), &pos, v, 4);
-	if (n < 1 || n > 4)
-		return (-1);
-	k = 0;
-	for (j = 0; j < n && k < sizeof(lenb); j++) {
-		q = v[j].iov_base;
-		for (i = 0; i < v[j].iov_len && k < sizeof(lenb); i++)
-			q[i] = lenb[k++];
+	if (w->body == NULL && w->used != 0) {
+		nat_put32(w->stage, (uint32_t)(w->used - 4));
+		rc = evbuffer_add(w->out, w->stage, w->used) == 0 ? 0 : -1;
+	} else if (w->body == NULL) {
+		total = evbuffer_get_length(w->out) - w->start;
+		if (total - 4 <= UINT32_MAX)
+			rc = nat_patch32(w->out, w->start,
+			    (uint32_t)(total - 4));
+	} else {
+		total = evbuffer_get_length(w->body);
+		if (total - 4 <= UINT32_MAX &&
+		    nat_patch32(w->body, 0, (uint32_t)(total - 4)) == 0 &&
+		    evbuffer_add_buffer(w->out, w->body) == 0)
+			rc = 0;
 	}
-	return (k == sizeof(lenb) ? 0 : -1);
+	nat_wr_fail(w);		/* spent: a second end adds nothing */
+	return (rc);
 }
 
 /*

@@ -963,6 +963,32 @@ test_nat_preamble(void **state)
 	assert_int_equal(nat_preamble_decode(p, 8, &ver, &need),
 	    RDZV_EVERSION);
 	assert_int_equal(ver, 2);
+	/* Byte 5: a server's NAT_PRE_* flags; unknown flags are malformed. */
+	p[5] = NAT_PRE_AUTH;
+	p[4] = 1;
+	assert_int_equal(nat_preamble_decode(p, 8, &ver, &need),
+	    NAT_PREAMBLE_LEN);
+	p[5] = 0x02;
+	assert_int_equal(nat_preamble_decode(p, 8, &ver, &need), RDZV_EPROTO);
+	p[5] = 0x80 | NAT_PRE_AUTH;
+	assert_int_equal(nat_preamble_decode(p, 8, &ver, &need), RDZV_EPROTO);
+	p[5] = 0;
+	p[7] = 1;
+	assert_int_equal(nat_preamble_decode(p, 8, &ver, &need), RDZV_EPROTO);
+	p[7] = 0;
+	out = evbuffer_new();
+	assert_non_null(out);
+	assert_int_equal(nat_preamble_put_flags(out, NAT_VERSION,
+	    NAT_PRE_AUTH), 0);
+	assert_int_equal(evbuffer_get_length(out), NAT_PREAMBLE_LEN);
+	q = evbuffer_pullup(out, -1);
+	assert_memory_equal(q, "RDZV\x01\x01\x00\x00", 8);
+	ver = 0;
+	assert_int_equal(nat_preamble_decode(q, 8, &ver, &need),
+	    NAT_PREAMBLE_LEN);
+	assert_int_equal(ver, 1);
+	evbuffer_free(out);
+
 	/* A TCPStore client is not native. */
 	assert_int_equal(nat_preamble_decode((const uint8_t *)"\x00\xce", 2,
 	    &ver, &need), RDZV_EPROTO);
@@ -1199,27 +1225,41 @@ test_nat_reader(void **state)
 
 /* Writer -> decoder -> reader for every op's field list. */
 static const char *nat_fields[NAT_OP_MAX + 1] = {
-	NULL,
-	"b",		/* PING */
-	"bbb",		/* SET */
-	"bb",		/* GET */
-	"bbi",		/* ADD */
-	"bbbb",		/* CAS */
-	"bin",		/* WAIT: ns, timeout, n keys */
-	"bn",		/* CHECK */
-	"bb",		/* DELETE */
-	"b",		/* NUM_KEYS */
-	"bbb",		/* APPEND */
-	"bn",		/* MULTI_GET */
-	"bN",		/* MULTI_SET: n pairs */
-	"bbb",		/* QUEUE_PUSH */
-	"bbi",		/* QUEUE_POP */
-	"bb",		/* QUEUE_LEN */
-	"b",		/* LIST_KEYS */
-	"bbii",		/* BARRIER */
-	"i",		/* CANCEL */
-	"bb",		/* WATCH */
-	"bbibb",	/* WATCH_EVENT */
+	[NAT_OP_PING] = "b",
+	[NAT_OP_SET] = "bbb",
+	[NAT_OP_GET] = "bb",
+	[NAT_OP_ADD] = "bbi",
+	[NAT_OP_CAS] = "bbbb",
+	[NAT_OP_WAIT] = "bin",		/* ns, timeout, n keys */
+	[NAT_OP_CHECK] = "bn",
+	[NAT_OP_DELETE] = "bb",
+	[NAT_OP_NUM_KEYS] = "b",
+	[NAT_OP_APPEND] = "bbb",
+	[NAT_OP_MULTI_GET] = "bn",
+	[NAT_OP_MULTI_SET] = "bN",	/* n pairs */
+	[NAT_OP_QUEUE_PUSH] = "bbb",
+	[NAT_OP_QUEUE_POP] = "bbi",
+	[NAT_OP_QUEUE_LEN] = "bb",
+	[NAT_OP_LIST_KEYS] = "b",
+	[NAT_OP_BARRIER] = "bbii",
+	[NAT_OP_CANCEL] = "i",
+	[NAT_OP_WATCH] = "bb",
+	[NAT_OP_WATCH_EVENT] = "bbibb",
+	[NAT_OP_JOIN] = "bbbbiiiiiii",
+	[NAT_OP_HEARTBEAT] = "bi",
+	[NAT_OP_LEAVE] = "bi",
+	[NAT_OP_FAILURE] = "biiiiiib",
+	[NAT_OP_SUCCEEDED] = "bii",
+	[NAT_OP_ROUND] = "biiiiiiiiibib",
+	[NAT_OP_JOB_STATUS] = "b",
+	[NAT_OP_ADMIN_STATUS] = "",
+	[NAT_OP_ADMIN_JOBS] = "",
+	[NAT_OP_ADMIN_JOB] = "b",
+	[NAT_OP_ADMIN_EVENTS] = "bii",
+	[NAT_OP_ADMIN_CLOSE] = "bb",
+	[NAT_OP_ADMIN_EVICT] = "bi",
+	[NAT_OP_AUTH_CHALLENGE] = "b",
+	[NAT_OP_AUTH] = "bb",
 };
 
 static void
@@ -1240,6 +1280,8 @@ test_nat_roundtrip(void **state)
 	out = evbuffer_new();
 	assert_non_null(out);
 	for (op = 1; op <= NAT_OP_MAX; op++) {
+		/* A new op needs its field list here. */
+		assert_non_null(nat_fields[op]);
 		assert_int_equal(nat_frame_begin(&w, out, op, 0, 1000 + op), 0);
 		cnt = 0;
 		for (f = nat_fields[op]; *f != '\0'; f++) {
@@ -1366,61 +1408,213 @@ test_nat_writer_bytes(void **state)
 }
 
 /*
- * The length field patched by nat_frame_end() lands wherever the header
- * was put: behind other data of every size, so that it straddles evbuffer
- * chain boundaries.  Checks that straddling really happened.
+ * Frames of every size around the stage (NAT_WR_STAGE), written behind
+ * queued data of many sizes, so that the three ways a frame is built (in
+ * the stage, straight onto out behind at most 64 KiB, in its own buffer
+ * behind more) meet every chain layout; each must decode to what was put.
  */
 static void
-test_nat_writer_straddle(void **state)
+test_nat_writer_sizes(void **state)
 {
-	struct evbuffer		*out;
-	struct evbuffer_ptr	 ptr;
-	struct evbuffer_iovec	 v[4];
-	struct nat_wr		 w;
-	struct nat_msg		 msg;
-	struct nat_rd		 rd;
-	struct slice		 s;
-	uint8_t			*p, fill[9000];
-	size_t			 pre, need;
-	int			 straddled = 0, f;
+	struct evbuffer	*out;
+	struct nat_wr	 w;
+	struct nat_msg	 msg;
+	struct nat_rd	 rd;
+	struct slice	 s;
+	int64_t		 v;
+	uint8_t		*p, *fill;
+	size_t		 pre, vlen, need, flen, i, fillsz, before;
+	const size_t	 pres[] = { 0, 1, 3, 100, 1000, 4093, 4094, 4095,
+			    4096, 4097, 5000, 8191, 8192, 8999, 65536, 65537,
+			    70001, 1 << 20 };
+	int		 staged = 0, direct = 0, own = 0;
 
-	memset(fill, 'z', sizeof(fill));
-	for (pre = 0; pre < sizeof(fill); pre += (pre < 5000 ? 1 : 7)) {
-		out = evbuffer_new();
-		assert_non_null(out);
-		if (pre != 0)
-			assert_int_equal(evbuffer_add(out, fill, pre), 0);
-		assert_int_equal(nat_frame_begin(&w, out, NAT_OP_PING, 0,
-		    (uint32_t)pre), 0);
-		assert_int_equal(evbuffer_ptr_set(out, &ptr, pre,
-		    EVBUFFER_PTR_SET), 0);
-		if (evbuffer_peek(out, 4, &ptr, v, 4) > 1)
-			straddled++;
-		for (f = 0; f < 3; f++)
-			assert_int_equal(nat_put_bytes(&w, fill, 100 + f), 0);
-		assert_int_equal(nat_frame_end(&w), 0);
-		/* And one more frame right behind. */
-		assert_int_equal(nat_frame_begin(&w, out, NAT_OP_PING, 0, 1), 0);
-		assert_int_equal(nat_put_bytes(&w, "x", 1), 0);
-		assert_int_equal(nat_frame_end(&w), 0);
+	fillsz = (1 << 20) + 4096;
+	fill = malloc(fillsz);
+	assert_non_null(fill);
+	for (i = 0; i < fillsz; i++)
+		fill[i] = (uint8_t)(i * 7);
+	for (i = 0; i < sizeof(pres) / sizeof(pres[0]); i++) {
+		pre = pres[i];
+		for (vlen = 0; vlen < 1100;
+		    vlen += vlen < 470 ? 47 : pre > 9000 ? 5 : 1) {
+			out = evbuffer_new();
+			assert_non_null(out);
+			if (pre != 0)
+				assert_int_equal(evbuffer_add(out, fill, pre),
+				    0);
+			assert_int_equal(nat_frame_begin(&w, out, NAT_OP_GET,
+			    NAT_F_REPLY, (uint32_t)vlen), 0);
+			assert_int_equal(nat_put_i64(&w, -(int64_t)vlen), 0);
+			assert_int_equal(nat_put_bytes(&w, fill, vlen), 0);
+			assert_int_equal(nat_put_bytes(&w, fill + 1, 3), 0);
+			flen = NAT_HDR_LEN + 9 + 5 + vlen + 5 + 3;
+			before = evbuffer_get_length(out);
+			if (flen <= NAT_WR_STAGE) {
+				/* Staged: nothing on out yet. */
+				assert_int_equal(before, pre);
+				assert_null(w.body);
+				staged++;
+			} else if (pre <= 65536) {
+				/* Straight onto out, patched at the end. */
+				assert_int_equal(before, pre + flen);
+				assert_null(w.body);
+				direct++;
+			} else {
+				/* In its own buffer. */
+				assert_int_equal(before, pre);
+				assert_non_null(w.body);
+				own++;
+			}
+			assert_int_equal(nat_frame_end(&w), 0);
+			assert_int_equal(evbuffer_get_length(out), pre + flen);
+			assert_int_equal(w.start, pre);
 
-		p = evbuffer_pullup(out, -1);
-		assert_int_equal(nat_decode(p + pre,
-		    evbuffer_get_length(out) - pre, &deflim, &msg, &need),
-		    12 + 3 * 5 + 303);
-		assert_int_equal(msg.id, (uint32_t)pre);
-		nat_rd_init(&rd, msg.payload);
-		for (f = 0; f < 3; f++) {
+			p = evbuffer_pullup(out, -1);
+			assert_memory_equal(p, fill, pre);
+			assert_int_equal(nat_decode(p + pre, flen, &deflim,
+			    &msg, &need), (int)flen);
+			assert_int_equal(msg.op, NAT_OP_GET);
+			assert_int_equal(msg.flags, NAT_F_REPLY);
+			assert_int_equal(msg.id, vlen);
+			nat_rd_init(&rd, msg.payload);
+			assert_int_equal(nat_get_i64(&rd, &v), 0);
+			assert_true(v == -(int64_t)vlen);
 			assert_int_equal(nat_get_bytes(&rd, &s), 0);
-			assert_int_equal(s.len, 100 + f);
+			assert_int_equal(s.len, vlen);
+			if (vlen != 0)
+				assert_memory_equal(s.p, fill, vlen);
+			assert_int_equal(nat_get_bytes(&rd, &s), 0);
+			assert_memory_equal(s.p, fill + 1, 3);
+			assert_int_equal(nat_rd_end(&rd), 0);
+			evbuffer_free(out);
 		}
-		assert_int_equal(nat_rd_end(&rd), 0);
-		assert_int_equal(nat_decode(p + pre + 12 + 15 + 303,
-		    evbuffer_get_length(out) - pre - 12 - 15 - 303, &deflim,
-		    &msg, &need), 12 + 6);
-		evbuffer_free(out);
 	}
-	assert_true(straddled > 0);
+	assert_true(staged > 0 && direct > 0 && own > 0);
+	free(fill);
+}
+
+/* A large value (1 MiB) and many fields, then a small frame behind it. */
+static void
+test_nat_writer_large(void **state)
+{
+	struct evbuffer	*out;
+	struct nat_wr	 w;
+	struct nat_msg	 msg;
+	struct nat_rd	 rd;
+	struct slice	 s;
+	int64_t		 v;
+	uint8_t		*big, *p;
+	size_t		 need, n, i;
+	int		 rc;
+
+	n = 1 << 20;
+	big = malloc(n);
+	assert_non_null(big);
+	for (i = 0; i < n; i++)
+		big[i] = (uint8_t)(i >> 3);
+	out = evbuffer_new();
+	assert_non_null(out);
+	assert_int_equal(nat_frame_begin(&w, out, NAT_OP_MULTI_SET, 0, 5), 0);
+	assert_int_equal(nat_put_bytes(&w, "ns", 2), 0);
+	assert_int_equal(nat_put_i64(&w, 1000), 0);
+	for (i = 0; i < 1000; i++) {
+		assert_int_equal(nat_put_bytes(&w, "key", 3), 0);
+		assert_int_equal(nat_put_bytes(&w, big, i == 500 ? n : 1), 0);
+	}
+	assert_int_equal(nat_frame_end(&w), 0);
+	assert_int_equal(nat_put_error(out, NAT_OP_GET, 6, RDZV_ENOTFOUND,
+	    "x"), 0);
+	p = evbuffer_pullup(out, -1);
+	rc = nat_decode(p, evbuffer_get_length(out), &deflim, &msg, &need);
+	assert_int_equal(rc, NAT_HDR_LEN + 7 + 9 + 1000 * 8 + 999 * 6 + 5 + n);
+	nat_rd_init(&rd, msg.payload);
+	assert_int_equal(nat_get_bytes(&rd, &s), 0);
+	assert_int_equal(nat_get_i64(&rd, &v), 0);
+	assert_int_equal(v, 1000);
+	for (i = 0; i < 1000; i++) {
+		assert_int_equal(nat_get_bytes(&rd, &s), 0);
+		assert_true(slice_is(s, "key"));
+		assert_int_equal(nat_get_bytes(&rd, &s), 0);
+		assert_int_equal(s.len, i == 500 ? n : 1);
+		assert_memory_equal(s.p, big, s.len);
+	}
+	assert_int_equal(nat_rd_end(&rd), 0);
+	assert_int_equal(nat_decode(p + rc, evbuffer_get_length(out) - rc,
+	    &deflim, &msg, &need), (int)evbuffer_get_length(out) - rc);
+	assert_int_equal(msg.id, 6);
+	evbuffer_free(out);
+	free(big);
+}
+
+/*
+ * A failed put drops the frame: nothing of it reaches out when it was in
+ * the stage or its own buffer (which is freed: ASan would tell).
+ */
+static void
+test_nat_writer_failure(void **state)
+{
+	struct evbuffer	*out;
+	struct nat_wr	 w;
+	uint8_t		*b;
+	size_t		 bsz = 70000, len;
+
+	b = calloc(1, bsz);
+	assert_non_null(b);
+	out = evbuffer_new();
+	assert_non_null(out);
+	assert_int_equal(evbuffer_add(out, "abc", 3), 0);
+
+	/* In the stage. */
+	assert_int_equal(nat_frame_begin(&w, out, NAT_OP_SET, 0, 1), 0);
+	assert_int_equal(nat_put_bytes(&w, "k", 1), 0);
+	assert_int_equal(nat_put_bytes(&w, b, (size_t)UINT32_MAX + 1), -1);
+	assert_int_equal(nat_put_i64(&w, 1), -1);
+	assert_int_equal(nat_frame_end(&w), -1);
+	assert_int_equal(evbuffer_get_length(out), 3);
+
+	/* Ending twice adds the frame once. */
+	assert_int_equal(nat_frame_begin(&w, out, NAT_OP_PING, 0, 3), 0);
+	assert_int_equal(nat_frame_end(&w), 0);
+	assert_int_equal(nat_frame_end(&w), -1);
+	assert_int_equal(evbuffer_get_length(out), 3 + 12);
+	assert_int_equal(nat_frame_begin(&w, out, NAT_OP_PING, 0, 4), 0);
+	assert_int_equal(nat_put_bytes(&w, b, 600), 0);
+	assert_int_equal(nat_frame_end(&w), 0);
+	assert_int_equal(nat_frame_end(&w), -1);
+	len = 3 + 12 + 12 + 5 + 600;
+	assert_int_equal(evbuffer_get_length(out), len);
+
+	/* Straight onto out: the frame's start stays there (close it). */
+	assert_int_equal(nat_frame_begin(&w, out, NAT_OP_SET, 0, 5), 0);
+	assert_int_equal(nat_put_bytes(&w, b, 600), 0);
+	assert_null(w.body);
+	assert_true(evbuffer_get_length(out) > len);
+	assert_int_equal(nat_put_bytes(&w, b, (size_t)UINT32_MAX + 1), -1);
+	assert_int_equal(nat_frame_end(&w), -1);
+	evbuffer_free(out);
+
+	/* Behind more than 64 KiB: in its own buffer, freed on failure. */
+	out = evbuffer_new();
+	assert_non_null(out);
+	assert_int_equal(evbuffer_add(out, b, bsz), 0);
+	assert_int_equal(nat_frame_begin(&w, out, NAT_OP_SET, 0, 2), 0);
+	assert_int_equal(nat_put_bytes(&w, b, 600), 0);
+	assert_non_null(w.body);
+	assert_int_equal(nat_put_bytes(&w, b, (size_t)UINT32_MAX + 1), -1);
+	assert_null(w.body);
+	assert_int_equal(nat_put_bytes(&w, "v", 1), -1);
+	assert_int_equal(nat_frame_end(&w), -1);
+	assert_int_equal(evbuffer_get_length(out), bsz);
+	/* Abandoning a writer in its own buffer would leak: end frees it. */
+	assert_int_equal(nat_frame_begin(&w, out, NAT_OP_SET, 0, 2), 0);
+	assert_int_equal(nat_put_bytes(&w, b, 600), 0);
+	assert_non_null(w.body);
+	assert_int_equal(nat_frame_end(&w), 0);
+	assert_null(w.body);
+	assert_int_equal(evbuffer_get_length(out), bsz + 12 + 5 + 600);
+	evbuffer_free(out);
+	free(b);
 }
 
 /* A native byte stream split in two at every byte, as a server reads it. */
@@ -1523,7 +1717,9 @@ main(void)
 		cmocka_unit_test(test_nat_reader),
 		cmocka_unit_test(test_nat_roundtrip),
 		cmocka_unit_test(test_nat_writer_bytes),
-		cmocka_unit_test(test_nat_writer_straddle),
+		cmocka_unit_test(test_nat_writer_sizes),
+		cmocka_unit_test(test_nat_writer_large),
+		cmocka_unit_test(test_nat_writer_failure),
 		cmocka_unit_test(test_nat_split),
 	};
 
