@@ -9,6 +9,7 @@
 #ifndef RDZV_CTL_H
 #define RDZV_CTL_H
 
+#include <signal.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -61,8 +62,13 @@ int	ctl_vadmin(struct rdzv_client *, int timeout_ms, char **reply,
 	    size_t *len, char *errmsg, size_t errsz, uint16_t op,
 	    const char *fmt, va_list ap);
 
-/* Set from a SIGINT/SIGTERM handler: a waiting ctl_admin() gives up. */
-extern volatile int	ctl_interrupted;
+/*
+ * Catches SIGINT and SIGTERM: from then on they set ctl_interrupted and
+ * a waiting ctl_admin() returns RDZV_ECANCELED, however late or early
+ * the signal comes.
+ */
+void	ctl_catch_signals(void);
+extern volatile sig_atomic_t	ctl_interrupted;
 
 /* ---- ctl_fmt.c ---- */
 

@@ -20,6 +20,7 @@
 #include <limits.h>
 #include <netdb.h>
 #include <poll.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,7 +35,11 @@
 #include "rdzv_err.h"
 #include "wire.h"
 
-volatile int	ctl_interrupted;
+volatile sig_atomic_t	ctl_interrupted;
+
+/* With ctl_catch_signals(): SIGINT and SIGTERM open only inside ppoll. */
+static sigset_t	ctl_pollmask;
+static int	ctl_catching;
 
 static uint32_t	ctl_next_id = 0x40000000;
 
@@ -123,8 +128,9 @@ ctl_connect_error(const struct ctl_opts *o, int code)
 		return CTL_EXIT_CONN;
 	case RDZV_ETIMEDOUT:
 		fprintf(stderr, "rdzvctl: cannot connect to %s: no answer "
-		    "within %d ms — is the address right, or a firewall in the "
-		    "way? (--timeout to wait longer)\n", o->endpoint,
+		    "within %d ms — is it rdzvd's main port (default 29400, "
+		    "not its HTTP port), and no firewall in the way? "
+		    "(--timeout to wait longer)\n", o->endpoint,
 		    o->timeout_ms);
 		return CTL_EXIT_CONN;
 	case RDZV_EPROTO:
@@ -178,27 +184,61 @@ ctl_connect(const struct ctl_opts *o, int retry, int *status)
 	return NULL;
 }
 
+static void
+ctl_interrupt_cb(int sig)
+{
+	ctl_interrupted = 1;
+}
+
+void
+ctl_catch_signals(void)
+{
+	struct sigaction	sa;
+	sigset_t		block;
+
+	memset(&sa, 0, sizeof sa);
+	sa.sa_handler = ctl_interrupt_cb;
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGTERM, &sa, NULL);
+	/*
+	 * Blocked everywhere but in ppoll(), so a signal that comes while
+	 * we print is seen by the next wait instead of being lost before it.
+	 */
+	sigemptyset(&block);
+	sigaddset(&block, SIGINT);
+	sigaddset(&block, SIGTERM);
+	sigprocmask(SIG_BLOCK, &block, &ctl_pollmask);
+	sigdelset(&ctl_pollmask, SIGINT);
+	sigdelset(&ctl_pollmask, SIGTERM);
+	ctl_catching = 1;
+}
+
 /* Waits for events on fd until deadline (-1: none); 1 ready, else <0. */
 static int
 ctl_poll(int fd, short events, int64_t deadline)
 {
-	struct pollfd	pfd;
-	int64_t		left;
-	int		n;
+	struct pollfd	 pfd;
+	struct timespec	 ts, *tsp;
+	int64_t		 left;
+	int		 n;
 
 	for (;;) {
-		left = -1;
+		tsp = NULL;
 		if (deadline >= 0) {
 			left = deadline - ctl_now_ms();
 			if (left < 0)
 				left = 0;
-			if (left > INT_MAX)
-				left = INT_MAX;
+			ts.tv_sec = left / 1000;
+			ts.tv_nsec = (left % 1000) * 1000000;
+			tsp = &ts;
 		}
 		pfd.fd = fd;
 		pfd.events = events;
 		pfd.revents = 0;
-		n = poll(&pfd, 1, (int)left);
+		if (ctl_interrupted)
+			return RDZV_ECANCELED;
+		n = ppoll(&pfd, 1, tsp, ctl_catching ? &ctl_pollmask : NULL);
 		if (n > 0)
 			return 1;
 		if (n == 0)

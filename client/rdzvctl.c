@@ -482,12 +482,6 @@ events_print(struct ctl *ctl, json_t *arr, int follow, int64_t *last)
 	fflush(stdout);
 }
 
-static void
-ctl_interrupt_cb(int sig)
-{
-	ctl_interrupted = 1;
-}
-
 /* 1 when the job is closed (succeeded or failed), 0 if not, <0 error. */
 static int
 events_job_closed(struct ctl *ctl, struct rdzv_client *c, const char *job)
@@ -514,68 +508,82 @@ events_job_closed(struct ctl *ctl, struct rdzv_client *c, const char *job)
 }
 
 /*
- * events --follow: waits in rdzvd for each next batch, reconnecting
- * (within --timeout) when rdzvd restarts, until the job closes or a
- * signal ends it.
+ * events --follow: asks for what is new without waiting until nothing
+ * is, then waits in rdzvd for the next batch, reconnecting (within
+ * --timeout) when rdzvd restarts, until the job closes or a signal ends
+ * it.  The non-waiting look comes first because rdzvd's wait is for the
+ * next event to be written, not for any after --after.
  */
 static int
-events_follow(struct ctl *ctl, const char *job, const char *what)
+events_follow(struct ctl *ctl, const char *job, const char *what,
+    const char *hint)
 {
 	struct rdzv_client	*c = NULL;
-	struct sigaction	 sa;
 	json_t			*arr;
 	char			*text;
-	size_t			 len;
+	size_t			 len, n;
 	int64_t			 last = ctl->after;
-	int			 status, rv, draining = 0;
+	int			 status, rv, waiting = 0, closed = -1;
 
-	memset(&sa, 0, sizeof sa);
-	sa.sa_handler = ctl_interrupt_cb;	/* no SA_RESTART: poll wakes */
-	sigemptyset(&sa.sa_mask);
-	sigaction(SIGINT, &sa, NULL);
-	sigaction(SIGTERM, &sa, NULL);
-	if (!ctl->json) {
-		printf("%5s  %-23s  %s\n", "SEQ", "TIME", "EVENT");
-		fflush(stdout);
-	}
+	ctl_catch_signals();
 	for (;;) {
-		if (c == NULL && (c = ctl_connect(&ctl->o, last != ctl->after,
+		if (c == NULL && (c = ctl_connect(&ctl->o, closed != -1,
 		    &status)) == NULL)
 			return status;
-		/* After the job closed, one last look without waiting. */
+		if (closed == -1) {
+			/* Also tells an unknown job before any output. */
+			if ((rv = events_job_closed(ctl, c, job)) < 0)
+				break;
+			closed = rv;
+			if (!ctl->json) {
+				printf("%5s  %-23s  %s\n", "SEQ", "TIME", "EVENT");
+				fflush(stdout);
+			}
+		}
 		rv = ctl_admin(c, CTL_FOLLOW_WAIT_MS + ctl->o.timeout_ms, &text,
 		    &len, ctl->errmsg, sizeof ctl->errmsg, NAT_OP_ADMIN_EVENTS,
-		    "bii", job, last, (int64_t)(draining ? 0 :
-		    CTL_FOLLOW_WAIT_MS));
+		    "bii", job, last, (int64_t)(waiting ? CTL_FOLLOW_WAIT_MS :
+		    0));
+		n = 0;
 		if (rv == 0 && (arr = ctl_parse(ctl, text, len)) != NULL) {
+			n = json_array_size(arr);
 			events_print(ctl, arr, 1, &last);
 			json_decref(arr);
 		}
 		free(text);
-		if (rv == 0 && draining)
-			break;
-		if (rv == 0)
-			rv = events_job_closed(ctl, c, job);
-		if (rv == 1) {
-			draining = 1;
+		if (rv == 0 && !waiting) {
+			if (n > 0)
+				continue;
+			if (closed == 1)
+				break;		/* all read, nothing more comes */
+			/* Closed since: one more look for its last events. */
+			if ((rv = events_job_closed(ctl, c, job)) >= 0) {
+				closed = rv;
+				waiting = !closed;
+				continue;
+			}
+		} else if (rv == 0) {
+			waiting = 0;
 			continue;
 		}
-		if (ctl_interrupted)
+		if (ctl_interrupted) {
+			rv = 0;
 			break;
+		}
 		if (rv == RDZV_ECONN || rv == RDZV_ETIMEDOUT) {
 			/* rdzvd went away: a restart keeps the events. */
 			fprintf(stderr, "rdzvctl: lost the connection to %s, "
 			    "reconnecting\n", ctl->o.endpoint);
 			rdzv_client_close(c);
 			c = NULL;
+			waiting = 0;
 			continue;
 		}
-		if (rv < 0) {
-			rdzv_client_close(c);
-			return ctl_fail(ctl, rv, what, NULL);
-		}
+		break;
 	}
 	rdzv_client_close(c);
+	if (rv < 0)
+		return ctl_fail(ctl, rv, what, hint);
 	return CTL_EXIT_OK;
 }
 
@@ -590,7 +598,8 @@ cmd_events(struct ctl *ctl, int argc, char **argv)
 
 	snprintf(what, sizeof what, "job \"%s\"", argv[0]);
 	if (ctl->follow)
-		return events_follow(ctl, argv[0], what);
+		return events_follow(ctl, argv[0], what,
+		    "`rdzvctl jobs` lists them");
 	if ((rv = ctl_request(ctl, what, "`rdzvctl jobs` lists them", &text,
 	    &len, NAT_OP_ADMIN_EVENTS, "bii", argv[0], ctl->after,
 	    (int64_t)0)) != 0)
