@@ -10,7 +10,9 @@ INTEG_TESTS = \
 	tests/integ/daemon.py \
 	tests/integ/agent_basic.py tests/integ/agent_elastic.py tests/integ/agent_torch.py tests/integ/agent_slurm.py \
 	tests/integ/rendezvous.py \
-	tests/integ/auth.py
+	tests/integ/auth.py \
+	tests/integ/status_page.py
 INTEG_TESTS += tests/integ/dp_train.py
 TESTS += $(INTEG_TESTS)
 EXTRA_DIST += $(INTEG_TESTS)
+INTEG_TESTS += tests/integ/ctl_basic.py
