@@ -1,10 +1,10 @@
 /*
  * ctl_conn.c: rdzvctl's connection to rdzvd.
  *
- * Connecting (and the preamble, and authentication) is common/client.c's
- * job; this file turns its failures into messages that say what to do,
- * and sends the operator requests (ADMIN_*, common/PROTOCOL.md
- * "Operators"), which client.h has no calls for.  Those go straight over
+ * Connecting (and the preamble, and authentication with the token file's
+ * token) is common/client.c's job; this file turns its failures into
+ * messages that say what to do, and sends the operator requests (ADMIN_*,
+ * common/PROTOCOL.md "Operators"), which client.h has no calls for.  Those go straight over
  * the client's socket: rdzvctl makes one request at a time and never
  * mixes them with client.h calls on one connection, and after connect
  * the stream is at a frame boundary, so nothing of the client's state is
@@ -30,6 +30,7 @@
 
 #include <event2/buffer.h>
 
+#include "auth.h"
 #include "client.h"
 #include "ctl.h"
 #include "rdzv_err.h"
@@ -144,9 +145,15 @@ ctl_connect_error(const struct ctl_opts *o, int code)
 		    o->endpoint, NAT_VERSION);
 		return CTL_EXIT_CONN;
 	case RDZV_EAUTH:
-		fprintf(stderr, "rdzvctl: rdzvd at %s refused the token — "
-		    "give the same token as rdzvd's --token-file (--token-file "
-		    "or RDZV_TOKEN_FILE)\n", o->endpoint);
+		if (o->token_file == NULL)
+			fprintf(stderr, "rdzvctl: rdzvd at %s requires a token "
+			    "— give the file of rdzvd's --token-file with "
+			    "--token-file or RDZV_TOKEN_FILE\n", o->endpoint);
+		else
+			fprintf(stderr, "rdzvctl: rdzvd at %s refused the token "
+			    "in %s (or could not prove it holds it) — give the "
+			    "same token as rdzvd's --token-file\n", o->endpoint,
+			    o->token_file);
 		return CTL_EXIT_AUTH;
 	}
 	fprintf(stderr, "rdzvctl: cannot connect to %s: %s\n", o->endpoint,
@@ -159,29 +166,45 @@ ctl_connect(const struct ctl_opts *o, int retry, int *status)
 {
 	struct rdzv_client	*c;
 	struct timespec		 pause = { 0, 200 * 1000000 };
+	uint8_t			*tok = NULL;
+	size_t			 toklen = 0;
+	char			 why[256];
 	int64_t			 deadline;
-	int			 err = RDZV_ECONN;
+	int			 err = RDZV_ECONN, insecure = 0;
 
 	if (o->token_file != NULL) {
-		fprintf(stderr, "rdzvctl: this build cannot authenticate "
-		    "(--token-file %s): common/client.c has no token support "
-		    "yet\n", o->token_file);
-		*status = CTL_EXIT_AUTH;
-		return NULL;
+		if ((err = rdzv_token_load(o->token_file, &tok, &toklen,
+		    &insecure, why, sizeof why)) != 0) {
+			fprintf(stderr, "rdzvctl: token file %s: %s — it must "
+			    "hold rdzvd's token (--token-file or "
+			    "RDZV_TOKEN_FILE)\n", o->token_file, why);
+			*status = CTL_EXIT_AUTH;
+			return NULL;
+		}
+		if (insecure)
+			fprintf(stderr, "rdzvctl: warning: token file %s is "
+			    "readable by others (chmod 600 it)\n",
+			    o->token_file);
 	}
 	deadline = ctl_now_ms() + o->timeout_ms;
 	for (;;) {
-		c = rdzv_client_connect(o->endpoint, o->timeout_ms, &err);
+		c = rdzv_client_connect_auth(o->endpoint, o->timeout_ms, tok,
+		    toklen, &err);
 		if (c != NULL)
-			return c;
+			break;
 		/* A restarting rdzvd refuses for a moment: try again. */
 		if (!retry || (err != RDZV_ECONN && err != RDZV_ETIMEDOUT) ||
 		    ctl_now_ms() >= deadline || ctl_interrupted)
 			break;
 		nanosleep(&pause, NULL);
 	}
-	*status = ctl_connect_error(o, err);
-	return NULL;
+	if (tok != NULL) {
+		explicit_bzero(tok, toklen);
+		free(tok);
+	}
+	if (c == NULL)
+		*status = ctl_connect_error(o, err);
+	return c;
 }
 
 static void

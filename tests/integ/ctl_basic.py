@@ -524,5 +524,61 @@ def test_connection_lost_mid_follow_reconnects():
     assert "reconnecting" in err and "cannot connect" in err, err
 
 
+
+# ---- authentication ----
+
+def token_daemon(token=b"ctl-test-token"):
+    tmp = rt.mktemp("rdzvctl-auth-")
+    path = os.path.join(tmp, "token")
+    with open(path, "wb") as f:
+        f.write(token + b"\n")
+    os.chmod(path, 0o600)
+    return rt.Rdzvd(args=["--token-file", path],
+                    durability="memory"), path, tmp
+
+
+def test_token_right_wrong_missing():
+    d, path, tmp = token_daemon()
+    # The right token, by option and by environment.
+    rc, out, err = ctl("--token-file", path, "kv", "set", "k", "v",
+                       endpoint=ep(d))
+    assert rc == 0, err
+    rc, out, err = ctl("kv", "get", "k", endpoint=ep(d),
+                       env={"RDZV_TOKEN_FILE": path})
+    assert (rc, out) == (0, "v\n"), err
+    rc, out, err = ctl("status", "--json", "--token-file", path,
+                       endpoint=ep(d))
+    assert rc == 0 and json.loads(out)["keys"] >= 1, err
+    # No token: exit 4, and the message says how to give one.
+    for args in (("status",), ("kv", "set", "k", "changed"),
+                 ("close", "nope")):
+        rc, out, err = ctl(*args, endpoint=ep(d))
+        assert rc == 4, (args, rc, err)
+        assert "requires a token" in err and "--token-file" in err, err
+    # A wrong token: exit 4, nothing changed.
+    wrong = os.path.join(tmp, "wrong")
+    with open(wrong, "wb") as f:
+        f.write(b"not-the-token\n")
+    os.chmod(wrong, 0o600)
+    rc, out, err = ctl("--token-file", wrong, "kv", "set", "k", "changed",
+                       endpoint=ep(d))
+    assert rc == 4 and "refused the token" in err, (rc, err)
+    rc, out, err = ctl("kv", "get", "k", endpoint=ep(d),
+                       env={"RDZV_TOKEN_FILE": path})
+    assert out == "v\n", (rc, out, err)
+    # A token file that cannot be read: exit 4, naming the file.
+    missing = os.path.join(tmp, "missing")
+    rc, _, err = ctl("--token-file", missing, "status", endpoint=ep(d))
+    assert rc == 4 and missing in err, (rc, err)
+    # Readable by others: still used, with a warning.
+    loose = os.path.join(tmp, "loose")
+    with open(loose, "wb") as f:
+        f.write(b"ctl-test-token\n")
+    os.chmod(loose, 0o644)
+    rc, _, err = ctl("--token-file", loose, "jobs", endpoint=ep(d))
+    assert rc == 0 and "readable by others" in err, (rc, err)
+    # (Without a token the client gives up before sending anything.)
+    assert d.metric("rdzvd_errors_total", kind="auth") >= 1
+
 if __name__ == "__main__":
     rt.main(globals())
