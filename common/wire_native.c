@@ -1,7 +1,9 @@
 /*
  * wire_native.c: the native rdzv protocol codec (common/PROTOCOL.md): the
  * preamble, frame headers, the typed-field payload reader and the frame
- * writer.  All integers are little-endian whatever the host.
+ * writer.  All integers are little-endian whatever the host.  (The
+ * authentication MACs declared beside them in wire.h need OpenSSL and are
+ * not here.)
  */
 #include "config.h"
 
@@ -71,19 +73,20 @@ nat_sat_add(size_t a, size_t b)
 /*
  * Returns the largest frame body (the u32 len field) the limits allow.
  *
- * The bound is the largest fixed-shape frame, a WATCH_EVENT push (b ns,
- * b key, i kind, b old, b new), which is also just above the largest
- * request, COMPARE_SET: op/flags/id, four byte fields and one integer,
- * with ns_max + key_max + 2 * value_max bytes of data.  List frames
- * (WAIT, CHECK, MULTI_GET, MULTI_SET, their replies and LIST_KEYS) must
- * fit their entries into the same budget rather than keys_max times the
- * largest entry, which would be about 1 TiB for MULTI_SET at the default
- * limits: a frame is buffered whole before it is decoded, so this figure
- * is what one connection can make rdzvd hold.  With the defaults it is
- * 16 MiB + 9 KiB + 37, room for a WAIT on all 131072 keys of up to about
- * 120 bytes each.  A sender with more must split its request, and a
- * server must answer a MULTI_GET or LIST_KEYS whose reply would not fit
- * with RDZV_ETOOBIG.  Capped so that a whole frame fits in an int.
+ * The bound is the largest store frame of fixed shape, a WATCH_EVENT push
+ * (b ns, b key, i kind, b old, b new), just above COMPARE_SET: op, flags
+ * and id, four byte fields and one integer around ns_max + key_max +
+ * 2 * value_max bytes of data.  The rendezvous, operator and
+ * authentication ops carry far less.  List frames (WAIT, CHECK,
+ * MULTI_GET, MULTI_SET, their replies and LIST_KEYS) must fit their
+ * entries into the same budget rather than keys_max times the largest
+ * entry, which would be about 1 TiB for MULTI_SET at the default limits:
+ * a frame is buffered whole before it is decoded, so this figure is what
+ * one connection can make rdzvd hold.  With the defaults it is 16 MiB +
+ * 9 KiB + 37, room for a WAIT on all 131072 keys of up to about 120 bytes
+ * each.  A sender with more must split its request, and a server must
+ * answer a MULTI_GET or LIST_KEYS whose reply would not fit with
+ * RDZV_ETOOBIG.  Capped so that a whole frame fits in an int.
  */
 size_t
 nat_frame_max(const struct wire_limits *lim)

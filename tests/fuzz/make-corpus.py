@@ -144,22 +144,49 @@ def native():
         18: [fi(7)],
         19: [ns, k],
         20: [ns, k, fi(1), fb('old'), fb('new')],
+        21: [fb('job'), fb('inst'), fb('host'), fb('10.0.0.1'), fi(42),
+             fi(8), fi(1), fi(4), fi(3), fi(-1), fi(-1)],
+        22: [fb('job'), fi(1)],
+        23: [fb('job'), fi(1)],
+        24: [fb('job'), fi(1), fi(2), fi(0), fi(0), fi(1), fi(0),
+             fb('worker 0 exited 1')],
+        25: [fb('job'), fi(1), fi(2)],
+        26: [fb('job'), fi(2), fi(1), fi(1), fi(0), fi(2), fi(16), fi(0),
+             fi(0), fi(3), fb('job/2'), fi(29500), fb('')],
+        27: [fb('job')],
+        28: [],
+        29: [],
+        30: [fb('job')],
+        31: [fb('job'), fi(-1), fi(1000)],
+        32: [fb('job'), fb('operator')],
+        33: [fb('job'), fi(1)],
+        34: [fb(bytes(32))],
+        35: [fb(bytes(range(32))), fb(bytes(32))],
     }
     rep = {
         1: [fb('ping')], 2: [], 3: [v], 4: [fi(6)], 5: [v], 6: [],
         7: [fi(1)], 8: [fi(1)], 9: [fi(42)], 10: [],
         11: [fb('1'), fb('2'), fb('3')], 12: [], 13: [], 14: [v],
         15: [fi(0)], 16: [fi(2), fb('a'), fb('b')], 17: [], 18: [], 19: [],
+        21: [fi(1), fi(0)], 22: [fi(2)], 27: [fb('node 1 running\n')],
+        28: [fb('{"version": "0.1.0"}')], 29: [fb('[]')],
+        30: [fb('{"job": "job"}')], 31: [fb('[]')], 35: [fb(bytes(32))],
     }
     names = {1: 'ping', 2: 'set', 3: 'get', 4: 'add', 5: 'cas', 6: 'wait',
              7: 'check', 8: 'delete', 9: 'num-keys', 10: 'append',
              11: 'multi-get', 12: 'multi-set', 13: 'queue-push',
              14: 'queue-pop', 15: 'queue-len', 16: 'list-keys',
-             17: 'barrier', 18: 'cancel', 19: 'watch', 20: 'watch-event'}
+             17: 'barrier', 18: 'cancel', 19: 'watch', 20: 'watch-event',
+             21: 'join', 22: 'heartbeat', 23: 'leave', 24: 'failure',
+             25: 'succeeded', 26: 'round', 27: 'job-status',
+             28: 'admin-status', 29: 'admin-jobs', 30: 'admin-job',
+             31: 'admin-events', 32: 'admin-close', 33: 'admin-evict',
+             34: 'auth-challenge', 35: 'auth'}
     c = {}
     for op, fields in req.items():
-        flags = PUSH if op == 20 else 0
-        rid = 0 if op == 20 else op
+        push = op in (20, 26, 34)
+        flags = PUSH if push else 0
+        rid = 0 if push else op
         c['req-' + names[op]] = PRE + frame(op, fields, flags, rid)
     for op, fields in rep.items():
         c['rep-' + names[op]] = frame(op, fields, REPLY, op)
@@ -168,10 +195,12 @@ def native():
     c['pipeline'] = PRE + b''.join(
         frame(op, req[op], 0, 100 + op) for op in (2, 4, 3, 6, 18))
     c['preamble'] = PRE
+    c['preamble-auth'] = b'RDZV' + bytes([1, 1, 0, 0]) + \
+        frame(34, req[34], PUSH, 0)
     c['preamble-v2'] = b'RDZV' + bytes([2, 0, 0, 0])
     c['preamble-v0'] = b'RDZV' + bytes([0, 0, 0, 0])
     c['trunc'] = (PRE + frame(2, req[2]))[:-2]
-    c['bad-op'] = PRE + nhdr(0, 21, 0, 1)
+    c['bad-op'] = PRE + nhdr(0, 36, 0, 1)
     c['bad-len'] = PRE + u32(7) + struct.pack('<HHI', 1, 0, 1)
     c['toobig'] = PRE + u32(1 << 20) + struct.pack('<HHI', 2, 0, 1)
     c['bad-field'] = PRE + frame(2, [ns, k, b'b' + u32(99) + b'short'])
