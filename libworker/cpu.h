@@ -111,6 +111,7 @@ int	shm_allreduce(struct cpu *, const void *, void *, size_t,
 	    enum rdzv_dtype, enum rdzv_op, int64_t deadline);
 int	shm_broadcast(struct cpu *, void *, size_t bytes, int root,
 	    int64_t deadline);
+int	shm_barrier(struct cpu *, int64_t deadline);
 /* Makes every waiter in the arena give up (abort). */
 void	shm_abort(struct shm_arena *);
 

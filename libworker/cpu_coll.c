@@ -654,6 +654,8 @@ cpu_barrier(struct rdzv_comm *c, int64_t deadline)
 	uint8_t		 out = 'b', in;
 	int		 k, rc;
 
+	if (cpu->shm != NULL)
+		return (shm_barrier(cpu, deadline));
 	for (k = 1; k < cpu->n; k *= 2) {
 		struct xop	x[2] = {
 			{ mod(cpu->rank + k, cpu->n), 1, &out, 1, 0 },
