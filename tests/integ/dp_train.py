@@ -1,9 +1,10 @@
-"""dp_train.py: examples/ddp_mlp, the data-parallel step end to end.
+"""dp_train.py: the data-parallel step end to end, and examples/ddp_mlp.
 
 Real ranks on 127.0.0.1 (started directly with RANK/WORLD_SIZE and a
 rank-0-hosted TCPStore, or through rdzvd's native protocol, or under
 torchrun 1.13 --no_python), training on a subset of Debian's Fashion-MNIST
 so each run takes seconds.  Checks:
+  - rdzv_dp_* on its own (tests/integ/dp_check.c) with 1 to 5 ranks;
   - it learns: the loss falls and test accuracy passes what a short run on
     6000 samples reaches (the full >= 85% run is in bench/RESULTS.md);
   - world sizes 1 to 4 with one global batch follow one loss curve (the
@@ -56,6 +57,22 @@ def run(n, args, timeout=120.0, env=None, **kw):
     res = wl.run_ok(n, [prog()] + args, timeout=timeout, store="tcpstore",
                     env=env, **kw)
     return res[0][1]
+
+
+def test_dp_step():
+    """tests/integ/dp_check: broadcast, bucketed averaging, 1 to 5 ranks."""
+    check = os.path.join(rt.top_builddir(), "tests", "integ", "dp_check")
+    if not os.path.exists(check):
+        rt.skip("tests/integ/dp_check not built")
+    for n in (1, 2, 3, 4, 5):
+        res = wl.run_ok(n, [check], timeout=120, store="tcpstore")
+        for r, (rc, out, err) in enumerate(res):
+            assert out.strip() == "dp_check ok rank %d" % r, (n, r, out, err)
+    d = rt.Rdzvd()
+    try:
+        wl.run_ok(3, [check], timeout=120, store="native", d=d)
+    finally:
+        d.stop()
 
 
 def test_learns():
