@@ -196,6 +196,65 @@ def test_torchrun():
                      r"0\.[0-9]{4}", out), out[-3000:]
 
 
+def gpu_skip_reason():
+    """Why the GPU tests cannot run here, or None."""
+    try:
+        with open(os.path.join(rt.top_builddir(), "config.h")) as f:
+            cfg = f.read()
+    except OSError:
+        cfg = ""
+    if "#define HAVE_NCCL 1" not in cfg:
+        return "librdzvworker built without CUDA+NCCL"
+    if not any(os.path.exists("/dev/nvidia%d" % i) for i in range(64)):
+        return "no GPU on this machine (no /dev/nvidia*): NCCL path built, not run"
+    return None
+
+
+def gpu_count():
+    try:
+        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True,
+                             text=True, timeout=30).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return 1
+    return max(1, sum(1 for l in out.splitlines() if l.startswith("GPU ")))
+
+
+def test_nccl_dp_step():
+    """dp_check over the nccl backend (host buffers staged on the device),
+    as many ranks as GPUs (NCCL wants one device per rank), at most 4."""
+    why = gpu_skip_reason()
+    if why:
+        rt.skip(why)
+    check = os.path.join(rt.top_builddir(), "tests", "integ", "dp_check")
+    n = min(4, gpu_count())
+    res = wl.run_ok(n, [check], timeout=180, store="tcpstore",
+                    env={"RDZV_BACKEND": "nccl"})
+    assert all("dp_check ok" in r[1] for r in res), res
+
+
+def test_cuda_example():
+    """ddp_mlp on the GPU: over nccl with one rank per GPU, and two ranks
+    sharing GPU memory through the cpu backend; the loss curve matches the
+    CPU run's (float sums in another order: looser tolerance)."""
+    why = gpu_skip_reason()
+    if why:
+        rt.skip(why)
+    cpu = epochs(run(1, SMALL + ["--epochs", "2", "--batch", "60", "--cpu"]))
+    n = min(2, gpu_count())
+    out = run(n, SMALL + ["--epochs", "2", "--batch", str(60 // n),
+                          "--cuda"], env={"RDZV_BACKEND": "auto"})
+    assert "backend nccl model cuda" in out, out
+    got = epochs(out)
+    assert len(got) == 2 and all(abs(g[1] - c[1]) <= 1e-3 * c[1]
+                                 for g, c in zip(got, cpu)), (got, cpu)
+    out = run(2, SMALL + ["--epochs", "2", "--batch", "30", "--cuda"],
+              env={"RDZV_BACKEND": "cpu"})
+    assert "backend cpu model cuda" in out, out
+    got = epochs(out)
+    assert len(got) == 2 and all(abs(g[1] - c[1]) <= 1e-3 * c[1]
+                                 for g, c in zip(got, cpu)), (got, cpu)
+
+
 def test_bad_input():
     p = subprocess.run([prog(), "--batch", "0"], capture_output=True,
                        text=True, env=wl.base_env(), timeout=30)
