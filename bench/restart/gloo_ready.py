@@ -5,7 +5,8 @@ rdzv-agent, the same program under both).
 
 Appends to FILE, in startmark's format (bench/restart/startmark.c),
 "start RANK RESTART_COUNT MONOTONIC_NS REALTIME_NS PID LOCAL_RANK" as its
-first statement, then "ready ..." once its gloo process group is usable:
+first statement, "imported ..." once torch is imported, then "ready ..."
+once its gloo process group is usable:
 init_process_group("gloo") by env:// (MASTER_ADDR/MASTER_PORT as the
 launcher set them) and a first all_reduce that returned the right sum.
 Then it sleeps until killed.  On SIGTERM it appends "term ..." and dies
@@ -46,6 +47,8 @@ signal.signal(signal.SIGTERM, on_term)
 
 import torch                          # noqa: E402 (after the start mark)
 import torch.distributed as dist      # noqa: E402
+
+mark("imported")
 
 dist.init_process_group("gloo")
 world = dist.get_world_size()

@@ -336,11 +336,14 @@ class Bench:
         else:
             self.record(exp, launcher, what + " -> all 4 gloo ready", up,
                         info)
-            st = self.first_after(self.read_marks(marks), "start", t0)
-            if len(st) == WORLD:
-                self.record(exp, launcher, what + " -> all 4 started",
-                            (max(m["mono"] for m in st.values()) - t0) / 1e6,
-                            info)
+            ms = self.read_marks(marks)
+            for kind, label in (("start", "started"),
+                                ("imported", "imported torch")):
+                st = self.first_after(ms, kind, t0)
+                if len(st) == WORLD:
+                    self.record(exp, launcher, "%s -> all 4 %s" % (what,
+                                label), (max(m["mono"] for m in st.values())
+                                         - t0) / 1e6, info)
         # Where the time went: the agent of the failed worker stopping its
         # other worker, and the other node's agent (told through rdzvd or
         # the c10d store) stopping both of its own.
@@ -535,7 +538,10 @@ def report(b):
          "(b) gloo worker: SIGKILL -> all 4 process groups ready (init + "
          "allreduce)", "> 1x", lambda t, r: t / r > 1),
         ("b", "SIGKILL -> all 4 started", "ms",
-         "(b) gloo worker: SIGKILL -> all 4 python processes started", "-",
+         "(b) of which: SIGKILL -> all 4 python processes started", "-",
+         None),
+        ("b", "SIGKILL -> all 4 imported torch", "ms",
+         "(b) of which: SIGKILL -> all 4 done with import torch", "-",
          None),
         ("notice", "exit -> sibling SIGTERM", "ms",
          "worker exit -> its node's other worker gets SIGTERM (agent "
