@@ -1,0 +1,134 @@
+"""worker_launchers: librdzvworker finds its place under every launcher.
+
+The same program (tests/integ/worker_check) started by real torchrun 1.13
+(c10d rendezvous: rank 0 hosts the TCPStore; static rendezvous: the
+agent's store under /worker/attempt_N), and with the variables of Open
+MPI, MPICH/PMI and Slurm (plus MASTER_ADDR/MASTER_PORT), and of rdzv-agent
+(RDZV_ENDPOINT with RDZV_JOB/RDZV_ROUND instead of RDZV_NAMESPACE).  A
+launch that lacks what it needs fails with a message naming it.
+"""
+
+import os
+import subprocess
+
+import rdzvtest as rt
+import worker_lib as wl
+
+TORCH = os.environ.get("TORCH_PYTHON", "/usr/bin/python3")
+
+
+def torchrun(args, timeout=120):
+    argv = [TORCH, "-m", "torch.distributed.run"] + args
+    p = subprocess.run(argv, env=wl.base_env(), capture_output=True,
+                       text=True, timeout=timeout)
+    return p.returncode, p.stdout + p.stderr
+
+
+def have_torch():
+    return subprocess.run([TORCH, "-c", "import torch.distributed.run"],
+                          capture_output=True).returncode == 0
+
+
+def test_torchrun_c10d_rank0_hosts_store():
+    if not have_torch():
+        rt.skip("no torch in %s" % TORCH)
+    rc, out = torchrun(["--standalone", "--nproc_per_node", "3",
+                        "--no_python", "--redirects", "9:1", "--tee", "9:1",
+                        wl.prog(), "coll", "quick"])
+    assert rc == 0, out[-3000:]
+    for r in range(3):
+        assert "ok coll rank=%d" % r in out, out[-3000:]
+
+
+def test_torchrun_static_agent_store():
+    if not have_torch():
+        rt.skip("no torch in %s" % TORCH)
+    # The static rendezvous gives TORCHELASTIC_USE_AGENT_STORE=True: the
+    # ranks are clients of the agent's TCPStore, keys under a prefix.
+    script = ('[ "$TORCHELASTIC_USE_AGENT_STORE" = True ] || '
+              '{ echo "agent store not used"; exit 9; }; exec "$0" "$@"')
+    rc, out = torchrun(["--nproc_per_node", "2", "--master_port",
+                        str(wl.free_port()), "--no_python", "--redirects",
+                        "9:1", "--tee", "9:1", "/bin/sh", "-c", script,
+                        wl.prog(), "coll", "quick"])
+    assert rc == 0, out[-3000:]
+    for r in range(2):
+        assert "ok coll rank=%d" % r in out, out[-3000:]
+
+
+def run_family(n, rank_env):
+    res = wl.run_ok(n, [wl.prog(), "init"], store="tcpstore",
+                    rank_env=rank_env)
+    for r, (rc, out, err) in enumerate(res):
+        assert "ok init rank=%d" % r in out, out
+    return res
+
+
+def test_openmpi_variables():
+    res = run_family(3, lambda r, n: {
+        "OMPI_COMM_WORLD_RANK": str(r), "OMPI_COMM_WORLD_SIZE": str(n),
+        "OMPI_COMM_WORLD_LOCAL_RANK": str(r),
+        "OMPI_COMM_WORLD_LOCAL_SIZE": str(n)})
+    assert "rank=2 size=3 local_rank=2 local_size=3" in res[2][1]
+
+
+def test_pmi_variables():
+    res = run_family(2, lambda r, n: {"PMI_RANK": str(r),
+                                       "PMI_SIZE": str(n)})
+    # No local rank given: worked out from the peers' hosts.
+    assert "rank=1 size=2 local_rank=1 local_size=2" in res[1][1]
+
+
+def test_slurm_variables():
+    res = run_family(3, lambda r, n: {"SLURM_PROCID": str(r),
+                                       "SLURM_NTASKS": str(n),
+                                       "SLURM_LOCALID": str(r)})
+    assert "rank=1 size=3 local_rank=1" in res[1][1]
+
+
+def test_rdzv_job_and_round():
+    d = rt.Rdzvd([], durability="memory", db=":memory:")
+    res = wl.run_ok(2, [wl.prog(), "init"], store=None,
+                    rank_env=lambda r, n: {
+                        "RANK": str(r), "WORLD_SIZE": str(n),
+                        "RDZV_ENDPOINT": "127.0.0.1:%d" % d.port,
+                        "RDZV_JOB": "jobA", "RDZV_ROUND": "3"})
+    assert "ok init rank=1" in res[1][1]
+    # The keys went to the round's scope, not the root namespace.
+    c = d.native(ns=b"jobA/3")
+    assert any(k.startswith(b"rdzvw/") for k in c.list_keys()), \
+        c.list_keys()
+    assert d.native(ns=b"").list_keys() == []
+    d.stop()
+
+
+def test_missing_store_is_named():
+    res = wl.Group(2, [wl.prog(), "init"], store=None).wait(30)
+    for rc, out, err in res:
+        assert rc == 2, (rc, out, err)
+        assert "needs a store" in out and "RDZV_ENDPOINT" in out and \
+            "MASTER_ADDR" in out, out
+
+
+def test_bad_rank_is_named():
+    res = wl.Group(1, [wl.prog(), "init"], store=None,
+                   rank_env=lambda r, n: {"RANK": "7", "WORLD_SIZE": "2",
+                                          "MASTER_ADDR": "127.0.0.1",
+                                          "MASTER_PORT": "1"}).wait(30)
+    rc, out, err = res[0]
+    assert rc == 2 and "RANK=\"7\"" in out, (rc, out)
+
+
+def test_unreachable_store_times_out():
+    res = wl.Group(1, [wl.prog(), "init"], store=None,
+                   rank_env=lambda r, n: {
+                       "RANK": "1", "WORLD_SIZE": "2",
+                       "MASTER_ADDR": "127.0.0.1",
+                       "MASTER_PORT": str(wl.free_port()),
+                       "RDZV_INIT_TIMEOUT_MS": "500"}).wait(30)
+    rc, out, err = res[0]
+    assert rc == 2 and "cannot reach the store" in out, (rc, out)
+
+
+if __name__ == "__main__":
+    rt.main(globals(), per_test=150.0, total=500.0)
