@@ -1,1 +1,28 @@
-# systemd/: the units for rdzvd and rdzv-agent (issue 5).
+# systemd/: the units for rdzvd and rdzv-agent (issue 5), and etc/: the
+# configuration files they read, installed under $(sysconfdir)/rdzv.
+# The units' paths are filled in at make time, so `make prefix=...` and
+# DESTDIR installs get units that point at the installed programs.
+SYSTEMD_UNITS = systemd/rdzvd.service systemd/rdzv-agent@.service
+EXTRA_DIST += systemd/rdzvd.service.in systemd/rdzv-agent@.service.in
+CLEANFILES += $(SYSTEMD_UNITS)
+if HAVE_SYSTEMD_UNITS
+systemdsystemunit_DATA = $(SYSTEMD_UNITS)
+else
+# Still built: the tests check them.
+noinst_DATA = $(SYSTEMD_UNITS)
+endif
+
+rdzv_edit = $(SED) -e 's|@sbindir[@]|$(sbindir)|g' \
+	-e 's|@bindir[@]|$(bindir)|g' -e 's|@sysconfdir[@]|$(sysconfdir)|g'
+systemd/rdzvd.service: $(srcdir)/systemd/rdzvd.service.in Makefile
+	$(AM_V_GEN)$(MKDIR_P) systemd && rm -f $@ $@.tmp && \
+	$(rdzv_edit) $(srcdir)/systemd/rdzvd.service.in > $@.tmp && mv $@.tmp $@
+systemd/rdzv-agent@.service: $(srcdir)/systemd/rdzv-agent@.service.in Makefile
+	$(AM_V_GEN)$(MKDIR_P) systemd && rm -f $@ $@.tmp && \
+	$(rdzv_edit) $(srcdir)/systemd/rdzv-agent@.service.in > $@.tmp && \
+	mv $@.tmp $@
+
+# rdzvd.conf and agent.conf (the template of agent-JOB.conf), every key
+# documented in the file.
+rdzvconfdir = $(sysconfdir)/rdzv
+dist_rdzvconf_DATA = etc/rdzvd.conf etc/agent.conf
