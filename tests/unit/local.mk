@@ -24,3 +24,10 @@ tests_unit_test_store_SOURCES = tests/unit/test_store.c
 tests_unit_test_store_CFLAGS = $(UNIT_CFLAGS)
 tests_unit_test_store_LDADD = $(UNIT_LDADD) $(SQLITE3_LIBS)
 endif
+if HAVE_CMOCKA
+check_PROGRAMS += tests/unit/test_worker_env
+TESTS += tests/unit/test_worker_env
+tests_unit_test_worker_env_SOURCES = tests/unit/test_worker_env.c libworker/env.c libworker/reduce.c
+tests_unit_test_worker_env_CFLAGS = $(UNIT_CFLAGS) -I$(top_srcdir)/libworker
+tests_unit_test_worker_env_LDADD = $(UNIT_LDADD) -lm
+endif
