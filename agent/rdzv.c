@@ -26,6 +26,7 @@
 #include <netinet/tcp.h>
 
 #include <errno.h>
+#include <limits.h>
 #include <netdb.h>
 #include <stdlib.h>
 #include <string.h>
@@ -100,6 +101,8 @@ static uint8_t				*rc_token;	/* NULL: none */
 static size_t				 rc_tokenlen;
 static uint8_t				 rc_sn[NAT_NONCE_LEN], rc_cn[NAT_NONCE_LEN];
 static uint32_t				 rc_auth_id;
+static int				 rc_hb_ms;	/* heartbeat period */
+static int				 rc_lease_ms;	/* the job's, from JOIN */
 
 static void	rdzv_connect(void);
 static void	rdzv_drop(const char *why);
@@ -311,13 +314,24 @@ rdzv_joined(const struct nat_msg *m)
 {
 	struct rdzv_report	*r;
 	struct nat_rd		 rd;
-	int64_t			 node_id, restarts;
+	int64_t			 node_id, restarts, lease;
 
 	nat_rd_init(&rd, m->payload);
 	if (nat_get_i64(&rd, &node_id) != 0 ||
-	    nat_get_i64(&rd, &restarts) != 0 || nat_rd_end(&rd) != 0) {
+	    nat_get_i64(&rd, &restarts) != 0 ||
+	    nat_get_i64(&rd, &lease) != 0 || nat_rd_end(&rd) != 0) {
 		rdzv_drop("malformed JOIN reply");
 		return;
+	}
+	/* The job's lease rules (its first JOIN chose it): beat often
+	 * enough for it, whatever this agent was told. */
+	if (lease > 0 && lease < INT_MAX) {
+		rc_lease_ms = (int)lease;
+		if (rc_hb_ms > rc_lease_ms / 4) {
+			rc_hb_ms = rc_lease_ms / 4 < 10 ? 10 : rc_lease_ms / 4;
+			log_info("job %s has a %d ms lease: heartbeat every %d ms",
+			    rc_cfg->rdzv_id, rc_lease_ms, rc_hb_ms);
+		}
 	}
 	if (rc_node_id != -1 && node_id != rc_node_id)
 		log_warnx("rdzvd gave a new node id %lld (was %lld)",
@@ -336,7 +350,7 @@ rdzv_joined(const struct nat_msg *m)
 		rdzv_send_report(r);
 	if (rc_leaving)
 		rdzv_send_leave();
-	rdzv_timer(rc_hb_ev, rc_cfg->heartbeat_ms);
+	rdzv_timer(rc_hb_ev, rc_hb_ms);
 	if (rc_cbs->joined != NULL)
 		rc_cbs->joined(node_id, restarts, rc_arg);
 }
@@ -627,8 +641,7 @@ rdzv_drop(const char *why)
 		rc_backoff_ms = RDZV_BACKOFF_MIN_MS;
 	else
 		rc_backoff_ms *= 2;
-	ms = rc_cfg->heartbeat_ms < RDZV_BACKOFF_MAX_MS ?
-	    rc_cfg->heartbeat_ms : RDZV_BACKOFF_MAX_MS;
+	ms = rc_hb_ms < RDZV_BACKOFF_MAX_MS ? rc_hb_ms : RDZV_BACKOFF_MAX_MS;
 	if (ms < 50)
 		ms = 50;
 	if (rc_backoff_ms > ms)
@@ -658,9 +671,9 @@ rdzv_hb_cb(evutil_socket_t fd, short ev, void *arg)
 
 	if (rc_state != RC_JOINED)
 		return;
-	lease = rc_cfg->lease_ms > 0 ? rc_cfg->lease_ms : RDZV_DEFAULT_LEASE_MS;
-	dead = lease > 3 * rc_cfg->heartbeat_ms ? lease :
-	    3 * rc_cfg->heartbeat_ms;
+	lease = rc_lease_ms > 0 ? rc_lease_ms : rc_cfg->lease_ms > 0 ?
+	    rc_cfg->lease_ms : RDZV_DEFAULT_LEASE_MS;
+	dead = lease > 3 * rc_hb_ms ? lease : 3 * rc_hb_ms;
 	if (rc_hb_id != 0 && rdzv_ms_since(&rc_last_rx) > dead) {
 		rdzv_drop("rdzvd silent");
 		return;
@@ -671,7 +684,7 @@ rdzv_hb_cb(evutil_socket_t fd, short ev, void *arg)
 		rdzv_put_i64(&wr, rc_node_id);
 		rdzv_end(&wr);
 	}
-	rdzv_timer(rc_hb_ev, rc_cfg->heartbeat_ms);
+	rdzv_timer(rc_hb_ev, rc_hb_ms);
 }
 
 static void
@@ -756,6 +769,7 @@ rdzv_start(struct event_base *base, const struct agent_config *cfg,
 
 	rc_base = base;
 	rc_cfg = cfg;
+	rc_hb_ms = cfg->heartbeat_ms;
 	rc_cbs = cbs;
 	rc_arg = arg;
 	wire_limits_default(&rc_lim);

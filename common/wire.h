@@ -176,7 +176,8 @@ enum nat_op {
 	NAT_OP_JOIN = 21,	/* b job, b instance, b host, b addr, i pid,
 				 * i local_world_size, i min_nodes, i max_nodes,
 				 * i max_restarts, i last_call_ms, i lease_ms
-				 * -> i node_id, i restart_count | ECLOSED */
+				 * -> i node_id, i restart_count, i lease_ms
+				 *    (the job's) | ECLOSED */
 	NAT_OP_HEARTBEAT = 22,	/* b job, i node_id -> i round | ENOTFOUND */
 	NAT_OP_LEAVE = 23,	/* b job, i node_id -> - */
 	NAT_OP_FAILURE = 24,	/* b job, i node_id, i round, i local_rank,

@@ -487,7 +487,7 @@ rz_free(struct rz *rz)
 
 int
 rz_join(struct rz *rz, const struct rz_join_req *r, void *conn, int64_t now,
-    int64_t *node_id, int64_t *restart_count)
+    int64_t *node_id, int64_t *restart_count, int64_t *lease_ms)
 {
 	struct rz_job	*j;
 	struct rz_node	*nd;
@@ -535,6 +535,7 @@ rz_join(struct rz *rz, const struct rz_join_req *r, void *conn, int64_t now,
 		nd->lease_end = now + j->lease_ms;
 		*node_id = nd->id;
 		*restart_count = j->restart_count;
+		*lease_ms = j->lease_ms;
 		rz_save_job(rz, j);
 		rz_push_current(rz, j, nd);
 		return 0;
@@ -563,6 +564,7 @@ rz_join(struct rz *rz, const struct rz_join_req *r, void *conn, int64_t now,
 	    " local world size %" PRId64, nd->id, nd->host, nd->pid, nd->lws);
 	*node_id = nd->id;
 	*restart_count = j->restart_count;
+	*lease_ms = j->lease_ms;
 
 	if (j->state == RZJ_RUNNING) {
 		int64_t	members = 0;

@@ -94,7 +94,8 @@ int		 rz_load(struct rz *, int64_t now_ms);
  * over), ENOTFOUND (unknown job or node).  conn is the caller's
  * connection, remembered for pushes. */
 int	rz_join(struct rz *, const struct rz_join_req *, void *conn,
-	    int64_t now_ms, int64_t *node_id, int64_t *restart_count);
+	    int64_t now_ms, int64_t *node_id, int64_t *restart_count,
+	    int64_t *lease_ms);
 int	rz_heartbeat(struct rz *, struct slice job, int64_t node_id, void *conn,
 	    int64_t now_ms, int64_t *round);
 int	rz_leave(struct rz *, struct slice job, int64_t node_id, int64_t now_ms);

@@ -38,10 +38,12 @@ static struct event		*rz_timer;
 static struct {
 	struct conn	*c;
 	uint32_t	 id;
+	int64_t		 lease_ms;	/* the job's, once rz_join knows it */
 } join_pending;
 
 static void
-join_reply(struct conn *c, uint32_t id, int64_t node_id, int64_t restarts)
+join_reply(struct conn *c, uint32_t id, int64_t node_id, int64_t restarts,
+    int64_t lease_ms)
 {
 	struct nat_wr	wr;
 
@@ -49,6 +51,7 @@ join_reply(struct conn *c, uint32_t id, int64_t node_id, int64_t restarts)
 	    NAT_F_REPLY, id);
 	nat_put_i64(&wr, node_id);
 	nat_put_i64(&wr, restarts);
+	nat_put_i64(&wr, lease_ms);
 	nat_frame_end(&wr);
 	conn_reply_done(c);
 }
@@ -56,12 +59,15 @@ join_reply(struct conn *c, uint32_t id, int64_t node_id, int64_t restarts)
 void
 round_join(struct conn *c, uint32_t id, const struct rz_join_req *req)
 {
-	int64_t	node_id = 0, restarts = 0;
+	int64_t	node_id = 0, restarts = 0, lease = 0;
 	int	rc;
 
 	join_pending.c = c;
 	join_pending.id = id;
-	rc = rz_join(server.rz, req, c, rdzvd_now_ms(), &node_id, &restarts);
+	join_pending.lease_ms = 0;
+	rc = rz_join(server.rz, req, c, rdzvd_now_ms(), &node_id, &restarts,
+	    &join_pending.lease_ms);
+	lease = join_pending.lease_ms;
 	if (join_pending.c != NULL) {
 		join_pending.c = NULL;
 		if (rc < 0)
@@ -71,7 +77,7 @@ round_join(struct conn *c, uint32_t id, const struct rz_join_req *req)
 			    "bad JOIN, or nnodes/max_restarts differ from the "
 			    "job's first JOIN" : rdzv_strerror(rc));
 		else
-			join_reply(c, id, node_id, restarts);
+			join_reply(c, id, node_id, restarts, lease);
 		conn_reply_done(c);
 	}
 	round_rearm();
@@ -94,7 +100,8 @@ round_push_cb(void *arg, void *connp, const struct rz_push *p)
 
 	if (join_pending.c == c) {
 		join_pending.c = NULL;
-		join_reply(c, join_pending.id, p->node_id, p->restart_count);
+		join_reply(c, join_pending.id, p->node_id, p->restart_count,
+		    join_pending.lease_ms);
 	}
 	nat_frame_begin(&wr, conn_reply_buf_durable(c, 1), NAT_OP_ROUND,
 	    NAT_F_PUSH, 0);

@@ -37,7 +37,8 @@ class Agent:
                         self.instance[:4], "127.0.0.1", os.getpid(),
                         self.lws, self.nodes[0], self.nodes[1],
                         self.max_restarts, self.last_call_ms, self.lease_ms)
-        self.node_id, restarts = f
+        self.node_id, restarts, lease = f
+        assert lease > 0
         return restarts
 
     def push(self, timeout=5.0):
@@ -208,6 +209,17 @@ def test_join_params_must_agree():
         raise AssertionError("disagreeing JOIN accepted")
     except rt.RdzvError as e:
         assert e.code == -1
+
+
+def test_join_reply_carries_the_jobs_lease():
+    d = daemon()
+    a = Agent(d, "jl", nodes=(2, 2), lease_ms=700)
+    b = Agent(d, "jl", nodes=(2, 2), lease_ms=-1)   # rdzvd's default
+    fa = a.c.call(OP_JOIN, a.job, a.instance, "h", "127.0.0.1", 1, 2, 2, 2,
+                  3, 200, 700)
+    fb = b.c.call(OP_JOIN, b.job, b.instance, "h", "127.0.0.1", 1, 2, 2, 2,
+                  3, 200, -1)
+    assert fa[2] == 700 and fb[2] == 700, (fa, fb)   # the first JOIN's
 
 
 def test_rdzvd_kill9_is_invisible():
