@@ -42,11 +42,11 @@ def survivors_fail(g, victim, t_kill, bound):
     return took
 
 
-def kill_one(n, shm, sig):
+def kill_one(n, shm, sig, count=1 << 16):
     d = rt.Rdzvd([], durability="memory", db=":memory:")
     env = {"RDZV_SHM": "1" if shm else "0",
            "WORKER_CHECK_TIMEOUT_MS": "2000"}
-    g = start_loop(n, env, d)
+    g = start_loop(n, env, d, count)
     victim = n // 2
     t = time.monotonic()
     os.kill(g.procs[victim].pid, sig)
@@ -56,8 +56,8 @@ def kill_one(n, shm, sig):
     if sig == signal.SIGSTOP:
         os.kill(g.procs[victim].pid, signal.SIGKILL)
     g.wait(timeout=10)
-    print("  n=%d shm=%d %s: survivors out in %.3fs" %
-          (n, shm, signal.Signals(sig).name, took), flush=True)
+    print("  n=%d shm=%d count=%d %s: survivors out in %.3fs" %
+          (n, shm, count, signal.Signals(sig).name, took), flush=True)
     d.stop()
 
 
@@ -67,8 +67,11 @@ def test_sigkill_tcp():
 
 
 def test_sigkill_shm():
+    # Large messages read peers' memory directly; small ones go through
+    # the arena's slots; both wait at the arena's barrier.
     for n in (2, 4):
         kill_one(n, True, signal.SIGKILL)
+        kill_one(n, True, signal.SIGKILL, count=256)
 
 
 def test_sigstop_timeout_tcp():
