@@ -26,3 +26,8 @@ systemd/rdzv-agent@.service: $(srcdir)/systemd/rdzv-agent@.service.in Makefile
 # documented in the file.
 rdzvconfdir = $(sysconfdir)/rdzv
 dist_rdzvconf_DATA = etc/rdzvd.conf etc/agent.conf
+
+# The other way to run rdzv as a service: examples/k8s (Kubernetes).
+EXTRA_DIST += examples/k8s/README.md examples/k8s/rdzvd.yaml \
+	examples/k8s/agents.yaml examples/k8s/kustomization.yaml \
+	examples/k8s/Dockerfile

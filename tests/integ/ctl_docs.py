@@ -1,0 +1,246 @@
+"""What an operator reads: the man pages render without a warning (mandoc
+-T lint, groff -ww, man -l) and name every option of their program's
+--help; etc/rdzvd.conf documents every rdzvd option; the Kubernetes
+example (examples/k8s) parses, has what it promises, and its rdzvd
+configuration and agent command line are accepted by the real programs."""
+import json
+import os
+import re
+import shutil
+import subprocess
+
+import rdzvtest as rt
+
+BUILD = rt.top_builddir()
+SRC = rt.top_srcdir()
+PAGES = {"rdzvd.8": "rdzvd/rdzvd", "rdzv-agent.1": "agent/rdzv-agent",
+         "rdzvctl.1": "client/rdzvctl"}
+
+
+def need(tool, package):
+    p = shutil.which(tool)
+    assert p, "%s not found: install %s (scripts/deps.sh)" % (tool, package)
+    return p
+
+
+def page(name):
+    return os.path.join(SRC, "man", name)
+
+
+def run(argv, **kw):
+    return subprocess.run(argv, capture_output=True, text=True, timeout=60,
+                          **kw)
+
+
+def help_text(prog):
+    r = run([os.path.join(BUILD, prog), "--help"])
+    assert r.returncode == 0, r
+    return r.stdout
+
+
+def test_man_pages_lint_clean():
+    mandoc = need("mandoc", "mandoc")
+    groff = need("groff", "groff-base")
+    man = need("man", "man-db")
+    for name in PAGES:
+        r = run([mandoc, "-T", "lint", "-W", "warning", page(name)])
+        assert r.returncode == 0 and r.stdout + r.stderr == "", \
+            "mandoc -T lint %s:\n%s%s" % (name, r.stdout, r.stderr)
+        r = run([groff, "-ww", "-z", "-mandoc", page(name)])
+        assert r.returncode == 0 and r.stderr == "", \
+            "groff -ww %s:\n%s" % (name, r.stderr)
+        r = run([man, "-l", page(name)],
+                env=dict(os.environ, MANWIDTH="80", MAN_KEEP_FORMATTING="",
+                         PAGER="cat", MANPAGER="cat"))
+        assert r.returncode == 0 and r.stderr == "", \
+            "man -l %s:\n%s" % (name, r.stderr)
+        for section in ("NAME", "SYNOPSIS", "DESCRIPTION", "EXIT STATUS",
+                        "EXAMPLES", "SEE ALSO"):
+            assert re.search(r"^%s$" % section, r.stdout, re.M), \
+                (name, section)
+    # The lint does catch a broken page (the check can fail).
+    bad = os.path.join(rt.mktemp("rdzv-man-"), "bad.1")
+    with open(page("rdzvctl.1")) as f:
+        text = f.read()
+    with open(bad, "w") as f:
+        f.write(text.replace(".Sh DESCRIPTION", ".Sh DESCRIPTION\n.Bl"))
+    r = run([mandoc, "-T", "lint", "-W", "warning", bad])
+    assert r.returncode != 0 and r.stdout + r.stderr
+
+
+def test_man_pages_name_every_option():
+    for name, prog in PAGES.items():
+        with open(page(name)) as f:
+            src = f.read()
+        text = help_text(prog)
+        longs = set(re.findall(r"(?<![\w-])--([a-z][a-z_-]*[a-z])", text))
+        # rdzv-agent shows both spellings of one option; the page the
+        # underscore one.
+        if name == "rdzv-agent.1":
+            longs = {o.replace("-", "_") for o in longs}
+        missing = [o for o in sorted(longs)
+                   if not re.search(r"Fl -%s\b" % re.escape(o), src)]
+        assert not missing, "%s lacks %s" % (name, missing)
+        shorts = set(re.findall(r"(?:^|[ ,])-([a-zA-Z])\b", text))
+        missing = [o for o in sorted(shorts)
+                   if not re.search(r"Fl %s\b|Fl [a-zA-Z]*%s[a-zA-Z]*\b" %
+                                    (o, o), src)]
+        assert not missing, "%s lacks -%s" % (name, missing)
+    with open(page("rdzvctl.1")) as f:
+        src = f.read()
+    for cmd in ("status", "jobs", "members", "events", "kv get", "kv set",
+                "kv del", "kv list", "close", "evict"):
+        assert ".It Cm %s" % cmd in src, cmd
+    exits = re.search(r"\.Sh EXIT STATUS(.*?)\.Sh", src, re.S).group(1)
+    for code in "01234":
+        assert ".It %s\n" % code in exits, code
+    with open(page("rdzvd.8")) as f:
+        src = f.read()
+    sigs = re.search(r"\.Sh SIGNALS(.*?)\.Sh", src, re.S).group(1)
+    for sig in ("SIGTERM", "SIGINT", "SIGHUP"):
+        assert sig in sigs, sig
+
+
+def test_rdzvd_conf_documents_every_option():
+    with open(os.path.join(SRC, "etc", "rdzvd.conf")) as f:
+        conf = f.read()
+    keys = set(re.findall(r"^#([a-z][a-z-]*) =", conf, re.M))
+    opts = set(re.findall(r"--([a-z][a-z-]*[a-z])", help_text("rdzvd/rdzvd")))
+    missing = opts - keys - {"help", "version", "config"}
+    assert not missing, "etc/rdzvd.conf lacks %s" % sorted(missing)
+
+
+# ---- examples/k8s ----
+
+def k8s_docs():
+    import yaml
+    docs = {}
+    d = os.path.join(SRC, "examples", "k8s")
+    for name in sorted(os.listdir(d)):
+        if name.endswith(".yaml"):
+            with open(os.path.join(d, name)) as f:
+                for doc in yaml.safe_load_all(f):
+                    assert isinstance(doc, dict) and "kind" in doc, name
+                    docs.setdefault(doc["kind"], []).append(doc)
+    return docs
+
+
+def flag(args, name):
+    for a in args:
+        if a.startswith(name + "="):
+            return a.split("=", 1)[1]
+    raise AssertionError("%s not in %s" % (name, args))
+
+
+def test_k8s_manifests():
+    try:
+        docs = k8s_docs()
+    except ImportError:
+        raise AssertionError("python3-yaml missing (scripts/deps.sh)")
+    dep, = docs["Deployment"]
+    spec = dep["spec"]
+    assert spec["replicas"] == 1 and spec["strategy"]["type"] == "Recreate"
+    pod = spec["template"]["spec"]
+    c, = pod["containers"]
+    for probe in ("livenessProbe", "readinessProbe"):
+        assert c[probe]["httpGet"]["path"] == "/healthz", probe
+        assert c[probe]["httpGet"]["port"] in ("http", 29401)
+    ports = {p["containerPort"] for p in c["ports"]}
+    assert ports == {29400, 29401}, ports
+    mounts = {m["name"]: m["mountPath"] for m in c["volumeMounts"]}
+    vols = {v["name"]: v for v in pod["volumes"]}
+    db = flag(c["command"], "--db")
+    assert os.path.dirname(db) == mounts["db"], (db, mounts)
+    pvc, = docs["PersistentVolumeClaim"]
+    assert vols["db"]["persistentVolumeClaim"]["claimName"] == \
+        pvc["metadata"]["name"]
+    cm, = docs["ConfigMap"]
+    assert "rdzvd.conf" in cm["data"]
+    assert vols["config"]["configMap"]["name"] == cm["metadata"]["name"]
+    assert flag(c["command"], "--config") == mounts["config"] + "/rdzvd.conf"
+    assert flag(c["command"], "--token-file").startswith(mounts["token"])
+    svc, = docs["Service"]
+    assert {p["port"] for p in svc["spec"]["ports"]} == {29400, 29401}
+    assert svc["spec"]["selector"] == \
+        dep["spec"]["template"]["metadata"]["labels"]
+    job, = docs["Job"]
+    js = job["spec"]
+    assert js["completionMode"] == "Indexed"
+    a, = js["template"]["spec"]["containers"]
+    cmd = a["command"]
+    n = int(flag(cmd, "--nnodes").split(":")[-1])
+    assert js["parallelism"] == js["completions"] == n, (js, n)
+    assert flag(cmd, "--rdzv_endpoint") == "%s:29400" % \
+        svc["metadata"]["name"]
+    assert flag(cmd, "--rdzv_id") == "$(JOB_NAME)"
+    env = {e["name"]: e for e in a["env"]}
+    assert "job-name" in env["JOB_NAME"]["valueFrom"]["fieldRef"][
+        "fieldPath"]
+    tok = env["RDZV_TOKEN_FILE"]["value"]
+    avols = {v["name"]: v for v in js["template"]["spec"]["volumes"]}
+    amounts = {m["name"]: m["mountPath"] for m in a["volumeMounts"]}
+    tname = [k for k, v in amounts.items() if tok.startswith(v)]
+    assert tname, (tok, amounts)
+    assert avols[tname[0]]["secret"]["secretName"] == \
+        vols["token"]["secret"]["secretName"]
+
+
+def test_k8s_rdzvd_config_and_command_run():
+    docs = k8s_docs()
+    cm, = docs["ConfigMap"]
+    c, = docs["Deployment"][0]["spec"]["template"]["spec"]["containers"]
+    tmp = rt.mktemp("rdzv-k8s-")
+    conf = os.path.join(tmp, "rdzvd.conf")
+    with open(conf, "w") as f:
+        f.write(cm["data"]["rdzvd.conf"])
+    token = os.path.join(tmp, "token")
+    with open(token, "w") as f:
+        f.write("k8s-test-token\n")
+    os.chmod(token, 0o600)
+    # The pod's command line with this machine's paths and free ports.
+    args = []
+    for a in c["command"][1:]:
+        k = a.split("=", 1)[0]
+        args.append({"--config": "--config=" + conf,
+                     "--listen": "--listen=127.0.0.1:0",
+                     "--http": "--http=127.0.0.1:0",
+                     "--db": "--db=" + os.path.join(tmp, "rdzvd.db"),
+                     "--token-file": "--token-file=" + token}.get(k, a))
+    d = rt.Rdzvd(raw=True, start=False, tmpdir=tmp)
+    d.extra = args + ["--port-file", d.port_file, "--http-port-file",
+                      d.http_port_file]
+    d.start()
+    ctl = os.path.join(BUILD, "client", "rdzvctl")
+    r = run([ctl, "-e", "127.0.0.1:%d" % d.port, "--token-file", token,
+             "--json", "status"])
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["durability"] == "strict"
+    st, body, _ = d.http_get("/healthz")
+    assert st == 200 and body == b"ok\n"
+
+
+def test_k8s_agent_command_accepted():
+    job, = k8s_docs()["Job"]
+    a, = job["spec"]["template"]["spec"]["containers"]
+    # Kubernetes expands $(JOB_NAME) from the container's environment.
+    argv = [x.replace("$(JOB_NAME)", "mlp-fashion") for x in a["command"]]
+    assert argv[0] == "rdzv-agent"
+    tmp = rt.mktemp("rdzv-k8s-")
+    token = os.path.join(tmp, "token")
+    with open(token, "w") as f:
+        f.write("t\n")
+    r = run([os.path.join(BUILD, "agent", "rdzv-agent"), "--dry_run"] +
+            argv[1:], env={"PATH": os.environ.get("PATH", "/bin"),
+                           "RDZV_TOKEN_FILE": token})
+    assert r.returncode == 0, r.stderr
+    got = dict(line.split("=", 1) for line in r.stdout.splitlines()
+               if "=" in line and not line.startswith("env["))
+    assert got["rdzv_id"] == "mlp-fashion", got
+    assert got["rdzv_endpoint"] == "rdzvd:29400", got
+    assert got["nnodes"].split(":")[-1] == str(job["spec"]["parallelism"])
+    assert got["token_file"] == token
+    assert got["command"].startswith("ddp_mlp --epochs=")
+
+
+if __name__ == "__main__":
+    rt.main(globals())
