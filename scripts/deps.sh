@@ -11,6 +11,7 @@ PKGS=(
 	python3 python3-torch python3-pil chromium
 	clang libclang-rt-14-dev
 	libopenblas-dev zlib1g-dev dataset-fashion-mnist
+	systemd procps man-db groff-base mandoc python3-yaml
 )
 
 missing=()
