@@ -1,0 +1,105 @@
+#!/bin/bash
+# install_layout.sh: `make install DESTDIR=...` puts every file where the
+# configured prefix says, the installed programs run, a program builds
+# against the installed library through its pkg-config file, the units
+# point at the installed programs, and `make uninstall` takes it all away.
+set -euo pipefail
+
+B=${RDZV_TOP_BUILDDIR:?run from make check}
+MAKE=${MAKE:-make}
+D=$(mktemp -d "${TMPDIR:-/tmp}/rdzv-install-XXXXXX")
+trap 'rm -rf "$D"' EXIT
+fail() { echo "FAIL: $*"; exit 1; }
+
+# A make run of our own in the build tree, not the caller's job server.
+mk() { env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL "$MAKE" -s -C "$B" "$@"; }
+# A Makefile variable, fully expanded.
+var() {
+	printf 'print-%%:\n\t@echo $($*)\n' |
+	    env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL "$MAKE" -s -C "$B" \
+	    --no-print-directory -f Makefile -f - "print-$1" | tail -n 1
+}
+
+prefix=$(var prefix)
+bindir=$(var bindir)
+sbindir=$(var sbindir)
+libdir=$(var libdir)
+includedir=$(var includedir)
+mandir=$(var mandir)
+sysconfdir=$(var sysconfdir)
+unitdir=$(var systemdsystemunitdir)
+echo "# prefix $prefix, units in ${unitdir:-(none)}"
+
+mk install DESTDIR="$D" 2>&1 >/dev/null | grep -v "libtool --finish" || true
+[ "${PIPESTATUS[0]}" -eq 0 ] || fail "make install"
+
+check_file() {
+	[ -f "$D$1" ] || fail "$1 not installed"
+}
+check_exec() {
+	[ -x "$D$1" ] && [ ! -d "$D$1" ] || fail "$1 not installed executable"
+	# The real program, not a libtool wrapper script.
+	head -c 4 "$D$1" | grep -q $'\x7fELF' || fail "$1 is not an ELF binary"
+}
+
+check_exec "$sbindir/rdzvd"
+check_exec "$bindir/rdzv-agent"
+check_exec "$bindir/rdzvctl"
+check_file "$includedir/rdzv_worker.h"
+check_file "$libdir/pkgconfig/rdzvworker.pc"
+ls "$D$libdir"/librdzvworker.so.* >/dev/null 2>&1 ||
+	fail "librdzvworker.so.N not in $libdir"
+[ -L "$D$libdir/librdzvworker.so" ] || fail "librdzvworker.so link missing"
+[ ! -e "$D$libdir/librdzvworker.a" ] || fail "static library installed"
+for p in man8/rdzvd.8 man1/rdzv-agent.1 man1/rdzvctl.1; do
+	check_file "$mandir/$p"
+done
+check_file "$sysconfdir/rdzv/rdzvd.conf"
+check_file "$sysconfdir/rdzv/agent.conf"
+# Nothing of the build's own (libcommon, test programs) is installed.
+extra=$(cd "$D" && find . -type f |
+    grep -E 'libcommon|libkv|librdzvd|worker_check|storeload|ddp_mlp' || true)
+[ -z "$extra" ] || fail "installed but internal: $extra"
+
+# The programs run from where they were installed.
+"$D$bindir/rdzvctl" --version | grep -q '^rdzvctl ' || fail "rdzvctl --version"
+"$D$sbindir/rdzvd" --version >/dev/null || fail "rdzvd --version"
+"$D$bindir/rdzv-agent" --version >/dev/null || fail "rdzv-agent --version"
+
+# The units name the installed programs and configuration.
+if [ -n "$unitdir" ]; then
+	check_file "$unitdir/rdzvd.service"
+	check_file "$unitdir/rdzv-agent@.service"
+	grep -q "^ExecStart=$sbindir/rdzvd --config $sysconfdir/rdzv/rdzvd.conf " \
+	    "$D$unitdir/rdzvd.service" || fail "rdzvd.service ExecStart"
+	grep -q "^ExecStart=$bindir/rdzv-agent " "$D$unitdir/rdzv-agent@.service" ||
+	    fail "rdzv-agent@.service ExecStart"
+	grep -q "^EnvironmentFile=$sysconfdir/rdzv/agent-%i.conf$" \
+	    "$D$unitdir/rdzv-agent@.service" || fail "agent EnvironmentFile"
+fi
+
+# A program built against the installed header and library.
+grep -q "^prefix=$prefix\$" "$D$libdir/pkgconfig/rdzvworker.pc" ||
+	fail "rdzvworker.pc prefix"
+cat > "$D/use.c" <<'EOF'
+#include <stdio.h>
+#include <rdzv_worker.h>
+int
+main(void)
+{
+	puts(rdzv_strerror(-4));
+	return 0;
+}
+EOF
+flags=$(PKG_CONFIG_PATH="$D$libdir/pkgconfig" PKG_CONFIG_SYSROOT_DIR="$D" \
+    pkg-config --cflags --libs rdzvworker) || fail "pkg-config rdzvworker"
+${CC:-cc} -o "$D/use" "$D/use.c" $flags || fail "cannot build against it"
+out=$(LD_LIBRARY_PATH="$D$libdir" "$D/use") || fail "cannot run it"
+[ -n "$out" ] || fail "rdzv_strerror said nothing"
+rm -f "$D/use" "$D/use.c"
+
+# Uninstall leaves no file behind.
+mk uninstall DESTDIR="$D" >/dev/null
+left=$(cd "$D" && find . -type f -o -type l)
+[ -z "$left" ] || fail "left after make uninstall: $left"
+echo "ok install_layout"
