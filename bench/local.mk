@@ -20,3 +20,4 @@ noinst_PROGRAMS += bench/restart/startmark
 bench_restart_startmark_SOURCES = bench/restart/startmark.c
 bench_restart_startmark_LDADD = $(LIBBSD_LIBS)
 EXTRA_DIST += bench/restart/restart_vs_torchrun.sh bench/restart/restart.py bench/restart/gloo_ready.py bench/restart/join1000.py
+EXTRA_DIST += bench/ddp_vs_torch.sh bench/torch_ddp_mlp.py

@@ -34,3 +34,4 @@ examples/mlp_cuda.$(OBJEXT): examples/mlp_cuda.cu examples/mlp.h
 	    $(top_srcdir)/examples/mlp_cuda.cu
 endif
 endif
+EXTRA_DIST += examples/slurm/README.md examples/slurm/rdzv.sbatch

@@ -31,3 +31,7 @@ dist_rdzvconf_DATA = etc/rdzvd.conf etc/agent.conf
 EXTRA_DIST += examples/k8s/README.md examples/k8s/rdzvd.yaml \
 	examples/k8s/agents.yaml examples/k8s/kustomization.yaml \
 	examples/k8s/Dockerfile
+
+# make distcheck installs as a user into a scratch prefix: the units too.
+AM_DISTCHECK_CONFIGURE_FLAGS = \
+	--with-systemdsystemunitdir='$$dc_install_base/lib/systemd/system'

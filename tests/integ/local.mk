@@ -18,3 +18,4 @@ EXTRA_DIST += $(INTEG_TESTS)
 INTEG_TESTS += tests/integ/ctl_basic.py tests/integ/systemd_units.py \
 	tests/integ/ctl_docs.py tests/integ/install_layout.sh
 INTEG_TESTS += tests/integ/worker_coll.py tests/integ/worker_fail.py tests/integ/worker_launchers.py
+EXTRA_DIST += tests/integ/agent_lib.py
