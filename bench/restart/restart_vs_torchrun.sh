@@ -72,8 +72,9 @@ cleanup() {
 	# of its own; rdzv-agent's workers die with their agent.
 	if [ -f "$tmp/sessions" ]; then
 		while read -r sid; do
-			grep -qF "$tmp" "/proc/$sid/cmdline" 2>/dev/null &&
+			if grep -qF "$tmp" "/proc/$sid/cmdline" 2>/dev/null; then
 				kill -KILL -- "-$sid" 2>/dev/null || true
+			fi
 		done < "$tmp/sessions"
 	fi
 	rm -f "$tmp"/*/rdzvd.db "$tmp"/*/rdzvd.db-wal "$tmp"/*/rdzvd.db-shm
