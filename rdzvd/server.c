@@ -189,6 +189,10 @@ conn_reply_buf_durable(struct conn *c, int durable)
 	    replies_wait_for_store()) {
 		last = store_last_seq(server.store);
 		if (last > store_committed(server.store) || c->on_held_list) {
+			/* A membership change waits for no commit window:
+			 * every agent of the job is waiting on this push. */
+			if (durable && last > c->hold_seq)
+				store_kick(server.store);
 			if (c->held == NULL && (c->held = evbuffer_new()) == NULL)
 				fatal("evbuffer_new");
 			if (last > c->hold_seq)
