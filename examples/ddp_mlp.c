@@ -20,8 +20,6 @@
  * every --checkpoint-every steps), and a restarted job resumes from it,
  * mid-epoch included, reaching the same result as an uninterrupted run.
  */
-#include <sys/time.h>
-
 #include <errno.h>
 #include <getopt.h>
 #include <signal.h>
@@ -508,7 +506,7 @@ static void
 train_epoch(struct train *t, uint64_t epoch, uint64_t done, int *stepsp)
 {
 	uint64_t	count, i, lo, hi, steps, s, s0, gb, k;
-	double		t0, loss, sums[3];
+	double		t0, dt, acc, loss, sums[3];
 	size_t		right, b;
 	float		scale;
 	int		rc, quarter = 0;
@@ -588,16 +586,12 @@ train_epoch(struct train *t, uint64_t epoch, uint64_t done, int *stepsp)
 	if ((rc = rdzv_allreduce(t->comm, sums, sums, 3, RDZV_F64, RDZV_SUM,
 	    -1)) != 0)
 		die(t, "allreduce (epoch sums)", rc);
-	{
-		double	dt = now_s() - t0;
-		double	acc = evaluate(t);
-
-		say(t, "epoch %llu loss %.6f train_acc %.4f test_acc %.4f "
-		    "samples/s %.0f time %.2fs\n",
-		    (unsigned long long)epoch + 1, sums[0] / sums[1],
-		    sums[2] / sums[1], acc,
-		    (double)((steps - s0) * gb) / dt, dt);
-	}
+	dt = now_s() - t0;
+	acc = evaluate(t);
+	say(t, "epoch %llu loss %.6f train_acc %.4f test_acc %.4f "
+	    "samples/s %.0f time %.2fs\n", (unsigned long long)epoch + 1,
+	    sums[0] / sums[1], sums[2] / sums[1], acc,
+	    (double)((steps - s0) * gb) / dt, dt);
 	t->loss_sum = t->seen = t->correct = 0.0;
 	if (t->a.checkpoint != NULL)
 		save(t, epoch + 1, 0);

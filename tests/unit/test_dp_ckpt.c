@@ -321,14 +321,19 @@ test_bad_arguments(void **state)
 static void
 test_world_of_one(void **state)
 {
+	static const char	*launch_vars[] = { "RANK", "WORLD_SIZE",
+	    "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "PMI_RANK",
+	    "PMI_SIZE", "SLURM_PROCID", "SLURM_NTASKS", NULL };
 	struct fixture		*f = *state;
 	struct rdzv_comm	*comm = NULL;
 	struct loadbuf		 b;
 	uint64_t		 step = 0;
 	char			 err[256];
+	const char		**v;
 
-	unsetenv("RANK");
-	unsetenv("WORLD_SIZE");
+	/* Whatever launched the test suite must not make this a job. */
+	for (v = launch_vars; *v != NULL; v++)
+		unsetenv(*v);
 	assert_int_equal(rdzv_init(&comm, NULL, err, sizeof err), 0);
 	assert_int_equal(rdzv_size(comm), 1);
 	loadbuf_init(&b);
