@@ -11,9 +11,13 @@ so each run takes seconds.  Checks:
     sampler's global order and the averaged gradient make it one
     computation, up to rounding);
   - a rank killed with SIGKILL mid-epoch makes the survivor fail within
-    the timeout instead of hanging, and the restarted job resumes from the
+    the timeout instead of hanging, and the job restarted (by hand, on
+    fewer ranks, or by rdzv-agent in a new round) resumes from the
     checkpoint and ends exactly where an uninterrupted run ends;
-  - bad arguments and a missing data set are refused with a message.
+  - the GPU paths (nccl backend, the CUDA model), skipped with the reason
+    where there is no GPU;
+  - bad arguments, a missing data set and a corrupt checkpoint are
+    refused with a message.
 """
 
 import os
@@ -141,6 +145,43 @@ def test_kill_and_resume():
     # A finished job restarted again trains no more and says where it is.
     out = run(2, args + ["--checkpoint", ck], env=env)
     assert epochs(out) == [] and final_acc(out) == final_acc(ref), out
+
+
+def test_agent_restart():
+    """Under rdzv-agent: a rank SIGKILLs itself mid-epoch, the agent
+    restarts the group in a new round, and the job resumes from its
+    checkpoint to the uninterrupted run's result."""
+    agent = os.path.join(rt.top_builddir(), "agent", "rdzv-agent")
+    if not os.path.exists(agent):
+        rt.skip("agent/rdzv-agent not built")
+    d = rt.mktemp()
+    ck = os.path.join(d, "ck.bin")
+    args = ["--limit", "12000", "--hidden", "32", "--test-limit", "2000",
+            "--threads", "1", "--epochs", "2", "--batch", "30"]
+    ref = run(2, args)
+    argv = [agent, "--standalone", "--nproc_per_node", "2",
+            "--max_restarts", "1", "--no_python", "--", prog()] + args + [
+            "--checkpoint", ck, "--checkpoint-every", "20",
+            "--exit-after", "290", "--crash-rank", "1"]
+    p = subprocess.Popen(argv, env=wl.base_env({"RDZV_TIMEOUT_MS": "10000"}),
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                         text=True)
+    rt._track(p)
+    try:
+        out, _ = p.communicate(timeout=150)
+    finally:
+        rt._untrack(p)
+    assert p.returncode == 0, out[-3000:]
+    assert "SIGKILL to myself" in out, out[-3000:]
+    assert "resumed from %s: epoch 2, 4800 samples done" % ck in out, \
+        out[-3000:]
+    # Lines come prefixed with the local rank ("[default0]:").
+    m = re.findall(r"epoch 2 loss ([0-9.]+) train_acc ([0-9.]+) "
+                   r"test_acc ([0-9.]+)", out)
+    want = epochs(ref)[1]
+    assert m and (float(m[-1][0]), float(m[-1][2])) == (want[1], want[3]), \
+        (m, want)
+    assert re.search(r"final test_acc %.4f" % final_acc(ref), out), out
 
 
 def test_resume_on_fewer_ranks():
