@@ -337,9 +337,13 @@ rz_close_job(struct rz *rz, struct rz_job *j, enum rz_job_state state,
 	rz_event(rz, j, now, state == RZJ_DONE ? "close succeeded" :
 	    "close failed: %s", j->failure);
 	rz_save_job(rz, j);
-	TAILQ_FOREACH(nd, &j->nodes, entry)
+	/* The last word to each node: a closed job pushes nothing more,
+	 * so it holds no connection (rz_conn_gone can skip it). */
+	TAILQ_FOREACH(nd, &j->nodes, entry) {
 		rz_push_node(rz, j, nd, state == RZJ_DONE ? RDZV_ROUND_DONE :
 		    RDZV_ROUND_FAILED);
+		nd->conn = NULL;
+	}
 }
 
 /* Ends the running round: members stop, everyone waits for the next. */
@@ -602,7 +606,8 @@ rz_heartbeat(struct rz *rz, struct slice job, int64_t node_id, void *conn,
 	    (nd = rz_find_node(j, node_id)) == NULL)
 		return RDZV_ENOTFOUND;
 	nd->lease_end = now + j->lease_ms;
-	if (conn != NULL)
+	/* A closed job holds no connections (see rz_close_job). */
+	if (conn != NULL && !rz_closed(j))
 		nd->conn = conn;
 	*round = j->round;
 	return 0;
@@ -709,10 +714,13 @@ rz_conn_gone(struct rz *rz, void *conn)
 	struct rz_job	*j, *tmp;
 	struct rz_node	*nd;
 
-	HASH_ITER(hh, rz->jobs, j, tmp)
+	HASH_ITER(hh, rz->jobs, j, tmp) {
+		if (rz_closed(j))
+			continue;	/* rz_close_job let go of them */
 		TAILQ_FOREACH(nd, &j->nodes, entry)
 			if (nd->conn == conn)
 				nd->conn = NULL;
+	}
 }
 
 void
