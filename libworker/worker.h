@@ -142,7 +142,8 @@ void	tstore_srv_stop(struct tstore_srv *);
 
 /* ---- reduce.c ---- */
 
-/* dst[i] = a[i] op b[i] (AVG as SUM); dst may alias a. */
+/* dst[i] = a[i] op b[i] (AVG as SUM); dst is a itself or overlaps
+ * neither a nor b. */
 typedef void	(*reduce3_fn)(void *dst, const void *a, const void *b,
 		    size_t n);
 reduce3_fn	reduce3_get(enum rdzv_dtype, enum rdzv_op);
