@@ -6,10 +6,13 @@
  * field until the reader refuses; a payload read whole is written again
  * with the frame writer, behind a varying amount of queued data so that
  * the patched length lands across evbuffer chains, and must come out as
- * the very bytes it came from.  Any broken invariant aborts.
+ * the very bytes it came from; so must error replies through
+ * nat_put_error() and preambles through nat_preamble_put_flags().  Any
+ * broken invariant aborts.
  */
 #include "config.h"
 
+#include <limits.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -174,6 +177,35 @@ fuzz_generic(const struct nat_msg *msg, const uint8_t *frame, size_t flen)
 		abort();
 }
 
+/*
+ * An error reply (i code, b message) whose message is a C string must come
+ * out of nat_put_error() as it came in.
+ */
+static void
+fuzz_error(const struct nat_msg *msg, const uint8_t *frame, size_t flen)
+{
+	struct nat_rd		 rd;
+	struct slice		 s;
+	int64_t			 code;
+	static char		 text[8192];
+	static uint8_t		 copy[8192];
+
+	nat_rd_init(&rd, msg->payload);
+	if (nat_get_i64(&rd, &code) != 0 || nat_get_bytes(&rd, &s) != 0 ||
+	    nat_rd_end(&rd) != 0 || code < INT_MIN || code > INT_MAX ||
+	    s.len >= sizeof(text) || (s.len != 0 && memchr(s.p, 0, s.len)))
+		return;
+	if (s.len != 0)
+		memcpy(text, s.p, s.len);
+	text[s.len] = '\0';
+	evbuffer_drain(fuzz_out, evbuffer_get_length(fuzz_out));
+	if (nat_put_error(fuzz_out, msg->op, msg->id, (int)code, text) != 0 ||
+	    evbuffer_get_length(fuzz_out) != flen ||
+	    evbuffer_copyout(fuzz_out, copy, flen) != (ssize_t)flen ||
+	    memcmp(copy, frame, flen) != 0)
+		abort();
+}
+
 static void
 fuzz_frame(const struct nat_msg *msg, const uint8_t *frame, size_t flen)
 {
@@ -194,6 +226,8 @@ fuzz_frame(const struct nat_msg *msg, const uint8_t *frame, size_t flen)
 		abort();	/* a new op needs its field list here */
 	(void)fuzz_spec(spec, msg->payload);
 	fuzz_generic(msg, frame, flen);
+	if (msg->flags == (NAT_F_REPLY | NAT_F_ERROR))
+		fuzz_error(msg, frame, flen);
 }
 
 int
@@ -214,6 +248,13 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	if (rc == NAT_PREAMBLE_LEN) {
 		if (ver != NAT_VERSION || (data[5] & ~NAT_PRE_AUTH) != 0 ||
 		    data[6] != 0 || data[7] != 0)
+			abort();
+		/* And it encodes back to the same bytes. */
+		evbuffer_drain(fuzz_out, evbuffer_get_length(fuzz_out));
+		if (nat_preamble_put_flags(fuzz_out, ver, data[5]) != 0 ||
+		    evbuffer_get_length(fuzz_out) != NAT_PREAMBLE_LEN ||
+		    memcmp(evbuffer_pullup(fuzz_out, -1), data,
+		    NAT_PREAMBLE_LEN) != 0)
 			abort();
 		pos = NAT_PREAMBLE_LEN;
 	} else if (rc == RDZV_EVERSION) {

@@ -194,6 +194,12 @@ def native():
     c['err-canceled'] = frame(6, [fi(-6), fb('cancelled')], REPLY | ERROR, 9)
     c['pipeline'] = PRE + b''.join(
         frame(op, req[op], 0, 100 + op) for op in (2, 4, 3, 6, 18))
+    # Frames past the writer's 512-byte stage, up to the fuzzers' frame
+    # limit (8 + 4 * 5 + 9 + 16 + 64 + 2 * 256 = 629 bytes of body).
+    c['req-set-large'] = PRE + frame(2, [ns, fb('k' * 250), fb('v' * 256)])
+    c['req-cas-max'] = PRE + frame(5, [fb('n' * 16), fb('k' * 64),
+                                       fb('e' * 256), fb('d' * 256)])
+    c['rep-multi-get-large'] = frame(11, [fb('x' * 200)] * 3, REPLY, 11)
     c['preamble'] = PRE
     c['preamble-auth'] = b'RDZV' + bytes([1, 1, 0, 0]) + \
         frame(34, req[34], PUSH, 0)
