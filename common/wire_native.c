@@ -2,8 +2,8 @@
  * wire_native.c: the native rdzv protocol codec (common/PROTOCOL.md): the
  * preamble, frame headers, the typed-field payload reader and the frame
  * writer.  All integers are little-endian whatever the host.  (The
- * authentication MACs declared beside them in wire.h need OpenSSL and are
- * not here.)
+ * authentication MACs declared beside them in wire.h are in auth.c, which
+ * links OpenSSL.)
  */
 #include "config.h"
 
