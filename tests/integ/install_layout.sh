@@ -93,7 +93,10 @@ main(void)
 EOF
 flags=$(PKG_CONFIG_PATH="$D$libdir/pkgconfig" PKG_CONFIG_SYSROOT_DIR="$D" \
     pkg-config --cflags --libs rdzvworker) || fail "pkg-config rdzvworker"
-${CC:-cc} -o "$D/use" "$D/use.c" $flags || fail "cannot build against it"
+# With the build's compiler and flags: a sanitizer build's library needs
+# its runtime in the program too.
+$(var CC) $(var CFLAGS) $(var LDFLAGS) -o "$D/use" "$D/use.c" $flags ||
+	fail "cannot build against it"
 out=$(LD_LIBRARY_PATH="$D$libdir" "$D/use") || fail "cannot run it"
 [ -n "$out" ] || fail "rdzv_strerror said nothing"
 rm -f "$D/use" "$D/use.c"
