@@ -377,6 +377,7 @@ rz_round_end(struct rz *rz, struct rz_job *j, int64_t now, const char *why)
 	}
 	j->state = RZJ_FORMING;
 	j->last_join = now;
+	j->world_size = 0;		/* until the next round forms */
 	rz_save_job(rz, j);
 }
 
@@ -1135,8 +1136,10 @@ rz_event_row(struct rz *rz, struct slice job, int64_t after, char *nsbuf,
 
 	if ((j = rz_find_job(rz, job)) == NULL)
 		return RDZV_ENOTFOUND;
-	if (after < j->next_event - 1)
-		after = j->next_event - 1;
+	/* Behind the oldest event kept: the first one kept is next.  An
+	 * event past `after` that exists makes the wait answer at once. */
+	if (after < j->next_event - RZ_EVENTS_KEPT - 1)
+		after = j->next_event - RZ_EVENTS_KEPT - 1;
 	rz_ns_name(nsbuf, nssz, "ev", j, ns);
 	k = snprintf(keybuf, keysz, "%020" PRId64, after + 1);
 	key->p = (const uint8_t *)keybuf;

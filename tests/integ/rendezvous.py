@@ -222,6 +222,20 @@ def test_join_reply_carries_the_jobs_lease():
     assert fa[2] == 700 and fb[2] == 700, (fa, fb)   # the first JOIN's
 
 
+def test_events_wait_answers_at_once_when_behind():
+    import json
+    d = daemon()
+    a = Agent(d, "je", nodes=(1, 1))
+    a.join()
+    a.push()
+    n = d.native()
+    t0 = time.time()
+    # Events 0.. exist: a wait from after=0 must not wait for a new one.
+    ev = json.loads(n.call(31, "je", 0, 5000)[0])
+    assert time.time() - t0 < 2, "waited although events were there"
+    assert ev and ev[0]["seq"] == 1, ev
+
+
 def test_rdzvd_kill9_is_invisible():
     d = daemon(durability="strict")
     a, b = Agent(d, "j8", lease_ms=3000), Agent(d, "j8", lease_ms=3000)
