@@ -268,8 +268,10 @@ rz_closed(const struct rz_job *j)
 
 /* ---- pushes ---- */
 
+/* Pushes state to nd; message NULL means the job's failure for FAILED. */
 static void
-rz_push_node(struct rz *rz, struct rz_job *j, struct rz_node *nd, int state)
+rz_push_node(struct rz *rz, struct rz_job *j, struct rz_node *nd, int state,
+    const char *message)
 {
 	struct rz_push	p;
 
@@ -284,7 +286,10 @@ rz_push_node(struct rz *rz, struct rz_job *j, struct rz_node *nd, int state)
 	p.restart_count = j->restart_count;
 	p.max_restarts = j->max_restarts;
 	p.store_ns = "";
-	p.message = state == RDZV_ROUND_FAILED ? j->failure : "";
+	if (message != NULL)
+		p.message = message;
+	else
+		p.message = state == RDZV_ROUND_FAILED ? j->failure : "";
 	if (state == RDZV_ROUND_RUNNING) {
 		struct rz_node	*o;
 		int64_t		 base = 0;
@@ -310,13 +315,13 @@ static void
 rz_push_current(struct rz *rz, struct rz_job *j, struct rz_node *nd)
 {
 	if (j->state == RZJ_DONE)
-		rz_push_node(rz, j, nd, RDZV_ROUND_DONE);
+		rz_push_node(rz, j, nd, RDZV_ROUND_DONE, NULL);
 	else if (j->state == RZJ_FAILED)
-		rz_push_node(rz, j, nd, RDZV_ROUND_FAILED);
+		rz_push_node(rz, j, nd, RDZV_ROUND_FAILED, NULL);
 	else if (nd->state == RZN_MEMBER && j->state == RZJ_RUNNING)
-		rz_push_node(rz, j, nd, RDZV_ROUND_RUNNING);
+		rz_push_node(rz, j, nd, RDZV_ROUND_RUNNING, NULL);
 	else if (nd->state == RZN_STANDBY)
-		rz_push_node(rz, j, nd, RDZV_ROUND_STANDBY);
+		rz_push_node(rz, j, nd, RDZV_ROUND_STANDBY, NULL);
 }
 
 /* ---- transitions ---- */
@@ -341,7 +346,7 @@ rz_close_job(struct rz *rz, struct rz_job *j, enum rz_job_state state,
 	 * so it holds no connection (rz_conn_gone can skip it). */
 	TAILQ_FOREACH(nd, &j->nodes, entry) {
 		rz_push_node(rz, j, nd, state == RZJ_DONE ? RDZV_ROUND_DONE :
-		    RDZV_ROUND_FAILED);
+		    RDZV_ROUND_FAILED, NULL);
 		nd->conn = NULL;
 	}
 }
@@ -355,7 +360,7 @@ rz_round_end(struct rz *rz, struct rz_job *j, int64_t now, const char *why)
 	if (j->state == RZJ_RUNNING) {
 		TAILQ_FOREACH(nd, &j->nodes, entry) {
 			if (nd->state == RZN_MEMBER)
-				rz_push_node(rz, j, nd, RDZV_ROUND_STOP);
+				rz_push_node(rz, j, nd, RDZV_ROUND_STOP, NULL);
 		}
 		if (j->port > 0) {
 			rz->hooks.close_port(rz->hooks.arg, j);
@@ -441,7 +446,7 @@ rz_round_form(struct rz *rz, struct rz_job *j, int64_t now)
 	rz_save_job(rz, j);
 	for (i = 0; i < n; i++)
 		rz_push_node(rz, j, order[i], i < members ? RDZV_ROUND_RUNNING :
-		    RDZV_ROUND_STANDBY);
+		    RDZV_ROUND_STANDBY, NULL);
 	free(order);
 }
 
@@ -586,7 +591,7 @@ rz_join(struct rz *rz, const struct rz_join_req *r, void *conn, int64_t now,
 			nd->state = RZN_STANDBY;
 			rz_save_node(rz, j, nd);
 			rz_save_job(rz, j);
-			rz_push_node(rz, j, nd, RDZV_ROUND_STANDBY);
+			rz_push_node(rz, j, nd, RDZV_ROUND_STANDBY, NULL);
 			return 0;
 		}
 	}
@@ -1171,7 +1176,6 @@ rz_admin_evict(struct rz *rz, struct slice job, int64_t node_id, int64_t now)
 {
 	struct rz_job	*j;
 	struct rz_node	*nd;
-	struct rz_push	 p;
 	int		 was_member;
 
 	if ((j = rz_find_job(rz, job)) == NULL ||
@@ -1179,19 +1183,7 @@ rz_admin_evict(struct rz *rz, struct slice job, int64_t node_id, int64_t now)
 		return RDZV_ENOTFOUND;
 	rz_event(rz, j, now, "evicted node %" PRId64 " host %s by an operator",
 	    nd->id, nd->host);
-	if (nd->conn != NULL) {
-		memset(&p, 0, sizeof p);
-		p.job = j->id;
-		p.round = j->round;
-		p.state = RDZV_ROUND_FAILED;
-		p.node_id = nd->id;
-		p.group_rank = -1;
-		p.restart_count = j->restart_count;
-		p.max_restarts = j->max_restarts;
-		p.store_ns = "";
-		p.message = "evicted by an operator";
-		rz->hooks.push(rz->hooks.arg, nd->conn, &p);
-	}
+	rz_push_node(rz, j, nd, RDZV_ROUND_FAILED, "evicted by an operator");
 	was_member = nd->state == RZN_MEMBER;
 	rz_node_remove(rz, j, nd);
 	if (was_member && j->state == RZJ_RUNNING)
