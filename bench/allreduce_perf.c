@@ -14,7 +14,9 @@
  *            [-i iters] [-w warmup] [-d f32|f64|f16|bf16|i32|i64|u8]
  *            [-o sum|prod|min|max|avg] [-c]
  * Sizes take K/M/G suffixes.  -i 0 (default) picks the iterations per
- * size so a repeat moves about 256 MiB; -c checks the result once per size.
+ * size so a repeat moves about 256 MiB, at most 2000 and at least 5, and
+ * lasts at most about 0.25 s (timed on the warmup); -c checks the result
+ * once per size.
  */
 #include <err.h>
 #include <stdint.h>
@@ -25,6 +27,8 @@
 #include <unistd.h>
 
 #include "rdzv_worker.h"
+
+#define REPEAT_S	0.25	/* seconds a repeat takes at most (about) */
 
 static const char *dtn[] = { "f32", "f64", "f16", "bf16", "i32", "i64", "u8" };
 static const char *opn[] = { "sum", "prod", "min", "max", "avg" };
@@ -146,10 +150,25 @@ main(int argc, char **argv)
 						errx(1, "wrong result at %zu", i);
 			memset(buf, 0, bytes);
 		}
+		t0 = now_s();
 		for (k = 0; k < warmup; k++)
 			if ((rc = rdzv_allreduce(comm, buf, buf, count, dt, op,
 			    -1)) != 0)
 				errx(1, "allreduce: %s", rdzv_comm_errmsg(comm));
+		/* A repeat lasts about REPEAT_S at most: slow sizes run fewer
+		 * iterations.  Rank 0 decides, so every rank agrees. */
+		if (iters == 0 && warmup > 0) {
+			int64_t	nit;
+
+			t = (now_s() - t0) / warmup;
+			nit = t > 0 ? (int64_t)(REPEAT_S / t) : it;
+			nit = nit < it ? nit : it;
+			nit = nit < 5 ? 5 : nit;
+			if ((rc = rdzv_broadcast(comm, &nit, 1, RDZV_I64, 0,
+			    -1)) != 0)
+				errx(1, "broadcast: %s", rdzv_comm_errmsg(comm));
+			it = (int)nit;
+		}
 		for (r = 0; r < repeats; r++) {
 			if ((rc = rdzv_barrier(comm, -1)) != 0)
 				errx(1, "barrier: %s", rdzv_comm_errmsg(comm));

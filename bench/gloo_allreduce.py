@@ -14,6 +14,8 @@ import time
 import torch
 import torch.distributed as dist
 
+REPEAT_S = 0.25     # seconds a repeat takes at most (about)
+
 
 def size(s):
     mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
@@ -48,8 +50,17 @@ def main():
         t = buf[:count]
         it = a.i if a.i > 0 else (256 << 20) // b
         it = max(5, min(2000, it))
+        t0 = time.monotonic()
         for _ in range(a.w):
             dist.all_reduce(t)
+        if a.i <= 0 and a.w > 0:
+            # As allreduce_perf: a repeat lasts about REPEAT_S at most;
+            # rank 0 decides so every rank runs the same count.
+            w = (time.monotonic() - t0) / a.w
+            nit = torch.tensor([max(5, min(it, int(REPEAT_S / w)
+                                           if w > 0 else it))])
+            dist.broadcast(nit, 0)
+            it = int(nit.item())
         times = []
         for _ in range(a.r):
             dist.barrier()

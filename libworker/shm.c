@@ -52,6 +52,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#if defined(__x86_64__) && defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
 #include "cpu.h"
 
 #define SHM_MAGIC	0x52445a53484d3031ULL	/* "RDZSHM01" */
@@ -89,6 +93,7 @@ struct shm_rank {
 #define SHM_CMA_MIN_DEFAULT (256u << 10)
 #define CMA_CHUNK	(128u << 10)
 #define SHM_CMA_SEG_DEFAULT (1u << 20)
+#define SHM_NT_MIN_DEFAULT (8u << 20)
 
 struct shm_arena {
 	struct shm_hdr	*hdr;
@@ -96,6 +101,7 @@ struct shm_arena {
 	pid_t		*pids;		/* peers' pids, for process_vm_readv */
 	size_t		 cma_min;	/* CMA allreduce from this size; 0 off */
 	size_t		 cma_seg;	/* bytes a rank reduces per window */
+	size_t		 nt_min;	/* streaming stores from this size */
 	uint8_t		*ctmp;		/* 2 * CMA_CHUNK scratch */
 	uint8_t		*base;
 	size_t		 size;
@@ -105,6 +111,7 @@ struct shm_arena {
 	size_t		 small;
 	uint64_t	 parity;	/* op counter: selects buffers */
 	int		 spin;		/* iterations before yielding */
+	int		 yields;	/* sched_yield()s before sleeping */
 };
 
 static uint8_t *
@@ -218,7 +225,7 @@ shm_barrier_spin(struct cpu *cpu, int64_t deadline, const char *what)
 			return (0);
 		cpu_relax();
 	}
-	for (i = 0; i < SHM_YIELDS; i++) {
+	for (i = 0; i < a->yields; i++) {
 		if (atomic_load_explicit(&h->gen, memory_order_acquire) != g)
 			return (0);
 		sched_yield();
@@ -384,6 +391,13 @@ shm_setup(struct cpu *cpu, const char *key)
 	/* Spinning only pays when every rank has a core of its own. */
 	ncpu = sysconf(_SC_NPROCESSORS_ONLN);
 	a->spin = ncpu >= cpu->n + 1 ? SHM_SPIN : SHM_SPIN / 16;
+	/* Oversubscribed, a yield can hand the core to an unrelated
+	 * process for a whole slice: sleep at once instead. */
+	a->yields = ncpu >= cpu->n + 1 ? SHM_YIELDS : 0;
+	if (getenv("RDZV_SHM_SPIN") != NULL)
+		a->spin = atoi(getenv("RDZV_SHM_SPIN"));
+	if (getenv("RDZV_SHM_YIELDS") != NULL)
+		a->yields = atoi(getenv("RDZV_SHM_YIELDS"));
 	snprintf(name, sizeof name, "/rdzvw-%s-%d", key, (int)getpid());
 
 	if (cpu->rank == 0) {
@@ -464,8 +478,12 @@ shm_setup(struct cpu *cpu, const char *key)
 	if (getenv("RDZV_SHM_CMA") != NULL &&
 	    strcmp(getenv("RDZV_SHM_CMA"), "0") == 0)
 		a->cma_min = 0;
+	/* A window's results live in the arena's slots. */
 	a->cma_seg = align_up((size_t)env_size("RDZV_SHM_CMA_SEG",
 	    SHM_CMA_SEG_DEFAULT), 64);
+	if (a->cma_seg > a->slot)
+		a->cma_seg = a->slot;
+	a->nt_min = (size_t)env_size("RDZV_SHM_NT_MIN", SHM_NT_MIN_DEFAULT);
 	if (a->cma_min > 0 && (rc = cma_probe(cpu, a, deadline)) != 0)
 		return (rc);
 	return (0);
@@ -484,15 +502,57 @@ fail:
 /* ---- collectives ---- */
 
 /*
- * Allreduce by cross-memory attach: no copy through the arena.  The
- * message goes in windows of n * cma_seg bytes.  In each window, rank r
- * reduces segment r by reading it straight out of every peer's send
- * buffer (in cache-sized chunks, in rank order), all ranks meet at a
- * barrier, then each reads the others' reduced segments straight out of
- * their receive buffers while those are still in the shared cache, and
- * goes on to the next window.  A first barrier publishes the buffers, a
- * last one keeps every rank in until no peer reads its buffers any more.
- * Each byte of every buffer comes from memory once and goes back once.
+ * Copies len bytes with streaming (non-temporal) stores where the CPU has
+ * them: the destination is not read back into the cache first, which
+ * saves a third of the memory traffic of a large copy.  Only for large
+ * messages, whose results would not fit in the cache anyway.
+ */
+static void
+copy_nt(void *dst, const void *src, size_t len)
+{
+#if defined(__x86_64__) && defined(__SSE2__)
+	uint8_t		*d = dst;
+	const uint8_t	*s = src;
+	size_t		 head;
+
+	head = (16 - ((uintptr_t)d & 15)) & 15;
+	if (len < 256 || head > len) {
+		memcpy(dst, src, len);
+		return;
+	}
+	memcpy(d, s, head);
+	d += head;
+	s += head;
+	len -= head;
+	for (; len >= 64; len -= 64, d += 64, s += 64) {
+		__m128i	a = _mm_loadu_si128((const __m128i *)s);
+		__m128i	b = _mm_loadu_si128((const __m128i *)(s + 16));
+		__m128i	c = _mm_loadu_si128((const __m128i *)(s + 32));
+		__m128i	e = _mm_loadu_si128((const __m128i *)(s + 48));
+
+		_mm_stream_si128((__m128i *)d, a);
+		_mm_stream_si128((__m128i *)(d + 16), b);
+		_mm_stream_si128((__m128i *)(d + 32), c);
+		_mm_stream_si128((__m128i *)(d + 48), e);
+	}
+	memcpy(d, s, len);
+	_mm_sfence();
+#else
+	memcpy(dst, src, len);
+#endif
+}
+
+/*
+ * Allreduce by cross-memory attach: inputs are read straight out of the
+ * peers' memory, so nothing is copied into the arena first.  The message
+ * goes in windows of n * cma_seg bytes.  In each window, rank r reduces
+ * segment r by reading it out of every peer's send buffer (in chunks
+ * that stay in the cache, in rank order) into its arena slot; all ranks
+ * meet at a barrier; then each copies every rank's reduced segment out of
+ * the arena (still in the shared cache) into its receive buffer, and goes
+ * on.  A first barrier publishes the buffers; a last one keeps every rank
+ * in until no peer reads its send buffer any more.  Each input byte
+ * comes from memory once and each output byte goes back once.
  */
 static int
 cma_allreduce(struct cpu *cpu, const void *sbuf, void *rbuf, size_t count,
@@ -502,36 +562,34 @@ cma_allreduce(struct cpu *cpu, const void *sbuf, void *rbuf, size_t count,
 	reduce3_fn		 red = reduce3_get(dt, op);
 	size_t			 es = rdzv_dtype_size(dt), per = CMA_CHUNK / es;
 	size_t			 wcount, woff, wlen, base, rem, off, len, c, m;
-	uint8_t			*tA = a->ctmp, *tB = a->ctmp + CMA_CHUNK;
-	uint8_t			*tOwn = a->ctmp + 2 * CMA_CHUNK, *acc;
+	size_t			 nwin, k;
+	uint8_t			*tA = a->ctmp, *tB = a->ctmp + CMA_CHUNK, *res;
 	const uint8_t		*own, *p0 = NULL, *pj;
+	uint64_t		 par = a->parity;
 	int			 j, rc, me = cpu->rank, n = a->n;
+	int			 nt = count * es >= a->nt_min;
 
 	wcount = a->cma_seg / es * (size_t)n;
+	nwin = (count + wcount - 1) / wcount;
+	a->parity += nwin;
 	atomic_store(&a->ranks[me].sbuf, (uint64_t)(uintptr_t)sbuf);
-	atomic_store(&a->ranks[me].rbuf, (uint64_t)(uintptr_t)rbuf);
 	if ((rc = shm_barrier_wait(cpu, deadline, "allreduce")) != 0)
 		return (rc);
-	for (woff = 0; woff < count; woff += wlen) {
+	for (k = 0, woff = 0; k < nwin; k++, woff += wlen) {
 		wlen = count - woff < wcount ? count - woff : wcount;
 		base = wlen / (size_t)n;
 		rem = wlen % (size_t)n;
-#define SEG_OFF(j) (woff + (size_t)(j) * base + \
+#define SEG_OFF(j) ((size_t)(j) * base + \
 	    ((size_t)(j) < rem ? (size_t)(j) : rem))
 #define SEG_LEN(j) (base + ((size_t)(j) < rem))
-		off = SEG_OFF(me);
+		off = woff + SEG_OFF(me);
 		len = SEG_LEN(me);
+		res = slot_of(a, me, par + k);
 		for (c = 0; c < len; c += m) {
-			size_t	eoff = (off + c) * es;
+			uint8_t	*acc = res + c * es;
 
 			m = len - c < per ? len - c : per;
-			acc = (uint8_t *)rbuf + eoff;
-			own = (const uint8_t *)sbuf + eoff;
-			if (sbuf == rbuf && me != 0) {
-				/* acc is written before own is read */
-				memcpy(tOwn, own, m * es);
-				own = tOwn;
-			}
+			own = (const uint8_t *)sbuf + (off + c) * es;
 			for (j = 0; j < n; j++) {
 				if (j == me)
 					pj = own;
@@ -539,7 +597,7 @@ cma_allreduce(struct cpu *cpu, const void *sbuf, void *rbuf, size_t count,
 					pj = j == 0 ? tA : tB;
 					rc = cma_read(a->pids[j], (void *)pj,
 					    atomic_load(&a->ranks[j].sbuf) +
-					    eoff, m * es);
+					    (off + c) * es, m * es);
 					if (rc != 0)
 						return (comm_fail(cpu->comm, rc,
 						    "allreduce: reading rank "
@@ -558,15 +616,15 @@ cma_allreduce(struct cpu *cpu, const void *sbuf, void *rbuf, size_t count,
 		if ((rc = shm_barrier_wait(cpu, deadline, "allreduce")) != 0)
 			return (rc);
 		for (j = 0; j < n; j++) {
-			if (j == me || SEG_LEN(j) == 0)
-				continue;
-			rc = cma_read(a->pids[j],
-			    (uint8_t *)rbuf + SEG_OFF(j) * es,
-			    atomic_load(&a->ranks[j].rbuf) + SEG_OFF(j) * es,
-			    SEG_LEN(j) * es);
-			if (rc != 0)
-				return (comm_fail(cpu->comm, rc, "allreduce: "
-				    "reading rank %d's result failed", j));
+			uint8_t	*dst = (uint8_t *)rbuf +
+			    (woff + SEG_OFF(j)) * es;
+
+			if (nt)
+				copy_nt(dst, slot_of(a, j, par + k),
+				    SEG_LEN(j) * es);
+			else
+				memcpy(dst, slot_of(a, j, par + k),
+				    SEG_LEN(j) * es);
 		}
 #undef SEG_OFF
 #undef SEG_LEN
@@ -584,6 +642,7 @@ shm_allreduce(struct cpu *cpu, const void *sbuf, void *rbuf, size_t count,
 	size_t			 per, off, len, nchunk, k, pe, po, pl;
 	uint64_t		 par = a->parity;
 	int			 j, rc, n = a->n, me = cpu->rank;
+	int			 nt = bytes >= a->nt_min;
 
 	if (a->cma_min > 0 && bytes >= a->cma_min)
 		return (cma_allreduce(cpu, sbuf, rbuf, count, dt, op,
@@ -640,7 +699,12 @@ shm_allreduce(struct cpu *cpu, const void *sbuf, void *rbuf, size_t count,
 			size_t	ql = qo >= len ? 0 :
 			    (len - qo < pe ? len - qo : pe);
 
-			if (ql > 0)
+			if (ql == 0)
+				continue;
+			if (nt)
+				copy_nt((uint8_t *)rbuf + (off + qo) * es,
+				    res_of(a, j, par + k), ql * es);
+			else
 				memcpy((uint8_t *)rbuf + (off + qo) * es,
 				    res_of(a, j, par + k), ql * es);
 		}
