@@ -67,7 +67,7 @@
 #define CACHELINE	64
 
 struct shm_hdr {
-	uint64_t		 magic;
+	_Atomic uint64_t	 magic;		/* written last by rank 0 */
 	uint32_t		 n;
 	uint32_t		 slot;
 	_Atomic uint32_t	 abort;
@@ -451,7 +451,7 @@ shm_setup(struct cpu *cpu, const char *key)
 		    -1 && (p = mmap(NULL, a->size, PROT_READ | PROT_WRITE,
 		    MAP_SHARED, fd, 0)) != MAP_FAILED) {
 			a->hdr = p;
-			ok = a->hdr->magic == SHM_MAGIC &&
+			ok = atomic_load(&a->hdr->magic) == SHM_MAGIC &&
 			    a->hdr->n == (uint32_t)a->n &&
 			    a->hdr->slot == (uint32_t)a->slot;
 		}
