@@ -20,6 +20,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "auth.h"
 #include "client.h"
 #include "wire.h"
 #include "worker.h"
@@ -288,15 +289,34 @@ wstore_open(struct wstore **sp, const struct wenv *e, int timeout_ms,
 	s->kind = e->store;
 	s->fd = -1;
 	switch (e->store) {
-	case WENV_STORE_NATIVE:
-		s->nat = rdzv_client_connect(e->endpoint,
-		    deadline_left(deadline), &rc);
-		if (s->nat == NULL) {
-			seterr(err, errlen, "cannot reach rdzvd at %s "
-			    "(RDZV_ENDPOINT): %s", e->endpoint,
-			    rdzv_strerror(rc));
+	case WENV_STORE_NATIVE: {
+		/* rdzv-agent passes rdzvd's token on (PROTOCOL.md
+		 * "Authentication"). */
+		const char	*tf = getenv("RDZV_TOKEN_FILE");
+		uint8_t		*tok = NULL;
+		size_t		 toklen = 0;
+		int		 insecure;
+		char		 why[256];
+
+		if (tf != NULL && *tf != '\0' && (rc = rdzv_token_load(tf, &tok,
+		    &toklen, &insecure, why, sizeof why)) != 0) {
+			seterr(err, errlen, "RDZV_TOKEN_FILE: %s", why);
 			goto fail;
 		}
+		s->nat = rdzv_client_connect_auth(e->endpoint,
+		    deadline_left(deadline), tok, toklen, &rc);
+		if (tok != NULL) {
+			explicit_bzero(tok, toklen);
+			free(tok);
+		}
+		if (s->nat == NULL) {
+			seterr(err, errlen, "cannot reach rdzvd at %s "
+			    "(RDZV_ENDPOINT): %s%s", e->endpoint,
+			    rdzv_strerror(rc), rc == RDZV_EAUTH ? " (rdzvd has "
+			    "a token: set RDZV_TOKEN_FILE, rdzv-agent does)" : "");
+			goto fail;
+		}
+	}
 		if ((rc = rdzv_client_set_namespace(s->nat, e->ns)) != 0) {
 			seterr(err, errlen, "RDZV_NAMESPACE: %s",
 			    rdzv_strerror(rc));

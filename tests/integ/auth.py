@@ -219,5 +219,31 @@ def test_agent_with_token():
     assert not os.path.exists(os.path.join(tmp, "y"))
 
 
+def test_library_workers_use_the_token():
+    # librdzvworker programs under the agent authenticate with the token
+    # the agent hands them (RDZV_TOKEN_FILE): two ranks form a group.
+    import subprocess
+    prog = os.path.join(rt.top_builddir(), "tests", "integ", "worker_check")
+    if not os.path.exists(prog):
+        rt.skip("tests/integ/worker_check not built (make check builds it)")
+    d = daemon()
+    tmp = rt.mktemp("worker-auth-")
+    tok = os.path.join(tmp, "token")
+    with open(tok, "wb") as f:
+        f.write(TOKEN)
+    os.chmod(tok, 0o600)
+    argv = [os.path.join(rt.top_builddir(), "agent", "rdzv-agent"),
+            "--nnodes", "1", "--nproc_per_node", "2",
+            "--rdzv_endpoint", "127.0.0.1:%d" % d.port,
+            "--rdzv_id", "wauth", "--token_file", tok, "--no_python",
+            prog, "coll"]
+    p = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True,
+                       timeout=120, start_new_session=True)
+    out = (p.stdout + p.stderr).decode(errors="replace")
+    assert p.returncode == 0, out[-3000:]
+    assert "ok coll rank=0" in out and "ok coll rank=1" in out, out[-3000:]
+    assert d.metric("rdzvd_errors_total", kind="auth") == 0
+
+
 if __name__ == "__main__":
     rt.main(globals())
