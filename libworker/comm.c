@@ -306,8 +306,7 @@ rdzv_init(struct rdzv_comm **commp, const struct rdzv_options *opts,
 		init_err(opts, err, errlen, "rdzv_init: rank %d of %d: %s "
 		    "backend: %s", c->rank, c->size, c->ops->name,
 		    c->errmsg[0] != '\0' ? c->errmsg : rdzv_strerror(rc));
-		c->ops = NULL;
-		goto fail;
+		goto fail;	/* finalize lets the backend free what it made */
 	}
 	if (c->local_rank < 0)
 		c->local_rank = 0;

@@ -31,6 +31,7 @@
 
 #define HELLO_MAGIC	0x57435a52u	/* "RZCW" little-endian */
 #define HELLO_LEN	24
+#define HELLO_MS	5000	/* an accepted connection's hello */
 #define CHUNK_DEFAULT	(256u << 10)
 #define DIRECT_DEFAULT	(16u << 10)
 #define IOV_MAX_BYTES	(64u << 20)	/* one send()/recv() at most */
@@ -359,10 +360,10 @@ cpu_p2p(struct rdzv_comm *c, struct rdzv_request *first)
 		cpu->pfd[np].fd = comm_wake_fd(c);
 		cpu->pfd[np].events = POLLIN;
 		np++;
-		if ((rc = cpu_poll(cpu, np, dl, "send/recv")) != 0 &&
-		    rc != RDZV_ETIMEDOUT)
+		/* dl is the earliest deadline: a timeout here is a request's
+		 * own (cpu_poll has broken the communicator with it). */
+		if ((rc = cpu_poll(cpu, np, dl, "send/recv")) != 0)
 			goto out;
-		rc = 0;
 		while (read(comm_wake_fd(c), drain, sizeof drain) > 0)
 			;
 		r = comm_take_p2p(c);
@@ -440,6 +441,7 @@ cpu_connect_all(struct rdzv_comm *c, struct cpu *cpu, int lfd,
     uint64_t cid, int64_t deadline)
 {
 	uint8_t	 h[HELLO_LEN];
+	int64_t	 hdl;
 	int	 j, fd, rc, got, peer;
 
 	/* Lower ranks: we connect and introduce ourselves. */
@@ -466,8 +468,11 @@ cpu_connect_all(struct rdzv_comm *c, struct cpu *cpu, int lfd,
 		fd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
 		if (fd == -1)
 			continue;
-		if (net_read_all(fd, h, sizeof h, deadline) != 0 ||
-		    (peer = hello_rank(h, cid, cpu->n)) < 0) {
+		/* A stray connection must not hold up the others: its hello
+		 * gets a few seconds, not the whole bootstrap. */
+		hdl = now_ms() + HELLO_MS;
+		if (net_read_all(fd, h, sizeof h, hdl < deadline ? hdl :
+		    deadline) != 0 || (peer = hello_rank(h, cid, cpu->n)) < 0) {
 			close(fd);	/* a stray connection: not ours */
 			continue;
 		}
@@ -499,6 +504,7 @@ cpu_init(struct rdzv_comm *c)
 	void		 *val;
 	size_t		  len;
 	int		 *ports = NULL, lfd = -1, port, rc, j, same, before;
+	int		  shm, shm_all = 1;
 	int64_t		  deadline = now_ms() + c->init_timeout_ms;
 	uint64_t	  cid;
 
@@ -515,6 +521,10 @@ cpu_init(struct rdzv_comm *c)
 		cpu->chunk = (size_t)atoi(v);
 	if ((v = getenv("RDZV_CPU_DIRECT_MAX")) != NULL && atoi(v) >= 0)
 		cpu->direct_max = (size_t)atoi(v);
+	cpu->direct_ranks = DIRECT_RANKS_MAX;
+	if ((v = getenv("RDZV_CPU_DIRECT_RANKS")) != NULL && atoi(v) >= 1 &&
+	    atoi(v) <= DIRECT_RANKS_MAX)
+		cpu->direct_ranks = atoi(v);
 	if ((v = getenv("RDZV_SHM")) != NULL && strcmp(v, "0") == 0)
 		cpu->use_shm = 0;
 	cpu->links = calloc((size_t)cpu->n, sizeof *cpu->links);
@@ -548,7 +558,8 @@ cpu_init(struct rdzv_comm *c)
 	}
 	host_id(myhost, sizeof myhost);
 	snprintf(key, sizeof key, "%s/cpu/%d", c->keypfx, c->rank);
-	snprintf(rec, sizeof rec, "%s %d %s", addr, port, myhost);
+	snprintf(rec, sizeof rec, "%s %d %s %d", addr, port, myhost,
+	    cpu->use_shm);
 	if ((rc = wstore_set(c->store, key, rec, strlen(rec),
 	    deadline_left(deadline))) != 0) {
 		comm_note(c, rc, "publishing the address: %s",
@@ -563,14 +574,16 @@ cpu_init(struct rdzv_comm *c)
 			    "%s", j, rdzv_strerror(rc));
 			goto out;
 		}
-		if (sscanf(val, "%255s %d %95s", addrs[j], &ports[j],
-		    hosts[j]) != 3) {
+		if (sscanf(val, "%255s %d %95s %d", addrs[j], &ports[j],
+		    hosts[j], &shm) != 4) {
 			free(val);
 			rc = comm_note(c, RDZV_EPROTO, "rank %d published "
 			    "a malformed address", j);
 			goto out;
 		}
 		free(val);
+		/* Shared memory only if every rank is willing (RDZV_SHM). */
+		shm_all &= shm != 0;
 	}
 	/* Local rank and size when the launcher did not say: by host. */
 	same = before = 0;
@@ -589,7 +602,7 @@ cpu_init(struct rdzv_comm *c)
 	if ((rc = cpu_connect_all(c, cpu, lfd, hosts, addrs, ports, cid,
 	    deadline)) != 0)
 		goto out;
-	if (same == cpu->n && cpu->use_shm) {
+	if (same == cpu->n && shm_all) {
 		/* Every rank on this host: collectives go through memory.
 		 * A failure here only costs speed. */
 		snprintf(key, sizeof key, "%016llx", (unsigned long long)cid);

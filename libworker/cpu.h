@@ -20,6 +20,8 @@
 
 struct shm_arena;
 
+#define DIRECT_RANKS_MAX	8	/* direct exchanges: at most this many */
+
 struct link {
 	int	fd;		/* -1 for oneself */
 	int	same_host;
@@ -34,6 +36,7 @@ struct cpu {
 	size_t			 tmpcap;
 	size_t			 chunk;		/* ring pipeline chunk, bytes */
 	size_t			 direct_max;	/* allreduce: direct exchange up to */
+	int			 direct_ranks;	/* ... among at most this many */
 	struct pollfd		*pfd;		/* n + 2 poll entries */
 	uint32_t		*stamp;		/* 2n: xfer bookkeeping */
 	uint32_t		 pass;

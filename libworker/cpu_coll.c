@@ -4,8 +4,9 @@
  * this host).
  *
  *   allreduce	 small: direct exchange (each rank sends its buffer to all
- *		 and reduces the n buffers in rank order: one hop); large:
- *		 ring reduce-scatter + allgather, pipelined in chunks
+ *		 and reduces the n buffers in rank order: one hop), or
+ *		 recursive doubling beyond 8 ranks; large: ring
+ *		 reduce-scatter + allgather, pipelined in chunks
  *   reduce_scatter, allgather  the two halves of that ring
  *   broadcast	 small: from the root to all at once; large: a pipelined
  *		 chain from the root
@@ -32,7 +33,6 @@
 
 #include "cpu.h"
 
-#define DIRECT_RANKS_MAX	8	/* direct exchange up to this many */
 
 static int
 mod(int a, int n)
@@ -235,6 +235,69 @@ allreduce_direct(struct cpu *cpu, const void *sbuf, void *rbuf, size_t count,
 	return (0);
 }
 
+/*
+ * Recursive doubling, for small messages among more ranks than a direct
+ * exchange suits: ceil(log2 n) + 2 steps.  With p the largest power of two
+ * <= n, rank p+i first hands its buffer to rank i and gets the result
+ * back at the end.  Partners combine with the lower rank's value first,
+ * so both hold the same bits.
+ */
+static int
+allreduce_rd(struct cpu *cpu, const void *sbuf, void *rbuf, size_t count,
+    enum rdzv_dtype dt, enum rdzv_op op, int64_t deadline)
+{
+	size_t		 bytes = count * rdzv_dtype_size(dt);
+	reduce3_fn	 red = reduce3_get(dt, op);
+	uint8_t		*work = rbuf, *tmp;
+	int		 p = 1, me = cpu->rank, k, partner, rc;
+
+	while (p * 2 <= cpu->n)
+		p *= 2;
+	if (me >= p) {
+		struct xop	x[2] = {
+			{ me - p, 1, (uint8_t *)sbuf, bytes, 0 },
+			{ me - p, 0, rbuf, bytes, 0 },
+		};
+
+		return (cpu_xfer(cpu, x, 2, deadline, "allreduce"));
+	}
+	if ((rc = cpu_tmp(cpu, bytes)) != 0)
+		return (rc);
+	tmp = cpu->tmp;
+	if (sbuf != rbuf)
+		memcpy(work, sbuf, bytes);
+	if (me + p < cpu->n) {
+		struct xop	one = { me + p, 0, tmp, bytes, 0 };
+
+		if ((rc = cpu_xfer(cpu, &one, 1, deadline, "allreduce")) != 0)
+			return (rc);
+		red(work, work, tmp, count);	/* me < me + p */
+	}
+	for (k = 1; k < p; k *= 2) {
+		struct xop	x[2];
+
+		partner = me ^ k;
+		x[0] = (struct xop){ partner, 1, work, bytes, 0 };
+		x[1] = (struct xop){ partner, 0, tmp, bytes, 0 };
+		if ((rc = cpu_xfer(cpu, x, 2, deadline, "allreduce")) != 0)
+			return (rc);
+		if (me < partner)
+			red(work, work, tmp, count);
+		else {
+			red(tmp, tmp, work, count);
+			memcpy(work, tmp, bytes);
+		}
+	}
+	if (op == RDZV_AVG)
+		reduce_avg_finish(work, count, dt, cpu->n);
+	if (me + p < cpu->n) {
+		struct xop	one = { me + p, 1, work, bytes, 0 };
+
+		return (cpu_xfer(cpu, &one, 1, deadline, "allreduce"));
+	}
+	return (0);
+}
+
 static int
 allreduce_ring(struct cpu *cpu, const void *sbuf, void *rbuf, size_t count,
     enum rdzv_dtype dt, enum rdzv_op op, int64_t deadline)
@@ -274,8 +337,11 @@ cpu_allreduce(struct rdzv_comm *c, const void *sbuf, void *rbuf,
 	if (cpu->shm != NULL)
 		return (shm_allreduce(cpu, sbuf, rbuf, count, dt, op,
 		    deadline));
-	if (bytes <= cpu->direct_max && cpu->n <= DIRECT_RANKS_MAX)
+	if (bytes <= cpu->direct_max && cpu->n <= cpu->direct_ranks)
 		return (allreduce_direct(cpu, sbuf, rbuf, count, dt, op,
+		    deadline));
+	if (bytes <= cpu->direct_max)
+		return (allreduce_rd(cpu, sbuf, rbuf, count, dt, op,
 		    deadline));
 	return (allreduce_ring(cpu, sbuf, rbuf, count, dt, op, deadline));
 }

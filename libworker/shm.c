@@ -197,7 +197,7 @@ shm_barrier_wait(struct cpu *cpu, int64_t deadline, const char *what)
 		return (rc);
 	/* An abort also moves the generation: tell the two apart. */
 	if (atomic_load(&cpu->shm->hdr->abort))
-		return (comm_fail(cpu->comm, RDZV_ECLOSED, "%s: another rank "
+		return (comm_fail(cpu->comm, RDZV_ECONN, "%s: another rank "
 		    "broke the communicator", what));
 	return (0);
 }
@@ -234,7 +234,7 @@ shm_barrier_spin(struct cpu *cpu, int64_t deadline, const char *what)
 		if (atomic_load_explicit(&h->gen, memory_order_acquire) != g)
 			return (0);
 		if (atomic_load(&h->abort) || comm_broken(cpu->comm))
-			return (comm_fail(cpu->comm, RDZV_ECLOSED, "%s: "
+			return (comm_fail(cpu->comm, RDZV_ECONN, "%s: "
 			    "another rank broke the communicator", what));
 		if (deadline_left(deadline) == 0)
 			return (comm_fail(cpu->comm, RDZV_ETIMEDOUT, "%s: rank "

@@ -14,6 +14,9 @@
  *                 rank; the survivors print the error and the time it took
  *                 to see it ("broken code=N after_ms=T") and exit 3
  *   init          init + finalize only; prints rank/size/local rank
+ *   timeouts      rank 1 receives what rank 0 never sends: ETIMEDOUT
+ *                 within its 300 ms, then ECLOSED; rank 0 then sees the
+ *                 communicator broken by rank 1 (never a hang)
  */
 #include <err.h>
 #include <math.h>
@@ -590,6 +593,40 @@ mode_loop(int ms, size_t count)
 }
 
 static void
+mode_timeouts(void)
+{
+	int64_t	t0;
+	int32_t	v = 0;
+	int	rc;
+
+	checks++;
+	if (rank == 1) {
+		t0 = mono_ms();
+		rc = rdzv_recv(comm, &v, 1, RDZV_I32, 0, 300);
+		if (rc != RDZV_ETIMEDOUT || mono_ms() - t0 < 250 ||
+		    mono_ms() - t0 > 2000) {
+			printf("FAIL rank 1: recv returned %d after %lld ms\n",
+			    rc, (long long)(mono_ms() - t0));
+			failures++;
+		}
+		if ((rc = rdzv_barrier(comm, -1)) != RDZV_ECLOSED) {
+			printf("FAIL rank 1: barrier after timeout: %d\n", rc);
+			failures++;
+		}
+		expect_fini = RDZV_ETIMEDOUT;
+	} else if (rank == 0) {
+		usleep(800 * 1000);
+		rc = rdzv_barrier(comm, 5000);
+		if (rc != RDZV_ECONN) {
+			printf("FAIL rank 0: barrier with a broken peer: %d "
+			    "(%s)\n", rc, rdzv_comm_errmsg(comm));
+			failures++;
+		}
+		expect_fini = RDZV_ECONN;
+	}
+}
+
+static void
 log_cb(void *arg, enum rdzv_log_level lvl, const char *msg)
 {
 	fprintf(stderr, "[rank %d lvl %d] %s\n", rank, (int)lvl, msg);
@@ -626,6 +663,8 @@ main(int argc, char **argv)
 		mode_p2p();
 	else if (strcmp(mode, "async") == 0)
 		mode_async();
+	else if (strcmp(mode, "timeouts") == 0)
+		mode_timeouts();
 	else if (strcmp(mode, "loop") == 0) {
 		rc = mode_loop(argc > 2 ? atoi(argv[2]) : 10000,
 		    argc > 3 ? (size_t)atol(argv[3]) : 1 << 18);

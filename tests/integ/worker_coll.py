@@ -52,6 +52,27 @@ def test_coll_large_and_tcpstore():
         check_all_ok(res, "coll")
 
 
+def test_shm_needs_every_rank():
+    # One rank refuses shared memory: all stay on TCP, results still right.
+    res = wl.run_ok(3, [wl.prog(), "coll", "quick"], store="tcpstore",
+                    rank_env=lambda r, n: {
+                        "RANK": str(r), "WORLD_SIZE": str(n),
+                        "RDZV_SHM": "0" if r == 1 else "1"}, timeout=150)
+    check_all_ok(res, "coll")
+
+
+def test_recursive_doubling():
+    # Small allreduces among "many" ranks: recursive doubling, with the
+    # ranks beyond the largest power of two folded in and out.
+    d = daemon()
+    for n in (3, 5):
+        res = wl.run_ok(n, [wl.prog(), "coll", "quick"], d=d,
+                        env={"RDZV_SHM": "0", "RDZV_CPU_DIRECT_RANKS": "1"},
+                        timeout=150)
+        check_all_ok(res, "coll")
+    d.stop()
+
+
 def test_direct_threshold_off():
     # Every allreduce/allgather/reduce through the ring and chains.
     d = daemon()

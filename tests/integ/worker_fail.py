@@ -82,5 +82,14 @@ def test_sigstop_timeout_shm():
     kill_one(3, True, signal.SIGSTOP)
 
 
+def test_timeouts_and_later_calls():
+    # A receive nobody answers times out on its own deadline; the
+    # communicator is then broken for that rank and, through its closed
+    # sockets, for the other.
+    for shm in ("0", "1"):
+        wl.run_ok(2, [wl.prog(), "timeouts"], store="tcpstore",
+                  env={"RDZV_SHM": shm}, timeout=30)
+
+
 if __name__ == "__main__":
     rt.main(globals(), per_test=60.0, total=240.0)
