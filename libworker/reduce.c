@@ -33,78 +33,105 @@
 #define REDUCE_CLONES
 #endif
 
+static inline uint32_t
+f_bits(float f)
+{
+	uint32_t	u;
+
+	memcpy(&u, &f, sizeof u);
+	return (u);
+}
+
+static inline float
+bits_f(uint32_t u)
+{
+	float	f;
+
+	memcpy(&f, &u, sizeof f);
+	return (f);
+}
+
+/*
+ * The conversions are branch-free (masks, not jumps) so the reduction
+ * loops around them vectorise.  pick(c, x, y) is c ? x : y for c 0 or 1.
+ */
+static inline uint32_t
+pick(uint32_t c, uint32_t x, uint32_t y)
+{
+	uint32_t	m = 0u - c;
+
+	return ((x & m) | (y & ~m));
+}
+
+static inline float
+h2f(uint16_t h)
+{
+	uint32_t	sign = (uint32_t)(h & 0x8000) << 16, em = h & 0x7fff;
+	uint32_t	r;
+
+	/* Exponent and mantissa moved into float position are off by the
+	 * bias difference, 2^112: one multiply fixes normals and
+	 * subnormals alike (a subnormal half lands on a subnormal float). */
+	r = f_bits(bits_f(em << 13) * 0x1p112f);
+	r = pick(em >= 0x7c00, (em << 13) | 0x7f800000, r);	/* inf, NaN */
+	return (bits_f(sign | r));
+}
+
+static inline uint16_t
+f2h(float f)
+{
+	uint32_t	x = f_bits(f), sign = (x >> 16) & 0x8000;
+	uint32_t	ax = x & 0x7fffffff, odd = (ax >> 13) & 1, r, sub;
+
+	/* Normal: rebias and round to nearest even on the dropped bits. */
+	r = (ax - 0x38000000 + 0xfff + odd) >> 13;
+	/* Below 2^-14: adding 0.5 leaves round(|f| * 2^24) in the low
+	 * mantissa bits, rounded to nearest even by the FPU. */
+	sub = f_bits(bits_f(ax) + 0.5f) - 0x3f000000;
+	r = pick(ax < 0x38800000, sub, r);
+	r = pick(ax >= 0x477ff000, 0x7c00, r);	/* >= 65520 and inf */
+	r = pick(ax > 0x7f800000, 0x7e00, r);	/* NaN, kept quiet */
+	return ((uint16_t)(sign | r));
+}
+
+static inline float
+b2f(uint16_t h)
+{
+	return (bits_f((uint32_t)h << 16));
+}
+
+static inline uint16_t
+f2b(float f)
+{
+	uint32_t	x = f_bits(f), r;
+
+	r = (x + 0x7fff + ((x >> 16) & 1)) >> 16;
+	r = pick((x & 0x7fffffff) > 0x7f800000, (x >> 16) | 0x40, r);
+	return ((uint16_t)r);
+}
+
 float
 half_to_float(uint16_t h)
 {
-	uint32_t	sign = (uint32_t)(h & 0x8000) << 16;
-	uint32_t	exp = (h >> 10) & 0x1f, mant = h & 0x3ff, bits;
-	int		e;
-	float		f;
-
-	if (exp == 0) {
-		if (mant == 0)
-			bits = sign;
-		else {
-			/* Subnormal: shift the leading one into place. */
-			e = -1;
-			do {
-				mant <<= 1;
-				e++;
-			} while ((mant & 0x400) == 0);
-			bits = sign | ((uint32_t)(112 - e) << 23) |
-			    ((mant & 0x3ff) << 13);
-		}
-	} else if (exp == 31)
-		bits = sign | 0x7f800000 | (mant << 13);
-	else
-		bits = sign | ((exp + 112) << 23) | (mant << 13);
-	memcpy(&f, &bits, sizeof f);
-	return (f);
+	return (h2f(h));
 }
 
 uint16_t
 float_to_half(float f)
 {
-	uint32_t	x, ax, sign, odd;
-
-	memcpy(&x, &f, sizeof x);
-	sign = (x >> 16) & 0x8000;
-	ax = x & 0x7fffffff;
-	if (ax >= 0x7f800000)		/* inf, or NaN kept quiet */
-		return ((uint16_t)(sign | 0x7c00 | (ax > 0x7f800000 ?
-		    0x200 : 0)));
-	if (ax >= 0x477ff000)		/* >= 65520 rounds to inf */
-		return ((uint16_t)(sign | 0x7c00));
-	if (ax < 0x38800000) {
-		/* Below the smallest normal half: the result is the
-		 * mantissa round(|f| * 2^24), exact in float, rounded to
-		 * nearest even by nearbyintf in the default mode. */
-		return ((uint16_t)(sign | (uint32_t)nearbyintf(fabsf(f) *
-		    0x1p24f)));
-	}
-	odd = (ax >> 13) & 1;
-	return ((uint16_t)(sign | ((ax - 0x38000000 + 0xfff + odd) >> 13)));
+	return (f2h(f));
 }
 
 float
 bf16_to_float(uint16_t h)
 {
-	uint32_t	bits = (uint32_t)h << 16;
-	float		f;
-
-	memcpy(&f, &bits, sizeof f);
-	return (f);
+	return (b2f(h));
 }
 
 uint16_t
 float_to_bf16(float f)
 {
-	uint32_t	x;
-
-	memcpy(&x, &f, sizeof x);
-	if ((x & 0x7fffffff) > 0x7f800000)
-		return ((uint16_t)((x >> 16) | 0x40));	/* quiet NaN */
-	return ((uint16_t)((x + 0x7fff + ((x >> 16) & 1)) >> 16));
+	return (f2b(f));
 }
 
 /*
@@ -150,15 +177,38 @@ name(void *d, const void *a, const void *b, size_t n)			\
 }
 
 #define DEF_REDUCE_CONV(name, TO, FROM, OP)				\
-static void								\
-name(void *dv, const void *av, const void *bv, size_t n)		\
+static void REDUCE_CLONES						\
+name##_2(uint16_t *restrict d, const uint16_t *restrict b, size_t n)	\
 {									\
-	uint16_t	*d = dv;					\
-	const uint16_t	*a = av, *b = bv;				\
-	size_t		 i;						\
+	size_t	i, j;							\
 									\
-	for (i = 0; i < n; i++)						\
+	for (i = 0; n - i >= REDUCE_BLOCK; i += REDUCE_BLOCK)		\
+		for (j = 0; j < REDUCE_BLOCK; j++)			\
+			d[i + j] = TO(OP(FROM(d[i + j]),		\
+			    FROM(b[i + j])));				\
+	for (; i < n; i++)						\
+		d[i] = TO(OP(FROM(d[i]), FROM(b[i])));			\
+}									\
+static void REDUCE_CLONES						\
+name##_3(uint16_t *restrict d, const uint16_t *restrict a,		\
+    const uint16_t *restrict b, size_t n)				\
+{									\
+	size_t	i, j;							\
+									\
+	for (i = 0; n - i >= REDUCE_BLOCK; i += REDUCE_BLOCK)		\
+		for (j = 0; j < REDUCE_BLOCK; j++)			\
+			d[i + j] = TO(OP(FROM(a[i + j]),		\
+			    FROM(b[i + j])));				\
+	for (; i < n; i++)						\
 		d[i] = TO(OP(FROM(a[i]), FROM(b[i])));			\
+}									\
+static void								\
+name(void *d, const void *a, const void *b, size_t n)			\
+{									\
+	if (d == a)							\
+		name##_2(d, b, n);					\
+	else								\
+		name##_3(d, a, b, n);					\
 }
 
 #define DEF_ALL(t, T, U)						\
@@ -179,8 +229,8 @@ DEF_ALL(u8, uint8_t, uint32_t)
 	DEF_REDUCE_CONV(t##_min, TO, FROM, OP_MIN)			\
 	DEF_REDUCE_CONV(t##_max, TO, FROM, OP_MAX)
 
-DEF_ALL_CONV(f16, float_to_half, half_to_float)
-DEF_ALL_CONV(bf16, float_to_bf16, bf16_to_float)
+DEF_ALL_CONV(f16, f2h, h2f)
+DEF_ALL_CONV(bf16, f2b, b2f)
 
 /* Indexed by dtype, then op (SUM, PROD, MIN, MAX; AVG uses SUM). */
 static const reduce3_fn	table[RDZV_DTYPE_COUNT][4] = {
@@ -220,11 +270,11 @@ reduce_avg_finish(void *buf, size_t n, enum rdzv_dtype dt, int size)
 		break;
 	case RDZV_F16:
 		for (i = 0; i < n; i++)
-			h[i] = float_to_half(half_to_float(h[i]) / (float)size);
+			h[i] = f2h(h2f(h[i]) / (float)size);
 		break;
 	case RDZV_BF16:
 		for (i = 0; i < n; i++)
-			h[i] = float_to_bf16(bf16_to_float(h[i]) / (float)size);
+			h[i] = f2b(b2f(h[i]) / (float)size);
 		break;
 	case RDZV_I32:
 		for (i = 0; i < n; i++)
