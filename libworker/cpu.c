@@ -206,6 +206,76 @@ le64_get(const uint8_t *p)
 }
 
 /*
+ * Device buffers in send/recv go through a host copy that lives with the
+ * request (freed with it): a send's is filled when the request starts, a
+ * receive's is copied to the device when it completes.
+ */
+struct p2p_stage {
+	void	*dev;
+	void	*host;
+};
+
+static void
+p2p_stage_free(struct rdzv_request *r)
+{
+	struct p2p_stage	*st = r->be;
+
+	if (st != NULL) {
+		free(st->host);
+		free(st);
+		r->be = NULL;
+	}
+}
+
+static int
+p2p_stage_in(struct rdzv_comm *c, struct rdzv_request *r)
+{
+#ifdef HAVE_CUDA
+	struct p2p_stage	*st;
+	void			*p = r->kind == REQ_SEND ? (void *)r->sbuf :
+				    r->rbuf;
+
+	if (r->count == 0 || !cpu_is_device_ptr(p))
+		return (0);
+	if ((st = calloc(1, sizeof *st)) == NULL ||
+	    (st->host = malloc(r->count)) == NULL) {
+		free(st);
+		return (RDZV_ENOMEM);
+	}
+	st->dev = p;
+	r->be = st;
+	r->free = p2p_stage_free;
+	if (r->kind == REQ_SEND) {
+		if (cudaMemcpy(st->host, p, r->count,
+		    cudaMemcpyDeviceToHost) != cudaSuccess)
+			return (RDZV_EIO);
+		r->sbuf = st->host;
+	} else
+		r->rbuf = st->host;
+#else
+	(void)c;
+	(void)r;
+	(void)p2p_stage_free;
+#endif
+	return (0);
+}
+
+/* Completes a request: a staged receive goes to the device first. */
+static void
+p2p_done(struct rdzv_request *r, int rc)
+{
+#ifdef HAVE_CUDA
+	struct p2p_stage	*st = r->be;
+
+	if (rc == 0 && st != NULL && r->kind == REQ_RECV &&
+	    cudaMemcpy(st->dev, st->host, r->count, cudaMemcpyHostToDevice) !=
+	    cudaSuccess)
+		rc = RDZV_EIO;
+#endif
+	comm_complete(r, rc);
+}
+
+/*
  * Moves one request as far as it goes now.  Each message carries an
  * 8-byte length so a mismatched send and receive is caught, not silently
  * misread.  Returns 1 when complete, 0 when pending, < 0 on failure.
@@ -264,12 +334,12 @@ p2p_self(struct cpu *cpu, struct rdzv_request **act, size_t n)
 	if (s == NULL || r == NULL)
 		return (0);
 	if (s->count != r->count) {
-		comm_complete(s, RDZV_EINVAL);
-		comm_complete(r, RDZV_EINVAL);
+		p2p_done(s, RDZV_EINVAL);
+		p2p_done(r, RDZV_EINVAL);
 	} else {
 		memcpy(r->rbuf, s->sbuf, s->count);
-		comm_complete(s, 0);
-		comm_complete(r, 0);
+		p2p_done(s, 0);
+		p2p_done(r, 0);
 	}
 	for (i = 0; i < n; i++)
 		if (act[i] == s || act[i] == r)
@@ -301,7 +371,11 @@ cpu_p2p(struct rdzv_comm *c, struct rdzv_request *first)
 				}
 				act = na;
 			}
-			act[n++] = r;
+			if ((rc = p2p_stage_in(c, r)) != 0)
+				p2p_done(r, rc);
+			else
+				act[n++] = r;
+			rc = 0;
 			r = comm_take_p2p(c);
 		}
 		while (p2p_self(cpu, act, n))
@@ -334,7 +408,7 @@ cpu_p2p(struct rdzv_comm *c, struct rdzv_request *first)
 			if ((rc = p2p_step(cpu, r, &progressed)) < 0)
 				goto out;
 			if (rc == 1) {
-				comm_complete(r, 0);
+				p2p_done(r, 0);
 				act[i] = NULL;
 				continue;
 			}
@@ -830,13 +904,6 @@ e_alltoall(struct rdzv_comm *c, const void *sbuf, void *rbuf, size_t count,
 	STAGE2(c, sbuf, b, rbuf, b, cpu_alltoall(c, SB, RB, count, dt, dl));
 }
 
-static int
-e_p2p(struct rdzv_comm *c, struct rdzv_request *first)
-{
-	/* Device buffers in send/recv are not staged: the request may
-	 * outlive any staging copy we could make here. */
-	return (cpu_p2p(c, first));
-}
 
 const struct backend_ops cpu_backend_ops = {
 	.name = "cpu",
@@ -853,5 +920,5 @@ const struct backend_ops cpu_backend_ops = {
 	.scatter = e_scatter,
 	.alltoall = e_alltoall,
 	.barrier = cpu_barrier,
-	.p2p = e_p2p,
+	.p2p = cpu_p2p,
 };

@@ -52,6 +52,28 @@ def test_coll_large_and_tcpstore():
         check_all_ok(res, "coll")
 
 
+def test_p2p_ordering():
+    # Ordered matching, both directions at once (3 MiB each way), blocking
+    # send/recv, sends to oneself, a mismatched length.
+    d = daemon()
+    for n in (1, 2, 3, 4, 5):
+        res = wl.run_ok(n, [wl.prog(), "p2p"], d=d, timeout=120)
+        check_all_ok(res, "p2p")
+    d.stop()
+
+
+def test_async_allreduce():
+    # iallreduce queued 8 deep, a blocking allreduce behind them, test()
+    # and waitall(); over the arena and over TCP.
+    d = daemon()
+    for n in (2, 3):
+        for shm in ("0", "1"):
+            res = wl.run_ok(n, [wl.prog(), "async"], d=d,
+                            env={"RDZV_SHM": shm}, timeout=120)
+            check_all_ok(res, "async")
+    d.stop()
+
+
 def test_shm_needs_every_rank():
     # One rank refuses shared memory: all stay on TCP, results still right.
     res = wl.run_ok(3, [wl.prog(), "coll", "quick"], store="tcpstore",
