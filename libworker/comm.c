@@ -468,7 +468,13 @@ queue_stop(struct rdzv_comm *c)
 	if (!c->qthread_on)
 		return;
 	pthread_mutex_lock(&c->qlock);
-	if (c->qbusy || !TAILQ_EMPTY(&c->queue)) {
+	/* Pending means a request not yet done; the thread itself may still
+	 * be on its way out of a finished one, which is no reason to break
+	 * the communicator. */
+	TAILQ_FOREACH(r, &c->live, lentry)
+		if (r->kind != REQ_BACKEND && !r->done)
+			break;
+	if (r != NULL) {
 		pthread_mutex_unlock(&c->qlock);
 		comm_fail(c, RDZV_ECLOSED, "finalized with requests pending");
 		pthread_mutex_lock(&c->qlock);

@@ -182,28 +182,12 @@ peers_alive(struct cpu *cpu, const char *what)
 }
 
 /* The barrier every rank of the arena meets at. */
-static int	shm_barrier_spin(struct cpu *, int64_t, const char *);
-
 /*
  * Returns 0 once every rank has arrived, or breaks the communicator (a
  * rank aborted, died, or the deadline passed).
  */
 static int
 shm_barrier_wait(struct cpu *cpu, int64_t deadline, const char *what)
-{
-	int	rc;
-
-	if ((rc = shm_barrier_spin(cpu, deadline, what)) != 0)
-		return (rc);
-	/* An abort also moves the generation: tell the two apart. */
-	if (atomic_load(&cpu->shm->hdr->abort))
-		return (comm_fail(cpu->comm, RDZV_ECONN, "%s: another rank "
-		    "broke the communicator", what));
-	return (0);
-}
-
-static int
-shm_barrier_spin(struct cpu *cpu, int64_t deadline, const char *what)
 {
 	struct shm_arena	*a = cpu->shm;
 	struct shm_hdr		*h = a->hdr;
@@ -220,12 +204,16 @@ shm_barrier_spin(struct cpu *cpu, int64_t deadline, const char *what)
 			futex(&h->gen, FUTEX_WAKE, INT_MAX, NULL);
 		return (0);
 	}
+	/* A barrier that completed counts even if a rank aborts just
+	 * after: the abort word is only looked at while still waiting. */
 	for (i = 0; i < a->spin; i++) {
 		if (atomic_load_explicit(&h->gen, memory_order_acquire) != g)
 			return (0);
+		if ((i & 255) == 255 && atomic_load(&h->abort))
+			break;
 		cpu_relax();
 	}
-	for (i = 0; i < a->yields; i++) {
+	for (i = 0; i < a->yields && !atomic_load(&h->abort); i++) {
 		if (atomic_load_explicit(&h->gen, memory_order_acquire) != g)
 			return (0);
 		sched_yield();
@@ -259,10 +247,10 @@ wake_all(struct shm_arena *a)
 void
 shm_abort(struct shm_arena *a)
 {
+	/* Waiters look at the abort word between naps and every few
+	 * hundred spins; wake the sleepers so they look now.  The
+	 * generation is left alone: it means "barrier complete". */
 	atomic_store(&a->hdr->abort, 1);
-	/* Bump the generation so spinners notice, then wake sleepers; they
-	 * see the abort word on their next look. */
-	atomic_fetch_add(&a->hdr->gen, 1);
 	wake_all(a);
 }
 
