@@ -109,11 +109,15 @@ int	cpu_barrier(struct rdzv_comm *, int64_t);
  */
 int	shm_setup(struct cpu *, const char *key);
 void	shm_free(struct shm_arena *);
-/* Same-host allreduce and broadcast through the arena. */
+/* Same-host collectives through the arena. */
 int	shm_allreduce(struct cpu *, const void *, void *, size_t,
 	    enum rdzv_dtype, enum rdzv_op, int64_t deadline);
 int	shm_broadcast(struct cpu *, void *, size_t bytes, int root,
 	    int64_t deadline);
+int	shm_allgather(struct cpu *, const void *, void *, size_t bytes,
+	    int64_t deadline);
+int	shm_reduce_scatter(struct cpu *, const void *, void *, size_t,
+	    enum rdzv_dtype, enum rdzv_op, int64_t deadline);
 int	shm_barrier(struct cpu *, int64_t deadline);
 /* Makes every waiter in the arena give up (abort). */
 void	shm_abort(struct shm_arena *);

@@ -1,7 +1,7 @@
 /*
  * cpu_coll.c: the cpu backend's collective algorithms, over the sockets
  * of cpu.c (and the shared-memory arena of shm.c when every rank is on
- * this host).
+ * this host: allreduce, broadcast, allgather, reduce_scatter, barrier).
  *
  *   allreduce	 small: direct exchange (each rank sends its buffer to all
  *		 and reduces the n buffers in rank order: one hop), or
@@ -362,6 +362,9 @@ cpu_reduce_scatter(struct rdzv_comm *c, const void *sbuf, void *rbuf,
 			memmove(rbuf, sbuf, bytes);
 		return (0);
 	}
+	if (cpu->shm != NULL)
+		return (shm_reduce_scatter(cpu, sbuf, rbuf, count, dt, op,
+		    deadline));
 	ring_init(&g, cpu, dt, op);
 	if ((rc = ring_segments(&g, count, 1)) != 0)
 		return (rc);
@@ -393,6 +396,8 @@ cpu_allgather(struct rdzv_comm *c, const void *sbuf, void *rbuf,
 	uint8_t		*own = (uint8_t *)rbuf + bytes * (size_t)cpu->rank;
 	int		 rc, j, nx = 0;
 
+	if (cpu->n > 1 && bytes > 0 && cpu->shm != NULL)
+		return (shm_allgather(cpu, sbuf, rbuf, bytes, deadline));
 	if (bytes > 0 && own != sbuf)
 		memmove(own, sbuf, bytes);
 	if (cpu->n == 1 || bytes == 0)

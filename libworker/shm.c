@@ -370,6 +370,9 @@ shm_setup(struct cpu *cpu, const char *key)
 	a->n = cpu->n;
 	a->slot = align_up((size_t)env_size("RDZV_SHM_SLOT",
 	    SHM_SLOT_DEFAULT), 4096);
+	/* reduce_scatter splits a slot n ways: keep a share >= 64 bytes. */
+	if (a->slot < align_up((size_t)a->n * 64, 4096))
+		a->slot = align_up((size_t)a->n * 64, 4096);
 	a->small = (size_t)env_size("RDZV_SHM_SMALL", SHM_SMALL_DEFAULT);
 	if (a->small > a->slot)
 		a->small = a->slot;
@@ -696,6 +699,82 @@ shm_allreduce(struct cpu *cpu, const void *sbuf, void *rbuf, size_t count,
 				memcpy((uint8_t *)rbuf + (off + qo) * es,
 				    res_of(a, j, par + k), ql * es);
 		}
+	}
+	return (0);
+}
+
+/*
+ * Allgather through the slots: in chunks of a slot, each rank copies its
+ * block's chunk in, all meet, each copies every rank's chunk out.  One
+ * barrier per chunk (slots alternate by parity).
+ */
+int
+shm_allgather(struct cpu *cpu, const void *sbuf, void *rbuf, size_t bytes,
+    int64_t deadline)
+{
+	struct shm_arena	*a = cpu->shm;
+	uint64_t		 par = a->parity;
+	size_t			 nchunk, k, off, len;
+	int			 j, rc;
+
+	nchunk = (bytes + a->slot - 1) / a->slot;
+	a->parity += nchunk;
+	for (k = 0; k < nchunk; k++) {
+		off = k * a->slot;
+		len = bytes - off < a->slot ? bytes - off : a->slot;
+		memcpy(slot_of(a, cpu->rank, par + k),
+		    (const uint8_t *)sbuf + off, len);
+		if ((rc = shm_barrier_wait(cpu, deadline, "allgather")) != 0)
+			return (rc);
+		for (j = 0; j < a->n; j++) {
+			uint8_t	*dst = (uint8_t *)rbuf + (size_t)j * bytes + off;
+
+			if (j != cpu->rank || dst != (const uint8_t *)sbuf + off)
+				memcpy(dst, slot_of(a, j, par + k), len);
+		}
+	}
+	return (0);
+}
+
+/*
+ * Reduce-scatter through the slots: in windows of a slot, each rank
+ * copies the same stretch of all n blocks of its input into its slot, all
+ * meet, and rank r reduces stretch r over every slot, in rank order,
+ * straight into its output.  One barrier per window.
+ */
+int
+shm_reduce_scatter(struct cpu *cpu, const void *sbuf, void *rbuf,
+    size_t count, enum rdzv_dtype dt, enum rdzv_op op, int64_t deadline)
+{
+	struct shm_arena	*a = cpu->shm;
+	reduce3_fn		 red = reduce3_get(dt, op);
+	size_t			 es = rdzv_dtype_size(dt), bytes = count * es;
+	size_t			 w = a->slot / (size_t)a->n / es * es;
+	size_t			 nwin, k, off, len;
+	uint64_t		 par = a->parity;
+	uint8_t			*out;
+	int			 j, rc, me = cpu->rank;
+
+	nwin = (bytes + w - 1) / w;
+	a->parity += nwin;
+	for (k = 0; k < nwin; k++) {
+		off = k * w;
+		len = bytes - off < w ? bytes - off : w;
+		for (j = 0; j < a->n; j++)
+			memcpy(slot_of(a, me, par + k) + (size_t)j * w,
+			    (const uint8_t *)sbuf + (size_t)j * bytes + off,
+			    len);
+		if ((rc = shm_barrier_wait(cpu, deadline,
+		    "reduce_scatter")) != 0)
+			return (rc);
+		out = (uint8_t *)rbuf + off;
+		red(out, slot_of(a, 0, par + k) + (size_t)me * w,
+		    slot_of(a, 1, par + k) + (size_t)me * w, len / es);
+		for (j = 2; j < a->n; j++)
+			red(out, out, slot_of(a, j, par + k) + (size_t)me * w,
+			    len / es);
+		if (op == RDZV_AVG)
+			reduce_avg_finish(out, len / es, dt, a->n);
 	}
 	return (0);
 }

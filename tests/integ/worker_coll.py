@@ -44,6 +44,19 @@ def test_coll_shm():
     d.stop()
 
 
+def test_shm_small_slots():
+    # Tiny arena slots: every size takes many chunks and windows, through
+    # the copy path (no cross-memory attach) and through it.
+    d = daemon()
+    for cma in ("0", "1"):
+        res = wl.run_ok(3, [wl.prog(), "coll"], d=d, timeout=150,
+                        env={"RDZV_SHM_SLOT": "4096", "RDZV_SHM_CMA": cma,
+                             "RDZV_SHM_CMA_MIN": "1024",
+                             "RDZV_SHM_SMALL": "512"})
+        check_all_ok(res, "coll")
+    d.stop()
+
+
 def test_coll_large_and_tcpstore():
     # torchrun-style: rank 0 serves a TCPStore on MASTER_PORT.
     for n in (2, 3):
