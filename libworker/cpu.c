@@ -520,7 +520,8 @@ cpu_connect_all(struct rdzv_comm *c, struct cpu *cpu, int lfd,
 
 	/* Lower ranks: we connect and introduce ourselves. */
 	for (j = 0; j < cpu->rank; j++) {
-		if ((rc = net_connect(addrs[j], ports[j], deadline, &fd)) != 0)
+		if ((rc = net_connect(addrs[j], ports[j], 1, deadline,
+		    &fd)) != 0)
 			return (comm_note(c, rc, "cannot connect to rank "
 			    "%d at %s port %d: %s", j, addrs[j], ports[j],
 			    rdzv_strerror(rc)));
@@ -561,7 +562,6 @@ cpu_connect_all(struct rdzv_comm *c, struct cpu *cpu, int lfd,
 	for (j = 0; j < cpu->n; j++) {
 		if (j == cpu->rank)
 			continue;
-		net_tune(cpu->links[j].fd, 1);
 		cpu->links[j].same_host = strcmp(hosts[j],
 		    hosts[cpu->rank]) == 0;
 	}
@@ -625,7 +625,7 @@ cpu_init(struct rdzv_comm *c)
 		addr = wstore_local_addr(c->store);
 	if (*addr == '\0')
 		addr = "127.0.0.1";
-	if ((rc = net_listen(strchr(addr, ':') != NULL ? "::" : "0.0.0.0", 0,
+	if ((rc = net_listen(strchr(addr, ':') != NULL ? "::" : "0.0.0.0", 0, 1,
 	    &lfd, &port)) != 0) {
 		comm_note(c, rc, "cannot listen: %s", rdzv_strerror(rc));
 		goto out;

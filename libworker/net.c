@@ -76,7 +76,7 @@ net_poll1(int fd, short events, int64_t deadline)
 
 /* One non-blocking connect attempt to ai under deadline. */
 static int
-net_try(const struct addrinfo *ai, int64_t deadline, int *fdp)
+net_try(const struct addrinfo *ai, int bulk, int64_t deadline, int *fdp)
 {
 	socklen_t	len;
 	int		fd, rc, soerr;
@@ -85,6 +85,9 @@ net_try(const struct addrinfo *ai, int64_t deadline, int *fdp)
 	    SOCK_CLOEXEC, ai->ai_protocol);
 	if (fd == -1)
 		return (RDZV_ECONN);
+	/* Buffer sizes before the handshake, where the window scale is
+	 * agreed. */
+	net_tune(fd, bulk);
 	if (connect(fd, ai->ai_addr, ai->ai_addrlen) == -1) {
 		if (errno != EINPROGRESS) {
 			close(fd);
@@ -107,7 +110,7 @@ net_try(const struct addrinfo *ai, int64_t deadline, int *fdp)
 }
 
 int
-net_connect(const char *host, int port, int64_t deadline, int *fdp)
+net_connect(const char *host, int port, int bulk, int64_t deadline, int *fdp)
 {
 	struct addrinfo	 hints, *res, *ai;
 	struct timespec	 ts;
@@ -123,7 +126,7 @@ net_connect(const char *host, int port, int64_t deadline, int *fdp)
 		rc = RDZV_ECONN;
 		if (gai == 0) {
 			for (ai = res; ai != NULL; ai = ai->ai_next) {
-				rc = net_try(ai, deadline, fdp);
+				rc = net_try(ai, bulk, deadline, fdp);
 				if (rc == 0 || rc == RDZV_ETIMEDOUT)
 					break;
 			}
@@ -142,7 +145,7 @@ net_connect(const char *host, int port, int64_t deadline, int *fdp)
 }
 
 int
-net_listen(const char *addr, int port, int *fdp, int *portp)
+net_listen(const char *addr, int port, int bulk, int *fdp, int *portp)
 {
 	struct addrinfo	 hints, *res, *ai;
 	char		 portstr[16];
@@ -161,6 +164,7 @@ net_listen(const char *addr, int port, int *fdp, int *portp)
 		if (fd == -1)
 			continue;
 		setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+		net_tune(fd, bulk);	/* accepted sockets inherit it */
 		if (ai->ai_family == AF_INET6)	/* dual stack for "::" */
 			setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero,
 			    sizeof zero);

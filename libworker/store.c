@@ -150,9 +150,8 @@ t_connect(struct wstore *s, int64_t deadline)
 
 	if (s->fd != -1)
 		return (0);
-	if ((rc = net_connect(s->host, s->port, deadline, &s->fd)) != 0)
+	if ((rc = net_connect(s->host, s->port, 0, deadline, &s->fd)) != 0)
 		return (rc);
-	net_tune(s->fd, 0);
 	if (net_local_addr(s->fd, s->local, sizeof s->local) != 0)
 		s->local[0] = '\0';
 	return (0);

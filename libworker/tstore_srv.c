@@ -330,7 +330,7 @@ tstore_srv_start(struct tstore_srv **sp, const char *addr, int port,
 		rc = RDZV_ENOMEM;
 		goto fail;
 	}
-	if ((rc = net_listen(addr, port, &srv->lfd, portp)) != 0)
+	if ((rc = net_listen(addr, port, 0, &srv->lfd, portp)) != 0)
 		goto fail;
 	if (pipe2(srv->wake, O_CLOEXEC) == -1) {
 		rc = RDZV_EIO;

@@ -85,12 +85,15 @@ void	net_tune(int fd, int bulk);
 /* poll() one fd until deadline: 1 ready, 0 timed out, < 0 error. */
 int	net_poll1(int fd, short events, int64_t deadline);
 /* Connects to host:port (every resolved address), retrying refusals until
- * deadline.  *fdp is non-blocking.  0, RDZV_ECONN, RDZV_ETIMEDOUT or
- * RDZV_EINVAL (name never resolved). */
-int	net_connect(const char *host, int port, int64_t deadline, int *fdp);
+ * deadline; tuned by net_tune(bulk) before the handshake.  *fdp is
+ * non-blocking.  0, RDZV_ECONN, RDZV_ETIMEDOUT or RDZV_EINVAL (name never
+ * resolved). */
+int	net_connect(const char *host, int port, int bulk, int64_t deadline,
+	    int *fdp);
 /* Listens on addr (numeric, "0.0.0.0" or "::" for any) and port (0: any
- * free); *portp (may be NULL) gets the port.  0 or RDZV_ECONN. */
-int	net_listen(const char *addr, int port, int *fdp, int *portp);
+ * free), tuned by net_tune(bulk) for the sockets it accepts; *portp (may
+ * be NULL) gets the port.  0 or RDZV_ECONN. */
+int	net_listen(const char *addr, int port, int bulk, int *fdp, int *portp);
 int	net_local_port(int fd);
 /* The local address of a connected socket, numeric. */
 int	net_local_addr(int fd, char *buf, size_t len);
