@@ -1,34 +1,44 @@
 /*
  * shm.c: the shared-memory arena of a communicator whose ranks all live
- * on one host, and the collectives that go through it (allreduce,
- * broadcast, barrier) instead of the sockets.
+ * on one host, and the collectives that go through it instead of the
+ * sockets: allreduce, broadcast, allgather, reduce_scatter and barrier.
  *
  * Layout of the segment (rank 0 creates it, reserves its pages with
  * posix_fallocate so a full /dev/shm is an error now rather than a
  * SIGBUS later, and unlinks it once every rank has it mapped):
  *
  *	struct shm_hdr			barrier counter and generation, abort
- *	slot[rank][2]			SHM_SLOT bytes each: inputs
+ *	struct shm_rank[n]		pid, buffer addresses (cross-memory
+ *					attach), a probe word
+ *	slot[rank][2]			SHM_SLOT bytes each
  *	res[rank][2]			SHM_SLOT / n (rounded up): results
  *
- * Allreduce of a message in chunks of SHM_SLOT bytes, one barrier per
- * chunk (double-buffered by the op counter's parity, so a write never
- * races a reader of the previous chunk or operation):
+ * Every operation alternates the two slots of each rank by an operation
+ * counter's parity, and every rank passes at least one barrier between
+ * writing a slot and writing it again, so a write never races a reader of
+ * the previous chunk or operation.
  *
- *	copy chunk 0 in; barrier
- *	for each chunk k:  reduce my 1/n of chunk k over all slots, in rank
- *			   order, into my result; copy chunk k+1 in; barrier;
- *			   copy every rank's result of chunk k out
+ * Allreduce, by size:
+ *   small	copy in, barrier, every rank reduces the whole message over
+ *		all slots in rank order (same bits everywhere): one barrier;
+ *   large	cross-memory attach where the kernel allows it (probed at
+ *		setup): inputs read straight out of the peers' buffers, see
+ *		cma_allreduce();
+ *   otherwise	in chunks of a slot, one barrier per chunk:
+ *		  copy chunk 0 in; barrier
+ *		  for each chunk k: reduce my 1/n of chunk k over all slots,
+ *		    in rank order, into my result; copy chunk k+1 in;
+ *		    barrier; copy every rank's result of chunk k out
+ * The chunks stay in the shared cache, so each input byte is read from
+ * memory once and each output byte written once (with streaming stores
+ * for large messages).
  *
- * A small message skips the split: copy in, barrier, every rank reduces
- * the whole message over all slots in rank order (same bits everywhere).
- *
- * Waiting: spin briefly, then yield, then sleep on a futex on the
- * barrier generation.  Sleepers wake every SHM_NAP_MS to check the
- * deadline and their peers' sockets (an EOF there means a peer died), so
- * a dead rank breaks the communicator within that nap; whoever breaks it
- * sets the arena's abort word and wakes everyone, so all ranks fail
- * together.
+ * Waiting: spin briefly, then yield (only when every rank has a core of
+ * its own), then sleep on a futex on the barrier generation.  Sleepers
+ * wake every SHM_NAP_MS to check the deadline and their peers' sockets
+ * (an EOF there means a peer died), so a dead rank breaks the
+ * communicator within that nap; whoever breaks it sets the arena's abort
+ * word and wakes everyone, so all ranks fail together.
  */
 #include "config.h"
 
