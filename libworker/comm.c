@@ -97,6 +97,11 @@ rdzv_options_init(struct rdzv_options *o)
 	o->log_level = RDZV_LOG_WARN;
 }
 
+static void	vlog(const struct rdzv_options *, enum rdzv_log_level,
+		    const char *, va_list) __attribute__((format(printf, 3, 0)));
+static void	init_err(const struct rdzv_options *, char *, size_t,
+		    const char *, ...) __attribute__((format(printf, 4, 5)));
+
 static void
 vlog(const struct rdzv_options *o, enum rdzv_log_level lvl, const char *fmt,
     va_list ap)

@@ -36,6 +36,9 @@ getenv_cb(const char *name, void *arg)
 	return (getenv(name));
 }
 
+static void	seterr(char *, size_t, const char *, ...)
+		    __attribute__((format(printf, 3, 4)));
+
 static void
 seterr(char *err, size_t errlen, const char *fmt, ...)
 {

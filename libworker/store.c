@@ -45,6 +45,9 @@ struct wstore {
 	char			 local[64];
 };
 
+static void	seterr(char *, size_t, const char *, ...)
+		    __attribute__((format(printf, 3, 4)));
+
 static void
 seterr(char *err, size_t errlen, const char *fmt, ...)
 {
