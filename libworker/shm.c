@@ -324,18 +324,18 @@ cma_probe(struct cpu *cpu, struct shm_arena *a, int64_t deadline)
 	uint64_t		 v;
 	int			 j, ok = 1, rc;
 
+	/* Short of memory, this rank still takes part, answering no: every
+	 * rank must come to the same choice. */
 	if ((a->pids = calloc((size_t)a->n, sizeof *a->pids)) == NULL ||
-	    (a->ctmp = malloc(3 * CMA_CHUNK)) == NULL) {
-		a->cma_min = 0;
-		return (0);
-	}
+	    (a->ctmp = malloc(3 * CMA_CHUNK)) == NULL)
+		ok = 0;
 	if (cpu->rank == 0)
 		a->ranks[0].probe = CMA_PROBE;	/* the agreement word */
 	atomic_store(&a->ranks[cpu->rank].pid, (uint64_t)getpid());
 	atomic_store(&a->ranks[cpu->rank].rbuf, (uint64_t)(uintptr_t)&mine);
 	if ((rc = shm_barrier_wait(cpu, deadline, "shm setup")) != 0)
 		return (rc);
-	for (j = 0; j < a->n; j++) {
+	for (j = 0; j < a->n && ok; j++) {
 		a->pids[j] = (pid_t)atomic_load(&a->ranks[j].pid);
 		v = 0;
 		if (j != cpu->rank && (cma_read(a->pids[j], &v,
