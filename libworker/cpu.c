@@ -468,6 +468,29 @@ fnv(uint64_t h, const char *s)
 	return (h);
 }
 
+/* The tuning variables every rank must agree on. */
+static const char *const tuning_vars[] = {
+	"RDZV_CPU_CHUNK", "RDZV_CPU_DIRECT_MAX", "RDZV_CPU_DIRECT_RANKS",
+	"RDZV_SHM_SLOT", "RDZV_SHM_SMALL", "RDZV_SHM_CMA", "RDZV_SHM_CMA_MIN",
+	"RDZV_SHM_CMA_SEG", "RDZV_SHM_NT_MIN",
+};
+
+/* A hash of their values, published with the address. */
+static uint64_t
+tuning_id(void)
+{
+	const char	*v;
+	uint64_t	 h = 0xcbf29ce484222325ULL;
+	size_t		 i;
+
+	for (i = 0; i < sizeof tuning_vars / sizeof tuning_vars[0]; i++) {
+		v = getenv(tuning_vars[i]);
+		h = fnv(fnv(h, tuning_vars[i]), v != NULL ? v : "-");
+		h = fnv(h, ";");
+	}
+	return (h);
+}
+
 /* Identifies this host (and boot): ranks with the same id share memory. */
 static void
 host_id(char *buf, size_t len)
@@ -579,6 +602,7 @@ cpu_init(struct rdzv_comm *c)
 	size_t		  len;
 	int		 *ports = NULL, lfd = -1, port, rc, j, same, before;
 	int		  shm, shm_all = 1;
+	unsigned long long tid;
 	int64_t		  deadline = now_ms() + c->init_timeout_ms;
 	uint64_t	  cid;
 
@@ -632,8 +656,8 @@ cpu_init(struct rdzv_comm *c)
 	}
 	host_id(myhost, sizeof myhost);
 	snprintf(key, sizeof key, "%s/cpu/%d", c->keypfx, c->rank);
-	snprintf(rec, sizeof rec, "%s %d %s %d", addr, port, myhost,
-	    cpu->use_shm);
+	snprintf(rec, sizeof rec, "%s %d %s %d %016llx", addr, port, myhost,
+	    cpu->use_shm, (unsigned long long)tuning_id());
 	if ((rc = wstore_set(c->store, key, rec, strlen(rec),
 	    deadline_left(deadline))) != 0) {
 		comm_note(c, rc, "publishing the address: %s",
@@ -648,14 +672,22 @@ cpu_init(struct rdzv_comm *c)
 			    "%s", j, rdzv_strerror(rc));
 			goto out;
 		}
-		if (sscanf(val, "%255s %d %95s %d", addrs[j], &ports[j],
-		    hosts[j], &shm) != 4) {
+		if (sscanf(val, "%255s %d %95s %d %llx", addrs[j], &ports[j],
+		    hosts[j], &shm, &tid) != 5) {
 			free(val);
 			rc = comm_note(c, RDZV_EPROTO, "rank %d published "
 			    "a malformed address", j);
 			goto out;
 		}
 		free(val);
+		/* Every rank must pick the same algorithm for each call. */
+		if (tid != (unsigned long long)tuning_id()) {
+			rc = comm_note(c, RDZV_EINVAL, "rank %d has other "
+			    "RDZV_CPU_* or RDZV_SHM_* settings than rank %d: "
+			    "they must be the same on every rank", j,
+			    cpu->rank);
+			goto out;
+		}
 		/* Shared memory only if every rank is willing (RDZV_SHM). */
 		shm_all &= shm != 0;
 	}

@@ -119,6 +119,21 @@ def test_bad_rank_is_named():
     assert rc == 2 and "RANK=\"7\"" in out, (rc, out)
 
 
+def test_tuning_must_agree():
+    # Ranks with different algorithm settings would pick different
+    # algorithms for one call: init refuses, naming it.
+    res = wl.Group(2, [wl.prog(), "init"], store="tcpstore",
+                   rank_env=lambda r, n: {
+                       "RANK": str(r), "WORLD_SIZE": str(n),
+                       "RDZV_CPU_CHUNK": "65536" if r else "131072"}
+                   ).wait(60)
+    # Every rank fails; rank 0 (which serves the store until it gives up)
+    # always gets as far as comparing.
+    for rc, out, err in res:
+        assert rc == 2, (rc, out)
+    assert "RDZV_CPU_*" in res[0][1], res[0]
+
+
 def test_unreachable_store_times_out():
     res = wl.Group(1, [wl.prog(), "init"], store=None,
                    rank_env=lambda r, n: {
