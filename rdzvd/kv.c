@@ -1203,11 +1203,34 @@ kv_wait(struct kv *kv, struct slice ns, const struct slice *keys, size_t n,
 	return (0);
 }
 
+/*
+ * A waiter of kind on one key of ns (the namespace made if needed), not
+ * yet armed.  Returns it, or NULL (RDZV_ENOMEM: nothing left behind).
+ */
+static struct kv_waiter *
+waiter_single(struct kv *kv, struct slice ns, struct slice key,
+    enum kv_wkind kind, void *arg)
+{
+	struct kv_ns		*nsp;
+	struct kv_waiter	*w;
+
+	if ((nsp = ns_get(kv, ns)) == NULL)
+		return (NULL);
+	if ((w = waiter_alloc(kv, nsp, kind, 1, arg)) == NULL) {
+		ns_gc(kv, nsp);
+		return (NULL);
+	}
+	if (waiter_add_link(w, key, kv_hash(key)) != 0) {
+		waiter_free(kv, w);
+		return (NULL);
+	}
+	return (w);
+}
+
 int
 kv_barrier(struct kv *kv, struct slice ns, struct slice key, int64_t world,
     kv_wake_cb fn, void *arg, struct kv_waiter **wp)
 {
-	struct kv_ns		*nsp;
 	struct kv_waiter	*w;
 	struct kv_wlist		*wl;
 	int64_t			 v;
@@ -1222,16 +1245,8 @@ kv_barrier(struct kv *kv, struct slice ns, struct slice key, int64_t world,
 	 * The waiter is made before the add so that a failure cannot leave
 	 * the counter bumped for a participant that is not waiting.
 	 */
-	if ((nsp = ns_get(kv, ns)) == NULL)
+	if ((w = waiter_single(kv, ns, key, KV_W_BARRIER, arg)) == NULL)
 		return (RDZV_ENOMEM);
-	if ((w = waiter_alloc(kv, nsp, KV_W_BARRIER, 1, arg)) == NULL) {
-		ns_gc(kv, nsp);
-		return (RDZV_ENOMEM);
-	}
-	if (waiter_add_link(w, key, kv_hash(key)) != 0) {
-		waiter_free(kv, w);
-		return (RDZV_ENOMEM);
-	}
 	w->cb.wake = fn;
 	w->world = world;
 	if ((r = kv_add(kv, ns, key, 1, &v)) != 0 || v >= world) {
@@ -1251,7 +1266,6 @@ kv_qpop_wait(struct kv *kv, struct slice ns, struct slice key,
     uint8_t **out, size_t *outlen, kv_pop_cb fn, void *arg,
     struct kv_waiter **wp)
 {
-	struct kv_ns		*nsp;
 	struct kv_waiter	*w;
 	int			 r;
 
@@ -1264,16 +1278,8 @@ kv_qpop_wait(struct kv *kv, struct slice ns, struct slice key,
 		return (1);
 	if (r != RDZV_ENOTFOUND)
 		return (r);
-	if ((nsp = ns_get(kv, ns)) == NULL)
+	if ((w = waiter_single(kv, ns, key, KV_W_POP, arg)) == NULL)
 		return (RDZV_ENOMEM);
-	if ((w = waiter_alloc(kv, nsp, KV_W_POP, 1, arg)) == NULL) {
-		ns_gc(kv, nsp);
-		return (RDZV_ENOMEM);
-	}
-	if (waiter_add_link(w, key, kv_hash(key)) != 0) {
-		waiter_free(kv, w);
-		return (RDZV_ENOMEM);
-	}
 	w->cb.pop = fn;
 	link_arm(&w->links[0]);
 	*wp = w;
@@ -1284,7 +1290,6 @@ int
 kv_watch(struct kv *kv, struct slice ns, struct slice key, kv_watch_cb fn,
     void *arg, struct kv_waiter **wp)
 {
-	struct kv_ns		*nsp;
 	struct kv_waiter	*w;
 
 	*wp = NULL;
@@ -1292,16 +1297,8 @@ kv_watch(struct kv *kv, struct slice ns, struct slice key, kv_watch_cb fn,
 	key = sl(key);
 	if (ns.len > KV_LEN_MAX || key.len > KV_LEN_MAX)
 		return (RDZV_ETOOBIG);
-	if ((nsp = ns_get(kv, ns)) == NULL)
+	if ((w = waiter_single(kv, ns, key, KV_W_WATCH, arg)) == NULL)
 		return (RDZV_ENOMEM);
-	if ((w = waiter_alloc(kv, nsp, KV_W_WATCH, 1, arg)) == NULL) {
-		ns_gc(kv, nsp);
-		return (RDZV_ENOMEM);
-	}
-	if (waiter_add_link(w, key, kv_hash(key)) != 0) {
-		waiter_free(kv, w);
-		return (RDZV_ENOMEM);
-	}
 	w->cb.watch = fn;
 	link_arm(&w->links[0]);
 	*wp = w;
