@@ -775,8 +775,10 @@ kv_set_journal(struct kv *kv, kv_journal_cb fn, void *arg)
 	kv->jarg = arg;
 }
 
-int
-kv_set(struct kv *kv, struct slice ns, struct slice key, struct slice value)
+/* kv_set (append 0) and kv_append (append 1). */
+static int
+kv_put(struct kv *kv, struct slice ns, struct slice key, struct slice value,
+    int append)
 {
 	struct kv_ns	*nsp;
 	unsigned	 hv;
@@ -790,11 +792,17 @@ kv_set(struct kv *kv, struct slice ns, struct slice key, struct slice value)
 	if ((nsp = ns_get(kv, ns)) == NULL)
 		return (RDZV_ENOMEM);
 	hv = kv_hash(key);
-	r = kv_store(kv, nsp, ns, key, hv, entry_find(nsp, key, hv), value, 0,
-	    NULL);
+	r = kv_store(kv, nsp, ns, key, hv, entry_find(nsp, key, hv), value,
+	    append, NULL);
 	if (r != 0)
 		ns_gc(kv, nsp);
 	return (r);
+}
+
+int
+kv_set(struct kv *kv, struct slice ns, struct slice key, struct slice value)
+{
+	return (kv_put(kv, ns, key, value, 0));
 }
 
 int
@@ -893,23 +901,7 @@ kv_cas(struct kv *kv, struct slice ns, struct slice key,
 int
 kv_append(struct kv *kv, struct slice ns, struct slice key, struct slice value)
 {
-	struct kv_ns	*nsp;
-	unsigned	 hv;
-	int		 r;
-
-	ns = sl(ns);
-	key = sl(key);
-	value = sl(value);
-	if (ns.len > KV_LEN_MAX || key.len > KV_LEN_MAX)
-		return (RDZV_ETOOBIG);
-	if ((nsp = ns_get(kv, ns)) == NULL)
-		return (RDZV_ENOMEM);
-	hv = kv_hash(key);
-	r = kv_store(kv, nsp, ns, key, hv, entry_find(nsp, key, hv), value, 1,
-	    NULL);
-	if (r != 0)
-		ns_gc(kv, nsp);
-	return (r);
+	return (kv_put(kv, ns, key, value, 1));
 }
 
 int
