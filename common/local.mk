@@ -5,7 +5,8 @@ common_libcommon_la_SOURCES = \
 	common/log.h common/log.c \
 	common/wire.h common/wire.c common/wire_tcpstore.c common/wire_native.c \
 	common/client.h common/client.c \
-	common/auth.h common/auth.c
-common_libcommon_la_CFLAGS = $(AM_CFLAGS) $(LIBEVENT_CFLAGS) $(LIBCRYPTO_CFLAGS)
-common_libcommon_la_LIBADD = $(LIBEVENT_LIBS) $(LIBBSD_LIBS) $(LIBCRYPTO_LIBS)
+	common/auth.h common/auth.c \
+	common/tls.h common/tls.c
+common_libcommon_la_CFLAGS = $(AM_CFLAGS) $(LIBEVENT_CFLAGS) $(LIBCRYPTO_CFLAGS) $(LIBSSL_CFLAGS)
+common_libcommon_la_LIBADD = $(LIBEVENT_LIBS) $(LIBBSD_LIBS) $(LIBSSL_LIBS) $(LIBCRYPTO_LIBS)
 EXTRA_DIST += common/PROTOCOL.md
