@@ -18,6 +18,7 @@ rdzv_strerror(int code)
 	case RDZV_EIO:		return "I/O error";
 	case RDZV_ECONN:	return "connection failed or closed";
 	case RDZV_EAUTH:	return "authentication failed";
+	case RDZV_ETLS:		return "TLS required, refused or failed";
 	case RDZV_ECLOSED:	return "closed";
 	case RDZV_EEXIST:	return "already exists";
 	case RDZV_ENOTINT:	return "value is not an integer";

@@ -26,9 +26,10 @@ enum rdzv_err {
 	RDZV_ENOTINT = -13,	/* stored value is not a decimal integer */
 	RDZV_EBUSY = -14,	/* resource busy, try again */
 	RDZV_EVERSION = -15,	/* unsupported protocol version */
+	RDZV_ETLS = -16,	/* TLS required, refused or failed */
 };
 
-#define RDZV_ERR_MIN	RDZV_EVERSION
+#define RDZV_ERR_MIN	RDZV_ETLS
 
 /* Returns a constant, human-readable description of code (never NULL). */
 const char	*rdzv_strerror(int code);

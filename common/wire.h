@@ -209,6 +209,7 @@ enum nat_op {
 
 /* Preamble flags (byte 5 of the server's preamble). */
 #define NAT_PRE_AUTH	0x01	/* a token is required: a challenge follows */
+#define NAT_PRE_TLS	0x02	/* refusal (version 0): TLS is required */
 #define NAT_NONCE_LEN	32
 #define NAT_MAC_LEN	32	/* HMAC-SHA256 */
 #define NAT_AUTH_CLIENT_TAG	"rdzv-auth-v1 client"

@@ -122,7 +122,7 @@ nat_preamble_decode(const uint8_t *buf, size_t len, uint8_t *version,
 		*need = NAT_PREAMBLE_LEN;
 		return (0);
 	}
-	if ((buf[5] & ~NAT_PRE_AUTH) != 0 || buf[6] != 0 || buf[7] != 0)
+	if ((buf[5] & ~(NAT_PRE_AUTH | NAT_PRE_TLS)) != 0 || buf[6] != 0 || buf[7] != 0)
 		return (RDZV_EPROTO);
 	*version = buf[4];
 	if (buf[4] == 0 || buf[4] > NAT_VERSION)
