@@ -44,7 +44,7 @@ struct agent_config {
 	char		*tee;
 	char		*local_addr;
 	char		*token_file;	/* rdzvd's shared secret, or NULL */
-	char		*tls_ca;	/* CA bundle for rdzvd's TLS, "system", or NULL */
+	char		*tls_ca;	/* CA for rdzvd's TLS, or NULL */
 	int		 no_python;
 	int		 module;
 	int		 run_path;
