@@ -16,6 +16,11 @@ Running rdzvd
     d.http_get(path) -> (status, body bytes)
     d.vmrss()     resident set size in bytes, from /proc/PID/status
     d.native(ns=b"") / d.tcps113() / d.tcps2() / d.connect()   clients
+    d.native(tls_ca=certs["ca"])   the native client over TLS
+    Rdzvd(tls_cert=, tls_key=, tls_mode="required"|"optional") adds
+                  --tls-cert/--tls-key/--tls (tls=certs takes cert and key
+                  from a make_tls_certs() dict and keeps certs["ca"] as
+                  d.tls_ca)
     run_rdzvd(args) -> (rc, stdout, stderr) for start-up error tests
     Rdzvd(args, raw=True) passes only -d and args (e.g. --config FILE)
   Every process started here is tracked by pid and killed at exit, on a
@@ -43,6 +48,13 @@ Helpers
     parse_metrics(text) -> (samples, types); metric_value(samples, name,
                       default, **labels)
     mktemp()          a temp dir removed at exit
+    make_tls_certs(dir) -> dict of PEM paths made with the openssl CLI: ca,
+                      cert/key (localhost, 127.0.0.1, ::1, signed by ca),
+                      other_ca (unrelated), wrong_host_cert/_key (signed by
+                      ca, for another name only), other_key (matches no
+                      certificate)
+    tls_wrap(sock, ca, host)   a verifying client TLS socket (handshake
+                      done); ssl errors become RdzvError(RDZV_ETLS)
     ts/u8/u32/u64/i64, nat_frame/nat_fields/nat_preamble   wire encoders
     RDZV_E* constants and ERR_NAMES (common/rdzv_err.h)
 
@@ -74,6 +86,7 @@ import select
 import shutil
 import signal
 import socket
+import ssl
 import struct
 import subprocess
 import sys
@@ -88,7 +101,7 @@ __all__ = [
     "parse_metrics", "enc113", "enc2", "main", "skip", "skip_all",
     "wait_until", "expect_closed", "still_open", "connect", "recv_exact",
     "send_all_slowly", "metric_value", "mktemp", "top_builddir",
-    "top_srcdir",
+    "top_srcdir", "make_tls_certs", "tls_wrap", "tls_client_context",
 ]
 
 # ---- error codes (common/rdzv_err.h; they travel on the wire) ----
@@ -109,6 +122,7 @@ RDZV_EEXIST = -12
 RDZV_ENOTINT = -13
 RDZV_EBUSY = -14
 RDZV_EVERSION = -15
+RDZV_ETLS = -16
 
 ERR_NAMES = {v: k for k, v in globals().items() if k.startswith("RDZV_E")}
 
@@ -271,7 +285,8 @@ def recv_exact(sock, n):
     while left > 0:
         try:
             b = sock.recv(min(left, 1 << 20))
-        except (ConnectionResetError, ConnectionAbortedError) as e:
+        except (ConnectionResetError, ConnectionAbortedError,
+                ssl.SSLEOFError, ssl.SSLZeroReturnError) as e:
             raise PeerClosed("reset after %d of %d bytes: %s" %
                              (n - left, n, e))
         if not b:
@@ -291,13 +306,18 @@ def expect_closed(sock, timeout=5.0):
         if left <= 0:
             raise AssertionError("connection still open after %.1fs "
                                  "(received %r)" % (timeout, b"".join(got)))
-        r, _, _ = select.select([sock], [], [], left)
-        if not r:
-            continue
+        # An SSL socket may hold decrypted bytes the fd no longer shows.
+        if not _pending(sock):
+            r, _, _ = select.select([sock], [], [], left)
+            if not r:
+                continue
         try:
             b = sock.recv(65536)
         except (ConnectionResetError, ConnectionAbortedError,
-                BrokenPipeError):
+                BrokenPipeError, ssl.SSLEOFError, ssl.SSLZeroReturnError):
+            return b"".join(got)
+        except ssl.SSLError:
+            # A TLS alert from the peer also ends the connection.
             return b"".join(got)
         except socket.timeout:
             continue
@@ -310,6 +330,8 @@ def still_open(sock, wait=0.0):
     """True if, after waiting up to `wait` seconds, sock has neither been
     closed by the peer nor received unexpected data.  Raises AssertionError
     if data arrived (a test calling this expects silence)."""
+    if isinstance(sock, ssl.SSLSocket):
+        return _ssl_still_open(sock, wait)
     r, _, _ = select.select([sock], [], [], wait)
     if not r:
         return True
@@ -322,6 +344,32 @@ def still_open(sock, wait=0.0):
     raise AssertionError("unexpected data on a silent connection: %r" % b)
 
 
+def _pending(sock):
+    return isinstance(sock, ssl.SSLSocket) and sock.pending() > 0
+
+
+def _ssl_still_open(sock, wait):
+    # No MSG_PEEK through TLS: a readable fd is read (with a short
+    # timeout, as it may hold only part of a record or a session ticket).
+    if not sock.pending():
+        r, _, _ = select.select([sock], [], [], wait)
+        if not r:
+            return True
+    old = sock.gettimeout()
+    sock.settimeout(0.2)
+    try:
+        b = sock.recv(65536)
+    except socket.timeout:
+        return True
+    except (ConnectionResetError, ConnectionAbortedError, ssl.SSLError):
+        return False
+    finally:
+        sock.settimeout(old)
+    if not b:
+        return False
+    raise AssertionError("unexpected data on a silent connection: %r" % b)
+
+
 def send_all_slowly(sock, data, step=1, pause=0.0):
     """Sends data `step` bytes at a time (with TCP_NODELAY each send is its
     own segment on loopback), pausing between sends."""
@@ -329,6 +377,139 @@ def send_all_slowly(sock, data, step=1, pause=0.0):
         sock.sendall(data[i:i + step])
         if pause:
             time.sleep(pause)
+
+
+# ---- TLS test material (openssl CLI) and the client side ----
+
+_TLS_CNF = """\
+[req]
+distinguished_name = dn
+prompt = no
+[dn]
+CN = unused
+[ca_ext]
+basicConstraints = critical, CA:TRUE
+keyUsage = critical, keyCertSign, cRLSign
+subjectKeyIdentifier = hash
+[server_ext]
+basicConstraints = critical, CA:FALSE
+keyUsage = critical, digitalSignature, keyEncipherment
+extendedKeyUsage = serverAuth
+subjectKeyIdentifier = hash
+authorityKeyIdentifier = keyid
+subjectAltName = DNS:localhost, IP:127.0.0.1, IP:::1
+[wrong_host_ext]
+basicConstraints = critical, CA:FALSE
+keyUsage = critical, digitalSignature, keyEncipherment
+extendedKeyUsage = serverAuth
+subjectKeyIdentifier = hash
+authorityKeyIdentifier = keyid
+subjectAltName = DNS:not-this-host.example
+"""
+
+_tls_certs_cache = None
+
+
+def _openssl(*args, cwd):
+    p = subprocess.run(["openssl"] + list(args), cwd=cwd,
+                       stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE)
+    if p.returncode != 0:
+        raise AssertionError("openssl %s failed (%d): %s" %
+                             (" ".join(args), p.returncode,
+                              p.stderr.decode(errors="replace")))
+
+
+def make_tls_certs(dirpath=None):
+    """Makes PEM test certificates with the openssl CLI in dirpath (a new
+    temp dir, shared by the whole process, when None) and returns their
+    paths: ca / ca_key (a CA), cert / key (a server certificate signed by
+    ca for DNS:localhost, IP:127.0.0.1, IP:::1), other_ca / other_ca_key
+    (an unrelated CA), wrong_host_cert / wrong_host_key (signed by ca, for
+    not-this-host.example only), other_key (a key matching no certificate).
+    Keys are P-256 (quick to make), files mode 0600.  Skips the test when
+    no openssl command exists."""
+    global _tls_certs_cache
+    if dirpath is None and _tls_certs_cache is not None:
+        return dict(_tls_certs_cache)
+    if shutil.which("openssl") is None:
+        raise Skip("no openssl command (Debian package openssl)")
+    d = dirpath or mktemp("rdzvtls-")
+    os.makedirs(d, exist_ok=True)
+    cnf = os.path.join(d, "openssl.cnf")
+    with open(cnf, "w") as f:
+        f.write(_TLS_CNF)
+    newkey = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256",
+              "-nodes"]
+
+    def ca(name, cn):
+        _openssl("req", "-config", cnf, "-x509", *newkey, "-keyout",
+                 name + ".key", "-out", name + ".pem", "-days", "3",
+                 "-subj", "/CN=" + cn, "-extensions", "ca_ext", "-sha256",
+                 cwd=d)
+
+    def leaf(name, ext, cn):
+        _openssl("req", "-config", cnf, "-new", *newkey, "-keyout",
+                 name + ".key", "-out", name + ".csr", "-subj", "/CN=" + cn,
+                 cwd=d)
+        _openssl("x509", "-req", "-in", name + ".csr", "-CA", "ca.pem",
+                 "-CAkey", "ca.key", "-set_serial",
+                 str(int.from_bytes(os.urandom(8), "big")), "-days", "3",
+                 "-sha256", "-extfile", cnf, "-extensions", ext, "-out",
+                 name + ".pem", cwd=d)
+
+    ca("ca", "rdzv test CA")
+    ca("other-ca", "rdzv unrelated test CA")
+    leaf("server", "server_ext", "localhost")
+    leaf("wrong-host", "wrong_host_ext", "not-this-host.example")
+    _openssl("genpkey", "-algorithm", "EC", "-pkeyopt",
+             "ec_paramgen_curve:P-256", "-out", "other.key", cwd=d)
+    for n in os.listdir(d):
+        os.chmod(os.path.join(d, n), 0o600)
+    j = lambda n: os.path.join(d, n)
+    certs = {
+        "dir": d, "ca": j("ca.pem"), "ca_key": j("ca.key"),
+        "cert": j("server.pem"), "key": j("server.key"),
+        "other_ca": j("other-ca.pem"), "other_ca_key": j("other-ca.key"),
+        "wrong_host_cert": j("wrong-host.pem"),
+        "wrong_host_key": j("wrong-host.key"),
+        "other_key": j("other.key"),
+    }
+    if dirpath is None:
+        _tls_certs_cache = dict(certs)
+    return certs
+
+
+def tls_client_context(ca):
+    """A verifying client context for CA bundle `ca` ("system" = the
+    system store), TLS 1.2 at least, host names checked."""
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    if ca == "system":
+        ctx.load_default_certs()
+    else:
+        ctx.load_verify_locations(cafile=ca)
+    return ctx
+
+
+def tls_wrap(sock, ca, host=None):
+    """Runs a verifying TLS handshake on the connected sock (host: the
+    name or address the certificate must carry, default the peer's
+    address) and returns the ssl.SSLSocket.  A failure closes sock and
+    raises RdzvError(RDZV_ETLS, reason) with the ssl exception as
+    .tls_error (None when the peer just closed)."""
+    if host is None:
+        host = sock.getpeername()[0]
+    try:
+        return tls_client_context(ca).wrap_socket(sock,
+                                                  server_hostname=host)
+    except (ssl.SSLError, ssl.CertificateError, ConnectionResetError,
+            ConnectionAbortedError, BrokenPipeError) as e:
+        sock.close()
+        err = RdzvError(RDZV_ETLS, "TLS handshake with %s failed: %s" %
+                        (host, e))
+        err.tls_error = e if isinstance(e, ssl.SSLError) else None
+        raise err from e
 
 
 # ---- Prometheus text parsing ----
@@ -501,8 +682,15 @@ class Rdzvd:
 
     def __init__(self, args=(), durability=None, db=None, http=True,
                  log=True, start=True, ready_timeout=10.0, binary=None,
-                 tmpdir=None, env=None, raw=False):
+                 tmpdir=None, env=None, raw=False, tls=None,
+                 tls_cert=None, tls_key=None, tls_mode=None, tls_ca=None):
         self.tmpdir = tmpdir or mktemp("rdzvd-")
+        if tls is not None:
+            tls_cert = tls_cert or tls["cert"]
+            tls_key = tls_key or tls["key"]
+            tls_ca = tls_ca or tls["ca"]
+        self.tls_cert, self.tls_key = tls_cert, tls_key
+        self.tls_mode, self.tls_ca = tls_mode, tls_ca
         self.binary = binary or rdzvd_path()
         self.extra = list(args)
         self.durability = durability
@@ -543,6 +731,12 @@ class Rdzvd:
             a += ["--durability", self.durability]
         if self.log_path:
             a += ["--log-file", self.log_path]
+        if self.tls_cert:
+            a += ["--tls-cert", self.tls_cert]
+        if self.tls_key:
+            a += ["--tls-key", self.tls_key]
+        if self.tls_mode:
+            a += ["--tls", self.tls_mode]
         return a + self.extra
 
     def start(self, wait=True):
@@ -716,8 +910,18 @@ class Rdzvd:
     def connect(self, timeout=10.0):
         return connect(self.host, self.port, timeout)
 
-    def native(self, ns=b"", timeout=10.0):
-        return NativeClient(self.connect(timeout), ns=ns)
+    def native(self, ns=b"", timeout=10.0, tls_ca=True, preamble=True):
+        """A NativeClient; tls_ca=True uses self.tls_ca (plaintext when
+        that is None), None/False plaintext, a path that CA bundle."""
+        if tls_ca is True:
+            tls_ca = self.tls_ca
+        return NativeClient(self.connect(timeout), ns=ns,
+                            tls_ca=tls_ca or None, preamble=preamble)
+
+    def tls_connect(self, ca=None, timeout=10.0, host=None):
+        """A raw TLS socket to the main port, verified against ca
+        (default self.tls_ca)."""
+        return tls_wrap(self.connect(timeout), ca or self.tls_ca, host)
 
     def tcps113(self, timeout=10.0):
         return TCPStore113(self.connect(timeout))
@@ -733,6 +937,8 @@ NAT_VERSION = 1
 NAT_F_REPLY = 0x0001
 NAT_F_ERROR = 0x0002
 NAT_F_PUSH = 0x0004
+NAT_PRE_AUTH = 0x01
+NAT_PRE_TLS = 0x02
 
 OP_PING = 1
 OP_SET = 2
@@ -846,9 +1052,17 @@ class NativeClient:
     server's code.  `ns` is the default namespace; every keyed method also
     takes ns=.  Keys and values may be str (UTF-8) or bytes; values come
     back as bytes.  For pipelining use send() then reply(id).
+    tls_ca=PATH runs a verifying TLS handshake first (tls_wrap; host
+    names/addresses checked against server_hostname, default the peer's
+    address); a failure raises RdzvError(RDZV_ETLS).  A server that
+    requires TLS answers a plaintext preamble with version 0 and
+    NAT_PRE_TLS: handshake() raises RdzvError(RDZV_ETLS) for it.
     """
 
-    def __init__(self, sock, ns=b"", preamble=True, version=NAT_VERSION):
+    def __init__(self, sock, ns=b"", preamble=True, version=NAT_VERSION,
+                 tls_ca=None, server_hostname=None):
+        if tls_ca:
+            sock = tls_wrap(sock, tls_ca, server_hostname)
         self.sock = sock
         self.ns = _b(ns)
         self.next_id = 1
@@ -861,6 +1075,9 @@ class NativeClient:
     def handshake(self, version=NAT_VERSION):
         self.sock.sendall(nat_preamble(version))
         p = recv_exact(self.sock, 8)
+        if p[:4] == NAT_MAGIC and p[4] == 0 and p[5] == NAT_PRE_TLS and \
+                p[6:] == b"\0\0":
+            raise RdzvError(RDZV_ETLS, "server requires TLS")
         if p[:4] != NAT_MAGIC or p[5:] != b"\0\0\0":
             raise RdzvError(RDZV_EPROTO, "bad preamble reply %r" % p)
         self.server_version = p[4]
