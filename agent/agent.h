@@ -52,6 +52,7 @@ struct agent_config {
 	char		*master_addr;
 	int		 master_port;
 	int		 grace_ms;	/* SIGTERM -> SIGKILL */
+	int		 progress_timeout_ms; /* 0: no hang watchdog */
 	int		 gpus_per_worker; /* 0: leave CUDA_VISIBLE_DEVICES */
 	char		*gpu_list;	/* devices to hand out, comma list */
 	int		 dry_run;
@@ -102,15 +103,18 @@ int	sup_init(struct event_base *, sup_exit_cb cb, void *arg);
 /*
  * Starts one worker: fork with every signal blocked; the child gets its
  * own process group, a parent-death SIGKILL, default signal handlers,
- * out_fd/err_fd (>= 0) as stdout/stderr, and execs argv[0] (PATH search)
- * with envp.  Returns 0 with *pid set, or RDZV_EIO / RDZV_EINVAL.
+ * out_fd/err_fd (>= 0) as stdout/stderr, prog_fd (>= 0) as fd
+ * PROGRESS_CHILD_FD, no other descriptor, and execs argv[0] (PATH
+ * search) with envp.  Returns 0 with *pid set, or RDZV_EIO / RDZV_EINVAL.
  */
 int	sup_spawn(int local_rank, char *const argv[], char *const envp[],
-	    int out_fd, int err_fd, pid_t *pid);
+	    int out_fd, int err_fd, int prog_fd, pid_t *pid);
 /* Live workers. */
 int	sup_live(void);
 /* Sends sig to the process group of every live worker. */
 void	sup_signal(int sig);
+/* Sends sig to local_rank's group: 0, RDZV_ENOTFOUND (not running). */
+int	sup_signal_rank(int local_rank, int sig);
 /*
  * Stops every live worker: sig (SIGTERM) to each group, and SIGKILL to
  * the groups still alive after grace_ms.  done is called once no worker
@@ -171,6 +175,30 @@ int	logs_read_error(int local_rank, char *msg, size_t msgsz, char *stack,
  */
 int	logs_json_get(const char *js, size_t len, const char *const *path,
 	    char *out, size_t outsz);
+
+/* ---- progress.c: the step counters workers report ---- */
+
+/* The fd number a worker finds its progress socket at. */
+#define PROGRESS_CHILD_FD	3
+
+void	progress_init(struct event_base *);
+/*
+ * Makes a socket pair for each of nproc workers of a new attempt (the
+ * last reports of the previous attempt are forgotten).  Returns 0 or an
+ * RDZV_E* code.
+ */
+int	progress_attempt(int nproc);
+/* The worker's end for local_rank, to pass to sup_spawn; -1 if none. */
+int	progress_child_fd(int local_rank);
+/* Closes the agent's copy of local_rank's worker end after the fork. */
+void	progress_spawned(int local_rank);
+/* Reads the last reports and closes the attempt's sockets. */
+void	progress_end_attempt(void);
+/*
+ * The last step local_rank reported and when (CLOCK_MONOTONIC).  0, or
+ * RDZV_ENOTFOUND when it has reported none in this attempt.
+ */
+int	progress_get(int local_rank, uint64_t *step, struct timespec *when);
 
 /* ---- rdzv.c: the asynchronous connection to rdzvd ---- */
 

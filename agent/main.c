@@ -87,6 +87,8 @@ static struct {
 	char			 hostname[256];
 	struct event		*sig_ev[4];
 	struct event		*join_ev;
+	struct event		*watch_ev;	/* --progress_timeout */
+	struct timespec		*hung_at;	/* per local rank; 0: not */
 } ag;
 
 static const int agent_signals[4] = { SIGTERM, SIGINT, SIGHUP, SIGQUIT };
@@ -199,6 +201,11 @@ agent_worker_vars(int local_rank, const struct rdzv_round *r, size_t *np)
 	if (ag.cfg.token_file != NULL)
 		agent_setenv(&e, &n, &cap, "RDZV_TOKEN_FILE", "%s",
 		    ag.cfg.token_file);
+	if (ag.cfg.tls_ca != NULL)
+		agent_setenv(&e, &n, &cap, "RDZV_TLS_CA", "%s",
+		    ag.cfg.tls_ca);
+	agent_setenv(&e, &n, &cap, "RDZV_PROGRESS_FD", "%d",
+	    PROGRESS_CHILD_FD);
 	agent_setenv(&e, &n, &cap, "RDZV_JOB", "%s", ag.cfg.rdzv_id);
 	agent_setenv(&e, &n, &cap, "RDZV_ROUND", "%lld", (long long)r->round);
 	agent_setenv(&e, &n, &cap, "RDZV_NAMESPACE", "%s", r->store_ns);
@@ -277,6 +284,43 @@ agent_time(const struct timespec *ts, char *buf, size_t len)
 	strftime(buf, len, "%Y-%m-%d_%H:%M:%S", &tm);
 }
 
+/* Seconds from t (CLOCK_MONOTONIC) to now. */
+static double
+agent_age(const struct timespec *t)
+{
+	struct timespec	now;
+
+	clock_gettime(CLOCK_MONOTONIC, &now);
+	return ((double)(now.tv_sec - t->tv_sec) +
+	    (now.tv_nsec - t->tv_nsec) / 1e9);
+}
+
+/*
+ * The last step each local worker reported, so that a rank that stalled
+ * long before the failure stands out from those that were still moving.
+ */
+static void
+agent_summary_progress(const char *thin)
+{
+	struct timespec	when;
+	uint64_t	step;
+	int		i, any = 0;
+
+	for (i = 0; i < ag.cfg.nproc; i++) {
+		if (progress_get(i, &step, &when) != 0)
+			continue;
+		if (!any)
+			fprintf(stderr, "%s\nLast progress reported (step, "
+			    "seconds ago):\n", thin);
+		any = 1;
+		fprintf(stderr, "  rank %lld (local_rank: %d): step %llu, "
+		    "%.1f s ago%s\n", (long long)(ag.cur.rank_base + i), i,
+		    (unsigned long long)step, agent_age(&when),
+		    ag.hung_at[i].tv_sec != 0 ? " (no progress: stopped by "
+		    "the watchdog)" : "");
+	}
+}
+
 /* torchrun's failure summary, naming the first failure. */
 static void
 agent_summary(void)
@@ -316,6 +360,7 @@ agent_summary(void)
 			fprintf(stderr, "  traceback : %s\n", f->stack);
 	} else if (!ag.job_failed || ag.job_failure[0] == '\0')
 		fprintf(stderr, "  (no worker failed on this node)\n");
+	agent_summary_progress(thin);
 	fprintf(stderr, "%s\n", line);
 }
 
@@ -348,6 +393,10 @@ agent_start_round(const struct rdzv_round *r)
 	    (long long)r->rank_base,
 	    (long long)r->rank_base + ag.cfg.nproc - 1,
 	    (long long)r->world_size, (long long)r->restart_count);
+	memset(ag.hung_at, 0, ag.cfg.nproc * sizeof *ag.hung_at);
+	if ((rv = progress_attempt(ag.cfg.nproc)) != 0)
+		log_warnx("workers cannot report progress this round: %s",
+		    rdzv_strerror(rv));
 	if ((rv = logs_attempt((int)r->restart_count, ag.cfg.nproc)) != 0) {
 		log_warnx("cannot prepare the log directory: %s",
 		    rdzv_strerror(rv));
@@ -360,8 +409,10 @@ agent_start_round(const struct rdzv_round *r)
 	for (i = 0; i < ag.cfg.nproc; i++) {
 		env = agent_worker_env(i, r);
 		logs_child_fds(i, &out_fd, &err_fd);
-		rv = sup_spawn(i, ag.cfg.argv, env, out_fd, err_fd, &pid);
+		rv = sup_spawn(i, ag.cfg.argv, env, out_fd, err_fd,
+		    progress_child_fd(i), &pid);
 		logs_spawned(i);
+		progress_spawned(i);
 		agent_free_env(env);
 		if (rv != 0) {
 			rdzv_report_failure(r->round, i, r->rank_base + i,
@@ -377,6 +428,7 @@ static void
 agent_stop_done(void *arg)
 {
 	logs_end_attempt();
+	progress_end_attempt();
 	if (ag.state == AS_LEAVING)
 		return;		/* agent_leave_stopped runs instead */
 	if (ag.have_next) {
@@ -394,13 +446,76 @@ agent_begin_stop(void)
 	sup_stop(SIGTERM, ag.cfg.grace_ms, agent_stop_done, NULL);
 }
 
+/*
+ * Appends what the worker's progress says to the failure message rdzvd
+ * keeps in the job's events: the watchdog's verdict, or the last step it
+ * reported and how long before it died.
+ */
+static void
+agent_progress_note(int local_rank, char *msg, size_t msgsz)
+{
+	struct timespec	when;
+	uint64_t	step;
+	char		note[256];
+	const char	*sep = msg[0] != '\0' ? "; " : "";
+
+	if (progress_get(local_rank, &step, &when) != 0)
+		return;
+	if (ag.hung_at[local_rank].tv_sec != 0)
+		snprintf(note, sizeof note, "%sno progress for %d s after "
+		    "step %llu: stopped by rdzv-agent's --progress_timeout",
+		    sep, ag.cfg.progress_timeout_ms / 1000,
+		    (unsigned long long)step);
+	else
+		snprintf(note, sizeof note, "%slast step %llu, reported %.1f "
+		    "s before", sep, (unsigned long long)step,
+		    agent_age(&when));
+	strlcat(msg, note, msgsz);
+}
+
+/*
+ * --progress_timeout: a worker that has reported a step and then reports
+ * none for the timeout is hung (a collective waiting on a dead peer, a
+ * deadlock).  It gets SIGABRT, so that it dumps core or a stack trace,
+ * then SIGKILL after the grace period; its exit is an ordinary failure.
+ */
+static void
+agent_watch_cb(evutil_socket_t fd, short ev, void *arg)
+{
+	struct timespec	when;
+	uint64_t	step;
+	double		limit = ag.cfg.progress_timeout_ms / 1000.0;
+	int		i;
+
+	if (ag.state != AS_RUNNING)
+		return;
+	for (i = 0; i < ag.cfg.nproc; i++) {
+		if (progress_get(i, &step, &when) != 0)
+			continue;
+		if (ag.hung_at[i].tv_sec != 0) {
+			if (agent_age(&ag.hung_at[i]) * 1000 >= ag.cfg.grace_ms)
+				(void)sup_signal_rank(i, SIGKILL);
+			continue;
+		}
+		if (agent_age(&when) < limit)
+			continue;
+		if (sup_signal_rank(i, SIGABRT) != 0)
+			continue;	/* already gone: its exit is reported */
+		clock_gettime(CLOCK_MONOTONIC, &ag.hung_at[i]);
+		log_warnx("worker %d (rank %lld) reported no progress for %.0f "
+		    "s after step %llu: sending SIGABRT", i,
+		    (long long)(ag.cur.rank_base + i), limit,
+		    (unsigned long long)step);
+	}
+}
+
 /* The exit of one worker. */
 static void
 agent_exit_cb(const struct sup_exit *x, void *arg)
 {
 	struct agent_failure	*f = &ag.first;
 	char			 desc[64], msg[AGENT_MSG_MAX], stack[8192];
-	char			 stamp[64];
+	char			 stamp[64], report[AGENT_MSG_MAX];
 	int			 code, signo;
 
 	logs_drain(x->local_rank);
@@ -412,6 +527,7 @@ agent_exit_cb(const struct sup_exit *x, void *arg)
 			    (long long)ag.cur.round);
 			ag.state = AS_SUCCEEDED;
 			logs_end_attempt();
+			progress_end_attempt();
 			rdzv_report_succeeded(ag.cur.round);
 		}
 		return;
@@ -419,9 +535,11 @@ agent_exit_cb(const struct sup_exit *x, void *arg)
 	sup_describe(x->status, desc, sizeof desc);
 	(void)logs_read_error(x->local_rank, msg, sizeof msg, stack,
 	    sizeof stack, stamp, sizeof stamp);
+	strlcpy(report, msg, sizeof report);
+	agent_progress_note(x->local_rank, report, sizeof report);
 	log_warnx("worker %d (rank %lld, pid %ld) failed: %s%s%s",
 	    x->local_rank, (long long)(ag.cur.rank_base + x->local_rank),
-	    (long)x->pid, desc, msg[0] ? ": " : "", msg);
+	    (long)x->pid, desc, report[0] ? ": " : "", report);
 	if (!f->valid) {
 		f->valid = 1;
 		f->local_rank = x->local_rank;
@@ -445,7 +563,7 @@ agent_exit_cb(const struct sup_exit *x, void *arg)
 	}
 	/* rdzvd words the exit code or signal itself. */
 	rdzv_report_failure(ag.cur.round, x->local_rank,
-	    ag.cur.rank_base + x->local_rank, code, signo, msg);
+	    ag.cur.rank_base + x->local_rank, code, signo, report);
 	agent_begin_stop();
 }
 
@@ -454,6 +572,7 @@ static void
 agent_leave_stopped(void *arg)
 {
 	logs_end_attempt();
+	progress_end_attempt();
 	rdzv_leave(2000);
 }
 
@@ -524,6 +643,7 @@ agent_round_cb(const struct rdzv_round *r, void *arg)
 			return;
 		}
 		logs_end_attempt();
+		progress_end_attempt();
 		agent_start_round(r);
 		return;
 	case RDZV_ROUND_STANDBY:
@@ -706,6 +826,22 @@ main(int argc, char **argv)
 	ag.join_ev = evtimer_new(ag.base, agent_join_timeout_cb, NULL);
 	if (ag.join_ev == NULL)
 		fatalx("evtimer_new");
+	progress_init(ag.base);
+	if ((ag.hung_at = calloc(ag.cfg.nproc, sizeof *ag.hung_at)) == NULL)
+		fatalx("out of memory");
+	if (ag.cfg.progress_timeout_ms > 0) {
+		struct timeval	tv;
+		int		ms = ag.cfg.progress_timeout_ms / 4;
+
+		/* A tick of a quarter of the timeout, at most a second. */
+		ms = ms > 1000 ? 1000 : ms < 10 ? 10 : ms;
+		tv.tv_sec = ms / 1000;
+		tv.tv_usec = (ms % 1000) * 1000;
+		ag.watch_ev = event_new(ag.base, -1, EV_PERSIST,
+		    agent_watch_cb, NULL);
+		if (ag.watch_ev == NULL || event_add(ag.watch_ev, &tv) == -1)
+			fatalx("cannot start the progress watchdog");
+	}
 	agent_arm_join_timer();
 	ag.state = AS_JOINING;
 	log_info("job %s: %d worker%s here, %d-%d nodes, rdzvd %s",
@@ -719,6 +855,7 @@ main(int argc, char **argv)
 
 	rdzv_shutdown();
 	logs_end_attempt();
+	progress_end_attempt();
 	logs_cleanup();
 #ifdef HAVE_RDZVD_EMBED
 	if (ag.embedded)

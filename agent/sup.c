@@ -166,7 +166,7 @@ sup_init(struct event_base *base, sup_exit_cb cb, void *arg)
 /* In the child, before exec: only async-signal-safe calls. */
 static void __attribute__((noreturn))
 sup_child(pid_t parent, char *const argv[], char *const envp[], int out_fd,
-    int err_fd)
+    int err_fd, int prog_fd)
 {
 	struct sigaction	sa;
 	sigset_t		none;
@@ -190,7 +190,11 @@ sup_child(pid_t parent, char *const argv[], char *const envp[], int out_fd,
 	if (err_fd >= 0 && err_fd != STDERR_FILENO &&
 	    dup2(err_fd, STDERR_FILENO) == -1)
 		_exit(127);
-	closefrom(STDERR_FILENO + 1);
+	/* The streams are in place, so fd 3 may be overwritten now. */
+	if (prog_fd >= 0 && (prog_fd == PROGRESS_CHILD_FD ?
+	    fcntl(prog_fd, F_SETFD, 0) : dup2(prog_fd, PROGRESS_CHILD_FD)) == -1)
+		_exit(127);
+	closefrom(prog_fd >= 0 ? PROGRESS_CHILD_FD + 1 : STDERR_FILENO + 1);
 	sigemptyset(&none);
 	(void)sigprocmask(SIG_SETMASK, &none, NULL);
 	execvpe(argv[0], argv, envp);
@@ -208,7 +212,7 @@ sup_child(pid_t parent, char *const argv[], char *const envp[], int out_fd,
 
 int
 sup_spawn(int local_rank, char *const argv[], char *const envp[], int out_fd,
-    int err_fd, pid_t *pidp)
+    int err_fd, int prog_fd, pid_t *pidp)
 {
 	struct sup_worker	*w = NULL, *nw;
 	sigset_t		 all, old;
@@ -240,7 +244,7 @@ sup_spawn(int local_rank, char *const argv[], char *const envp[], int out_fd,
 	sigprocmask(SIG_BLOCK, &all, &old);
 	pid = fork();
 	if (pid == 0)
-		sup_child(parent, argv, envp, out_fd, err_fd);
+		sup_child(parent, argv, envp, out_fd, err_fd, prog_fd);
 	sigprocmask(SIG_SETMASK, &old, NULL);
 	if (pid == -1) {
 		log_warn("fork");
@@ -265,6 +269,19 @@ sup_signal(int sig)
 	for (i = 0; i < sup_nworkers; i++)
 		if (sup_workers[i].pid != 0)
 			(void)kill(-sup_workers[i].pid, sig);
+}
+
+int
+sup_signal_rank(int local_rank, int sig)
+{
+	size_t	i;
+
+	for (i = 0; i < sup_nworkers; i++)
+		if (sup_workers[i].pid != 0 &&
+		    sup_workers[i].local_rank == local_rank)
+			return (kill(-sup_workers[i].pid, sig) == 0 ? 0 :
+			    RDZV_EIO);
+	return (RDZV_ENOTFOUND);
 }
 
 void
@@ -317,7 +334,7 @@ sup_capture(char *const argv[], char *out, size_t outsz, int timeout_ms)
 			(void)dup2(devnull, STDERR_FILENO);
 		if (dup2(p[1], STDOUT_FILENO) == -1)
 			_exit(127);
-		sup_child(getppid(), argv, environ, -1, -1);
+		sup_child(getppid(), argv, environ, -1, -1, -1);
 	}
 	sigprocmask(SIG_SETMASK, &old, NULL);
 	close(p[1]);

@@ -17,6 +17,8 @@
  */
 #include "config.h"
 
+#include <sys/socket.h>
+
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -233,6 +235,8 @@ choose_backend(struct rdzv_comm *c, char *why, size_t whylen)
 	return (&cpu_backend_ops);
 }
 
+static int	progress_fd(void);
+
 int
 rdzv_init(struct rdzv_comm **commp, const struct rdzv_options *opts,
     char *err, size_t errlen)
@@ -262,6 +266,7 @@ rdzv_init(struct rdzv_comm **commp, const struct rdzv_options *opts,
 	TAILQ_INIT(&c->queue);
 	TAILQ_INIT(&c->live);
 	c->qwake[0] = c->qwake[1] = -1;
+	c->progress_fd = progress_fd();
 
 	if ((rc = wenv_detect(&c->env, NULL, NULL, msg, sizeof msg)) != 0) {
 		init_err(opts, err, errlen, "rdzv_init: %s", msg);
@@ -976,7 +981,36 @@ rdzv_iallreduce(struct rdzv_comm *c, const void *sbuf, void *rbuf,
 
 /* ---- progress ---- */
 
-#define PROGRESS_EVERY_MS	1000
+#define PROGRESS_EVERY_MS	1000	/* to the store */
+#define PROGRESS_AGENT_MS	100	/* to the agent */
+
+/*
+ * The socket rdzv-agent passes as RDZV_PROGRESS_FD, or -1.  It is only
+ * trusted when it really is a local datagram socket: a wrapper script
+ * may have reused the descriptor number for a file of its own.
+ */
+static int
+progress_fd(void)
+{
+	const char	*v = getenv("RDZV_PROGRESS_FD"), *errstr;
+	socklen_t	 len;
+	int		 fd, type, domain;
+
+	if (v == NULL)
+		return (-1);
+	fd = strtonum(v, 0, INT_MAX, &errstr);
+	if (errstr != NULL)
+		return (-1);
+	len = sizeof type;
+	if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &len) == -1 ||
+	    type != SOCK_SEQPACKET)
+		return (-1);
+	len = sizeof domain;
+	if (getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &domain, &len) == -1 ||
+	    domain != AF_UNIX)
+		return (-1);
+	return (fd);
+}
 
 int
 rdzv_report_progress(struct rdzv_comm *c, uint64_t step)
@@ -984,13 +1018,21 @@ rdzv_report_progress(struct rdzv_comm *c, uint64_t step)
 	struct timespec	ts;
 	char		key[128], val[64];
 	int64_t		now;
+	int		n;
 
 	if (c == NULL)
 		return (RDZV_EINVAL);
 	c->progress_step = step;
+	now = now_ms();
+	if (c->progress_fd != -1 && (c->progress_sent_ms == 0 ||
+	    now - c->progress_sent_ms >= PROGRESS_AGENT_MS)) {
+		c->progress_sent_ms = now;
+		n = snprintf(val, sizeof val, "%llu", (unsigned long long)step);
+		/* Never blocks: a report the agent has no room for is lost. */
+		(void)send(c->progress_fd, val, n, MSG_DONTWAIT | MSG_NOSIGNAL);
+	}
 	if (c->store == NULL || c->env.store != WENV_STORE_NATIVE)
 		return (0);
-	now = now_ms();
 	if (c->progress_ms != 0 && now - c->progress_ms < PROGRESS_EVERY_MS)
 		return (0);
 	c->progress_ms = now;

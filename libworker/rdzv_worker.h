@@ -280,11 +280,15 @@ int	rdzv_test(struct rdzv_request *req);
 
 /*
  * Tells the agent this rank reached step (e.g. the training iteration),
- * for hang detection and status: under rdzv-agent it is published in the
- * round's store scope as key "progress/<rank>" = "<step> <unix_ms>", at
- * most once per second per rank (calls in between only record the step);
- * elsewhere a no-op.  Returns 0 or a store error (the communicator stays
- * usable).
+ * for hang detection and status.  Under rdzv-agent the step goes to the
+ * agent on the socket it passed (RDZV_PROGRESS_FD) at most every 100 ms,
+ * never blocking; the agent names each rank's last step in its failure
+ * summary and, with --progress_timeout, stops a rank that stops
+ * reporting.  It is also published in the round's store scope as key
+ * "progress/<rank>" = "<step> <unix_ms>", at most once per second per
+ * rank.  Calls in between only record the step; without an agent it is a
+ * no-op.  Call it once per step: it costs a clock read, and a send every
+ * 100 ms.  Returns 0 or a store error (the communicator stays usable).
  */
 int	rdzv_report_progress(struct rdzv_comm *, uint64_t step);
 

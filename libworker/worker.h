@@ -300,8 +300,10 @@ struct rdzv_comm {
 	pthread_t	 qthread;
 
 	/* Progress reporting (rdzv-agent). */
-	int64_t		 progress_ms;
+	int64_t		 progress_ms;	/* last published to the store */
 	uint64_t	 progress_step;
+	int		 progress_fd;	/* the agent's socket, or -1 */
+	int64_t		 progress_sent_ms; /* last sent on progress_fd */
 };
 
 /* Logs msg at level through the user's callback, if any and enabled. */

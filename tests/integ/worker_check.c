@@ -592,6 +592,51 @@ mode_loop(int ms, size_t count)
 	return (0);
 }
 
+/*
+ * progress STEPS: STEPS steps of a small allreduce, each reported with
+ * rdzv_report_progress, 20 ms apart.  W_FAIL="rank:step" exits 3 there,
+ * W_HANG="rank:step" stops reporting there (pause) in restart 0 only.
+ */
+static int
+mode_progress(int steps)
+{
+	const char	*fail = getenv("W_FAIL"), *hang = getenv("W_HANG");
+	const char	*rs = getenv("TORCHELASTIC_RESTART_COUNT");
+	int		 fr = -1, fs = -1, hr = -1, hs = -1, step, rc;
+	float		 b[64];
+
+	if (fail != NULL && sscanf(fail, "%d:%d", &fr, &fs) != 2)
+		errx(1, "bad W_FAIL");
+	if (hang != NULL && sscanf(hang, "%d:%d", &hr, &hs) != 2)
+		errx(1, "bad W_HANG");
+	if (rs != NULL && atoi(rs) != 0)
+		hr = -1;
+	memset(b, 0, sizeof b);
+	for (step = 1; step <= steps; step++) {
+		rc = rdzv_allreduce(comm, b, b, 64, RDZV_F32, RDZV_SUM, -1);
+		if (rc != 0) {
+			printf("broken rank=%d step=%d code=%d\n", rank, step,
+			    rc);
+			return (4);
+		}
+		if ((rc = rdzv_report_progress(comm, step)) != 0)
+			printf("report_progress rank=%d code=%d\n", rank, rc);
+		if (rank == fr && step == fs) {
+			printf("failing rank=%d step=%d\n", rank, step);
+			return (3);
+		}
+		if (rank == hr && step == hs) {
+			printf("hanging rank=%d step=%d\n", rank, step);
+			fflush(stdout);
+			for (;;)
+				pause();
+		}
+		usleep(20 * 1000);
+	}
+	printf("ok progress rank=%d steps=%d\n", rank, steps);
+	return (0);
+}
+
 static void
 mode_timeouts(void)
 {
@@ -668,6 +713,10 @@ main(int argc, char **argv)
 	else if (strcmp(mode, "loop") == 0) {
 		rc = mode_loop(argc > 2 ? atoi(argv[2]) : 10000,
 		    argc > 3 ? (size_t)atol(argv[3]) : 1 << 18);
+		rdzv_finalize(comm);
+		return (rc);
+	} else if (strcmp(mode, "progress") == 0) {
+		rc = mode_progress(argc > 2 ? atoi(argv[2]) : 50);
 		rdzv_finalize(comm);
 		return (rc);
 	} else
