@@ -27,6 +27,7 @@
 #include "agent.h"
 #include "log.h"
 #include "rdzv_err.h"
+#include "tls.h"
 
 #define CLI_DEFAULT_PORT	"29400"
 #define CLI_DEFAULT_PYTHON	"/usr/bin/python3"
@@ -36,8 +37,8 @@ enum cli_id {
 	O_STANDALONE, O_MAX_RESTARTS, O_MONITOR, O_START_METHOD, O_ROLE,
 	O_LOG_DIR, O_REDIRECTS, O_TEE, O_LOCAL_ADDR, O_NO_PYTHON, O_MODULE,
 	O_RUN_PATH, O_NODE_RANK, O_MASTER_ADDR, O_MASTER_PORT, O_GRACE,
-	O_GPUS_PER_WORKER, O_TOKEN_FILE, O_DRY_RUN, O_USE_ENV, O_HELP, O_VERSION,
-	O_VERBOSE
+	O_GPUS_PER_WORKER, O_TOKEN_FILE, O_TLS_CA, O_DRY_RUN, O_USE_ENV, O_HELP,
+	O_VERSION, O_VERBOSE
 };
 
 /*
@@ -74,6 +75,7 @@ static const struct cli_opt {
 	{ "grace",		O_GRACE,		0, 0 },
 	{ "gpus_per_worker",	O_GPUS_PER_WORKER,	0, 0 },
 	{ "token_file",		O_TOKEN_FILE,		0, 0 },
+	{ "tls_ca",		O_TLS_CA,		0, 0 },
 	{ "dry_run",		O_DRY_RUN,		1, 0 },
 	{ "use_env",		O_USE_ENV,		1, 0 },
 	{ "help",		O_HELP,			1, 'h' },
@@ -132,6 +134,10 @@ cli_usage(FILE *f)
 "  --local_addr ADDR         this node's address as told to rdzvd\n"
 "  --token_file FILE         rdzvd's shared secret (default $RDZV_TOKEN_FILE);\n"
 "                            passed on to workers as RDZV_TOKEN_FILE\n"
+"  --tls_ca FILE|system      talk TLS to rdzvd, verifying its certificate\n"
+"                            against the CA bundle FILE or the system's\n"
+"                            store (default $RDZV_TLS_CA); passed on to\n"
+"                            workers as RDZV_TLS_CA\n"
 "  --no_python               exec PROGRAM directly, not with python\n"
 "  -m, --module              run PROGRAM as a python module (python -m)\n"
 "  --run_path                run PROGRAM with python (like the default)\n"
@@ -413,6 +419,9 @@ cli_apply(struct agent_config *cfg, const struct cli_opt *o, const char *v)
 	case O_TOKEN_FILE:
 		cli_setstr(&cfg->token_file, v);
 		return (0);
+	case O_TLS_CA:
+		cli_setstr(&cfg->tls_ca, v);
+		return (0);
 	case O_NO_PYTHON:
 		cfg->no_python = 1;
 		return (0);
@@ -672,6 +681,55 @@ cli_random_id(char *out, size_t outsz)
 	}
 }
 
+/*
+ * Resolves --tls_ca (else RDZV_TLS_CA) into an absolute path, because
+ * workers get it too, and loads it once now so that a bad bundle is a
+ * usage error naming the file, not a reconnect loop.  The in-process
+ * rdzvd of --standalone speaks plaintext: no CA is used there.
+ */
+static int
+cli_tls_ca(struct agent_config *cfg)
+{
+	SSL_CTX		*ctx;
+	const char	*v;
+	char		 why[512], *abs;
+	int		 given;
+
+	if (cfg->tls_ca != NULL && *cfg->tls_ca == '\0') {
+		free(cfg->tls_ca);
+		cfg->tls_ca = NULL;
+	}
+	given = cfg->tls_ca != NULL;
+	if (!given && (v = getenv(RDZV_TLS_CA_ENV)) != NULL && *v != '\0')
+		cli_setstr(&cfg->tls_ca, v);
+	if (cfg->tls_ca == NULL)
+		return (0);
+	if (cfg->standalone) {
+		if (given)
+			log_warnx("--standalone: the in-process rdzvd does not "
+			    "use TLS; --tls_ca ignored");
+		free(cfg->tls_ca);
+		cfg->tls_ca = NULL;
+		return (0);
+	}
+	if (strcmp(cfg->tls_ca, RDZV_TLS_CA_SYSTEM) != 0 &&
+	    cfg->tls_ca[0] != '/') {
+		if ((abs = realpath(cfg->tls_ca, NULL)) == NULL) {
+			fprintf(stderr, "rdzv-agent: --tls_ca %s: %s\n",
+			    cfg->tls_ca, strerror(errno));
+			return (-1);
+		}
+		free(cfg->tls_ca);
+		cfg->tls_ca = abs;
+	}
+	if ((ctx = rdzv_tls_client_ctx(cfg->tls_ca, why, sizeof why)) == NULL) {
+		fprintf(stderr, "rdzv-agent: --tls_ca: %s\n", why);
+		return (-1);
+	}
+	SSL_CTX_free(ctx);
+	return (0);
+}
+
 int
 cli_parse(struct agent_config *cfg, int argc, char **argv)
 {
@@ -808,6 +866,8 @@ cli_parse(struct agent_config *cfg, int argc, char **argv)
 		free(cfg->token_file);
 		cfg->token_file = abs;
 	}
+	if (cli_tls_ca(cfg) != 0)
+		return (-1);
 	if (cfg->heartbeat_ms <= 0)
 		cfg->heartbeat_ms = cfg->lease_ms > 0 ? cfg->lease_ms / 4 :
 		    1000;
@@ -844,6 +904,7 @@ cli_print(const struct agent_config *cfg, FILE *f)
 	fprintf(f, "tee=%s\n", cfg->tee ? cfg->tee : "0");
 	fprintf(f, "local_addr=%s\n", cfg->local_addr ? cfg->local_addr : "");
 	fprintf(f, "token_file=%s\n", cfg->token_file ? cfg->token_file : "");
+	fprintf(f, "tls_ca=%s\n", cfg->tls_ca ? cfg->tls_ca : "");
 	fprintf(f, "no_python=%d\nmodule=%d\n", cfg->no_python, cfg->module);
 	cli_ms(f, "grace", cfg->grace_ms);
 	fprintf(f, "gpus_per_worker=%d\n", cfg->gpus_per_worker);

@@ -8,13 +8,22 @@
  * JOINs again with the same instance id, which rdzvd takes as the same
  * node: a running round goes on untouched.
  *
+ * With a CA (--tls_ca, RDZV_TLS_CA) the connection is TLS: the TCP
+ * connect is made by a socket bufferevent as without TLS, then its
+ * socket moves to an OpenSSL bufferevent with a fresh SSL for the
+ * handshake (rdzv_tls_start), and the native protocol runs inside.  A
+ * certificate rdzvd's CA did not sign, or a peer that does not speak
+ * TLS, is a configuration error and fatal; a connection lost during the
+ * handshake is retried like any other drop, but not forever: a server
+ * that closes every handshake is a plaintext rdzvd.
+ *
  *   IDLE --rdzv_connect--> CONNECTING --connected--> PREAMBLE
- *     ^                                                 | preamble ok
- *     |                                                 v: send JOIN
- *     +--rdzv_drop (EOF, error, silence)--------- JOINING
- *     |                                                 | JOIN reply
- *     +---------------------------------------------- JOINED (heartbeats)
- *   rdzv_shutdown: any state -> CLOSED
+ *     ^                       | connected, TLS          ^ | preamble ok
+ *     |                       v                         | v: send JOIN
+ *     |                   HANDSHAKE --handshake done----+ JOINING
+ *     |                                                    | JOIN reply
+ *     +--rdzv_drop (EOF, error, silence)---------------- JOINED
+ *   rdzv_shutdown: any state -> CLOSED; rdzv_fatal: shutdown, then tell
  */
 #include "config.h"
 
@@ -35,22 +44,30 @@
 
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
+#include <event2/bufferevent_ssl.h>
 #include <event2/event.h>
+
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+#include <openssl/x509.h>
 
 #include "agent.h"
 #include "auth.h"
 #include "log.h"
 #include "rdzv_err.h"
+#include "tls.h"
 #include "wire.h"
 
 #define RDZV_CONNECT_MS		5000	/* one connect + preamble attempt */
 #define RDZV_BACKOFF_MIN_MS	20
 #define RDZV_BACKOFF_MAX_MS	1000
 #define RDZV_DEFAULT_LEASE_MS	5000	/* when rdzvd chooses the lease */
+#define RDZV_TLS_TRIES		3	/* handshakes cut short in a row */
 
 enum rdzv_state {
 	RC_IDLE,	/* not connected; the reconnect timer may be armed */
 	RC_CONNECTING,	/* TCP connect in progress */
+	RC_HANDSHAKE,	/* TLS handshake in progress */
 	RC_PREAMBLE,	/* our preamble sent, waiting for rdzvd's */
 	RC_AUTH,	/* rdzvd wants the token: challenge, then AUTH reply */
 	RC_JOINING,	/* JOIN sent */
@@ -103,9 +120,12 @@ static uint8_t				 rc_sn[NAT_NONCE_LEN], rc_cn[NAT_NONCE_LEN];
 static uint32_t				 rc_auth_id;
 static int				 rc_hb_ms;	/* heartbeat period */
 static int				 rc_lease_ms;	/* the job's, from JOIN */
+static SSL_CTX				*rc_tls;	/* NULL: plaintext */
+static int				 rc_tls_cut;	/* handshakes cut short */
 
 static void	rdzv_connect(void);
 static void	rdzv_drop(const char *why);
+static void	rdzv_event_cb(struct bufferevent *, short, void *);
 
 static int64_t
 rdzv_ms_since(const struct timespec *t)
@@ -516,6 +536,16 @@ rdzv_read_cb(struct bufferevent *bev, void *arg)
 			return;
 		p = evbuffer_pullup(in, NAT_PREAMBLE_LEN);
 		rv = nat_preamble_decode(p, NAT_PREAMBLE_LEN, &version, &need);
+		if (rv == RDZV_EVERSION && version == 0 &&
+		    (p[5] & NAT_PRE_TLS)) {
+			char	buf[512];
+
+			snprintf(buf, sizeof buf, "rdzvd at %s requires TLS: "
+			    "give its CA certificate with --tls_ca FILE or "
+			    "RDZV_TLS_CA", rc_cfg->endpoint);
+			rdzv_fatal(RDZV_ETLS, buf);
+			return;
+		}
 		if (rv != NAT_PREAMBLE_LEN) {
 			rdzv_drop("not an rdzvd (bad preamble)");
 			return;
@@ -564,12 +594,139 @@ rdzv_read_cb(struct bufferevent *bev, void *arg)
 	}
 }
 
+/*
+ * Why the TLS bufferevent bev failed, in why: OpenSSL's reason, which
+ * libevent took off OpenSSL's queue into its own, else the socket's.
+ * Returns the OpenSSL error, 0 when there was none.
+ */
+static unsigned long
+rdzv_tls_error(struct bufferevent *bev, int sockerr, char *why,
+    size_t whysz)
+{
+	unsigned long	 e, first;
+	const char	*r;
+
+	/* libevent hands back the most recent error first. */
+	first = bufferevent_get_openssl_error(bev);
+	while ((e = bufferevent_get_openssl_error(bev)) != 0)
+		continue;
+	if (first != 0 && (r = ERR_reason_error_string(first)) != NULL)
+		strlcpy(why, r, whysz);
+	else if (first != 0)
+		ERR_error_string_n(first, why, whysz);
+	else if (sockerr != 0)
+		strlcpy(why, evutil_socket_error_to_string(sockerr), whysz);
+	else
+		strlcpy(why, "connection closed", whysz);
+	return (first);
+}
+
+/*
+ * A handshake was cut short (closed, reset or timed out) after the TCP
+ * connect worked.  Once is rdzvd going away mid-handshake: an ordinary
+ * drop.  RDZV_TLS_TRIES times in a row is a server that does not speak
+ * TLS (a plaintext rdzvd hangs up on a ClientHello), so it is fatal.
+ */
+static void
+rdzv_tls_cut(const char *reason)
+{
+	char	msg[800];
+
+	rc_tls_cut++;
+	snprintf(msg, sizeof msg, "TLS handshake with %s failed: %s (is "
+	    "rdzvd started with --tls-cert?)", rc_cfg->endpoint, reason);
+	if (rc_tls_cut >= RDZV_TLS_TRIES) {
+		snprintf(msg, sizeof msg, "TLS handshake with %s failed %d "
+		    "times in a row: %s (is rdzvd started with --tls-cert?)",
+		    rc_cfg->endpoint, rc_tls_cut, reason);
+		rdzv_fatal(RDZV_ETLS, msg);
+		return;
+	}
+	log_warnx("%s", msg);
+	rdzv_drop(reason);
+}
+
+/*
+ * The handshake failed.  A certificate that does not verify, or an
+ * answer that is not TLS, is a configuration error: retrying cannot
+ * help, so the agent stops as it does for a refused token.  A connection
+ * lost on the way is rdzv_tls_cut's to judge.
+ */
+static void
+rdzv_tls_failed(struct bufferevent *bev, int sockerr)
+{
+	SSL		*ssl = bufferevent_openssl_get_ssl(bev);
+	unsigned long	 e;
+	char		 head[320], reason[256], why[600], msg[800];
+
+	snprintf(head, sizeof head, "TLS handshake with %s failed",
+	    rc_cfg->endpoint);
+	e = rdzv_tls_error(bev, sockerr, reason, sizeof reason);
+	if (ssl != NULL && SSL_get_verify_result(ssl) != X509_V_OK) {
+		rdzv_tls_why(ssl, head, why, sizeof why);
+		snprintf(msg, sizeof msg, "%s (is --tls_ca the CA that signed "
+		    "rdzvd's --tls-cert?)", why);
+		rdzv_fatal(RDZV_ETLS, msg);
+		return;
+	}
+	snprintf(msg, sizeof msg, "%s: %s (is rdzvd started with "
+	    "--tls-cert?)", head, reason);
+#ifdef SSL_R_UNEXPECTED_EOF_WHILE_READING
+	if (ERR_GET_LIB(e) == ERR_LIB_SSL &&
+	    ERR_GET_REASON(e) == SSL_R_UNEXPECTED_EOF_WHILE_READING)
+		e = 0;
+#endif
+	if (e != 0) {
+		rdzv_fatal(RDZV_ETLS, msg);
+		return;
+	}
+	rdzv_tls_cut(reason);
+}
+
+/* The TCP connection is up: move its socket into a TLS bufferevent. */
+static void
+rdzv_tls_start(void)
+{
+	SSL	*ssl;
+	char	 why[512];
+	int	 fd;
+
+	if ((ssl = rdzv_tls_client_new(rc_tls, rc_host, why,
+	    sizeof why)) == NULL) {
+		rdzv_fatal(RDZV_ETLS, why);
+		return;
+	}
+	fd = bufferevent_getfd(rc_bev);
+	/* Detached first, so that freeing the old one keeps it open. */
+	bufferevent_setfd(rc_bev, -1);
+	bufferevent_free(rc_bev);
+	rc_bev = bufferevent_openssl_socket_new(rc_base, fd, ssl,
+	    BUFFEREVENT_SSL_CONNECTING, BEV_OPT_CLOSE_ON_FREE);
+	if (rc_bev == NULL) {
+		/* Whether libevent freed ssl on the way out varies by
+		 * version: leak it rather than risk freeing it twice. */
+		close(fd);
+		rdzv_drop("out of memory");
+		return;
+	}
+	/* A restarting rdzvd closes without a TLS close_notify: that is
+	 * an end of file like any other, not an attack on our frames
+	 * (each has its length; a short one is just a drop). */
+	bufferevent_openssl_set_allow_dirty_shutdown(rc_bev, 1);
+	bufferevent_setcb(rc_bev, rdzv_read_cb, NULL, rdzv_event_cb, NULL);
+	bufferevent_enable(rc_bev, EV_READ | EV_WRITE);
+	rc_state = RC_HANDSHAKE;
+}
+
 static void
 rdzv_event_cb(struct bufferevent *bev, short what, void *arg)
 {
-	int	fd, one = 1, idle = 5, intvl = 2, cnt = 3;
+	char	why[256];
+	int	fd, one = 1, idle = 5, intvl = 2, cnt = 3, err;
 
-	if (what & BEV_EVENT_CONNECTED) {
+	/* errno means something only for an error (not for an EOF). */
+	err = (what & BEV_EVENT_ERROR) ? EVUTIL_SOCKET_ERROR() : 0;
+	if ((what & BEV_EVENT_CONNECTED) && rc_state == RC_CONNECTING) {
 		fd = bufferevent_getfd(bev);
 		(void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one,
 		    sizeof one);
@@ -581,17 +738,34 @@ rdzv_event_cb(struct bufferevent *bev, short what, void *arg)
 		    sizeof intvl);
 		(void)setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt,
 		    sizeof cnt);
+		if (rc_tls != NULL) {
+			rdzv_tls_start();
+			return;
+		}
+	}
+	if (what & BEV_EVENT_CONNECTED) {
+		if (rc_state == RC_HANDSHAKE)
+			rc_tls_cut = 0;
 		clock_gettime(CLOCK_MONOTONIC, &rc_last_rx);
 		if (nat_preamble_put(rdzv_out(), NAT_VERSION) != 0)
 			fatalx("out of memory");
 		rc_state = RC_PREAMBLE;
 		return;
 	}
+	if (rc_state == RC_HANDSHAKE) {
+		rdzv_tls_failed(bev, err);
+		return;
+	}
 	if (what & BEV_EVENT_EOF)
 		rdzv_drop("rdzvd closed the connection");
-	else if (what & BEV_EVENT_ERROR)
-		rdzv_drop(evutil_socket_error_to_string(
-		    EVUTIL_SOCKET_ERROR()));
+	else if (what & BEV_EVENT_ERROR) {
+		if (rc_tls != NULL && rc_state != RC_CONNECTING)
+			rdzv_tls_error(bev, err, why, sizeof why);
+		else
+			strlcpy(why, evutil_socket_error_to_string(err),
+			    sizeof why);
+		rdzv_drop(why);
+	}
 }
 
 /* Tears the connection down and schedules the next attempt. */
@@ -659,7 +833,10 @@ rdzv_retry_cb(evutil_socket_t fd, short ev, void *arg)
 static void
 rdzv_conn_timeout_cb(evutil_socket_t fd, short ev, void *arg)
 {
-	rdzv_drop("timed out connecting");
+	if (rc_state == RC_HANDSHAKE)
+		rdzv_tls_cut("timed out");
+	else
+		rdzv_drop("timed out connecting");
 }
 
 /* Heartbeat, and the watchdog for a silent (half-open) connection. */
@@ -806,6 +983,16 @@ rdzv_start(struct event_base *base, const struct agent_config *cfg,
 			log_warnx("token file %s is readable by group or "
 			    "others; chmod 600 it", cfg->token_file);
 	}
+	if (cfg->tls_ca != NULL) {
+		char	why[512];
+
+		/* One context for every reconnect; cli.c checked the file. */
+		if ((rc_tls = rdzv_tls_client_ctx(cfg->tls_ca, why,
+		    sizeof why)) == NULL) {
+			log_warnx("%s", why);
+			return (RDZV_ETLS);
+		}
+	}
 	clock_gettime(CLOCK_MONOTONIC, &rc_down_since);
 	rdzv_connect();
 	return (0);
@@ -891,4 +1078,7 @@ rdzv_shutdown(void)
 	if (rc_addrs != NULL)
 		freeaddrinfo(rc_addrs);
 	rc_addrs = NULL;
+	if (rc_tls != NULL)
+		SSL_CTX_free(rc_tls);
+	rc_tls = NULL;
 }
