@@ -19,7 +19,9 @@
 #define RDZVD_DEFAULT_LISTEN	"[::]:29400"
 #define RDZVD_DEFAULT_HTTP	"[::]:29401"
 
-enum opt_type { OT_STR, OT_SIZE, OT_UINT, OT_DURABILITY, OT_LEVEL, OT_FLAG };
+enum opt_type {
+	OT_STR, OT_SIZE, OT_UINT, OT_DURABILITY, OT_LEVEL, OT_FLAG, OT_TLS
+};
 
 struct opt {
 	const char	*name;
@@ -81,6 +83,12 @@ static const struct opt opts[] = {
 	  "require this shared secret from native clients" },
 	{ "tcpstore-allow", 0, OT_STR, OFF(tcpstore_allow), 0, "CIDR,...",
 	  "with a token: TCPStore clients allowed from these networks" },
+	{ "tls-cert", 0, OT_STR, OFF(tls_cert), 0, "FILE",
+	  "TLS on the store port: PEM certificate chain (with --tls-key)" },
+	{ "tls-key", 0, OT_STR, OFF(tls_key), 0, "FILE",
+	  "the certificate's PEM private key" },
+	{ "tls", 0, OT_TLS, OFF(tls_mode), 0, "required|optional",
+	  "plaintext native clients refused or served (default required)" },
 	{ "help", 'h', OT_FLAG, NOFIELD, 0, NULL, "show this help" },
 	{ "version", 'V', OT_FLAG, NOFIELD, 0, NULL, "show the version" },
 };
@@ -107,7 +115,8 @@ usage(FILE *f)
 		fprintf(f, "  %-36s %s\n", left, opts[i].help);
 	}
 	fprintf(f, "\nSignals: SIGTERM or SIGINT drain and exit 0; SIGHUP reopens "
-	    "the log file.\nSee rdzvd(8) and etc/rdzvd.conf.\n");
+	    "the log file\nand reloads the TLS certificate and key.\n"
+	    "See rdzvd(8) and etc/rdzvd.conf.\n");
 }
 
 /* Parses a byte size with an optional K, M or G (binary) suffix. */
@@ -211,6 +220,19 @@ opt_apply(struct rdzvd_config *cfg, const struct opt *o, const char *val,
 			return -1;
 		}
 		*(int *)(base + o->offset) = d;
+		return 0;
+	case OT_TLS:
+		if (strcmp(val, "required") == 0)
+			d = RDZVD_TLS_REQUIRED;
+		else if (strcmp(val, "optional") == 0)
+			d = RDZVD_TLS_OPTIONAL;
+		else {
+			fprintf(stderr, "rdzvd: %s%s--tls: '%s' is not one of "
+			    "required, optional\n", where ? where : "",
+			    where ? ": " : "", val);
+			return -1;
+		}
+		*(enum rdzvd_tls_mode *)(base + o->offset) = d;
 		return 0;
 	case OT_FLAG:
 		if (strcmp(val, "yes") == 0 || strcmp(val, "true") == 0 ||
@@ -326,6 +348,42 @@ config_defaults(struct rdzvd_config *cfg)
 	cfg->lease_ms = 5000;
 }
 
+/*
+ * The TLS options only make sense together; an empty value (a config
+ * file's "tls-cert =") means not set.  The files themselves are read
+ * later, by server_tls_init().
+ */
+static int
+config_check_tls(struct rdzvd_config *cfg)
+{
+	if (cfg->tls_cert != NULL && cfg->tls_cert[0] == '\0') {
+		free(cfg->tls_cert);
+		cfg->tls_cert = NULL;
+	}
+	if (cfg->tls_key != NULL && cfg->tls_key[0] == '\0') {
+		free(cfg->tls_key);
+		cfg->tls_key = NULL;
+	}
+	if (cfg->tls_cert != NULL && cfg->tls_key == NULL) {
+		fprintf(stderr, "rdzvd: --tls-cert %s needs its private key: "
+		    "add --tls-key FILE\n", cfg->tls_cert);
+		return -1;
+	}
+	if (cfg->tls_key != NULL && cfg->tls_cert == NULL) {
+		fprintf(stderr, "rdzvd: --tls-key %s needs the certificate it "
+		    "belongs to: add --tls-cert FILE\n", cfg->tls_key);
+		return -1;
+	}
+	if (cfg->tls_mode != RDZVD_TLS_UNSET && cfg->tls_cert == NULL) {
+		fprintf(stderr, "rdzvd: --tls %s needs a certificate: add "
+		    "--tls-cert FILE and --tls-key FILE\n",
+		    cfg->tls_mode == RDZVD_TLS_REQUIRED ? "required" :
+		    "optional");
+		return -1;
+	}
+	return 0;
+}
+
 int
 config_parse(struct rdzvd_config *cfg, int argc, char **argv)
 {
@@ -405,7 +463,7 @@ config_parse(struct rdzvd_config *cfg, int argc, char **argv)
 		    "--help'\n", argv[optind]);
 		return -1;
 	}
-	return 0;
+	return config_check_tls(cfg);
 }
 
 void
@@ -419,4 +477,6 @@ config_free(struct rdzvd_config *cfg)
 	free(cfg->log_file);
 	free(cfg->token_file);
 	free(cfg->tcpstore_allow);
+	free(cfg->tls_cert);
+	free(cfg->tls_key);
 }

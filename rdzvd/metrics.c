@@ -37,6 +37,9 @@ static const char *err_names[ERRK_COUNT] = {
 	[ERRK_OUTPUT_LIMIT] = "output_limit", [ERRK_ACCEPT] = "accept",
 	[ERRK_STORE] = "store", [ERRK_AUTH] = "auth",
 	[ERRK_TCPSTORE_DENIED] = "tcpstore_denied",
+	[ERRK_TLS_HANDSHAKE] = "tls_handshake",
+	[ERRK_TLS_REQUIRED] = "tls_required",
+	[ERRK_TLS_NOT_CONFIGURED] = "tls_not_configured",
 };
 
 static const char *dialect_names[DIALECT_COUNT] = {
@@ -105,9 +108,16 @@ metrics_write(struct evbuffer *out)
 	    "the --max-connections limit.\n"
 	    "# TYPE rdzvd_connections_rejected_total counter\n"
 	    "rdzvd_connections_rejected_total %" PRIu64 "\n"
+	    "# HELP rdzvd_tls_connections Open connections that speak TLS.\n"
+	    "# TYPE rdzvd_tls_connections gauge\n"
+	    "rdzvd_tls_connections %" PRIu64 "\n"
+	    "# HELP rdzvd_tls_connections_total TLS handshakes completed.\n"
+	    "# TYPE rdzvd_tls_connections_total counter\n"
+	    "rdzvd_tls_connections_total %" PRIu64 "\n"
 	    "# HELP rdzvd_ops_total Requests served, by operation.\n"
 	    "# TYPE rdzvd_ops_total counter\n",
-	    metrics.accepted, metrics.rejected);
+	    metrics.accepted, metrics.rejected, metrics.tls_open,
+	    metrics.tls_handshakes);
 	for (i = 0; i < OPK_COUNT; i++)
 		evbuffer_add_printf(out, "rdzvd_ops_total{op=\"%s\"} %" PRIu64
 		    "\n", op_names[i], metrics.ops[i]);

@@ -1,7 +1,7 @@
 /*
  * rdzvd.c: main(): options, logging, the event base, serve.c's start and
  * stop, and the signals that stop rdzvd (SIGTERM, SIGINT: drain and exit
- * 0) or reopen its log (SIGHUP).
+ * 0) or reopen its log and reload its TLS certificate (SIGHUP).
  */
 #include "config.h"
 
@@ -47,6 +47,8 @@ sig_hup_cb(evutil_socket_t sig, short ev, void *arg)
 		log_warn("SIGHUP: cannot reopen log file %s", cfg.log_file);
 	else
 		log_info("SIGHUP: log reopened");
+	/* Certificate rotation; a bad new pair keeps the old one. */
+	server_tls_reload();
 #ifdef HAVE_LIBSYSTEMD
 	sd_notify(0, "READY=1");
 #endif

@@ -26,8 +26,18 @@ struct evbuffer;
 struct event;
 struct event_base;
 struct evconnlistener;
+struct ssl_st;			/* OpenSSL's SSL, SSL_CTX, BIO */
+struct ssl_ctx_st;
+struct bio_st;
 
 /* ---- config.c: command line and configuration file ---- */
+
+/* --tls: what a plaintext native client gets once a certificate is set. */
+enum rdzvd_tls_mode {
+	RDZVD_TLS_UNSET = 0,	/* not given: required with a certificate */
+	RDZVD_TLS_REQUIRED,	/* refused with the NAT_PRE_TLS preamble */
+	RDZVD_TLS_OPTIONAL,	/* served in plaintext too */
+};
 
 struct rdzvd_config {
 	char			*listen;	/* HOST:PORT */
@@ -49,12 +59,16 @@ struct rdzvd_config {
 	unsigned		 lease_ms;
 	char			*token_file;	/* native protocol secret */
 	char			*tcpstore_allow; /* CIDRs, with a token */
+	char			*tls_cert;	/* PEM chain; NULL: no TLS */
+	char			*tls_key;	/* its PEM private key */
+	enum rdzvd_tls_mode	 tls_mode;
 };
 
 /*
  * Fills cfg from defaults, then the --config file (if named), then the
  * other options, so the command line wins.  Prints usage and exits 0 for
- * --help and --version; prints the cause and returns -1 on a bad option.
+ * --help and --version; prints the cause and returns -1 on a bad option
+ * or a bad combination (a TLS certificate without its key, and so on).
  */
 int	config_parse(struct rdzvd_config *cfg, int argc, char **argv);
 /* Fills cfg with the defaults alone. */
@@ -79,6 +93,9 @@ enum err_kind {
 	ERRK_MALFORMED, ERRK_TOO_BIG, ERRK_REQUEST_TIMEOUT,
 	ERRK_MEMORY_BUDGET, ERRK_OUTPUT_LIMIT, ERRK_ACCEPT, ERRK_STORE,
 	ERRK_AUTH, ERRK_TCPSTORE_DENIED,
+	ERRK_TLS_HANDSHAKE,	/* failed, stalled or garbled TLS handshake */
+	ERRK_TLS_REQUIRED,	/* plaintext native client, --tls required */
+	ERRK_TLS_NOT_CONFIGURED, /* a TLS client, but no --tls-cert */
 	ERRK_COUNT
 };
 
@@ -93,6 +110,8 @@ struct metrics {
 	uint64_t	conns[DIALECT_COUNT];	/* open now */
 	uint64_t	accepted;
 	uint64_t	rejected;
+	uint64_t	tls_handshakes;		/* completed since start */
+	uint64_t	tls_open;		/* TLS connections open now */
 };
 
 extern struct metrics	metrics;
@@ -108,11 +127,17 @@ void		 metrics_write(struct evbuffer *out);
  * A connection's life:
  *
  *   SNIFF --first bytes--> NATIVE_HELLO --preamble--> SERVING
- *     |                                                  ^
+ *     |  ^                                               ^
+ *     |  +-- 0x16: TLS handshake, then SNIFF again on     |
+ *     |      the decrypted bytes (native only)            |
  *     +--- TCPStore bytes (dialect 1.13 or 2.x) ---------+
  *   any state --bad input, EOF, limit, shutdown--> closed (conn_close)
  *
- * Only conn_set_state() changes the state.
+ * Only conn_set_state() changes the state.  TLS is a layer under the
+ * states, not one of them: c->ssl is set at the first byte 0x16 and from
+ * then on the socket carries ciphertext that server.c moves between the
+ * socket and OpenSSL (through the BIO pair c->tls_net), while c->in and
+ * c->out hold plaintext exactly as on a plain connection.
  */
 enum conn_state {
 	CONN_SNIFF,		/* no dialect yet: waiting for first bytes */
@@ -166,6 +191,14 @@ struct conn {
 	/* native: waits in flight, by request id */
 	LIST_HEAD(, pending)	 pending;
 
+	/* TLS: NULL ssl on a plaintext connection */
+	struct ssl_st		*ssl;
+	struct bio_st		*tls_net;	/* our end of OpenSSL's BIO pair */
+	int			 tls_handshaking; /* until the handshake ends */
+	int			 tls_want_write; /* OpenSSL stopped to write */
+	int			 tls_rstall;	/* rev off until that is sent */
+	int			 tls_shutdown;	/* close_notify queued */
+
 	TAILQ_ENTRY(conn)	 entry;
 };
 
@@ -187,6 +220,8 @@ struct server {
 	uint8_t			*token;		/* NULL: no authentication */
 	size_t			 tokenlen;
 	struct acl		*tcps_allow;	/* with a token: TCPStore peers */
+	struct ssl_ctx_st	*tls_ctx;	/* NULL: no TLS */
+	int			 tls_required;	/* plaintext native refused */
 };
 
 extern struct server	server;
@@ -203,6 +238,20 @@ int	listen_socket(const char *spec, const char *what, int *port);
  * in the list (IPv4-mapped IPv6 addresses match IPv4 entries).
  */
 int	server_auth_init(void);
+/*
+ * Loads --tls-cert and --tls-key into server.tls_ctx (nothing when no
+ * certificate is configured); returns 0 or -1 after logging the cause,
+ * which names the file and the option to fix.
+ */
+int	server_tls_init(void);
+/*
+ * SIGHUP: loads the certificate and key again for new connections
+ * (rotation); on failure logs why and keeps the current ones.  Open
+ * connections keep the context they started with.  Returns 0 or -1.
+ */
+int	server_tls_reload(void);
+/* Frees server.tls_ctx. */
+void	server_tls_fini(void);
 struct acl;
 int	acl_allows(const struct acl *, const struct sockaddr *);
 /* Whether an HTTP "Authorization" header value carries the token. */

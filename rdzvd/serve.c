@@ -42,7 +42,7 @@ rdzvd_serve_start(struct event_base *base, struct rdzvd_config *cfg,
 		log_warnx("out of memory");
 		return -1;
 	}
-	if (server_auth_init() != 0)
+	if (server_auth_init() != 0 || server_tls_init() != 0)
 		return -1;
 	if (cfg->durability != STORE_MEMORY) {
 		server.store = store_open(cfg->db, cfg->durability,
@@ -88,6 +88,7 @@ rdzvd_serve_stop(void)
 	}
 	free(server.tcps_allow);
 	server.tcps_allow = NULL;
+	server_tls_fini();
 }
 
 char *
