@@ -52,7 +52,7 @@ Helpers
                       cert/key (localhost, 127.0.0.1, ::1, signed by ca),
                       other_ca (unrelated), wrong_host_cert/_key (signed by
                       ca, for another name only), other_key (matches no
-                      certificate)
+                      certificate), other_cert/_key (signed by other_ca)
     tls_wrap(sock, ca, host)   a verifying client TLS socket (handshake
                       done); ssl errors become RdzvError(RDZV_ETLS)
     ts/u8/u32/u64/i64, nat_frame/nat_fields/nat_preamble   wire encoders
@@ -426,7 +426,9 @@ def make_tls_certs(dirpath=None):
     paths: ca / ca_key (a CA), cert / key (a server certificate signed by
     ca for DNS:localhost, IP:127.0.0.1, IP:::1), other_ca / other_ca_key
     (an unrelated CA), wrong_host_cert / wrong_host_key (signed by ca, for
-    not-this-host.example only), other_key (a key matching no certificate).
+    not-this-host.example only), other_key (a key matching no certificate),
+    other_cert / other_cert_key (like cert, but signed by other_ca: a
+    rotated certificate).
     Keys are P-256 (quick to make), files mode 0600.  Skips the test when
     no openssl command exists."""
     global _tls_certs_cache
@@ -448,12 +450,12 @@ def make_tls_certs(dirpath=None):
                  "-subj", "/CN=" + cn, "-extensions", "ca_ext", "-sha256",
                  cwd=d)
 
-    def leaf(name, ext, cn):
+    def leaf(name, ext, cn, ca="ca"):
         _openssl("req", "-config", cnf, "-new", *newkey, "-keyout",
                  name + ".key", "-out", name + ".csr", "-subj", "/CN=" + cn,
                  cwd=d)
-        _openssl("x509", "-req", "-in", name + ".csr", "-CA", "ca.pem",
-                 "-CAkey", "ca.key", "-set_serial",
+        _openssl("x509", "-req", "-in", name + ".csr", "-CA", ca + ".pem",
+                 "-CAkey", ca + ".key", "-set_serial",
                  str(int.from_bytes(os.urandom(8), "big")), "-days", "3",
                  "-sha256", "-extfile", cnf, "-extensions", ext, "-out",
                  name + ".pem", cwd=d)
@@ -462,6 +464,7 @@ def make_tls_certs(dirpath=None):
     ca("other-ca", "rdzv unrelated test CA")
     leaf("server", "server_ext", "localhost")
     leaf("wrong-host", "wrong_host_ext", "not-this-host.example")
+    leaf("other-server", "server_ext", "localhost", ca="other-ca")
     _openssl("genpkey", "-algorithm", "EC", "-pkeyopt",
              "ec_paramgen_curve:P-256", "-out", "other.key", cwd=d)
     for n in os.listdir(d):
@@ -474,6 +477,8 @@ def make_tls_certs(dirpath=None):
         "wrong_host_cert": j("wrong-host.pem"),
         "wrong_host_key": j("wrong-host.key"),
         "other_key": j("other.key"),
+        "other_cert": j("other-server.pem"),
+        "other_cert_key": j("other-server.key"),
     }
     if dirpath is None:
         _tls_certs_cache = dict(certs)
