@@ -849,8 +849,9 @@ tls_load(void)
 	}
 	if ((ctx = rdzv_tls_server_ctx(files[0], files[1], why,
 	    sizeof why)) == NULL) {
-		log_warnx("%s; --tls-cert must be a PEM certificate (chain) "
-		    "and --tls-key its PEM private key", why);
+		log_warnx("%s; --tls-cert %s must be a PEM certificate "
+		    "(chain) and --tls-key %s the PEM private key of its "
+		    "first certificate", why, files[0], files[1]);
 		return NULL;
 	}
 	/* A client could renegotiate TLS 1.2 over and over for nothing. */

@@ -20,3 +20,4 @@ INTEG_TESTS += tests/integ/ctl_basic.py tests/integ/systemd_units.py \
 INTEG_TESTS += tests/integ/worker_coll.py tests/integ/worker_fail.py tests/integ/worker_launchers.py
 EXTRA_DIST += tests/integ/agent_lib.py
 INTEG_TESTS += tests/integ/tls_agent.py
+INTEG_TESTS += tests/integ/tls.py
