@@ -691,8 +691,9 @@ static int
 cli_tls_ca(struct agent_config *cfg)
 {
 	SSL_CTX		*ctx;
+	FILE		*f;
 	const char	*v;
-	char		 why[512], *abs;
+	char		 why[512], *abs = NULL;
 	int		 given;
 
 	if (cfg->tls_ca != NULL && *cfg->tls_ca == '\0') {
@@ -712,15 +713,22 @@ cli_tls_ca(struct agent_config *cfg)
 		cfg->tls_ca = NULL;
 		return (0);
 	}
-	if (strcmp(cfg->tls_ca, RDZV_TLS_CA_SYSTEM) != 0 &&
-	    cfg->tls_ca[0] != '/') {
-		if ((abs = realpath(cfg->tls_ca, NULL)) == NULL) {
+	if (strcmp(cfg->tls_ca, RDZV_TLS_CA_SYSTEM) != 0) {
+		/* OpenSSL's own word for a missing file is "system lib". */
+		if ((f = fopen(cfg->tls_ca, "r")) == NULL ||
+		    (cfg->tls_ca[0] != '/' &&
+		    (abs = realpath(cfg->tls_ca, NULL)) == NULL)) {
 			fprintf(stderr, "rdzv-agent: --tls_ca %s: %s\n",
 			    cfg->tls_ca, strerror(errno));
+			if (f != NULL)
+				fclose(f);
 			return (-1);
 		}
-		free(cfg->tls_ca);
-		cfg->tls_ca = abs;
+		fclose(f);
+		if (cfg->tls_ca[0] != '/') {
+			free(cfg->tls_ca);
+			cfg->tls_ca = abs;
+		}
 	}
 	if ((ctx = rdzv_tls_client_ctx(cfg->tls_ca, why, sizeof why)) == NULL) {
 		fprintf(stderr, "rdzv-agent: --tls_ca: %s\n", why);

@@ -621,6 +621,19 @@ rdzv_tls_error(struct bufferevent *bev, int sockerr, char *why,
 	return (first);
 }
 
+/* Whether e is OpenSSL 3's word for a peer that closed without a TLS
+ * close_notify: an end of file, for us. */
+static int
+rdzv_tls_eof(unsigned long e)
+{
+#ifdef SSL_R_UNEXPECTED_EOF_WHILE_READING
+	return (ERR_GET_LIB(e) == ERR_LIB_SSL &&
+	    ERR_GET_REASON(e) == SSL_R_UNEXPECTED_EOF_WHILE_READING);
+#else
+	return (0);
+#endif
+}
+
 /*
  * A handshake was cut short (closed, reset or timed out) after the TCP
  * connect worked.  Once is rdzvd going away mid-handshake: an ordinary
@@ -671,12 +684,7 @@ rdzv_tls_failed(struct bufferevent *bev, int sockerr)
 	}
 	snprintf(msg, sizeof msg, "%s: %s (is rdzvd started with "
 	    "--tls-cert?)", head, reason);
-#ifdef SSL_R_UNEXPECTED_EOF_WHILE_READING
-	if (ERR_GET_LIB(e) == ERR_LIB_SSL &&
-	    ERR_GET_REASON(e) == SSL_R_UNEXPECTED_EOF_WHILE_READING)
-		e = 0;
-#endif
-	if (e != 0) {
+	if (e != 0 && !rdzv_tls_eof(e)) {
 		rdzv_fatal(RDZV_ETLS, msg);
 		return;
 	}
@@ -756,16 +764,18 @@ rdzv_event_cb(struct bufferevent *bev, short what, void *arg)
 		rdzv_tls_failed(bev, err);
 		return;
 	}
-	if (what & BEV_EVENT_EOF)
-		rdzv_drop("rdzvd closed the connection");
-	else if (what & BEV_EVENT_ERROR) {
-		if (rc_tls != NULL && rc_state != RC_CONNECTING)
-			rdzv_tls_error(bev, err, why, sizeof why);
-		else
+	if (what & BEV_EVENT_ERROR) {
+		if (rc_tls == NULL || rc_state == RC_CONNECTING)
 			strlcpy(why, evutil_socket_error_to_string(err),
 			    sizeof why);
-		rdzv_drop(why);
+		else if (rdzv_tls_eof(rdzv_tls_error(bev, err, why,
+		    sizeof why)))
+			what |= BEV_EVENT_EOF;
 	}
+	if (what & BEV_EVENT_EOF)
+		rdzv_drop("rdzvd closed the connection");
+	else if (what & BEV_EVENT_ERROR)
+		rdzv_drop(why);
 }
 
 /* Tears the connection down and schedules the next attempt. */
