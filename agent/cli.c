@@ -711,6 +711,9 @@ cli_tls_ca(struct agent_config *cfg)
 			    "use TLS; --tls_ca ignored");
 		free(cfg->tls_ca);
 		cfg->tls_ca = NULL;
+		/* Nor may the workers, who would inherit it. */
+		if (unsetenv(RDZV_TLS_CA_ENV) == -1)
+			fatal("unsetenv");
 		return (0);
 	}
 	if (strcmp(cfg->tls_ca, RDZV_TLS_CA_SYSTEM) != 0) {

@@ -189,6 +189,23 @@ def test_bad_ca_file_is_usage_error():
     d.stop()
 
 
+def test_standalone_ignores_tls():
+    certs = rt.make_tls_certs()
+    with Scope("tlsagent-") as s:
+        # From the environment: silently not used, and not inherited.
+        a = s.agent(["--standalone", "--nproc_per_node", "2"],
+                    env={"W_RUN": "0", "RDZV_TLS_CA": certs["ca"]})
+        assert a.wait(20) == 0, a.output()
+        st = starts(s.tmp)
+        assert len(st) == 2 and all("RDZV_TLS_CA" not in i for i in st), st
+        assert "--tls_ca ignored" not in a.output(), a.output()
+        # Given: a warning says it is not used.
+        b = s.agent(["--standalone", "--nproc_per_node", "1", "--tls_ca",
+                     certs["ca"]], env={"W_RUN": "0"})
+        assert b.wait(20) == 0, b.output()
+        assert "--tls_ca ignored" in b.output(), b.output()
+
+
 def test_rdzvd_restarts_under_tls_agents():
     certs = rt.make_tls_certs()
     port = free_port()
