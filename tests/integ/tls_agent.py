@@ -22,9 +22,9 @@ LEASE = 1.0
 SLOW = "join_timeout=120,reconnect_timeout=120"
 
 
-def args(d, job, nnodes="2:2", nproc=2, extra=()):
+def args(d, job, nnodes="2:2", nproc=2, extra=(), host="127.0.0.1"):
     return ["--nnodes", nnodes, "--nproc_per_node", str(nproc),
-            "--rdzv_endpoint", "127.0.0.1:%d" % d.port, "--rdzv_id", job,
+            "--rdzv_endpoint", "%s:%d" % (host, d.port), "--rdzv_id", job,
             "--max_restarts", "0", "--grace", "1",
             "--rdzv_conf", conf(0.2, LEASE, SLOW)] + list(extra)
 
@@ -60,6 +60,17 @@ def tls_total(d):
     return d.metric("rdzvd_tls_connections_total")
 
 
+class TlsScope(Scope):
+    """A Scope whose agents, at the end, must not have printed a
+    sanitizer report (under --enable-asan an agent that exits 1 on
+    purpose would hide one in its exit status)."""
+
+    def close(self):
+        for a in self.agents:
+            assert "Sanitizer" not in a.output(), a.output()
+        Scope.close(self)
+
+
 def fails_fast(a, limit, *needles):
     """The agent exits 1 within limit seconds saying every needle."""
     t0 = time.monotonic()
@@ -75,7 +86,7 @@ def fails_fast(a, limit, *needles):
 
 def test_two_agents_tls_and_token():
     certs = rt.make_tls_certs()
-    with Scope("tlsagent-") as s:
+    with TlsScope("tlsagent-") as s:
         tok = token_file(s.tmp)
         d = rt.Rdzvd(["--token-file", tok], tls=certs)
         # A relative --tls_ca (agents run in s.tmp) and RDZV_TLS_CA.
@@ -83,10 +94,12 @@ def test_two_agents_tls_and_token():
         env = {"W_RUN": "0.3", "RDZV_TOKEN_FILE": tok}
         a = s.agent(args(d, "tlsjob", extra=["--tls_ca", "ca.pem"]),
                     env=env)
-        # A shell worker printing its environment, on the other node.
+        # A shell worker printing its environment, on the other node,
+        # whose agent checks rdzvd's certificate for a host name.
         sh = ("echo \"rank=$RANK world=$WORLD_SIZE tls=$RDZV_TLS_CA "
               "token=$RDZV_TOKEN_FILE\"; sleep 0.3")
-        b = s.agent(args(d, "tlsjob", extra=["--no_python"]),
+        b = s.agent(args(d, "tlsjob", extra=["--no_python"],
+                         host="localhost"),
                     env=dict(env, RDZV_TLS_CA=certs["ca"]),
                     program=["/bin/sh", "-c", sh, s.tmp])
         assert a.wait(30) == 0, a.output()
@@ -116,7 +129,7 @@ def test_two_agents_tls_and_token():
 def test_no_ca_against_tls_required():
     certs = rt.make_tls_certs()
     d = rt.Rdzvd(tls=certs)
-    with Scope("tlsagent-") as s:
+    with TlsScope("tlsagent-") as s:
         a = s.agent(args(d, "noca"), env={"RDZV_TLS_CA": ""})
         fails_fast(a, 5, "rdzvd at 127.0.0.1:%d requires TLS" % d.port,
                    "--tls_ca FILE or RDZV_TLS_CA")
@@ -129,7 +142,7 @@ def test_no_ca_against_tls_required():
 def test_wrong_ca_fails_fast():
     certs = rt.make_tls_certs()
     d = rt.Rdzvd(tls=certs)
-    with Scope("tlsagent-") as s:
+    with TlsScope("tlsagent-") as s:
         a = s.agent(args(d, "wrongca", extra=["--tls_ca",
                                               certs["other_ca"]]))
         fails_fast(a, 5, "TLS handshake with 127.0.0.1:%d failed: "
@@ -141,10 +154,13 @@ def test_wrong_ca_fails_fast():
     # rdzvd's certificate names another host: verification fails too.
     d2 = rt.Rdzvd(tls_cert=certs["wrong_host_cert"],
                   tls_key=certs["wrong_host_key"], tls_ca=certs["ca"])
-    with Scope("tlsagent-") as s:
+    with TlsScope("tlsagent-") as s:
         a = s.agent(args(d2, "wronghost", extra=["--tls_ca", certs["ca"]]))
         fails_fast(a, 5, "certificate verify failed",
                    "IP address mismatch")
+        b = s.agent(args(d2, "wronghost", extra=["--tls_ca", certs["ca"]],
+                         host="localhost"))
+        fails_fast(b, 5, "certificate verify failed", "ostname mismatch")
         assert not starts(s.tmp)
     assert tls_total(d2) == 0
     d2.stop()
@@ -153,7 +169,7 @@ def test_wrong_ca_fails_fast():
 def test_ca_against_plaintext_rdzvd():
     certs = rt.make_tls_certs()
     d = rt.Rdzvd()
-    with Scope("tlsagent-") as s:
+    with TlsScope("tlsagent-") as s:
         a = s.agent(args(d, "plain", extra=["--tls_ca", certs["ca"]]))
         fails_fast(a, 5, "TLS handshake with 127.0.0.1:%d failed" % d.port,
                    "is rdzvd started with --tls-cert?")
@@ -165,7 +181,7 @@ def test_ca_against_plaintext_rdzvd():
 def test_bad_ca_file_is_usage_error():
     certs = rt.make_tls_certs()
     d = rt.Rdzvd(tls=certs)
-    with Scope("tlsagent-") as s:
+    with TlsScope("tlsagent-") as s:
         a = s.agent(args(d, "badca", extra=["--tls_ca", certs["key"]]))
         assert a.wait(10) == 2, a.output()
         assert "--tls_ca: TLS CA file %s" % certs["key"] in a.output(), \
@@ -191,7 +207,7 @@ def test_bad_ca_file_is_usage_error():
 
 def test_standalone_ignores_tls():
     certs = rt.make_tls_certs()
-    with Scope("tlsagent-") as s:
+    with TlsScope("tlsagent-") as s:
         # From the environment: silently not used, and not inherited.
         a = s.agent(["--standalone", "--nproc_per_node", "2"],
                     env={"W_RUN": "0", "RDZV_TLS_CA": certs["ca"]})
@@ -212,7 +228,7 @@ def test_rdzvd_restarts_under_tls_agents():
     d = rt.Rdzvd(["--listen", "127.0.0.1:%d" % port], durability="strict",
                  tls=certs)
     assert d.port == port
-    with Scope("tlsagent-") as s:
+    with TlsScope("tlsagent-") as s:
         worker = os.path.join(s.tmp, "until_go.py")
         with open(worker, "w") as f:
             f.write(UNTIL_GO)
