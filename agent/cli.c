@@ -37,6 +37,7 @@ enum cli_id {
 	O_STANDALONE, O_MAX_RESTARTS, O_MONITOR, O_START_METHOD, O_ROLE,
 	O_LOG_DIR, O_REDIRECTS, O_TEE, O_LOCAL_ADDR, O_NO_PYTHON, O_MODULE,
 	O_RUN_PATH, O_NODE_RANK, O_MASTER_ADDR, O_MASTER_PORT, O_GRACE,
+	O_PROGRESS_TIMEOUT,
 	O_GPUS_PER_WORKER, O_TOKEN_FILE, O_TLS_CA, O_DRY_RUN, O_USE_ENV, O_HELP,
 	O_VERSION, O_VERBOSE
 };
@@ -73,6 +74,7 @@ static const struct cli_opt {
 	{ "master_addr",	O_MASTER_ADDR,		0, 0 },
 	{ "master_port",	O_MASTER_PORT,		0, 0 },
 	{ "grace",		O_GRACE,		0, 0 },
+	{ "progress_timeout",	O_PROGRESS_TIMEOUT,	0, 0 },
 	{ "gpus_per_worker",	O_GPUS_PER_WORKER,	0, 0 },
 	{ "token_file",		O_TOKEN_FILE,		0, 0 },
 	{ "tls_ca",		O_TLS_CA,		0, 0 },
@@ -145,6 +147,10 @@ cli_usage(FILE *f)
 "                            accepted; without an endpoint, A:P is rdzvd\n"
 "  --grace S                 seconds from SIGTERM to SIGKILL when stopping\n"
 "                            workers (default 30)\n"
+"  --progress_timeout S      a worker that reported a step (librdzvworker's\n"
+"                            rdzv_report_progress) and then none for S\n"
+"                            seconds is hung: SIGABRT, then SIGKILL after\n"
+"                            --grace, and the job restarts (default 0: off)\n"
 "  --gpus_per_worker N       give local rank r CUDA_VISIBLE_DEVICES with\n"
 "                            the devices r*N .. r*N+N-1 of this node\n"
 "  --dry_run                 print the resolved configuration and the\n"
@@ -440,6 +446,9 @@ cli_apply(struct agent_config *cfg, const struct cli_opt *o, const char *v)
 		return (cli_int(o->name, v, 1, 65535, &cfg->master_port));
 	case O_GRACE:
 		return (cli_seconds("--grace", v, &cfg->grace_ms));
+	case O_PROGRESS_TIMEOUT:
+		return (cli_seconds("--progress_timeout", v,
+		    &cfg->progress_timeout_ms));
 	case O_GPUS_PER_WORKER:
 		return (cli_int(o->name, v, 0, 1024, &cfg->gpus_per_worker));
 	case O_DRY_RUN:
@@ -918,6 +927,7 @@ cli_print(const struct agent_config *cfg, FILE *f)
 	fprintf(f, "tls_ca=%s\n", cfg->tls_ca ? cfg->tls_ca : "");
 	fprintf(f, "no_python=%d\nmodule=%d\n", cfg->no_python, cfg->module);
 	cli_ms(f, "grace", cfg->grace_ms);
+	cli_ms(f, "progress_timeout", cfg->progress_timeout_ms);
 	fprintf(f, "gpus_per_worker=%d\n", cfg->gpus_per_worker);
 	cli_ms(f, "last_call_timeout", cfg->last_call_ms);
 	cli_ms(f, "lease", cfg->lease_ms);

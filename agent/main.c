@@ -462,9 +462,9 @@ agent_progress_note(int local_rank, char *msg, size_t msgsz)
 	if (progress_get(local_rank, &step, &when) != 0)
 		return;
 	if (ag.hung_at[local_rank].tv_sec != 0)
-		snprintf(note, sizeof note, "%sno progress for %d s after "
+		snprintf(note, sizeof note, "%sno progress for %g s after "
 		    "step %llu: stopped by rdzv-agent's --progress_timeout",
-		    sep, ag.cfg.progress_timeout_ms / 1000,
+		    sep, ag.cfg.progress_timeout_ms / 1000.0,
 		    (unsigned long long)step);
 	else
 		snprintf(note, sizeof note, "%slast step %llu, reported %.1f "
@@ -502,7 +502,7 @@ agent_watch_cb(evutil_socket_t fd, short ev, void *arg)
 		if (sup_signal_rank(i, SIGABRT) != 0)
 			continue;	/* already gone: its exit is reported */
 		clock_gettime(CLOCK_MONOTONIC, &ag.hung_at[i]);
-		log_warnx("worker %d (rank %lld) reported no progress for %.0f "
+		log_warnx("worker %d (rank %lld) reported no progress for %g "
 		    "s after step %llu: sending SIGABRT", i,
 		    (long long)(ag.cur.rank_base + i), limit,
 		    (unsigned long long)step);

@@ -21,3 +21,4 @@ INTEG_TESTS += tests/integ/worker_coll.py tests/integ/worker_fail.py tests/integ
 EXTRA_DIST += tests/integ/agent_lib.py
 INTEG_TESTS += tests/integ/tls_agent.py
 INTEG_TESTS += tests/integ/tls.py
+INTEG_TESTS += tests/integ/agent_progress.py

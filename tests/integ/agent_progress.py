@@ -1,0 +1,139 @@
+"""Workers report their step to rdzv-agent (librdzvworker's
+rdzv_report_progress over the RDZV_PROGRESS_FD socket): the failure summary
+and rdzvd's root cause name each rank's last step; --progress_timeout turns
+a rank that stops reporting into a failure (SIGABRT) and so a restart; a
+descriptor that is not the agent's socket is left alone.
+
+The workers are tests/integ/worker_check in its "progress" mode: STEPS
+allreduce steps 20 ms apart, each reported, W_FAIL=rank:step exits 3 there,
+W_HANG=rank:step stops there (restart 0 only)."""
+import os
+import re
+import subprocess
+import time
+
+import rdzvtest as rt
+from agent_lib import Scope, agent_path
+
+
+def prog():
+    return os.path.join(rt.top_builddir(), "tests", "integ", "worker_check")
+
+
+def steps_in_summary(out):
+    """{rank: (step, age)} from the summary's progress section."""
+    got = {}
+    for m in re.finditer(r"rank (\d+) \(local_rank: \d+\): step (\d+), "
+                         r"([0-9.]+) s ago", out):
+        got[int(m.group(1))] = (int(m.group(2)), float(m.group(3)))
+    return got
+
+
+def test_summary_names_last_steps():
+    with Scope() as s:
+        a = s.agent(["--nproc_per_node", "2", "--no_python"],
+                    env={"W_FAIL": "1:30"},
+                    program=[prog(), "progress", "400", s.tmp])
+        rc = a.wait(40)
+        out = a.output()
+        assert rc == 1, (rc, out)
+        assert "failing rank=1 step=30" in out, out
+        assert "Last progress reported" in out, out
+        got = steps_in_summary(out)
+        assert sorted(got) == [0, 1], out
+        # Reports go at most every 100 ms (5 steps here), never past the
+        # failure, and both ranks were in step.
+        for r, (step, age) in got.items():
+            assert 24 <= step <= 30, (r, step, out)
+            assert age < 10, (r, age, out)
+        m = re.search(r"Root Cause.*\n  (.*)", out)
+        assert m and "exit code 3: last step" in m.group(1), out
+        # The error file is still only the worker's own (none here).
+        assert "error_file: <N/A>" in out, out
+        print("  last steps", got)
+
+
+def test_watchdog_restarts_hung_rank():
+    with Scope() as s:
+        t0 = time.monotonic()
+        a = s.agent(["--nproc_per_node", "2", "--no_python",
+                     "--progress_timeout", "2", "--max_restarts", "1",
+                     "--grace", "1"],
+                    env={"W_HANG": "1:15"},
+                    program=[prog(), "progress", "40", s.tmp])
+        rc = a.wait(60)
+        out = a.output()
+        took = time.monotonic() - t0
+        assert rc == 0, (rc, out)
+        assert "hanging rank=1 step=15" in out, out
+        assert re.search(r"worker 1 \(rank 1\) reported no progress for 2 s "
+                         r"after step 1[0-5]: sending SIGABRT", out), out
+        assert "signal 6 (SIGABRT)" in out, out
+        assert re.search(r"round \d+: .* restart 1", out), out
+        assert out.count("ok progress rank=") == 2, out
+        print("  hang noticed and job restarted and finished in %.1f s"
+              % took)
+
+
+def test_watchdog_failure_summary():
+    with Scope() as s:
+        a = s.agent(["--nproc_per_node", "2", "--no_python",
+                     "--progress_timeout", "1", "--grace", "1"],
+                    env={"W_HANG": "0:10"},
+                    program=[prog(), "progress", "400", s.tmp])
+        rc = a.wait(40)
+        out = a.output()
+        assert rc == 1, (rc, out)
+        assert "signal    : 6 (SIGABRT)" in out, out
+        assert "(no progress: stopped by the watchdog)" in out, out
+        m = re.search(r"Root Cause.*\n  (.*)", out)
+        assert m and re.search(r"signal 6: no progress for 1 s after step "
+                               r"\d+: stopped by rdzv-agent's "
+                               r"--progress_timeout", m.group(1)), out
+
+
+def test_no_watchdog_without_reports():
+    # The python worker never links the library: it never reports, so a
+    # short --progress_timeout must not touch it.
+    with Scope() as s:
+        a = s.agent(["--nproc_per_node", "1", "--progress_timeout", "1"],
+                    env={"W_RUN": "2.5"})
+        rc = a.wait(30)
+        out = a.output()
+        assert rc == 0, (rc, out)
+        assert "no progress" not in out, out
+
+
+def test_bad_option():
+    p = subprocess.run([agent_path(), "--progress_timeout", "soon",
+                        "--standalone", "--", "true"],
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                       timeout=10)
+    out = p.stdout.decode()
+    assert p.returncode == 2 and "--progress_timeout" in out, out
+
+
+def test_foreign_fd_left_alone():
+    # A wrapper may reuse fd 3 for a file of its own while
+    # RDZV_PROGRESS_FD=3 is inherited: the library must not write there.
+    tmp = rt.mktemp("progress-fd-")
+    path = os.path.join(tmp, "mine")
+    with open(path, "w") as f:
+        fd = f.fileno()
+        env = dict(os.environ, RANK="0", WORLD_SIZE="1", LOCAL_RANK="0",
+                   LOCAL_WORLD_SIZE="1", RDZV_PROGRESS_FD=str(fd))
+        p = subprocess.run([prog(), "progress", "8", tmp], env=env,
+                           pass_fds=(fd,), stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, timeout=30)
+    out = p.stdout.decode()
+    assert p.returncode == 0 and "ok progress rank=0 steps=8" in out, out
+    assert os.path.getsize(path) == 0
+
+
+if __name__ == "__main__":
+    if not os.path.exists(agent_path()):
+        rt.skip_all("agent/rdzv-agent not built")
+    if not os.path.exists(prog()):
+        rt.skip_all("tests/integ/worker_check not built (make check "
+                    "builds it)")
+    rt.main(globals(), per_test=70, total=240)
