@@ -81,6 +81,7 @@ static struct {
 	struct agent_failure	 first;		/* first local failure */
 	char			 job_failure[AGENT_MSG_MAX];
 	int			 job_failed;
+	int			 job_failure_here; /* the agent's own verdict */
 	int			 exit_code;
 	int			 signo;
 	int			 embedded;
@@ -334,8 +335,10 @@ agent_summary(void)
 
 	fprintf(stderr, "%s\n%s FAILED\n%s\n", line, ag.cfg.program, thin);
 	if (ag.job_failed && ag.job_failure[0] != '\0')
-		fprintf(stderr, "Root Cause (first failure in the job, from "
-		    "rdzvd):\n  %s\n%s\n", ag.job_failure, thin);
+		fprintf(stderr, "Root Cause (%s):\n  %s\n%s\n",
+		    ag.job_failure_here ? "rdzv-agent could not go on" :
+		    "first failure in the job, from rdzvd", ag.job_failure,
+		    thin);
 	if (f->valid) {
 		agent_time(&f->when, t, sizeof t);
 		fprintf(stderr, "First failure on this node (last round):\n"
@@ -675,6 +678,7 @@ agent_round_cb(const struct rdzv_round *r, void *arg)
 		return;
 	case RDZV_ROUND_FAILED:
 		ag.job_failed = 1;
+		ag.job_failure_here = 0;
 		strlcpy(ag.job_failure, r->message, sizeof ag.job_failure);
 		log_warnx("job %s failed: %s", ag.cfg.rdzv_id, r->message);
 		if (sup_live() > 0) {
@@ -695,6 +699,7 @@ agent_fatal_cb(int code, const char *msg, void *arg)
 {
 	log_warnx("%s", msg);
 	ag.job_failed = 1;
+	ag.job_failure_here = 1;
 	strlcpy(ag.job_failure, msg, sizeof ag.job_failure);
 	if (ag.state == AS_LEAVING)
 		return;		/* leaving anyway; LEAVE gives up itself */
@@ -847,8 +852,10 @@ main(int argc, char **argv)
 	log_info("job %s: %d worker%s here, %d-%d nodes, rdzvd %s",
 	    ag.cfg.rdzv_id, ag.cfg.nproc, ag.cfg.nproc == 1 ? "" : "s",
 	    ag.cfg.nnodes_min, ag.cfg.nnodes_max, ag.cfg.endpoint);
-	if (rdzv_start(ag.base, &ag.cfg, &agent_rdzv_cbs, NULL) != 0) {
-		log_warnx("bad rdzvd endpoint %s", ag.cfg.endpoint);
+	if ((rv = rdzv_start(ag.base, &ag.cfg, &agent_rdzv_cbs, NULL)) != 0) {
+		/* A token or CA problem was logged with its file already. */
+		if (rv == RDZV_EINVAL)
+			log_warnx("bad rdzvd endpoint %s", ag.cfg.endpoint);
 		return (2);
 	}
 	event_base_dispatch(ag.base);
