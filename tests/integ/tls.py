@@ -121,6 +121,19 @@ def test_native_over_tls_set_get_wait_push():
                   what="closed TLS connection uncounted")
 
 
+def test_tls12_client():
+    d = tls_daemon()
+    ctx = rt.tls_client_context(CERTS["ca"])
+    ctx.maximum_version = ssl.TLSVersion.TLSv1_2
+    s = ctx.wrap_socket(d.connect(), server_hostname="127.0.0.1")
+    assert s.version() == "TLSv1.2"
+    c = rt.NativeClient(s)
+    v = os.urandom(1 << 20)
+    c.set(b"k", v)
+    assert c.get(b"k") == v
+    assert d.metric("rdzvd_tls_connections_total") == 1
+
+
 def test_token_auth_inside_tls():
     tmp = rt.mktemp("rdzvd-tls-")
     tok = os.path.join(tmp, "token")
