@@ -2,9 +2,10 @@
  * ctl.h: rdzvctl's internal index, one section per file.
  *
  * rdzvctl.c owns the command line and the commands; ctl_conn.c the
- * connection to rdzvd and the operator requests (ADMIN_*), which
- * common/client.h has no calls for; ctl_fmt.c the human output (aligned
- * tables, durations, wall-clock times).
+ * connection to rdzvd (plaintext or TLS, through common/client.h) and
+ * the operator requests (ADMIN_*), which client.h has no calls of their
+ * own for; ctl_fmt.c the human output (aligned tables, durations,
+ * wall-clock times).
  */
 #ifndef RDZV_CTL_H
 #define RDZV_CTL_H
@@ -21,7 +22,8 @@ struct rdzv_client;
 #define CTL_EXIT_SERVER	1	/* rdzvd answered with an error */
 #define CTL_EXIT_USAGE	2	/* bad command line */
 #define CTL_EXIT_CONN	3	/* cannot connect, connection lost, timeout */
-#define CTL_EXIT_AUTH	4	/* authentication refused or impossible */
+#define CTL_EXIT_AUTH	4	/* authentication refused or impossible,
+				 * TLS refused or failed */
 
 #define CTL_DEFAULT_ENDPOINT	"127.0.0.1:29400"
 
@@ -30,6 +32,7 @@ struct rdzv_client;
 struct ctl_opts {
 	const char	*endpoint;	/* HOST:PORT */
 	const char	*token_file;	/* NULL: no token */
+	const char	*tls_ca;	/* NULL: plaintext; a file or "system" */
 	int		 timeout_ms;	/* connect and each request */
 };
 
@@ -37,10 +40,11 @@ struct ctl_opts {
 int	ctl_exit_code(int code);
 
 /*
- * Connects to o->endpoint (authenticating with the token when one is
- * set); with retry, a refused or unanswered connection is tried again
- * for o->timeout_ms.  Returns the client, or NULL after printing an error
- * that says what to do, with *status set to the exit status.
+ * Connects to o->endpoint (over TLS when o->tls_ca is set, authenticating
+ * with the token when one is set); with retry, a refused or unanswered
+ * connection is tried again for o->timeout_ms.  Returns the client, or
+ * NULL after printing an error that says what to do, with *status set to
+ * the exit status.
  */
 struct rdzv_client	*ctl_connect(const struct ctl_opts *o, int retry,
 			    int *status);

@@ -1,15 +1,13 @@
 /*
  * ctl_conn.c: rdzvctl's connection to rdzvd.
  *
- * Connecting (and the preamble, and authentication with the token file's
- * token) is common/client.c's job; this file turns its failures into
- * messages that say what to do, and sends the operator requests (ADMIN_*,
- * common/PROTOCOL.md "Operators"), which client.h has no calls for.  Those go straight over
- * the client's socket: rdzvctl makes one request at a time and never
- * mixes them with client.h calls on one connection, and after connect
- * the stream is at a frame boundary, so nothing of the client's state is
- * disturbed.  Request ids start high so they cannot match one of the
- * client's own.
+ * Connecting (TCP, TLS when a CA is given, the preamble, authentication
+ * with the token file's token) is common/client.c's job; this file turns
+ * its failures into messages that say what to do, and frames the
+ * operator requests (ADMIN_*, common/PROTOCOL.md "Operators"), which
+ * client.h has no calls of their own for, sending each with
+ * rdzv_client_call().  Waits for an answer are interruptible by SIGINT
+ * and SIGTERM once ctl_catch_signals() has been called.
  */
 #include "config.h"
 
@@ -19,7 +17,6 @@
 #include <errno.h>
 #include <limits.h>
 #include <netdb.h>
-#include <poll.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -34,6 +31,7 @@
 #include "client.h"
 #include "ctl.h"
 #include "rdzv_err.h"
+#include "tls.h"
 #include "wire.h"
 
 volatile sig_atomic_t	ctl_interrupted;
@@ -41,8 +39,6 @@ volatile sig_atomic_t	ctl_interrupted;
 /* With ctl_catch_signals(): SIGINT and SIGTERM open only inside ppoll. */
 static sigset_t	ctl_pollmask;
 static int	ctl_catching;
-
-static uint32_t	ctl_next_id = 0x40000000;
 
 int
 ctl_exit_code(int code)
@@ -56,6 +52,7 @@ ctl_exit_code(int code)
 	case RDZV_EPROTO:
 		return CTL_EXIT_CONN;
 	case RDZV_EAUTH:
+	case RDZV_ETLS:
 		return CTL_EXIT_AUTH;
 	}
 	return CTL_EXIT_SERVER;
@@ -94,9 +91,12 @@ ctl_host(const char *ep, char *host, size_t sz)
 	return 0;
 }
 
-/* Prints why connecting failed and what to try; returns the exit status. */
+/*
+ * Prints why connecting failed and what to try; returns the exit status.
+ * why is client.c's reason, used where it says more than the code.
+ */
 static int
-ctl_connect_error(const struct ctl_opts *o, int code)
+ctl_connect_error(const struct ctl_opts *o, int code, const char *why)
 {
 	struct addrinfo	 hints, *res;
 	char		 host[256];
@@ -155,22 +155,60 @@ ctl_connect_error(const struct ctl_opts *o, int code)
 			    "same token as rdzvd's --token-file\n", o->endpoint,
 			    o->token_file);
 		return CTL_EXIT_AUTH;
+	case RDZV_ETLS:
+		/*
+		 * Refused plaintext ("requires TLS: give its CA ..."), or a
+		 * failed handshake with the check to make in parentheses.
+		 */
+		if (*why != '\0') {
+			fprintf(stderr, "rdzvctl: %s\n", why);
+			return CTL_EXIT_AUTH;
+		}
+		break;
 	}
 	fprintf(stderr, "rdzvctl: cannot connect to %s: %s\n", o->endpoint,
 	    rdzv_strerror(code));
 	return ctl_exit_code(code);
 }
 
+/*
+ * Checks that the CA bundle can be read before anything is sent, so the
+ * message names the file rather than a TLS library's words for it.
+ */
+static int
+ctl_check_ca(const char *ca)
+{
+	FILE	*f;
+
+	if (strcmp(ca, RDZV_TLS_CA_SYSTEM) == 0)
+		return 0;
+	if ((f = fopen(ca, "r")) == NULL) {
+		fprintf(stderr, "rdzvctl: TLS CA file %s: %s — give the CA "
+		    "certificate (PEM) that signed rdzvd's --tls-cert with "
+		    "--tls-ca FILE or " RDZV_TLS_CA_ENV "\n", ca,
+		    strerror(errno));
+		return -1;
+	}
+	fclose(f);
+	return 0;
+}
+
 struct rdzv_client *
 ctl_connect(const struct ctl_opts *o, int retry, int *status)
 {
+	struct rdzv_client_opts	 co;
 	struct rdzv_client	*c;
 	struct timespec		 pause = { 0, 200 * 1000000 };
 	uint8_t			*tok = NULL;
 	size_t			 toklen = 0;
-	char			 why[256];
+	char			 why[512];
 	int64_t			 deadline;
 	int			 err = RDZV_ECONN, insecure = 0;
+
+	if (o->tls_ca != NULL && ctl_check_ca(o->tls_ca) != 0) {
+		*status = CTL_EXIT_AUTH;
+		return NULL;
+	}
 
 	if (o->token_file != NULL) {
 		if ((err = rdzv_token_load(o->token_file, &tok, &toklen,
@@ -186,10 +224,16 @@ ctl_connect(const struct ctl_opts *o, int retry, int *status)
 			    "readable by others (chmod 600 it)\n",
 			    o->token_file);
 	}
+	memset(&co, 0, sizeof co);
+	co.token = tok;
+	co.tokenlen = toklen;
+	co.tls_ca = o->tls_ca;
+	co.why = why;
+	co.whysz = sizeof why;
 	deadline = ctl_now_ms() + o->timeout_ms;
 	for (;;) {
-		c = rdzv_client_connect_auth(o->endpoint, o->timeout_ms, tok,
-		    toklen, &err);
+		c = rdzv_client_connect_opts(o->endpoint, o->timeout_ms, &co,
+		    &err);
 		if (c != NULL)
 			break;
 		/* A restarting rdzvd refuses for a moment: try again. */
@@ -203,7 +247,7 @@ ctl_connect(const struct ctl_opts *o, int retry, int *status)
 		free(tok);
 	}
 	if (c == NULL)
-		*status = ctl_connect_error(o, err);
+		*status = ctl_connect_error(o, err, why);
 	return c;
 }
 
@@ -237,101 +281,20 @@ ctl_catch_signals(void)
 	ctl_catching = 1;
 }
 
-/* Waits for events on fd until deadline (-1: none); 1 ready, else <0. */
-static int
-ctl_poll(int fd, short events, int64_t deadline)
-{
-	struct pollfd	 pfd;
-	struct timespec	 ts, *tsp;
-	int64_t		 left;
-	int		 n;
-
-	for (;;) {
-		tsp = NULL;
-		if (deadline >= 0) {
-			left = deadline - ctl_now_ms();
-			if (left < 0)
-				left = 0;
-			ts.tv_sec = left / 1000;
-			ts.tv_nsec = (left % 1000) * 1000000;
-			tsp = &ts;
-		}
-		pfd.fd = fd;
-		pfd.events = events;
-		pfd.revents = 0;
-		if (ctl_interrupted)
-			return RDZV_ECANCELED;
-		n = ppoll(&pfd, 1, tsp, ctl_catching ? &ctl_pollmask : NULL);
-		if (n > 0)
-			return 1;
-		if (n == 0)
-			return RDZV_ETIMEDOUT;
-		if (errno != EINTR)
-			return RDZV_ECONN;
-		if (ctl_interrupted)
-			return RDZV_ECANCELED;
-	}
-}
-
-static int
-ctl_send(int fd, struct evbuffer *out, int64_t deadline)
-{
-	const uint8_t	*p;
-	size_t		 len;
-	ssize_t		 n;
-	int		 rv;
-
-	len = evbuffer_get_length(out);
-	if ((p = evbuffer_pullup(out, -1)) == NULL)
-		return RDZV_ENOMEM;
-	while (len > 0) {
-		if ((rv = ctl_poll(fd, POLLOUT, deadline)) < 0)
-			return rv;
-		n = send(fd, p, len, MSG_NOSIGNAL);
-		if (n == -1) {
-			if (errno == EINTR || errno == EAGAIN)
-				continue;
-			return RDZV_ECONN;
-		}
-		p += n;
-		len -= (size_t)n;
-	}
-	return 0;
-}
-
-/* Decodes an error reply into its code, copying its message. */
-static int
-ctl_error_reply(const struct nat_msg *m, char *errmsg, size_t errsz)
-{
-	struct nat_rd	rd;
-	struct slice	text;
-	int64_t		code;
-	size_t		n;
-
-	nat_rd_init(&rd, m->payload);
-	if (nat_get_i64(&rd, &code) != 0 || nat_get_bytes(&rd, &text) != 0 ||
-	    nat_rd_end(&rd) != 0 || code >= 0 || code < RDZV_ERR_MIN)
-		return RDZV_EPROTO;
-	if (errsz > 0) {
-		n = text.len < errsz - 1 ? text.len : errsz - 1;
-		memcpy(errmsg, text.p, n);
-		errmsg[n] = '\0';
-	}
-	return (int)code;
-}
-
 /* Copies the reply's only bytes field (or nothing) out. */
 static int
-ctl_ok_reply(const struct nat_msg *m, char **reply, size_t *len)
+ctl_ok_reply(const uint8_t *p, size_t plen, char **reply, size_t *len)
 {
 	struct nat_rd	rd;
 	struct slice	s;
 
 	*reply = NULL;
 	*len = 0;
-	if (m->payload.len == 0)
+	if (plen == 0)
 		return 0;
-	nat_rd_init(&rd, m->payload);
+	s.p = p;
+	s.len = plen;
+	nat_rd_init(&rd, s);
 	if (nat_get_bytes(&rd, &s) != 0 || nat_rd_end(&rd) != 0)
 		return RDZV_EPROTO;
 	if ((*reply = malloc(s.len + 1)) == NULL)
@@ -340,56 +303,6 @@ ctl_ok_reply(const struct nat_msg *m, char **reply, size_t *len)
 	(*reply)[s.len] = '\0';
 	*len = s.len;
 	return 0;
-}
-
-/* Reads frames until the reply to id; pushes and strays are skipped. */
-static int
-ctl_await(int fd, uint32_t id, int64_t deadline, char **reply, size_t *len,
-    char *errmsg, size_t errsz)
-{
-	struct evbuffer		*in;
-	struct wire_limits	 lim;
-	struct nat_msg		 m;
-	const uint8_t		*p;
-	size_t			 need = 0, have;
-	ssize_t			 n;
-	int			 rv;
-
-	wire_limits_default(&lim);
-	lim.value_max = (size_t)1 << 30;	/* rdzvd bounds its replies */
-	if ((in = evbuffer_new()) == NULL)
-		return RDZV_ENOMEM;
-	for (;;) {
-		have = evbuffer_get_length(in);
-		if (have > 0 && have >= need) {
-			if ((p = evbuffer_pullup(in, -1)) == NULL) {
-				rv = RDZV_ENOMEM;
-				break;
-			}
-			if ((rv = nat_decode(p, have, &lim, &m, &need)) < 0)
-				break;
-			if (rv > 0) {
-				if ((m.flags & NAT_F_REPLY) && m.id == id) {
-					rv = (m.flags & NAT_F_ERROR) ?
-					    ctl_error_reply(&m, errmsg, errsz) :
-					    ctl_ok_reply(&m, reply, len);
-					break;
-				}
-				evbuffer_drain(in, (size_t)rv);
-				need = 0;
-				continue;
-			}
-		}
-		if ((rv = ctl_poll(fd, POLLIN, deadline)) < 0)
-			break;
-		n = evbuffer_read(in, fd, 65536);
-		if (n == 0 || (n == -1 && errno != EINTR && errno != EAGAIN)) {
-			rv = RDZV_ECONN;
-			break;
-		}
-	}
-	evbuffer_free(in);
-	return rv;
 }
 
 int
@@ -412,21 +325,23 @@ ctl_vadmin(struct rdzv_client *c, int timeout_ms, char **reply, size_t *len,
 	struct evbuffer	*out;
 	struct nat_wr	 wr;
 	const char	*s;
-	int64_t		 deadline;
-	uint32_t	 id;
-	int		 fd, rv = 0;
+	const uint8_t	*p = NULL;
+	void		*r = NULL;
+	size_t		 flen, rlen = 0;
+	int		 rv = 0;
 
 	*reply = NULL;
 	*len = 0;
 	if (errsz > 0)
 		errmsg[0] = '\0';
-	if ((fd = rdzv_client_fd(c)) < 0)
-		return RDZV_ECONN;
-	deadline = timeout_ms < 0 ? -1 : ctl_now_ms() + timeout_ms;
+	if (ctl_interrupted)
+		return RDZV_ECANCELED;
+	if (ctl_catching)
+		rdzv_client_set_interrupt(c, &ctl_pollmask, &ctl_interrupted);
+	/* The fields are framed with wire.h's writer; the header is dropped. */
 	if ((out = evbuffer_new()) == NULL)
 		return RDZV_ENOMEM;
-	id = ctl_next_id++;
-	if (nat_frame_begin(&wr, out, op, 0, id) != 0)
+	if (nat_frame_begin(&wr, out, op, 0, 0) != 0)
 		rv = RDZV_ENOMEM;
 	for (; rv == 0 && *fmt != '\0'; fmt++) {
 		if (*fmt == 'i')
@@ -440,10 +355,18 @@ ctl_vadmin(struct rdzv_client *c, int timeout_ms, char **reply, size_t *len,
 	}
 	if (rv == 0 && nat_frame_end(&wr) != 0)
 		rv = RDZV_ENOMEM;
+	flen = evbuffer_get_length(out);
+	if (rv == 0 && (flen < NAT_HDR_LEN ||
+	    (p = evbuffer_pullup(out, -1)) == NULL))
+		rv = RDZV_ENOMEM;
 	if (rv == 0)
-		rv = ctl_send(fd, out, deadline);
+		rv = rdzv_client_call(c, op, p + NAT_HDR_LEN, flen - NAT_HDR_LEN,
+		    &r, &rlen, timeout_ms);
 	evbuffer_free(out);
 	if (rv == 0)
-		rv = ctl_await(fd, id, deadline, reply, len, errmsg, errsz);
+		rv = ctl_ok_reply(r, rlen, reply, len);
+	else if (errsz > 0)
+		strlcpy(errmsg, rdzv_client_errmsg(c), errsz);
+	free(r);
 	return rv;
 }

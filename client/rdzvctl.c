@@ -7,7 +7,7 @@
  * and the two outputs: the server's JSON as is with --json, aligned
  * tables otherwise.  Exit statuses are part of the interface (ctl.h,
  * rdzvctl(1)): 0 done, 1 rdzvd said no, 2 usage, 3 no connection or no
- * answer in time, 4 authentication refused.
+ * answer in time, 4 authentication or TLS refused or failed.
  */
 #include "config.h"
 
@@ -25,6 +25,7 @@
 #include "client.h"
 #include "ctl.h"
 #include "rdzv_err.h"
+#include "tls.h"
 #include "wire.h"
 
 #define CTL_TIMEOUT_MS		10000
@@ -123,8 +124,8 @@ usage_global(FILE *f)
 	size_t	i;
 
 	fprintf(f,
-"usage: rdzvctl [-e HOST:PORT] [--token-file FILE] [--json] [--timeout S]\n"
-"               COMMAND [ARGS...]\n"
+"usage: rdzvctl [-e HOST:PORT] [--token-file FILE] [--tls-ca FILE] [--json]\n"
+"               [--timeout S] COMMAND [ARGS...]\n"
 "\n"
 "Shows and steers what rdzvd, the rdzv rendezvous daemon, is doing.\n"
 "\n"
@@ -137,6 +138,10 @@ usage_global(FILE *f)
 "  -e, --endpoint HOST:PORT  rdzvd's main port (default $RDZV_ENDPOINT,\n"
 "                            else " CTL_DEFAULT_ENDPOINT "); [IPV6]:PORT\n"
 "      --token-file FILE     the shared token (default $RDZV_TOKEN_FILE)\n"
+"      --tls-ca FILE         connect with TLS, verifying rdzvd's certificate\n"
+"                            and host name against this CA bundle (PEM;\n"
+"                            \"system\": the system's); default $RDZV_TLS_CA,\n"
+"                            else plaintext\n"
 "  -j, --json                print rdzvd's JSON as is (a JSON object for kv)\n"
 "  -t, --timeout S           seconds to connect and for each answer (%d)\n"
 "  -h, --help                this help; `rdzvctl COMMAND -h` for a command\n"
@@ -144,15 +149,16 @@ usage_global(FILE *f)
 "\n"
 "Exit status: 0 done; 1 rdzvd answered with an error (e.g. no such job or\n"
 "key); 2 usage error; 3 cannot connect, connection lost, or no answer in\n"
-"time; 4 authentication refused.  See rdzvctl(1).\n", CTL_TIMEOUT_MS / 1000);
+"time; 4 authentication refused, or TLS required or failed.  See\n"
+"rdzvctl(1).\n", CTL_TIMEOUT_MS / 1000);
 }
 
 static void
 usage_cmd(FILE *f, const struct cmd *c)
 {
 	fprintf(f, "usage: rdzvctl [options] %s\n\n%s\n"
-	    "Global options: -e HOST:PORT, --token-file FILE, --json, "
-	    "--timeout S\n(`rdzvctl --help`).\n", c->synopsis, c->help);
+	    "Global options: -e HOST:PORT, --token-file FILE, --tls-ca FILE,\n"
+	    "--json, --timeout S (`rdzvctl --help`).\n", c->synopsis, c->help);
 }
 
 static int
@@ -895,12 +901,13 @@ cmd_evict(struct ctl *ctl, int argc, char **argv)
 /* ---- the command line ---- */
 
 enum {
-	O_TOKEN_FILE = 256, O_NS, O_REASON, O_AFTER
+	O_TOKEN_FILE = 256, O_NS, O_REASON, O_AFTER, O_TLS_CA
 };
 
 static const struct option longopts[] = {
 	{ "endpoint",	required_argument,	NULL,	'e' },
 	{ "token-file",	required_argument,	NULL,	O_TOKEN_FILE },
+	{ "tls-ca",	required_argument,	NULL,	O_TLS_CA },
 	{ "json",	no_argument,		NULL,	'j' },
 	{ "timeout",	required_argument,	NULL,	't' },
 	{ "help",	no_argument,		NULL,	'h' },
@@ -963,6 +970,12 @@ main(int argc, char **argv)
 			break;
 		case O_TOKEN_FILE:
 			ctl.o.token_file = optarg;
+			break;
+		case O_TLS_CA:
+			if (*optarg == '\0')
+				return usage_error("--tls-ca needs a file (or "
+				    "\"" RDZV_TLS_CA_SYSTEM "\")");
+			ctl.o.tls_ca = optarg;
 			break;
 		case 'j':
 			ctl.json = 1;
@@ -1052,6 +1065,9 @@ main(int argc, char **argv)
 	if (ctl.o.token_file == NULL &&
 	    (v = getenv("RDZV_TOKEN_FILE")) != NULL && *v != '\0')
 		ctl.o.token_file = v;
+	if (ctl.o.tls_ca == NULL &&
+	    (v = getenv(RDZV_TLS_CA_ENV)) != NULL && *v != '\0')
+		ctl.o.tls_ca = v;
 	ctl.cmd = cmd->name;
 	return cmd->fn(&ctl, argc - 1, argv + 1);
 }

@@ -2,10 +2,14 @@
  * client.c: the blocking native-protocol store client (see client.h).
  *
  * Owns one TCP connection to rdzvd: address parsing and resolution, a
- * non-blocking connect under a deadline, the preamble exchange, and one
- * request/reply exchange per call.  Requests are encoded and replies
- * decoded with the codecs of wire.h; all waiting is poll() against a
- * CLOCK_MONOTONIC deadline, so every call is bounded by its timeout.
+ * non-blocking connect under a deadline, the TLS handshake when asked
+ * for, the preamble exchange, and one request/reply exchange per call.
+ * Requests are encoded and replies decoded with the codecs of wire.h; all
+ * waiting is ppoll() against a CLOCK_MONOTONIC deadline, so every call is
+ * bounded by its timeout.  Every byte goes through client_read() and
+ * client_write(), which speak either the bare socket or OpenSSL; with
+ * TLS the socket is non-blocking underneath OpenSSL too, and a
+ * WANT_READ/WANT_WRITE becomes a ppoll() in that direction.
  */
 #include "config.h"
 
@@ -19,6 +23,9 @@
 #include <limits.h>
 #include <netdb.h>
 #include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -26,9 +33,15 @@
 
 #include <event2/buffer.h>
 
+#include <openssl/bio.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+#include <openssl/x509_vfy.h>
+
 #include "auth.h"
 #include "client.h"
 #include "rdzv_err.h"
+#include "tls.h"
 #include "wire.h"
 
 /* Extra time a blocking wait gives rdzvd to answer after its own timeout. */
@@ -37,6 +50,8 @@
 #define CLIENT_CANCEL_MS	200
 /* Namespaces rdzvd accepts (wire_limits.ns_max). */
 #define CLIENT_NS_MAX		1024
+/* What one SSL_read_ex asks for: a whole TLS record's worth. */
+#define CLIENT_TLS_READ		16384
 
 struct rdzv_client {
 	int			 fd;
@@ -50,7 +65,12 @@ struct rdzv_client {
 	struct wire_limits	 lim;
 	rdzv_push_cb		 push_cb;
 	void			*push_arg;
-	char			 errmsg[256];
+	SSL_CTX			*ssl_ctx;	/* TLS; NULL for plaintext */
+	SSL			*ssl;
+	int			 tls_eof;	/* the socket read 0 under TLS */
+	const sigset_t		*intr_mask;	/* rdzv_client_set_interrupt */
+	volatile sig_atomic_t	*intr_flag;
+	char			 errmsg[512];
 };
 
 static int64_t
@@ -86,18 +106,35 @@ client_left_ms(int64_t deadline)
 	return (left > INT_MAX ? INT_MAX : (int)left);
 }
 
-/* Waits for events on the socket; returns 1 ready, 0 timed out, <0 error. */
+/*
+ * Waits for events on the socket; returns 1 ready, 0 timed out,
+ * RDZV_ECANCELED when the caller's interrupt flag is up, <0 error.
+ */
 static int
 client_poll(struct rdzv_client *c, short events, int64_t deadline)
 {
-	struct pollfd	pfd;
-	int		n;
+	struct pollfd	 pfd;
+	struct timespec	 ts, *tsp;
+	int64_t		 left;
+	int		 n;
 
 	for (;;) {
+		/* Checked before each wait: the signal may have come earlier. */
+		if (c->intr_flag != NULL && *c->intr_flag)
+			return (RDZV_ECANCELED);
+		tsp = NULL;
+		if (deadline >= 0) {
+			left = deadline - client_now_ns();
+			if (left < 0)
+				left = 0;
+			ts.tv_sec = left / 1000000000;
+			ts.tv_nsec = left % 1000000000;
+			tsp = &ts;
+		}
 		pfd.fd = c->fd;
 		pfd.events = events;
 		pfd.revents = 0;
-		n = poll(&pfd, 1, client_left_ms(deadline));
+		n = ppoll(&pfd, 1, tsp, c->intr_mask);
 		if (n > 0)
 			return (1);
 		if (n == 0)
@@ -128,22 +165,151 @@ client_dead_code(const struct rdzv_client *c)
 }
 
 /*
- * Writes everything queued in c->out.  A timeout before the first byte
- * leaves the stream intact (RDZV_ETIMEDOUT, request discarded); one in the
- * middle of a frame cannot be recovered and kills the client.
+ * The BIO under a TLS connection: the client's socket, written with
+ * MSG_NOSIGNAL (OpenSSL's own socket BIO uses write(), which would raise
+ * SIGPIPE in the caller's process when rdzvd has gone).  The method table
+ * is made once and never changes.
+ */
+static BIO_METHOD	*client_bio_meth;
+static pthread_once_t	 client_bio_once = PTHREAD_ONCE_INIT;
+
+static int
+client_bio_write(BIO *b, const char *p, int len)
+{
+	struct rdzv_client	*c = BIO_get_data(b);
+	ssize_t			 n;
+
+	BIO_clear_retry_flags(b);
+	n = send(c->fd, p, len, MSG_NOSIGNAL | MSG_DONTWAIT);
+	if (n == -1 && (errno == EAGAIN || errno == EWOULDBLOCK ||
+	    errno == EINTR))
+		BIO_set_retry_write(b);
+	return ((int)n);
+}
+
+static int
+client_bio_read(BIO *b, char *p, int len)
+{
+	struct rdzv_client	*c = BIO_get_data(b);
+	ssize_t			 n;
+
+	BIO_clear_retry_flags(b);
+	n = recv(c->fd, p, len, MSG_DONTWAIT);
+	if (n == 0)
+		c->tls_eof = 1;
+	else if (n == -1 && (errno == EAGAIN || errno == EWOULDBLOCK ||
+	    errno == EINTR))
+		BIO_set_retry_read(b);
+	return ((int)n);
+}
+
+static long
+client_bio_ctrl(BIO *b, int cmd, long num, void *ptr)
+{
+	struct rdzv_client	*c = BIO_get_data(b);
+
+	switch (cmd) {
+	case BIO_CTRL_FLUSH:
+		return (1);	/* nothing is held back */
+	case BIO_CTRL_EOF:
+		return (c != NULL && c->tls_eof);
+	}
+	return (0);
+}
+
+static int
+client_bio_create(BIO *b)
+{
+	BIO_set_init(b, 1);
+	return (1);
+}
+
+static void
+client_bio_init(void)
+{
+	BIO_METHOD	*m;
+	int		 type;
+
+	if ((type = BIO_get_new_index()) == -1 ||
+	    (m = BIO_meth_new(type | BIO_TYPE_SOURCE_SINK,
+	    "rdzv client socket")) == NULL)
+		return;
+	if (BIO_meth_set_write(m, client_bio_write) != 1 ||
+	    BIO_meth_set_read(m, client_bio_read) != 1 ||
+	    BIO_meth_set_ctrl(m, client_bio_ctrl) != 1 ||
+	    BIO_meth_set_create(m, client_bio_create) != 1) {
+		BIO_meth_free(m);
+		return;
+	}
+	client_bio_meth = m;
+}
+
+/* A BIO on c's socket, or NULL. */
+static BIO *
+client_bio_new(struct rdzv_client *c)
+{
+	BIO	*b;
+
+	if (pthread_once(&client_bio_once, client_bio_init) != 0 ||
+	    client_bio_meth == NULL || (b = BIO_new(client_bio_meth)) == NULL)
+		return (NULL);
+	BIO_set_data(b, c);
+	return (b);
+}
+
+/*
+ * After an SSL_*_ex call failed: 0 with *want set when OpenSSL waits for
+ * the socket in that direction, else RDZV_ECONN (closed, reset, or an
+ * alert: the stream is over).
  */
 static int
-client_flush(struct rdzv_client *c, int64_t deadline)
+client_tls_want(struct rdzv_client *c, short *want)
+{
+	switch (SSL_get_error(c->ssl, 0)) {
+	case SSL_ERROR_WANT_READ:
+		*want = POLLIN;
+		return (0);
+	case SSL_ERROR_WANT_WRITE:
+		*want = POLLOUT;
+		return (0);
+	}
+	ERR_clear_error();
+	return (RDZV_ECONN);
+}
+
+/*
+ * One attempt to send some of c->out: returns 1 after sending (and
+ * draining) some, 0 when the socket must first be ready for *want, or a
+ * fatal RDZV_E* code.
+ */
+static int
+client_write(struct rdzv_client *c, short *want)
 {
 	struct evbuffer_iovec	 v[16];
 	struct iovec		 iov[16];
 	struct msghdr		 mh;
-	size_t			 total;
+	const uint8_t		*p;
+	size_t			 len, done;
 	ssize_t			 n;
-	int			 i, nv, rv;
+	int			 i, nv;
 
-	total = evbuffer_get_length(c->out);
-	while (evbuffer_get_length(c->out) > 0) {
+	if (c->ssl != NULL) {
+		/*
+		 * One contiguous run, so OpenSSL fills whole records; a retry
+		 * after WANT_* passes the same bytes again, perhaps moved
+		 * (SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER).
+		 */
+		len = evbuffer_get_length(c->out);
+		if ((p = evbuffer_pullup(c->out, -1)) == NULL)
+			return (RDZV_ENOMEM);
+		ERR_clear_error();
+		if (SSL_write_ex(c->ssl, p, len, &done) == 1) {
+			evbuffer_drain(c->out, done);
+			return (1);
+		}
+		return (client_tls_want(c, want));
+	}
+	for (;;) {
 		nv = evbuffer_peek(c->out, -1, NULL, v, 16);
 		if (nv > 16)
 			nv = 16;
@@ -157,47 +323,112 @@ client_flush(struct rdzv_client *c, int64_t deadline)
 		n = sendmsg(c->fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
 		if (n > 0) {
 			evbuffer_drain(c->out, n);
-			continue;
+			return (1);
 		}
 		if (n == -1 && errno == EINTR)
 			continue;
 		if (n == -1 && errno != EAGAIN && errno != EWOULDBLOCK)
-			return (client_kill(c, RDZV_ECONN));
-		rv = client_poll(c, POLLOUT, deadline);
-		if (rv < 0)
+			return (RDZV_ECONN);
+		*want = POLLOUT;
+		return (0);
+	}
+}
+
+/*
+ * One attempt to read into c->in: returns 1 after reading some, 0 when
+ * the socket must first be ready for *want, or a fatal RDZV_E* code
+ * (RDZV_ECONN when the peer closed).  Over TLS this reads what OpenSSL
+ * already holds decrypted before the socket is looked at again.
+ */
+static int
+client_read(struct rdzv_client *c, short *want)
+{
+	struct evbuffer_iovec	v;
+	size_t			done;
+	int			n;
+
+	if (c->ssl != NULL) {
+		if (evbuffer_reserve_space(c->in, CLIENT_TLS_READ, &v, 1) < 1)
+			return (RDZV_ENOMEM);
+		ERR_clear_error();
+		if (SSL_read_ex(c->ssl, v.iov_base, v.iov_len, &done) != 1)
+			return (client_tls_want(c, want));
+		v.iov_len = done;
+		if (evbuffer_commit_space(c->in, &v, 1) != 0)
+			return (RDZV_ENOMEM);
+		return (1);
+	}
+	for (;;) {
+		n = evbuffer_read(c->in, c->fd, 65536);
+		if (n > 0)
+			return (1);
+		if (n == 0)
+			return (RDZV_ECONN);
+		if (errno == EINTR)
+			continue;
+		if (errno != EAGAIN && errno != EWOULDBLOCK)
+			return (RDZV_ECONN);
+		*want = POLLIN;
+		return (0);
+	}
+}
+
+/*
+ * Writes everything queued in c->out.  A timeout (or an interrupt) before
+ * the first byte leaves a plaintext stream intact (the code returned,
+ * request discarded); one in the middle of a frame cannot be recovered
+ * and kills the client, as does any under TLS, where OpenSSL holds the
+ * record it began and must be given the same bytes again.
+ */
+static int
+client_flush(struct rdzv_client *c, int64_t deadline)
+{
+	size_t	total;
+	short	want = POLLOUT;
+	int	rv;
+
+	total = evbuffer_get_length(c->out);
+	while (evbuffer_get_length(c->out) > 0) {
+		if ((rv = client_write(c, &want)) < 0)
 			return (client_kill(c, rv));
-		if (rv == 0) {
-			if (evbuffer_get_length(c->out) == total) {
-				evbuffer_drain(c->out, total);
-				return (RDZV_ETIMEDOUT);
-			}
-			return (client_kill(c, RDZV_ETIMEDOUT));
+		if (rv > 0)
+			continue;
+		if ((rv = client_poll(c, want, deadline)) > 0)
+			continue;
+		if (rv == 0)
+			rv = RDZV_ETIMEDOUT;
+		if ((rv == RDZV_ETIMEDOUT || rv == RDZV_ECANCELED) &&
+		    c->ssl == NULL && evbuffer_get_length(c->out) == total) {
+			evbuffer_drain(c->out, total);
+			return (rv);
 		}
+		return (client_kill(c, rv));
 	}
 	return (0);
 }
 
-/* Reads what the socket has into c->in, waiting until deadline. */
+/*
+ * Reads what the connection has into c->in, waiting until deadline:
+ * RDZV_ETIMEDOUT or RDZV_ECANCELED leave the stream intact.
+ */
 static int
 client_fill(struct rdzv_client *c, int64_t deadline)
 {
-	int	n, rv;
+	short	want = POLLIN;
+	int	rv;
 
 	for (;;) {
-		n = evbuffer_read(c->in, c->fd, 65536);
-		if (n > 0)
+		if ((rv = client_read(c, &want)) > 0)
 			return (0);
-		if (n == 0)
-			return (client_kill(c, RDZV_ECONN));
-		if (errno == EINTR)
-			continue;
-		if (errno != EAGAIN && errno != EWOULDBLOCK)
-			return (client_kill(c, RDZV_ECONN));
-		rv = client_poll(c, POLLIN, deadline);
 		if (rv < 0)
 			return (client_kill(c, rv));
+		rv = client_poll(c, want, deadline);
 		if (rv == 0)
 			return (RDZV_ETIMEDOUT);
+		if (rv == RDZV_ECANCELED)
+			return (rv);
+		if (rv < 0)
+			return (client_kill(c, rv));
 	}
 }
 
@@ -357,6 +588,16 @@ client_call(struct rdzv_client *c, struct nat_wr *wr, uint32_t id,
 	return (rv);
 }
 
+/* Stores v little-endian at p. */
+static void
+client_le32(uint8_t *p, uint32_t v)
+{
+	p[0] = v & 0xff;
+	p[1] = (v >> 8) & 0xff;
+	p[2] = (v >> 16) & 0xff;
+	p[3] = v >> 24;
+}
+
 /* Copies a slice into a malloc'ed, NUL-terminated buffer. */
 static int
 client_dup(struct slice s, void **out, size_t *len)
@@ -498,7 +739,6 @@ client_connect_one(const struct addrinfo *ai, int64_t deadline)
 	return (fd);
 }
 
-/* Sends our preamble and checks rdzvd's answer. */
 /*
  * The challenge-response of PROTOCOL.md "Authentication": answers the
  * server's nonce with our MAC and checks the server's MAC in return.
@@ -563,9 +803,13 @@ client_auth(struct rdzv_client *c, int64_t deadline, const void *token,
 	return (rv);
 }
 
+/*
+ * Sends our preamble and checks rdzvd's answer (hp names rdzvd in the
+ * reason for a refusal).
+ */
 static int
-client_hello(struct rdzv_client *c, int64_t deadline, const void *token,
-    size_t tokenlen)
+client_hello(struct rdzv_client *c, const char *hp, int64_t deadline,
+    const void *token, size_t tokenlen)
 {
 	const uint8_t	*p;
 	uint8_t		 version, flags;
@@ -583,6 +827,12 @@ client_hello(struct rdzv_client *c, int64_t deadline, const void *token,
 		return (RDZV_ENOMEM);
 	need = 0;
 	rv = nat_preamble_decode(p, NAT_PREAMBLE_LEN, &version, &need);
+	if (rv == RDZV_EVERSION && version == 0 && (p[5] & NAT_PRE_TLS)) {
+		snprintf(c->errmsg, sizeof c->errmsg, "rdzvd at %s requires "
+		    "TLS: give its CA certificate with --tls-ca FILE or "
+		    RDZV_TLS_CA_ENV, hp);
+		return (RDZV_ETLS);
+	}
 	if (rv < 0)
 		return (rv);
 	if (rv != NAT_PREAMBLE_LEN)
@@ -596,22 +846,125 @@ client_hello(struct rdzv_client *c, int64_t deadline, const void *token,
 	return (0);
 }
 
+/*
+ * Runs the TLS handshake on c's connected socket before deadline, with a
+ * context trusting cafile and host (the part of hp before the port) as
+ * the name or address rdzvd's certificate must carry.  On failure
+ * c->errmsg says why and what to check.
+ */
+static int
+client_tls_start(struct rdzv_client *c, const char *cafile,
+    const char *host, const char *hp, int64_t deadline)
+{
+	BIO		*bio;
+	const char	*hint;
+	char		 what[320];
+	size_t		 n;
+	long		 vr;
+	short		 want;
+	int		 r, rv;
+
+	c->ssl_ctx = rdzv_tls_client_ctx(cafile, c->errmsg, sizeof c->errmsg);
+	if (c->ssl_ctx == NULL)
+		return (RDZV_ETLS);
+	c->ssl = rdzv_tls_client_new(c->ssl_ctx, host, c->errmsg,
+	    sizeof c->errmsg);
+	if (c->ssl == NULL)
+		return (RDZV_ETLS);
+	if ((bio = client_bio_new(c)) == NULL)
+		return (RDZV_ENOMEM);
+	SSL_set_bio(c->ssl, bio, bio);
+	for (;;) {
+		ERR_clear_error();
+		if ((r = SSL_connect(c->ssl)) == 1)
+			return (0);
+		switch (SSL_get_error(c->ssl, r)) {
+		case SSL_ERROR_WANT_READ:
+			want = POLLIN;
+			break;
+		case SSL_ERROR_WANT_WRITE:
+			want = POLLOUT;
+			break;
+		default:
+			want = 0;
+		}
+		if (want == 0)
+			break;
+		if ((rv = client_poll(c, want, deadline)) == 0) {
+			ERR_clear_error();
+			return (RDZV_ETIMEDOUT);
+		}
+		if (rv < 0) {
+			ERR_clear_error();
+			return (rv);
+		}
+	}
+
+	vr = SSL_get_verify_result(c->ssl);
+	if (vr == X509_V_ERR_HOSTNAME_MISMATCH ||
+	    vr == X509_V_ERR_IP_ADDRESS_MISMATCH)
+		hint = "rdzvd's certificate does not name the host or address "
+		    "connected to: use one its --tls-cert names";
+	else if (vr != X509_V_OK)
+		hint = "is --tls-ca the CA that signed rdzvd's --tls-cert?";
+	else
+		hint = "is rdzvd started with --tls-cert?";
+	snprintf(what, sizeof what, "TLS handshake with %s failed", hp);
+	rdzv_tls_why(c->ssl, what, c->errmsg, sizeof c->errmsg);
+	n = strlen(c->errmsg);
+	snprintf(c->errmsg + n, sizeof c->errmsg - n, " (%s)", hint);
+	return (RDZV_ETLS);
+}
+
+/* Words for a failure to connect that left no message of its own. */
+static void
+client_why(char *why, size_t whysz, const char *hp, int code,
+    const char *msg)
+{
+	if (why == NULL || whysz == 0)
+		return;
+	if (msg != NULL && *msg != '\0')
+		snprintf(why, whysz, "%s", msg);
+	else
+		snprintf(why, whysz, "cannot connect to %s: %s",
+		    hp != NULL ? hp : "(null)", rdzv_strerror(code));
+}
+
 struct rdzv_client *
 rdzv_client_connect(const char *host_port, int timeout_ms, int *err)
 {
-	return (rdzv_client_connect_auth(host_port, timeout_ms, NULL, 0, err));
+	return (rdzv_client_connect_opts(host_port, timeout_ms, NULL, err));
 }
 
 struct rdzv_client *
 rdzv_client_connect_auth(const char *host_port, int timeout_ms,
     const void *token, size_t tokenlen, int *err)
 {
+	struct rdzv_client_opts	o;
+
+	memset(&o, 0, sizeof o);
+	o.token = token;
+	o.tokenlen = tokenlen;
+	return (rdzv_client_connect_opts(host_port, timeout_ms, &o, err));
+}
+
+struct rdzv_client *
+rdzv_client_connect_opts(const char *host_port, int timeout_ms,
+    const struct rdzv_client_opts *o, int *err)
+{
+	struct rdzv_client_opts	 none;
 	struct rdzv_client	*c = NULL;
 	struct addrinfo		 hints, *res = NULL, *ai;
 	char			 host[256], port[16];
 	int64_t			 deadline;
 	int			 rv, fd = -1;
 
+	if (o == NULL) {
+		memset(&none, 0, sizeof none);
+		o = &none;
+	}
+	if (o->why != NULL && o->whysz > 0)
+		o->why[0] = '\0';
 	deadline = client_deadline(timeout_ms);
 	if ((rv = client_split(host_port, host, sizeof host, port,
 	    sizeof port)) != 0)
@@ -656,13 +1009,22 @@ rdzv_client_connect_auth(const char *host_port, int timeout_ms,
 		rv = RDZV_ENOMEM;
 		goto fail;
 	}
-	if ((rv = client_hello(c, deadline, token, tokenlen)) < 0)
+	if (o->tls_ca != NULL && (rv = client_tls_start(c, o->tls_ca, host,
+	    host_port, deadline)) < 0)
+		goto fail;
+	if ((rv = client_hello(c, host_port, deadline, o->token,
+	    o->tokenlen)) < 0)
 		goto fail;
 	return (c);
 
 fail:
 	if (fd >= 0)
 		close(fd);
+	client_why(o->why, o->whysz, host_port, rv,
+	    c != NULL ? c->errmsg : NULL);
+	/* A connection that never got going says no goodbye. */
+	if (c != NULL && c->dead == 0)
+		client_kill(c, rv);
 	rdzv_client_close(c);
 	if (err != NULL)
 		*err = rv;
@@ -674,8 +1036,19 @@ rdzv_client_close(struct rdzv_client *c)
 {
 	if (c == NULL)
 		return;
+	/*
+	 * A best-effort close_notify, never waited for, so rdzvd sees an
+	 * orderly end rather than a truncated stream.
+	 */
+	if (c->ssl != NULL && c->dead == 0 && SSL_is_init_finished(c->ssl)) {
+		ERR_clear_error();
+		(void)SSL_shutdown(c->ssl);
+		ERR_clear_error();
+	}
 	if (c->fd != -1)
 		close(c->fd);
+	SSL_free(c->ssl);
+	SSL_CTX_free(c->ssl_ctx);
 	if (c->out != NULL)
 		evbuffer_free(c->out);
 	if (c->in != NULL)
@@ -716,6 +1089,59 @@ int
 rdzv_client_alive(const struct rdzv_client *c)
 {
 	return (c->dead == 0);
+}
+
+void
+rdzv_client_set_interrupt(struct rdzv_client *c, const sigset_t *mask,
+    volatile sig_atomic_t *flag)
+{
+	c->intr_mask = mask;
+	c->intr_flag = flag;
+}
+
+int
+rdzv_client_call(struct rdzv_client *c, uint16_t op, const void *payload,
+    size_t len, void **reply, size_t *rlen, int timeout_ms)
+{
+	struct nat_msg	msg;
+	uint8_t		h[NAT_HDR_LEN];
+	uint32_t	id;
+	int64_t		deadline;
+	int		rv;
+
+	if (reply != NULL)
+		*reply = NULL;
+	if (rlen != NULL)
+		*rlen = 0;
+	if (len > UINT32_MAX - (NAT_HDR_LEN - 4))
+		return (RDZV_ETOOBIG);
+	if (c->dead)
+		return (client_dead_code(c));
+	client_release(c);
+	c->errmsg[0] = '\0';
+	evbuffer_drain(c->out, evbuffer_get_length(c->out));
+	if (++c->next_id == 0)
+		c->next_id = 1;
+	id = c->next_id;
+	/* The header of wire.h (u32 len, u16 op, u16 flags, u32 id), LE. */
+	client_le32(h, (uint32_t)(len + NAT_HDR_LEN - 4));
+	h[4] = op & 0xff;
+	h[5] = op >> 8;
+	h[6] = h[7] = 0;
+	client_le32(h + 8, id);
+	if (evbuffer_add(c->out, h, sizeof h) != 0 ||
+	    (len > 0 && evbuffer_add(c->out, payload, len) != 0)) {
+		evbuffer_drain(c->out, evbuffer_get_length(c->out));
+		return (RDZV_ENOMEM);
+	}
+	deadline = client_deadline(timeout_ms);
+	if ((rv = client_flush(c, deadline)) < 0)
+		return (rv);
+	if ((rv = client_await(c, id, deadline, &msg)) != 0)
+		return (rv);
+	if (reply == NULL)
+		return (0);
+	return (client_dup(msg.payload, reply, rlen));
 }
 
 void

@@ -22,10 +22,15 @@
  * Keys and the namespace are C strings; values are byte ranges.  Values
  * returned to the caller are malloc'ed, NUL-terminated for convenience
  * (the NUL is not counted in the length), and owned by the caller.
+ *
+ * With a CA bundle (rdzv_client_connect_opts) the connection runs over
+ * TLS (PROTOCOL.md "TLS"): rdzvd's certificate chain and its name or
+ * address are always verified, and everything else behaves the same.
  */
 #ifndef RDZV_CLIENT_H
 #define RDZV_CLIENT_H
 
+#include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -38,7 +43,8 @@ struct rdzv_client;
  * client, or NULL with *err (if err is non-NULL) set to RDZV_EINVAL (bad
  * address), RDZV_ECONN (refused, unreachable, name not found),
  * RDZV_ETIMEDOUT, RDZV_EVERSION (rdzvd refused our version), RDZV_EPROTO
- * (not an rdzvd) or RDZV_ENOMEM.
+ * (not an rdzvd), RDZV_ETLS (rdzvd accepts only TLS: see
+ * rdzv_client_connect_opts) or RDZV_ENOMEM.
  */
 struct rdzv_client	*rdzv_client_connect(const char *host_port,
 			    int timeout_ms, int *err);
@@ -51,6 +57,27 @@ struct rdzv_client	*rdzv_client_connect(const char *host_port,
 struct rdzv_client	*rdzv_client_connect_auth(const char *host_port,
 			    int timeout_ms, const void *token, size_t tokenlen,
 			    int *err);
+/* How to connect; zero it, then fill in what applies. */
+struct rdzv_client_opts {
+	const void	*token;		/* NULL: answer no challenge */
+	size_t		 tokenlen;
+	const char	*tls_ca;	/* NULL: plaintext; a PEM CA bundle file,
+					 * or "system" (RDZV_TLS_CA_SYSTEM) */
+	char		*why;		/* NULL, or gets a readable reason on */
+	size_t		 whysz;		/* failure ("" when there is none) */
+};
+/*
+ * Connects as rdzv_client_connect_auth() does, with TLS when o->tls_ca is
+ * set: the handshake (verifying rdzvd's chain against tls_ca and its name
+ * or IP address against host_port's host) runs within timeout_ms too.
+ * *err is RDZV_ETLS when the CA bundle cannot be loaded, the handshake
+ * fails (o->why says why: the certificate check's verdict first), or,
+ * without tls_ca, rdzvd refuses plaintext (it requires TLS).  o may be
+ * NULL (plaintext, no token).
+ */
+struct rdzv_client	*rdzv_client_connect_opts(const char *host_port,
+			    int timeout_ms, const struct rdzv_client_opts *o,
+			    int *err);
 /* Closes the connection and frees the client; NULL is allowed. */
 void	rdzv_client_close(struct rdzv_client *);
 
@@ -62,7 +89,11 @@ void	rdzv_client_close(struct rdzv_client *);
 int	rdzv_client_set_namespace(struct rdzv_client *, const char *ns);
 /* The message of the last error reply, or "" (valid until the next call). */
 const char	*rdzv_client_errmsg(const struct rdzv_client *);
-/* The socket, e.g. to poll() for pushes; -1 once dead. */
+/*
+ * The socket, e.g. to poll() for pushes; -1 once dead.  Over TLS a push
+ * may already wait decrypted inside the client while the socket shows
+ * nothing: rdzv_client_poll_push() looks there first.
+ */
 int	rdzv_client_fd(const struct rdzv_client *);
 /* 1 while the connection is usable, 0 once dead. */
 int	rdzv_client_alive(const struct rdzv_client *);
@@ -80,6 +111,28 @@ void	rdzv_client_set_push_cb(struct rdzv_client *, rdzv_push_cb, void *arg);
  * Returns the number handled (0 when none came in time) or RDZV_ECONN.
  */
 int	rdzv_client_poll_push(struct rdzv_client *, int timeout_ms);
+
+/*
+ * Makes every later wait of c an interruptible one: c waits with ppoll()
+ * under mask (the signals the caller blocks elsewhere and wants to see
+ * while waiting) and returns RDZV_ECANCELED, without breaking the
+ * stream, once *flag is non-zero, however early or late the signal
+ * came.  mask and flag must outlive c; NULL, NULL undoes it.
+ */
+void	rdzv_client_set_interrupt(struct rdzv_client *, const sigset_t *mask,
+	    volatile sig_atomic_t *flag);
+
+/*
+ * One request of any op: payload (len bytes) holds its fields encoded as
+ * common/wire.h describes (namespace first for the ops that name one;
+ * this call adds nothing).  On success *reply (malloc'ed, NUL-terminated,
+ * may be NULL) and *rlen (may be NULL) get the reply's payload, fields
+ * still encoded.  An error reply returns its code, its message kept for
+ * rdzv_client_errmsg().  A local timeout does not cancel the op in rdzvd.
+ */
+int	rdzv_client_call(struct rdzv_client *, uint16_t op,
+	    const void *payload, size_t len, void **reply, size_t *rlen,
+	    int timeout_ms);
 
 /* Round trip with rdzvd; checks the echo.  Returns 0. */
 int	rdzv_client_ping(struct rdzv_client *, int timeout_ms);

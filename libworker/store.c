@@ -4,7 +4,9 @@
  *
  *   native	rdzvd's framed protocol (common/client.h), every key in the
  *		round's namespace (RDZV_NAMESPACE), so a restarted round can
- *		never read the previous round's addresses or ids;
+ *		never read the previous round's addresses or ids; with the
+ *		agent's token (RDZV_TOKEN_FILE) and over TLS when given a CA
+ *		(RDZV_TLS_CA);
  *   tcpstore	PyTorch's TCPStore, 1.13 dialect (no handshake), to
  *		MASTER_ADDR:MASTER_PORT, keys sent as torch's client sends
  *		them ("/" + prefix + "/" + key).  When this rank is the one
@@ -22,6 +24,8 @@
 
 #include "auth.h"
 #include "client.h"
+#include "rdzv_err.h"
+#include "tls.h"
 #include "wire.h"
 #include "worker.h"
 
@@ -292,24 +296,43 @@ wstore_open(struct wstore **sp, const struct wenv *e, int timeout_ms,
 	s->fd = -1;
 	switch (e->store) {
 	case WENV_STORE_NATIVE: {
-		/* rdzv-agent passes rdzvd's token on (PROTOCOL.md
-		 * "Authentication"). */
-		const char	*tf = getenv("RDZV_TOKEN_FILE");
-		uint8_t		*tok = NULL;
-		size_t		 toklen = 0;
-		int		 insecure;
-		char		 why[256];
+		/* rdzv-agent passes rdzvd's token and TLS CA on (PROTOCOL.md
+		 * "Authentication", "TLS"). */
+		struct rdzv_client_opts	 co;
+		const char		*tf = getenv("RDZV_TOKEN_FILE");
+		const char		*ca = getenv(RDZV_TLS_CA_ENV);
+		uint8_t			*tok = NULL;
+		size_t			 toklen = 0;
+		int			 insecure;
+		char			 why[512];
 
 		if (tf != NULL && *tf != '\0' && (rc = rdzv_token_load(tf, &tok,
 		    &toklen, &insecure, why, sizeof why)) != 0) {
 			seterr(err, errlen, "RDZV_TOKEN_FILE: %s", why);
 			goto fail;
 		}
-		s->nat = rdzv_client_connect_auth(e->endpoint,
-		    deadline_left(deadline), tok, toklen, &rc);
+		memset(&co, 0, sizeof co);
+		co.token = tok;
+		co.tokenlen = toklen;
+		co.tls_ca = ca != NULL && *ca != '\0' ? ca : NULL;
+		co.why = why;
+		co.whysz = sizeof why;
+		s->nat = rdzv_client_connect_opts(e->endpoint,
+		    deadline_left(deadline), &co, &rc);
 		if (tok != NULL) {
 			explicit_bzero(tok, toklen);
 			free(tok);
+		}
+		if (s->nat == NULL && rc == RDZV_ETLS) {
+			/* why names rdzvd and the check to make. */
+			if (co.tls_ca == NULL)
+				seterr(err, errlen, "%s (" RDZV_TLS_CA_ENV " is "
+				    "unset: rdzv-agent sets it from its --tls_ca)",
+				    why);
+			else
+				seterr(err, errlen, "%s (" RDZV_TLS_CA_ENV "=%s)",
+				    why, co.tls_ca);
+			goto fail;
 		}
 		if (s->nat == NULL) {
 			seterr(err, errlen, "cannot reach rdzvd at %s "
