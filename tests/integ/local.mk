@@ -22,3 +22,4 @@ EXTRA_DIST += tests/integ/agent_lib.py
 INTEG_TESTS += tests/integ/tls_agent.py
 INTEG_TESTS += tests/integ/tls.py
 INTEG_TESTS += tests/integ/agent_progress.py
+INTEG_TESTS += tests/integ/tls_clients.py
