@@ -13,9 +13,11 @@
  * socket moves to an OpenSSL bufferevent with a fresh SSL for the
  * handshake (rdzv_tls_start), and the native protocol runs inside.  A
  * certificate rdzvd's CA did not sign, or a peer that does not speak
- * TLS, is a configuration error and fatal; a connection lost during the
- * handshake is retried like any other drop, but not forever: a server
- * that closes every handshake is a plaintext rdzvd.
+ * TLS, is a configuration error and fatal (a plaintext rdzvd answers a
+ * ClientHello with a refusal preamble, which OpenSSL reports as a
+ * protocol error); a connection lost during the handshake is retried like
+ * any other drop: rdzvd restarting, draining or at --max-connections
+ * closes connections it cannot serve, and an agent must outlive that.
  *
  *   IDLE --rdzv_connect--> CONNECTING --connected--> PREAMBLE
  *     ^                       | connected, TLS          ^ | preamble ok
@@ -62,7 +64,6 @@
 #define RDZV_BACKOFF_MIN_MS	20
 #define RDZV_BACKOFF_MAX_MS	1000
 #define RDZV_DEFAULT_LEASE_MS	5000	/* when rdzvd chooses the lease */
-#define RDZV_TLS_TRIES		3	/* handshakes cut short in a row */
 
 enum rdzv_state {
 	RC_IDLE,	/* not connected; the reconnect timer may be armed */
@@ -121,7 +122,6 @@ static uint32_t				 rc_auth_id;
 static int				 rc_hb_ms;	/* heartbeat period */
 static int				 rc_lease_ms;	/* the job's, from JOIN */
 static SSL_CTX				*rc_tls;	/* NULL: plaintext */
-static int				 rc_tls_cut;	/* handshakes cut short */
 
 static void	rdzv_connect(void);
 static void	rdzv_drop(const char *why);
@@ -606,10 +606,16 @@ rdzv_tls_error(struct bufferevent *bev, int sockerr, char *why,
 	unsigned long	 e, first;
 	const char	*r;
 
-	/* libevent hands back the most recent error first. */
-	first = bufferevent_get_openssl_error(bev);
+	/*
+	 * libevent hands back the most recent error first, and mixes in
+	 * SSL_get_error()'s bare codes (SSL_ERROR_SYSCALL for a connection
+	 * closed or reset mid-handshake), which name no OpenSSL library:
+	 * only a real library error counts.
+	 */
+	first = 0;
 	while ((e = bufferevent_get_openssl_error(bev)) != 0)
-		continue;
+		if (first == 0 && ERR_GET_LIB(e) != 0)
+			first = e;
 	if (first != 0 && (r = ERR_reason_error_string(first)) != NULL)
 		strlcpy(why, r, whysz);
 	else if (first != 0)
@@ -636,27 +642,16 @@ rdzv_tls_eof(unsigned long e)
 
 /*
  * A handshake was cut short (closed, reset or timed out) after the TCP
- * connect worked.  Once is rdzvd going away mid-handshake: an ordinary
- * drop.  RDZV_TLS_TRIES times in a row is a server that does not speak
- * TLS (a plaintext rdzvd hangs up on a ClientHello), so it is fatal.
+ * connect worked: rdzvd going away or shedding load, an ordinary drop
+ * that the reconnect timeout bounds.
  */
 static void
 rdzv_tls_cut(const char *reason)
 {
-	char	msg[800];
+	char	why[600];
 
-	rc_tls_cut++;
-	snprintf(msg, sizeof msg, "TLS handshake with %s failed: %s (is "
-	    "rdzvd started with --tls-cert?)", rc_cfg->endpoint, reason);
-	if (rc_tls_cut >= RDZV_TLS_TRIES) {
-		snprintf(msg, sizeof msg, "TLS handshake with %s failed %d "
-		    "times in a row: %s (is rdzvd started with --tls-cert?)",
-		    rc_cfg->endpoint, rc_tls_cut, reason);
-		rdzv_fatal(RDZV_ETLS, msg);
-		return;
-	}
-	log_warnx("%s", msg);
-	rdzv_drop(reason);
+	snprintf(why, sizeof why, "TLS handshake cut short: %s", reason);
+	rdzv_drop(why);
 }
 
 /*
@@ -752,8 +747,6 @@ rdzv_event_cb(struct bufferevent *bev, short what, void *arg)
 		}
 	}
 	if (what & BEV_EVENT_CONNECTED) {
-		if (rc_state == RC_HANDSHAKE)
-			rc_tls_cut = 0;
 		clock_gettime(CLOCK_MONOTONIC, &rc_last_rx);
 		if (nat_preamble_put(rdzv_out(), NAT_VERSION) != 0)
 			fatalx("out of memory");

@@ -679,9 +679,16 @@ tls_start(struct conn *c)
 	size_t		 len = evbuffer_get_length(c->in);
 
 	if (server.tls_ctx == NULL) {
-		conn_close(c, ERRK_TLS_NOT_CONFIGURED, "a TLS client, but "
-		    "rdzvd has no --tls-cert: start rdzvd with --tls-cert and "
-		    "--tls-key, or connect without a TLS CA");
+		/*
+		 * A refusal preamble rather than a bare close: to the client's
+		 * TLS layer it is a protocol error, which a client treats as
+		 * the configuration mistake it is; a bare close would look
+		 * like rdzvd restarting and be retried.
+		 */
+		nat_preamble_put(c->out, 0);
+		conn_close_after_flush(c, ERRK_TLS_NOT_CONFIGURED, "a TLS "
+		    "client, but rdzvd has no --tls-cert: start rdzvd with "
+		    "--tls-cert and --tls-key, or connect without a TLS CA");
 		return;
 	}
 	if ((c->ssl = SSL_new(server.tls_ctx)) == NULL ||
