@@ -18,9 +18,12 @@
 
 #define RDZVD_DEFAULT_LISTEN	"[::]:29400"
 #define RDZVD_DEFAULT_HTTP	"[::]:29401"
+#define RDZVD_DEFAULT_RETENTION	604800	/* seconds: a week */
+#define RDZVD_RETENTION_MAX	(100LL * 366 * 86400)
 
 enum opt_type {
-	OT_STR, OT_SIZE, OT_UINT, OT_DURABILITY, OT_LEVEL, OT_FLAG, OT_TLS
+	OT_STR, OT_SIZE, OT_UINT, OT_DURABILITY, OT_LEVEL, OT_FLAG, OT_TLS,
+	OT_SECONDS	/* int64_t ms, written in seconds; max in seconds */
 };
 
 struct opt {
@@ -79,6 +82,9 @@ static const struct opt opts[] = {
 	  "rendezvous: wait after the last join above min nodes (1000)" },
 	{ "lease-ms", 0, OT_UINT, OFF(lease_ms), 3600000, "N",
 	  "rendezvous: a node silent this long is dropped (5000)" },
+	{ "job-retention", 0, OT_SECONDS, OFF(job_retention_ms),
+	  RDZVD_RETENTION_MAX, "SECONDS",
+	  "forget a job this long after it closed; 0 = never (604800)" },
 	{ "token-file", 0, OT_STR, OFF(token_file), 0, "FILE",
 	  "require this shared secret from native clients" },
 	{ "tcpstore-allow", 0, OT_STR, OFF(tcpstore_allow), 0, "CIDR,...",
@@ -153,6 +159,49 @@ parse_size(const char *s, size_t max, size_t *out)
 	return 0;
 }
 
+/*
+ * Parses seconds, with up to three decimals and an optional unit s, m, h
+ * or d ("604800", "0.5", "7d"), into ms, at most max seconds.
+ */
+static int
+parse_seconds(const char *s, long long max, int64_t *out)
+{
+	long long	 v = 0, frac = 0, mul = 1000;
+	int		 digits = 0, fd = 0;
+
+	for (; isdigit((unsigned char)*s); s++, digits++) {
+		if (v > max)
+			return -1;
+		v = v * 10 + (*s - '0');
+	}
+	if (*s == '.') {
+		for (s++; isdigit((unsigned char)*s); s++, fd++) {
+			if (fd >= 3)
+				return -1;	/* finer than a ms */
+			frac = frac * 10 + (*s - '0');
+		}
+		if (fd == 0)
+			return -1;
+		for (; fd < 3; fd++)
+			frac *= 10;
+	}
+	if (digits == 0)
+		return -1;
+	switch (*s) {
+	case '\0': case 's': break;
+	case 'm': mul = 60 * 1000LL; break;
+	case 'h': mul = 3600 * 1000LL; break;
+	case 'd': mul = 86400 * 1000LL; break;
+	default: return -1;
+	}
+	if (*s != '\0' && s[1] != '\0')
+		return -1;
+	if (v > max / (mul / 1000) || (v == max / (mul / 1000) && frac > 0))
+		return -1;
+	*out = v * mul + frac * (mul / 1000);
+	return 0;
+}
+
 /* Applies one option's value; prints the cause and returns -1 if bad. */
 static int
 opt_apply(struct rdzvd_config *cfg, const struct opt *o, const char *val,
@@ -196,6 +245,16 @@ opt_apply(struct rdzvd_config *cfg, const struct opt *o, const char *val,
 			return -1;
 		}
 		*(unsigned *)(base + o->offset) = (unsigned)n;
+		return 0;
+	case OT_SECONDS:
+		if (parse_seconds(val, (long long)o->max,
+		    (int64_t *)(base + o->offset)) != 0) {
+			fprintf(stderr, "rdzvd: %s%s--%s: '%s' is not a number "
+			    "of seconds from 0 to %zu (up to 3 decimals, "
+			    "optionally with s, m, h or d)\n", where ? where : "",
+			    where ? ": " : "", o->name, val, o->max);
+			return -1;
+		}
 		return 0;
 	case OT_DURABILITY:
 		if ((d = store_durability_parse(val)) < 0) {
@@ -346,6 +405,7 @@ config_defaults(struct rdzvd_config *cfg)
 	cfg->request_timeout_ms = 30000;
 	cfg->last_call_ms = 1000;
 	cfg->lease_ms = 5000;
+	cfg->job_retention_ms = RDZVD_DEFAULT_RETENTION * 1000LL;
 }
 
 /*

@@ -998,6 +998,27 @@ kv_list(struct kv *kv, struct slice ns, void (*fn)(void *, struct slice),
 	return (n);
 }
 
+int64_t
+kv_ns_list(struct kv *kv, struct slice prefix,
+    void (*fn)(void *, struct slice), void *arg)
+{
+	struct kv_ns	*nsp, *tns;
+	int64_t		 n = 0;
+
+	prefix = sl(prefix);
+	HASH_ITER(hh, kv->nss, nsp, tns) {
+		/* A namespace that only has waiters holds nothing to list. */
+		if (nsp->keys == NULL && nsp->queues == NULL)
+			continue;
+		if (nsp->namelen < prefix.len ||
+		    memcmp(nsp->name, prefix.p, prefix.len) != 0)
+			continue;
+		fn(arg, sl_make(nsp->name, nsp->namelen));
+		n++;
+	}
+	return (n);
+}
+
 int
 kv_ns_drop(struct kv *kv, struct slice ns)
 {

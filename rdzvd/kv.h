@@ -76,6 +76,11 @@ int64_t	kv_list(struct kv *, struct slice ns,
 	    void (*fn)(void *arg, struct slice key), void *arg);
 /* Removes a namespace with its keys and queues; waiters on it stay. */
 int	kv_ns_drop(struct kv *, struct slice ns);
+/* Calls fn for each namespace whose name begins with prefix (every one
+ * when prefix is empty) and that holds keys or queues, order unspecified;
+ * fn must not mutate.  Returns the number of namespaces visited. */
+int64_t	kv_ns_list(struct kv *, struct slice prefix,
+	    void (*fn)(void *arg, struct slice ns), void *arg);
 
 /* Queues. */
 int	kv_qpush(struct kv *, struct slice ns, struct slice key, struct slice value);

@@ -89,9 +89,14 @@ metrics_write(struct evbuffer *out)
 	    "# HELP rdzvd_lease_expiries_total Nodes dropped for a lapsed "
 	    "lease since start.\n"
 	    "# TYPE rdzvd_lease_expiries_total counter\n"
-	    "rdzvd_lease_expiries_total %" PRId64 "\n",
+	    "rdzvd_lease_expiries_total %" PRId64 "\n"
+	    "# HELP rdzvd_jobs_purged_total Closed jobs forgotten after "
+	    "--job-retention since start.\n"
+	    "# TYPE rdzvd_jobs_purged_total counter\n"
+	    "rdzvd_jobs_purged_total %" PRId64 "\n",
 	    rz.jobs_forming, rz.jobs_running, rz.jobs_closed, rz.nodes,
-	    rz.rounds_total, rz.restarts_total, rz.lease_expiries_total);
+	    rz.rounds_total, rz.restarts_total, rz.lease_expiries_total,
+	    rz.jobs_purged_total);
 	evbuffer_add_printf(out,
 	    "# HELP rdzvd_up Whether rdzvd is serving.\n"
 	    "# TYPE rdzvd_up gauge\nrdzvd_up 1\n"

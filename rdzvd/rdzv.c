@@ -59,13 +59,20 @@ struct rz_job {
 	char			 failure[RZ_MSG_MAX];
 	struct rz_nodes		 nodes;
 	int64_t			 nnodes;
+	int64_t			 closed_ms;	/* wall clock, once closed */
+	TAILQ_ENTRY(rz_job)	 closed_entry;	/* on rz->closed, once closed */
+	int			 purging;	/* in this rz_purge's batch */
+	int64_t			 purged_keys;
 };
+TAILQ_HEAD(rz_jobs, rz_job);
 
 struct rz {
 	struct kv		*kv;
 	struct rz_hooks		 hooks;
 	int64_t			 def_last_call, def_lease;
 	struct rz_job		*jobs;
+	struct rz_jobs		 closed;	/* in the order they closed */
+	int64_t			 retention_ms;	/* 0: closed jobs kept */
 	struct rz_stats		 stats;
 };
 
@@ -74,6 +81,7 @@ static const struct slice ns_jobs = { (const uint8_t *)"\0rdzv/job", 9 };
 static void	rz_round_end(struct rz *, struct rz_job *, int64_t now,
 		    const char *why);
 static void	rz_round_form(struct rz *, struct rz_job *, int64_t now);
+static int64_t	rz_sweep_job(struct rz *, struct rz_job *);
 
 const char *
 rz_job_id(const struct rz_job *j)
@@ -159,10 +167,11 @@ rz_save_job(struct rz *rz, struct rz_job *j)
 	    "\nlast_call_ms=%" PRId64 "\nlease_ms=%" PRId64 "\nstate=%d"
 	    "\nround=%" PRId64 "\nrestarts=%" PRId64 "\nnext_node=%" PRId64
 	    "\nnext_join=%" PRId64 "\nnext_event=%" PRId64 "\nport=%d"
-	    "\nworld=%" PRId64 "\nfailure=%s\n",
+	    "\nworld=%" PRId64 "\nclosed_ms=%" PRId64 "\nfailure=%s\n",
 	    j->min, j->max, j->max_restarts, j->last_call_ms, j->lease_ms,
 	    (int)j->state, j->round, j->restart_count, j->next_node_id,
-	    j->next_join_seq, j->next_event, j->port, j->world_size, esc);
+	    j->next_join_seq, j->next_event, j->port, j->world_size,
+	    j->closed_ms, esc);
 	if (n > 0 && (size_t)n < sizeof row)
 		kv_set(rz->kv, ns_jobs, slice_str(j->id),
 		    (struct slice){ (const uint8_t *)row, (size_t)n });
@@ -333,6 +342,10 @@ rz_close_job(struct rz *rz, struct rz_job *j, enum rz_job_state state,
 	struct rz_node	*nd;
 
 	j->state = state;
+	/* Retention counts from here, in wall time: it must hold across
+	 * restarts of rdzvd, which the monotonic clock does not. */
+	j->closed_ms = rz->hooks.wall_ms(rz->hooks.arg);
+	TAILQ_INSERT_TAIL(&rz->closed, j, closed_entry);
 	if (j->port > 0) {
 		rz->hooks.close_port(rz->hooks.arg, j);
 		j->port = 0;
@@ -439,6 +452,8 @@ rz_round_form(struct rz *rz, struct rz_job *j, int64_t now)
 	port = rz->hooks.open_port(rz->hooks.arg, j, j->ns, 0);
 	j->port = port > 0 ? port : 0;
 	j->state = RZJ_RUNNING;
+	/* Earlier rounds brought back by late writers go now. */
+	rz_sweep_job(rz, j);
 	rz->stats.rounds_total++;
 	rz_event(rz, j, now, "round %" PRId64 " running: %" PRId64 " nodes, "
 	    "world size %" PRId64 ", %" PRId64 " standby, restart %" PRId64,
@@ -473,7 +488,14 @@ rz_new(struct kv *kv, const struct rz_hooks *hooks, int64_t last_call_ms,
 	rz->hooks = *hooks;
 	rz->def_last_call = last_call_ms;
 	rz->def_lease = lease_ms;
+	TAILQ_INIT(&rz->closed);
 	return rz;
+}
+
+void
+rz_set_retention(struct rz *rz, int64_t retention_ms)
+{
+	rz->retention_ms = retention_ms > 0 ? retention_ms : 0;
 }
 
 void
@@ -528,6 +550,9 @@ rz_join(struct rz *rz, const struct rz_join_req *r, void *conn, int64_t now,
 		j->next_node_id = 1;
 		TAILQ_INIT(&j->nodes);
 		HASH_ADD_STR(rz->jobs, id, j);
+		/* Late writes of a purged job with this id must not show up
+		 * in the new job's rounds. */
+		rz_sweep_job(rz, j);
 		rz_event(rz, j, now, "job created: nodes %" PRId64 ":%" PRId64
 		    ", max restarts %" PRId64, j->min, j->max, j->max_restarts);
 	} else if (rz_closed(j))
@@ -779,6 +804,282 @@ rz_next_deadline(struct rz *rz)
 	return best;
 }
 
+/* ---- retention: purging closed jobs, sweeping dead rounds ---- */
+
+/*
+ * The job a namespace "job/<id>" or "job/<id>/..." belongs to: of the
+ * jobs that exist, the one with the longest such id (ids may hold '/').
+ * Sets *idlen to its id's length.  NULL when no job matches.
+ */
+static struct rz_job *
+rz_ns_owner(struct rz *rz, struct slice name, size_t *idlen)
+{
+	struct rz_job	*j, *best = NULL;
+	const uint8_t	*rest;
+	char		 buf[RZ_ID_MAX + 1];
+	size_t		 n, i;
+
+	if (name.len < 5 || memcmp(name.p, "job/", 4) != 0)
+		return NULL;
+	rest = name.p + 4;
+	n = name.len - 4;
+	for (i = 1; i <= n && i <= RZ_ID_MAX; i++) {
+		if (rest[i - 1] == '\0')
+			break;		/* no id holds one */
+		if (i < n && rest[i] != '/')
+			continue;
+		memcpy(buf, rest, i);
+		buf[i] = '\0';
+		HASH_FIND_STR(rz->jobs, buf, j);
+		if (j != NULL) {
+			best = j;
+			*idlen = i;
+		}
+	}
+	return best;
+}
+
+/* Whether name, past "job/<id>" (idlen bytes of id), is "/round/<n>";
+ * sets *round. */
+static int
+rz_ns_round(struct slice name, size_t idlen, int64_t *round)
+{
+	static const char	 tag[] = "/round/";
+	const uint8_t		*p;
+	size_t			 n, i;
+	int64_t			 v = 0;
+
+	p = name.p + 4 + idlen;
+	n = name.len - 4 - idlen;
+	if (n <= sizeof tag - 1 || memcmp(p, tag, sizeof tag - 1) != 0)
+		return 0;
+	p += sizeof tag - 1;
+	n -= sizeof tag - 1;
+	if (n > 18)
+		return 0;
+	for (i = 0; i < n; i++) {
+		if (p[i] < '0' || p[i] > '9')
+			return 0;
+		v = v * 10 + (p[i] - '0');
+	}
+	*round = v;
+	return 1;
+}
+
+/* Namespaces picked during a kv_ns_list walk, dropped after it (the walk
+ * itself must not mutate). */
+struct rz_pick {
+	struct rz	 *rz;
+	struct rz_job	 *only;		/* sweep: just this job; else all */
+	int		  purge;	/* 1: everything of purging jobs */
+	struct rz_job	**owner;
+	char		**name;
+	size_t		 *len;
+	size_t		  n, cap;
+};
+
+static void
+rz_pick_cb(void *arg, struct slice name)
+{
+	struct rz_pick	 *pk = arg;
+	struct rz_job	 *j, **o;
+	char		**nm;
+	size_t		  idlen = 0, *ln, cap;
+	int64_t		  round;
+
+	if ((j = rz_ns_owner(pk->rz, name, &idlen)) == NULL)
+		return;
+	if (pk->purge) {
+		if (!j->purging)
+			return;
+	} else {
+		if (pk->only != NULL && j != pk->only)
+			return;
+		/* Only rounds: anything else under job/<id>/ is someone's
+		 * own and stays until the job is purged. */
+		if (!rz_ns_round(name, idlen, &round))
+			return;
+		if (j->state == RZJ_RUNNING && round == j->round)
+			return;		/* the live round */
+	}
+	if (pk->n == pk->cap) {
+		cap = pk->cap ? pk->cap * 2 : 16;
+		if ((o = reallocarray(pk->owner, cap, sizeof *o)) == NULL)
+			return;
+		pk->owner = o;
+		if ((nm = reallocarray(pk->name, cap, sizeof *nm)) == NULL)
+			return;
+		pk->name = nm;
+		if ((ln = reallocarray(pk->len, cap, sizeof *ln)) == NULL)
+			return;
+		pk->len = ln;
+		pk->cap = cap;
+	}
+	/* Skipped on no memory: the next sweep or purge finds it again. */
+	if ((pk->name[pk->n] = malloc(name.len)) == NULL)
+		return;
+	memcpy(pk->name[pk->n], name.p, name.len);
+	pk->len[pk->n] = name.len;
+	pk->owner[pk->n] = j;
+	pk->n++;
+}
+
+/* Drops what rz_pick_cb picked; returns the keys dropped. */
+static int64_t
+rz_pick_drop(struct rz_pick *pk)
+{
+	struct slice	ns;
+	int64_t		keys = 0, k;
+	size_t		i;
+
+	for (i = 0; i < pk->n; i++) {
+		ns.p = (const uint8_t *)pk->name[i];
+		ns.len = pk->len[i];
+		k = kv_num_keys(pk->rz->kv, ns);
+		pk->owner[i]->purged_keys += k;
+		keys += k;
+		kv_ns_drop(pk->rz->kv, ns);
+		free(pk->name[i]);
+	}
+	free(pk->owner);
+	free(pk->name);
+	free(pk->len);
+	return keys;
+}
+
+static int64_t
+rz_sweep_in(struct rz *rz, struct rz_job *only)
+{
+	struct rz_pick	pk;
+	char		pre[RZ_ID_MAX + 16];
+	int		n;
+
+	memset(&pk, 0, sizeof pk);
+	pk.rz = rz;
+	pk.only = only;
+	if (only != NULL)
+		n = snprintf(pre, sizeof pre, "job/%s/round/", only->id);
+	else
+		n = snprintf(pre, sizeof pre, "job/");
+	if (n < 0 || (size_t)n >= sizeof pre)
+		return 0;
+	kv_ns_list(rz->kv, (struct slice){ (const uint8_t *)pre, (size_t)n },
+	    rz_pick_cb, &pk);
+	return rz_pick_drop(&pk);
+}
+
+static int64_t
+rz_sweep_job(struct rz *rz, struct rz_job *j)
+{
+	return rz_sweep_in(rz, j);
+}
+
+int64_t
+rz_sweep(struct rz *rz)
+{
+	return rz_sweep_in(rz, NULL);
+}
+
+/* Drops a reserved namespace of j (kind "node" or "ev"); counts keys. */
+static void
+rz_drop_reserved(struct rz *rz, struct rz_job *j, const char *kind)
+{
+	char		nsbuf[RZ_ID_MAX + 32];
+	struct slice	ns;
+
+	rz_ns_name(nsbuf, sizeof nsbuf, kind, j, &ns);
+	j->purged_keys += kv_num_keys(rz->kv, ns);
+	kv_ns_drop(rz->kv, ns);
+}
+
+/* Forgets j: rows, namespaces already dropped, memory. */
+static void
+rz_forget(struct rz *rz, struct rz_job *j)
+{
+	struct rz_node	*nd;
+
+	if (j->port > 0)
+		rz->hooks.close_port(rz->hooks.arg, j);
+	rz_drop_reserved(rz, j, "node");
+	rz_drop_reserved(rz, j, "ev");
+	if (kv_delete(rz->kv, ns_jobs, slice_str(j->id)) == 1)
+		j->purged_keys++;
+	TAILQ_REMOVE(&rz->closed, j, closed_entry);
+	HASH_DEL(rz->jobs, j);
+	rz->stats.jobs_purged_total++;
+	if (rz->hooks.purged != NULL)
+		rz->hooks.purged(rz->hooks.arg, j->id, j->state == RZJ_DONE ?
+		    "succeeded" : "failed", j->closed_ms, j->purged_keys);
+	while ((nd = TAILQ_FIRST(&j->nodes)) != NULL) {
+		TAILQ_REMOVE(&j->nodes, nd, entry);
+		free(nd);
+	}
+	free(j);
+}
+
+int
+rz_purge(struct rz *rz, int64_t wall, int max_jobs, int64_t max_keys)
+{
+	struct rz_job	*j, *next;
+	struct rz_pick	 pk;
+	char		 nsbuf[RZ_ID_MAX + 32];
+	struct slice	 ns;
+	int64_t		 keys = 0;
+	int		 n = 0, i;
+
+	if (rz->retention_ms <= 0)
+		return 0;
+	/* The batch: due jobs from the oldest close, within the budget
+	 * (their rows counted ahead; stray namespaces are few). */
+	TAILQ_FOREACH(j, &rz->closed, closed_entry) {
+		if (n >= max_jobs || (n > 0 && keys >= max_keys) ||
+		    j->closed_ms > wall - rz->retention_ms)
+			break;
+		j->purging = 1;
+		j->purged_keys = 0;
+		rz_ns_name(nsbuf, sizeof nsbuf, "ev", j, &ns);
+		keys += kv_num_keys(rz->kv, ns) + j->nnodes + 1;
+		n++;
+	}
+	if (n == 0)
+		return 0;
+	/* One walk over the namespaces finds every batch job's. */
+	memset(&pk, 0, sizeof pk);
+	pk.rz = rz;
+	pk.purge = 1;
+	kv_ns_list(rz->kv, slice_str("job/"), rz_pick_cb, &pk);
+	rz_pick_drop(&pk);
+	for (i = 0, j = TAILQ_FIRST(&rz->closed); i < n && j != NULL;
+	    i++, j = next) {
+		next = TAILQ_NEXT(j, closed_entry);
+		rz_forget(rz, j);
+	}
+	return n;
+}
+
+int64_t
+rz_next_purge(struct rz *rz)
+{
+	struct rz_job	*j;
+
+	if (rz->retention_ms <= 0 || (j = TAILQ_FIRST(&rz->closed)) == NULL)
+		return -1;
+	return j->closed_ms + rz->retention_ms;
+}
+
+int64_t
+rz_retention_left(struct rz *rz, struct slice job, int64_t wall)
+{
+	struct rz_job	*j;
+	int64_t		 left;
+
+	if (rz->retention_ms <= 0 || (j = rz_find_job(rz, job)) == NULL ||
+	    !rz_closed(j))
+		return -1;
+	left = j->closed_ms + rz->retention_ms - wall;
+	return left > 0 ? left : 0;
+}
+
 /* ---- loading after a restart ---- */
 
 static int64_t
@@ -904,6 +1205,7 @@ rz_load_job_cb(void *arg, struct slice key)
 	j->next_event = row_i64(row, "next_event", 0);
 	j->world_size = row_i64(row, "world", 0);
 	j->port = (int)row_i64(row, "port", 0);
+	j->closed_ms = row_i64(row, "closed_ms", -1);
 	row_str(row, "failure", j->failure, sizeof j->failure);
 	rz_unescape(j->failure);
 	free(row);
@@ -918,6 +1220,77 @@ rz_load_job_cb(void *arg, struct slice key)
 	kv_list(ctx->rz->kv, ns, rz_load_node_cb, ctx);
 }
 
+/* Wall ms of the job's newest event (its close, for a closed job). */
+static int64_t
+rz_last_event_ms(struct rz *rz, struct rz_job *j)
+{
+	char		nsbuf[RZ_ID_MAX + 32], key[32], num[24];
+	struct slice	ns, v;
+	size_t		n;
+	int		k;
+
+	if (j->next_event < 1)
+		return -1;
+	rz_ns_name(nsbuf, sizeof nsbuf, "ev", j, &ns);
+	k = snprintf(key, sizeof key, "%020" PRId64, j->next_event - 1);
+	if (kv_get(rz->kv, ns, (struct slice){ (const uint8_t *)key,
+	    (size_t)k }, &v) != 0)
+		return -1;
+	n = v.len < sizeof num - 1 ? v.len : sizeof num - 1;
+	memcpy(num, v.p, n);
+	num[n] = '\0';
+	return strtoll(num, NULL, 10);
+}
+
+static int
+rz_closed_cmp(const void *a, const void *b)
+{
+	const struct rz_job	*x = *(struct rz_job * const *)a;
+	const struct rz_job	*y = *(struct rz_job * const *)b;
+
+	if (x->closed_ms != y->closed_ms)
+		return x->closed_ms < y->closed_ms ? -1 : 1;
+	return strcmp(x->id, y->id);
+}
+
+/* Puts the loaded closed jobs on rz->closed, oldest close first. */
+static int
+rz_load_closed(struct rz *rz)
+{
+	struct rz_job	*j, *tmp, **v;
+	size_t		 n = 0, i;
+
+	HASH_ITER(hh, rz->jobs, j, tmp) {
+		if (!rz_closed(j))
+			continue;
+		/* Rows written before closed_ms existed: the close event's
+		 * time, or else now, so they are kept a whole retention. */
+		if (j->closed_ms < 0)
+			j->closed_ms = rz_last_event_ms(rz, j);
+		if (j->closed_ms < 0)
+			j->closed_ms = rz->hooks.wall_ms(rz->hooks.arg);
+		n++;
+	}
+	if (n == 0)
+		return 0;
+	if ((v = reallocarray(NULL, n, sizeof *v)) == NULL) {
+		/* Unsorted still purges them, just not in order. */
+		HASH_ITER(hh, rz->jobs, j, tmp)
+			if (rz_closed(j))
+				TAILQ_INSERT_TAIL(&rz->closed, j, closed_entry);
+		return RDZV_ENOMEM;
+	}
+	n = 0;
+	HASH_ITER(hh, rz->jobs, j, tmp)
+		if (rz_closed(j))
+			v[n++] = j;
+	qsort(v, n, sizeof *v, rz_closed_cmp);
+	for (i = 0; i < n; i++)
+		TAILQ_INSERT_TAIL(&rz->closed, v[i], closed_entry);
+	free(v);
+	return 0;
+}
+
 int
 rz_load(struct rz *rz, int64_t now)
 {
@@ -926,6 +1299,8 @@ rz_load(struct rz *rz, int64_t now)
 	int			 want;
 
 	kv_list(rz->kv, ns_jobs, rz_load_job_cb, &ctx);
+	if (rz_load_closed(rz) != 0)
+		ctx.err = RDZV_ENOMEM;
 	HASH_ITER(hh, rz->jobs, j, tmp) {
 		if (j->state != RZJ_RUNNING)
 			continue;

@@ -20,7 +20,20 @@
  *   RUNNING --FAILURE, no restarts left--> FAILED   (all get FAILED)
  *   RUNNING --every member SUCCEEDED--> DONE        (all get DONE)
  *   DONE, FAILED: closed, JOIN answers RDZV_ECLOSED.
- * rz_round_end() and rz_round_form() make the transitions.
+ *   DONE, FAILED --retention passed since the close--> purged: forgotten
+ *             (job, node and event rows, every kv namespace under
+ *             job/<id>/), so a JOIN with that id starts a new job.
+ * rz_round_end() and rz_round_form() make the transitions; rz_purge()
+ * forgets closed jobs.
+ *
+ * Round namespaces "job/<id>/round/<n>": only the running round's is
+ * live.  A round's namespace is dropped when it ends, and once more by
+ * rz_sweep() when a late writer (a worker still reporting progress over
+ * the main port after its round stopped) has brought it back, so the
+ * store does not grow with a job's restarts and a job that reuses a
+ * purged id never meets the old job's keys.  A namespace "job/A/..."
+ * belongs to the job with the longest id A that exists, so job "a" never
+ * touches job "a/b"'s rounds.
  */
 #ifndef RDZVD_RDZV_H
 #define RDZVD_RDZV_H
@@ -61,9 +74,13 @@ struct rz_hooks {
 	int	(*open_port)(void *arg, struct rz_job *job, const char *ns,
 		    int want);
 	void	(*close_port)(void *arg, struct rz_job *job);
-	/* Wall-clock ms since the epoch, for the event log. */
+	/* Wall-clock ms since the epoch, for the event log and retention. */
 	int64_t	(*wall_ms)(void *arg);
 	void	*arg;
+	/* A closed job was purged (may be NULL): its id, final state name,
+	 * close time (wall ms) and the keys dropped with it. */
+	void	(*purged)(void *arg, const char *job, const char *state,
+		    int64_t closed_wall_ms, int64_t keys);
 };
 
 struct rz_join_req {
@@ -83,6 +100,9 @@ struct rz_failure_req {
 struct rz	*rz_new(struct kv *, const struct rz_hooks *,
 		    int64_t last_call_ms, int64_t lease_ms);
 void		 rz_free(struct rz *);
+/* How long closed jobs are kept, ms from their close; 0 keeps them
+ * forever (the default). */
+void		 rz_set_retention(struct rz *, int64_t retention_ms);
 
 /* Rebuilds jobs and nodes from kv's reserved rows (after store_open).
  * Leases restart at now so agents have a lease to reconnect in; running
@@ -110,6 +130,22 @@ void	rz_tick(struct rz *, int64_t now_ms);
 /* Earliest time rz_tick has work, or -1. */
 int64_t	rz_next_deadline(struct rz *);
 
+/*
+ * Forgets closed jobs whose retention has passed at wall-clock time
+ * wall_ms, oldest close first: at most max_jobs jobs, and no more once
+ * about max_keys keys have been dropped (one job at least), so a long
+ * backlog is spread over several calls.  Returns the jobs purged.
+ */
+int	rz_purge(struct rz *, int64_t wall_ms, int max_jobs, int64_t max_keys);
+/* Wall-clock ms when rz_purge next has work (<= now: at once), or -1. */
+int64_t	rz_next_purge(struct rz *);
+/* Drops every round namespace that is not a running round's (see
+ * above); returns the keys dropped. */
+int64_t	rz_sweep(struct rz *);
+/* For a JOIN refused with ECLOSED: ms until job is purged at wall_ms,
+ * or -1 when it is kept forever (or unknown). */
+int64_t	rz_retention_left(struct rz *, struct slice job, int64_t wall_ms);
+
 /* A malloc'ed text description of job (NULL: unknown or no memory). */
 char	*rz_status(struct rz *, struct slice job, int64_t now_ms);
 
@@ -134,6 +170,7 @@ int	rz_admin_evict(struct rz *, struct slice job, int64_t node_id,
 struct rz_stats {
 	int64_t	jobs_running, jobs_forming, jobs_closed;
 	int64_t	nodes, rounds_total, restarts_total, lease_expiries_total;
+	int64_t	jobs_purged_total;	/* closed jobs forgotten */
 };
 void	rz_get_stats(struct rz *, struct rz_stats *);
 

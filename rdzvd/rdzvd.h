@@ -57,6 +57,7 @@ struct rdzvd_config {
 	unsigned		 request_timeout_ms;
 	unsigned		 last_call_ms;	/* rendezvous defaults */
 	unsigned		 lease_ms;
+	int64_t			 job_retention_ms; /* closed jobs; 0: kept */
 	char			*token_file;	/* native protocol secret */
 	char			*tcpstore_allow; /* CIDRs, with a token */
 	char			*tls_cert;	/* PEM chain; NULL: no TLS */

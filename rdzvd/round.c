@@ -1,8 +1,14 @@
 /*
  * round.c: the rendezvous state machine (rdzv.c) wired to the daemon:
- * its one timer (leases, last calls), ROUND pushes encoded onto agents'
- * connections, and the per-round TCPStore listeners through which
- * unmodified PyTorch workers reach exactly their round's namespace.
+ * its timers (leases and last calls; retention), ROUND pushes encoded
+ * onto agents' connections, and the per-round TCPStore listeners through
+ * which unmodified PyTorch workers reach exactly their round's namespace.
+ *
+ * Retention (--job-retention): a second timer purges closed jobs once
+ * their time is up, a batch per tick so a backlog (thousands of jobs
+ * after a restart) never holds the loop for long, and sweeps dead rounds'
+ * namespaces now and then.  Due times are wall-clock, so the timer is
+ * never set further ahead than ROUND_SWEEP_MS: a clock step is noticed.
  */
 #include "config.h"
 
@@ -31,8 +37,20 @@ struct round_port {
 	int			 port;
 };
 
+/* A purge tick's budget, and the pause between ticks of a backlog. */
+#define ROUND_PURGE_JOBS	32
+#define ROUND_PURGE_KEYS	20000
+#define ROUND_PURGE_PAUSE_MS	1
+/* Dead rounds' namespaces are swept at least this often. */
+#define ROUND_SWEEP_MS		60000
+
 static struct round_port	*ports;
 static struct event		*rz_timer;
+static struct event		*purge_timer;
+static int64_t			 purge_at = -1;	/* wall ms it is armed for */
+static int64_t			 swept_at;	/* monotonic ms */
+
+static void	purge_arm(int64_t at);
 
 /* A JOIN being served: its reply must precede any push to its node. */
 static struct {
@@ -56,6 +74,37 @@ join_reply(struct conn *c, uint32_t id, int64_t node_id, int64_t restarts,
 	conn_reply_done(c);
 }
 
+static int64_t
+round_wall_ms(void)
+{
+	struct timespec	ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Why a JOIN of a closed job is refused, naming --job-retention. */
+static void
+join_closed_reply(struct conn *c, uint32_t id, struct slice job)
+{
+	char	msg[256];
+	int64_t	left;
+
+	left = rz_retention_left(server.rz, job, round_wall_ms());
+	if (left < 0)
+		snprintf(msg, sizeof msg, "job is closed (it succeeded or "
+		    "failed) and rdzvd keeps closed jobs (--job-retention "
+		    "0): use a new rdzv_id");
+	else
+		snprintf(msg, sizeof msg, "job is closed (it succeeded or "
+		    "failed): its rdzv_id is refused for another %lld s, "
+		    "until --job-retention (%lld s) has passed since it "
+		    "closed; or use a new rdzv_id", (long long)(left + 999) /
+		    1000, (long long)(server.cfg->job_retention_ms + 999) /
+		    1000);
+	nat_put_error(conn_reply_buf(c), NAT_OP_JOIN, id, RDZV_ECLOSED, msg);
+}
+
 void
 round_join(struct conn *c, uint32_t id, const struct rz_join_req *req)
 {
@@ -70,12 +119,13 @@ round_join(struct conn *c, uint32_t id, const struct rz_join_req *req)
 	lease = join_pending.lease_ms;
 	if (join_pending.c != NULL) {
 		join_pending.c = NULL;
-		if (rc < 0)
+		if (rc == RDZV_ECLOSED)
+			join_closed_reply(c, id, req->job);
+		else if (rc < 0)
 			nat_put_error(conn_reply_buf(c), NAT_OP_JOIN, id, rc,
-			    rc == RDZV_ECLOSED ? "job is closed: it succeeded "
-			    "or failed; use a new rdzv_id" : rc == RDZV_EINVAL ?
-			    "bad JOIN, or nnodes/max_restarts differ from the "
-			    "job's first JOIN" : rdzv_strerror(rc));
+			    rc == RDZV_EINVAL ? "bad JOIN, or nnodes/"
+			    "max_restarts differ from the job's first JOIN" :
+			    rdzv_strerror(rc));
 		else
 			join_reply(c, id, node_id, restarts, lease);
 		conn_reply_done(c);
@@ -200,6 +250,12 @@ round_rearm(void)
 
 	if (server.rz == NULL || rz_timer == NULL)
 		return;
+	/* A job just closed may be due before the purge timer's time
+	 * (a retention shorter than the sweep interval). */
+	next = rz_next_purge(server.rz);
+	if (purge_timer != NULL && next >= 0 && (purge_at < 0 ||
+	    next < purge_at))
+		purge_arm(next);
 	next = rz_next_deadline(server.rz);
 	if (next < 0) {
 		evtimer_del(rz_timer);
@@ -228,10 +284,60 @@ round_set_accepting(int on)
 static int64_t
 round_wall_ms_cb(void *arg)
 {
-	struct timespec	ts;
+	return round_wall_ms();
+}
 
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+static void
+round_purged_cb(void *arg, const char *job, const char *state,
+    int64_t closed_ms, int64_t keys)
+{
+	log_info("job %s purged: it %s %lld s ago, --job-retention is %lld "
+	    "s; %lld keys dropped", job, state, (long long)((round_wall_ms() -
+	    closed_ms) / 1000), (long long)(server.cfg->job_retention_ms /
+	    1000), (long long)keys);
+}
+
+/* Arms the purge timer for wall time `at` (never further than a sweep
+ * interval ahead). */
+static void
+purge_arm(int64_t at)
+{
+	struct timeval	tv;
+	int64_t		now = round_wall_ms(), ms;
+
+	ms = at > now ? at - now : 0;
+	if (ms > ROUND_SWEEP_MS) {
+		ms = ROUND_SWEEP_MS;
+		at = now + ms;
+	}
+	purge_at = at;
+	if (ms > 0)
+		ms++;		/* just past it, as the clocks may differ */
+	tv.tv_sec = ms / 1000;
+	tv.tv_usec = (ms % 1000) * 1000;
+	evtimer_add(purge_timer, &tv);
+}
+
+static void
+purge_timer_cb(evutil_socket_t fd, short ev, void *arg)
+{
+	int64_t	next, now, mono = rdzvd_now_ms(), keys;
+
+	purge_at = -1;
+	rz_purge(server.rz, round_wall_ms(), ROUND_PURGE_JOBS,
+	    ROUND_PURGE_KEYS);
+	if (mono - swept_at >= ROUND_SWEEP_MS) {
+		swept_at = mono;
+		if ((keys = rz_sweep(server.rz)) > 0)
+			log_debug("swept %lld keys of ended rounds",
+			    (long long)keys);
+	}
+	now = round_wall_ms();
+	next = rz_next_purge(server.rz);
+	if (next >= 0 && next <= now)
+		/* A backlog: the next batch after the loop has served I/O. */
+		next = now + ROUND_PURGE_PAUSE_MS;
+	purge_arm(next >= 0 ? next : now + ROUND_SWEEP_MS);
 }
 
 int
@@ -239,16 +345,23 @@ round_init(int64_t last_call_ms, int64_t lease_ms)
 {
 	static const struct rz_hooks hooks = {
 		round_push_cb, round_open_port_cb, round_close_port_cb,
-		round_wall_ms_cb, NULL
+		round_wall_ms_cb, NULL, round_purged_cb
 	};
 
 	if ((server.rz = rz_new(server.kv, &hooks, last_call_ms,
 	    lease_ms)) == NULL)
 		return -1;
-	if ((rz_timer = evtimer_new(server.base, round_timer_cb, NULL)) == NULL)
+	rz_set_retention(server.rz, server.cfg->job_retention_ms);
+	if ((rz_timer = evtimer_new(server.base, round_timer_cb, NULL)) == NULL ||
+	    (purge_timer = evtimer_new(server.base, purge_timer_cb,
+	    NULL)) == NULL)
 		return -1;
 	if (rz_load(server.rz, rdzvd_now_ms()) != 0)
 		log_warnx("rendezvous: could not load every job");
+	/* Jobs whose retention ran out while rdzvd was down go on the
+	 * first tick, in batches like any others; the first sweep too. */
+	swept_at = rdzvd_now_ms() - ROUND_SWEEP_MS;
+	purge_arm(round_wall_ms());
 	round_rearm();
 	return 0;
 }
@@ -268,6 +381,11 @@ round_fini(void)
 		event_free(rz_timer);
 		rz_timer = NULL;
 	}
+	if (purge_timer != NULL) {
+		event_free(purge_timer);
+		purge_timer = NULL;
+	}
+	purge_at = -1;
 	rz_free(server.rz);
 	server.rz = NULL;
 }
