@@ -161,6 +161,9 @@ usage_cmd(FILE *f, const struct cmd *c)
 	    "--json, --timeout S (`rdzvctl --help`).\n", c->synopsis, c->help);
 }
 
+static int	usage_error(const char *, ...)
+		    __attribute__((format(printf, 1, 2)));
+
 static int
 usage_error(const char *fmt, ...)
 {

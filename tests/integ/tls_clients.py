@@ -254,10 +254,15 @@ def test_wrong_ca_is_a_verify_failure():
     refused(rc, err, "TLS handshake with %s failed" % ep(d),
             "certificate verify failed",
             "is --tls-ca the CA that signed rdzvd's --tls-cert?")
+    # "system" is the system's store (which lacks the test CA), not a
+    # file of that name.
+    rc, out, err = ctl("--tls-ca", "system", "kv", "set", "nope", "x",
+                       endpoint=ep(d))
+    refused(rc, err, "certificate verify failed", "is --tls-ca the CA")
     absent(d, b"nope")
     rt.wait_until(lambda: d.metric("rdzvd_errors_total",
-                                   kind="tls_handshake") == 1,
-                  what="rdzvd counts the failed handshake")
+                                   kind="tls_handshake") == 2,
+                  what="rdzvd counts the failed handshakes")
 
 
 def test_certificate_for_another_host():
