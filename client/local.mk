@@ -1,6 +1,7 @@
 # client/: rdzvctl, the operator's command line (issue 5).  Connections
-# and requests go through common/client.c; the operator ops, which it has
-# no calls for, are framed with common/wire.h in ctl_conn.c.
+# (TLS included) and requests go through common/client.c; the operator
+# ops, which it has no calls of their own for, are framed with
+# common/wire.h in ctl_conn.c and sent with rdzv_client_call().
 bin_PROGRAMS += client/rdzvctl
 client_rdzvctl_SOURCES = client/ctl.h client/rdzvctl.c client/ctl_conn.c \
 	client/ctl_fmt.c
