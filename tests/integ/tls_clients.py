@@ -192,6 +192,27 @@ def test_large_values_cross_many_records():
     assert rc == 0 and out == val + b"\n", (rc, len(out), err)
 
 
+def test_rdzvd_gone_mid_write_is_no_sigpipe():
+    # rdzvctl connects, then reads the value from stdin; rdzvd dies in
+    # between, so the TLS records go to a closed socket: exit 3 with the
+    # words, not death by SIGPIPE (rdzvctl does not ignore it).
+    d = tls_daemon()
+    e = {k: v for k, v in os.environ.items()
+         if k not in ("RDZV_ENDPOINT", "RDZV_TOKEN_FILE", "RDZV_TLS_CA")}
+    p = subprocess.Popen([CTL, "-e", ep(d), "--tls-ca", CERTS["ca"], "kv",
+                          "set", "k", "-"], stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         env=e)
+    rt._track(p)
+    rt.wait_until(lambda: d.metric("rdzvd_tls_connections") == 1,
+                  what="rdzvctl connected over TLS")
+    d.kill9()
+    out, err = p.communicate(os.urandom(8 << 20), timeout=20)
+    rt._untrack(p)
+    assert p.returncode == 3, (p.returncode, err)
+    assert b"lost the connection" in err, err
+
+
 def test_ca_from_environment_and_option_wins():
     d = tls_daemon()
     rc, _, err = ctl("kv", "set", "k", "v", endpoint=ep(d),
