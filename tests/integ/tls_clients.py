@@ -329,6 +329,21 @@ def test_plaintext_rdzvd_and_missing_ca_file():
     assert rc == 2 and "--tls-ca" in err, (rc, err)
 
 
+def test_silent_server_handshake_times_out():
+    # The handshake is bounded by --timeout like the rest of connecting.
+    import socket
+    ls = socket.socket()
+    ls.bind(("127.0.0.1", 0))
+    ls.listen(4)
+    t0 = time.monotonic()
+    rc, _, err = ctl("--tls-ca", CERTS["ca"], "--timeout", "0.5", "status",
+                     endpoint="127.0.0.1:%d" % ls.getsockname()[1])
+    took = time.monotonic() - t0
+    ls.close()
+    assert rc == 3 and "no answer within 500 ms" in err, (rc, err)
+    assert 0.4 < took < 5.0, took
+
+
 def test_optional_tls_serves_both():
     d = tls_daemon(tls_mode="optional")
     rc, _, err = ctl("kv", "set", "k", "plain", endpoint=ep(d))
