@@ -70,8 +70,9 @@ enum rdzv_err {
 	RDZV_ENOTINT = -13,	/* stored value is not a decimal integer */
 	RDZV_EBUSY = -14,	/* resource busy, try again */
 	RDZV_EVERSION = -15,	/* unsupported protocol version */
+	RDZV_ETLS = -16,	/* TLS required, refused or failed (RDZV_TLS_CA) */
 };
-#define RDZV_ERR_MIN	RDZV_EVERSION
+#define RDZV_ERR_MIN	RDZV_ETLS
 /* Returns a constant, human-readable description of code (never NULL). */
 const char	*rdzv_strerror(int code);
 #endif /* RDZV_ERR_H */

@@ -242,5 +242,24 @@ def test_k8s_agent_command_accepted():
     assert got["command"].startswith("ddp_mlp --epochs=")
 
 
+def error_codes(path):
+    with open(os.path.join(SRC, path)) as f:
+        text = f.read()
+    enum = re.search(r"enum rdzv_err \{(.*?)\};", text, re.S).group(1)
+    return dict((n, int(v)) for n, v in
+                re.findall(r"^\s*(RDZV_[A-Z]+) = (-?\d+),", enum, re.M)), \
+        re.search(r"#define RDZV_ERR_MIN\s+(RDZV_[A-Z]+)", text).group(1)
+
+
+def test_public_error_codes_match_the_internal_ones():
+    # rdzv_worker.h repeats common/rdzv_err.h for library users (one
+    # include guard): a code added to one must be added to the other.
+    inner, imin = error_codes("common/rdzv_err.h")
+    public, pmin = error_codes("libworker/rdzv_worker.h")
+    assert inner == public, (sorted(set(inner.items()) ^
+                                    set(public.items())))
+    assert imin == pmin and inner[imin] == min(inner.values()), (imin, pmin)
+
+
 if __name__ == "__main__":
     rt.main(globals())
