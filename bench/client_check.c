@@ -3,7 +3,9 @@
  * (common/client.h) against a running rdzvd and checks each answer.
  *
  * usage: client_check HOST:PORT
- * Prints one line per failed check and "client_check: N checks, M failed";
+ * With RDZV_TLS_CA set the connections to rdzvd use TLS (the fake
+ * servers of the timeout checks stay plaintext).  Prints one line per
+ * failed check and "client_check: N checks, M failed";
  * exits 0 only when every check passed.  Keys live in a namespace of
  * their own (client_check/<pid>), so it can run against a shared rdzvd.
  */
@@ -29,6 +31,8 @@
 #include "wire.h"
 
 static int	checks, failed;
+
+static struct rdzv_client	*connect_rdzvd(const char *, int *);
 
 #define CHECK(cond) do {						\
 	checks++;							\
@@ -103,11 +107,29 @@ check_addresses(const char *hp)
 	if (strncmp(hp, "127.0.0.1:", 10) != 0)
 		return;
 	snprintf(buf, sizeof buf, "localhost:%s", port);
-	c = rdzv_client_connect(buf, 5000, &err);
+	c = connect_rdzvd(buf, &err);
 	CHECK(c != NULL);
 	if (c != NULL)
 		CHECK_RV(rdzv_client_ping(c, 5000), 0);
 	rdzv_client_close(c);
+}
+
+/* A connection to rdzvd, over TLS when RDZV_TLS_CA names a CA. */
+static struct rdzv_client *
+connect_rdzvd(const char *hp, int *err)
+{
+	struct rdzv_client_opts	o;
+	struct rdzv_client	*c;
+	char			why[512];
+
+	memset(&o, 0, sizeof o);
+	o.tls_ca = getenv("RDZV_TLS_CA");
+	o.why = why;
+	o.whysz = sizeof why;
+	if ((c = rdzv_client_connect_opts(hp, 5000, &o, err)) == NULL)
+		printf("connect %s: %s\n", hp, why[0] ? why :
+		    rdzv_strerror(*err));
+	return (c);
 }
 
 /* A server that accepts but never answers: the preamble times out. */
@@ -267,7 +289,7 @@ main(int argc, char **argv)
 	check_silent_server();
 	check_late_reply();
 
-	c = rdzv_client_connect(argv[1], 5000, &err);
+	c = connect_rdzvd(argv[1], &err);
 	if (c == NULL) {
 		printf("FAIL connect %s: %s\n", argv[1], rdzv_strerror(err));
 		return (1);
@@ -340,7 +362,7 @@ main(int argc, char **argv)
 	CHECK(t >= 0.15 && t < 2.1);
 	CHECK(rdzv_client_alive(c));
 	/* A second connection sets the key a first one waits for. */
-	c2 = rdzv_client_connect(argv[1], 5000, &err);
+	c2 = connect_rdzvd(argv[1], &err);
 	CHECK(c2 != NULL);
 	if (c2 != NULL) {
 		CHECK_RV(rdzv_client_set_namespace(c2, ns), 0);

@@ -23,3 +23,4 @@ INTEG_TESTS += tests/integ/tls_agent.py
 INTEG_TESTS += tests/integ/tls.py
 INTEG_TESTS += tests/integ/agent_progress.py
 INTEG_TESTS += tests/integ/tls_clients.py
+INTEG_TESTS += tests/integ/client_lib.py
