@@ -8,7 +8,7 @@
  * their time is up, a batch per tick so a backlog (thousands of jobs
  * after a restart) never holds the loop for long, and sweeps dead rounds'
  * namespaces now and then.  Due times are wall-clock, so the timer is
- * never set further ahead than ROUND_SWEEP_MS: a clock step is noticed.
+ * never set further ahead than a sweep interval: a clock step is noticed.
  */
 #include "config.h"
 
@@ -41,7 +41,8 @@ struct round_port {
 #define ROUND_PURGE_JOBS	32
 #define ROUND_PURGE_KEYS	20000
 #define ROUND_PURGE_PAUSE_MS	1
-/* Dead rounds' namespaces are swept at least this often. */
+/* Dead rounds' namespaces are swept this often, or every retention
+ * when that is shorter: nothing dead outlives closed jobs by much. */
 #define ROUND_SWEEP_MS		60000
 
 static struct round_port	*ports;
@@ -49,6 +50,7 @@ static struct event		*rz_timer;
 static struct event		*purge_timer;
 static int64_t			 purge_at = -1;	/* wall ms it is armed for */
 static int64_t			 swept_at;	/* monotonic ms */
+static int64_t			 sweep_ms = ROUND_SWEEP_MS;
 
 static void	purge_arm(int64_t at);
 
@@ -83,11 +85,26 @@ round_wall_ms(void)
 	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+/* ms as seconds, with the decimals it needs ("604800", "1.5"). */
+static const char *
+round_secs(char *buf, size_t sz, int64_t ms)
+{
+	if (ms % 1000 == 0)
+		snprintf(buf, sz, "%lld", (long long)(ms / 1000));
+	else if (ms % 100 == 0)
+		snprintf(buf, sz, "%lld.%lld", (long long)(ms / 1000),
+		    (long long)(ms % 1000 / 100));
+	else
+		snprintf(buf, sz, "%lld.%03lld", (long long)(ms / 1000),
+		    (long long)(ms % 1000));
+	return buf;
+}
+
 /* Why a JOIN of a closed job is refused, naming --job-retention. */
 static void
 join_closed_reply(struct conn *c, uint32_t id, struct slice job)
 {
-	char	msg[256];
+	char	msg[256], a[32], b[32];
 	int64_t	left;
 
 	left = rz_retention_left(server.rz, job, round_wall_ms());
@@ -97,11 +114,11 @@ join_closed_reply(struct conn *c, uint32_t id, struct slice job)
 		    "0): use a new rdzv_id");
 	else
 		snprintf(msg, sizeof msg, "job is closed (it succeeded or "
-		    "failed): its rdzv_id is refused for another %lld s, "
-		    "until --job-retention (%lld s) has passed since it "
-		    "closed; or use a new rdzv_id", (long long)(left + 999) /
-		    1000, (long long)(server.cfg->job_retention_ms + 999) /
-		    1000);
+		    "failed): its rdzv_id is refused for another %s s, "
+		    "until --job-retention (%s s) has passed since it "
+		    "closed; or use a new rdzv_id",
+		    round_secs(a, sizeof a, left),
+		    round_secs(b, sizeof b, server.cfg->job_retention_ms));
 	nat_put_error(conn_reply_buf(c), NAT_OP_JOIN, id, RDZV_ECLOSED, msg);
 }
 
@@ -291,10 +308,12 @@ static void
 round_purged_cb(void *arg, const char *job, const char *state,
     int64_t closed_ms, int64_t keys)
 {
-	log_info("job %s purged: it %s %lld s ago, --job-retention is %lld "
-	    "s; %lld keys dropped", job, state, (long long)((round_wall_ms() -
-	    closed_ms) / 1000), (long long)(server.cfg->job_retention_ms /
-	    1000), (long long)keys);
+	char	a[32], b[32];
+
+	log_info("job %s purged: it %s %s s ago, --job-retention is %s s; "
+	    "%lld keys dropped", job, state, round_secs(a, sizeof a,
+	    round_wall_ms() - closed_ms), round_secs(b, sizeof b,
+	    server.cfg->job_retention_ms), (long long)keys);
 }
 
 /* Arms the purge timer for wall time `at` (never further than a sweep
@@ -306,8 +325,8 @@ purge_arm(int64_t at)
 	int64_t		now = round_wall_ms(), ms;
 
 	ms = at > now ? at - now : 0;
-	if (ms > ROUND_SWEEP_MS) {
-		ms = ROUND_SWEEP_MS;
+	if (ms > sweep_ms) {
+		ms = sweep_ms;
 		at = now + ms;
 	}
 	purge_at = at;
@@ -321,12 +340,21 @@ purge_arm(int64_t at)
 static void
 purge_timer_cb(evutil_socket_t fd, short ev, void *arg)
 {
-	int64_t	next, now, mono = rdzvd_now_ms(), keys;
+	struct timespec	t0, t1;
+	int64_t		next, now, mono = rdzvd_now_ms(), keys;
+	int		n;
 
 	purge_at = -1;
-	rz_purge(server.rz, round_wall_ms(), ROUND_PURGE_JOBS,
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	n = rz_purge(server.rz, round_wall_ms(), ROUND_PURGE_JOBS,
 	    ROUND_PURGE_KEYS);
-	if (mono - swept_at >= ROUND_SWEEP_MS) {
+	if (n > 0) {
+		clock_gettime(CLOCK_MONOTONIC, &t1);
+		log_debug("purge tick: %d jobs in %.3f ms", n,
+		    (double)(t1.tv_sec - t0.tv_sec) * 1e3 +
+		    (double)(t1.tv_nsec - t0.tv_nsec) / 1e6);
+	}
+	if (mono - swept_at >= sweep_ms) {
 		swept_at = mono;
 		if ((keys = rz_sweep(server.rz)) > 0)
 			log_debug("swept %lld keys of ended rounds",
@@ -337,7 +365,7 @@ purge_timer_cb(evutil_socket_t fd, short ev, void *arg)
 	if (next >= 0 && next <= now)
 		/* A backlog: the next batch after the loop has served I/O. */
 		next = now + ROUND_PURGE_PAUSE_MS;
-	purge_arm(next >= 0 ? next : now + ROUND_SWEEP_MS);
+	purge_arm(next >= 0 ? next : now + sweep_ms);
 }
 
 int
@@ -352,6 +380,10 @@ round_init(int64_t last_call_ms, int64_t lease_ms)
 	    lease_ms)) == NULL)
 		return -1;
 	rz_set_retention(server.rz, server.cfg->job_retention_ms);
+	sweep_ms = ROUND_SWEEP_MS;
+	if (server.cfg->job_retention_ms > 0 &&
+	    server.cfg->job_retention_ms < sweep_ms)
+		sweep_ms = server.cfg->job_retention_ms;
 	if ((rz_timer = evtimer_new(server.base, round_timer_cb, NULL)) == NULL ||
 	    (purge_timer = evtimer_new(server.base, purge_timer_cb,
 	    NULL)) == NULL)
@@ -360,7 +392,7 @@ round_init(int64_t last_call_ms, int64_t lease_ms)
 		log_warnx("rendezvous: could not load every job");
 	/* Jobs whose retention ran out while rdzvd was down go on the
 	 * first tick, in batches like any others; the first sweep too. */
-	swept_at = rdzvd_now_ms() - ROUND_SWEEP_MS;
+	swept_at = rdzvd_now_ms() - sweep_ms;
 	purge_arm(round_wall_ms());
 	round_rearm();
 	return 0;
