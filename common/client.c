@@ -588,16 +588,6 @@ client_call(struct rdzv_client *c, struct nat_wr *wr, uint32_t id,
 	return (rv);
 }
 
-/* Stores v little-endian at p. */
-static void
-client_le32(uint8_t *p, uint32_t v)
-{
-	p[0] = v & 0xff;
-	p[1] = (v >> 8) & 0xff;
-	p[2] = (v >> 16) & 0xff;
-	p[3] = v >> 24;
-}
-
 /* Copies a slice into a malloc'ed, NUL-terminated buffer. */
 static int
 client_dup(struct slice s, void **out, size_t *len)
@@ -1104,7 +1094,7 @@ rdzv_client_call(struct rdzv_client *c, uint16_t op, const void *payload,
     size_t len, void **reply, size_t *rlen, int timeout_ms)
 {
 	struct nat_msg	msg;
-	uint8_t		h[NAT_HDR_LEN];
+	struct nat_wr	wr;
 	uint32_t	id;
 	int64_t		deadline;
 	int		rv;
@@ -1115,22 +1105,9 @@ rdzv_client_call(struct rdzv_client *c, uint16_t op, const void *payload,
 		*rlen = 0;
 	if (len > UINT32_MAX - (NAT_HDR_LEN - 4))
 		return (RDZV_ETOOBIG);
-	if (c->dead)
-		return (client_dead_code(c));
-	client_release(c);
-	c->errmsg[0] = '\0';
-	evbuffer_drain(c->out, evbuffer_get_length(c->out));
-	if (++c->next_id == 0)
-		c->next_id = 1;
-	id = c->next_id;
-	/* The header of wire.h (u32 len, u16 op, u16 flags, u32 id), LE. */
-	client_le32(h, (uint32_t)(len + NAT_HDR_LEN - 4));
-	h[4] = op & 0xff;
-	h[5] = op >> 8;
-	h[6] = h[7] = 0;
-	client_le32(h + 8, id);
-	if (evbuffer_add(c->out, h, sizeof h) != 0 ||
-	    (len > 0 && evbuffer_add(c->out, payload, len) != 0)) {
+	if ((rv = client_begin(c, &wr, op, 0, &id)) != 0)
+		return (rv);
+	if (nat_put_raw(&wr, payload, len) != 0 || nat_frame_end(&wr) != 0) {
 		evbuffer_drain(c->out, evbuffer_get_length(c->out));
 		return (RDZV_ENOMEM);
 	}

@@ -306,6 +306,8 @@ int	nat_frame_begin(struct nat_wr *, struct evbuffer *out, uint16_t op,
 	    uint16_t flags, uint32_t id);
 int	nat_put_i64(struct nat_wr *, int64_t);
 int	nat_put_bytes(struct nat_wr *, const void *, size_t);
+/* Appends fields the caller encoded already (a relayed payload). */
+int	nat_put_raw(struct nat_wr *, const void *, size_t);
 int	nat_frame_end(struct nat_wr *);
 /* A whole error reply: flags REPLY|ERROR, payload (i code, b message). */
 int	nat_put_error(struct evbuffer *out, uint16_t op, uint32_t id, int code,

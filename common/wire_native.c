@@ -352,6 +352,12 @@ nat_put_i64(struct nat_wr *w, int64_t v)
 	return (nat_wr_add(w, f, sizeof(f)));
 }
 
+int
+nat_put_raw(struct nat_wr *w, const void *p, size_t n)
+{
+	return (nat_wr_add(w, p, n));
+}
+
 /*
  * Appends a 'b' field.  More than UINT32_MAX bytes cannot be encoded: -1
  * (and the frame is dropped).

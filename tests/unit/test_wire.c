@@ -968,7 +968,16 @@ test_nat_preamble(void **state)
 	p[4] = 1;
 	assert_int_equal(nat_preamble_decode(p, 8, &ver, &need),
 	    NAT_PREAMBLE_LEN);
-	p[5] = 0x02;
+	p[5] = NAT_PRE_TLS;
+	assert_int_equal(nat_preamble_decode(p, 8, &ver, &need),
+	    NAT_PREAMBLE_LEN);
+	/* The refusal rdzvd sends a plaintext client when TLS is required. */
+	p[4] = 0;
+	assert_int_equal(nat_preamble_decode(p, 8, &ver, &need),
+	    RDZV_EVERSION);
+	assert_int_equal(ver, 0);
+	p[4] = 1;
+	p[5] = 0x04;
 	assert_int_equal(nat_preamble_decode(p, 8, &ver, &need), RDZV_EPROTO);
 	p[5] = 0x80 | NAT_PRE_AUTH;
 	assert_int_equal(nat_preamble_decode(p, 8, &ver, &need), RDZV_EPROTO);
@@ -1403,6 +1412,15 @@ test_nat_writer_bytes(void **state)
 	assert_memory_equal(evbuffer_pullup(out, -1), want.p, want.len);
 	assert_memory_equal(want.p, "\x05\x04\x00\x00\x04\x00\x01\x00"
 	    "\x04\x03\x02\x01", 12);
+
+	/* The same fields relayed already encoded make the same frame. */
+	evbuffer_drain(out, evbuffer_get_length(out));
+	assert_int_equal(nat_frame_begin(&w, out, NAT_OP_ADD, NAT_F_REPLY,
+	    0x01020304), 0);
+	assert_int_equal(nat_put_raw(&w, want.p + 12, want.len - 12), 0);
+	assert_int_equal(nat_frame_end(&w), 0);
+	assert_int_equal(evbuffer_get_length(out), want.len);
+	assert_memory_equal(evbuffer_pullup(out, -1), want.p, want.len);
 	evbuffer_free(out);
 	mb_free(&want);
 }
