@@ -322,10 +322,13 @@ def test_events_table_after_and_json():
 
 class Follow:
     """rdzvctl events --follow in the background, its lines read as they
-    come."""
+    come.  It sees no RDZV_* setting of the test's own environment: env
+    gives it what it needs."""
 
-    def __init__(self, d, job, *extra):
-        e = {k: v for k, v in os.environ.items() if k != "RDZV_ENDPOINT"}
+    def __init__(self, d, job, *extra, env=None):
+        e = {k: v for k, v in os.environ.items()
+             if k not in ("RDZV_ENDPOINT", "RDZV_TLS_CA", "RDZV_TOKEN_FILE")}
+        e.update(env or {})
         self.p = subprocess.Popen(
             [CTL, "-e", ep(d), "events", job, "--follow"] + list(extra),
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=e)
@@ -348,9 +351,11 @@ class Follow:
             for line in self.lines():
                 if re.search(pattern, line):
                     return line
+            if self.p.poll() is not None:
+                break
             time.sleep(0.02)
-        raise AssertionError("no line matching %r within %.1fs: %r" %
-                             (pattern, timeout, self.lines()))
+        raise AssertionError("no line matching %r: %r %r" % (
+            pattern, self.lines(), self.p.poll()))
 
     def wait(self, timeout):
         rc = self.p.wait(timeout)

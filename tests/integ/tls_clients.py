@@ -16,6 +16,7 @@ import time
 
 import rdzvtest as rt
 import worker_lib as wl
+from ctl_basic import Follow
 
 OP_JOIN, OP_ROUND = 21, 26
 RUNNING = 1
@@ -97,47 +98,6 @@ class Agent:
         f = self.c.next_push(timeout)
         assert f.op == OP_ROUND, f
         return f.fields[2]
-
-
-class Follow:
-    """rdzvctl events --follow in the background, lines read as they come."""
-
-    def __init__(self, d, job, *extra, env=None):
-        e = {k: v for k, v in os.environ.items()
-             if k not in ("RDZV_ENDPOINT", "RDZV_TLS_CA", "RDZV_TOKEN_FILE")}
-        e.update(env or {})
-        self.p = subprocess.Popen(
-            [CTL, "-e", ep(d), "events", job, "--follow"] + list(extra),
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=e)
-        rt._track(self.p)
-        os.set_blocking(self.p.stdout.fileno(), False)
-        self.buf = b""
-
-    def lines(self):
-        try:
-            chunk = self.p.stdout.read()
-        except (BlockingIOError, TypeError):
-            chunk = None
-        if chunk:
-            self.buf += chunk
-        return self.buf.decode(errors="replace").splitlines()
-
-    def wait_line(self, pattern, timeout=5.0):
-        end = time.monotonic() + timeout
-        while time.monotonic() < end:
-            for line in self.lines():
-                if re.search(pattern, line):
-                    return line
-            if self.p.poll() is not None:
-                break
-            time.sleep(0.02)
-        raise AssertionError("no line matching %r: %r %r" % (
-            pattern, self.lines(), self.p.poll()))
-
-    def wait(self, timeout):
-        rc = self.p.wait(timeout)
-        rt._untrack(self.p)
-        return rc, self.p.stderr.read().decode(errors="replace")
 
 
 # ---- rdzvctl over TLS ----
