@@ -31,3 +31,10 @@ tests_unit_test_worker_env_SOURCES = tests/unit/test_worker_env.c libworker/env.
 tests_unit_test_worker_env_CFLAGS = $(UNIT_CFLAGS) -I$(top_srcdir)/libworker
 tests_unit_test_worker_env_LDADD = $(UNIT_LDADD) -lm
 endif
+if HAVE_CMOCKA
+check_PROGRAMS += tests/unit/test_rdzv
+TESTS += tests/unit/test_rdzv
+tests_unit_test_rdzv_SOURCES = tests/unit/test_rdzv.c
+tests_unit_test_rdzv_CFLAGS = $(UNIT_CFLAGS)
+tests_unit_test_rdzv_LDADD = $(UNIT_LDADD) $(JANSSON_LIBS) $(SQLITE3_LIBS)
+endif

@@ -393,6 +393,79 @@ test_check(void **state)
 	assert_int_equal(kv_check(kv, NONE, keys, 3), 0);
 }
 
+struct ns_seen {
+	char	names[8][16];
+	int	n;
+};
+
+static void
+ns_seen_cb(void *arg, struct slice ns)
+{
+	struct ns_seen	*s = arg;
+
+	assert_true(s->n < 8 && ns.len < sizeof s->names[0]);
+	memcpy(s->names[s->n], ns.p, ns.len);
+	s->names[s->n++][ns.len] = '\0';
+}
+
+static int
+ns_seen_has(const struct ns_seen *s, const char *name)
+{
+	int	i;
+
+	for (i = 0; i < s->n; i++)
+		if (strcmp(s->names[i], name) == 0)
+			return (1);
+	return (0);
+}
+
+static void
+wake_never(struct kv_waiter *w, void *arg)
+{
+	fail();
+}
+
+static void
+test_ns_list(void **state)
+{
+	struct kv		*kv = *state;
+	struct ns_seen		 s;
+	struct kv_waiter	*w;
+	struct slice		 k = S("k");
+	uint8_t			*item;
+	size_t			 len;
+
+	assert_int_equal(kv_set(kv, S("job/a/round/1"), S("k"), S("1")), 0);
+	assert_int_equal(kv_qpush(kv, S("job/a/q"), S("q"), S("1")), 0);
+	assert_int_equal(kv_set(kv, S("job/b"), S("k"), S("1")), 0);
+	assert_int_equal(kv_set(kv, S("other"), S("k"), S("1")), 0);
+	assert_int_equal(kv_set(kv, NONE, S("k"), S("1")), 0);
+	/* Only waiters, or emptied: nothing to list. */
+	assert_int_equal(kv_wait(kv, S("job/w"), &k, 1, wake_never, NULL, &w),
+	    0);
+	assert_int_equal(kv_set(kv, S("job/gone"), S("k"), S("1")), 0);
+	assert_int_equal(kv_delete(kv, S("job/gone"), S("k")), 1);
+	assert_int_equal(kv_qpush(kv, S("job/qgone"), S("q"), S("1")), 0);
+	assert_int_equal(kv_qpop(kv, S("job/qgone"), S("q"), &item, &len), 0);
+	free(item);
+
+	memset(&s, 0, sizeof s);
+	assert_int_equal(kv_ns_list(kv, S("job/"), ns_seen_cb, &s), 3);
+	assert_int_equal(s.n, 3);
+	assert_true(ns_seen_has(&s, "job/a/round/1"));
+	assert_true(ns_seen_has(&s, "job/a/q"));
+	assert_true(ns_seen_has(&s, "job/b"));
+	memset(&s, 0, sizeof s);
+	assert_int_equal(kv_ns_list(kv, S("job/a/"), ns_seen_cb, &s), 2);
+	memset(&s, 0, sizeof s);
+	assert_int_equal(kv_ns_list(kv, S("job/a/round/1/"), ns_seen_cb, &s),
+	    0);
+	memset(&s, 0, sizeof s);
+	assert_int_equal(kv_ns_list(kv, NONE, ns_seen_cb, &s), 5);
+	assert_true(ns_seen_has(&s, "") && ns_seen_has(&s, "other"));
+	kv_waiter_cancel(kv, w);
+}
+
 static void
 test_ns_drop(void **state)
 {
@@ -1166,6 +1239,7 @@ main(void)
 		cmocka_unit_test_setup_teardown(test_list, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_check, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_ns_drop, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_ns_list, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_wait_already, setup,
 		    teardown),
 		cmocka_unit_test_setup_teardown(test_wait_fires_once, setup,
