@@ -21,3 +21,10 @@ bench_restart_startmark_SOURCES = bench/restart/startmark.c
 bench_restart_startmark_LDADD = $(LIBBSD_LIBS)
 EXTRA_DIST += bench/restart/restart_vs_torchrun.sh bench/restart/restart.py bench/restart/gloo_ready.py bench/restart/join1000.py
 EXTRA_DIST += bench/ddp_vs_torch.sh bench/torch_ddp_mlp.py
+# The blocking client's plaintext and TLS paths under load, and its
+# connect time (bench/tls_vs_plain.sh).
+noinst_PROGRAMS += bench/tlsload
+bench_tlsload_SOURCES = bench/tlsload.c
+bench_tlsload_CFLAGS = $(AM_CFLAGS) $(LIBSSL_CFLAGS)
+bench_tlsload_LDADD = common/libcommon.la $(LIBSSL_LIBS) $(LIBCRYPTO_LIBS) $(LIBEVENT_LIBS) $(LIBBSD_LIBS)
+EXTRA_DIST += bench/rdzvd_ab.sh bench/tls_vs_plain.sh
