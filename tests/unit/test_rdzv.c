@@ -356,6 +356,7 @@ test_sweep_dead_rounds(void **state)
 	fr.node_id = n1;
 	fr.round = 1;
 	fr.exit_code = 1;
+	fr.message = slice_str("boom");
 	assert_int_equal(rz_failure(f->rz, &fr, 0), 0);	/* round 2 */
 	assert_int_equal(NK(f, "job/s/round/1"), 0);
 	put(f, "job/s/round/1", "late");
