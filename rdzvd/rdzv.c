@@ -1259,6 +1259,7 @@ rz_load_closed(struct rz *rz)
 {
 	struct rz_job	*j, *tmp, **v;
 	size_t		 n = 0, i;
+	int64_t		 now = rz->hooks.wall_ms(rz->hooks.arg);
 
 	HASH_ITER(hh, rz->jobs, j, tmp) {
 		if (!rz_closed(j))
@@ -1267,8 +1268,10 @@ rz_load_closed(struct rz *rz)
 		 * time, or else now, so they are kept a whole retention. */
 		if (j->closed_ms < 0)
 			j->closed_ms = rz_last_event_ms(rz, j);
-		if (j->closed_ms < 0)
-			j->closed_ms = rz->hooks.wall_ms(rz->hooks.arg);
+		/* A close "in the future" was stamped by a clock since set
+		 * back: count from now rather than keep it that much longer. */
+		if (j->closed_ms < 0 || j->closed_ms > now)
+			j->closed_ms = now;
 		n++;
 	}
 	if (n == 0)

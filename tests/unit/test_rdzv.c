@@ -329,6 +329,16 @@ test_reload_keeps_close_time(void **state)
 	assert_int_equal(rz_next_purge(f->rz), 1000000 + 200 + 1000);
 	assert_int_equal(rz_purge(f->rz, wall, 10, 100000), 1);
 	assert_int_equal(kv_total_keys(f->kv), 0);
+
+	/* Closed by a clock that has since been set back a day: counted
+	 * from the reload, not kept a day longer. */
+	done(f, "r3");
+	rz_free(f->rz);
+	assert_non_null(f->rz = rz_new(f->kv, &hooks, 0, 60000));
+	rz_set_retention(f->rz, 1000);
+	wall -= 86400000;
+	assert_int_equal(rz_load(f->rz, 0), 0);
+	assert_int_equal(rz_next_purge(f->rz), wall + 1000);
 }
 
 static void
