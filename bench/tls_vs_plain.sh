@@ -276,7 +276,7 @@ END {
 		    size(f[3]), f[4], f[5] == "tls" ? "TLS" : "plain", thou(f[6]),
 		    fmt(f[7], 1), fmt(f[8], 1), fmt(f[9], 1), fmt(f[10], 2)
 	}
-	printf "\nConnect time, one connection at a time (medians of the %d runs'\''s own figures):\n\n", reps
+	printf "\nConnect time, one connection at a time (medians of the %d runs'\'' own figures):\n\n", reps
 	printf "| | connect p50 µs | p90 µs | min µs | TLS/plain p50 | TLS − plain p50 µs | CA bundle load alone µs | client CPU per connect µs | rdzvd CPU per connection µs | each run'\''s p50 µs |\n"
 	printf "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |\n"
 	a = median(c50["plain"]); b = median(c50["tls"])
