@@ -523,22 +523,30 @@ out:
 	conn_after_input(c, progressed);
 }
 
+/* How much to read next: a big request on its way comes in large pieces. */
+static size_t
+conn_read_want(const struct conn *c)
+{
+	size_t	len = evbuffer_get_length(c->in);
+
+	if (c->need > len && c->need - len > READ_MIN)
+		return (c->need - len < READ_MAX ? c->need - len : READ_MAX);
+	return (READ_MIN);
+}
+
 static void
 conn_read_cb(evutil_socket_t fd, short ev, void *arg)
 {
 	struct conn		*c = arg;
 	struct evbuffer_iovec	 v;
-	size_t			 want = READ_MIN, len;
+	size_t			 want;
 	ssize_t			 n;
 
 	if (c->ssl != NULL) {
 		tls_read(c);
 		return;
 	}
-	/* A big request on its way: read it in large pieces. */
-	len = evbuffer_get_length(c->in);
-	if (c->need > len && c->need - len > want)
-		want = c->need - len < READ_MAX ? c->need - len : READ_MAX;
+	want = conn_read_want(c);
 	if (evbuffer_reserve_space(c->in, (ev_ssize_t)want, &v, 1) < 1) {
 		conn_close(c, ERRK_MEMORY_BUDGET, "out of memory for input");
 		return;
@@ -639,7 +647,9 @@ tls_pump(struct conn *c)
 		    SSL_get_version(c->ssl), SSL_get_cipher_name(c->ssl));
 	}
 	for (;;) {
-		if (evbuffer_reserve_space(c->in, READ_MIN, &v, 1) < 1) {
+		/* Large pieces for a big request, as on the plain path. */
+		if (evbuffer_reserve_space(c->in,
+		    (ev_ssize_t)conn_read_want(c), &v, 1) < 1) {
 			conn_close(c, ERRK_MEMORY_BUDGET, "out of memory for "
 			    "input");
 			return;
