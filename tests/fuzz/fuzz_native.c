@@ -246,7 +246,8 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	need = 0;
 	rc = nat_preamble_decode(data, size, &ver, &need);
 	if (rc == NAT_PREAMBLE_LEN) {
-		if (ver != NAT_VERSION || (data[5] & ~NAT_PRE_AUTH) != 0 ||
+		if (ver != NAT_VERSION ||
+		    (data[5] & ~(NAT_PRE_AUTH | NAT_PRE_TLS)) != 0 ||
 		    data[6] != 0 || data[7] != 0)
 			abort();
 		/* And it encodes back to the same bytes. */

@@ -205,6 +205,11 @@ def native():
         frame(34, req[34], PUSH, 0)
     c['preamble-v2'] = b'RDZV' + bytes([2, 0, 0, 0])
     c['preamble-v0'] = b'RDZV' + bytes([0, 0, 0, 0])
+    # rdzvd's refusal of a plaintext client when TLS is required, and the
+    # flag on a version the decoder accepts.
+    c['preamble-tls-refusal'] = b'RDZV' + bytes([0, 2, 0, 0])
+    c['preamble-tls-flag'] = b'RDZV' + bytes([1, 2, 0, 0]) + \
+        frame(2, req[2])
     c['trunc'] = (PRE + frame(2, req[2]))[:-2]
     c['bad-op'] = PRE + nhdr(0, 36, 0, 1)
     c['bad-len'] = PRE + u32(7) + struct.pack('<HHI', 1, 0, 1)
