@@ -4,8 +4,9 @@
 #
 #   bench/tls_vs_plain.sh [BUILDDIR]
 #
-# Makes a test CA and a server certificate for 127.0.0.1 with the openssl
-# CLI (as tests/lib/rdzvtest.py's make_tls_certs does), starts BUILDDIR's
+# Makes a test CA and a server certificate for 127.0.0.1 with the test
+# suite's make_tls_certs (tests/lib/rdzvtest.py, the openssl CLI; needs
+# /usr/bin/python3 or $TEST_PYTHON), starts BUILDDIR's
 # rdzvd with --tls optional (durability memory) so one server takes both
 # kinds of connection, and runs bench/tlsload against it:
 #   1. load: P processes, one connection each, SET/GET round trips of
@@ -24,6 +25,7 @@
 # DURATION (3 s), WARMUP (1 s), CONNECTS (50).
 set -euo pipefail
 
+here=$(cd "$(dirname "$0")" && pwd)
 build=${1:-${RDZV_TOP_BUILDDIR:-$(pwd)}}
 tlsload=$build/bench/tlsload
 rdzvd=$build/rdzvd/rdzvd
@@ -54,37 +56,11 @@ trap cleanup EXIT
 
 log() { echo "tls_vs_plain: $*" >&2; }
 
-# ---- certificates: a CA, and a server certificate it signed ----
-cat > "$tmp/openssl.cnf" <<'EOF'
-[req]
-distinguished_name = dn
-prompt = no
-[dn]
-CN = unused
-[ca_ext]
-basicConstraints = critical, CA:TRUE
-keyUsage = critical, keyCertSign, cRLSign
-subjectKeyIdentifier = hash
-[server_ext]
-basicConstraints = critical, CA:FALSE
-keyUsage = critical, digitalSignature, keyEncipherment
-extendedKeyUsage = serverAuth
-subjectKeyIdentifier = hash
-authorityKeyIdentifier = keyid
-subjectAltName = DNS:localhost, IP:127.0.0.1, IP:::1
-EOF
-(
-	cd "$tmp"
-	newkey="-newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes"
-	openssl req -config openssl.cnf -x509 $newkey -keyout ca.key \
-	    -out ca.pem -days 3 -subj "/CN=rdzv bench CA" -extensions ca_ext \
-	    -sha256
-	openssl req -config openssl.cnf -new $newkey -keyout server.key \
-	    -out server.csr -subj /CN=localhost
-	openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key \
-	    -set_serial 1 -days 3 -sha256 -extfile openssl.cnf \
-	    -extensions server_ext -out server.pem
-) > "$results/openssl.log" 2>&1 || { cat "$results/openssl.log" >&2; exit 1; }
+# ---- certificates: the test suite's (a CA, and a server certificate it
+# signed for 127.0.0.1), made by tests/lib/rdzvtest.py with the openssl CLI
+PYTHONPATH="$here/../tests/lib" "${TEST_PYTHON:-/usr/bin/python3}" -c \
+    'import sys, rdzvtest; rdzvtest.make_tls_certs(sys.argv[1])' "$tmp" \
+    > "$results/openssl.log" 2>&1 || { cat "$results/openssl.log" >&2; exit 1; }
 ca=$tmp/ca.pem
 
 wait_file() {
