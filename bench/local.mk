@@ -27,4 +27,4 @@ noinst_PROGRAMS += bench/tlsload
 bench_tlsload_SOURCES = bench/tlsload.c
 bench_tlsload_CFLAGS = $(AM_CFLAGS) $(LIBSSL_CFLAGS)
 bench_tlsload_LDADD = common/libcommon.la $(LIBSSL_LIBS) $(LIBCRYPTO_LIBS) $(LIBEVENT_LIBS) $(LIBBSD_LIBS)
-EXTRA_DIST += bench/rdzvd_ab.sh bench/tls_vs_plain.sh
+EXTRA_DIST += bench/rdzvd_ab.sh bench/tls_vs_plain.sh bench/lib.sh

@@ -19,6 +19,9 @@
 # PROTOS ("tcpstore113 native"), MIX, KEYS, KEY_SIZE, VALUE_SIZE.
 set -euo pipefail
 
+here=$(cd "$(dirname "$0")" && pwd)
+. "$here/lib.sh"
+
 if [ $# -lt 2 ] || [ $# -gt 3 ]; then
 	echo "usage: rdzvd_ab.sh OLD_RDZVD NEW_RDZVD [BUILDDIR]" >&2
 	exit 2
@@ -58,18 +61,6 @@ trap cleanup EXIT
 
 log() { echo "rdzvd_ab: $*" >&2; }
 
-wait_port() {
-	local file=$1 i
-	for i in $(seq 1 200); do
-		if [ -s "$file" ]; then
-			head -n 1 "$file"
-			return 0
-		fi
-		sleep 0.05
-	done
-	echo "rdzvd_ab: no port in $file" >&2
-	return 1
-}
 
 declare -A port pid
 start() {
@@ -86,10 +77,6 @@ start new "$bin_new"
 log "old=$bin_old (port ${port[old]}) new=$bin_new (port ${port[new]})"
 log "raw results in $results"
 
-# CPU time a process's threads have used, in ns (/proc/PID/stat counts
-# 10 ms ticks, too coarse for one connection's handshake).
-cpu_ns() { cat /proc/"$1"/task/*/schedstat | awk '{ s += $1 } END { printf "%.0f", s }'; }
-field() { sed -n "s/.* $1=\([^ ]*\).*/\1/p" <<< " $2"; }
 
 started=$(date +%s)
 for k in $CONNS; do

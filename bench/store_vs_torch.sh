@@ -22,6 +22,7 @@
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
+. "$here/lib.sh"
 build=${1:-${RDZV_TOP_BUILDDIR:-$(pwd)}}
 storeload=$build/bench/storeload
 rdzvd=$build/rdzvd/rdzvd
@@ -72,19 +73,6 @@ trap cleanup EXIT
 
 log() { echo "store_vs_torch: $*" >&2; }
 
-# Waits for a file to hold a port number; prints it.
-wait_port() {
-	local file=$1 i
-	for i in $(seq 1 200); do
-		if [ -s "$file" ]; then
-			awk '/^[0-9]+$/ { print; exit } /^port [0-9]+$/ { print $2; exit }' "$file"
-			return 0
-		fi
-		sleep 0.05
-	done
-	echo "store_vs_torch: no port in $file" >&2
-	return 1
-}
 
 # start_rdzvd NAME DURABILITY DB: starts rdzvd, sets port_NAME and pid_NAME.
 declare -A port pid
@@ -118,7 +106,6 @@ clk_tck=$(getconf CLK_TCK)
 cpu_ticks() { awk '{ sub(/.*\) /, ""); print $12 + $13 }' "/proc/$1/stat"; }
 
 # Pulls key=value fields out of a storeload line.
-field() { sed -n "s/.* $1=\([^ ]*\).*/\1/p" <<< " $2"; }
 
 # ---- 1. load ----
 targets="memory:tcpstore113 relaxed:tcpstore113 strict:tcpstore113 torch:tcpstore113 memory:native relaxed:native strict:native"

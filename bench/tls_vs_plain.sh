@@ -26,6 +26,7 @@
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
+. "$here/lib.sh"
 build=${1:-${RDZV_TOP_BUILDDIR:-$(pwd)}}
 tlsload=$build/bench/tlsload
 rdzvd=$build/rdzvd/rdzvd
@@ -63,30 +64,16 @@ PYTHONPATH="$here/../tests/lib" "${TEST_PYTHON:-/usr/bin/python3}" -c \
     > "$results/openssl.log" 2>&1 || { cat "$results/openssl.log" >&2; exit 1; }
 ca=$tmp/ca.pem
 
-wait_file() {
-	local i
-	for i in $(seq 1 200); do
-		[ -s "$1" ] && { head -n 1 "$1"; return 0; }
-		sleep 0.05
-	done
-	echo "tls_vs_plain: nothing in $1" >&2
-	return 1
-}
-
 "$rdzvd" -d --listen 127.0.0.1:0 --port-file "$tmp/port" \
     --http 127.0.0.1:0 --http-port-file "$tmp/http.port" \
     --db :memory: --durability memory --log-level warn \
     --tls-cert "$tmp/server.pem" --tls-key "$tmp/server.key" --tls optional \
     2> "$results/rdzvd.log" &
 rpid=$!
-ep=127.0.0.1:$(wait_file "$tmp/port")
-hport=$(wait_file "$tmp/http.port")
+ep=127.0.0.1:$(wait_port "$tmp/port")
+hport=$(wait_port "$tmp/http.port")
 log "rdzvd $rdzvd at $ep (TLS optional); raw results in $results"
 
-# CPU time a process's threads have used, in ns (/proc/PID/stat counts
-# 10 ms ticks, too coarse for one connection's handshake).
-cpu_ns() { cat /proc/"$1"/task/*/schedstat | awk '{ s += $1 } END { printf "%.0f", s }'; }
-field() { sed -n "s/.* $1=\([^ ]*\).*/\1/p" <<< " $2"; }
 tls_total() {
 	exec 3<>"/dev/tcp/127.0.0.1/$hport"
 	printf 'GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n' >&3

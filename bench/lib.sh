@@ -1,0 +1,23 @@
+# bench/lib.sh: helpers the benchmark scripts source (bash).
+
+# Waits up to 10 s for FILE to hold a port number (a bare number, or rdzvd's
+# "port N" line) and prints it.
+wait_port() {
+	local file=$1 i
+	for i in $(seq 1 200); do
+		if [ -s "$file" ]; then
+			awk '/^[0-9]+$/ { print; exit } /^port [0-9]+$/ { print $2; exit }' "$file"
+			return 0
+		fi
+		sleep 0.05
+	done
+	echo "${0##*/}: no port in $file" >&2
+	return 1
+}
+
+# CPU time all threads of process PID have used, in ns (/proc/PID/stat
+# counts 10 ms ticks, too coarse for one connection's handshake).
+cpu_ns() { cat /proc/"$1"/task/*/schedstat | awk '{ s += $1 } END { printf "%.0f", s }'; }
+
+# The value of KEY in a "k1=v1 k2=v2 ..." line.
+field() { sed -n "s/.* $1=\([^ ]*\).*/\1/p" <<< " $2"; }
