@@ -32,20 +32,21 @@ CTL = rdzvctl_path()
 
 
 def ctl(*args, endpoint=None, env=None, timeout=20, stdin=None):
-    """Runs rdzvctl; returns (rc, stdout, stderr) as text (stdout bytes
-    when stdin is bytes)."""
+    """Runs rdzvctl; returns (rc, stdout, stderr); stdout is bytes when
+    stdin is bytes."""
     e = {k: v for k, v in os.environ.items()
-         if k not in ("RDZV_ENDPOINT", "RDZV_TOKEN_FILE")}
+         if k not in ("RDZV_ENDPOINT", "RDZV_TOKEN_FILE", "RDZV_TLS_CA")}
     e.update(env or {})
     argv = [CTL] + (["-e", endpoint] if endpoint else []) + list(args)
     p = subprocess.run(argv, env=e, timeout=timeout, capture_output=True,
                        input=stdin)
-    return p.returncode, p.stdout.decode(errors="replace"), \
-        p.stderr.decode(errors="replace")
+    out = p.stdout if isinstance(stdin, bytes) else \
+        p.stdout.decode(errors="replace")
+    return p.returncode, out, p.stderr.decode(errors="replace")
 
 
-def ep(d):
-    return "127.0.0.1:%d" % d.port
+def ep(d, host="127.0.0.1"):
+    return "%s:%d" % (host, d.port)
 
 
 class Agent:

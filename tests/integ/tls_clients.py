@@ -16,40 +16,12 @@ import time
 
 import rdzvtest as rt
 import worker_lib as wl
-from ctl_basic import Follow
+from ctl_basic import CTL, Follow, ctl, ep
 
 OP_JOIN, OP_ROUND = 21, 26
 RUNNING = 1
 EXIT_AUTH = 4
-
-
-def rdzvctl_path():
-    p = os.path.join(rt.top_builddir(), "client", "rdzvctl")
-    if not os.access(p, os.X_OK):
-        rt.skip_all("client/rdzvctl is not built")
-    return p
-
-
-CTL = rdzvctl_path()
 CERTS = rt.make_tls_certs()
-
-
-def ctl(*args, endpoint=None, env=None, timeout=20, stdin=None):
-    """Runs rdzvctl; returns (rc, stdout, stderr); stdout is bytes when
-    stdin is bytes."""
-    e = {k: v for k, v in os.environ.items()
-         if k not in ("RDZV_ENDPOINT", "RDZV_TOKEN_FILE", "RDZV_TLS_CA")}
-    e.update(env or {})
-    argv = [CTL] + (["-e", endpoint] if endpoint else []) + list(args)
-    p = subprocess.run(argv, env=e, timeout=timeout, capture_output=True,
-                       input=stdin)
-    out = p.stdout if isinstance(stdin, bytes) else \
-        p.stdout.decode(errors="replace")
-    return p.returncode, out, p.stderr.decode(errors="replace")
-
-
-def ep(d, host="127.0.0.1"):
-    return "%s:%d" % (host, d.port)
 
 
 def tls_daemon(*extra, **kw):
