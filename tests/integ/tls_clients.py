@@ -9,7 +9,6 @@ message that says what to check, nothing written.  librdzvworker's store
 RDZV_TLS_CA and fails with the reason without it."""
 import json
 import os
-import re
 import signal
 import subprocess
 import time
