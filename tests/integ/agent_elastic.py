@@ -11,7 +11,7 @@ import signal
 import time
 
 import rdzvtest as rt
-from agent_lib import (Scope, agent_path, assert_gone, by_round, conf,
+from agent_lib import (Scope, agent_path, by_round, conf,
                        free_port, job_status, starts, wait_starts)
 
 LEASE = 1.0

@@ -5,7 +5,6 @@ right token works both ways (the server proves it holds it too)."""
 import hashlib
 import hmac
 import os
-import struct
 import urllib.error
 import urllib.request
 

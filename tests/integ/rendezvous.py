@@ -3,7 +3,6 @@ agent would (PROTOCOL.md "Rendezvous"): rounds, ranks, restarts, leases,
 standbys, rescale, closing, the per-round TCPStore port, and a kill -9 of
 rdzvd that running jobs must not notice."""
 import os
-import struct
 import time
 
 import rdzvtest as rt

@@ -13,7 +13,6 @@ import hmac
 import os
 import shutil
 import signal
-import socket
 import ssl
 import time
 

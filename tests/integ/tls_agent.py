@@ -10,7 +10,6 @@ TLS counters confirm what went over TLS.  Nothing of a test is left."""
 import os
 import socket
 import shutil
-import signal
 import time
 
 import rdzvtest as rt
