@@ -81,8 +81,12 @@ static const struct cmd cmds[] = {
 	{ "members", "members JOB",
 	  "One job and its nodes: node id, state (member, waiting, standby),\n"
 	  "group rank, host, address, agent pid, workers, time left on its\n"
-	  "lease, and whether its agent is connected; the failure that\n"
-	  "closed the job, if any.\n",
+	  "lease, whether its agent is connected, and how far its workers\n"
+	  "got in the running round: STEP is the step they last reported\n"
+	  "(lowest-highest when they differ; \"(N of M)\" when only N of its\n"
+	  "M workers reported), LAST REPORT the age of the oldest of those\n"
+	  "reports, \"-\" when none reported; the failure that closed the job,\n"
+	  "if any.\n",
 	  0, 1, 1, cmd_members },
 	{ "events", "events JOB [--follow] [--after SEQ]",
 	  "The job's event log (joins, rounds, failures, evictions), oldest\n"
@@ -387,6 +391,38 @@ cmd_jobs(struct ctl *ctl, int argc, char **argv)
 	return CTL_EXIT_OK;
 }
 
+/*
+ * A member's STEP and LAST REPORT cells from its "progress" (null, or
+ * absent from an older rdzvd: "-").
+ */
+static void
+members_progress(struct ctl_table *t, const json_t *m)
+{
+	const json_t	*p = json_object_get(m, "progress");
+	char		 steps[64], ranks[64], age[32];
+	int64_t		 lo, hi, n, lws;
+
+	if (!json_is_object(p) || (n = jint(p, "ranks_reporting")) <= 0) {
+		ctl_table_cell(t, "-");
+		ctl_table_cell(t, "-");
+		return;
+	}
+	lo = jint(p, "min_step");
+	hi = jint(p, "max_step");
+	lws = jint(m, "local_world_size");
+	if (lo == hi)
+		snprintf(steps, sizeof steps, "%" PRId64, hi);
+	else
+		snprintf(steps, sizeof steps, "%" PRId64 "-%" PRId64, lo, hi);
+	ranks[0] = '\0';
+	if (n < lws)
+		snprintf(ranks, sizeof ranks, " (%" PRId64 " of %" PRId64 ")",
+		    n, lws);
+	ctl_table_cell(t, "%s%s", steps, ranks);
+	ctl_table_cell(t, "%s ago", ctl_fmt_duration(age, sizeof age,
+	    jint(p, "oldest_report_ms_ago")));
+}
+
 static int
 cmd_members(struct ctl *ctl, int argc, char **argv)
 {
@@ -430,7 +466,7 @@ cmd_members(struct ctl *ctl, int argc, char **argv)
 		return CTL_EXIT_OK;
 	}
 	if ((t = ctl_table_new(">NODE|STATE|>RANK|HOST|ADDR|>PID|>WORKERS|"
-	    ">LEASE LEFT|CONNECTED")) == NULL) {
+	    ">LEASE LEFT|CONNECTED|>STEP|>LAST REPORT")) == NULL) {
 		json_decref(doc);
 		return CTL_EXIT_SERVER;
 	}
@@ -450,6 +486,7 @@ cmd_members(struct ctl *ctl, int argc, char **argv)
 		    jint(m, "lease_left_ms")));
 		ctl_table_cell(t, "%s", json_is_true(json_object_get(m,
 		    "connected")) ? "yes" : "no");
+		members_progress(t, m);
 	}
 	ctl_table_print(t);
 	json_decref(doc);

@@ -68,6 +68,12 @@ static const char status_page[] =
 "function table(cols,rows){return '<table><tr>'+cols.map(c=>'<th>'+esc(c)+"
 "'</th>').join('')+'</tr>'+rows.map(r=>'<tr>'+r.map(v=>'<td>'+v+'</td>')"
 ".join('')+'</tr>').join('')+'</table>'}\n"
+"function secs(ms){return (ms<10000?(ms/1000).toFixed(1):"
+"String(Math.round(ms/1000)))+' s'}\n"
+"function prog(p){if(!p)return '&mdash;';const n=p.ranks_reporting;\n"
+"return (p.min_step===p.max_step?'step '+p.max_step:'steps '+p.min_step+"
+"'-'+p.max_step)+' ('+n+(n===1?' rank':' ranks')+'), '+"
+"secs(p.oldest_report_ms_ago)+' ago'}\n"
 "async function refresh(){try{\n"
 "const st=await get('/api/status');const jobs=await get('/api/jobs');\n"
 "document.getElementById('ver').textContent=st.version;\n"
@@ -85,9 +91,10 @@ static const char status_page[] =
 "const x=await get('/api/jobs/'+encodeURIComponent(j.job));\n"
 "const ev=await get('/api/jobs/'+encodeURIComponent(j.job)+'/events');\n"
 "d+='<h2>'+esc(j.job)+': members</h2>'+table(['node','state','rank',"
-"'host','pid','workers','last heartbeat'],x.members.map(m=>[m.node_id,"
-"m.state,m.group_rank,esc(m.host),m.pid,m.local_world_size,m.connected?"
-"Math.max(0,m.lease_left_ms)+' ms of lease left':'disconnected']))+"
+"'host','pid','workers','last heartbeat','progress'],x.members.map(m=>["
+"m.node_id,m.state,m.group_rank,esc(m.host),m.pid,m.local_world_size,"
+"m.connected?Math.max(0,m.lease_left_ms)+' ms of lease left':"
+"'disconnected',prog(m.progress)]))+"
 "(x.failure?'<p class=failed>'+esc(x.failure)+'</p>':'')+"
 "'<h2>'+esc(j.job)+': recent events</h2><pre>'+ev.slice(-30).map(e=>"
 "new Date(e.time_ms).toISOString()+'  '+esc(e.text)).join('\\n')+"
@@ -159,8 +166,7 @@ http_api(struct evhttp_request *req, const char *path)
 	if (events)
 		http_json(req, rz_json_events(server.rz, slice_str(job), -1));
 	else
-		http_json(req, rz_json_job(server.rz, slice_str(job),
-		    rdzvd_now_ms()));
+		http_json(req, round_job_json(slice_str(job)));
 	free(job);
 }
 

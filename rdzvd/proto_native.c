@@ -376,7 +376,7 @@ native_rendezvous(struct conn *c, const struct nat_msg *m, struct nat_rd *rd,
 	case NAT_OP_ADMIN_JOB:
 		if (nat_rd_end(rd) != 0)
 			goto proto;
-		if ((text = rz_json_job(server.rz, job, now)) == NULL) {
+		if ((text = round_job_json(job)) == NULL) {
 			reply_rz(c, m, RDZV_ENOTFOUND);
 			break;
 		}

@@ -315,6 +315,15 @@ void	round_join(struct conn *c, uint32_t id, const struct rz_join_req *);
 void	round_set_accepting(int on);
 /* Re-arms the timer after any rendezvous event. */
 void	round_rearm(void);
+/*
+ * One job's detail for ADMIN_JOB and /api/jobs/JOB: rz_json_job's JSON
+ * with, on every node, "progress": {"ranks_reporting", "min_step",
+ * "max_step", "oldest_report_ms_ago"} from its ranks' "progress/<rank>"
+ * keys in the running round's namespace (null: not in the running round,
+ * or no rank reported), and "rank_base" on the running round's members.
+ * Malloc'ed; NULL for an unknown job or no memory.
+ */
+char	*round_job_json(struct slice job);
 void	round_fini(void);
 
 /* ---- http.c: /healthz and /metrics ---- */

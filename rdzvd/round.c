@@ -9,10 +9,18 @@
  * after a restart) never holds the loop for long, and sweeps dead rounds'
  * namespaces now and then.  Due times are wall-clock, so the timer is
  * never set further ahead than a sweep interval: a clock step is noticed.
+ *
+ * Job detail (round_job_json): rdzv.c's document plus, per member of the
+ * running round, how far its ranks got, read from the "progress/<rank>"
+ * keys workers write into the round's namespace.  It is done here, at
+ * output time, because it needs the kv store and the wall clock, which
+ * the pure state machine must not read.
  */
 #include "config.h"
 
 #include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -22,6 +30,7 @@
 #include <event2/event.h>
 #include <event2/listener.h>
 
+#include <jansson.h>
 #include <uthash.h>
 
 #include "log.h"
@@ -44,6 +53,8 @@ struct round_port {
 /* Dead rounds' namespaces are swept this often, or every retention
  * when that is shorter: nothing dead outlives closed jobs by much. */
 #define ROUND_SWEEP_MS		60000
+/* Longest "progress/<rank>" value taken: "<step> <unix_ms>", both int64. */
+#define ROUND_PROGRESS_VALUE_MAX	48
 
 static struct round_port	*ports;
 static struct event		*rz_timer;
@@ -366,6 +377,174 @@ purge_timer_cb(evutil_socket_t fd, short ev, void *arg)
 		/* A backlog: the next batch after the loop has served I/O. */
 		next = now + ROUND_PURGE_PAUSE_MS;
 	purge_arm(next >= 0 ? next : now + sweep_ms);
+}
+
+/* ---- job detail with progress ---- */
+
+/* A member of the running round, for its rank base. */
+struct round_member {
+	json_t	*m;
+	int64_t	 group_rank;
+	int64_t	 lws;
+};
+
+static int
+round_member_cmp(const void *a, const void *b)
+{
+	const struct round_member	*x = a, *y = b;
+
+	return (x->group_rank > y->group_rank) - (x->group_rank < y->group_rank);
+}
+
+/*
+ * Parses a "progress/<rank>" value, "<step> <unix_ms>" in decimal.
+ * Anyone who can reach the round's namespace may have written it, so
+ * anything else (signs, blanks, a missing or extra field, overflow) is
+ * refused with -1 rather than shown.
+ */
+static int
+round_progress_parse(struct slice v, int64_t *step, int64_t *ms)
+{
+	char		 buf[ROUND_PROGRESS_VALUE_MAX + 1], *sp;
+	const char	*errstr;
+	size_t		 i, spaces = 0;
+
+	if (v.len == 0 || v.len > ROUND_PROGRESS_VALUE_MAX)
+		return -1;
+	for (i = 0; i < v.len; i++) {
+		if (v.p[i] == ' ')
+			spaces++;
+		else if (v.p[i] < '0' || v.p[i] > '9')
+			return -1;
+	}
+	if (spaces != 1)
+		return -1;
+	memcpy(buf, v.p, v.len);
+	buf[v.len] = '\0';
+	sp = strchr(buf, ' ');
+	*sp++ = '\0';
+	if (buf[0] == '\0' || *sp == '\0')
+		return -1;
+	*step = strtonum(buf, 0, INT64_MAX, &errstr);
+	if (errstr != NULL)
+		return -1;
+	*ms = strtonum(sp, 0, INT64_MAX, &errstr);
+	if (errstr != NULL)
+		return -1;
+	return 0;
+}
+
+/*
+ * The "progress" of the member whose ranks are base .. base + lws - 1 in
+ * namespace ns at wall-clock time wall: one lookup per rank, no more.
+ * json_null() when none of them reported; NULL when out of memory.
+ */
+static json_t *
+round_member_progress(struct slice ns, int64_t base, int64_t lws,
+    int64_t wall)
+{
+	struct slice	 key, v;
+	char		 kbuf[48];
+	int64_t		 r, step, ms, age, n = 0, lo = 0, hi = 0, oldest = 0;
+	int		 k;
+
+	for (r = 0; r < lws; r++) {
+		k = snprintf(kbuf, sizeof kbuf, "progress/%" PRId64, base + r);
+		key.p = (const uint8_t *)kbuf;
+		key.len = (size_t)k;
+		if (kv_get(server.kv, ns, key, &v) != 0 ||
+		    round_progress_parse(v, &step, &ms) != 0)
+			continue;
+		if (n == 0 || step < lo)
+			lo = step;
+		if (n == 0 || step > hi)
+			hi = step;
+		/* A worker's clock may run ahead of ours: no negative age. */
+		age = wall > ms ? wall - ms : 0;
+		if (age > oldest)
+			oldest = age;
+		n++;
+	}
+	if (n == 0)
+		return json_null();
+	return json_pack("{s:I, s:I, s:I, s:I}", "ranks_reporting",
+	    (json_int_t)n, "min_step", (json_int_t)lo, "max_step",
+	    (json_int_t)hi, "oldest_report_ms_ago", (json_int_t)oldest);
+}
+
+/*
+ * Gives every node in doc (rz_json_job's document) a "progress", null
+ * but for members of the running round that have reports, and those
+ * members their "rank_base" (as their ROUND push had it: the workers of
+ * the members ranked before them).  Returns 0 or RDZV_ENOMEM.
+ */
+static int
+round_add_progress(json_t *doc, int64_t wall)
+{
+	struct round_member	*run = NULL;
+	json_t			*members, *m, *p;
+	const char		*ns, *state;
+	size_t			 i, n = 0;
+	int64_t			 base = 0;
+	int			 running;
+
+	if (!json_is_array(members = json_object_get(doc, "members")))
+		return 0;
+	ns = json_string_value(json_object_get(doc, "store_ns"));
+	state = json_string_value(json_object_get(doc, "state"));
+	running = ns != NULL && *ns != '\0' && state != NULL &&
+	    strcmp(state, "running") == 0;
+	if (running && json_array_size(members) > 0 &&
+	    (run = calloc(json_array_size(members), sizeof *run)) == NULL)
+		return RDZV_ENOMEM;
+	json_array_foreach(members, i, m) {
+		if (json_object_set_new(m, "progress", json_null()) != 0)
+			goto nomem;
+		state = json_string_value(json_object_get(m, "state"));
+		if (!running || state == NULL || strcmp(state, "member") != 0)
+			continue;
+		run[n].m = m;
+		run[n].group_rank = json_integer_value(json_object_get(m,
+		    "group_rank"));
+		run[n].lws = json_integer_value(json_object_get(m,
+		    "local_world_size"));
+		n++;
+	}
+	if (n > 0)
+		qsort(run, n, sizeof *run, round_member_cmp);
+	for (i = 0; i < n; i++) {
+		if ((p = round_member_progress(slice_str(ns), base, run[i].lws,
+		    wall)) == NULL ||
+		    json_object_set_new(run[i].m, "progress", p) != 0 ||
+		    json_object_set_new(run[i].m, "rank_base",
+		    json_integer(base)) != 0)
+			goto nomem;
+		base += run[i].lws;
+	}
+	free(run);
+	return 0;
+nomem:
+	free(run);
+	return RDZV_ENOMEM;
+}
+
+char *
+round_job_json(struct slice job)
+{
+	json_t	*doc;
+	char	*text;
+
+	if ((text = rz_json_job(server.rz, job, rdzvd_now_ms())) == NULL)
+		return NULL;
+	doc = json_loads(text, 0, NULL);
+	free(text);
+	if (doc == NULL || round_add_progress(doc, round_wall_ms()) != 0) {
+		json_decref(doc);
+		return NULL;
+	}
+	text = json_dumps(doc, JSON_COMPACT | JSON_ENSURE_ASCII);
+	json_decref(doc);
+	return text;
 }
 
 int

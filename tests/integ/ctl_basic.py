@@ -264,7 +264,8 @@ def test_members_table_and_json():
     table = "\n".join(lines[1:])
     t = rows(table)
     assert t[0] == ["NODE", "STATE", "RANK", "HOST", "ADDR", "PID",
-                    "WORKERS", "LEASE LEFT", "CONNECTED"], t
+                    "WORKERS", "LEASE LEFT", "CONNECTED", "STEP",
+                    "LAST REPORT"], t
     by_host = {r[3]: r for r in t[1:]}
     assert by_host["alpha"][0] == str(a.node_id)
     assert by_host["beta-host"][0] == str(b.node_id)
@@ -274,6 +275,8 @@ def test_members_table_and_json():
             r[6] == "2" and r[8] == "yes", r
         # Human-readable lease: 59.9s, not 59912.
         assert re.fullmatch(r"\d+\.\ds", r[7]), r
+        # No worker reported progress (tests/integ/progress_view.py).
+        assert r[9:] == ["-", "-"], r
     aligned(table, "HOST")
     aligned(table, "PID", right=True)
     rc, out, err = ctl("--json", "members", "train", endpoint=ep(d))

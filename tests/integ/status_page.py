@@ -55,6 +55,10 @@ def test_page_renders_the_job():
     # Rendered cells (the script's own text has the phrase once too).
     assert len(re.findall(r"<td>\d+ ms of lease left</td>", dom)) == 2, \
         dom[-3000:]
+    # No worker reported progress: a dash per member (tests/integ/
+    # progress_view.py renders reports).
+    assert "<th>progress</th>" in dom, dom[-3000:]
+    assert dom.count("<td>\u2014</td>") == 2, dom[-3000:]
     assert "worker exited with code 3" in dom, dom[-3000:]
     assert '<div id="err"></div>' in dom, dom[-3000:]   # no fetch failed
     assert agents[0].node_id is not None
