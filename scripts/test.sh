@@ -50,6 +50,20 @@ run() {
 }
 
 run plain "$top/build"
+if [ $quick -eq 0 ] && [ -f "$top/build/Makefile" ]; then
+	# The release tarball holds everything it needs: it configures, builds,
+	# installs, uninstalls and cleans up (its tests are the plain run's).
+	echo "== distcheck (TESTS= : the suite ran above)"
+	if make -C "$top/build" -j2 distcheck TESTS= >"$top/build/distcheck.log" 2>&1; then
+		echo "   PASS: make distcheck"
+		pass=$((pass + 1))
+	else
+		echo "   FAIL: make distcheck"
+		tail -40 "$top/build/distcheck.log"
+		fail=$((fail + 1))
+		rc=1
+	fi
+fi
 if [ $quick -eq 0 ]; then
 	run asan "$top/build-asan" --enable-asan
 	# The fuzz build runs only the fuzzers, each briefly.
