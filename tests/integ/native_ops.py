@@ -364,6 +364,7 @@ def test_namespaces_isolate():
     t = d.tcps113()
     assert t.get(b"k") == b"root"
     t.set(b"fromtcp", b"1")
+    assert t.get(b"fromtcp") == b"1"      # SET has no reply: ordered here
     assert root.get("fromtcp") == b"1"
     expect_err(rt.RDZV_ENOTFOUND, a.get, "fromtcp")
 

@@ -218,6 +218,9 @@ def test_tcpstore_unaffected_in_both_modes():
         t1, t2 = d.tcps113(), d.tcps2()
         t1.set(b"k1", b"v1")
         t2.set(b"k2", b"v2")
+        # SET has no reply: a GET on the same connection orders it before
+        # the other connection reads it.
+        assert t1.get(b"k1") == b"v1" and t2.get(b"k2") == b"v2"
         assert t2.get(b"k1") == b"v1" and t1.get(b"k2") == b"v2"
         n = d.native()
         assert n.get(b"k2") == b"v2"      # one store, whatever the carrier
