@@ -321,7 +321,7 @@ def test_garbage_after_0x16_closes_only_that_connection():
         s.sendall(junk)
         t0 = time.monotonic()
         rt.expect_closed(s, 5)
-        assert time.monotonic() - t0 < 1, "garbage waited for the deadline"
+        assert time.monotonic() - t0 < 3, "garbage waited for the deadline"
     assert errors(d, "tls_handshake") == 3
     assert c.get(b"k") == b"v"
     assert d.metric("rdzvd_tls_connections") == 1
