@@ -276,6 +276,23 @@ ctl_print_raw(const char *text, size_t len)
 	putchar('\n');
 }
 
+/*
+ * Takes a reply's JSON text (freed here): with --json prints it as it is
+ * and returns CTL_EXIT_OK with *doc NULL; otherwise returns CTL_EXIT_OK
+ * with *doc parsed, or CTL_EXIT_SERVER when it is not JSON.
+ */
+static int
+ctl_document(struct ctl *ctl, char *text, size_t len, json_t **doc)
+{
+	*doc = NULL;
+	if (ctl->json)
+		ctl_print_raw(text, len);
+	else
+		*doc = ctl_parse(ctl, text, len);
+	free(text);
+	return ctl->json || *doc != NULL ? CTL_EXIT_OK : CTL_EXIT_SERVER;
+}
+
 /* ---- commands ---- */
 
 /*
@@ -315,15 +332,8 @@ cmd_status(struct ctl *ctl, int argc, char **argv)
 	if ((rv = ctl_request(ctl, "status", NULL, &text, &len,
 	    NAT_OP_ADMIN_STATUS, "")) != 0)
 		return rv;
-	if (ctl->json) {
-		ctl_print_raw(text, len);
-		free(text);
-		return CTL_EXIT_OK;
-	}
-	doc = ctl_parse(ctl, text, len);
-	free(text);
-	if (doc == NULL)
-		return CTL_EXIT_SERVER;
+	if ((rv = ctl_document(ctl, text, len, &doc)) != 0 || doc == NULL)
+		return rv;
 	jobs = json_object_get(doc, "jobs");
 	printf("rdzvd %s at %s\n", jstr(doc, "version"), ctl->o.endpoint);
 	printf("uptime       %s\n", ctl_fmt_duration(buf, sizeof buf,
@@ -356,15 +366,8 @@ cmd_jobs(struct ctl *ctl, int argc, char **argv)
 	if ((rv = ctl_request(ctl, "jobs", NULL, &text, &len,
 	    NAT_OP_ADMIN_JOBS, "")) != 0)
 		return rv;
-	if (ctl->json) {
-		ctl_print_raw(text, len);
-		free(text);
-		return CTL_EXIT_OK;
-	}
-	doc = ctl_parse(ctl, text, len);
-	free(text);
-	if (doc == NULL)
-		return CTL_EXIT_SERVER;
+	if ((rv = ctl_document(ctl, text, len, &doc)) != 0 || doc == NULL)
+		return rv;
 	if (json_array_size(doc) == 0) {
 		printf("no jobs\n");
 		json_decref(doc);
@@ -437,15 +440,8 @@ cmd_members(struct ctl *ctl, int argc, char **argv)
 	if ((rv = ctl_request(ctl, what, "`rdzvctl jobs` lists them", &text,
 	    &len, NAT_OP_ADMIN_JOB, "b", argv[0])) != 0)
 		return rv;
-	if (ctl->json) {
-		ctl_print_raw(text, len);
-		free(text);
-		return CTL_EXIT_OK;
-	}
-	doc = ctl_parse(ctl, text, len);
-	free(text);
-	if (doc == NULL)
-		return CTL_EXIT_SERVER;
+	if ((rv = ctl_document(ctl, text, len, &doc)) != 0 || doc == NULL)
+		return rv;
 	printf("job %s: %s, round %" PRId64 ", %" PRId64 " node%s (%" PRId64
 	    ":%" PRId64 "), world size %" PRId64 ", restarts %" PRId64 "/%"
 	    PRId64, jstr(doc, "job"), jstr(doc, "state"), jint(doc, "round"),
@@ -647,15 +643,8 @@ cmd_events(struct ctl *ctl, int argc, char **argv)
 	    &len, NAT_OP_ADMIN_EVENTS, "bii", argv[0], ctl->after,
 	    (int64_t)0)) != 0)
 		return rv;
-	if (ctl->json) {
-		ctl_print_raw(text, len);
-		free(text);
-		return CTL_EXIT_OK;
-	}
-	doc = ctl_parse(ctl, text, len);
-	free(text);
-	if (doc == NULL)
-		return CTL_EXIT_SERVER;
+	if ((rv = ctl_document(ctl, text, len, &doc)) != 0 || doc == NULL)
+		return rv;
 	if (json_array_size(doc) == 0)
 		printf("no events\n");
 	else
