@@ -12,7 +12,7 @@ import time
 
 import rdzvtest as rt
 from agent_lib import (Scope, agent_path, by_round, conf,
-                       free_port, job_status, starts, wait_starts)
+                       job_status, starts, wait_starts)
 
 LEASE = 1.0
 
@@ -165,7 +165,7 @@ def test_standby_replaces_failed_node():
 
 
 def test_rdzvd_kill9_and_restart():
-    port = free_port()
+    port = rt.free_port()
     d = rt.Rdzvd(["--listen", "127.0.0.1:%d" % port], durability="strict")
     assert d.port == port
     with Scope() as s:

@@ -281,15 +281,6 @@ def job_status(d, job):
         c.close()
 
 
-def free_port():
-    import socket
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
-
-
 class Scope:
     """A test's directory, worker and agents; close() kills what is left
     and checks that nothing marked with the directory survives."""

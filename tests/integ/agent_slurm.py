@@ -8,7 +8,7 @@ import sys
 
 import rdzvtest as rt
 from agent_lib import (Scope, agent_path, assert_gone, by_round,
-                       free_port, starts)
+                       starts)
 
 # srun: starts --nodes copies of the command (one task per node) with the
 # per-task SLURM_* variables, forwards SIGTERM/SIGINT, exits with the
@@ -73,7 +73,7 @@ def run_sbatch(s, env_extra, timeout=60):
         "SLURM_JOB_ID": "4711", "SLURM_NNODES": "2",
         "SLURM_JOB_NODELIST": "127.0.0.1",
         "RDZVD": rt.rdzvd_path(), "RDZV_AGENT": agent_path(),
-        "RDZV_PORT": str(free_port()),
+        "RDZV_PORT": str(rt.free_port()),
         "RDZV_STATE_DIR": os.path.join(s.tmp, "state"),
         "RDZV_NPROC": "2",
         "PYTHON": sys.executable,

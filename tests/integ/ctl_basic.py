@@ -77,14 +77,6 @@ def running_job(d, job="train", hosts=("alpha", "beta")):
     return agents
 
 
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
-
-
 def rows(text):
     """A table's lines split on runs of two or more blanks."""
     return [re.split(r"\s{2,}", line.strip()) for line in
@@ -152,7 +144,7 @@ def test_help_per_command():
 
 
 def test_nothing_listening_exit_3():
-    port = free_port()
+    port = rt.free_port()
     rc, out, err = ctl("status", endpoint="127.0.0.1:%d" % port)
     assert rc == 3, (rc, err)
     assert "cannot connect to 127.0.0.1:%d" % port in err, err

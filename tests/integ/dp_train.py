@@ -219,7 +219,7 @@ def test_torchrun():
         import torch  # noqa: F401  (only to know torchrun is there)
     except ImportError:
         rt.skip("no torch in %s" % sys.executable)
-    port = wl.free_port()
+    port = rt.free_port()
     argv = [sys.executable, "-m", "torch.distributed.run",
             "--nproc_per_node", "2", "--master_port", str(port),
             "--redirects", "9:1", "--tee", "9:1", "--no_python", prog()]

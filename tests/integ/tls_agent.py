@@ -13,7 +13,7 @@ import shutil
 import time
 
 import rdzvtest as rt
-from agent_lib import (Scope, agent_path, by_round, conf, free_port,
+from agent_lib import (Scope, agent_path, by_round, conf,
                        job_status, starts, wait_starts)
 
 TOKEN = b"tls-agent-test-token"
@@ -253,7 +253,7 @@ def hang_up_on(port, count, timeout):
 
 def test_rdzvd_restarts_under_tls_agents():
     certs = rt.make_tls_certs()
-    port = free_port()
+    port = rt.free_port()
     d = rt.Rdzvd(["--listen", "127.0.0.1:%d" % port], durability="strict",
                  tls=certs)
     assert d.port == port

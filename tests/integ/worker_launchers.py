@@ -48,7 +48,7 @@ def test_torchrun_static_agent_store():
     script = ('[ "$TORCHELASTIC_USE_AGENT_STORE" = True ] || '
               '{ echo "agent store not used"; exit 9; }; exec "$0" "$@"')
     rc, out = torchrun(["--nproc_per_node", "2", "--master_port",
-                        str(wl.free_port()), "--no_python", "--redirects",
+                        str(rt.free_port()), "--no_python", "--redirects",
                         "9:1", "--tee", "9:1", "/bin/sh", "-c", script,
                         wl.prog(), "coll", "quick"])
     assert rc == 0, out[-3000:]
@@ -139,7 +139,7 @@ def test_unreachable_store_times_out():
                    rank_env=lambda r, n: {
                        "RANK": "1", "WORLD_SIZE": "2",
                        "MASTER_ADDR": "127.0.0.1",
-                       "MASTER_PORT": str(wl.free_port()),
+                       "MASTER_PORT": str(rt.free_port()),
                        "RDZV_INIT_TIMEOUT_MS": "500"}).wait(30)
     rc, out, err = res[0]
     assert rc == 2 and "cannot reach the store" in out, (rc, out)

@@ -9,7 +9,6 @@ test leaves none behind.
 """
 
 import os
-import socket
 import subprocess
 import time
 
@@ -32,14 +31,6 @@ _ns_counter = [0]
 
 def prog(name="worker_check"):
     return os.path.join(rt.top_builddir(), "tests", "integ", name)
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
 
 
 def base_env(extra=None):
@@ -65,7 +56,7 @@ class Group:
                       "RDZV_NAMESPACE": ns}
         elif store == "tcpstore":
             common = {"MASTER_ADDR": "127.0.0.1",
-                      "MASTER_PORT": str(free_port())}
+                      "MASTER_PORT": str(rt.free_port())}
         else:
             common = {}
         for r in range(n):

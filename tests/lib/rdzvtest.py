@@ -224,6 +224,15 @@ for _s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         pass    # not the main thread: whoever imported us handles signals
 
 
+def free_port():
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
 def mktemp(prefix="rdzvtest-"):
     """A fresh temporary directory, removed at exit unless RDZV_TEST_KEEP=1."""
     d = tempfile.mkdtemp(prefix=prefix)
