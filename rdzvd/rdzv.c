@@ -277,6 +277,20 @@ rz_closed(const struct rz_job *j)
 
 /* ---- pushes ---- */
 
+/* The global rank of member nd's first worker: the workers of the
+ * members ranked before it. */
+static int64_t
+rz_rank_base(const struct rz_job *j, const struct rz_node *nd)
+{
+	const struct rz_node	*o;
+	int64_t			 base = 0;
+
+	TAILQ_FOREACH(o, &j->nodes, entry)
+		if (o->state == RZN_MEMBER && o->group_rank < nd->group_rank)
+			base += o->lws;
+	return base;
+}
+
 /* Pushes state to nd; message NULL means the job's failure for FAILED. */
 static void
 rz_push_node(struct rz *rz, struct rz_job *j, struct rz_node *nd, int state,
@@ -301,18 +315,14 @@ rz_push_node(struct rz *rz, struct rz_job *j, struct rz_node *nd, int state,
 		p.message = state == RDZV_ROUND_FAILED ? j->failure : "";
 	if (state == RDZV_ROUND_RUNNING) {
 		struct rz_node	*o;
-		int64_t		 base = 0;
 
-		TAILQ_FOREACH(o, &j->nodes, entry)
-			if (o->state == RZN_MEMBER && o->group_rank < nd->group_rank)
-				base += o->lws;
 		p.group_rank = nd->group_rank;
 		p.group_world_size = 0;
 		TAILQ_FOREACH(o, &j->nodes, entry)
 			if (o->state == RZN_MEMBER)
 				p.group_world_size++;
 		p.world_size = j->world_size;
-		p.rank_base = base;
+		p.rank_base = rz_rank_base(j, nd);
 		p.store_ns = j->ns;
 		p.store_port = j->port;
 	}
@@ -1445,7 +1455,7 @@ rz_json_job(struct rz *rz, struct slice job, int64_t now)
 {
 	struct rz_job	*j;
 	struct rz_node	*nd;
-	json_t		*doc, *members;
+	json_t		*doc, *members, *m;
 
 	if ((j = rz_find_job(rz, job)) == NULL)
 		return NULL;
@@ -1453,9 +1463,8 @@ rz_json_job(struct rz *rz, struct slice job, int64_t now)
 		json_decref(doc);
 		return NULL;
 	}
-	TAILQ_FOREACH(nd, &j->nodes, entry)
-		json_array_append_new(members, json_pack(
-		    "{s:I, s:s, s:I, s:s, s:s, s:I, s:I, s:I, s:b}",
+	TAILQ_FOREACH(nd, &j->nodes, entry) {
+		m = json_pack("{s:I, s:s, s:I, s:s, s:s, s:I, s:I, s:I, s:b}",
 		    "node_id", (json_int_t)nd->id,
 		    "state", rz_node_state_name(nd->state),
 		    "group_rank", (json_int_t)nd->group_rank,
@@ -1463,7 +1472,14 @@ rz_json_job(struct rz *rz, struct slice job, int64_t now)
 		    "pid", (json_int_t)nd->pid,
 		    "local_world_size", (json_int_t)nd->lws,
 		    "lease_left_ms", (json_int_t)(nd->lease_end - now),
-		    "connected", nd->conn != NULL));
+		    "connected", nd->conn != NULL);
+		/* Its workers' ranks, as its ROUND push gave them. */
+		if (m != NULL && j->state == RZJ_RUNNING &&
+		    nd->state == RZN_MEMBER)
+			json_object_set_new(m, "rank_base",
+			    json_integer(rz_rank_base(j, nd)));
+		json_array_append_new(members, m);
+	}
 	json_object_set_new(doc, "members", members);
 	json_object_set_new(doc, "store_port", json_integer(j->port));
 	json_object_set_new(doc, "store_ns", json_string(j->ns));

@@ -382,20 +382,6 @@ purge_timer_cb(evutil_socket_t fd, short ev, void *arg)
 /* ---- job detail with progress ---- */
 
 /* A member of the running round, for its rank base. */
-struct round_member {
-	json_t	*m;
-	int64_t	 group_rank;
-	int64_t	 lws;
-};
-
-static int
-round_member_cmp(const void *a, const void *b)
-{
-	const struct round_member	*x = a, *y = b;
-
-	return (x->group_rank > y->group_rank) - (x->group_rank < y->group_rank);
-}
-
 /*
  * Parses a "progress/<rank>" value, "<step> <unix_ms>" in decimal.
  * Anyone who can reach the round's namespace may have written it, so
@@ -473,59 +459,32 @@ round_member_progress(struct slice ns, int64_t base, int64_t lws,
 }
 
 /*
- * Gives every node in doc (rz_json_job's document) a "progress", null
- * but for members of the running round that have reports, and those
- * members their "rank_base" (as their ROUND push had it: the workers of
- * the members ranked before them).  Returns 0 or RDZV_ENOMEM.
+ * Gives every node in doc (rz_json_job's document) a "progress": null
+ * but for members of the running round (those rz_json_job gave a
+ * "rank_base") whose ranks have reported.  Returns 0 or RDZV_ENOMEM.
  */
 static int
 round_add_progress(json_t *doc, int64_t wall)
 {
-	struct round_member	*run = NULL;
-	json_t			*members, *m, *p;
-	const char		*ns, *state;
-	size_t			 i, n = 0;
-	int64_t			 base = 0;
-	int			 running;
+	json_t		*members, *m, *p, *base;
+	const char	*ns;
+	size_t		 i;
 
 	if (!json_is_array(members = json_object_get(doc, "members")))
 		return 0;
 	ns = json_string_value(json_object_get(doc, "store_ns"));
-	state = json_string_value(json_object_get(doc, "state"));
-	running = ns != NULL && *ns != '\0' && state != NULL &&
-	    strcmp(state, "running") == 0;
-	if (running && json_array_size(members) > 0 &&
-	    (run = calloc(json_array_size(members), sizeof *run)) == NULL)
-		return RDZV_ENOMEM;
 	json_array_foreach(members, i, m) {
-		if (json_object_set_new(m, "progress", json_null()) != 0)
-			goto nomem;
-		state = json_string_value(json_object_get(m, "state"));
-		if (!running || state == NULL || strcmp(state, "member") != 0)
-			continue;
-		run[n].m = m;
-		run[n].group_rank = json_integer_value(json_object_get(m,
-		    "group_rank"));
-		run[n].lws = json_integer_value(json_object_get(m,
-		    "local_world_size"));
-		n++;
+		base = json_object_get(m, "rank_base");
+		if (ns == NULL || *ns == '\0' || !json_is_integer(base))
+			p = json_null();
+		else
+			p = round_member_progress(slice_str(ns),
+			    json_integer_value(base), json_integer_value(
+			    json_object_get(m, "local_world_size")), wall);
+		if (p == NULL || json_object_set_new(m, "progress", p) != 0)
+			return RDZV_ENOMEM;
 	}
-	if (n > 0)
-		qsort(run, n, sizeof *run, round_member_cmp);
-	for (i = 0; i < n; i++) {
-		if ((p = round_member_progress(slice_str(ns), base, run[i].lws,
-		    wall)) == NULL ||
-		    json_object_set_new(run[i].m, "progress", p) != 0 ||
-		    json_object_set_new(run[i].m, "rank_base",
-		    json_integer(base)) != 0)
-			goto nomem;
-		base += run[i].lws;
-	}
-	free(run);
 	return 0;
-nomem:
-	free(run);
-	return RDZV_ENOMEM;
 }
 
 char *
