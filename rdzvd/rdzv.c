@@ -1450,8 +1450,8 @@ rz_json_jobs(struct rz *rz)
 	return rz_dump(arr);
 }
 
-char *
-rz_json_job(struct rz *rz, struct slice job, int64_t now)
+json_t *
+rz_job_doc(struct rz *rz, struct slice job, int64_t now)
 {
 	struct rz_job	*j;
 	struct rz_node	*nd;
@@ -1484,7 +1484,7 @@ rz_json_job(struct rz *rz, struct slice job, int64_t now)
 	json_object_set_new(doc, "store_port", json_integer(j->port));
 	json_object_set_new(doc, "store_ns", json_string(j->ns));
 	json_object_set_new(doc, "failure", json_string(j->failure));
-	return rz_dump(doc);
+	return doc;
 }
 
 char *

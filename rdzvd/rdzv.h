@@ -152,7 +152,10 @@ char	*rz_status(struct rz *, struct slice job, int64_t now_ms);
 /* Operators (PROTOCOL.md "Operators"): malloc'ed JSON text, or NULL
  * (unknown job, or no memory). */
 char	*rz_json_jobs(struct rz *);
-char	*rz_json_job(struct rz *, struct slice job, int64_t now_ms);
+/* One job's detail as a jansson document (the caller's reference; the
+ * caller may add to it before dumping), or NULL. */
+struct json_t;
+struct json_t	*rz_job_doc(struct rz *, struct slice job, int64_t now_ms);
 /* Events after seq `after` (all when < 0), oldest first, at most 1000. */
 char	*rz_json_events(struct rz *, struct slice job, int64_t after);
 /* The kv row (namespace, key) the event after `after` will be written

@@ -316,7 +316,7 @@ void	round_set_accepting(int on);
 /* Re-arms the timer after any rendezvous event. */
 void	round_rearm(void);
 /*
- * One job's detail for ADMIN_JOB and /api/jobs/JOB: rz_json_job's JSON
+ * One job's detail for ADMIN_JOB and /api/jobs/JOB: rz_job_doc's JSON
  * with, on every node, "progress": {"ranks_reporting", "min_step",
  * "max_step", "oldest_report_ms_ago"} from its ranks' "progress/<rank>"
  * keys in the running round's namespace (null: not in the running round,

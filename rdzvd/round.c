@@ -459,8 +459,8 @@ round_member_progress(struct slice ns, int64_t base, int64_t lws,
 }
 
 /*
- * Gives every node in doc (rz_json_job's document) a "progress": null
- * but for members of the running round (those rz_json_job gave a
+ * Gives every node in doc (rz_job_doc's document) a "progress": null
+ * but for members of the running round (those rz_job_doc gave a
  * "rank_base") whose ranks have reported.  Returns 0 or RDZV_ENOMEM.
  */
 static int
@@ -491,17 +491,12 @@ char *
 round_job_json(struct slice job)
 {
 	json_t	*doc;
-	char	*text;
+	char	*text = NULL;
 
-	if ((text = rz_json_job(server.rz, job, rdzvd_now_ms())) == NULL)
+	if ((doc = rz_job_doc(server.rz, job, rdzvd_now_ms())) == NULL)
 		return NULL;
-	doc = json_loads(text, 0, NULL);
-	free(text);
-	if (doc == NULL || round_add_progress(doc, round_wall_ms()) != 0) {
-		json_decref(doc);
-		return NULL;
-	}
-	text = json_dumps(doc, JSON_COMPACT | JSON_ENSURE_ASCII);
+	if (round_add_progress(doc, round_wall_ms()) == 0)
+		text = json_dumps(doc, JSON_COMPACT | JSON_ENSURE_ASCII);
 	json_decref(doc);
 	return text;
 }

@@ -18,6 +18,8 @@
 #include <string.h>
 #include <cmocka.h>
 
+#include <jansson.h>
+
 #include "rdzv_err.h"
 #include "kv.h"
 #include "rdzv.h"
@@ -149,10 +151,10 @@ nkeys(struct fx *f, const char *ns, size_t nslen)
 static int
 has_job(struct fx *f, const char *job)
 {
-	char	*t = rz_json_job(f->rz, slice_str(job), 0);
+	json_t	*d = rz_job_doc(f->rz, slice_str(job), 0);
 
-	free(t);
-	return t != NULL;
+	json_decref(d);
+	return d != NULL;
 }
 
 static void
