@@ -2,7 +2,24 @@
 # deps.sh: installs the Debian packages rdzv builds, tests and demos with.
 # Safe to run again: it does nothing when everything is already there.
 # Runs apt-get as root, or through sudo when run as another user.
+#
+# PyTorch 2.13 (CPU build), the version users run, goes into a virtualenv
+# of its own, $RDZV_TORCH2_VENV (default ~/.cache/rdzv/torch-2.13), with
+# `pip install torch==2.13.0`; Debian's python3-torch 1.13 stays with
+# /usr/bin/python3.  The tests run against both.
 set -euo pipefail
+
+# install_torch2: the torch 2.13 virtualenv, unless it already imports.
+install_torch2() {
+	local venv=${RDZV_TORCH2_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/rdzv/torch-2.13}
+	"$venv/bin/python" -c 'import torch.distributed' 2>/dev/null && return 0
+	echo "deps.sh: installing torch 2.13 into $venv"
+	rm -rf "$venv"
+	mkdir -p "$(dirname "$venv")"
+	python3 -m venv "$venv"
+	"$venv/bin/pip" install -q torch==2.13.0 numpy
+	"$venv/bin/python" -c 'import torch.distributed'
+}
 
 PKGS=(
 	build-essential autoconf automake libtool pkg-config
@@ -19,7 +36,10 @@ for p in "${PKGS[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" ||
 		missing+=("$p")
 done
-[ ${#missing[@]} -eq 0 ] && exit 0
+if [ ${#missing[@]} -eq 0 ]; then
+	install_torch2
+	exit 0
+fi
 
 if [ "$(id -u)" -eq 0 ]; then
 	SUDO=()
@@ -33,3 +53,4 @@ echo "deps.sh: installing ${missing[*]}"
 "${SUDO[@]}" apt-get update -qq
 DEBIAN_FRONTEND=noninteractive "${SUDO[@]}" apt-get install -y -qq --no-install-recommends \
 	"${missing[@]}" >/dev/null
+install_torch2

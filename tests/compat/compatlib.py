@@ -7,6 +7,13 @@ TCPStore server, process groups for torch children (torchrun agents and
 their workers) that are always ended, and a byte-logging TCP proxy that
 records what torch sent and what came back.
 
+Which PyTorch: a test runs under the python that runs it (TORCH_PYTHON,
+Debian's torch 1.13, by default); torch 2.x tests call use_torch2() first,
+which re-executes the file under TORCH2_PYTHON (the virtualenv with torch
+2.13 that scripts/deps.sh makes).  A torch that cannot be imported skips
+the file, except under RDZV_REQUIRE_TORCH=1 (scripts/test.sh, so CI),
+where it fails it: a missing torch must never pass as a skip.
+
 Which server the tests talk to is chosen by RDZV_COMPAT_SERVER:
   rdzvd (default)  the daemon built in RDZV_TOP_BUILDDIR
   torch            torch 1.13's own TCPStore server in a helper process;
@@ -27,6 +34,10 @@ import time
 import rdzvtest
 
 TORCH_PY = os.environ.get("TORCH_PYTHON", "/usr/bin/python3")
+TORCH2_PY = os.environ.get("TORCH2_PYTHON", os.path.join(
+    os.environ.get("RDZV_TORCH2_VENV", os.path.join(os.environ.get(
+	"XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "rdzv",
+	"torch-2.13")), "bin", "python"))
 _T0 = time.monotonic()
 
 
@@ -40,16 +51,46 @@ def check(cond, msg):
 		raise AssertionError(msg)
 
 
+def _no_torch(reason):
+	"""A missing torch: a failure where the suite promised one (CI), a
+	visible skip elsewhere."""
+	if os.environ.get("RDZV_REQUIRE_TORCH") == "1":
+		print("FAIL: %s (RDZV_REQUIRE_TORCH=1: scripts/deps.sh installs "
+		    "it)" % reason, flush=True)
+		sys.exit(1)
+	rdzvtest.skip_all(reason)
+
+
 def require_torch():
-	"""torch.distributed, or the whole file is skipped (77)."""
+	"""torch.distributed, or the whole file is skipped (77); failed
+	instead under RDZV_REQUIRE_TORCH=1."""
 	try:
 		import torch  # noqa: F401  (the import is the check)
 		import torch.distributed as dist
 	except Exception as e:
-		rdzvtest.skip_all("torch not importable by %s: %s" %
-		    (sys.executable, e))
+		_no_torch("torch not importable by %s: %s" % (sys.executable, e))
 	if not dist.is_available():
-		rdzvtest.skip_all("torch.distributed not available")
+		_no_torch("torch.distributed not available in %s" % sys.executable)
+	return dist
+
+
+def use_torch2():
+	"""Re-executes this test file under TORCH2_PYTHON unless it already
+	runs there; returns torch.distributed of a 2.x torch."""
+	# Compared unresolved: a venv's python is a symlink to the base one.
+	if os.path.abspath(sys.executable) != os.path.abspath(TORCH2_PY) \
+	    and os.environ.get("RDZV_COMPAT_REEXEC") != "1":
+		if not os.access(TORCH2_PY, os.X_OK):
+			_no_torch("no torch 2.x python at %s (TORCH2_PYTHON)" %
+			    TORCH2_PY)
+		os.environ["RDZV_COMPAT_REEXEC"] = "1"
+		sys.stdout.flush()
+		os.execv(TORCH2_PY, [TORCH2_PY] + sys.argv)
+	dist = require_torch()
+	import torch
+	if int(torch.__version__.split(".")[0]) < 2:
+		_no_torch("%s has torch %s, not 2.x" % (sys.executable,
+		    torch.__version__))
 	return dist
 
 
