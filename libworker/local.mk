@@ -1,6 +1,8 @@
 # libworker/: librdzvworker, linked into training programs (issue 4).
-# Only the rdzv_* API of rdzv_worker.h is exported; the common/ code and
-# rdzvd's kv core (for the TCPStore a torchrun rank 0 hosts) are linked in.
+# Exactly the API of rdzv_worker.h is exported (librdzvworker.sym, one
+# symbol a line; tests/integ/worker_abi.sh holds the two together); the
+# common/ code and rdzvd's kv core (for the TCPStore a torchrun rank 0
+# hosts) are linked in and stay private.
 lib_LTLIBRARIES += libworker/librdzvworker.la
 include_HEADERS = libworker/rdzv_worker.h
 pkgconfigdir = $(libdir)/pkgconfig
@@ -14,7 +16,8 @@ libworker_librdzvworker_la_SOURCES = \
 	rdzvd/kv.h rdzvd/kv.c
 libworker_librdzvworker_la_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/libworker -I$(top_srcdir)/rdzvd
 libworker_librdzvworker_la_CFLAGS = $(AM_CFLAGS) $(LIBEVENT_CFLAGS) -pthread
-libworker_librdzvworker_la_LDFLAGS = -version-info 0:0:0 -export-symbols-regex '^rdzv_([abd-z]|c[a-km-z])' -pthread
+libworker_librdzvworker_la_LDFLAGS = -version-info 0:0:0 -export-symbols $(srcdir)/libworker/librdzvworker.sym -pthread
+EXTRA_libworker_librdzvworker_la_DEPENDENCIES = libworker/librdzvworker.sym
 libworker_librdzvworker_la_LIBADD = common/libcommon.la $(LIBEVENT_LIBS) $(LIBBSD_LIBS) -lm
 if HAVE_CUDA
 libworker_librdzvworker_la_CFLAGS += $(CUDA_CFLAGS)
@@ -25,7 +28,7 @@ libworker_librdzvworker_la_SOURCES += libworker/nccl.c
 libworker_librdzvworker_la_CFLAGS += $(NCCL_CFLAGS)
 libworker_librdzvworker_la_LIBADD += $(NCCL_LIBS)
 endif
-EXTRA_DIST += libworker/rdzvworker.pc.in
+EXTRA_DIST += libworker/rdzvworker.pc.in libworker/librdzvworker.sym
 
 # The program tests/integ/worker_*.py start as N ranks.
 check_PROGRAMS += tests/integ/worker_check

@@ -26,3 +26,5 @@ INTEG_TESTS += tests/integ/tls_clients.py
 INTEG_TESTS += tests/integ/client_lib.py
 INTEG_TESTS += tests/integ/retention.py
 INTEG_TESTS += tests/integ/progress_view.py
+# librdzvworker exports its header's functions, no more, no fewer.
+INTEG_TESTS += tests/integ/worker_abi.sh
