@@ -342,7 +342,10 @@ store_load(struct store *st, struct kv *kv)
 		goto dberr;
 	sqlite3_finalize(s);
 
-	sqlite3_exec(st->db, "COMMIT", NULL, NULL, NULL);
+	/* A read transaction: if it cannot end with COMMIT, ROLLBACK loses
+	 * nothing, and one left open would make every later BEGIN fail. */
+	if (sqlite3_exec(st->db, "COMMIT", NULL, NULL, NULL) != SQLITE_OK)
+		sqlite3_exec(st->db, "ROLLBACK", NULL, NULL, NULL);
 	log_info("store: %s: loaded %llu keys and %llu queue items", st->path,
 	    (unsigned long long)nkeys, (unsigned long long)nitems);
 	return 0;
@@ -443,6 +446,10 @@ store_apply(struct store *st, struct store_recs *batch)
 {
 	struct store_rec	*r;
 
+	/* A transaction an earlier failure left open (its ROLLBACK failed
+	 * too) would make BEGIN fail forever: end it first. */
+	if (!sqlite3_get_autocommit(st->db))
+		store_step(st, ST_ROLLBACK);
 	if (store_step(st, ST_BEGIN) != 0)
 		return RDZV_EIO;
 	STAILQ_FOREACH(r, batch, entry) {

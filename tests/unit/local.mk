@@ -23,6 +23,10 @@ tests_unit_test_kv_LDADD = $(UNIT_LDADD)
 tests_unit_test_store_SOURCES = tests/unit/test_store.c
 tests_unit_test_store_CFLAGS = $(UNIT_CFLAGS)
 tests_unit_test_store_LDADD = $(UNIT_LDADD) $(SQLITE3_LIBS)
+# Fault injection: store.c's sqlite calls go through the test's wrappers.
+tests_unit_test_store_LDFLAGS = -Wl,--wrap=sqlite3_open_v2 \
+	-Wl,--wrap=sqlite3_prepare_v2 -Wl,--wrap=sqlite3_prepare_v3 \
+	-Wl,--wrap=sqlite3_step -Wl,--wrap=sqlite3_exec
 endif
 if HAVE_CMOCKA
 check_PROGRAMS += tests/unit/test_worker_env

@@ -4,7 +4,9 @@
  * commits reported through the event loop, a child killed without
  * closing, files that must be refused, and commits retried while another
  * connection holds the write lock.  sqlite3.h is used here only to build
- * and hold on to fixtures that store.c must cope with.
+ * and hold on to fixtures that store.c must cope with, and to inject
+ * faults: the Nth sqlite call or allocation fails (sqlite's faultsim
+ * habit), see "Fault injection" below.
  */
 #include "config.h"
 
@@ -12,6 +14,7 @@
 
 #include <fcntl.h>
 #include <setjmp.h>
+#include <stdatomic.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -750,6 +753,429 @@ test_memory_db(void **state)
 	event_base_free(base);
 }
 
+/*
+ * Fault injection.  This program links with -Wl,--wrap for each sqlite
+ * call store.c makes that can fail at run time (open, prepare, step,
+ * exec), and main() puts an allocator in front of sqlite's.  Both pass
+ * through until fault_arm(): from then on the Nth wrapped call (or the
+ * Nth sqlite allocation) fails, once or, when persist is set, from then
+ * on, as an I/O error (SQLITE_IOERR) or out of memory (NULL).
+ */
+enum fault_kind { FAULT_CALL, FAULT_ALLOC };
+
+static atomic_int	fault_on;	/* armed */
+static int		fault_kind;
+static long		fault_at;	/* the call or allocation that fails */
+static int		fault_persist;
+static atomic_long	fault_calls;	/* counted since fault_arm() */
+static atomic_long	fault_hits;	/* faults injected since fault_arm() */
+static sqlite3_mem_methods real_mem;
+
+static void
+fault_arm(enum fault_kind kind, long at, int persist)
+{
+	fault_kind = kind;
+	fault_at = at;
+	fault_persist = persist;
+	atomic_store(&fault_calls, 0);
+	atomic_store(&fault_hits, 0);
+	atomic_store(&fault_on, 1);
+}
+
+static void
+fault_disarm(void)
+{
+	atomic_store(&fault_on, 0);
+}
+
+/* Whether this call (of the kind) is the one that fails. */
+static int
+fault_now(enum fault_kind kind)
+{
+	long	n;
+
+	if (!atomic_load(&fault_on) || fault_kind != (int)kind)
+		return 0;
+	n = atomic_fetch_add(&fault_calls, 1) + 1;
+	if (n != fault_at && !(fault_persist && n > fault_at))
+		return 0;
+	atomic_fetch_add(&fault_hits, 1);
+	return 1;
+}
+
+int	__real_sqlite3_open_v2(const char *, sqlite3 **, int, const char *);
+int	__wrap_sqlite3_open_v2(const char *, sqlite3 **, int, const char *);
+int	__real_sqlite3_prepare_v2(sqlite3 *, const char *, int,
+	    sqlite3_stmt **, const char **);
+int	__wrap_sqlite3_prepare_v2(sqlite3 *, const char *, int,
+	    sqlite3_stmt **, const char **);
+int	__real_sqlite3_prepare_v3(sqlite3 *, const char *, int, unsigned,
+	    sqlite3_stmt **, const char **);
+int	__wrap_sqlite3_prepare_v3(sqlite3 *, const char *, int, unsigned,
+	    sqlite3_stmt **, const char **);
+int	__real_sqlite3_step(sqlite3_stmt *);
+int	__wrap_sqlite3_step(sqlite3_stmt *);
+int	__real_sqlite3_exec(sqlite3 *, const char *,
+	    int (*)(void *, int, char **, char **), void *, char **);
+int	__wrap_sqlite3_exec(sqlite3 *, const char *,
+	    int (*)(void *, int, char **, char **), void *, char **);
+
+int
+__wrap_sqlite3_open_v2(const char *path, sqlite3 **db, int flags,
+    const char *vfs)
+{
+	if (fault_now(FAULT_CALL)) {
+		*db = NULL;
+		return SQLITE_CANTOPEN;
+	}
+	return __real_sqlite3_open_v2(path, db, flags, vfs);
+}
+
+int
+__wrap_sqlite3_prepare_v2(sqlite3 *db, const char *sql, int n,
+    sqlite3_stmt **s, const char **tail)
+{
+	if (fault_now(FAULT_CALL)) {
+		*s = NULL;
+		return SQLITE_IOERR;
+	}
+	return __real_sqlite3_prepare_v2(db, sql, n, s, tail);
+}
+
+int
+__wrap_sqlite3_prepare_v3(sqlite3 *db, const char *sql, int n,
+    unsigned flags, sqlite3_stmt **s, const char **tail)
+{
+	if (fault_now(FAULT_CALL)) {
+		*s = NULL;
+		return SQLITE_IOERR;
+	}
+	return __real_sqlite3_prepare_v3(db, sql, n, flags, s, tail);
+}
+
+int
+__wrap_sqlite3_step(sqlite3_stmt *s)
+{
+	return fault_now(FAULT_CALL) ? SQLITE_IOERR : __real_sqlite3_step(s);
+}
+
+int
+__wrap_sqlite3_exec(sqlite3 *db, const char *sql,
+    int (*cb)(void *, int, char **, char **), void *arg, char **err)
+{
+	if (fault_now(FAULT_CALL)) {
+		if (err != NULL)
+			*err = sqlite3_mprintf("injected fault");
+		return SQLITE_IOERR;
+	}
+	return __real_sqlite3_exec(db, sql, cb, arg, err);
+}
+
+static void *
+fault_malloc(int n)
+{
+	return fault_now(FAULT_ALLOC) ? NULL : real_mem.xMalloc(n);
+}
+
+static void *
+fault_realloc(void *p, int n)
+{
+	return fault_now(FAULT_ALLOC) ? NULL : real_mem.xRealloc(p, n);
+}
+
+/* Installs the allocator; must run before sqlite initialises. */
+static int
+fault_install(void)
+{
+	static sqlite3_mem_methods	mem;
+
+	if (sqlite3_config(SQLITE_CONFIG_GETMALLOC, &real_mem) != SQLITE_OK)
+		return -1;
+	mem = real_mem;
+	mem.xMalloc = fault_malloc;
+	mem.xRealloc = fault_realloc;
+	return sqlite3_config(SQLITE_CONFIG_MALLOC, &mem) == SQLITE_OK ? 0 :
+	    -1;
+}
+
+#define FAULT_SETS	6
+
+/* The sequence numbers of one case's writes, in the order made. */
+struct fault_writes {
+	uint64_t	set[FAULT_SETS];
+	uint64_t	del;
+	uint64_t	push;
+};
+
+/* A database holding the keys "keep" and "base" in the default space. */
+static void
+fault_baseline(const char *path)
+{
+	struct event_base	*base;
+	struct kv		*kv;
+	struct store		*st;
+	struct done		 d = { 0, 0 };
+
+	unlink(path);
+	base = event_base_new();
+	assert_non_null(base);
+	st = open_store(path, STORE_STRICT, 0, base, &kv, &d);
+	assert_non_null(st);
+	assert_int_equal(kv_set(kv, S(""), S("keep"), S("1")), 0);
+	assert_int_equal(kv_set(kv, S(""), S("base"), S("2")), 0);
+	assert_true(run_until(base, &d, store_last_seq(st), 10000));
+	store_close(st);
+	kv_free(kv);
+	event_base_free(base);
+}
+
+/* The case's writes through an open store: six puts, a delete of the
+ * baseline's "base", a queue push. */
+static void
+fault_write(struct kv *kv, struct store *st, struct fault_writes *w)
+{
+	char	key[16], val[16];
+	int	i;
+
+	for (i = 0; i < FAULT_SETS; i++) {
+		snprintf(key, sizeof key, "k%d", i);
+		snprintf(val, sizeof val, "v%d", i);
+		assert_int_equal(kv_set(kv, S("f"), S(key), S(val)), 0);
+		w->set[i] = store_last_seq(st);
+	}
+	kv_delete(kv, S(""), S("base"));
+	w->del = store_last_seq(st);
+	assert_int_equal(kv_qpush(kv, S("f"), S("q"), S("item")), 0);
+	w->push = store_last_seq(st);
+}
+
+/*
+ * Reopens path with no fault armed: it must open, hold the baseline (when
+ * it had one), and every write with a sequence number up to acked (the
+ * last one done_cb reported) with its value; a write not acknowledged is
+ * there with its value or not at all.  w NULL: the case wrote nothing.
+ */
+static void
+fault_check(const char *path, int baseline, const struct fault_writes *w,
+    uint64_t acked)
+{
+	struct event_base	*base;
+	struct kv		*kv;
+	struct store		*st;
+	struct done		 d = { 0, 0 };
+	struct slice		 got;
+	char			 key[16], val[16];
+	int			 i, rc;
+
+	base = event_base_new();
+	assert_non_null(base);
+	st = open_store(path, STORE_STRICT, 0, base, &kv, &d);
+	assert_non_null(st);
+	if (baseline)
+		assert_value(kv, S(""), S("keep"), S("1"));
+	if (baseline && (w == NULL || w->del > acked)) {
+		rc = kv_get(kv, S(""), S("base"), &got);
+		if (w == NULL || rc == 0)
+			assert_value(kv, S(""), S("base"), S("2"));
+	} else
+		assert_missing(kv, S(""), S("base"));
+	assert_true(kv_num_keys(kv, S("f")) <= FAULT_SETS);
+	for (i = 0; i < FAULT_SETS; i++) {
+		snprintf(key, sizeof key, "k%d", i);
+		snprintf(val, sizeof val, "v%d", i);
+		if (w != NULL && w->set[i] <= acked) {
+			assert_value(kv, S("f"), S(key), S(val));
+			continue;
+		}
+		rc = kv_get(kv, S("f"), S(key), &got);
+		if (w == NULL)
+			assert_int_equal(rc, RDZV_ENOTFOUND);
+		else if (rc == 0)
+			assert_value(kv, S("f"), S(key), S(val));
+	}
+	if (w != NULL && w->push <= acked)
+		assert_pop(kv, S("f"), S("q"), "item");
+	else if (kv_qlen(kv, S("f"), S("q")) != 0)
+		assert_pop(kv, S("f"), S("q"), "item");
+	assert_int_equal(kv_qlen(kv, S("f"), S("q")), 0);
+	store_close(st);
+	kv_free(kv);
+	event_base_free(base);
+}
+
+/*
+ * One case in this process: the fault fires once, at call (allocation)
+ * at.  A store that fails to open must fail cleanly; one that opens must
+ * get every write committed in the end (a failed commit is retried) and
+ * report it through done_cb.  Returns whether the fault fired.
+ */
+static int
+fault_once(const char *path, int baseline, enum store_durability mode,
+    enum fault_kind kind, long at)
+{
+	struct event_base	*base;
+	struct kv		*kv;
+	struct store		*st;
+	struct done		 d = { 0, 0 };
+	struct fault_writes	 w;
+	long			 hits;
+
+	if (baseline)
+		fault_baseline(path);
+	else
+		unlink(path);
+	base = event_base_new();
+	assert_non_null(base);
+	fault_arm(kind, at, 0);
+	st = open_store(path, mode, 1, base, &kv, &d);
+	if (st == NULL) {
+		fault_disarm();
+		assert_int_equal(atomic_load(&fault_hits), 1);
+		kv_free(kv);
+		event_base_free(base);
+		fault_check(path, baseline, NULL, 0);
+		return 1;
+	}
+	fault_write(kv, st, &w);
+	if (!run_until(base, &d, w.push, 10000))
+		fail_msg("fault at %s %ld: writes never committed",
+		    kind == FAULT_CALL ? "call" : "allocation", at);
+	fault_disarm();
+	hits = atomic_load(&fault_hits);
+	store_close(st);
+	kv_free(kv);
+	event_base_free(base);
+	fault_check(path, baseline, &w, w.push);
+	return hits != 0;
+}
+
+/*
+ * One case in a child that dies: from call (allocation) at on, every one
+ * fails.  The child writes, waits until all is acknowledged or the store
+ * has failed a commit, sends the last acknowledged sequence number and
+ * exits without closing: a crash after a lasting I/O error or memory
+ * shortage.  Returns whether the fault fired.
+ */
+static int
+fault_crash(const char *path, enum store_durability mode,
+    enum fault_kind kind, long at)
+{
+	struct fault_writes	 w;
+	struct {
+		uint64_t		acked;
+		long			hits;
+		int			opened;
+		struct fault_writes	w;
+	}			 msg;
+	int			 p[2], status;
+	pid_t			 pid;
+
+	fault_baseline(path);
+	assert_int_equal(pipe(p), 0);
+	fflush(NULL);
+	pid = fork();
+	assert_true(pid != -1);
+	if (pid == 0) {
+		struct event_base	*base;
+		struct kv		*kv;
+		struct store		*st;
+		struct store_stats	 ss;
+		struct done		 d = { 0, 0 };
+		uint64_t		 until;
+
+		memset(&msg, 0, sizeof msg);
+		if ((base = event_base_new()) == NULL)
+			_exit(2);
+		fault_arm(kind, at, 1);
+		st = open_store(path, mode, 1, base, &kv, &d);
+		if (st != NULL) {
+			msg.opened = 1;
+			fault_write(kv, st, &msg.w);
+			until = now_ms() + 10000;
+			do {
+				run_until(base, &d, msg.w.push, 20);
+				store_get_stats(st, &ss);
+			} while (d.seq < msg.w.push && ss.errors == 0 &&
+			    now_ms() < until);
+		}
+		msg.acked = d.seq;
+		msg.hits = atomic_load(&fault_hits);
+		if (write(p[1], &msg, sizeof msg) != sizeof msg)
+			_exit(3);
+		_exit(0);
+	}
+	close(p[1]);
+	assert_int_equal(read(p[0], &msg, sizeof msg), (ssize_t)sizeof msg);
+	close(p[0]);
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	assert_true(WIFEXITED(status));
+	assert_int_equal(WEXITSTATUS(status), 0);
+	w = msg.w;
+	fault_check(path, 1, msg.opened ? &w : NULL, msg.acked);
+	return msg.hits != 0;
+}
+
+/* Runs cases at 1, 2, ... until one runs with no fault left to fire. */
+static void
+fault_sweep(const char *name, int (*one)(const char *, int,
+    enum store_durability, enum fault_kind, long), int baseline,
+    enum store_durability mode, enum fault_kind kind)
+{
+	char	path[256];
+	long	at;
+
+	dbpath(path, sizeof path, name);
+	for (at = 1; at < 20000; at++)
+		if (!one(path, baseline, mode, kind, at))
+			break;
+	assert_true(at > 1 && at < 20000);
+	print_message("%s: %ld fault points\n", name, at - 1);
+}
+
+static int
+fault_crash_case(const char *path, int baseline, enum store_durability mode,
+    enum fault_kind kind, long at)
+{
+	return fault_crash(path, mode, kind, at);
+}
+
+/* Every sqlite call store.c makes fails once in turn: open fails cleanly
+ * or every write is committed after a retry, on a new and on an existing
+ * database, strict and relaxed. */
+static void
+test_fault_call_once(void **state)
+{
+	fault_sweep("fault-call-new.db", fault_once, 0, STORE_STRICT,
+	    FAULT_CALL);
+	fault_sweep("fault-call-strict.db", fault_once, 1, STORE_STRICT,
+	    FAULT_CALL);
+	fault_sweep("fault-call-relaxed.db", fault_once, 1, STORE_RELAXED,
+	    FAULT_CALL);
+}
+
+/* The same for every allocation sqlite makes. */
+static void
+test_fault_alloc_once(void **state)
+{
+	fault_sweep("fault-alloc-new.db", fault_once, 0, STORE_RELAXED,
+	    FAULT_ALLOC);
+	fault_sweep("fault-alloc.db", fault_once, 1, STORE_STRICT,
+	    FAULT_ALLOC);
+}
+
+/* From the Nth call (allocation) on, everything fails, and the process
+ * dies: what was acknowledged is on disk, nothing else is half there. */
+static void
+test_fault_crash(void **state)
+{
+	fault_sweep("fault-crash-call.db", fault_crash_case, 1, STORE_STRICT,
+	    FAULT_CALL);
+	fault_sweep("fault-crash-relaxed.db", fault_crash_case, 1,
+	    STORE_RELAXED, FAULT_CALL);
+	fault_sweep("fault-crash-alloc.db", fault_crash_case, 1, STORE_STRICT,
+	    FAULT_ALLOC);
+}
+
 static void
 test_durability_names(void **state)
 {
@@ -800,7 +1226,16 @@ main(void)
 		cmocka_unit_test(test_busy_retry),
 		cmocka_unit_test(test_close_pending),
 		cmocka_unit_test(test_memory_db),
+		cmocka_unit_test(test_fault_call_once),
+		cmocka_unit_test(test_fault_alloc_once),
+		cmocka_unit_test(test_fault_crash),
 	};
+
+	if (fault_install() != 0) {
+		fprintf(stderr, "test_store: cannot install the fault "
+		    "allocator\n");
+		return 1;
+	}
 
 	return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
