@@ -34,27 +34,6 @@ struct pending {
 	int64_t			 after;	/* ADMIN_EVENTS: last seq seen */
 };
 
-static const enum op_kind nat_op_kind[NAT_OP_MAX + 1] = {
-	[NAT_OP_PING] = OPK_PING, [NAT_OP_SET] = OPK_SET,
-	[NAT_OP_GET] = OPK_GET, [NAT_OP_ADD] = OPK_ADD,
-	[NAT_OP_CAS] = OPK_COMPARE_SET, [NAT_OP_WAIT] = OPK_WAIT,
-	[NAT_OP_CHECK] = OPK_CHECK, [NAT_OP_DELETE] = OPK_DELETE,
-	[NAT_OP_NUM_KEYS] = OPK_NUM_KEYS, [NAT_OP_APPEND] = OPK_APPEND,
-	[NAT_OP_MULTI_GET] = OPK_MULTI_GET, [NAT_OP_MULTI_SET] = OPK_MULTI_SET,
-	[NAT_OP_QUEUE_PUSH] = OPK_QUEUE_PUSH, [NAT_OP_QUEUE_POP] = OPK_QUEUE_POP,
-	[NAT_OP_QUEUE_LEN] = OPK_QUEUE_LEN, [NAT_OP_LIST_KEYS] = OPK_LIST_KEYS,
-	[NAT_OP_BARRIER] = OPK_BARRIER, [NAT_OP_CANCEL] = OPK_CANCEL,
-	[NAT_OP_WATCH] = OPK_WATCH, [NAT_OP_WATCH_EVENT] = OPK_WATCH,
-	[NAT_OP_JOIN] = OPK_JOIN, [NAT_OP_HEARTBEAT] = OPK_HEARTBEAT,
-	[NAT_OP_LEAVE] = OPK_LEAVE, [NAT_OP_FAILURE] = OPK_FAILURE,
-	[NAT_OP_SUCCEEDED] = OPK_SUCCEEDED, [NAT_OP_ROUND] = OPK_JOIN,
-	[NAT_OP_JOB_STATUS] = OPK_JOB_STATUS,
-	[NAT_OP_ADMIN_STATUS] = OPK_ADMIN, [NAT_OP_ADMIN_JOBS] = OPK_ADMIN,
-	[NAT_OP_ADMIN_JOB] = OPK_ADMIN, [NAT_OP_ADMIN_EVENTS] = OPK_ADMIN,
-	[NAT_OP_ADMIN_CLOSE] = OPK_ADMIN, [NAT_OP_ADMIN_EVICT] = OPK_ADMIN,
-	[NAT_OP_AUTH_CHALLENGE] = OPK_ADMIN, [NAT_OP_AUTH] = OPK_ADMIN,
-};
-
 static void
 pending_free(struct pending *pd)
 {
@@ -315,18 +294,6 @@ native_auth(struct conn *c, const struct nat_msg *m, const char **why)
 	return 0;
 }
 
-static int
-native_op_writes(uint16_t op)
-{
-	switch (op) {
-	case NAT_OP_SET: case NAT_OP_ADD: case NAT_OP_CAS: case NAT_OP_DELETE:
-	case NAT_OP_APPEND: case NAT_OP_MULTI_SET: case NAT_OP_QUEUE_PUSH:
-	case NAT_OP_QUEUE_POP: case NAT_OP_BARRIER:
-		return 1;
-	}
-	return 0;
-}
-
 /* Replies to a rendezvous op that succeeded or failed (no payload). */
 static void
 reply_rz(struct conn *c, const struct nat_msg *m, int rc)
@@ -347,157 +314,685 @@ reply_rz(struct conn *c, const struct nat_msg *m, int rc)
 	conn_reply_done(c);
 }
 
-/* JOIN .. JOB_STATUS (PROTOCOL.md "Rendezvous"). */
+/*
+ * One request being served: its frame, a reader over the payload past
+ * the parts its op's flags name (namespace, key, job), and those parts.
+ * A handler replies (or registers a wait) and returns 0, or returns a
+ * negative RDZV_E* that closes the connection, with why set when the
+ * default reason for that code would not say enough.
+ */
+struct nat_req {
+	struct conn		*c;
+	const struct nat_msg	*m;
+	struct nat_rd		 rd;
+	struct slice		 ns;	/* NF_NS */
+	struct slice		 key;	/* NF_KEY */
+	struct slice		 job;	/* NF_JOB */
+	const char		*why;
+};
+
+/* What an op's payload starts with and how it is served. */
+#define NF_NS		0x01	/* b namespace */
+#define NF_KEY		0x02	/* then b key */
+#define NF_WRITES	0x04	/* refused in rdzvd's own (NUL-led) spaces */
+#define NF_JOB		0x08	/* b job: a rendezvous or admin op */
+#define NF_REARM	0x10	/* may change a round: re-arm its timer */
+#define NF_PUSH		0x20	/* server to client only */
+
+struct nat_handler {
+	enum op_kind	 kind;	/* the metrics counter */
+	int		 flags;
+	int		(*fn)(struct nat_req *);
+};
+
 static int
-native_rendezvous(struct conn *c, const struct nat_msg *m, struct nat_rd *rd,
-    const char **why)
+native_end(struct nat_req *r)
 {
-	struct rz_join_req	 jr;
-	struct rz_failure_req	 fr;
-	struct slice		 job;
-	int64_t			 node, round, now = rdzvd_now_ms();
-	char			*text;
-	int			 rc;
+	return nat_rd_end(&r->rd) != 0 ? RDZV_EPROTO : 0;
+}
 
-	if (m->op == NAT_OP_ADMIN_STATUS || m->op == NAT_OP_ADMIN_JOBS) {
-		if (nat_rd_end(rd) != 0)
-			goto proto;
-		text = m->op == NAT_OP_ADMIN_STATUS ? rdzvd_status_json() :
-		    rz_json_jobs(server.rz);
-		if (text == NULL)
-			goto nomem;
-		reply_bytes(c, m->op, m->id, text, strlen(text));
-		free(text);
-		return 0;
-	}
-	if (nat_get_bytes(rd, &job) != 0)
-		goto proto;
-	switch (m->op) {
-	case NAT_OP_ADMIN_JOB:
-		if (nat_rd_end(rd) != 0)
-			goto proto;
-		if ((text = round_job_json(job)) == NULL) {
-			reply_rz(c, m, RDZV_ENOTFOUND);
-			break;
-		}
-		reply_bytes(c, m->op, m->id, text, strlen(text));
-		free(text);
-		break;
-	case NAT_OP_ADMIN_EVENTS: {
-		struct pending	*pd;
-		char		 nsbuf[RZ_ID_MAX + 32], keybuf[32];
-		struct slice	 ens, ekey;
-		int64_t		 after, timeout;
+/* A value read from the payload, within --value-max. */
+static int
+native_value(struct nat_req *r, struct slice *v)
+{
+	if (nat_get_bytes(&r->rd, v) != 0)
+		return RDZV_EPROTO;
+	return v->len > server.cfg->limits.value_max ? RDZV_ETOOBIG : 0;
+}
 
-		if (nat_get_i64(rd, &after) != 0 ||
-		    nat_get_i64(rd, &timeout) != 0 || nat_rd_end(rd) != 0)
-			goto proto;
-		if (rz_event_row(server.rz, job, after, nsbuf, sizeof nsbuf,
-		    &ens, keybuf, sizeof keybuf, &ekey) != 0) {
-			reply_rz(c, m, RDZV_ENOTFOUND);
-			break;
-		}
-		if ((pd = pending_new(c, m, timeout > 0 ? timeout : 0)) == NULL ||
-		    (pd->ns = malloc(job.len)) == NULL) {
-			if (pd != NULL)
-				pending_free(pd);
-			goto nomem;
-		}
-		memcpy(pd->ns, job.p, job.len);
-		pd->nslen = job.len;
-		pd->after = after;
-		/* Something newer already, or no waiting asked: answer now. */
-		if (timeout <= 0 || kv_wait(server.kv, ens, &ekey, 1,
-		    pending_events_cb, pd, &pd->w) != 0) {
-			events_reply(pd);
-			pending_free(pd);
-		}
-		break;
-	}
-	case NAT_OP_ADMIN_CLOSE: {
-		struct slice	reason;
+static void
+native_keys_free(struct slice *keys, struct slice *stack)
+{
+	if (keys != NULL && keys != stack)
+		free(keys);
+}
 
-		if (nat_get_bytes(rd, &reason) != 0 || nat_rd_end(rd) != 0)
-			goto proto;
-		reply_rz(c, m, rz_admin_close(server.rz, job, reason, now));
-		break;
-	}
-	case NAT_OP_ADMIN_EVICT:
-		if (nat_get_i64(rd, &node) != 0 || nat_rd_end(rd) != 0)
-			goto proto;
-		reply_rz(c, m, rz_admin_evict(server.rz, job, node, now));
-		break;
-	case NAT_OP_JOIN:
-		memset(&jr, 0, sizeof jr);
-		jr.job = job;
-		if (nat_get_bytes(rd, &jr.instance) != 0 ||
-		    nat_get_bytes(rd, &jr.host) != 0 ||
-		    nat_get_bytes(rd, &jr.addr) != 0 ||
-		    nat_get_i64(rd, &jr.pid) != 0 ||
-		    nat_get_i64(rd, &jr.local_world_size) != 0 ||
-		    nat_get_i64(rd, &jr.min_nodes) != 0 ||
-		    nat_get_i64(rd, &jr.max_nodes) != 0 ||
-		    nat_get_i64(rd, &jr.max_restarts) != 0 ||
-		    nat_get_i64(rd, &jr.last_call_ms) != 0 ||
-		    nat_get_i64(rd, &jr.lease_ms) != 0 || nat_rd_end(rd) != 0)
-			goto proto;
-		round_join(c, m->id, &jr);
-		return 0;
-	case NAT_OP_HEARTBEAT:
-		if (nat_get_i64(rd, &node) != 0 || nat_rd_end(rd) != 0)
-			goto proto;
-		rc = rz_heartbeat(server.rz, job, node, c, now, &round);
-		if (rc < 0)
-			reply_rz(c, m, rc);
-		else
-			reply_i64(c, m->op, m->id, round);
-		break;
-	case NAT_OP_LEAVE:
-		if (nat_get_i64(rd, &node) != 0 || nat_rd_end(rd) != 0)
-			goto proto;
-		reply_rz(c, m, rz_leave(server.rz, job, node, now));
-		break;
-	case NAT_OP_FAILURE:
-		memset(&fr, 0, sizeof fr);
-		fr.job = job;
-		if (nat_get_i64(rd, &fr.node_id) != 0 ||
-		    nat_get_i64(rd, &fr.round) != 0 ||
-		    nat_get_i64(rd, &fr.local_rank) != 0 ||
-		    nat_get_i64(rd, &fr.rank) != 0 ||
-		    nat_get_i64(rd, &fr.exit_code) != 0 ||
-		    nat_get_i64(rd, &fr.signo) != 0 ||
-		    nat_get_bytes(rd, &fr.message) != 0 || nat_rd_end(rd) != 0)
-			goto proto;
-		reply_rz(c, m, rz_failure(server.rz, &fr, now));
-		break;
-	case NAT_OP_SUCCEEDED:
-		if (nat_get_i64(rd, &node) != 0 || nat_get_i64(rd, &round) != 0 ||
-		    nat_rd_end(rd) != 0)
-			goto proto;
-		reply_rz(c, m, rz_succeeded(server.rz, job, node, round, now));
-		break;
-	case NAT_OP_JOB_STATUS:
-		if (nat_rd_end(rd) != 0)
-			goto proto;
-		if ((text = rz_status(server.rz, job, now)) == NULL) {
-			reply_rz(c, m, RDZV_ENOTFOUND);
-			break;
-		}
-		reply_bytes(c, m->op, m->id, text, strlen(text));
-		free(text);
-		break;
-	default:
-		/* ROUND is a push: a client may not send it. */
-		goto proto;
-	}
-	round_rearm();
+/* The end of a one-shot wait registered as pd: rc 1 = already done, < 0
+ * = refused; 0 leaves the wait to its callback or deadline. */
+static void
+native_wait_started(struct nat_req *r, struct pending *pd, int rc)
+{
+	if (rc == 1)
+		reply_ok(r->c, r->m->op, r->m->id);
+	else if (rc < 0)
+		reply_error(r->c, r->m->op, r->m->id, rc);
+	if (rc != 0)
+		pending_free(pd);
+}
+
+static int
+native_ping(struct nat_req *r)
+{
+	struct slice	v;
+
+	if (nat_get_bytes(&r->rd, &v) != 0 || native_end(r) != 0)
+		return RDZV_EPROTO;
+	reply_bytes(r->c, r->m->op, r->m->id, v.p, v.len);
 	return 0;
-proto:
-	*why = "malformed rendezvous request";
-	return RDZV_EPROTO;
-nomem:
-	*why = "out of memory";
-	return RDZV_ENOMEM;
+}
+
+/* SET, APPEND, QUEUE_PUSH: a key and a value, an empty reply. */
+static int
+native_put(struct nat_req *r)
+{
+	struct slice	v;
+	int		rc;
+
+	if ((rc = native_value(r, &v)) != 0 || (rc = native_end(r)) != 0)
+		return rc;
+	if (r->m->op == NAT_OP_SET)
+		rc = kv_set(server.kv, r->ns, r->key, v);
+	else if (r->m->op == NAT_OP_APPEND)
+		rc = kv_append(server.kv, r->ns, r->key, v);
+	else
+		rc = kv_qpush(server.kv, r->ns, r->key, v);
+	if (rc < 0)
+		reply_error(r->c, r->m->op, r->m->id, rc);
+	else
+		reply_ok(r->c, r->m->op, r->m->id);
+	return 0;
+}
+
+static int
+native_get(struct nat_req *r)
+{
+	struct slice	out;
+	int		rc;
+
+	if (native_end(r) != 0)
+		return RDZV_EPROTO;
+	if ((rc = kv_get(server.kv, r->ns, r->key, &out)) < 0)
+		reply_error(r->c, r->m->op, r->m->id, rc);
+	else
+		reply_bytes(r->c, r->m->op, r->m->id, out.p, out.len);
+	return 0;
+}
+
+static int
+native_add(struct nat_req *r)
+{
+	int64_t	delta, v;
+	int	rc;
+
+	if (nat_get_i64(&r->rd, &delta) != 0 || native_end(r) != 0)
+		return RDZV_EPROTO;
+	if ((rc = kv_add(server.kv, r->ns, r->key, delta, &v)) < 0)
+		reply_error(r->c, r->m->op, r->m->id, rc);
+	else
+		reply_i64(r->c, r->m->op, r->m->id, v);
+	return 0;
+}
+
+static int
+native_cas(struct nat_req *r)
+{
+	struct slice	expected, desired, out;
+	int		rc;
+
+	if ((rc = native_value(r, &expected)) != 0 ||
+	    (rc = native_value(r, &desired)) != 0 ||
+	    (rc = native_end(r)) != 0)
+		return rc;
+	if ((rc = kv_cas(server.kv, r->ns, r->key, expected, desired,
+	    &out)) < 0)
+		reply_error(r->c, r->m->op, r->m->id, rc);
+	else
+		reply_bytes(r->c, r->m->op, r->m->id, out.p, out.len);
+	return 0;
+}
+
+static int
+native_delete(struct nat_req *r)
+{
+	int	rc;
+
+	if (native_end(r) != 0)
+		return RDZV_EPROTO;
+	if ((rc = kv_delete(server.kv, r->ns, r->key)) < 0)
+		reply_error(r->c, r->m->op, r->m->id, rc);
+	else
+		reply_i64(r->c, r->m->op, r->m->id, rc);
+	return 0;
+}
+
+static int
+native_num_keys(struct nat_req *r)
+{
+	if (native_end(r) != 0)
+		return RDZV_EPROTO;
+	reply_i64(r->c, r->m->op, r->m->id, kv_num_keys(server.kv, r->ns));
+	return 0;
+}
+
+static int
+native_queue_len(struct nat_req *r)
+{
+	if (native_end(r) != 0)
+		return RDZV_EPROTO;
+	reply_i64(r->c, r->m->op, r->m->id, kv_qlen(server.kv, r->ns, r->key));
+	return 0;
+}
+
+/* CHECK and WAIT: WAIT's timeout, then the keys. */
+static int
+native_check_wait(struct nat_req *r)
+{
+	struct slice	 stack[KEYS_STACK], *keys = NULL;
+	struct pending	*pd;
+	int64_t		 timeout = 0;
+	size_t		 n = 0;
+	int		 rc;
+
+	if (r->m->op == NAT_OP_WAIT && nat_get_i64(&r->rd, &timeout) != 0)
+		return RDZV_EPROTO;
+	if ((rc = read_keys(&r->rd, stack, &keys, &n)) < 0)
+		return rc;
+	if ((rc = native_end(r)) != 0)
+		goto out;
+	if (r->m->op == NAT_OP_CHECK)
+		reply_i64(r->c, r->m->op, r->m->id,
+		    kv_check(server.kv, r->ns, keys, n));
+	else if (kv_check(server.kv, r->ns, keys, n))
+		reply_ok(r->c, r->m->op, r->m->id);
+	else if (timeout == 0)
+		reply_error(r->c, r->m->op, r->m->id, RDZV_ETIMEDOUT);
+	else if ((pd = pending_new(r->c, r->m, timeout)) == NULL)
+		rc = RDZV_ENOMEM;
+	else
+		native_wait_started(r, pd, kv_wait(server.kv, r->ns, keys, n,
+		    pending_wake_cb, pd, &pd->w));
+out:
+	native_keys_free(keys, stack);
+	return rc;
+}
+
+static int
+native_barrier(struct nat_req *r)
+{
+	struct pending	*pd;
+	int64_t		 world, timeout;
+	int		 rc;
+
+	if (nat_get_i64(&r->rd, &world) != 0 ||
+	    nat_get_i64(&r->rd, &timeout) != 0 || native_end(r) != 0)
+		return RDZV_EPROTO;
+	if ((pd = pending_new(r->c, r->m, timeout)) == NULL)
+		return RDZV_ENOMEM;
+	rc = kv_barrier(server.kv, r->ns, r->key, world, pending_wake_cb, pd,
+	    &pd->w);
+	if (rc == 0 && timeout == 0) {
+		reply_error(r->c, r->m->op, r->m->id, RDZV_ETIMEDOUT);
+		pending_free(pd);
+	} else
+		native_wait_started(r, pd, rc);
+	return 0;
+}
+
+static int
+native_queue_pop(struct nat_req *r)
+{
+	struct pending	*pd;
+	uint8_t		*item;
+	size_t		 len;
+	int64_t		 timeout;
+	int		 rc;
+
+	if (nat_get_i64(&r->rd, &timeout) != 0 || native_end(r) != 0)
+		return RDZV_EPROTO;
+	if (timeout == 0) {
+		if (kv_qpop(server.kv, r->ns, r->key, &item, &len) < 0)
+			reply_error(r->c, r->m->op, r->m->id, RDZV_ETIMEDOUT);
+		else {
+			reply_bytes(r->c, r->m->op, r->m->id, item, len);
+			free(item);
+		}
+		return 0;
+	}
+	if ((pd = pending_new(r->c, r->m, timeout)) == NULL)
+		return RDZV_ENOMEM;
+	rc = kv_qpop_wait(server.kv, r->ns, r->key, &item, &len,
+	    pending_pop_cb, pd, &pd->w);
+	if (rc == 1) {
+		reply_bytes(r->c, r->m->op, r->m->id, item, len);
+		free(item);
+	} else if (rc < 0)
+		reply_error(r->c, r->m->op, r->m->id, rc);
+	if (rc != 0)
+		pending_free(pd);
+	return 0;
+}
+
+static int
+native_multi_get(struct nat_req *r)
+{
+	struct slice	 stack[KEYS_STACK], *keys = NULL, out;
+	struct nat_wr	 wr;
+	size_t		 n = 0, i;
+	int		 rc;
+
+	if ((rc = read_keys(&r->rd, stack, &keys, &n)) < 0)
+		return rc;
+	if ((rc = native_end(r)) != 0)
+		goto out;
+	for (i = 0; i < n; i++)
+		if (kv_get(server.kv, r->ns, keys[i], &out) != 0)
+			break;
+	if (i < n) {
+		reply_error(r->c, r->m->op, r->m->id, RDZV_ENOTFOUND);
+		goto out;
+	}
+	nat_frame_begin(&wr, conn_reply_buf(r->c), r->m->op, NAT_F_REPLY,
+	    r->m->id);
+	for (i = 0; i < n; i++) {
+		kv_get(server.kv, r->ns, keys[i], &out);
+		nat_put_bytes(&wr, out.p, out.len);
+	}
+	nat_frame_end(&wr);
+	conn_reply_done(r->c);
+out:
+	native_keys_free(keys, stack);
+	return rc;
+}
+
+static int
+native_multi_set(struct nat_req *r)
+{
+	const struct wire_limits *lim = &server.cfg->limits;
+	struct nat_rd	 scan;
+	struct slice	 key, v;
+	int64_t		 n;
+	size_t		 i;
+	int		 rc = 0;
+
+	if (nat_get_i64(&r->rd, &n) != 0 || n < 0)
+		return RDZV_EPROTO;
+	if ((uint64_t)n > lim->keys_max)
+		return RDZV_ETOOBIG;
+	/* Validate every pair before changing anything. */
+	scan = r->rd;
+	for (i = 0; i < (size_t)n; i++) {
+		if (nat_get_bytes(&scan, &key) != 0 ||
+		    nat_get_bytes(&scan, &v) != 0)
+			return RDZV_EPROTO;
+		if (key.len > lim->key_max || v.len > lim->value_max)
+			return RDZV_ETOOBIG;
+	}
+	if (nat_rd_end(&scan) != 0)
+		return RDZV_EPROTO;
+	for (i = 0; rc == 0 && i < (size_t)n; i++) {
+		nat_get_bytes(&r->rd, &key);
+		nat_get_bytes(&r->rd, &v);
+		rc = kv_set(server.kv, r->ns, key, v);
+	}
+	if (rc < 0)
+		reply_error(r->c, r->m->op, r->m->id, rc);
+	else
+		reply_ok(r->c, r->m->op, r->m->id);
+	return 0;
+}
+
+static int
+native_list_keys(struct nat_req *r)
+{
+	struct nat_wr	wr;
+	struct list_acc	acc;
+
+	if (native_end(r) != 0)
+		return RDZV_EPROTO;
+	nat_frame_begin(&wr, conn_reply_buf(r->c), r->m->op, NAT_F_REPLY,
+	    r->m->id);
+	acc.wr = &wr;
+	acc.n = 0;
+	kv_list(server.kv, r->ns, list_count_cb, &acc);
+	nat_put_i64(&wr, acc.n);
+	kv_list(server.kv, r->ns, list_put_cb, &acc);
+	nat_frame_end(&wr);
+	conn_reply_done(r->c);
+	return 0;
+}
+
+/* CANCEL: the wait with that id replies ECANCELED; CANCEL itself OK. */
+static int
+native_cancel(struct nat_req *r)
+{
+	struct pending	*pd;
+	int64_t		 id;
+
+	if (nat_get_i64(&r->rd, &id) != 0 || native_end(r) != 0)
+		return RDZV_EPROTO;
+	LIST_FOREACH(pd, &r->c->pending, entry)
+		if (pd->id == (uint32_t)id && pd->op != NAT_OP_WATCH)
+			break;
+	if (pd != NULL) {
+		reply_error(r->c, pd->op, pd->id, RDZV_ECANCELED);
+		pending_free(pd);
+	}
+	reply_ok(r->c, r->m->op, r->m->id);
+	return 0;
+}
+
+static int
+native_watch(struct nat_req *r)
+{
+	struct pending	*pd;
+	size_t		 n = 0;
+	int		 rc;
+
+	if (native_end(r) != 0)
+		return RDZV_EPROTO;
+	LIST_FOREACH(pd, &r->c->pending, entry)
+		n++;
+	if (n >= WATCH_MAX) {
+		r->why = "too many pending waits and watches";
+		return RDZV_ETOOBIG;
+	}
+	if ((pd = pending_new(r->c, r->m, -1)) == NULL)
+		return RDZV_ENOMEM;
+	if (r->ns.len > 0) {
+		if ((pd->ns = malloc(r->ns.len)) == NULL) {
+			pending_free(pd);
+			return RDZV_ENOMEM;
+		}
+		memcpy(pd->ns, r->ns.p, r->ns.len);
+	}
+	pd->nslen = r->ns.len;
+	rc = kv_watch(server.kv, r->ns, r->key, pending_watch_cb, pd, &pd->w);
+	if (rc < 0) {
+		reply_error(r->c, r->m->op, r->m->id, rc);
+		pending_free(pd);
+	} else
+		reply_ok(r->c, r->m->op, r->m->id);
+	return 0;
+}
+
+/* A JSON document or text as the reply, or ENOTFOUND when text is NULL
+ * (an unknown job). */
+static void
+native_reply_text(struct nat_req *r, char *text)
+{
+	if (text == NULL) {
+		reply_rz(r->c, r->m, RDZV_ENOTFOUND);
+		return;
+	}
+	reply_bytes(r->c, r->m->op, r->m->id, text, strlen(text));
+	free(text);
+}
+
+/* ADMIN_STATUS, ADMIN_JOBS: no arguments. */
+static int
+native_admin_doc(struct nat_req *r)
+{
+	char	*text;
+
+	if (native_end(r) != 0)
+		return RDZV_EPROTO;
+	text = r->m->op == NAT_OP_ADMIN_STATUS ? rdzvd_status_json() :
+	    rz_json_jobs(server.rz);
+	if (text == NULL)
+		return RDZV_ENOMEM;
+	native_reply_text(r, text);
+	return 0;
+}
+
+static int
+native_admin_job(struct nat_req *r)
+{
+	if (native_end(r) != 0)
+		return RDZV_EPROTO;
+	native_reply_text(r, round_job_json(r->job));
+	return 0;
+}
+
+static int
+native_job_status(struct nat_req *r)
+{
+	if (native_end(r) != 0)
+		return RDZV_EPROTO;
+	native_reply_text(r, rz_status(server.rz, r->job, rdzvd_now_ms()));
+	return 0;
+}
+
+/* ADMIN_EVENTS: the job's events after a sequence number, waiting up to
+ * a timeout for the first one. */
+static int
+native_admin_events(struct nat_req *r)
+{
+	struct pending	*pd;
+	char		 nsbuf[RZ_ID_MAX + 32], keybuf[32];
+	struct slice	 ens, ekey;
+	int64_t		 after, timeout;
+
+	if (nat_get_i64(&r->rd, &after) != 0 ||
+	    nat_get_i64(&r->rd, &timeout) != 0 || native_end(r) != 0)
+		return RDZV_EPROTO;
+	if (rz_event_row(server.rz, r->job, after, nsbuf, sizeof nsbuf, &ens,
+	    keybuf, sizeof keybuf, &ekey) != 0) {
+		reply_rz(r->c, r->m, RDZV_ENOTFOUND);
+		return 0;
+	}
+	if ((pd = pending_new(r->c, r->m, timeout > 0 ? timeout : 0)) == NULL)
+		return RDZV_ENOMEM;
+	if ((pd->ns = malloc(r->job.len)) == NULL) {
+		pending_free(pd);
+		return RDZV_ENOMEM;
+	}
+	memcpy(pd->ns, r->job.p, r->job.len);
+	pd->nslen = r->job.len;
+	pd->after = after;
+	/* Something newer already, or no waiting asked: answer now. */
+	if (timeout <= 0 || kv_wait(server.kv, ens, &ekey, 1,
+	    pending_events_cb, pd, &pd->w) != 0) {
+		events_reply(pd);
+		pending_free(pd);
+	}
+	return 0;
+}
+
+static int
+native_admin_close(struct nat_req *r)
+{
+	struct slice	reason;
+
+	if (nat_get_bytes(&r->rd, &reason) != 0 || native_end(r) != 0)
+		return RDZV_EPROTO;
+	reply_rz(r->c, r->m, rz_admin_close(server.rz, r->job, reason,
+	    rdzvd_now_ms()));
+	return 0;
+}
+
+/* ADMIN_EVICT and LEAVE: a node id. */
+static int
+native_node_op(struct nat_req *r)
+{
+	int64_t	node, now = rdzvd_now_ms();
+
+	if (nat_get_i64(&r->rd, &node) != 0 || native_end(r) != 0)
+		return RDZV_EPROTO;
+	reply_rz(r->c, r->m, r->m->op == NAT_OP_LEAVE ?
+	    rz_leave(server.rz, r->job, node, now) :
+	    rz_admin_evict(server.rz, r->job, node, now));
+	return 0;
+}
+
+/* JOIN is answered by the round wiring once the join is decided. */
+static int
+native_join(struct nat_req *r)
+{
+	struct nat_rd		*rd = &r->rd;
+	struct rz_join_req	 jr;
+
+	memset(&jr, 0, sizeof jr);
+	jr.job = r->job;
+	if (nat_get_bytes(rd, &jr.instance) != 0 ||
+	    nat_get_bytes(rd, &jr.host) != 0 ||
+	    nat_get_bytes(rd, &jr.addr) != 0 ||
+	    nat_get_i64(rd, &jr.pid) != 0 ||
+	    nat_get_i64(rd, &jr.local_world_size) != 0 ||
+	    nat_get_i64(rd, &jr.min_nodes) != 0 ||
+	    nat_get_i64(rd, &jr.max_nodes) != 0 ||
+	    nat_get_i64(rd, &jr.max_restarts) != 0 ||
+	    nat_get_i64(rd, &jr.last_call_ms) != 0 ||
+	    nat_get_i64(rd, &jr.lease_ms) != 0 || native_end(r) != 0)
+		return RDZV_EPROTO;
+	round_join(r->c, r->m->id, &jr);
+	return 0;
+}
+
+static int
+native_heartbeat(struct nat_req *r)
+{
+	int64_t	node, round;
+	int	rc;
+
+	if (nat_get_i64(&r->rd, &node) != 0 || native_end(r) != 0)
+		return RDZV_EPROTO;
+	rc = rz_heartbeat(server.rz, r->job, node, r->c, rdzvd_now_ms(),
+	    &round);
+	if (rc < 0)
+		reply_rz(r->c, r->m, rc);
+	else
+		reply_i64(r->c, r->m->op, r->m->id, round);
+	return 0;
+}
+
+static int
+native_failure(struct nat_req *r)
+{
+	struct nat_rd		*rd = &r->rd;
+	struct rz_failure_req	 fr;
+
+	memset(&fr, 0, sizeof fr);
+	fr.job = r->job;
+	if (nat_get_i64(rd, &fr.node_id) != 0 ||
+	    nat_get_i64(rd, &fr.round) != 0 ||
+	    nat_get_i64(rd, &fr.local_rank) != 0 ||
+	    nat_get_i64(rd, &fr.rank) != 0 ||
+	    nat_get_i64(rd, &fr.exit_code) != 0 ||
+	    nat_get_i64(rd, &fr.signo) != 0 ||
+	    nat_get_bytes(rd, &fr.message) != 0 || native_end(r) != 0)
+		return RDZV_EPROTO;
+	reply_rz(r->c, r->m, rz_failure(server.rz, &fr, rdzvd_now_ms()));
+	return 0;
+}
+
+static int
+native_succeeded(struct nat_req *r)
+{
+	int64_t	node, round;
+
+	if (nat_get_i64(&r->rd, &node) != 0 ||
+	    nat_get_i64(&r->rd, &round) != 0 || native_end(r) != 0)
+		return RDZV_EPROTO;
+	reply_rz(r->c, r->m, rz_succeeded(server.rz, r->job, node, round,
+	    rdzvd_now_ms()));
+	return 0;
+}
+
+/*
+ * Every op, one row: its metrics counter, what its payload starts with
+ * and how it is served (common/PROTOCOL.md).  AUTH is served before the
+ * table (it is the one op allowed before authentication).
+ */
+static const struct nat_handler native_handlers[NAT_OP_MAX + 1] = {
+	[NAT_OP_PING] = { OPK_PING, 0, native_ping },
+	[NAT_OP_SET] = { OPK_SET, NF_NS | NF_KEY | NF_WRITES, native_put },
+	[NAT_OP_GET] = { OPK_GET, NF_NS | NF_KEY, native_get },
+	[NAT_OP_ADD] = { OPK_ADD, NF_NS | NF_KEY | NF_WRITES, native_add },
+	[NAT_OP_CAS] = { OPK_COMPARE_SET, NF_NS | NF_KEY | NF_WRITES,
+	    native_cas },
+	[NAT_OP_WAIT] = { OPK_WAIT, NF_NS, native_check_wait },
+	[NAT_OP_CHECK] = { OPK_CHECK, NF_NS, native_check_wait },
+	[NAT_OP_DELETE] = { OPK_DELETE, NF_NS | NF_KEY | NF_WRITES,
+	    native_delete },
+	[NAT_OP_NUM_KEYS] = { OPK_NUM_KEYS, NF_NS, native_num_keys },
+	[NAT_OP_APPEND] = { OPK_APPEND, NF_NS | NF_KEY | NF_WRITES,
+	    native_put },
+	[NAT_OP_MULTI_GET] = { OPK_MULTI_GET, NF_NS, native_multi_get },
+	[NAT_OP_MULTI_SET] = { OPK_MULTI_SET, NF_NS | NF_WRITES,
+	    native_multi_set },
+	[NAT_OP_QUEUE_PUSH] = { OPK_QUEUE_PUSH, NF_NS | NF_KEY | NF_WRITES,
+	    native_put },
+	[NAT_OP_QUEUE_POP] = { OPK_QUEUE_POP, NF_NS | NF_KEY | NF_WRITES,
+	    native_queue_pop },
+	[NAT_OP_QUEUE_LEN] = { OPK_QUEUE_LEN, NF_NS | NF_KEY,
+	    native_queue_len },
+	[NAT_OP_LIST_KEYS] = { OPK_LIST_KEYS, NF_NS, native_list_keys },
+	[NAT_OP_BARRIER] = { OPK_BARRIER, NF_NS | NF_KEY | NF_WRITES,
+	    native_barrier },
+	[NAT_OP_CANCEL] = { OPK_CANCEL, 0, native_cancel },
+	[NAT_OP_WATCH] = { OPK_WATCH, NF_NS | NF_KEY, native_watch },
+	[NAT_OP_WATCH_EVENT] = { OPK_WATCH, NF_PUSH, NULL },
+	[NAT_OP_JOIN] = { OPK_JOIN, NF_JOB, native_join },
+	[NAT_OP_HEARTBEAT] = { OPK_HEARTBEAT, NF_JOB | NF_REARM,
+	    native_heartbeat },
+	[NAT_OP_LEAVE] = { OPK_LEAVE, NF_JOB | NF_REARM, native_node_op },
+	[NAT_OP_FAILURE] = { OPK_FAILURE, NF_JOB | NF_REARM, native_failure },
+	[NAT_OP_SUCCEEDED] = { OPK_SUCCEEDED, NF_JOB | NF_REARM,
+	    native_succeeded },
+	[NAT_OP_ROUND] = { OPK_JOIN, NF_PUSH, NULL },
+	[NAT_OP_JOB_STATUS] = { OPK_JOB_STATUS, NF_JOB | NF_REARM,
+	    native_job_status },
+	[NAT_OP_ADMIN_STATUS] = { OPK_ADMIN, 0, native_admin_doc },
+	[NAT_OP_ADMIN_JOBS] = { OPK_ADMIN, 0, native_admin_doc },
+	[NAT_OP_ADMIN_JOB] = { OPK_ADMIN, NF_JOB | NF_REARM,
+	    native_admin_job },
+	[NAT_OP_ADMIN_EVENTS] = { OPK_ADMIN, NF_JOB | NF_REARM,
+	    native_admin_events },
+	[NAT_OP_ADMIN_CLOSE] = { OPK_ADMIN, NF_JOB | NF_REARM,
+	    native_admin_close },
+	[NAT_OP_ADMIN_EVICT] = { OPK_ADMIN, NF_JOB | NF_REARM,
+	    native_node_op },
+	[NAT_OP_AUTH_CHALLENGE] = { OPK_ADMIN, NF_PUSH, NULL },
+	[NAT_OP_AUTH] = { OPK_ADMIN, 0, NULL },
+};
+
+/*
+ * Reads what the op's flags say its payload starts with.  Returns 0, 1
+ * for a write into rdzvd's own (NUL-led, read-only) namespaces, which is
+ * refused with EINVAL before its key is read, or a negative RDZV_E*.
+ */
+static int
+native_prefix(struct nat_req *r, int flags)
+{
+	const struct wire_limits *lim = &server.cfg->limits;
+
+	if (flags & NF_JOB)
+		return nat_get_bytes(&r->rd, &r->job) != 0 ? RDZV_EPROTO : 0;
+	if (flags & NF_NS) {
+		if (nat_get_bytes(&r->rd, &r->ns) != 0)
+			return RDZV_EPROTO;
+		if (r->ns.len > lim->ns_max)
+			return RDZV_ETOOBIG;
+		if ((flags & NF_WRITES) && r->ns.len > 0 && r->ns.p[0] == '\0')
+			return 1;
+	}
+	if (flags & NF_KEY) {
+		if (nat_get_bytes(&r->rd, &r->key) != 0)
+			return RDZV_EPROTO;
+		if (r->key.len > lim->key_max)
+			return RDZV_ETOOBIG;
+	}
+	return 0;
 }
 
 /*
@@ -507,18 +1002,9 @@ nomem:
 static int
 native_dispatch(struct conn *c, const struct nat_msg *m, const char **why)
 {
-	const struct wire_limits *lim = &server.cfg->limits;
-	struct nat_rd		 rd;
-	struct nat_wr		 wr;
-	struct slice		 ns = { NULL, 0 }, key = { NULL, 0 }, v1, v2, out;
-	struct slice		 stack[KEYS_STACK], *keys = NULL;
-	struct pending		*pd;
-	struct list_acc		 acc;
-	int64_t			 a = 0, b = 0, r64;
-	size_t			 n = 0, i;
-	uint8_t			*item;
-	size_t			 ilen;
-	int			 rc = 0;
+	const struct nat_handler	*h = &native_handlers[m->op];
+	struct nat_req			 r;
+	int				 rc;
 
 	if (m->flags != 0) {
 		*why = "native frame with reply or push flags from a client";
@@ -532,321 +1018,39 @@ native_dispatch(struct conn *c, const struct nat_msg *m, const char **why)
 		*why = "request before authentication";
 		return RDZV_EAUTH;
 	}
-	if (m->op == NAT_OP_WATCH_EVENT || m->op == NAT_OP_ROUND ||
-	    m->op == NAT_OP_AUTH_CHALLENGE) {
+	if (h->flags & NF_PUSH) {
 		*why = "a client sent a server push";
 		return RDZV_EPROTO;
 	}
-	metrics.ops[nat_op_kind[m->op]]++;
-	nat_rd_init(&rd, m->payload);
+	metrics.ops[h->kind]++;
 
-	if (m->op >= NAT_OP_JOIN)
-		return native_rendezvous(c, m, &rd, why);
-	/* Every kv op but PING and CANCEL starts with a namespace. */
-	if (m->op != NAT_OP_PING && m->op != NAT_OP_CANCEL) {
-		if (nat_get_bytes(&rd, &ns) != 0)
-			goto proto;
-		if (ns.len > lim->ns_max)
-			goto toobig;
-		/* NUL-led namespaces hold rdzvd's own rows: read-only. */
-		if (ns.len > 0 && ns.p[0] == '\0' && native_op_writes(m->op)) {
-			reply_error(c, m->op, m->id, RDZV_EINVAL);
-			return 0;
-		}
+	memset(&r, 0, sizeof r);
+	r.c = c;
+	r.m = m;
+	nat_rd_init(&r.rd, m->payload);
+	if ((rc = native_prefix(&r, h->flags)) == 1) {
+		reply_error(c, m->op, m->id, RDZV_EINVAL);
+		return 0;
 	}
-	/* Ops that name one key next. */
-	switch (m->op) {
-	case NAT_OP_SET: case NAT_OP_GET: case NAT_OP_ADD: case NAT_OP_CAS:
-	case NAT_OP_DELETE: case NAT_OP_APPEND: case NAT_OP_QUEUE_PUSH:
-	case NAT_OP_QUEUE_POP: case NAT_OP_QUEUE_LEN: case NAT_OP_BARRIER:
-	case NAT_OP_WATCH:
-		if (nat_get_bytes(&rd, &key) != 0)
-			goto proto;
-		if (key.len > lim->key_max)
-			goto toobig;
-		break;
-	default:
-		break;
+	if (rc == 0)
+		rc = h->fn(&r);
+	if (rc == 0) {
+		if (h->flags & NF_REARM)
+			round_rearm();
+		return 0;
 	}
-
-	switch (m->op) {
-	case NAT_OP_PING:
-		if (nat_get_bytes(&rd, &v1) != 0 || nat_rd_end(&rd) != 0)
-			goto proto;
-		reply_bytes(c, m->op, m->id, v1.p, v1.len);
-		break;
-	case NAT_OP_SET:
-	case NAT_OP_APPEND:
-	case NAT_OP_QUEUE_PUSH:
-		if (nat_get_bytes(&rd, &v1) != 0 || nat_rd_end(&rd) != 0)
-			goto proto;
-		if (v1.len > lim->value_max)
-			goto toobig;
-		if (m->op == NAT_OP_SET)
-			rc = kv_set(server.kv, ns, key, v1);
-		else if (m->op == NAT_OP_APPEND)
-			rc = kv_append(server.kv, ns, key, v1);
-		else
-			rc = kv_qpush(server.kv, ns, key, v1);
-		if (rc < 0)
-			reply_error(c, m->op, m->id, rc);
-		else
-			reply_ok(c, m->op, m->id);
-		break;
-	case NAT_OP_GET:
-		if (nat_rd_end(&rd) != 0)
-			goto proto;
-		if ((rc = kv_get(server.kv, ns, key, &out)) < 0)
-			reply_error(c, m->op, m->id, rc);
-		else
-			reply_bytes(c, m->op, m->id, out.p, out.len);
-		break;
-	case NAT_OP_ADD:
-		if (nat_get_i64(&rd, &a) != 0 || nat_rd_end(&rd) != 0)
-			goto proto;
-		if ((rc = kv_add(server.kv, ns, key, a, &r64)) < 0)
-			reply_error(c, m->op, m->id, rc);
-		else
-			reply_i64(c, m->op, m->id, r64);
-		break;
-	case NAT_OP_CAS:
-		if (nat_get_bytes(&rd, &v1) != 0 || nat_get_bytes(&rd, &v2) != 0 ||
-		    nat_rd_end(&rd) != 0)
-			goto proto;
-		if (v1.len > lim->value_max || v2.len > lim->value_max)
-			goto toobig;
-		if ((rc = kv_cas(server.kv, ns, key, v1, v2, &out)) < 0)
-			reply_error(c, m->op, m->id, rc);
-		else
-			reply_bytes(c, m->op, m->id, out.p, out.len);
-		break;
-	case NAT_OP_DELETE:
-		if (nat_rd_end(&rd) != 0)
-			goto proto;
-		if ((rc = kv_delete(server.kv, ns, key)) < 0)
-			reply_error(c, m->op, m->id, rc);
-		else
-			reply_i64(c, m->op, m->id, rc);
-		break;
-	case NAT_OP_NUM_KEYS:
-		if (nat_rd_end(&rd) != 0)
-			goto proto;
-		reply_i64(c, m->op, m->id, kv_num_keys(server.kv, ns));
-		break;
-	case NAT_OP_QUEUE_LEN:
-		if (nat_rd_end(&rd) != 0)
-			goto proto;
-		reply_i64(c, m->op, m->id, kv_qlen(server.kv, ns, key));
-		break;
-	case NAT_OP_CHECK:
-	case NAT_OP_WAIT:
-		if (m->op == NAT_OP_WAIT && nat_get_i64(&rd, &a) != 0)
-			goto proto;
-		if ((rc = read_keys(&rd, stack, &keys, &n)) < 0) {
-			if (rc == RDZV_ETOOBIG)
-				goto toobig;
-			if (rc == RDZV_ENOMEM)
-				goto nomem;
-			goto proto;
-		}
-		if (nat_rd_end(&rd) != 0)
-			goto proto;
-		if (m->op == NAT_OP_CHECK) {
-			reply_i64(c, m->op, m->id,
-			    kv_check(server.kv, ns, keys, n));
-			break;
-		}
-		if (kv_check(server.kv, ns, keys, n)) {
-			reply_ok(c, m->op, m->id);
-			break;
-		}
-		if (a == 0) {
-			reply_error(c, m->op, m->id, RDZV_ETIMEDOUT);
-			break;
-		}
-		if ((pd = pending_new(c, m, a)) == NULL)
-			goto nomem;
-		rc = kv_wait(server.kv, ns, keys, n, pending_wake_cb, pd, &pd->w);
-		if (rc == 1) {
-			reply_ok(c, m->op, m->id);
-			pending_free(pd);
-		} else if (rc < 0) {
-			reply_error(c, m->op, m->id, rc);
-			pending_free(pd);
-		}
-		break;
-	case NAT_OP_BARRIER:
-		if (nat_get_i64(&rd, &b) != 0 || nat_get_i64(&rd, &a) != 0 ||
-		    nat_rd_end(&rd) != 0)
-			goto proto;
-		if ((pd = pending_new(c, m, a)) == NULL)
-			goto nomem;
-		rc = kv_barrier(server.kv, ns, key, b, pending_wake_cb, pd, &pd->w);
-		if (rc == 1) {
-			reply_ok(c, m->op, m->id);
-			pending_free(pd);
-		} else if (rc < 0) {
-			reply_error(c, m->op, m->id, rc);
-			pending_free(pd);
-		} else if (a == 0) {
-			reply_error(c, m->op, m->id, RDZV_ETIMEDOUT);
-			pending_free(pd);
-		}
-		break;
-	case NAT_OP_QUEUE_POP:
-		if (nat_get_i64(&rd, &a) != 0 || nat_rd_end(&rd) != 0)
-			goto proto;
-		if (a == 0) {
-			rc = kv_qpop(server.kv, ns, key, &item, &ilen);
-			if (rc < 0)
-				reply_error(c, m->op, m->id, RDZV_ETIMEDOUT);
-			else {
-				reply_bytes(c, m->op, m->id, item, ilen);
-				free(item);
-			}
-			break;
-		}
-		if ((pd = pending_new(c, m, a)) == NULL)
-			goto nomem;
-		rc = kv_qpop_wait(server.kv, ns, key, &item, &ilen, pending_pop_cb,
-		    pd, &pd->w);
-		if (rc == 1) {
-			reply_bytes(c, m->op, m->id, item, ilen);
-			free(item);
-			pending_free(pd);
-		} else if (rc < 0) {
-			reply_error(c, m->op, m->id, rc);
-			pending_free(pd);
-		}
-		break;
-	case NAT_OP_MULTI_GET:
-		if ((rc = read_keys(&rd, stack, &keys, &n)) < 0) {
-			if (rc == RDZV_ETOOBIG)
-				goto toobig;
-			if (rc == RDZV_ENOMEM)
-				goto nomem;
-			goto proto;
-		}
-		if (nat_rd_end(&rd) != 0)
-			goto proto;
-		for (i = 0; i < n; i++)
-			if (kv_get(server.kv, ns, keys[i], &out) != 0)
-				break;
-		if (i < n) {
-			reply_error(c, m->op, m->id, RDZV_ENOTFOUND);
-			break;
-		}
-		nat_frame_begin(&wr, conn_reply_buf(c), m->op, NAT_F_REPLY, m->id);
-		for (i = 0; i < n; i++) {
-			kv_get(server.kv, ns, keys[i], &out);
-			nat_put_bytes(&wr, out.p, out.len);
-		}
-		nat_frame_end(&wr);
-		conn_reply_done(c);
-		break;
-	case NAT_OP_MULTI_SET:
-		if (nat_get_i64(&rd, &a) != 0 || a < 0)
-			goto proto;
-		if ((uint64_t)a > lim->keys_max)
-			goto toobig;
-		/* Validate every pair before changing anything. */
-		{
-			struct nat_rd	scan = rd;
-
-			for (i = 0; i < (size_t)a; i++) {
-				if (nat_get_bytes(&scan, &key) != 0 ||
-				    nat_get_bytes(&scan, &v1) != 0)
-					goto proto;
-				if (key.len > lim->key_max ||
-				    v1.len > lim->value_max)
-					goto toobig;
-			}
-			if (nat_rd_end(&scan) != 0)
-				goto proto;
-		}
-		for (i = 0; rc == 0 && i < (size_t)a; i++) {
-			nat_get_bytes(&rd, &key);
-			nat_get_bytes(&rd, &v1);
-			rc = kv_set(server.kv, ns, key, v1);
-		}
-		if (rc < 0)
-			reply_error(c, m->op, m->id, rc);
-		else
-			reply_ok(c, m->op, m->id);
-		break;
-	case NAT_OP_LIST_KEYS:
-		if (nat_rd_end(&rd) != 0)
-			goto proto;
-		nat_frame_begin(&wr, conn_reply_buf(c), m->op, NAT_F_REPLY, m->id);
-		acc.wr = &wr;
-		acc.n = 0;
-		kv_list(server.kv, ns, list_count_cb, &acc);
-		nat_put_i64(&wr, acc.n);
-		kv_list(server.kv, ns, list_put_cb, &acc);
-		nat_frame_end(&wr);
-		conn_reply_done(c);
-		break;
-	case NAT_OP_CANCEL:
-		if (nat_get_i64(&rd, &a) != 0 || nat_rd_end(&rd) != 0)
-			goto proto;
-		LIST_FOREACH(pd, &c->pending, entry)
-			if (pd->id == (uint32_t)a && pd->op != NAT_OP_WATCH)
-				break;
-		if (pd != NULL) {
-			reply_error(c, pd->op, pd->id, RDZV_ECANCELED);
-			pending_free(pd);
-		}
-		reply_ok(c, m->op, m->id);
-		break;
-	case NAT_OP_WATCH:
-		if (nat_rd_end(&rd) != 0)
-			goto proto;
-		n = 0;
-		LIST_FOREACH(pd, &c->pending, entry)
-			n++;
-		if (n >= WATCH_MAX) {
-			*why = "too many pending waits and watches";
-			rc = RDZV_ETOOBIG;
-			goto out;
-		}
-		if ((pd = pending_new(c, m, -1)) == NULL)
-			goto nomem;
-		if (ns.len > 0) {
-			if ((pd->ns = malloc(ns.len)) == NULL) {
-				pending_free(pd);
-				goto nomem;
-			}
-			memcpy(pd->ns, ns.p, ns.len);
-		}
-		pd->nslen = ns.len;
-		rc = kv_watch(server.kv, ns, key, pending_watch_cb, pd, &pd->w);
-		if (rc < 0) {
-			reply_error(c, m->op, m->id, rc);
-			pending_free(pd);
-		} else
-			reply_ok(c, m->op, m->id);
-		break;
-	default:
-		goto proto;
+	if (r.why != NULL)
+		*why = r.why;
+	else if (rc == RDZV_ETOOBIG)
+		*why = "native request over a size limit (--key-max, "
+		    "--value-max, --keys-max)";
+	else if (rc == RDZV_ENOMEM)
+		*why = "out of memory";
+	else {
+		*why = m->op >= NAT_OP_JOIN ? "malformed rendezvous request" :
+		    "malformed native request payload";
+		rc = RDZV_EPROTO;
 	}
-	rc = 0;
-	goto out;
-
-proto:
-	*why = "malformed native request payload";
-	rc = RDZV_EPROTO;
-	goto out;
-toobig:
-	*why = "native request over a size limit (--key-max, --value-max, "
-	    "--keys-max)";
-	rc = RDZV_ETOOBIG;
-	goto out;
-nomem:
-	*why = "out of memory";
-	rc = RDZV_ENOMEM;
-out:
-	if (keys != NULL && keys != stack)
-		free(keys);
 	return rc;
 }
 
