@@ -439,7 +439,13 @@ native_rendezvous(struct conn *c, const struct nat_msg *m, struct nat_rd *rd,
 		    nat_get_i64(rd, &jr.max_nodes) != 0 ||
 		    nat_get_i64(rd, &jr.max_restarts) != 0 ||
 		    nat_get_i64(rd, &jr.last_call_ms) != 0 ||
-		    nat_get_i64(rd, &jr.lease_ms) != 0 || nat_rd_end(rd) != 0)
+		    nat_get_i64(rd, &jr.lease_ms) != 0)
+			goto proto;
+		/* An optional node rank (static rendezvous) ends the JOIN. */
+		jr.rank = -1;
+		if (rd->left > 0 && nat_get_i64(rd, &jr.rank) != 0)
+			goto proto;
+		if (nat_rd_end(rd) != 0)
 			goto proto;
 		round_join(c, m->id, &jr);
 		return 0;
