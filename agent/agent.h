@@ -25,6 +25,14 @@ struct event_base;
 
 /* ---- cli.c: command line, PET_* and SLURM_* defaults ---- */
 
+/* Which rendezvous the agent takes part in (torchrun's backends). */
+enum agent_rdzv_mode {
+	AGENT_RDZV_RDZVD,	/* rdzvd at the endpoint (or --standalone) */
+	AGENT_RDZV_STATIC,	/* node rank 0 hosts at master_addr:port */
+	AGENT_RDZV_C10D,	/* hosted by the agent on the endpoint's host
+				 * (is_host), or rdzvd running there */
+};
+
 struct agent_config {
 	int		 nnodes_min;
 	int		 nnodes_max;
@@ -33,7 +41,9 @@ struct agent_config {
 	char		*endpoint;	/* rdzvd HOST:PORT ("[v6]:port") */
 	char		*ep_host;	/* its host part: MASTER_ADDR */
 	char		*rdzv_id;
-	char		*rdzv_backend;	/* accepted, ignored */
+	char		*rdzv_backend;	/* static, c10d or rdzv */
+	enum agent_rdzv_mode rdzv_mode;
+	int		 is_host;	/* c10d: 1 host, 0 never, -1 if local */
 	char		*rdzv_conf;
 	int		 standalone;
 	int		 max_restarts;
@@ -48,7 +58,7 @@ struct agent_config {
 	int		 no_python;
 	int		 module;
 	int		 run_path;
-	int		 node_rank;	/* accepted (static backend) */
+	int		 node_rank;	/* static: the group rank to take */
 	char		*master_addr;
 	int		 master_port;
 	int		 grace_ms;	/* SIGTERM -> SIGKILL */
@@ -64,6 +74,7 @@ struct agent_config {
 	int		 heartbeat_ms;	/* resolved: lease / 4 or a default */
 	int		 join_timeout_ms;
 	int		 reconnect_timeout_ms;
+	int		 close_ms;	/* how long LEAVE waits for its reply */
 
 	char		*program;	/* the user's program, for messages */
 	char	       **argv;		/* the worker command, NULL-terminated */
