@@ -734,7 +734,10 @@ cli_endpoint(struct agent_config *cfg)
 		cfg->endpoint = full;
 		return (0);
 	}
-	(void)strtonum(colon + 1, cfg->standalone ? 0 : 1, 65535, &errstr);
+	/* Port 0: any free port, for the agent that hosts it (torchrun's
+	 * c10d host does the same; one node only: nobody else can know). */
+	(void)strtonum(colon + 1, cfg->standalone ||
+	    cfg->rdzv_mode == AGENT_RDZV_C10D ? 0 : 1, 65535, &errstr);
 	if (errstr != NULL)
 		goto bad;
 	return (0);

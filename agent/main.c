@@ -840,6 +840,19 @@ agent_port_free(int port, char *spec, size_t specsz)
 	return (-1);
 }
 
+/* The endpoint with its port 0 replaced by the one the host got. */
+static void
+agent_endpoint_port(int port)
+{
+	char	*ep;
+
+	if (asprintf(&ep, "%.*s:%d", (int)(strrchr(ag.cfg.endpoint, ':') -
+	    ag.cfg.endpoint), ag.cfg.endpoint, port) == -1)
+		fatalx("out of memory");
+	free(ag.cfg.endpoint);
+	ag.cfg.endpoint = ep;
+}
+
 /* Starts the in-process rdzvd on listen; sets *port.  0 or -1. */
 static int
 agent_embed(const char *listen, int *port)
@@ -897,8 +910,13 @@ agent_rendezvous(void)
 			return (0);
 	} else if (ag.cfg.rdzv_mode == AGENT_RDZV_C10D) {
 		if (ag.cfg.is_host == 0 || (ag.cfg.is_host == -1 &&
-		    !agent_host_is_local(ag.cfg.ep_host)))
-			return (0);
+		    !agent_host_is_local(ag.cfg.ep_host))) {
+			if (port != 0)
+				return (0);
+			log_warnx("c10d endpoint %s: port 0 is for the agent "
+			    "that hosts the rendezvous", ag.cfg.endpoint);
+			return (-1);
+		}
 	} else
 		return (0);
 	if ((free_ = agent_port_free(port, spec, sizeof spec)) == 0) {
@@ -919,6 +937,8 @@ agent_rendezvous(void)
 		    "listens there", ag.cfg.rdzv_backend, port);
 		return (0);
 	}
+	if (port == 0)
+		agent_endpoint_port(got);
 	log_info("hosting the %s rendezvous of job %s on port %d; it ends "
 	    "with this agent (run rdzvd for one that outlives any node)",
 	    ag.cfg.rdzv_backend, ag.cfg.rdzv_id, got);

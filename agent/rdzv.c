@@ -818,10 +818,11 @@ rdzv_drop(const char *why)
 	if (rc_state == RC_CLOSED)
 		return;
 	if (rc_state == RC_JOINED || rc_state == RC_JOINING)
-		log_warnx("connection to rdzvd %s lost: %s", rc_cfg->endpoint,
-		    why);
+		log_warnx("connection to the %s rendezvous %s lost: %s",
+		    rc_cfg->rdzv_backend, rc_cfg->endpoint, why);
 	else
-		log_debug("connecting to rdzvd %s: %s", rc_cfg->endpoint, why);
+		log_debug("connecting to the %s rendezvous %s: %s",
+		    rc_cfg->rdzv_backend, rc_cfg->endpoint, why);
 	/* An outage is timed from the loss of a joined connection. */
 	if (rc_state == RC_JOINED)
 		clock_gettime(CLOCK_MONOTONIC, &rc_down_since);
