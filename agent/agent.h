@@ -2,7 +2,8 @@
  * agent.h: rdzv-agent's index header, one section per .c file.
  *
  * rdzv-agent is torchrun's replacement: one per node, it joins a job's
- * rendezvous in rdzvd (rdzv.c), starts the local workers of each round
+ * rendezvous in rdzvd (rdzv.c), or one it or another agent hosts where
+ * torchrun's agent would (main.c), starts the local workers of each round
  * and supervises them (sup.c, the only file that forks), routes their
  * output and error files (logs.c), and ties the three together in one
  * event-driven state machine (main.c).  cli.c turns torchrun's command

@@ -20,6 +20,11 @@
  * A RUNNING push for the round already running (a re-JOIN after a
  * reconnect) changes nothing; one for another round while workers run
  * stops them first and spawns the new round when they are gone.
+ *
+ * Before JOINING, the agent may host the rendezvous itself, an embedded
+ * rdzvd on its event loop (agent_rendezvous): --standalone; node rank 0
+ * of a static rendezvous; under c10d the agent on the endpoint's host
+ * that finds its port free.  It then joins it like any other agent.
  */
 #include "config.h"
 
