@@ -32,10 +32,12 @@
 #include "tls.h"
 
 #define CLI_DEFAULT_PORT	"29400"
-#define CLI_STATIC_ADDR		"127.0.0.1"	/* torchrun's --master_addr */
-#define CLI_READ_TIMEOUT_MS	60000	/* torchrun's read_timeout */
-#define CLI_KEEP_ALIVE_MS	5000	/* torchrun's keep_alive_interval */
-#define CLI_KEEP_ALIVE_N	3	/* and keep_alive_max_attempt */
+/* torchrun's defaults: --master_addr, and --rdzv_conf read_timeout,
+ * keep_alive_interval and keep_alive_max_attempt. */
+#define CLI_STATIC_ADDR		"127.0.0.1"
+#define CLI_READ_TIMEOUT_MS	60000
+#define CLI_KEEP_ALIVE_MS	5000
+#define CLI_KEEP_ALIVE_N	3
 
 enum cli_id {
 	O_NNODES = 256, O_NPROC, O_ENDPOINT, O_ID, O_BACKEND, O_CONF,
@@ -95,8 +97,9 @@ static int	cli_nnodes_set, cli_id_set, cli_endpoint_set, cli_backend_set;
 static int	cli_master_set, cli_node_rank_set, cli_lease_set, cli_hb_set;
 static int	cli_reconnect_set;
 /* torchrun's --rdzv_conf timeouts, ms; -1 when not given. */
-static int	cli_read_ms = -1, cli_hb_timeout_ms = -1, cli_keep_alive_ms = -1;
-static int	cli_keep_alive_n = -1, cli_timeout_ms = -1, cli_join_set;
+static int	cli_read_ms = -1, cli_hb_timeout_ms = -1;
+static int	cli_keep_alive_ms = -1, cli_keep_alive_n = -1;
+static int	cli_timeout_ms = -1, cli_join_set;
 
 static void
 cli_usage(FILE *f)
@@ -384,7 +387,7 @@ cli_conf_key(struct agent_config *cfg, const char *k, const char *v)
 			    "boolean\n", name, v);
 			return (-1);
 		}
-		cfg->is_host = b;	/* given: no guess from the host name */
+		cfg->is_host = b;	/* given: no guess from the name */
 		return (0);
 	}
 	if (strcmp(k, "store_type") == 0 || strcmp(k, "use_libuv") == 0) {
@@ -483,8 +486,8 @@ cli_apply(struct agent_config *cfg, const struct cli_opt *o, const char *v)
 		return (0);
 	case O_BACKEND:
 		if (strncmp(v, "etcd", 4) == 0) {
-			fprintf(stderr, "rdzv-agent: --rdzv_backend %s: etcd is "
-			    "not supported; use c10d (the agent on the "
+			fprintf(stderr, "rdzv-agent: --rdzv_backend %s: etcd "
+			    "is not supported; use c10d (the agent on the "
 			    "endpoint's host hosts the rendezvous), static "
 			    "(node rank 0 hosts it) or rdzv (rdzvd at "
 			    "--rdzv_endpoint, which outlives any node)\n", v);
@@ -492,8 +495,8 @@ cli_apply(struct agent_config *cfg, const struct cli_opt *o, const char *v)
 		}
 		if (strcmp(v, "c10d") != 0 && strcmp(v, "static") != 0 &&
 		    strcmp(v, "rdzv") != 0) {
-			fprintf(stderr, "rdzv-agent: --rdzv_backend %s: unknown; "
-			    "c10d, static or rdzv\n", v);
+			fprintf(stderr, "rdzv-agent: --rdzv_backend %s: "
+			    "unknown; c10d, static or rdzv\n", v);
 			return (-1);
 		}
 		cli_backend_set = 1;
@@ -960,8 +963,9 @@ cli_rdzv_mode(struct agent_config *cfg)
 			return (-1);
 		}
 		if (cfg->node_rank >= cfg->nnodes_max) {
-			fprintf(stderr, "rdzv-agent: --node_rank %d is not below "
-			    "--nnodes %d\n", cfg->node_rank, cfg->nnodes_max);
+			fprintf(stderr, "rdzv-agent: --node_rank %d is not "
+			    "below --nnodes %d\n", cfg->node_rank,
+			    cfg->nnodes_max);
 			return (-1);
 		}
 		if (!cli_endpoint_set)
