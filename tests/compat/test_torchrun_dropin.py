@@ -114,9 +114,9 @@ def base_env():
 	return env
 
 
-def start_row(row, launcher, tmp):
+def start_row(row, launcher, tmp, port):
 	"""Starts one row's nodes with launcher in place of the word
-	torchrun; returns what finish_row needs."""
+	torchrun, $PORT being port; returns what finish_row needs."""
 	name, nodes, node_env, cmd, _ = row
 	tag = "%s-%s" % (re.sub(r"[^a-z0-9]+", "_", name.lower())[:24],
 	    os.path.basename(launcher))
@@ -126,7 +126,7 @@ def start_row(row, launcher, tmp):
 	with open(os.path.join(d, "dropin_train.py"), "w") as f:
 		f.write(TRAIN)
 	line = re.sub(r"\btorchrun\b", launcher, cmd)
-	port = str(rdzvtest.free_port())
+	port = str(port)
 	procs = []
 	for i in range(nodes):
 		env = base_env()
@@ -195,8 +195,13 @@ def make_test(row):
 		tmp = rdzvtest.mktemp("dropin-")
 		# Side by side (the two runs share no port and no file), so
 		# that the file stays short on two cores.
-		ta = start_row(row, TORCHRUN, tmp)
-		tb = start_row(row, AGENT, tmp)
+		# Two ports that differ: free_port() may hand out one twice.
+		pa = rdzvtest.free_port()
+		pb = rdzvtest.free_port()
+		while pb == pa:
+			pb = rdzvtest.free_port()
+		ta = start_row(row, TORCHRUN, tmp, pa)
+		tb = start_row(row, AGENT, tmp, pb)
 		a, sa = finish_row(ta)
 		b, sb = finish_row(tb)
 		compare(row, a, b)
