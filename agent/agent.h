@@ -2,7 +2,8 @@
  * agent.h: rdzv-agent's index header, one section per .c file.
  *
  * rdzv-agent is torchrun's replacement: one per node, it joins a job's
- * rendezvous in rdzvd (rdzv.c), starts the local workers of each round
+ * rendezvous in rdzvd (rdzv.c), or one it or another agent hosts where
+ * torchrun's agent would (main.c), starts the local workers of each round
  * and supervises them (sup.c, the only file that forks), routes their
  * output and error files (logs.c), and ties the three together in one
  * event-driven state machine (main.c).  cli.c turns torchrun's command
@@ -25,6 +26,14 @@ struct event_base;
 
 /* ---- cli.c: command line, PET_* and SLURM_* defaults ---- */
 
+/* Which rendezvous the agent takes part in (torchrun's backends). */
+enum agent_rdzv_mode {
+	AGENT_RDZV_RDZVD,	/* rdzvd at the endpoint (or --standalone) */
+	AGENT_RDZV_STATIC,	/* node rank 0 hosts at master_addr:port */
+	AGENT_RDZV_C10D,	/* hosted by the agent on the endpoint's host
+				 * (is_host), or rdzvd running there */
+};
+
 struct agent_config {
 	int		 nnodes_min;
 	int		 nnodes_max;
@@ -33,7 +42,9 @@ struct agent_config {
 	char		*endpoint;	/* rdzvd HOST:PORT ("[v6]:port") */
 	char		*ep_host;	/* its host part: MASTER_ADDR */
 	char		*rdzv_id;
-	char		*rdzv_backend;	/* accepted, ignored */
+	char		*rdzv_backend;	/* static, c10d or rdzv */
+	enum agent_rdzv_mode rdzv_mode;
+	int		 is_host;	/* c10d: 1 host, 0 never, -1 if local */
 	char		*rdzv_conf;
 	int		 standalone;
 	int		 max_restarts;
@@ -48,7 +59,7 @@ struct agent_config {
 	int		 no_python;
 	int		 module;
 	int		 run_path;
-	int		 node_rank;	/* accepted (static backend) */
+	int		 node_rank;	/* static: the group rank to take */
 	char		*master_addr;
 	int		 master_port;
 	int		 grace_ms;	/* SIGTERM -> SIGKILL */
@@ -64,6 +75,7 @@ struct agent_config {
 	int		 heartbeat_ms;	/* resolved: lease / 4 or a default */
 	int		 join_timeout_ms;
 	int		 reconnect_timeout_ms;
+	int		 close_ms;	/* how long LEAVE waits for its reply */
 
 	char		*program;	/* the user's program, for messages */
 	char	       **argv;		/* the worker command, NULL-terminated */

@@ -3,9 +3,11 @@
  *
  * Owns torchrun's options in both spellings (--nproc_per_node and
  * --nproc-per-node), their PET_<OPTION> environment defaults, the Slurm
- * defaults (SLURM_JOB_ID, SLURM_NNODES), --rdzv_conf keys, counting GPUs
- * for --nproc_per_node auto|gpu, and resolving the worker command the way
- * torchrun does (the python interpreter unless --no_python; -m).
+ * defaults (SLURM_JOB_ID.SLURM_STEP_ID, SLURM_NNODES), --rdzv_conf keys,
+ * which rendezvous a command line means (torchrun's static and c10d
+ * backends, rdzvd, --standalone), counting GPUs for --nproc_per_node
+ * auto|gpu, and resolving the worker command the way torchrun does (the
+ * user's python unless --no_python; -m).
  * Precedence, lowest first: defaults, SLURM_*, PET_*, the command line.
  */
 #include "config.h"
@@ -30,7 +32,12 @@
 #include "tls.h"
 
 #define CLI_DEFAULT_PORT	"29400"
-#define CLI_DEFAULT_PYTHON	"/usr/bin/python3"
+/* torchrun's defaults: --master_addr, and --rdzv_conf read_timeout,
+ * keep_alive_interval and keep_alive_max_attempt. */
+#define CLI_STATIC_ADDR		"127.0.0.1"
+#define CLI_READ_TIMEOUT_MS	60000
+#define CLI_KEEP_ALIVE_MS	5000
+#define CLI_KEEP_ALIVE_N	3
 
 enum cli_id {
 	O_NNODES = 256, O_NPROC, O_ENDPOINT, O_ID, O_BACKEND, O_CONF,
@@ -86,7 +93,13 @@ static const struct cli_opt {
 };
 #define CLI_NOPTS	(sizeof cli_opts / sizeof cli_opts[0])
 
-static int	cli_nnodes_set, cli_id_set, cli_endpoint_set;
+static int	cli_nnodes_set, cli_id_set, cli_endpoint_set, cli_backend_set;
+static int	cli_master_set, cli_node_rank_set, cli_lease_set, cli_hb_set;
+static int	cli_reconnect_set;
+/* torchrun's --rdzv_conf timeouts, ms; -1 when not given. */
+static int	cli_read_ms = -1, cli_hb_timeout_ms = -1;
+static int	cli_keep_alive_ms = -1, cli_keep_alive_n = -1;
+static int	cli_timeout_ms = -1, cli_join_set;
 
 static void
 cli_usage(FILE *f)
@@ -94,19 +107,31 @@ cli_usage(FILE *f)
 	fprintf(f,
 "usage: rdzv-agent [options] [--] PROGRAM [ARGS...]\n"
 "\n"
-"Starts and supervises the local workers of an elastic job, like torchrun,\n"
-"with the rendezvous kept by rdzvd.  Every option may also come from\n"
-"PET_<OPTION> (e.g. PET_NPROC_PER_NODE=4); the command line wins.  Under\n"
-"Slurm, SLURM_JOB_ID is the default --rdzv_id and SLURM_NNODES --nnodes.\n"
+"Starts and supervises the local workers of an elastic job, like torchrun.\n"
+"The rendezvous is rdzvd's, or hosted by an agent where torchrun's would be\n"
+"(static: node rank 0; c10d: the agent on the endpoint's host).  Every\n"
+"option may also come from PET_<OPTION> (e.g. PET_NPROC_PER_NODE=4); the\n"
+"command line wins.  Under Slurm, SLURM_JOB_ID.SLURM_STEP_ID is the default\n"
+"--rdzv_id and SLURM_NNODES --nnodes.\n"
 "Options are accepted with '_' or '-' (--nproc_per_node, --nproc-per-node).\n"
 "\n"
 "  --nnodes N|MIN:MAX        nodes in the job (default 1:1)\n"
 "  --nproc_per_node N|auto|gpu|cpu\n"
 "                            workers on this node (default 1); gpu = one per\n"
 "                            GPU, cpu = one per CPU, auto = gpu if any GPU\n"
-"  --rdzv_endpoint HOST:PORT rdzvd's address (default port 29400)\n"
+"  --rdzv_endpoint HOST:PORT the rendezvous: rdzvd's address, or where an\n"
+"                            agent hosts it (default port 29400)\n"
 "  --rdzv_id ID              the job's name in rdzvd (default \"none\")\n"
-"  --rdzv_backend NAME       accepted (c10d, static, rdzv) and ignored\n"
+"  --rdzv_backend NAME       static: node rank 0's agent hosts the\n"
+"                              rendezvous at --master_addr:--master_port\n"
+"                              (or the endpoint), group rank = node rank\n"
+"                              (the default without --rdzv_endpoint)\n"
+"                            c10d: the agent on the endpoint's host hosts\n"
+"                              it when nothing listens there (is_host),\n"
+"                              else joins what does (rdzvd, an agent)\n"
+"                            rdzv: rdzvd at the endpoint (the default\n"
+"                              with --rdzv_endpoint and no --node_rank)\n"
+"                            etcd and etcd-v2 are refused\n"
 "  --rdzv_conf K=V,...       last_call_timeout=S  round completes S seconds\n"
 "                              after the last join once min nodes wait\n"
 "                            lease=S  a node silent S seconds is dropped\n"
@@ -118,11 +143,23 @@ cli_usage(FILE *f)
 "                            join_timeout=S  give up when no round starts\n"
 "                              within S seconds (default 600)\n"
 "                            reconnect_timeout=S  give up when rdzvd stays\n"
-"                              unreachable S seconds (default 300)\n"
-"                            torchrun's other keys are ignored\n"
+"                              unreachable S seconds (default 300; 60,\n"
+"                              torchrun's read_timeout, for static/c10d)\n"
+"                            torchrun's keys: timeout (static's) =\n"
+"                              join_timeout, which wins over it;\n"
+"                              read_timeout = reconnect_timeout;\n"
+"                              keep_alive_interval=S heartbeat, times\n"
+"                              keep_alive_max_attempt=N the lease;\n"
+"                              heartbeat_timeout = lease; close_timeout:\n"
+"                              how long LEAVE waits (default 2);\n"
+"                              is_host=1|0: c10d hosts, or never does\n"
+"                              (default: when the endpoint is here);\n"
+"                              store_type, use_libuv: nothing to choose\n"
+"                              (the store is rdzvd's)\n"
 "  --standalone              run an in-process rdzvd (one-node jobs);\n"
-"                            implied when no endpoint is given and\n"
-"                            --nnodes is 1\n"
+"                            implied when --nnodes is 1 and neither an\n"
+"                            endpoint, --master_addr/--master_port nor\n"
+"                            --rdzv_backend static is given\n"
 "  --max_restarts N          worker-group restarts before the job fails (0)\n"
 "  --monitor_interval S      accepted; the agent is event-driven\n"
 "  --role NAME               ROLE_NAME of the workers (default \"default\")\n"
@@ -143,8 +180,10 @@ cli_usage(FILE *f)
 "  --no_python               exec PROGRAM directly, not with python\n"
 "  -m, --module              run PROGRAM as a python module (python -m)\n"
 "  --run_path                run PROGRAM with python (like the default)\n"
-"  --node_rank N, --master_addr A, --master_port P\n"
-"                            accepted; without an endpoint, A:P is rdzvd\n"
+"  --node_rank N             static: this node's group rank (default 0)\n"
+"  --master_addr A, --master_port P\n"
+"                            static: where node rank 0 hosts the\n"
+"                            rendezvous (default 127.0.0.1:29500)\n"
 "  --grace S                 seconds from SIGTERM to SIGKILL when stopping\n"
 "                            workers (default 30)\n"
 "  --progress_timeout S      a worker that reported a step (librdzvworker's\n"
@@ -158,7 +197,8 @@ cli_usage(FILE *f)
 "  -v, --verbose             debug logging\n"
 "  -h, --help, -V, --version\n"
 "\n"
-"The python interpreter is $PYTHON, else " CLI_DEFAULT_PYTHON ".\n"
+"The python interpreter is $PYTHON_EXEC, else $PYTHON, else python3 on\n"
+"$PATH (the environment's: a virtualenv's, conda's).\n"
 "Exit status: 0 when every worker of the job succeeded, 1 when the job\n"
 "failed (a summary names the first failure), 2 on a usage error, 128+N\n"
 "when the agent was stopped by signal N (forwarded to the workers).\n");
@@ -186,10 +226,12 @@ static int
 cli_bool(const char *v)
 {
 	if (strcmp(v, "1") == 0 || strcasecmp(v, "true") == 0 ||
-	    strcasecmp(v, "yes") == 0 || strcasecmp(v, "on") == 0)
+	    strcasecmp(v, "yes") == 0 || strcasecmp(v, "on") == 0 ||
+	    strcasecmp(v, "t") == 0 || strcasecmp(v, "y") == 0)
 		return (1);
 	if (strcmp(v, "0") == 0 || strcasecmp(v, "false") == 0 ||
 	    strcasecmp(v, "no") == 0 || strcasecmp(v, "off") == 0 ||
+	    strcasecmp(v, "f") == 0 || strcasecmp(v, "n") == 0 ||
 	    *v == '\0')
 		return (0);
 	return (-1);
@@ -296,35 +338,95 @@ cli_std_for(const char *spec, int local_rank)
 	return (0);
 }
 
-/* One --rdzv_conf key; unknown keys warn, torchrun's own are ignored. */
+/*
+ * One --rdzv_conf key: ours, and every key torchrun's backends read,
+ * mapped onto what it means here (keep_alive_interval and its attempts,
+ * heartbeat_timeout: the heartbeat and the lease; read_timeout: how long
+ * a lost rendezvous is tried again).  Unknown keys warn.
+ */
 static int
 cli_conf_key(struct agent_config *cfg, const char *k, const char *v)
 {
-	static const char *const ignored[] = {
-		"timeout", "read_timeout", "close_timeout", "is_host",
-		"store_type", "keep_alive_interval", "keep_alive_max_attempt",
-		"use_libuv", NULL
-	};
 	char	 name[64];
-	int	 i;
+	int	 b;
 
 	snprintf(name, sizeof name, "--rdzv_conf %s", k);
 	if (strcmp(k, "last_call_timeout") == 0)
 		return (cli_seconds(name, v, &cfg->last_call_ms));
-	if (strcmp(k, "lease") == 0 || strcmp(k, "lease_timeout") == 0)
+	if (strcmp(k, "lease") == 0 || strcmp(k, "lease_timeout") == 0) {
+		cli_lease_set = 1;
 		return (cli_seconds(name, v, &cfg->lease_ms));
+	}
 	if (strcmp(k, "heartbeat") == 0 ||
-	    strcmp(k, "heartbeat_interval") == 0)
+	    strcmp(k, "heartbeat_interval") == 0) {
+		cli_hb_set = 1;
 		return (cli_seconds(name, v, &cfg->heartbeat_ms));
-	if (strcmp(k, "join_timeout") == 0)
+	}
+	if (strcmp(k, "join_timeout") == 0) {
+		cli_join_set = 1;
 		return (cli_seconds(name, v, &cfg->join_timeout_ms));
-	if (strcmp(k, "reconnect_timeout") == 0)
+	}
+	if (strcmp(k, "timeout") == 0)
+		return (cli_seconds(name, v, &cli_timeout_ms));
+	if (strcmp(k, "reconnect_timeout") == 0) {
+		cli_reconnect_set = 1;
 		return (cli_seconds(name, v, &cfg->reconnect_timeout_ms));
-	for (i = 0; ignored[i] != NULL; i++)
-		if (strcmp(k, ignored[i]) == 0)
-			return (0);
+	}
+	if (strcmp(k, "read_timeout") == 0)
+		return (cli_seconds(name, v, &cli_read_ms));
+	if (strcmp(k, "heartbeat_timeout") == 0)
+		return (cli_seconds(name, v, &cli_hb_timeout_ms));
+	if (strcmp(k, "keep_alive_interval") == 0)
+		return (cli_seconds(name, v, &cli_keep_alive_ms));
+	if (strcmp(k, "keep_alive_max_attempt") == 0)
+		return (cli_int(name + 2, v, 1, 1000, &cli_keep_alive_n));
+	if (strcmp(k, "close_timeout") == 0)
+		return (cli_seconds(name, v, &cfg->close_ms));
+	if (strcmp(k, "is_host") == 0) {
+		if ((b = cli_bool(v)) == -1) {
+			fprintf(stderr, "rdzv-agent: %s: \"%s\" is not a "
+			    "boolean\n", name, v);
+			return (-1);
+		}
+		cfg->is_host = b;	/* given: no guess from the name */
+		return (0);
+	}
+	if (strcmp(k, "store_type") == 0 || strcmp(k, "use_libuv") == 0) {
+		log_info("%s: nothing to choose here: the store is rdzvd's "
+		    "(embedded when an agent hosts it)", name);
+		return (0);
+	}
 	log_warnx("--rdzv_conf: unknown key \"%s\" ignored", k);
 	return (0);
+}
+
+/*
+ * torchrun's keep-alive and heartbeat keys, where ours (lease,
+ * heartbeat) are not given: a node silent for keep_alive_interval times
+ * keep_alive_max_attempt (or heartbeat_timeout) is dropped.
+ */
+static void
+cli_conf_resolve(struct agent_config *cfg)
+{
+	long long	lease;
+
+	if (!cli_lease_set && cli_hb_timeout_ms > 0)
+		cfg->lease_ms = cli_hb_timeout_ms;
+	else if (!cli_lease_set &&
+	    (cli_keep_alive_ms > 0 || cli_keep_alive_n > 0)) {
+		lease = (long long)(cli_keep_alive_ms > 0 ? cli_keep_alive_ms :
+		    CLI_KEEP_ALIVE_MS) * (cli_keep_alive_n > 0 ?
+		    cli_keep_alive_n : CLI_KEEP_ALIVE_N);
+		cfg->lease_ms = lease > INT_MAX / 2 ? INT_MAX / 2 : (int)lease;
+	}
+	if (!cli_join_set && cli_timeout_ms > 0)
+		cfg->join_timeout_ms = cli_timeout_ms;
+	if (!cli_hb_set && cli_keep_alive_ms > 0)
+		cfg->heartbeat_ms = cli_keep_alive_ms;
+	if (!cli_reconnect_set && cli_read_ms > 0)
+		cfg->reconnect_timeout_ms = cli_read_ms;
+	else if (!cli_reconnect_set && cfg->rdzv_mode != AGENT_RDZV_RDZVD)
+		cfg->reconnect_timeout_ms = CLI_READ_TIMEOUT_MS;
 }
 
 static int
@@ -384,10 +486,21 @@ cli_apply(struct agent_config *cfg, const struct cli_opt *o, const char *v)
 		cli_setstr(&cfg->rdzv_id, v);
 		return (0);
 	case O_BACKEND:
+		if (strncmp(v, "etcd", 4) == 0) {
+			fprintf(stderr, "rdzv-agent: --rdzv_backend %s: etcd "
+			    "is not supported; use c10d (the agent on the "
+			    "endpoint's host hosts the rendezvous), static "
+			    "(node rank 0 hosts it) or rdzv (rdzvd at "
+			    "--rdzv_endpoint, which outlives any node)\n", v);
+			return (-1);
+		}
 		if (strcmp(v, "c10d") != 0 && strcmp(v, "static") != 0 &&
-		    strcmp(v, "rdzv") != 0 && strcmp(v, "etcd") != 0 &&
-		    strcmp(v, "etcd-v2") != 0)
-			log_warnx("--rdzv_backend %s: unknown, using rdzvd", v);
+		    strcmp(v, "rdzv") != 0) {
+			fprintf(stderr, "rdzv-agent: --rdzv_backend %s: "
+			    "unknown; c10d, static or rdzv\n", v);
+			return (-1);
+		}
+		cli_backend_set = 1;
 		cli_setstr(&cfg->rdzv_backend, v);
 		return (0);
 	case O_CONF:
@@ -438,11 +551,14 @@ cli_apply(struct agent_config *cfg, const struct cli_opt *o, const char *v)
 		cfg->run_path = 1;
 		return (0);
 	case O_NODE_RANK:
+		cli_node_rank_set = 1;
 		return (cli_int(o->name, v, 0, 1000000, &cfg->node_rank));
 	case O_MASTER_ADDR:
+		cli_master_set = 1;
 		cli_setstr(&cfg->master_addr, v);
 		return (0);
 	case O_MASTER_PORT:
+		cli_master_set = 1;
 		return (cli_int(o->name, v, 1, 65535, &cfg->master_port));
 	case O_GRACE:
 		return (cli_seconds("--grace", v, &cfg->grace_ms));
@@ -622,7 +738,10 @@ cli_endpoint(struct agent_config *cfg)
 		cfg->endpoint = full;
 		return (0);
 	}
-	(void)strtonum(colon + 1, cfg->standalone ? 0 : 1, 65535, &errstr);
+	/* Port 0: any free port, for the agent that hosts it (torchrun's
+	 * c10d host does the same; one node only: nobody else can know). */
+	(void)strtonum(colon + 1, cfg->standalone ||
+	    cfg->rdzv_mode == AGENT_RDZV_C10D ? 0 : 1, 65535, &errstr);
 	if (errstr != NULL)
 		goto bad;
 	return (0);
@@ -632,11 +751,42 @@ bad:
 	return (-1);
 }
 
+/*
+ * The user's python: $PYTHON_EXEC (torchrun's), $PYTHON, else the first
+ * python3 on $PATH, as found (a virtualenv's python3 is a link that must
+ * stay one).  NULL when there is none.
+ */
+static char *
+cli_python(void)
+{
+	const char	*v, *path, *p;
+	char		 exe[PATH_MAX];
+	size_t		 n;
+
+	if ((v = getenv("PYTHON_EXEC")) != NULL && *v != '\0')
+		return (cli_strdup(v));
+	if ((v = getenv("PYTHON")) != NULL && *v != '\0')
+		return (cli_strdup(v));
+	if ((path = getenv("PATH")) == NULL || *path == '\0')
+		path = "/usr/local/bin:/usr/bin:/bin";
+	for (p = path; *p != '\0'; p += n + (p[n] == ':')) {
+		n = strcspn(p, ":");
+		if (n == 0)
+			continue;	/* "" is the current directory: skip */
+		if ((size_t)snprintf(exe, sizeof exe, "%.*s/python3", (int)n,
+		    p) >= sizeof exe)
+			continue;
+		if (access(exe, X_OK) == 0)
+			return (cli_strdup(exe));
+	}
+	return (NULL);
+}
+
 /* The worker command: torchrun runs PROGRAM with python -u unless told. */
 static int
 cli_command(struct agent_config *cfg, int argc, char **argv)
 {
-	const char	*py;
+	char		*py = NULL;
 	int		 n = 0, i, extra;
 
 	if (argc < 1) {
@@ -649,15 +799,18 @@ cli_command(struct agent_config *cfg, int argc, char **argv)
 		    "used together\n");
 		return (-1);
 	}
+	if (!cfg->no_python && (py = cli_python()) == NULL) {
+		fprintf(stderr, "rdzv-agent: no python3 on PATH: set "
+		    "PYTHON_EXEC or PYTHON, or use --no_python\n");
+		return (-1);
+	}
 	cfg->program = cli_strdup(argv[0]);
 	extra = cfg->no_python ? 0 : (cfg->module ? 3 : 2);
 	cfg->argv = calloc((size_t)argc + extra + 1, sizeof *cfg->argv);
 	if (cfg->argv == NULL)
 		fatal("calloc");
 	if (!cfg->no_python) {
-		if ((py = getenv("PYTHON")) == NULL || *py == '\0')
-			py = CLI_DEFAULT_PYTHON;
-		cfg->argv[n++] = cli_strdup(py);
+		cfg->argv[n++] = py;
 		cfg->argv[n++] = cli_strdup("-u");
 		if (cfg->module)
 			cfg->argv[n++] = cli_strdup("-m");
@@ -750,11 +903,98 @@ cli_tls_ca(struct agent_config *cfg)
 	return (0);
 }
 
+/* MASTER_ADDR:MASTER_PORT as an endpoint, brackets for IPv6. */
+static void
+cli_master_endpoint(struct agent_config *cfg)
+{
+	const char	*a = cfg->master_addr != NULL ? cfg->master_addr :
+			    CLI_STATIC_ADDR;
+	int		 v6 = strchr(a, ':') != NULL;
+
+	free(cfg->endpoint);
+	if (asprintf(&cfg->endpoint, "%s%s%s:%d", v6 ? "[" : "", a,
+	    v6 ? "]" : "", cfg->master_port) == -1)
+		fatal("asprintf");
+	cli_endpoint_set = 1;
+}
+
+/*
+ * Which rendezvous the command line means, read as torchrun reads it:
+ * the static backend (torchrun's default) at --master_addr:--master_port
+ * or the endpoint, group rank = --node_rank; c10d at the endpoint; and
+ * rdzvd at the endpoint, which an endpoint without --rdzv_backend or
+ * --node_rank has always meant here (rdzv).  One node with nothing named,
+ * or --standalone, is an in-process rdzvd with a fresh id.
+ */
+static int
+cli_rdzv_mode(struct agent_config *cfg)
+{
+	char	idbuf[40];
+	int	is_static;
+
+	if (!cfg->standalone && !cli_endpoint_set && !cli_master_set &&
+	    cfg->nnodes_max == 1 && (!cli_backend_set ||
+	    strcmp(cfg->rdzv_backend, "static") != 0))
+		cfg->standalone = 1;
+	if (cfg->standalone) {
+		if (cli_nnodes_set && cfg->nnodes_max != 1)
+			log_warnx("--standalone: --nnodes is 1");
+		cfg->nnodes_min = cfg->nnodes_max = 1;
+		if (!cli_id_set) {
+			cli_random_id(idbuf, sizeof idbuf);
+			cli_setstr(&cfg->rdzv_id, idbuf);
+		}
+		cli_setstr(&cfg->endpoint, "127.0.0.1:0");
+		cli_setstr(&cfg->rdzv_backend, "c10d");
+		cfg->rdzv_mode = AGENT_RDZV_RDZVD;
+		return (0);
+	}
+	if (cli_backend_set)
+		is_static = strcmp(cfg->rdzv_backend, "static") == 0;
+	else
+		is_static = cli_node_rank_set || !cli_endpoint_set;
+	if (is_static) {
+		cfg->rdzv_mode = AGENT_RDZV_STATIC;
+		cli_setstr(&cfg->rdzv_backend, "static");
+		if (cfg->nnodes_min != cfg->nnodes_max) {
+			fprintf(stderr, "rdzv-agent: the static rendezvous "
+			    "needs a fixed --nnodes N, as torchrun's; for "
+			    "%d:%d use --rdzv_backend c10d or rdzvd\n",
+			    cfg->nnodes_min, cfg->nnodes_max);
+			return (-1);
+		}
+		if (cfg->node_rank >= cfg->nnodes_max) {
+			fprintf(stderr, "rdzv-agent: --node_rank %d is not "
+			    "below --nnodes %d\n", cfg->node_rank,
+			    cfg->nnodes_max);
+			return (-1);
+		}
+		if (!cli_endpoint_set)
+			cli_master_endpoint(cfg);
+		return (0);
+	}
+	if (strcmp(cfg->rdzv_backend, "c10d") == 0 && cli_backend_set)
+		cfg->rdzv_mode = AGENT_RDZV_C10D;
+	else {
+		cfg->rdzv_mode = AGENT_RDZV_RDZVD;
+		cli_setstr(&cfg->rdzv_backend, "rdzv");
+	}
+	if (!cli_endpoint_set && cli_master_set)
+		cli_master_endpoint(cfg);
+	if (!cli_endpoint_set) {
+		fprintf(stderr, "rdzv-agent: --nnodes %d:%d needs "
+		    "--rdzv_endpoint (or --standalone for one node)\n",
+		    cfg->nnodes_min, cfg->nnodes_max);
+		return (-1);
+	}
+	return (0);
+}
+
 int
 cli_parse(struct agent_config *cfg, int argc, char **argv)
 {
 	struct option	 lopts[CLI_NOPTS * 2 + 1];
-	char		 shorts[64], names[CLI_NOPTS][32], idbuf[40];
+	char		 shorts[64], names[CLI_NOPTS][32];
 	const char	*v;
 	size_t		 i, j, n = 0, s = 0;
 	int		 c, rv, ngpu;
@@ -763,7 +1003,9 @@ cli_parse(struct agent_config *cfg, int argc, char **argv)
 	cfg->nnodes_min = cfg->nnodes_max = 1;
 	cfg->nproc_spec = cli_strdup("1");
 	cfg->rdzv_id = cli_strdup("none");
-	cfg->rdzv_backend = cli_strdup("c10d");
+	cfg->rdzv_backend = cli_strdup("static");
+	cfg->is_host = -1;
+	cfg->close_ms = 2000;
 	cfg->role = cli_strdup("default");
 	cfg->monitor_interval = 5;
 	cfg->master_port = 29500;
@@ -805,8 +1047,18 @@ cli_parse(struct agent_config *cfg, int argc, char **argv)
 	shorts[s] = '\0';
 
 	/* Slurm, then PET_*, then the command line. */
-	if ((v = getenv("SLURM_JOB_ID")) != NULL && *v != '\0')
-		cli_setstr(&cfg->rdzv_id, v);
+	if ((v = getenv("SLURM_JOB_ID")) != NULL && *v != '\0') {
+		const char	*step = getenv("SLURM_STEP_ID");
+
+		/* Every srun step is a job of its own: a second step of
+		 * the allocation must not JOIN the first one's closed job. */
+		free(cfg->rdzv_id);
+		if (step != NULL && *step != '\0') {
+			if (asprintf(&cfg->rdzv_id, "%s.%s", v, step) == -1)
+				fatal("asprintf");
+		} else
+			cfg->rdzv_id = cli_strdup(v);
+	}
 	if ((v = getenv("SLURM_NNODES")) != NULL && *v != '\0' &&
 	    cli_nnodes(cfg, v) != 0)
 		return (-1);
@@ -831,32 +1083,8 @@ cli_parse(struct agent_config *cfg, int argc, char **argv)
 	if (cli_command(cfg, argc - optind, argv + optind) != 0)
 		return (-1);
 
-	/* torchrun: --standalone is one node with a fresh id. */
-	if (!cli_endpoint_set && cfg->master_addr != NULL && !cfg->standalone) {
-		if (asprintf(&cfg->endpoint, "%s%s%s:%d",
-		    strchr(cfg->master_addr, ':') ? "[" : "", cfg->master_addr,
-		    strchr(cfg->master_addr, ':') ? "]" : "",
-		    cfg->master_port) == -1)
-			fatal("asprintf");
-		cli_endpoint_set = 1;
-	}
-	if (!cli_endpoint_set && cfg->nnodes_max == 1)
-		cfg->standalone = 1;
-	if (cfg->standalone) {
-		if (cli_nnodes_set && cfg->nnodes_max != 1)
-			log_warnx("--standalone: --nnodes is 1");
-		cfg->nnodes_min = cfg->nnodes_max = 1;
-		if (!cli_id_set) {
-			cli_random_id(idbuf, sizeof idbuf);
-			cli_setstr(&cfg->rdzv_id, idbuf);
-		}
-		cli_setstr(&cfg->endpoint, "127.0.0.1:0");
-	} else if (!cli_endpoint_set) {
-		fprintf(stderr, "rdzv-agent: --nnodes %d:%d needs "
-		    "--rdzv_endpoint (or --standalone for one node)\n",
-		    cfg->nnodes_min, cfg->nnodes_max);
+	if (cli_rdzv_mode(cfg) != 0)
 		return (-1);
-	}
 	if (cli_endpoint(cfg) != 0)
 		return (-1);
 	if (cli_nproc(cfg) != 0)
@@ -888,6 +1116,7 @@ cli_parse(struct agent_config *cfg, int argc, char **argv)
 	}
 	if (cli_tls_ca(cfg) != 0)
 		return (-1);
+	cli_conf_resolve(cfg);
 	if (cfg->heartbeat_ms <= 0)
 		cfg->heartbeat_ms = cfg->lease_ms > 0 ? cfg->lease_ms / 4 :
 		    1000;
@@ -917,6 +1146,7 @@ cli_print(const struct agent_config *cfg, FILE *f)
 	fprintf(f, "rdzv_id=%s\n", cfg->rdzv_id);
 	fprintf(f, "rdzv_backend=%s\n", cfg->rdzv_backend);
 	fprintf(f, "standalone=%d\n", cfg->standalone);
+	fprintf(f, "node_rank=%d\nis_host=%d\n", cfg->node_rank, cfg->is_host);
 	fprintf(f, "max_restarts=%d\n", cfg->max_restarts);
 	fprintf(f, "role=%s\n", cfg->role);
 	fprintf(f, "log_dir=%s\n", cfg->log_dir ? cfg->log_dir : "");
@@ -934,6 +1164,7 @@ cli_print(const struct agent_config *cfg, FILE *f)
 	cli_ms(f, "heartbeat", cfg->heartbeat_ms);
 	cli_ms(f, "join_timeout", cfg->join_timeout_ms);
 	cli_ms(f, "reconnect_timeout", cfg->reconnect_timeout_ms);
+	cli_ms(f, "close_timeout", cfg->close_ms);
 	fprintf(f, "command=");
 	for (i = 0; i < cfg->argc; i++)
 		fprintf(f, "%s%s", i ? " " : "", cfg->argv[i]);

@@ -20,13 +20,22 @@
  * A RUNNING push for the round already running (a re-JOIN after a
  * reconnect) changes nothing; one for another round while workers run
  * stops them first and spawns the new round when they are gone.
+ *
+ * Before JOINING, the agent may host the rendezvous itself, an embedded
+ * rdzvd on its event loop (agent_rendezvous): --standalone; node rank 0
+ * of a static rendezvous; under c10d the agent on the endpoint's host
+ * that finds its port free.  It then joins it like any other agent.
  */
 #include "config.h"
 
 #include <sys/types.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 
+#include <netinet/in.h>
+
 #include <errno.h>
+#include <netdb.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -576,7 +585,7 @@ agent_leave_stopped(void *arg)
 {
 	logs_end_attempt();
 	progress_end_attempt();
-	rdzv_leave(2000);
+	rdzv_leave(ag.cfg.close_ms);
 }
 
 static void
@@ -764,29 +773,181 @@ agent_dry_run(void)
 	}
 }
 
+/*
+ * Whether host names this machine: some address of it can be bound here
+ * (torchrun's is_host test, without listing the interfaces).
+ */
+static int
+agent_host_is_local(const char *host)
+{
+	struct addrinfo	 hints, *res, *ai;
+	int		 fd, local = 0;
+
+	memset(&hints, 0, sizeof hints);
+	hints.ai_family = AF_UNSPEC;
+	hints.ai_socktype = SOCK_DGRAM;
+	if (getaddrinfo(host, "0", &hints, &res) != 0)
+		return (0);
+	for (ai = res; ai != NULL && !local; ai = ai->ai_next) {
+		if ((fd = socket(ai->ai_family, SOCK_DGRAM | SOCK_CLOEXEC,
+		    0)) == -1)
+			continue;
+		local = bind(fd, ai->ai_addr, ai->ai_addrlen) == 0;
+		close(fd);
+	}
+	freeaddrinfo(res);
+	return (local);
+}
+
+/*
+ * Whether nothing listens on port on any address, as a TCPStore server
+ * (rdzvd's, torch's) would; spec gets the listen address to host on:
+ * every address, IPv6 and IPv4 at once where the kernel has IPv6.
+ * Returns 1 free, 0 taken, -1 on another error (logged).
+ */
+static int
+agent_port_free(int port, char *spec, size_t specsz)
+{
+	struct sockaddr_in6	s6;
+	struct sockaddr_in	s4;
+	int			fd, one = 1, zero = 0, rv, err;
+
+	memset(&s6, 0, sizeof s6);
+	s6.sin6_family = AF_INET6;
+	s6.sin6_port = htons(port);
+	s6.sin6_addr = in6addr_any;
+	memset(&s4, 0, sizeof s4);
+	s4.sin_family = AF_INET;
+	s4.sin_port = htons(port);
+	s4.sin_addr.s_addr = htonl(INADDR_ANY);
+	if ((fd = socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0)) != -1) {
+		(void)setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero,
+		    sizeof zero);
+		snprintf(spec, specsz, "*:%d", port);
+	} else if ((fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC,
+	    0)) != -1)
+		snprintf(spec, specsz, "0.0.0.0:%d", port);
+	else {
+		log_warn("socket");
+		return (-1);
+	}
+	/* As the listener will: a port in TIME_WAIT is free, not taken. */
+	(void)setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+	rv = spec[0] == '*' ? bind(fd, (struct sockaddr *)&s6, sizeof s6) :
+	    bind(fd, (struct sockaddr *)&s4, sizeof s4);
+	err = errno;
+	close(fd);
+	if (rv == 0)
+		return (1);
+	if (err == EADDRINUSE)
+		return (0);
+	log_warnx("port %d: %s", port, strerror(err));
+	return (-1);
+}
+
+/* The endpoint with its port 0 replaced by the one the host got. */
+static void
+agent_endpoint_port(int port)
+{
+	char	*ep;
+
+	if (asprintf(&ep, "%.*s:%d", (int)(strrchr(ag.cfg.endpoint, ':') -
+	    ag.cfg.endpoint), ag.cfg.endpoint, port) == -1)
+		fatalx("out of memory");
+	free(ag.cfg.endpoint);
+	ag.cfg.endpoint = ep;
+}
+
+/* Starts the in-process rdzvd on listen; sets *port.  0 or -1. */
+static int
+agent_embed(const char *listen, int *port)
+{
+#ifdef HAVE_RDZVD_EMBED
+	if (rdzvd_embed_start(ag.base, listen, port) != 0)
+		return (-1);
+	ag.embedded = 1;
+	return (0);
+#else
+	log_warnx("this build has no embedded rdzvd: start rdzvd and pass "
+	    "--rdzv_endpoint");
+	return (-1);
+#endif
+}
+
 static int
 agent_standalone(void)
 {
-#ifdef HAVE_RDZVD_EMBED
 	char	*ep;
-	int	 port, rv;
+	int	 port;
 
-	if ((rv = rdzvd_embed_start(ag.base, "127.0.0.1:0", &port)) != 0) {
+	if (agent_embed("127.0.0.1:0", &port) != 0) {
 		log_warnx("--standalone: cannot start the embedded rdzvd");
 		return (-1);
 	}
-	ag.embedded = 1;
 	if (asprintf(&ep, "127.0.0.1:%d", port) == -1)
 		fatalx("out of memory");
 	free(ag.cfg.endpoint);
 	ag.cfg.endpoint = ep;
 	log_debug("embedded rdzvd on %s", ep);
 	return (0);
-#else
-	log_warnx("--standalone: this build has no embedded rdzvd; start "
-	    "rdzvd and pass --rdzv_endpoint");
-	return (-1);
-#endif
+}
+
+/*
+ * Hosts the rendezvous where torchrun's agent would: node rank 0 of a
+ * static rendezvous, and under c10d (is_host) the agent on the
+ * endpoint's host when nothing listens on its port yet.  Every agent,
+ * this one too, then joins it at the endpoint.  An agent that finds the
+ * port taken joins what listens there (rdzvd, or the agent beside it
+ * that was first).  Returns 0, or -1 when the agent cannot go on.
+ */
+static int
+agent_rendezvous(void)
+{
+	const char	*port_s = strrchr(ag.cfg.endpoint, ':') + 1;
+	char		 spec[64];
+	int		 port, got, free_;
+
+	if (ag.cfg.standalone)
+		return (agent_standalone());
+	port = atoi(port_s);
+	if (ag.cfg.rdzv_mode == AGENT_RDZV_STATIC) {
+		if (ag.cfg.node_rank != 0)
+			return (0);
+	} else if (ag.cfg.rdzv_mode == AGENT_RDZV_C10D) {
+		if (ag.cfg.is_host == 0 || (ag.cfg.is_host == -1 &&
+		    !agent_host_is_local(ag.cfg.ep_host))) {
+			if (port != 0)
+				return (0);
+			log_warnx("c10d endpoint %s: port 0 is for the agent "
+			    "that hosts the rendezvous", ag.cfg.endpoint);
+			return (-1);
+		}
+	} else
+		return (0);
+	if ((free_ = agent_port_free(port, spec, sizeof spec)) == 0) {
+		log_info("%s rendezvous: port %d is taken here: joining what "
+		    "listens there", ag.cfg.rdzv_backend, port);
+		return (0);
+	}
+	if (free_ == -1)
+		return (-1);
+	if (ag.cfg.tls_ca != NULL) {
+		log_warnx("a rendezvous hosted by rdzv-agent speaks no TLS: "
+		    "run rdzvd with --tls-cert, or drop --tls_ca");
+		return (-1);
+	}
+	if (agent_embed(spec, &got) != 0) {
+		/* Another agent of this host was quicker: join it. */
+		log_info("%s rendezvous: cannot host on port %d: joining what "
+		    "listens there", ag.cfg.rdzv_backend, port);
+		return (0);
+	}
+	if (port == 0)
+		agent_endpoint_port(got);
+	log_info("hosting the %s rendezvous of job %s on port %d; it ends "
+	    "with this agent (run rdzvd for one that outlives any node)",
+	    ag.cfg.rdzv_backend, ag.cfg.rdzv_id, got);
+	return (0);
 }
 
 int
@@ -812,7 +973,7 @@ main(int argc, char **argv)
 	ag.hostname[sizeof ag.hostname - 1] = '\0';
 	if ((ag.base = event_base_new()) == NULL)
 		fatalx("event_base_new");
-	if (ag.cfg.standalone && agent_standalone() != 0)
+	if (agent_rendezvous() != 0)
 		return (1);
 	if ((rv = logs_init(ag.base, &ag.cfg)) != 0) {
 		log_warnx("cannot create the log directory: %s",
@@ -849,9 +1010,10 @@ main(int argc, char **argv)
 	}
 	agent_arm_join_timer();
 	ag.state = AS_JOINING;
-	log_info("job %s: %d worker%s here, %d-%d nodes, rdzvd %s",
+	log_info("job %s: %d worker%s here, %d-%d nodes, %s rendezvous %s%s",
 	    ag.cfg.rdzv_id, ag.cfg.nproc, ag.cfg.nproc == 1 ? "" : "s",
-	    ag.cfg.nnodes_min, ag.cfg.nnodes_max, ag.cfg.endpoint);
+	    ag.cfg.nnodes_min, ag.cfg.nnodes_max, ag.cfg.rdzv_backend,
+	    ag.cfg.endpoint, ag.embedded ? " (hosted here)" : "");
 	if ((rv = rdzv_start(ag.base, &ag.cfg, &agent_rdzv_cbs, NULL)) != 0) {
 		/* A token or CA problem was logged with its file already. */
 		if (rv == RDZV_EINVAL)

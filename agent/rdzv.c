@@ -221,6 +221,9 @@ rdzv_send_join(void)
 	rdzv_put_i64(&wr, rc_cfg->max_restarts);
 	rdzv_put_i64(&wr, rc_cfg->last_call_ms);
 	rdzv_put_i64(&wr, rc_cfg->lease_ms);
+	/* Static: group rank = node rank (an optional last field). */
+	if (rc_cfg->rdzv_mode == AGENT_RDZV_STATIC)
+		rdzv_put_i64(&wr, rc_cfg->node_rank);
 	rdzv_end(&wr);
 	rc_state = RC_JOINING;
 	log_debug("JOIN %s as instance %s", rc_cfg->rdzv_id, rc_instance);
@@ -771,6 +774,39 @@ rdzv_event_cb(struct bufferevent *bev, short what, void *arg)
 		rdzv_drop(why);
 }
 
+/*
+ * Gives up on a rendezvous unreachable for down ms, saying whose it was:
+ * one an agent hosts (static: node rank 0's; c10d maybe) ends with that
+ * agent, which is what the other nodes must hear.
+ */
+static void
+rdzv_unreachable(int64_t down, const char *why)
+{
+	const char	*whose, *hint = "";
+	char		 buf[1024];
+
+	switch (rc_cfg->rdzv_mode) {
+	case AGENT_RDZV_STATIC:
+		whose = "the static rendezvous of node rank 0's rdzv-agent";
+		break;
+	case AGENT_RDZV_C10D:
+		whose = "the c10d rendezvous (hosted by the rdzv-agent on its "
+		    "host, or rdzvd)";
+		break;
+	default:
+		whose = "rdzvd";
+		break;
+	}
+	if (rc_cfg->rdzv_mode != AGENT_RDZV_RDZVD)
+		hint = rc_ever_joined ? ": its host is gone (node failed or "
+		    "agent killed); a rendezvous hosted by an agent ends with "
+		    "it, as torchrun's does: run rdzvd for one that outlives "
+		    "any node" : ": has its host started?";
+	snprintf(buf, sizeof buf, "%s at %s unreachable for %lld ms (%s)%s",
+	    whose, rc_cfg->endpoint, (long long)down, why, hint);
+	rdzv_fatal(RDZV_ECONN, buf);
+}
+
 /* Tears the connection down and schedules the next attempt. */
 static void
 rdzv_drop(const char *why)
@@ -782,10 +818,11 @@ rdzv_drop(const char *why)
 	if (rc_state == RC_CLOSED)
 		return;
 	if (rc_state == RC_JOINED || rc_state == RC_JOINING)
-		log_warnx("connection to rdzvd %s lost: %s", rc_cfg->endpoint,
-		    why);
+		log_warnx("connection to the %s rendezvous %s lost: %s",
+		    rc_cfg->rdzv_backend, rc_cfg->endpoint, why);
 	else
-		log_debug("connecting to rdzvd %s: %s", rc_cfg->endpoint, why);
+		log_debug("connecting to the %s rendezvous %s: %s",
+		    rc_cfg->rdzv_backend, rc_cfg->endpoint, why);
 	/* An outage is timed from the loss of a joined connection. */
 	if (rc_state == RC_JOINED)
 		clock_gettime(CLOCK_MONOTONIC, &rc_down_since);
@@ -807,11 +844,7 @@ rdzv_drop(const char *why)
 	limit = rc_ever_joined ? rc_cfg->reconnect_timeout_ms :
 	    rc_cfg->join_timeout_ms;
 	if (down >= limit) {
-		char	buf[512];
-
-		snprintf(buf, sizeof buf, "rdzvd %s unreachable for %lld ms: "
-		    "%s", rc_cfg->endpoint, (long long)down, why);
-		rdzv_fatal(RDZV_ECONN, buf);
+		rdzv_unreachable(down, why);
 		return;
 	}
 	if (rc_backoff_ms == 0)

@@ -176,6 +176,7 @@ enum nat_op {
 	NAT_OP_JOIN = 21,	/* b job, b instance, b host, b addr, i pid,
 				 * i local_world_size, i min_nodes, i max_nodes,
 				 * i max_restarts, i last_call_ms, i lease_ms
+				 * [, i node_rank: the group rank wanted]
 				 * -> i node_id, i restart_count, i lease_ms
 				 *    (the job's) | ECLOSED */
 	NAT_OP_HEARTBEAT = 22,	/* b job, i node_id -> i round | ENOTFOUND */

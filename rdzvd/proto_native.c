@@ -852,7 +852,13 @@ native_join(struct nat_req *r)
 	    nat_get_i64(rd, &jr.max_nodes) != 0 ||
 	    nat_get_i64(rd, &jr.max_restarts) != 0 ||
 	    nat_get_i64(rd, &jr.last_call_ms) != 0 ||
-	    nat_get_i64(rd, &jr.lease_ms) != 0 || native_end(r) != 0)
+	    nat_get_i64(rd, &jr.lease_ms) != 0)
+		return RDZV_EPROTO;
+	/* An optional node rank (static rendezvous) ends the JOIN. */
+	jr.rank = -1;
+	if (rd->left > 0 && nat_get_i64(rd, &jr.rank) != 0)
+		return RDZV_EPROTO;
+	if (native_end(r) != 0)
 		return RDZV_EPROTO;
 	round_join(r->c, r->m->id, &jr);
 	return 0;

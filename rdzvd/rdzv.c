@@ -36,6 +36,7 @@ struct rz_node {
 	int64_t			 group_rank;	/* this round, or -1 */
 	int64_t			 prev_rank;	/* last round it was in, or -1 */
 	int64_t			 join_seq;	/* order of joining */
+	int64_t			 want_rank;	/* JOIN's node rank, or -1 */
 	int64_t			 lease_end;
 	int			 succeeded;
 	void			*conn;
@@ -189,9 +190,10 @@ rz_save_node(struct rz *rz, struct rz_job *j, struct rz_node *nd)
 	n = snprintf(row, sizeof row,
 	    "instance=%s\nhost=%s\naddr=%s\npid=%" PRId64 "\nlws=%" PRId64
 	    "\nstate=%d\ngroup_rank=%" PRId64 "\nprev_rank=%" PRId64
-	    "\njoin_seq=%" PRId64 "\nsucceeded=%d\n",
+	    "\njoin_seq=%" PRId64 "\nsucceeded=%d\nwant_rank=%" PRId64 "\n",
 	    nd->instance, nd->host, nd->addr, nd->pid, nd->lws, (int)nd->state,
-	    nd->group_rank, nd->prev_rank, nd->join_seq, nd->succeeded);
+	    nd->group_rank, nd->prev_rank, nd->join_seq, nd->succeeded,
+	    nd->want_rank);
 	if (n > 0 && (size_t)n < sizeof row)
 		kv_set(rz->kv, ns, (struct slice){ (const uint8_t *)key,
 		    (size_t)k }, (struct slice){ (const uint8_t *)row,
@@ -415,7 +417,15 @@ rz_rank_cmp(const void *a, const void *b)
 	const struct rz_node	*x = *(struct rz_node * const *)a;
 	const struct rz_node	*y = *(struct rz_node * const *)b;
 
-	/* Survivors first, in their old order; then by joining. */
+	/*
+	 * Nodes that named their rank (a static rendezvous: group rank =
+	 * node rank) take it; then survivors, in their old order; then by
+	 * joining.
+	 */
+	if ((x->want_rank >= 0) != (y->want_rank >= 0))
+		return x->want_rank >= 0 ? -1 : 1;
+	if (x->want_rank != y->want_rank)
+		return x->want_rank < y->want_rank ? -1 : 1;
 	if ((x->prev_rank >= 0) != (y->prev_rank >= 0))
 		return x->prev_rank >= 0 ? -1 : 1;
 	if (x->prev_rank != y->prev_rank)
@@ -541,7 +551,8 @@ rz_join(struct rz *rz, const struct rz_join_req *r, void *conn, int64_t now,
 		return RDZV_EINVAL;
 	if (r->local_world_size < 1 || r->local_world_size > 1 << 20 ||
 	    r->min_nodes < 1 || r->max_nodes < r->min_nodes ||
-	    r->max_nodes > 1 << 20 || r->max_restarts < 0)
+	    r->max_nodes > 1 << 20 || r->max_restarts < 0 ||
+	    r->rank >= r->max_nodes)
 		return RDZV_EINVAL;
 	last_call = r->last_call_ms >= 0 ? r->last_call_ms : rz->def_last_call;
 	lease = r->lease_ms > 0 ? r->lease_ms : rz->def_lease;
@@ -586,6 +597,11 @@ rz_join(struct rz *rz, const struct rz_join_req *r, void *conn, int64_t now,
 		return 0;
 	}
 
+	/* Two live nodes cannot both be node rank N. */
+	if (r->rank >= 0)
+		TAILQ_FOREACH(nd, &j->nodes, entry)
+			if (nd->want_rank == r->rank)
+				return RDZV_EEXIST;
 	if ((nd = calloc(1, sizeof *nd)) == NULL)
 		return RDZV_ENOMEM;
 	memcpy(nd->instance, inst, sizeof nd->instance);
@@ -600,6 +616,7 @@ rz_join(struct rz *rz, const struct rz_join_req *r, void *conn, int64_t now,
 	nd->state = RZN_WAITING;
 	nd->group_rank = nd->prev_rank = -1;
 	nd->join_seq = j->next_join_seq++;
+	nd->want_rank = r->rank >= 0 ? r->rank : -1;
 	nd->lease_end = now + j->lease_ms;
 	nd->conn = conn;
 	TAILQ_INSERT_TAIL(&j->nodes, nd, entry);
@@ -1177,6 +1194,7 @@ rz_load_node_cb(void *arg, struct slice key)
 	nd->group_rank = row_i64(row, "group_rank", -1);
 	nd->prev_rank = row_i64(row, "prev_rank", -1);
 	nd->join_seq = row_i64(row, "join_seq", 0);
+	nd->want_rank = row_i64(row, "want_rank", -1);
 	nd->succeeded = (int)row_i64(row, "succeeded", 0);
 	nd->lease_end = ctx->now + j->lease_ms;
 	free(row);

@@ -88,6 +88,7 @@ struct rz_join_req {
 	int64_t		pid, local_world_size;
 	int64_t		min_nodes, max_nodes, max_restarts;
 	int64_t		last_call_ms, lease_ms;	/* < 0: defaults */
+	int64_t		rank;	/* the group rank wanted (static), or -1 */
 };
 
 struct rz_failure_req {

@@ -149,6 +149,9 @@ round_join(struct conn *c, uint32_t id, const struct rz_join_req *req)
 		join_pending.c = NULL;
 		if (rc == RDZV_ECLOSED)
 			join_closed_reply(c, id, req->job);
+		else if (rc == RDZV_EEXIST)
+			nat_put_error(conn_reply_buf(c), NAT_OP_JOIN, id, rc,
+			    "another live node of the job has this node rank");
 		else if (rc < 0)
 			nat_put_error(conn_reply_buf(c), NAT_OP_JOIN, id, rc,
 			    rc == RDZV_EINVAL ? "bad JOIN, or nnodes/"

@@ -7,6 +7,7 @@ import glob
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import time
@@ -19,13 +20,17 @@ def run(args, env=None, timeout=10):
     e = dict(os.environ)
     for k in list(e):
         if k.startswith("PET_") or k.startswith("SLURM_") or \
-                k == "CUDA_VISIBLE_DEVICES":
+                k in ("CUDA_VISIBLE_DEVICES", "PYTHON", "PYTHON_EXEC"):
             del e[k]
     if env:
         e.update(env)
     p = subprocess.run([agent_path()] + list(args), env=e, timeout=timeout,
                        stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     return p.returncode, p.stdout.decode(), p.stderr.decode()
+
+
+# With neither PYTHON_EXEC nor PYTHON, the first python3 on PATH.
+PY3 = shutil.which("python3")
 
 
 def config(args, env=None):
@@ -70,7 +75,7 @@ def test_both_spellings_and_pet():
     assert a["last_call_timeout"] == "0.250" and a["lease"] == "2.000"
     assert a["heartbeat"] == "0.500", a   # lease / 4
     assert a["join_timeout"] == "7.000"
-    assert a["command"] == "%s -u p.py arg" % "/usr/bin/python3"
+    assert a["command"] == "%s -u p.py arg" % PY3
     # PET_* fills what the command line leaves, and loses to it.
     c, _ = config(["--nproc_per_node", "2", "p.py"],
                   {"PET_NNODES": "1:3", "PET_NPROC_PER_NODE": "5",
@@ -96,7 +101,7 @@ def test_command_resolution():
     c, _ = config(["--no-python", "./bin", "-m", "--flag"])
     assert c["command"] == "./bin -m --flag", c
     c, _ = config(["--run_path", "s.py"])
-    assert c["command"] == "/usr/bin/python3 -u s.py", c
+    assert c["command"] == "%s -u s.py" % PY3, c
     rc, _, err = run(["--no_python", "-m", "x"])
     assert rc == 2 and "cannot be used together" in err, err
     rc, _, err = run(["--nproc_per_node", "2"])
@@ -110,7 +115,7 @@ def test_standalone_defaults():
     assert re.fullmatch(r"[0-9a-f-]{36}", c["rdzv_id"]), c
     c2, _ = config(["p.py"])
     assert c2["rdzv_id"] != c["rdzv_id"]
-    rc, _, err = run(["--nnodes", "2", "p.py"])
+    rc, _, err = run(["--nnodes", "2:3", "--rdzv_backend", "rdzv", "p.py"])
     assert rc == 2 and "--rdzv_endpoint" in err, err
     c, _ = config(["--master_addr", "m", "--master_port", "1234",
                    "--nnodes", "2", "p.py"])

@@ -172,9 +172,12 @@ def test_k8s_manifests():
     assert js["parallelism"] == js["completions"] == n, (js, n)
     assert flag(cmd, "--rdzv_endpoint") == "%s:29400" % \
         svc["metadata"]["name"]
-    assert flag(cmd, "--rdzv_id") == "$(JOB_NAME)"
+    assert flag(cmd, "--rdzv_id") == "$(JOB_NAME)-$(JOB_UID)"
     env = {e["name"]: e for e in a["env"]}
     assert "job-name" in env["JOB_NAME"]["valueFrom"]["fieldRef"][
+        "fieldPath"]
+    # A Job re-created under the same name is a new job: its uid.
+    assert "controller-uid" in env["JOB_UID"]["valueFrom"]["fieldRef"][
         "fieldPath"]
     tok = env["RDZV_TOKEN_FILE"]["value"]
     avols = {v["name"]: v for v in js["template"]["spec"]["volumes"]}
@@ -223,7 +226,8 @@ def test_k8s_agent_command_accepted():
     job, = k8s_docs()["Job"]
     a, = job["spec"]["template"]["spec"]["containers"]
     # Kubernetes expands $(JOB_NAME) from the container's environment.
-    argv = [x.replace("$(JOB_NAME)", "mlp-fashion") for x in a["command"]]
+    argv = [x.replace("$(JOB_NAME)", "mlp-fashion").replace(
+        "$(JOB_UID)", "3f1c") for x in a["command"]]
     assert argv[0] == "rdzv-agent"
     tmp = rt.mktemp("rdzv-k8s-")
     token = os.path.join(tmp, "token")
@@ -235,7 +239,7 @@ def test_k8s_agent_command_accepted():
     assert r.returncode == 0, r.stderr
     got = dict(line.split("=", 1) for line in r.stdout.splitlines()
                if "=" in line and not line.startswith("env["))
-    assert got["rdzv_id"] == "mlp-fashion", got
+    assert got["rdzv_id"] == "mlp-fashion-3f1c", got
     assert got["rdzv_endpoint"] == "rdzvd:29400", got
     assert got["nnodes"].split(":")[-1] == str(job["spec"]["parallelism"])
     assert got["token_file"] == token

@@ -4,8 +4,8 @@
  * purged after it, in batches, in close order, never a running one; 0
  * keeps them), what a purge drops and what it leaves (another job's
  * namespaces, even one whose id extends the purged one's), reuse of a
- * purged id, retention carried across a reload, and the sweep of dead
- * rounds' namespaces.
+ * purged id, retention carried across a reload, the sweep of dead
+ * rounds' namespaces, and group rank = node rank for a static JOIN.
  */
 #include "config.h"
 
@@ -30,10 +30,13 @@ static char	 purged[64][64];	/* ids, in purge order */
 static int	 npurged;
 static int64_t	 purged_keys;
 static char	 conn_a;		/* a stand-in connection */
+static int64_t	 pushed_rank[16];	/* by node id: last group rank */
 
 static void
 push_cb(void *arg, void *conn, const struct rz_push *p)
 {
+	if (p->node_id >= 0 && p->node_id < 16)
+		pushed_rank[p->node_id] = p->group_rank;
 }
 
 static int
@@ -119,7 +122,53 @@ join(struct fx *f, const char *job, const char *inst, int64_t lo, int64_t hi,
 	r.max_restarts = 3;
 	r.last_call_ms = 0;
 	r.lease_ms = 60000;
+	r.rank = -1;
 	return rz_join(f->rz, &r, &conn_a, 0, node ? node : &n, &rc, &lease);
+}
+
+/* JOIN of instance inst asking for group rank want (static). */
+static int
+join_rank(struct fx *f, const char *inst, int64_t want, int64_t *node)
+{
+	struct rz_join_req	r;
+	int64_t			rc, lease;
+
+	memset(&r, 0, sizeof r);
+	r.job = slice_str("static");
+	r.instance = slice_str(inst);
+	r.host = slice_str("h");
+	r.addr = slice_str("127.0.0.1");
+	r.pid = 1;
+	r.local_world_size = 2;
+	r.min_nodes = r.max_nodes = 3;
+	r.max_restarts = 0;
+	r.last_call_ms = 0;
+	r.lease_ms = 60000;
+	r.rank = want;
+	return rz_join(f->rz, &r, &conn_a, 0, node, &rc, &lease);
+}
+
+/*
+ * A static rendezvous: nodes that name their node rank get it as their
+ * group rank whatever the order they join in; a rank taken by a live
+ * node, or beyond the job's nodes, is refused.
+ */
+static void
+test_static_rank(void **state)
+{
+	struct fx	*f = *state;
+	int64_t		 a, b, c, x;
+
+	assert_int_equal(join_rank(f, "i2", 2, &a), 0);
+	assert_int_equal(join_rank(f, "i0", 0, &b), 0);
+	assert_int_equal(join_rank(f, "dup", 0, &x), RDZV_EEXIST);
+	assert_int_equal(join_rank(f, "big", 3, &x), RDZV_EINVAL);
+	memset(pushed_rank, 0xff, sizeof pushed_rank);
+	assert_int_equal(join_rank(f, "i1", 1, &c), 0);
+	rz_tick(f->rz, 1);
+	assert_int_equal(pushed_rank[a], 2);
+	assert_int_equal(pushed_rank[b], 0);
+	assert_int_equal(pushed_rank[c], 1);
 }
 
 /* A one-node job run to DONE now (wall). */
@@ -406,6 +455,8 @@ main(void)
 		cmocka_unit_test_setup_teardown(test_reload_keeps_close_time,
 		    setup, teardown),
 		cmocka_unit_test_setup_teardown(test_sweep_dead_rounds, setup,
+		    teardown),
+		cmocka_unit_test_setup_teardown(test_static_rank, setup,
 		    teardown),
 	};
 
