@@ -29,7 +29,8 @@ static const struct wire_limits fuzz_lim = { 64, 256, 8, 16 };
 
 /*
  * Field lists: b bytes, i integer, n a count then that many keys, N a
- * count then that many key/value pairs, * bytes until the end.
+ * count then that many key/value pairs, * bytes until the end, ? what
+ * follows is optional (the payload may end here).
  */
 static const char *fuzz_req[NAT_OP_MAX + 1] = {
 	[NAT_OP_PING] = "b", [NAT_OP_SET] = "bbb", [NAT_OP_GET] = "bb",
@@ -40,7 +41,7 @@ static const char *fuzz_req[NAT_OP_MAX + 1] = {
 	[NAT_OP_QUEUE_POP] = "bbi", [NAT_OP_QUEUE_LEN] = "bb",
 	[NAT_OP_LIST_KEYS] = "b", [NAT_OP_BARRIER] = "bbii",
 	[NAT_OP_CANCEL] = "i", [NAT_OP_WATCH] = "bb",
-	[NAT_OP_WATCH_EVENT] = "bbibb", [NAT_OP_JOIN] = "bbbbiiiiiii",
+	[NAT_OP_WATCH_EVENT] = "bbibb", [NAT_OP_JOIN] = "bbbbiiiiiii?i",
 	[NAT_OP_HEARTBEAT] = "bi", [NAT_OP_LEAVE] = "bi",
 	[NAT_OP_FAILURE] = "biiiiiib", [NAT_OP_SUCCEEDED] = "bii",
 	[NAT_OP_ROUND] = "biiiiiiiiibib", [NAT_OP_JOB_STATUS] = "b",
@@ -101,6 +102,10 @@ fuzz_spec(const char *spec, struct slice payload)
 		case '*':
 			while (nat_get_bytes(&rd, &s) == 0)
 				;
+			break;
+		case '?':
+			if (rd.left == 0)
+				return (0);
 			break;
 		default:
 			abort();
