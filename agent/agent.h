@@ -13,6 +13,7 @@
 
 #include <sys/types.h>
 
+#include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -65,6 +66,13 @@ struct agent_config {
 	int		 join_timeout_ms;
 	int		 reconnect_timeout_ms;
 
+	/* torchrun 2.x: the console, signals and devices. */
+	char		*ranks_filter;	/* --local_ranks_filter "0,2", or NULL */
+	char		*prefix_tmpl;	/* the line prefix template, or NULL */
+	sigset_t	 fwd_signals;	/* forwarded; the agent goes on */
+	int		 virtual_local_rank; /* LOCAL_RANK 0, one device each */
+	int		 numa_mode;	/* enum sup_numa_mode */
+
 	char		*program;	/* the user's program, for messages */
 	char	       **argv;		/* the worker command, NULL-terminated */
 	int		 argc;
@@ -83,11 +91,25 @@ void	cli_print(const struct agent_config *cfg, FILE *);
  * local_rank from a torchrun spec ("3", or "0:3,1:2"); -1 when malformed.
  */
 int	cli_std_for(const char *spec, int local_rank);
+/*
+ * Whether local_rank's console output is shown (--local_ranks_filter):
+ * 1 or 0.
+ */
+int	cli_rank_shown(const struct agent_config *, int local_rank);
 /* Counts the GPUs this node shows (CUDA_VISIBLE_DEVICES, /proc, /dev,
  * nvidia-smi -L), 0 when none. */
 int	cli_count_gpus(char **list);
 
 /* ---- sup.c: spawning and supervising workers (the only fork) ---- */
+
+/* --numa_binding, torch's modes. */
+enum sup_numa_mode {
+	SUP_NUMA_NONE,
+	SUP_NUMA_NODE,		/* the CPUs of the worker's NUMA node */
+	SUP_NUMA_SOCKET,	/* of every node of that node's socket */
+	SUP_NUMA_EXCLUSIVE,	/* the node's cores split among its workers */
+	SUP_NUMA_CORE_COMPLEX,	/* one L3 cache group of the node each */
+};
 
 struct sup_exit {
 	int		 local_rank;
@@ -102,7 +124,7 @@ typedef void	(*sup_done_cb)(void *);
 int	sup_init(struct event_base *, sup_exit_cb cb, void *arg);
 /*
  * Starts one worker: fork with every signal blocked; the child gets its
- * own process group, a parent-death SIGKILL, default signal handlers,
+ * own session and process group, a parent-death SIGKILL, default signal handlers,
  * out_fd/err_fd (>= 0) as stdout/stderr, prog_fd (>= 0) as fd
  * PROGRESS_CHILD_FD, no other descriptor, and execs argv[0] (PATH
  * search) with envp.  Returns 0 with *pid set, or RDZV_EIO / RDZV_EINVAL.
@@ -113,6 +135,12 @@ int	sup_spawn(int local_rank, char *const argv[], char *const envp[],
 int	sup_live(void);
 /* Sends sig to the process group of every live worker. */
 void	sup_signal(int sig);
+/*
+ * Sends sig to every live worker process itself, not its group (the
+ * children a worker made, a DataLoader's, would die of a SIGUSR1 they do
+ * not expect).  Returns how many were signalled.
+ */
+int	sup_forward(int sig);
 /* Sends sig to local_rank's group: 0, RDZV_ENOTFOUND (not running). */
 int	sup_signal_rank(int local_rank, int sig);
 /*

@@ -12,8 +12,11 @@
  *      ^                                                 | stop done:
  *      +-------------------------------------------------+ RUNNING push
  *                                                          pending? spawn
- *   any --signal--> LEAVING: the signal to the workers, SIGKILL after the
- *                   grace, LEAVE, exit 128+signo
+ *   any --SIGTERM, SIGINT, SIGHUP, SIGQUIT--> LEAVING: the signal to the
+ *                   workers, SIGKILL after the grace, LEAVE, exit 128+signo
+ *   any --SIGUSR1, SIGUSR2, --signals_to_handle--> the same state: the
+ *                   signal to each worker (a preemption notice: they
+ *                   checkpoint), supervising goes on
  *   any --FAILED push or fatal--> LEAVING (no LEAVE): stop, summary,
  *                   exit 1
  *
@@ -87,6 +90,7 @@ static struct {
 	int			 embedded;
 	char			 hostname[256];
 	struct event		*sig_ev[4];
+	struct event		*fwd_ev[NSIG];	/* forwarded signals */
 	struct event		*join_ev;
 	struct event		*watch_ev;	/* --progress_timeout */
 	struct timespec		*hung_at;	/* per local rank; 0: not */
@@ -138,18 +142,32 @@ agent_env_has(char **envp, size_t n, const char *name, size_t l)
 	return (0);
 }
 
+/*
+ * Whether workers see only their own devices (--gpus_per_worker,
+ * --virtual_local_rank): then LOCAL_RANK is 0, the index of a worker's
+ * first device, so that torch.cuda.set_device(LOCAL_RANK) works in every
+ * worker; the rank on the node stays in RDZV_LOCAL_RANK.
+ */
+static int
+agent_own_devices(void)
+{
+	return (ag.cfg.gpus_per_worker > 0 || ag.cfg.virtual_local_rank);
+}
+
 /* The CUDA_VISIBLE_DEVICES of local_rank: its share of the GPU list. */
 static void
 agent_gpus(int local_rank, char *out, size_t outsz)
 {
 	const char	*p = ag.cfg.gpu_list;
-	int		 first = local_rank * ag.cfg.gpus_per_worker, i = 0;
+	int		 per = ag.cfg.gpus_per_worker > 0 ?
+			    ag.cfg.gpus_per_worker : 1;
+	int		 first = local_rank * per, i = 0;
 	size_t		 o = 0, n;
 
 	out[0] = '\0';
 	while (p != NULL && *p != '\0') {
 		n = strcspn(p, ",");
-		if (i >= first && i < first + ag.cfg.gpus_per_worker &&
+		if (i >= first && i < first + per &&
 		    o + n + 2 < outsz) {
 			if (o > 0)
 				out[o++] = ',';
@@ -173,7 +191,9 @@ agent_worker_vars(int local_rank, const struct rdzv_round *r, size_t *np)
 	size_t		  n = 0, cap = 0;
 	int64_t		  rank = r->rank_base + local_rank;
 
-	agent_setenv(&e, &n, &cap, "LOCAL_RANK", "%d", local_rank);
+	agent_setenv(&e, &n, &cap, "LOCAL_RANK", "%d",
+	    agent_own_devices() ? 0 : local_rank);
+	agent_setenv(&e, &n, &cap, "RDZV_LOCAL_RANK", "%d", local_rank);
 	agent_setenv(&e, &n, &cap, "RANK", "%lld", (long long)rank);
 	agent_setenv(&e, &n, &cap, "GROUP_RANK", "%lld",
 	    (long long)r->group_rank);
@@ -212,7 +232,7 @@ agent_worker_vars(int local_rank, const struct rdzv_round *r, size_t *np)
 	agent_setenv(&e, &n, &cap, "RDZV_NAMESPACE", "%s", r->store_ns);
 	agent_setenv(&e, &n, &cap, "RDZV_NODE_ID", "%lld",
 	    (long long)r->node_id);
-	if (ag.cfg.gpus_per_worker > 0) {
+	if (agent_own_devices()) {
 		agent_gpus(local_rank, gpus, sizeof gpus);
 		agent_setenv(&e, &n, &cap, "CUDA_VISIBLE_DEVICES", "%s", gpus);
 	}
@@ -609,6 +629,21 @@ agent_signal_cb(evutil_socket_t sig, short ev, void *arg)
 	agent_leave(sig, 128 + sig);
 }
 
+/*
+ * A signal the workers should hear while the job goes on: Slurm's
+ * --signal=USR1@N preemption notice, or what --signals_to_handle names.
+ */
+static void
+agent_forward_cb(evutil_socket_t sig, short ev, void *arg)
+{
+	const char	*name = sigabbrev_np(sig);
+	int		 n;
+
+	n = sup_forward(sig);
+	log_info("signal %d (SIG%s): forwarded to %d worker%s", (int)sig,
+	    name != NULL ? name : "?", n, n == 1 ? "" : "s");
+}
+
 static void
 agent_round_cb(const struct rdzv_round *r, void *arg)
 {
@@ -827,6 +862,14 @@ main(int argc, char **argv)
 		if (ag.sig_ev[i] == NULL || evsignal_add(ag.sig_ev[i],
 		    NULL) == -1)
 			fatalx("cannot watch signal %d", agent_signals[i]);
+	}
+	for (i = 1; i < NSIG; i++) {
+		if (sigismember(&ag.cfg.fwd_signals, i) != 1)
+			continue;
+		ag.fwd_ev[i] = evsignal_new(ag.base, i, agent_forward_cb, NULL);
+		if (ag.fwd_ev[i] == NULL || evsignal_add(ag.fwd_ev[i],
+		    NULL) == -1)
+			fatalx("cannot watch signal %d", i);
 	}
 	ag.join_ev = evtimer_new(ag.base, agent_join_timeout_cb, NULL);
 	if (ag.join_ev == NULL)

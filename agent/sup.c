@@ -1,8 +1,12 @@
 /*
  * sup.c: spawning and supervising workers; the only file that forks.
  *
- * Each worker runs in its own process group with a parent-death SIGKILL,
- * so killing the agent, even with SIGKILL, leaves no worker behind.
+ * Each worker runs in a session (and process group) of its own, as
+ * torchrun's do, with a parent-death SIGKILL, so killing the agent, even
+ * with SIGKILL, leaves no worker behind.  A session of its own means the
+ * agent's terminal is not the worker's controlling terminal: a worker
+ * handed the terminal as its stdout writes to it (isatty() is true)
+ * without job control ever stopping it (SIGTTOU).
  * Exits are noticed from a SIGCHLD event (no polling): the handler peeks
  * at each exited child with waitid(WNOWAIT), SIGKILLs whatever is left
  * of its process group while the zombie still pins the group id (so the
@@ -47,6 +51,21 @@ static sup_done_cb		 sup_done_fn;
 static void			*sup_done_arg;
 static struct sup_worker	*sup_workers;
 static size_t			 sup_nworkers;
+
+/*
+ * Signals pid's process group; before the child has made its session
+ * (a signal right after the fork) the group does not exist yet, and the
+ * signal goes to the child itself, which holds it blocked until then.
+ */
+static int
+sup_kill_group(pid_t pid, int sig)
+{
+	if (kill(-pid, sig) == 0)
+		return (0);
+	if (errno != ESRCH)
+		return (-1);
+	return (kill(pid, sig));
+}
 
 static struct sup_worker *
 sup_find(pid_t pid)
@@ -143,7 +162,7 @@ sup_grace_cb(evutil_socket_t fd, short ev, void *arg)
 		log_info("worker %d (pid %ld) still running after the grace "
 		    "period: SIGKILL", sup_workers[i].local_rank,
 		    (long)sup_workers[i].pid);
-		(void)kill(-sup_workers[i].pid, SIGKILL);
+		(void)sup_kill_group(sup_workers[i].pid, SIGKILL);
 	}
 }
 
@@ -173,7 +192,7 @@ sup_child(pid_t parent, char *const argv[], char *const envp[], int out_fd,
 	const char		*why;
 	int			sig, saved;
 
-	(void)setpgid(0, 0);
+	(void)setsid();
 	if (prctl(PR_SET_PDEATHSIG, SIGKILL) == -1)
 		_exit(127);
 	/* The agent may have died before the prctl took effect. */
@@ -250,8 +269,6 @@ sup_spawn(int local_rank, char *const argv[], char *const envp[], int out_fd,
 		log_warn("fork");
 		return (RDZV_EIO);
 	}
-	/* Also from the parent, so a signal sent at once finds the group. */
-	(void)setpgid(pid, pid);
 	w->pid = pid;
 	w->local_rank = local_rank;
 	w->stopping = 0;
@@ -268,7 +285,20 @@ sup_signal(int sig)
 
 	for (i = 0; i < sup_nworkers; i++)
 		if (sup_workers[i].pid != 0)
-			(void)kill(-sup_workers[i].pid, sig);
+			(void)sup_kill_group(sup_workers[i].pid, sig);
+}
+
+int
+sup_forward(int sig)
+{
+	size_t	i;
+	int	n = 0;
+
+	for (i = 0; i < sup_nworkers; i++)
+		if (sup_workers[i].pid != 0 &&
+		    kill(sup_workers[i].pid, sig) == 0)
+			n++;
+	return (n);
 }
 
 int
@@ -279,8 +309,8 @@ sup_signal_rank(int local_rank, int sig)
 	for (i = 0; i < sup_nworkers; i++)
 		if (sup_workers[i].pid != 0 &&
 		    sup_workers[i].local_rank == local_rank)
-			return (kill(-sup_workers[i].pid, sig) == 0 ? 0 :
-			    RDZV_EIO);
+			return (sup_kill_group(sup_workers[i].pid, sig) == 0 ?
+			    0 : RDZV_EIO);
 	return (RDZV_ENOTFOUND);
 }
 
@@ -296,7 +326,7 @@ sup_stop(int sig, int grace_ms, sup_done_cb done, void *arg)
 		if (sup_workers[i].pid == 0)
 			continue;
 		sup_workers[i].stopping = 1;
-		(void)kill(-sup_workers[i].pid, sig);
+		(void)sup_kill_group(sup_workers[i].pid, sig);
 	}
 	if (sup_live() > 0) {
 		tv.tv_sec = grace_ms / 1000;
@@ -361,7 +391,7 @@ sup_capture(char *const argv[], char *out, size_t outsz, int timeout_ms)
 			break;
 	}
 	close(p[0]);
-	(void)kill(-pid, SIGKILL);
+	(void)sup_kill_group(pid, SIGKILL);
 	while (waitpid(pid, &status, 0) == -1 && errno == EINTR)
 		;
 	out[got] = '\0';
