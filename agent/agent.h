@@ -163,16 +163,41 @@ const char	*sup_describe(int status, char *buf, size_t len);
 
 /* ---- logs.c: log directories, worker output, error files ---- */
 
+/* A worker failure as the summary prints it. */
+struct logs_failure {
+	int		 valid;
+	int		 local_rank;
+	int64_t		 rank;
+	pid_t		 pid;
+	int		 status;	/* as from waitpid */
+	struct timespec	 when;		/* CLOCK_REALTIME */
+	int64_t		 round;
+	int		 has_errfile;	/* the worker wrote one */
+	char		 errfile[4096];
+	char		 message[AGENT_MSG_MAX];
+	char		 stack[8192];
+	char		 stamp[64];	/* the error file's timestamp */
+};
+
 /* Creates the run directory <log_dir>/<run_id>_<random>. */
 int	logs_init(struct event_base *, const struct agent_config *);
 /* Removes the run directory when it was a temporary one. */
 void	logs_cleanup(void);
 /*
- * Prepares attempt n for nproc workers: attempt_<n>/<local_rank>/ with
- * stdout.log, stderr.log (per --redirects/--tee) and a path for
- * error.json (removed if left over).  Returns 0 or an RDZV_E* code.
+ * Prepares attempt n for nproc workers, ranks rank_base..: attempt_<n>/
+ * <local_rank>/ with stdout.log, stderr.log (per --redirects/--tee) and a
+ * path for error.json (removed if left over), and each rank's console
+ * line prefix.  Returns 0 or an RDZV_E* code.
  */
-int	logs_attempt(int attempt, int nproc);
+int	logs_attempt(int attempt, int nproc, int64_t rank_base);
+/*
+ * Expands a line prefix template as torch's string.Template does with
+ * safe_substitute: ${role_name} (or $role_name), ${local_rank}, ${rank},
+ * and rdzv's ${hostname}; "$$" is "$"; anything else is left as it is.
+ * Returns 0, or RDZV_ETOOBIG with out cut to outsz - 1 bytes.
+ */
+int	logs_prefix(const char *tmpl, const char *role, int local_rank,
+	    int64_t rank, const char *host, char *out, size_t outsz);
 /* The error file path for local_rank (TORCHELASTIC_ERROR_FILE). */
 const char	*logs_error_file(int local_rank);
 /*
@@ -196,6 +221,27 @@ void	logs_end_attempt(void);
  */
 int	logs_read_error(int local_rank, char *msg, size_t msgsz, char *stack,
 	    size_t stacksz, char *stamp, size_t stampsz);
+/*
+ * Prints the failure summary to f in torchrun's layout (the title,
+ * "Failures:", "Root Cause (first observed failure):" with time, host,
+ * rank, exitcode, error_file and traceback), then rdzv's own lines: the
+ * job's first failure as rdzvd words it (job_msg; job_here when the
+ * agent itself could not go on), the worker's message and signal.  The
+ * caller adds its own section and ends with logs_summary_end().
+ */
+void	logs_summary(FILE *f, const char *program, const char *host,
+	    const struct logs_failure *first, const char *job_msg,
+	    int job_here);
+void	logs_summary_end(FILE *f);
+/*
+ * For a launcher above this one (torchrun, a wrapper): when the agent
+ * itself has TORCHELASTIC_ERROR_FILE, the root cause's error file is
+ * copied there, or, when the worker wrote none, one in torch's format
+ * naming the failure (job_msg when it was on another node).  Returns 0,
+ * RDZV_ENOTFOUND when the agent has no such variable, or RDZV_EIO.
+ */
+int	logs_error_to_parent(const char *program, const char *host,
+	    const struct logs_failure *first, const char *job_msg);
 /*
  * Finds the string (or the raw number, true, false) at the path of
  * object keys in the JSON text js[0..len) and copies it into out.

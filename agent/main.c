@@ -58,20 +58,6 @@ enum agent_state {
 	AS_LEAVING,	/* stopping for good: signal, FAILED, fatal */
 };
 
-/* A worker failure as the summary prints it. */
-struct agent_failure {
-	int		 valid;
-	int		 local_rank;
-	int64_t		 rank;
-	pid_t		 pid;
-	int		 status;
-	struct timespec	 when;
-	int64_t		 round;
-	char		 errfile[4096];
-	char		 message[AGENT_MSG_MAX];
-	char		 stack[8192];
-};
-
 static struct {
 	struct agent_config	 cfg;
 	struct event_base	*base;
@@ -81,7 +67,7 @@ static struct {
 	int			 have_next;
 	int			 nok;		/* workers exited 0 */
 	int			 failed_now;	/* a failure this round */
-	struct agent_failure	 first;		/* first local failure */
+	struct logs_failure	 first;		/* first local failure */
 	char			 job_failure[AGENT_MSG_MAX];
 	int			 job_failed;
 	int			 job_failure_here; /* the agent's own verdict */
@@ -296,15 +282,6 @@ agent_free_env(char **e)
 	free(e);
 }
 
-static void
-agent_time(const struct timespec *ts, char *buf, size_t len)
-{
-	struct tm	tm;
-
-	localtime_r(&ts->tv_sec, &tm);
-	strftime(buf, len, "%Y-%m-%d_%H:%M:%S", &tm);
-}
-
 /* Seconds from t (CLOCK_MONOTONIC) to now. */
 static double
 agent_age(const struct timespec *t)
@@ -346,45 +323,11 @@ agent_summary_progress(const char *thin)
 static void
 agent_summary(void)
 {
-	const struct agent_failure	*f = &ag.first;
-	const char			*line =
-	    "============================================================";
-	const char			*thin =
-	    "------------------------------------------------------------";
-	char				 t[64], sig[16];
-
-	fprintf(stderr, "%s\n%s FAILED\n%s\n", line, ag.cfg.program, thin);
-	if (ag.job_failed && ag.job_failure[0] != '\0')
-		fprintf(stderr, "Root Cause (%s):\n  %s\n%s\n",
-		    ag.job_failure_here ? "rdzv-agent could not go on" :
-		    "first failure in the job, from rdzvd", ag.job_failure,
-		    thin);
-	if (f->valid) {
-		agent_time(&f->when, t, sizeof t);
-		fprintf(stderr, "First failure on this node (last round):\n"
-		    "  time      : %s\n  host      : %s\n"
-		    "  rank      : %lld (local_rank: %d)\n", t, ag.hostname,
-		    (long long)f->rank, f->local_rank);
-		if (WIFSIGNALED(f->status)) {
-			snprintf(sig, sizeof sig, "SIG%s",
-			    sigabbrev_np(WTERMSIG(f->status)) ?
-			    sigabbrev_np(WTERMSIG(f->status)) : "?");
-			fprintf(stderr, "  exitcode  : -%d (pid: %ld)\n"
-			    "  signal    : %d (%s)\n", WTERMSIG(f->status),
-			    (long)f->pid, WTERMSIG(f->status), sig);
-		} else
-			fprintf(stderr, "  exitcode  : %d (pid: %ld)\n",
-			    WEXITSTATUS(f->status), (long)f->pid);
-		fprintf(stderr, "  error_file: %s\n", f->message[0] ?
-		    f->errfile : "<N/A>");
-		if (f->message[0] != '\0')
-			fprintf(stderr, "  message   : %s\n", f->message);
-		if (f->stack[0] != '\0')
-			fprintf(stderr, "  traceback : %s\n", f->stack);
-	} else if (!ag.job_failed || ag.job_failure[0] == '\0')
-		fprintf(stderr, "  (no worker failed on this node)\n");
-	agent_summary_progress(thin);
-	fprintf(stderr, "%s\n", line);
+	logs_summary(stderr, ag.cfg.program, ag.hostname, &ag.first,
+	    ag.job_failed ? ag.job_failure : "", ag.job_failure_here);
+	agent_summary_progress(
+	    "------------------------------------------------------------");
+	logs_summary_end(stderr);
 }
 
 /* Ends the event loop with code (the summary first, for a failure). */
@@ -392,8 +335,11 @@ static void
 agent_finish(int code)
 {
 	ag.exit_code = code;
-	if (code == 1)
+	if (code == 1) {
 		agent_summary();
+		(void)logs_error_to_parent(ag.cfg.program, ag.hostname,
+		    &ag.first, ag.job_failed ? ag.job_failure : "");
+	}
 	event_base_loopbreak(ag.base);
 }
 
@@ -420,7 +366,8 @@ agent_start_round(const struct rdzv_round *r)
 	if ((rv = progress_attempt(ag.cfg.nproc)) != 0)
 		log_warnx("workers cannot report progress this round: %s",
 		    rdzv_strerror(rv));
-	if ((rv = logs_attempt((int)r->restart_count, ag.cfg.nproc)) != 0) {
+	if ((rv = logs_attempt((int)r->restart_count, ag.cfg.nproc,
+	    r->rank_base)) != 0) {
 		log_warnx("cannot prepare the log directory: %s",
 		    rdzv_strerror(rv));
 		rdzv_report_failure(r->round, 0, r->rank_base, 127, 0,
@@ -536,10 +483,10 @@ agent_watch_cb(evutil_socket_t fd, short ev, void *arg)
 static void
 agent_exit_cb(const struct sup_exit *x, void *arg)
 {
-	struct agent_failure	*f = &ag.first;
+	struct logs_failure	*f = &ag.first;
 	char			 desc[64], msg[AGENT_MSG_MAX], stack[8192];
 	char			 stamp[64], report[AGENT_MSG_MAX];
-	int			 code, signo;
+	int			 code, signo, rv;
 
 	logs_drain(x->local_rank);
 	if (ag.state != AS_RUNNING)
@@ -556,7 +503,7 @@ agent_exit_cb(const struct sup_exit *x, void *arg)
 		return;
 	}
 	sup_describe(x->status, desc, sizeof desc);
-	(void)logs_read_error(x->local_rank, msg, sizeof msg, stack,
+	rv = logs_read_error(x->local_rank, msg, sizeof msg, stack,
 	    sizeof stack, stamp, sizeof stamp);
 	strlcpy(report, msg, sizeof report);
 	agent_progress_note(x->local_rank, report, sizeof report);
@@ -575,6 +522,8 @@ agent_exit_cb(const struct sup_exit *x, void *arg)
 		    sizeof f->errfile);
 		strlcpy(f->message, msg, sizeof f->message);
 		strlcpy(f->stack, stack, sizeof f->stack);
+		strlcpy(f->stamp, stamp, sizeof f->stamp);
+		f->has_errfile = rv == 0 || rv == RDZV_EPROTO;
 	}
 	ag.failed_now = 1;
 	if (WIFSIGNALED(x->status)) {
