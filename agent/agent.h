@@ -223,15 +223,16 @@ int	logs_read_error(int local_rank, char *msg, size_t msgsz, char *stack,
 	    size_t stacksz, char *stamp, size_t stampsz);
 /*
  * Prints the failure summary to f in torchrun's layout (the title,
- * "Failures:", "Root Cause (first observed failure):" with time, host,
+ * "Failures:" with the other workers of the round that did not exit 0,
+ * as torchrun lists those it stopped, "Root Cause (first observed failure):" with time, host,
  * rank, exitcode, error_file and traceback), then rdzv's own lines: the
  * job's first failure as rdzvd words it (job_msg; job_here when the
  * agent itself could not go on), the worker's message and signal.  The
  * caller adds its own section and ends with logs_summary_end().
  */
 void	logs_summary(FILE *f, const char *program, const char *host,
-	    const struct logs_failure *first, const char *job_msg,
-	    int job_here);
+	    const struct logs_failure *first, const struct sup_exit *others,
+	    int nothers, const char *job_msg, int job_here);
 void	logs_summary_end(FILE *f);
 /*
  * For a launcher above this one (torchrun, a wrapper): when the agent

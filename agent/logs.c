@@ -917,48 +917,79 @@ logs_rule(FILE *f, int c, size_t w)
 	fputc('\n', f);
 }
 
+/* One "[idx]:" entry of torchrun's layout. */
+static void
+logs_entry(struct evbuffer *b, int idx, const struct logs_failure *x,
+    const char *host)
+{
+	char	t[64], sig[32];
+
+	logs_time(logs_failure_time(x), t, sizeof t);
+	sig[0] = '\0';
+	if (WIFSIGNALED(x->status))
+		snprintf(sig, sizeof sig, " (SIG%s)",
+		    sigabbrev_np(WTERMSIG(x->status)) ?
+		    sigabbrev_np(WTERMSIG(x->status)) : "?");
+	evbuffer_add_printf(b, "[%d]:\n"
+	    "  time      : %s\n"
+	    "  host      : %s\n"
+	    "  rank      : %lld (local_rank: %d)\n"
+	    "  exitcode  : %d (pid: %ld) %s\n"
+	    "  error_file: %s\n"
+	    "  traceback : ", idx, t, host, (long long)x->rank, x->local_rank,
+	    logs_exitcode(x->status), (long)x->pid, sig,
+	    x->has_errfile ? x->errfile : "<N/A>");
+	logs_traceback(x, b);
+}
+
 void
 logs_summary(FILE *f, const char *program, const char *host,
-    const struct logs_failure *first, const char *job_msg, int job_here)
+    const struct logs_failure *first, const struct sup_exit *others,
+    int nothers, const char *job_msg, int job_here)
 {
-	struct evbuffer	*root;
-	char		 t[64], sig[32];
-	size_t		 w, len;
-	int		 code;
+	struct logs_failure	 o;
+	struct evbuffer		*root, *rest;
+	size_t			 w, len, rlen;
+	int			 i;
 
 	if ((root = evbuffer_new()) == NULL)
 		return;
+	if ((rest = evbuffer_new()) == NULL) {
+		evbuffer_free(root);
+		return;
+	}
+	for (i = 0; first->valid && i < nothers; i++) {
+		memset(&o, 0, sizeof o);
+		o.local_rank = others[i].local_rank;
+		o.rank = first->rank - first->local_rank + o.local_rank;
+		o.pid = others[i].pid;
+		o.status = others[i].status;
+		o.when = others[i].when;
+		if (i > 0)
+			evbuffer_add(rest, "\n", 1);
+		logs_entry(rest, i + 1, &o, host);
+	}
+	if (evbuffer_get_length(rest) == 0)
+		evbuffer_add_printf(rest, "  <NO_OTHER_FAILURES>");
 	if (first->valid) {
-		logs_time(logs_failure_time(first), t, sizeof t);
-		code = logs_exitcode(first->status);
-		sig[0] = '\0';
-		if (WIFSIGNALED(first->status))
-			snprintf(sig, sizeof sig, " (SIG%s)",
-			    sigabbrev_np(WTERMSIG(first->status)) ?
-			    sigabbrev_np(WTERMSIG(first->status)) : "?");
-		evbuffer_add_printf(root, "[0]:\n"
-		    "  time      : %s\n"
-		    "  host      : %s\n"
-		    "  rank      : %lld (local_rank: %d)\n"
-		    "  exitcode  : %d (pid: %ld) %s\n"
-		    "  error_file: %s\n"
-		    "  traceback : ", t, host, (long long)first->rank,
-		    first->local_rank, code, (long)first->pid, sig,
-		    first->has_errfile ? first->errfile : "<N/A>");
-		logs_traceback(first, root);
+		logs_entry(root, 0, first, host);
 	} else
 		evbuffer_add_printf(root, "[0]:\n  on another node: %s",
 		    job_msg[0] != '\0' ? job_msg : "<N/A>");
 	len = evbuffer_get_length(root);
+	rlen = evbuffer_get_length(rest);
 	w = logs_width((const char *)evbuffer_pullup(root, len), len,
 	    strlen(program) + 7);
+	w = logs_width((const char *)evbuffer_pullup(rest, rlen), rlen, w);
 
 	fputc('\n', f);
 	logs_rule(f, '=', w);
 	fprintf(f, "%s FAILED\n", program);
 	logs_rule(f, '-', w);
-	/* The others were stopped by the agent, not failures of their own. */
-	fprintf(f, "Failures:\n  <NO_OTHER_FAILURES>\n");
+	fprintf(f, "Failures:\n");
+	fwrite(evbuffer_pullup(rest, rlen), 1, rlen, f);
+	fputc('\n', f);
+	evbuffer_free(rest);
 	logs_rule(f, '-', w);
 	fprintf(f, "Root Cause (first observed failure):\n");
 	fwrite(evbuffer_pullup(root, len), 1, len, f);

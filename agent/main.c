@@ -68,6 +68,8 @@ static struct {
 	int			 nok;		/* workers exited 0 */
 	int			 failed_now;	/* a failure this round */
 	struct logs_failure	 first;		/* first local failure */
+	struct sup_exit		*others;	/* the round's other exits */
+	int			 nothers;	/* after first, not 0 */
 	char			 job_failure[AGENT_MSG_MAX];
 	int			 job_failed;
 	int			 job_failure_here; /* the agent's own verdict */
@@ -324,7 +326,7 @@ static void
 agent_summary(void)
 {
 	logs_summary(stderr, ag.cfg.program, ag.hostname, &ag.first,
-	    ag.job_failed ? ag.job_failure : "", ag.job_failure_here);
+	    ag.others, ag.nothers, ag.job_failed ? ag.job_failure : "", ag.job_failure_here);
 	agent_summary_progress(
 	    "------------------------------------------------------------");
 	logs_summary_end(stderr);
@@ -355,6 +357,7 @@ agent_start_round(const struct rdzv_round *r)
 	ag.failed_now = 0;
 	/* The summary names the failure of the round that ended the job. */
 	memset(&ag.first, 0, sizeof ag.first);
+	ag.nothers = 0;
 	ag.state = AS_RUNNING;
 	log_info("round %lld: group rank %lld of %lld, ranks %lld-%lld of "
 	    "%lld, restart %lld", (long long)r->round,
@@ -489,8 +492,14 @@ agent_exit_cb(const struct sup_exit *x, void *arg)
 	int			 code, signo, rv;
 
 	logs_drain(x->local_rank);
-	if (ag.state != AS_RUNNING)
+	if (ag.state != AS_RUNNING) {
+		/* Stopped after this round's failure: torchrun lists them. */
+		if (f->valid && f->round == ag.cur.round &&
+		    ag.nothers < ag.cfg.nproc &&
+		    !(WIFEXITED(x->status) && WEXITSTATUS(x->status) == 0))
+			ag.others[ag.nothers++] = *x;
 		return;		/* stopping: expected */
+	}
 	if (WIFEXITED(x->status) && WEXITSTATUS(x->status) == 0) {
 		if (++ag.nok == ag.cfg.nproc) {
 			log_info("round %lld: every local worker succeeded",
@@ -824,7 +833,8 @@ main(int argc, char **argv)
 	if (ag.join_ev == NULL)
 		fatalx("evtimer_new");
 	progress_init(ag.base);
-	if ((ag.hung_at = calloc(ag.cfg.nproc, sizeof *ag.hung_at)) == NULL)
+	if ((ag.hung_at = calloc(ag.cfg.nproc, sizeof *ag.hung_at)) == NULL ||
+	    (ag.others = calloc(ag.cfg.nproc, sizeof *ag.others)) == NULL)
 		fatalx("out of memory");
 	if (ag.cfg.progress_timeout_ms > 0) {
 		struct timeval	tv;
