@@ -120,6 +120,15 @@ struct sup_exit {
 typedef void	(*sup_exit_cb)(const struct sup_exit *, void *);
 typedef void	(*sup_done_cb)(void *);
 
+/*
+ * --numa_binding: works out each local rank's CPUs and preferred memory
+ * node from the topology under /sys (nodes, their CPUs that the agent
+ * may use, sockets, cores, L3 caches) and the NUMA node of the rank's GPU
+ * (nvidia-smi's PCI bus id); without GPUs the ranks are spread over the
+ * nodes in blocks.  With one node it logs that there is nothing to bind.
+ * sup_spawn applies it in the child.  Returns 0.
+ */
+int	sup_numa_init(const struct agent_config *);
 /* Installs the SIGCHLD event.  cb hears of every worker exit. */
 int	sup_init(struct event_base *, sup_exit_cb cb, void *arg);
 /*

@@ -814,6 +814,7 @@ main(int argc, char **argv)
 	}
 	if (sup_init(ag.base, agent_exit_cb, NULL) != 0)
 		fatalx("cannot watch SIGCHLD");
+	(void)sup_numa_init(&ag.cfg);
 	for (i = 0; i < 4; i++) {
 		ag.sig_ev[i] = evsignal_new(ag.base, agent_signals[i],
 		    agent_signal_cb, NULL);

@@ -42,6 +42,7 @@ from agent_lib import Scope, agent_path  # noqa: E402
 #            the others wait to be stopped
 #   ignterm  ignore SIGTERM, wait to be killed
 #   env      record LOCAL_RANK, RDZV_LOCAL_RANK, CUDA_VISIBLE_DEVICES
+#   affinity record the CPUs the worker may run on
 WORKER = r'''
 import json, os, signal, sys, time
 d, mode = sys.argv[1], sys.argv[2]
@@ -97,6 +98,8 @@ elif mode == "ignterm":
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     record("ready.%d" % rank, {})
     time.sleep(120)
+elif mode == "affinity":
+    record("aff.%d" % rank, sorted(os.sched_getaffinity(0)))
 elif mode == "env":
     record("env.%d" % rank, {k: env.get(k) for k in ("LOCAL_RANK",
         "RDZV_LOCAL_RANK", "CUDA_VISIBLE_DEVICES")})
@@ -293,6 +296,76 @@ def test_virtual_local_rank_and_gpus_per_worker():
     rc, _, out = dry(["--nproc_per_node", "3", "--virtual_local_rank"],
                      {"CUDA_VISIBLE_DEVICES": "0,1"})
     assert rc == 2 and "virtual_local_rank" in out, out
+
+
+def fake_sysfs(root, package):
+    """A made-up topology of two NUMA nodes, CPU 0 on node 0 and CPU 1 on
+    node 1, each its own core and L3; package(cpu) gives the socket."""
+    def put(path, text):
+        p = os.path.join(root, path)
+        os.makedirs(os.path.dirname(p), exist_ok=True)
+        with open(p, "w") as f:
+            f.write(text + "\n")
+    put("devices/system/node/online", "0-1")
+    for c in (0, 1):
+        put("devices/system/node/node%d/cpulist" % c, str(c))
+        put("devices/system/cpu/cpu%d/topology/physical_package_id" % c,
+            str(package(c)))
+        put("devices/system/cpu/cpu%d/topology/thread_siblings_list" % c,
+            str(c))
+        put("devices/system/cpu/cpu%d/cache/index3/shared_cpu_list" % c,
+            str(c))
+
+
+def test_numa_binding():
+    allowed = sorted(os.sched_getaffinity(0))
+    with Scope("agentcli2-") as s:
+        w = worker(s)
+        # This machine's own topology: one node, nothing to bind, said so.
+        a = s.agent(["--nproc_per_node", "2", "--numa-binding", "node"],
+                    env={"CUDA_VISIBLE_DEVICES": ""},
+                    program=[w, s.tmp, "affinity"])
+        assert a.wait(30) == 0, a.output()
+        nodes = glob.glob("/sys/devices/system/node/node[0-9]*")
+        if len(nodes) == 1:
+            assert "--numa_binding node: one NUMA node with CPUs here: " \
+                "workers keep every CPU" in a.output(), a.output()
+            for r in (0, 1):
+                assert load(s.tmp, "aff.%d" % r) == allowed
+        if not {0, 1} <= set(allowed):
+            rt.skip("CPUs 0 and 1 are not both ours (%s)" % allowed)
+        # Two nodes (made up, over CPUs 0 and 1): the workers, without
+        # GPUs, are spread over them, and bound by the kernel.
+        for mode, pkg, want in (("node", lambda c: c, [[0], [1]]),
+                                ("socket", lambda c: 0, [[0, 1], [0, 1]]),
+                                ("socket", lambda c: c, [[0], [1]]),
+                                ("exclusive", lambda c: 0, [[0], [1]]),
+                                ("core-complex", lambda c: 0, [[0], [1]])):
+            root = rt.mktemp("agentcli2-sys-")
+            fake_sysfs(root, pkg)
+            for f in glob.glob(os.path.join(s.tmp, "aff.*")):
+                os.unlink(f)
+            a = s.agent(["--nproc_per_node", "2", "--numa_binding", mode],
+                        env={"RDZV_SYSFS_ROOT": root,
+                             "CUDA_VISIBLE_DEVICES": ""},
+                        program=[w, s.tmp, "affinity"])
+            assert a.wait(30) == 0, a.output()
+            got = [load(s.tmp, "aff.%d" % r) for r in (0, 1)]
+            assert got == want, (mode, got, a.output())
+            assert "--numa_binding %s: local rank 1 on NUMA node 1, CPUs %s" \
+                % (mode, ",".join(map(str, want[1])) if len(want[1]) == 1
+                   else "0-1") in a.output(), a.output()
+        # More workers than a node has cores: exclusive says so and gives
+        # each its node.
+        root = rt.mktemp("agentcli2-sys-")
+        fake_sysfs(root, lambda c: 0)
+        a = s.agent(["--nproc_per_node", "4", "--numa_binding", "exclusive"],
+                    env={"RDZV_SYSFS_ROOT": root, "CUDA_VISIBLE_DEVICES": ""},
+                    program=[w, s.tmp, "affinity"])
+        assert a.wait(30) == 0, a.output()
+        assert [load(s.tmp, "aff.%d" % r) for r in range(4)] == \
+            [[0], [0], [1], [1]]
+        assert "NUMA node 0 has 1 cores for 2 workers" in a.output()
 
 
 def test_sigusr1_reaches_every_worker_job_goes_on():
