@@ -31,7 +31,7 @@ import compatlib  # noqa: E402
 compatlib.use_torch2()
 
 import rdzvtest as rt  # noqa: E402
-from agent_lib import Scope, agent_path  # noqa: E402
+from agent_lib import Scope as _Scope, agent_path  # noqa: E402
 
 # The workers: argv[1] is the test's directory, argv[2] the mode.
 #   signals  trap SIGUSR1, SIGUSR2, SIGWINCH (record each); a forked child
@@ -108,6 +108,21 @@ elif mode == "env":
 TEMPLATE = "[${hostname} ${rank}/$local_rank ${role_name}] $$ ${nope} $"
 
 
+def clean(out):
+    """No sanitizer report (the ASan build) in an agent's output."""
+    assert "Sanitizer" not in out and "runtime error:" not in out, out
+    return out
+
+
+class Scope(_Scope):
+    """agent_lib's, checking every agent's output for sanitizer reports."""
+
+    def close(self):
+        for a in self.agents:
+            clean(a.output())
+        super().close()
+
+
 def torchrun():
     return [sys.executable, "-m", "torch.distributed.run"]
 
@@ -140,7 +155,7 @@ def dry(args, env=None):
         if "=" in line and not line.startswith("env["):
             k, v = line.split("=", 1)
             cfg[k] = v
-    return p.returncode, cfg, p.stdout + p.stderr
+    return p.returncode, cfg, clean(p.stdout + p.stderr)
 
 
 def wait_files(tmp, prefix, n, timeout=30.0):
@@ -421,7 +436,7 @@ def run_on_pty(args, env=None, timeout=30):
     rt._untrack(p)
     t.join(10)
     os.close(master)
-    return rc, b"".join(chunks).decode(errors="replace")
+    return rc, clean(b"".join(chunks).decode(errors="replace"))
 
 
 def test_worker_sees_the_agents_terminal():
