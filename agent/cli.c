@@ -160,7 +160,7 @@ cli_usage(FILE *f)
 "                            n is the job's restart count\n"
 "  -r, --redirects N|R:N,... send stdout (1), stderr (2) or both (3) of a\n"
 "                            worker to its log file only\n"
-"  -t, --tee N|R:N,...       to the log file and the console\n"
+"  -t, --tee N|R:N,...       to the log file and the console (prefixed)\n"
 "  --local_addr ADDR         this node's address as told to rdzvd\n"
 "  --token_file FILE         rdzvd's shared secret (default $RDZV_TOKEN_FILE);\n"
 "                            passed on to workers as RDZV_TOKEN_FILE\n"
@@ -206,9 +206,10 @@ cli_usage(FILE *f)
 "                            bind each worker to the CPUs (and memory) of\n"
 "                            its GPU's NUMA node, as torch's modes; workers\n"
 "                            without GPUs are spread over the nodes\n"
-"  --duplicate_stdout_filters, --duplicate_stderr_filters,\n"
-"  --event_log_handler, --logs_specs, --start_method, --use_env\n"
-"                            accepted for torchrun and ignored (one line)\n"
+"  --duplicate_stdout_filters W, --duplicate_stderr_filters W,\n"
+"  --event_log_handler NAME, --logs_specs NAME\n"
+"                            accepted for torchrun; ignored with one line\n"
+"                            saying why\n"
 "  --dry_run                 print the resolved configuration and the\n"
 "                            environment of each worker, then exit\n"
 "  -v, --verbose             debug logging\n"
@@ -216,8 +217,11 @@ cli_usage(FILE *f)
 "\n"
 "The python interpreter is $PYTHON, else " CLI_DEFAULT_PYTHON ".\n"
 "Exit status: 0 when every worker of the job succeeded, 1 when the job\n"
-"failed (a summary names the first failure), 2 on a usage error, 128+N\n"
-"when the agent was stopped by signal N (forwarded to the workers).\n");
+"failed (a summary in torchrun's layout names the first failure), 2 on\n"
+"a usage error, 128+N when the agent was stopped by signal N (SIGTERM,\n"
+"SIGINT, SIGHUP, SIGQUIT: forwarded to the workers' process groups).\n"
+"SIGUSR1 and SIGUSR2 go to each worker and the job goes on (Slurm's\n"
+"USR1@N preemption notice).\n");
 }
 
 static char *
