@@ -73,7 +73,6 @@ static char				 logs_run[PATH_MAX];
 static char				 logs_tmproot[PATH_MAX];
 static struct logs_rank			*logs_ranks;
 static int				 logs_nranks;
-static int64_t				 logs_rank_base;
 static size_t				 logs_summary_w = 60;
 static char				 logs_host[256];
 
@@ -214,7 +213,8 @@ logs_prefix(const char *tmpl, const char *role, int local_rank, int64_t rank,
 				;
 			if (idlen > 0 && (!braced || id[idlen] == '}')) {
 				n = 1 + braced + idlen + braced;
-				if (idlen == 9 && strncmp(id, "role_name", 9) == 0)
+				if (idlen == 9 &&
+				    strncmp(id, "role_name", 9) == 0)
 					val = role;
 				else if (idlen == 10 &&
 				    strncmp(id, "local_rank", 10) == 0) {
@@ -230,7 +230,7 @@ logs_prefix(const char *tmpl, const char *role, int local_rank, int64_t rank,
 				    strncmp(id, "hostname", 8) == 0)
 					val = host;
 				else
-					n = 1;	/* unknown: left as it is */
+					n = 1;	/* unknown: left as is */
 			}
 		}
 		if (val == NULL) {
@@ -433,7 +433,6 @@ logs_attempt(int attempt, int nproc, int64_t rank_base)
 	if ((logs_ranks = calloc(nproc, sizeof *logs_ranks)) == NULL)
 		return (RDZV_ENOMEM);
 	logs_nranks = nproc;
-	logs_rank_base = rank_base;
 	tmpl = logs_cfg->prefix_tmpl != NULL ? logs_cfg->prefix_tmpl :
 	    LOGS_DEFAULT_PREFIX;
 	for (i = 0; i < nproc; i++) {
@@ -1004,8 +1003,8 @@ logs_summary(FILE *f, const char *program, const char *host,
 	if (first->valid && first->message[0] != '\0')
 		fprintf(f, "  message   : %s\n", first->message);
 	if (first->valid && WIFSIGNALED(first->status))
-		fprintf(f, "  signal    : %d (SIG%s)\n", WTERMSIG(first->status),
-		    sigabbrev_np(WTERMSIG(first->status)) ?
+		fprintf(f, "  signal    : %d (SIG%s)\n",
+		    WTERMSIG(first->status), sigabbrev_np(WTERMSIG(first->status)) ?
 		    sigabbrev_np(WTERMSIG(first->status)) : "?");
 	if (!first->valid && job_msg[0] == '\0')
 		fprintf(f, "  (no worker failed on this node)\n");
@@ -1047,7 +1046,8 @@ logs_error_to_parent(const char *program, const char *host,
 {
 	const char	*dst = getenv("TORCHELASTIC_ERROR_FILE");
 	json_t		*doc;
-	char		*buf = NULL, *js, what[AGENT_MSG_MAX + 512], desc[64];
+	char		*buf = NULL, *js, desc[64];
+	char		 what[AGENT_MSG_MAX + 512];
 	ssize_t		 n;
 	size_t		 got = 0;
 	int		 fd, rv;

@@ -326,7 +326,8 @@ static void
 agent_summary(void)
 {
 	logs_summary(stderr, ag.cfg.program, ag.hostname, &ag.first,
-	    ag.others, ag.nothers, ag.job_failed ? ag.job_failure : "", ag.job_failure_here);
+	    ag.others, ag.nothers, ag.job_failed ? ag.job_failure : "",
+	    ag.job_failure_here);
 	agent_summary_progress(
 	    "------------------------------------------------------------");
 	logs_summary_end(stderr);

@@ -591,7 +591,8 @@ sup_format_list(const cpu_set_t *set, char *out, size_t len)
 static int
 sup_gpu_nodes(int *node, int max)
 {
-	char *const	 argv[] = { "nvidia-smi", "--query-gpu=index,pci.bus_id",
+	char *const	 argv[] = { "nvidia-smi",
+			    "--query-gpu=index,pci.bus_id",
 			    "--format=csv,noheader", NULL };
 	char		 out[16384], path[512], buf[32], *line, *next, *bus;
 	int		 n = 0, idx;
@@ -630,8 +631,10 @@ static int
 sup_device_of(const struct agent_config *cfg, int local_rank)
 {
 	const char	*p = cfg->gpu_list, *cvd;
-	int		 per = cfg->gpus_per_worker > 0 ? cfg->gpus_per_worker : 1;
-	int		 want = local_rank * per, i;
+	int		 per, want, i;
+
+	per = cfg->gpus_per_worker > 0 ? cfg->gpus_per_worker : 1;
+	want = local_rank * per;
 
 	if (p == NULL && (cvd = getenv("CUDA_VISIBLE_DEVICES")) != NULL)
 		p = cvd;
@@ -703,7 +706,8 @@ sup_numa_init(const struct agent_config *cfg)
 	cpu_set_t		 online, allowed, pkg;
 	char			 path[256], list[1024];
 	int			*gpu_node, *rank_node, nodes[64], keys[1024];
-	int			 nnodes = 0, ngpu, i, j, k, n, nw, per, extra;
+	int			 nnodes = 0, ngpu, i, j, k, n, nw;
+	int			 per, extra;
 	int			 dev, node, p;
 
 	if (cfg->numa_mode == SUP_NUMA_NONE)
@@ -775,9 +779,9 @@ sup_numa_init(const struct agent_config *cfg)
 			j = sup_groups(&nodecpus[k], "topology/"
 			    "thread_siblings_list", keys, 1024);
 			if (j < nw) {
-				log_warnx("--numa_binding exclusive: NUMA node "
-				    "%d has %d cores for %d workers: local rank "
-				    "%d gets the whole node", node, j, nw, i);
+				log_warnx("--numa_binding exclusive: NUMA "
+				    "node %d has %d cores for %d workers: local "
+				    "rank %d gets the whole node", node, j, nw, i);
 				break;
 			}
 			per = j / nw;
