@@ -682,6 +682,10 @@ cli_apply(struct agent_config *cfg, const struct cli_opt *o, const char *v)
 			    "laid out as torchrun's default (--log_dir)");
 		return (0);
 	case O_NUMA:
+		if (*v == '\0') {
+			cfg->numa_mode = SUP_NUMA_NONE;
+			return (0);
+		}
 		for (b = 1; cli_numa_modes[b] != NULL; b++)
 			if (strcmp(v, cli_numa_modes[b]) == 0)
 				break;

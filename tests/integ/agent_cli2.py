@@ -266,6 +266,10 @@ def test_every_torchrun_option_accepted():
     assert cfg["forwarded_signals"] == "SIGUSR1,SIGUSR2,SIGWINCH", cfg
     assert cfg["local_ranks_filter"] == "1" and cfg["grace"] == "2.500"
     assert cfg["numa_binding"] == "exclusive", cfg
+    rc, cfg, out = dry([], {"PET_NUMA_BINDING": "",
+                            "PET_LOCAL_RANKS_FILTER": ""})
+    assert rc == 0 and cfg["numa_binding"] == "" and \
+        cfg["local_ranks_filter"] == "", out
     rc, cfg, _ = dry([], {"TORCH_ELASTIC_SHUTDOWN_TIMEOUT": "4"})
     assert cfg["grace"] == "4.000", cfg
     rc, cfg, _ = dry([], {"TORCH_ELASTIC_SHUTDOWN_TIMEOUT": "4",
