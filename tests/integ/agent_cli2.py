@@ -412,13 +412,15 @@ def test_sigusr1_reaches_every_worker_job_goes_on():
         assert "job" in out and "succeeded" in out, out
 
 
-def run_on_pty(args, env=None, timeout=30):
-    """rdzv-agent with a pty as stdout and stderr; (rc, output)."""
+def run_on_pty(args, env=None, timeout=30, argv0=None):
+    """rdzv-agent (or argv0) with a pty as stdout and stderr; (rc,
+    output)."""
     master, slave = os.openpty()
     e = clean_env({"PYTHON": sys.executable})
     if env:
         e.update(env)
-    p = subprocess.Popen([agent_path()] + args, stdin=subprocess.DEVNULL,
+    p = subprocess.Popen((argv0 or [agent_path()]) + args,
+                         stdin=subprocess.DEVNULL,
                          stdout=slave, stderr=slave, env=e,
                          start_new_session=True)
     rt._track(p)
@@ -455,6 +457,13 @@ def test_worker_sees_the_agents_terminal():
             assert "err of %d" % r in out, repr(out)
         assert out.count("isatty 1 1") == 2, repr(out)
         assert "[default" not in out, repr(out)
+        # What torchrun does on a terminal: the same.
+        rc, theirs = run_on_pty(["--standalone", "--nproc-per-node", "1", w,
+                                 s.tmp, "print"], argv0=torchrun(),
+                                timeout=120)
+        assert rc == 0, theirs
+        assert "isatty 1 1\r\n" in theirs, repr(theirs)
+        assert "bar 1\rbar 2\rdone 0\r\n" in theirs, repr(theirs)
         # A template asks for a prefix: the agent's pipe, prefixed.
         rc, out = run_on_pty(["--nproc_per_node", "1",
                               "--log_line_prefix_template", "<${rank}>",
