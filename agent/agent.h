@@ -14,6 +14,7 @@
 
 #include <sys/types.h>
 
+#include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -77,6 +78,13 @@ struct agent_config {
 	int		 reconnect_timeout_ms;
 	int		 close_ms;	/* how long LEAVE waits for its reply */
 
+	/* torchrun 2.x: the console, signals and devices. */
+	char		*ranks_filter;	/* --local_ranks_filter "0,2", or NULL */
+	char		*prefix_tmpl;	/* the line prefix template, or NULL */
+	sigset_t	 fwd_signals;	/* forwarded; the agent goes on */
+	int		 virtual_local_rank; /* LOCAL_RANK 0, one device each */
+	int		 numa_mode;	/* enum sup_numa_mode */
+
 	char		*program;	/* the user's program, for messages */
 	char	       **argv;		/* the worker command, NULL-terminated */
 	int		 argc;
@@ -95,11 +103,25 @@ void	cli_print(const struct agent_config *cfg, FILE *);
  * local_rank from a torchrun spec ("3", or "0:3,1:2"); -1 when malformed.
  */
 int	cli_std_for(const char *spec, int local_rank);
+/*
+ * Whether local_rank's console output is shown (--local_ranks_filter):
+ * 1 or 0.
+ */
+int	cli_rank_shown(const struct agent_config *, int local_rank);
 /* Counts the GPUs this node shows (CUDA_VISIBLE_DEVICES, /proc, /dev,
  * nvidia-smi -L), 0 when none. */
 int	cli_count_gpus(char **list);
 
 /* ---- sup.c: spawning and supervising workers (the only fork) ---- */
+
+/* --numa_binding, torch's modes. */
+enum sup_numa_mode {
+	SUP_NUMA_NONE,
+	SUP_NUMA_NODE,		/* the CPUs of the worker's NUMA node */
+	SUP_NUMA_SOCKET,	/* of every node of that node's socket */
+	SUP_NUMA_EXCLUSIVE,	/* the node's cores split among its workers */
+	SUP_NUMA_CORE_COMPLEX,	/* one L3 cache group of the node each */
+};
 
 struct sup_exit {
 	int		 local_rank;
@@ -110,11 +132,20 @@ struct sup_exit {
 typedef void	(*sup_exit_cb)(const struct sup_exit *, void *);
 typedef void	(*sup_done_cb)(void *);
 
+/*
+ * --numa_binding: works out each local rank's CPUs and preferred memory
+ * node from the topology under /sys (nodes, their CPUs that the agent
+ * may use, sockets, cores, L3 caches) and the NUMA node of the rank's GPU
+ * (nvidia-smi's PCI bus id); without GPUs the ranks are spread over the
+ * nodes in blocks.  With one node it logs that there is nothing to bind.
+ * sup_spawn applies it in the child.  Returns 0.
+ */
+int	sup_numa_init(const struct agent_config *);
 /* Installs the SIGCHLD event.  cb hears of every worker exit. */
 int	sup_init(struct event_base *, sup_exit_cb cb, void *arg);
 /*
  * Starts one worker: fork with every signal blocked; the child gets its
- * own process group, a parent-death SIGKILL, default signal handlers,
+ * own session and process group, a parent-death SIGKILL, default signal handlers,
  * out_fd/err_fd (>= 0) as stdout/stderr, prog_fd (>= 0) as fd
  * PROGRESS_CHILD_FD, no other descriptor, and execs argv[0] (PATH
  * search) with envp.  Returns 0 with *pid set, or RDZV_EIO / RDZV_EINVAL.
@@ -125,6 +156,12 @@ int	sup_spawn(int local_rank, char *const argv[], char *const envp[],
 int	sup_live(void);
 /* Sends sig to the process group of every live worker. */
 void	sup_signal(int sig);
+/*
+ * Sends sig to every live worker process itself, not its group (the
+ * children a worker made, a DataLoader's, would die of a SIGUSR1 they do
+ * not expect).  Returns how many were signalled.
+ */
+int	sup_forward(int sig);
 /* Sends sig to local_rank's group: 0, RDZV_ENOTFOUND (not running). */
 int	sup_signal_rank(int local_rank, int sig);
 /*
@@ -147,16 +184,41 @@ const char	*sup_describe(int status, char *buf, size_t len);
 
 /* ---- logs.c: log directories, worker output, error files ---- */
 
+/* A worker failure as the summary prints it. */
+struct logs_failure {
+	int		 valid;
+	int		 local_rank;
+	int64_t		 rank;
+	pid_t		 pid;
+	int		 status;	/* as from waitpid */
+	struct timespec	 when;		/* CLOCK_REALTIME */
+	int64_t		 round;
+	int		 has_errfile;	/* the worker wrote one */
+	char		 errfile[4096];
+	char		 message[AGENT_MSG_MAX];
+	char		 stack[8192];
+	char		 stamp[64];	/* the error file's timestamp */
+};
+
 /* Creates the run directory <log_dir>/<run_id>_<random>. */
 int	logs_init(struct event_base *, const struct agent_config *);
 /* Removes the run directory when it was a temporary one. */
 void	logs_cleanup(void);
 /*
- * Prepares attempt n for nproc workers: attempt_<n>/<local_rank>/ with
- * stdout.log, stderr.log (per --redirects/--tee) and a path for
- * error.json (removed if left over).  Returns 0 or an RDZV_E* code.
+ * Prepares attempt n for nproc workers, ranks rank_base..: attempt_<n>/
+ * <local_rank>/ with stdout.log, stderr.log (per --redirects/--tee) and a
+ * path for error.json (removed if left over), and each rank's console
+ * line prefix.  Returns 0 or an RDZV_E* code.
  */
-int	logs_attempt(int attempt, int nproc);
+int	logs_attempt(int attempt, int nproc, int64_t rank_base);
+/*
+ * Expands a line prefix template as torch's string.Template does with
+ * safe_substitute: ${role_name} (or $role_name), ${local_rank}, ${rank},
+ * and rdzv's ${hostname}; "$$" is "$"; anything else is left as it is.
+ * Returns 0, or RDZV_ETOOBIG with out cut to outsz - 1 bytes.
+ */
+int	logs_prefix(const char *tmpl, const char *role, int local_rank,
+	    int64_t rank, const char *host, char *out, size_t outsz);
 /* The error file path for local_rank (TORCHELASTIC_ERROR_FILE). */
 const char	*logs_error_file(int local_rank);
 /*
@@ -180,6 +242,28 @@ void	logs_end_attempt(void);
  */
 int	logs_read_error(int local_rank, char *msg, size_t msgsz, char *stack,
 	    size_t stacksz, char *stamp, size_t stampsz);
+/*
+ * Prints the failure summary to f in torchrun's layout (the title,
+ * "Failures:" with the other workers of the round that did not exit 0,
+ * as torchrun lists those it stopped, "Root Cause (first observed failure):" with time, host,
+ * rank, exitcode, error_file and traceback), then rdzv's own lines: the
+ * job's first failure as rdzvd words it (job_msg; job_here when the
+ * agent itself could not go on), the worker's message and signal.  The
+ * caller adds its own section and ends with logs_summary_end().
+ */
+void	logs_summary(FILE *f, const char *program, const char *host,
+	    const struct logs_failure *first, const struct sup_exit *others,
+	    int nothers, const char *job_msg, int job_here);
+void	logs_summary_end(FILE *f);
+/*
+ * For a launcher above this one (torchrun, a wrapper): when the agent
+ * itself has TORCHELASTIC_ERROR_FILE, the root cause's error file is
+ * copied there, or, when the worker wrote none, one in torch's format
+ * naming the failure (job_msg when it was on another node).  Returns 0,
+ * RDZV_ENOTFOUND when the agent has no such variable, or RDZV_EIO.
+ */
+int	logs_error_to_parent(const char *program, const char *host,
+	    const struct logs_failure *first, const char *job_msg);
 /*
  * Finds the string (or the raw number, true, false) at the path of
  * object keys in the JSON text js[0..len) and copies it into out.

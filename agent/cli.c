@@ -21,6 +21,7 @@
 #include <getopt.h>
 #include <limits.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -46,7 +47,10 @@ enum cli_id {
 	O_RUN_PATH, O_NODE_RANK, O_MASTER_ADDR, O_MASTER_PORT, O_GRACE,
 	O_PROGRESS_TIMEOUT,
 	O_GPUS_PER_WORKER, O_TOKEN_FILE, O_TLS_CA, O_DRY_RUN, O_USE_ENV, O_HELP,
-	O_VERSION, O_VERBOSE
+	O_VERSION, O_VERBOSE,
+	/* torchrun 2.x */
+	O_RANKS_FILTER, O_PREFIX, O_DUP_STDOUT, O_DUP_STDERR, O_EVENT_LOG,
+	O_LOGS_SPECS, O_NUMA, O_SIGNALS, O_SHUTDOWN_TIMEOUT, O_VIRTUAL_LR
 };
 
 /*
@@ -90,6 +94,30 @@ static const struct cli_opt {
 	{ "help",		O_HELP,			1, 'h' },
 	{ "version",		O_VERSION,		1, 'V' },
 	{ "verbose",		O_VERBOSE,		1, 'v' },
+	{ "local_ranks_filter",	O_RANKS_FILTER,		0, 0 },
+	{ "log_line_prefix_template", O_PREFIX,		0, 0 },
+	{ "duplicate_stdout_filters", O_DUP_STDOUT,	0, 0 },
+	{ "duplicate_stderr_filters", O_DUP_STDERR,	0, 0 },
+	{ "event_log_handler",	O_EVENT_LOG,		0, 0 },
+	{ "logs_specs",		O_LOGS_SPECS,		0, 0 },
+	{ "numa_binding",	O_NUMA,			0, 0 },
+	{ "signals_to_handle",	O_SIGNALS,		0, 0 },
+	{ "shutdown_timeout",	O_SHUTDOWN_TIMEOUT,	0, 0 },
+	{ "virtual_local_rank",	O_VIRTUAL_LR,		1, 0 },
+};
+
+/* --numa_binding's words, in enum sup_numa_mode order. */
+static const char *const cli_numa_modes[] = {
+	"", "node", "socket", "exclusive", "core-complex", NULL
+};
+
+/*
+ * Signals --signals_to_handle may not name: they cannot be caught, are
+ * the agent's own (SIGCHLD, SIGPIPE), or mean the agent itself crashed.
+ */
+static const int cli_sig_refused[] = {
+	SIGKILL, SIGSTOP, SIGCHLD, SIGPIPE, SIGSEGV, SIGBUS, SIGFPE, SIGILL,
+	SIGABRT, SIGTRAP, SIGSYS, 0
 };
 #define CLI_NOPTS	(sizeof cli_opts / sizeof cli_opts[0])
 
@@ -169,7 +197,7 @@ cli_usage(FILE *f)
 "                            n is the job's restart count\n"
 "  -r, --redirects N|R:N,... send stdout (1), stderr (2) or both (3) of a\n"
 "                            worker to its log file only\n"
-"  -t, --tee N|R:N,...       to the log file and the console\n"
+"  -t, --tee N|R:N,...       to the log file and the console (prefixed)\n"
 "  --local_addr ADDR         this node's address as told to rdzvd\n"
 "  --token_file FILE         rdzvd's shared secret (default $RDZV_TOKEN_FILE);\n"
 "                            passed on to workers as RDZV_TOKEN_FILE\n"
@@ -191,7 +219,36 @@ cli_usage(FILE *f)
 "                            seconds is hung: SIGABRT, then SIGKILL after\n"
 "                            --grace, and the job restarts (default 0: off)\n"
 "  --gpus_per_worker N       give local rank r CUDA_VISIBLE_DEVICES with\n"
-"                            the devices r*N .. r*N+N-1 of this node\n"
+"                            the devices r*N .. r*N+N-1 of this node, and\n"
+"                            LOCAL_RANK 0 (its first device; the rank on\n"
+"                            the node is RDZV_LOCAL_RANK)\n"
+"  --virtual_local_rank      LOCAL_RANK 0 and one device each: entry r of\n"
+"                            CUDA_VISIBLE_DEVICES, else device r (torch's)\n"
+"  --shutdown_timeout S      the same as --grace (default\n"
+"                            $TORCH_ELASTIC_SHUTDOWN_TIMEOUT, else 30)\n"
+"  --signals_to_handle SIG,...\n"
+"                            signals forwarded to every worker while the\n"
+"                            agent goes on (SIGUSR1 and SIGUSR2 always);\n"
+"                            SIGTERM, SIGINT, SIGHUP, SIGQUIT always stop\n"
+"                            the workers and the agent\n"
+"  --local_ranks_filter R,...\n"
+"                            show only these local ranks on the console\n"
+"                            (the log files of -r and -t keep everything)\n"
+"  --log_line_prefix_template T\n"
+"                            each console line's prefix (default\n"
+"                            $TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE, else\n"
+"                            \"[${role_name}${local_rank}]:\"); ${rank},\n"
+"                            ${hostname} too; \"\" for none.  A worker writes\n"
+"                            to a terminal directly, with no prefix, unless\n"
+"                            a template is given or the stream is teed\n"
+"  --numa_binding node|socket|exclusive|core-complex\n"
+"                            bind each worker to the CPUs (and memory) of\n"
+"                            its GPU's NUMA node, as torch's modes; workers\n"
+"                            without GPUs are spread over the nodes\n"
+"  --duplicate_stdout_filters W, --duplicate_stderr_filters W,\n"
+"  --event_log_handler NAME, --logs_specs NAME\n"
+"                            accepted for torchrun; ignored with one line\n"
+"                            saying why\n"
 "  --dry_run                 print the resolved configuration and the\n"
 "                            environment of each worker, then exit\n"
 "  -v, --verbose             debug logging\n"
@@ -200,8 +257,11 @@ cli_usage(FILE *f)
 "The python interpreter is $PYTHON_EXEC, else $PYTHON, else python3 on\n"
 "$PATH (the environment's: a virtualenv's, conda's).\n"
 "Exit status: 0 when every worker of the job succeeded, 1 when the job\n"
-"failed (a summary names the first failure), 2 on a usage error, 128+N\n"
-"when the agent was stopped by signal N (forwarded to the workers).\n");
+"failed (a summary in torchrun's layout names the first failure), 2 on\n"
+"a usage error, 128+N when the agent was stopped by signal N (SIGTERM,\n"
+"SIGINT, SIGHUP, SIGQUIT: forwarded to the workers' process groups).\n"
+"SIGUSR1 and SIGUSR2 go to each worker and the job goes on (Slurm's\n"
+"USR1@N preemption notice).\n");
 }
 
 static char *
@@ -454,6 +514,129 @@ cli_conf(struct agent_config *cfg, const char *conf)
 	return (rv);
 }
 
+/*
+ * Walks torchrun's --local_ranks_filter ("0,1,2": at least one rank
+ * below AGENT_NPROC_MAX), calling cb (may be NULL) for each.  Returns 0,
+ * 1 as soon as cb returns non-zero, or -1 when v is malformed.
+ */
+static int
+cli_ranks(const char *v, int (*cb)(int, void *), void *arg)
+{
+	const char	*p, *errstr;
+	char		 item[16];
+	size_t		 n;
+	long long	 r;
+
+	if (*v == '\0')
+		return (-1);
+	for (p = v; *p != '\0'; p += n + (p[n] == ',')) {
+		n = strcspn(p, ",");
+		if (n == 0 || n >= sizeof item)
+			return (-1);
+		memcpy(item, p, n);
+		item[n] = '\0';
+		r = strtonum(item, 0, AGENT_NPROC_MAX - 1, &errstr);
+		if (errstr != NULL)
+			return (-1);
+		if (cb != NULL && cb((int)r, arg))
+			return (1);
+		if (p[n] == ',' && p[n + 1] == '\0')
+			return (-1);
+	}
+	return (0);
+}
+
+static int
+cli_rank_is(int r, void *arg)
+{
+	return (r == *(int *)arg);
+}
+
+int
+cli_rank_shown(const struct agent_config *cfg, int local_rank)
+{
+	if (cfg->ranks_filter == NULL)
+		return (1);
+	return (cli_ranks(cfg->ranks_filter, cli_rank_is, &local_rank) == 1);
+}
+
+/* A signal's number from "SIGUSR1", "usr1" or "10"; -1 if none. */
+static int
+cli_signo(const char *word)
+{
+	const char	*name, *errstr;
+	long long	 n;
+	int		 sig;
+
+	if (isdigit((unsigned char)word[0])) {
+		n = strtonum(word, 1, NSIG - 1, &errstr);
+		return (errstr != NULL ? -1 : (int)n);
+	}
+	if (strncasecmp(word, "SIG", 3) == 0)
+		word += 3;
+	for (sig = 1; sig < NSIG; sig++)
+		if ((name = sigabbrev_np(sig)) != NULL &&
+		    strcasecmp(name, word) == 0)
+			return (sig);
+	return (-1);
+}
+
+/*
+ * --signals_to_handle: torchrun's list of signals the agent catches.
+ * SIGTERM, SIGINT, SIGHUP and SIGQUIT always stop the workers and the
+ * agent; every other signal named, and SIGUSR1 and SIGUSR2 always, is
+ * forwarded to each worker while the agent goes on supervising.
+ */
+static int
+cli_signals(struct agent_config *cfg, const char *v)
+{
+	char	*copy, *item, *next, *end;
+	int	 sig, i, rv = 0;
+
+	sigemptyset(&cfg->fwd_signals);
+	sigaddset(&cfg->fwd_signals, SIGUSR1);
+	sigaddset(&cfg->fwd_signals, SIGUSR2);
+	copy = cli_strdup(v);
+	for (item = copy; item != NULL; item = next) {
+		if ((next = strchr(item, ',')) != NULL)
+			*next++ = '\0';
+		while (isspace((unsigned char)*item))
+			item++;
+		end = item + strlen(item);
+		while (end > item && isspace((unsigned char)end[-1]))
+			*--end = '\0';
+		if (*item == '\0')
+			continue;
+		if ((sig = cli_signo(item)) == -1) {
+			fprintf(stderr, "rdzv-agent: --signals_to_handle: "
+			    "\"%s\" is not a signal\n", item);
+			rv = -1;
+			break;
+		}
+		for (i = 0; cli_sig_refused[i] != 0; i++)
+			if (cli_sig_refused[i] == sig)
+				break;
+		if (cli_sig_refused[i] != 0) {
+			fprintf(stderr, "rdzv-agent: --signals_to_handle: "
+			    "SIG%s cannot be forwarded\n", sigabbrev_np(sig));
+			rv = -1;
+			break;
+		}
+		if (sig != SIGTERM && sig != SIGINT && sig != SIGHUP &&
+		    sig != SIGQUIT)
+			sigaddset(&cfg->fwd_signals, sig);
+	}
+	free(copy);
+	return (rv);
+}
+
+/* An option torchrun has and rdzv-agent has no use for: one line why. */
+static void
+cli_ignored(const struct cli_opt *o, const char *v, const char *why)
+{
+	log_warnx("--%s %s: ignored: %s", o->name, v, why);
+}
+
 /* Applies one option's value; returns 0, 1 (help/version) or -1. */
 static int
 cli_apply(struct agent_config *cfg, const struct cli_opt *o, const char *v)
@@ -581,6 +764,61 @@ cli_apply(struct agent_config *cfg, const struct cli_opt *o, const char *v)
 	case O_VERBOSE:
 		cfg->verbose = 1;
 		return (0);
+	case O_RANKS_FILTER:
+		if (*v == '\0') {
+			free(cfg->ranks_filter);
+			cfg->ranks_filter = NULL;
+			return (0);
+		}
+		if (cli_ranks(v, NULL, NULL) != 0) {
+			fprintf(stderr, "rdzv-agent: --local_ranks_filter: "
+			    "\"%s\" is not a list of local ranks (0,1,2)\n", v);
+			return (-1);
+		}
+		cli_setstr(&cfg->ranks_filter, v);
+		return (0);
+	case O_PREFIX:
+		cli_setstr(&cfg->prefix_tmpl, v);
+		return (0);
+	case O_DUP_STDOUT:
+	case O_DUP_STDERR:
+		if (*v != '\0')
+			cli_ignored(o, v, "rdzv-agent writes no filtered_"
+			    "std*.log; grep the per-rank logs of --tee");
+		return (0);
+	case O_EVENT_LOG:
+		if (*v != '\0' && strcmp(v, "null") != 0)
+			cli_ignored(o, v, "torch's event handlers are python "
+			    "plugins; rdzvd keeps the job's events (rdzvctl "
+			    "events)");
+		return (0);
+	case O_LOGS_SPECS:
+		if (*v != '\0')
+			cli_ignored(o, v, "a python entry point; the logs are "
+			    "laid out as torchrun's default (--log_dir)");
+		return (0);
+	case O_NUMA:
+		if (*v == '\0') {
+			cfg->numa_mode = SUP_NUMA_NONE;
+			return (0);
+		}
+		for (b = 1; cli_numa_modes[b] != NULL; b++)
+			if (strcmp(v, cli_numa_modes[b]) == 0)
+				break;
+		if (cli_numa_modes[b] == NULL) {
+			fprintf(stderr, "rdzv-agent: --numa_binding: \"%s\" is "
+			    "not node, socket, exclusive or core-complex\n", v);
+			return (-1);
+		}
+		cfg->numa_mode = b;
+		return (0);
+	case O_SIGNALS:
+		return (cli_signals(cfg, v));
+	case O_SHUTDOWN_TIMEOUT:
+		return (cli_seconds("--shutdown_timeout", v, &cfg->grace_ms));
+	case O_VIRTUAL_LR:
+		cfg->virtual_local_rank = 1;
+		return (0);
 	}
 	return (-1);
 }
@@ -674,6 +912,40 @@ cli_count_gpus(char **list)
 		*list = l;
 	}
 	return (n);
+}
+
+/*
+ * --virtual_local_rank alone, as torch does it: local rank r gets entry r
+ * of CUDA_VISIBLE_DEVICES, or device r when that is unset (no counting:
+ * a CPU-only worker never looks).
+ */
+static int
+cli_virtual_gpus(struct agent_config *cfg)
+{
+	const char	*cvd = getenv("CUDA_VISIBLE_DEVICES");
+	char		 tmp[16];
+	size_t		 len;
+	int		 i;
+
+	if (cvd != NULL) {
+		if (cli_count_list(cvd) < cfg->nproc) {
+			fprintf(stderr, "rdzv-agent: --virtual_local_rank: %d "
+			    "workers, CUDA_VISIBLE_DEVICES=%s names fewer\n",
+			    cfg->nproc, cvd);
+			return (-1);
+		}
+		cli_setstr(&cfg->gpu_list, cvd);
+		return (0);
+	}
+	len = (size_t)cfg->nproc * 8 + 1;
+	free(cfg->gpu_list);
+	if ((cfg->gpu_list = calloc(1, len)) == NULL)
+		fatal("calloc");
+	for (i = 0; i < cfg->nproc; i++) {
+		snprintf(tmp, sizeof tmp, "%s%d", i ? "," : "", i);
+		strlcat(cfg->gpu_list, tmp, len);
+	}
+	return (0);
 }
 
 static int
@@ -1015,6 +1287,9 @@ cli_parse(struct agent_config *cfg, int argc, char **argv)
 	cfg->heartbeat_ms = -1;
 	cfg->join_timeout_ms = 600000;
 	cfg->reconnect_timeout_ms = 300000;
+	sigemptyset(&cfg->fwd_signals);
+	sigaddset(&cfg->fwd_signals, SIGUSR1);
+	sigaddset(&cfg->fwd_signals, SIGUSR2);
 
 	/* Both spellings of every long option; getopt stops at PROGRAM. */
 	shorts[s++] = '+';
@@ -1062,6 +1337,13 @@ cli_parse(struct agent_config *cfg, int argc, char **argv)
 	if ((v = getenv("SLURM_NNODES")) != NULL && *v != '\0' &&
 	    cli_nnodes(cfg, v) != 0)
 		return (-1);
+	/* torch's own variables, below PET_* like the rest. */
+	if ((v = getenv("TORCH_ELASTIC_SHUTDOWN_TIMEOUT")) != NULL &&
+	    *v != '\0' && cli_seconds("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", v,
+	    &cfg->grace_ms) != 0)
+		return (-1);
+	if ((v = getenv("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE")) != NULL)
+		cli_setstr(&cfg->prefix_tmpl, v);
 	if ((rv = cli_env(cfg)) != 0)
 		return (rv);
 
@@ -1088,6 +1370,9 @@ cli_parse(struct agent_config *cfg, int argc, char **argv)
 	if (cli_endpoint(cfg) != 0)
 		return (-1);
 	if (cli_nproc(cfg) != 0)
+		return (-1);
+	if (cfg->virtual_local_rank && cfg->gpus_per_worker == 0 &&
+	    cli_virtual_gpus(cfg) != 0)
 		return (-1);
 	if (cfg->gpus_per_worker > 0) {
 		ngpu = cli_count_gpus(&cfg->gpu_list);
@@ -1137,7 +1422,7 @@ cli_ms(FILE *f, const char *name, int ms)
 void
 cli_print(const struct agent_config *cfg, FILE *f)
 {
-	int	i;
+	int	i, n;
 
 	fprintf(f, "nnodes=%d:%d\n", cfg->nnodes_min, cfg->nnodes_max);
 	fprintf(f, "nproc_per_node=%d\n", cfg->nproc);
@@ -1159,6 +1444,18 @@ cli_print(const struct agent_config *cfg, FILE *f)
 	cli_ms(f, "grace", cfg->grace_ms);
 	cli_ms(f, "progress_timeout", cfg->progress_timeout_ms);
 	fprintf(f, "gpus_per_worker=%d\n", cfg->gpus_per_worker);
+	fprintf(f, "virtual_local_rank=%d\n", cfg->virtual_local_rank);
+	fprintf(f, "local_ranks_filter=%s\n", cfg->ranks_filter ?
+	    cfg->ranks_filter : "");
+	fprintf(f, "log_line_prefix_template=%s\n", cfg->prefix_tmpl ?
+	    cfg->prefix_tmpl : "(default)");
+	fprintf(f, "numa_binding=%s\n", cli_numa_modes[cfg->numa_mode]);
+	fprintf(f, "forwarded_signals=");
+	for (i = 1, n = 0; i < NSIG; i++)
+		if (sigismember(&cfg->fwd_signals, i) == 1)
+			fprintf(f, "%sSIG%s", n++ ? "," : "", sigabbrev_np(i) ?
+			    sigabbrev_np(i) : "?");
+	fprintf(f, "\n");
 	cli_ms(f, "last_call_timeout", cfg->last_call_ms);
 	cli_ms(f, "lease", cfg->lease_ms);
 	cli_ms(f, "heartbeat", cfg->heartbeat_ms);

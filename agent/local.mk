@@ -8,7 +8,7 @@ agent_rdzv_agent_SOURCES = \
 agent_rdzv_agent_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/rdzvd \
 	-DHAVE_RDZVD_EMBED=1
 agent_rdzv_agent_CFLAGS = $(AM_CFLAGS) $(LIBEVENT_CFLAGS) \
-	$(LIBEVENT_OPENSSL_CFLAGS) $(LIBSSL_CFLAGS)
+	$(LIBEVENT_OPENSSL_CFLAGS) $(LIBSSL_CFLAGS) $(JANSSON_CFLAGS)
 agent_rdzv_agent_LDADD = rdzvd/librdzvd.la common/libcommon.la \
 	$(LIBEVENT_OPENSSL_LIBS) $(LIBEVENT_LIBS) $(LIBSSL_LIBS) \
-	$(LIBBSD_LIBS) -lm
+	$(JANSSON_LIBS) $(LIBBSD_LIBS) -lm

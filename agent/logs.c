@@ -6,27 +6,39 @@
  * per attempt and local rank (attempt_<n>/<local_rank>/ with stdout.log,
  * stderr.log and error.json, as torchrun lays them out), and the pipes
  * the agent reads with libevent: every console line of a worker is
- * prefixed "[<role><local_rank>]:" like torchrun's tee, and --tee copies
- * the raw bytes to the log file as well.  A stream only redirected goes
- * straight to its file without passing through the agent.  Also reads
- * torch's error file format with a small bounded JSON reader.
+ * prefixed by the line prefix template (torchrun's, default
+ * "[${role_name}${local_rank}]:"), and --tee copies the raw bytes to the
+ * log file as well.  A stream only redirected goes straight to its file
+ * without passing through the agent.  A stream with no prefix to add,
+ * neither redirected nor teed, is the agent's own (as torchrun's
+ * workers write to its console): a terminal stays a terminal, and the
+ * default prefix is only added when the agent's stream is not a
+ * terminal (a file or a pipe, where the nodes' lines would mix).
+ * --local_ranks_filter sends the other ranks' console output to
+ * /dev/null (their log files keep it).  Also reads torch's error file
+ * format with a small bounded JSON reader.
  */
 #include "config.h"
 
 #include <sys/types.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 
+#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
 #include <limits.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <event2/buffer.h>
 #include <event2/event.h>
+#include <jansson.h>
 
 #include "agent.h"
 #include "log.h"
@@ -35,6 +47,8 @@
 #define LOGS_LINE_MAX		65536	/* a longer partial line is cut */
 #define LOGS_ERRFILE_MAX	(1 << 20)
 #define LOGS_JSON_DEPTH		64
+#define LOGS_PREFIX_MAX		512
+#define LOGS_DEFAULT_PREFIX	"[${role_name}${local_rank}]:"
 
 struct logs_stream {
 	int		 rank;		/* local rank, for the prefix */
@@ -49,6 +63,8 @@ struct logs_stream {
 struct logs_rank {
 	struct logs_stream	 s[2];
 	char			 errfile[PATH_MAX];
+	char			 prefix[LOGS_PREFIX_MAX]; /* expanded */
+	int			 has_prefix;
 };
 
 static struct event_base		*logs_base;
@@ -57,6 +73,8 @@ static char				 logs_run[PATH_MAX];
 static char				 logs_tmproot[PATH_MAX];
 static struct logs_rank			*logs_ranks;
 static int				 logs_nranks;
+static size_t				 logs_summary_w = 60;
+static char				 logs_host[256];
 
 static int
 logs_mkdir(const char *path)
@@ -99,6 +117,9 @@ logs_init(struct event_base *base, const struct agent_config *cfg)
 
 	logs_base = base;
 	logs_cfg = cfg;
+	if (gethostname(logs_host, sizeof logs_host) == -1)
+		strlcpy(logs_host, "localhost", sizeof logs_host);
+	logs_host[sizeof logs_host - 1] = '\0';
 	if (cfg->log_dir != NULL) {
 		if (strlcpy(base_dir, cfg->log_dir, sizeof base_dir) >=
 		    sizeof base_dir || logs_mkdirs(base_dir) != 0)
@@ -164,16 +185,92 @@ logs_write(int fd, const void *buf, size_t len)
 	}
 }
 
+int
+logs_prefix(const char *tmpl, const char *role, int local_rank, int64_t rank,
+    const char *host, char *out, size_t outsz)
+{
+	const char	*p = tmpl, *id, *val;
+	char		 num[32];
+	size_t		 o = 0, n, idlen;
+	int		 braced;
+
+	if (outsz == 0)
+		return (RDZV_EINVAL);
+	out[0] = '\0';
+	while (*p != '\0') {
+		val = NULL;
+		n = 1;
+		if (p[0] == '$' && p[1] == '$') {
+			val = "$";
+			n = 2;
+		} else if (p[0] == '$') {
+			braced = p[1] == '{';
+			id = p + 1 + braced;
+			for (idlen = 0; id[idlen] == '_' ||
+			    isalpha((unsigned char)id[idlen]) ||
+			    (idlen > 0 && isdigit((unsigned char)id[idlen]));
+			    idlen++)
+				;
+			if (idlen > 0 && (!braced || id[idlen] == '}')) {
+				n = 1 + braced + idlen + braced;
+				if (idlen == 9 &&
+				    strncmp(id, "role_name", 9) == 0)
+					val = role;
+				else if (idlen == 10 &&
+				    strncmp(id, "local_rank", 10) == 0) {
+					snprintf(num, sizeof num, "%d",
+					    local_rank);
+					val = num;
+				} else if (idlen == 4 &&
+				    strncmp(id, "rank", 4) == 0) {
+					snprintf(num, sizeof num, "%lld",
+					    (long long)rank);
+					val = num;
+				} else if (idlen == 8 &&
+				    strncmp(id, "hostname", 8) == 0)
+					val = host;
+				else
+					n = 1;	/* unknown: left as is */
+			}
+		}
+		if (val == NULL) {
+			if (o + 1 >= outsz)
+				return (RDZV_ETOOBIG);
+			out[o++] = *p;
+		} else {
+			if (strlen(val) >= outsz - o)
+				return (RDZV_ETOOBIG);
+			memcpy(out + o, val, strlen(val));
+			o += strlen(val);
+		}
+		out[o] = '\0';
+		p += n;
+	}
+	return (0);
+}
+
 /* Writes one console line with the rank's prefix. */
 static void
 logs_console_line(int which, int rank, const char *line, size_t len)
 {
 	struct evbuffer	*out;
+	const char	*pfx, *cr;
 	size_t		 n;
 
 	if ((out = evbuffer_new()) == NULL)
 		return;
-	evbuffer_add_printf(out, "[%s%d]:", logs_cfg->role, rank);
+	if (rank >= 0 && rank < logs_nranks && logs_ranks[rank].has_prefix) {
+		pfx = logs_ranks[rank].prefix;
+		evbuffer_add(out, pfx, strlen(pfx));
+		/* A progress bar's "\r" returns to the prefix, not before. */
+		while ((cr = memchr(line, '\r', len)) != NULL &&
+		    (size_t)(cr - line) + 1 < len) {
+			evbuffer_add(out, line, cr - line + 1);
+			evbuffer_add(out, pfx, strlen(pfx));
+			len -= cr - line + 1;
+			line = cr + 1;
+		}
+	}
 	evbuffer_add(out, line, len);
 	evbuffer_add(out, "\n", 1);
 	n = evbuffer_get_length(out);
@@ -271,7 +368,7 @@ static int
 logs_open_stream(struct logs_stream *s, const char *dir, int rank, int which)
 {
 	char	path[PATH_MAX];
-	int	mask, redir, tee, bit, p[2];
+	int	mask, redir, tee, bit, shown, p[2];
 
 	s->rank = rank;
 	s->which = which;
@@ -280,6 +377,7 @@ logs_open_stream(struct logs_stream *s, const char *dir, int rank, int which)
 	redir = cli_std_for(logs_cfg->redirects, rank);
 	tee = cli_std_for(logs_cfg->tee, rank);
 	mask = (redir > 0 ? redir : 0) | (tee > 0 ? tee : 0);
+	shown = cli_rank_shown(logs_cfg, rank);
 	if (mask & bit) {
 		snprintf(path, sizeof path, "%s/%s", dir,
 		    which == STDOUT_FILENO ? "stdout.log" : "stderr.log");
@@ -289,12 +387,24 @@ logs_open_stream(struct logs_stream *s, const char *dir, int rank, int which)
 			log_warn("open %s", path);
 			return (RDZV_EIO);
 		}
-		if (!(tee > 0 && (tee & bit))) {
-			/* Redirect only: the file is the child's stream. */
+		if (!(tee > 0 && (tee & bit)) || !shown) {
+			/* Redirect only (or a teed rank filtered out of the
+			 * console): the file is the child's stream. */
 			s->child_fd = s->file_fd;
 			s->file_fd = -1;
 			return (0);
 		}
+	} else if (!shown) {
+		if ((s->child_fd = open("/dev/null", O_WRONLY |
+		    O_CLOEXEC)) == -1) {
+			log_warn("open /dev/null");
+			return (RDZV_EIO);
+		}
+		return (0);
+	} else if (!logs_ranks[rank].has_prefix ||
+	    (logs_cfg->prefix_tmpl == NULL && isatty(which))) {
+		/* The agent's own stream, inherited: nothing to add. */
+		return (0);
 	}
 	if (pipe2(p, O_CLOEXEC) == -1) {
 		log_warn("pipe");
@@ -313,15 +423,26 @@ logs_open_stream(struct logs_stream *s, const char *dir, int rank, int which)
 }
 
 int
-logs_attempt(int attempt, int nproc)
+logs_attempt(int attempt, int nproc, int64_t rank_base)
 {
-	char	dir[PATH_MAX];
-	int	i, j, rv;
+	const char	*tmpl;
+	char		 dir[PATH_MAX];
+	int		 i, j, rv;
 
 	logs_end_attempt();
 	if ((logs_ranks = calloc(nproc, sizeof *logs_ranks)) == NULL)
 		return (RDZV_ENOMEM);
 	logs_nranks = nproc;
+	tmpl = logs_cfg->prefix_tmpl != NULL ? logs_cfg->prefix_tmpl :
+	    LOGS_DEFAULT_PREFIX;
+	for (i = 0; i < nproc; i++) {
+		if (logs_prefix(tmpl, logs_cfg->role, i, rank_base + i,
+		    logs_host, logs_ranks[i].prefix,
+		    sizeof logs_ranks[i].prefix) != 0)
+			log_warnx("the line prefix of local rank %d is cut to "
+			    "%d bytes", i, LOGS_PREFIX_MAX - 1);
+		logs_ranks[i].has_prefix = logs_ranks[i].prefix[0] != '\0';
+	}
 	for (i = 0; i < nproc; i++)
 		for (j = 0; j < 2; j++)
 			logs_ranks[i].s[j].rfd = logs_ranks[i].s[j].child_fd =
@@ -422,13 +543,13 @@ logs_end_attempt(void)
 
 /* ---- a bounded JSON reader, enough for torch's error file ---- */
 
-struct json {
+struct logs_js {
 	const char	*p;
 	const char	*end;
 };
 
 static void
-json_ws(struct json *j)
+logs_js_ws(struct logs_js *j)
 {
 	while (j->p < j->end && (*j->p == ' ' || *j->p == '\t' ||
 	    *j->p == '\n' || *j->p == '\r'))
@@ -436,7 +557,7 @@ json_ws(struct json *j)
 }
 
 static int
-json_hex4(struct json *j, unsigned *v)
+logs_js_hex4(struct logs_js *j, unsigned *v)
 {
 	int	i, c;
 
@@ -460,7 +581,7 @@ json_hex4(struct json *j, unsigned *v)
 
 /* Appends one byte to out if there is room (always leaving the NUL). */
 static void
-json_out(char *out, size_t outsz, size_t *o, char c)
+logs_js_out(char *out, size_t outsz, size_t *o, char c)
 {
 	if (out != NULL && *o + 1 < outsz)
 		out[(*o)++] = c;
@@ -470,7 +591,7 @@ json_out(char *out, size_t outsz, size_t *o, char c)
 
 /* Decodes the string at j->p (at its '"') into out (NULL: skip). */
 static int
-json_string(struct json *j, char *out, size_t outsz)
+logs_js_string(struct logs_js *j, char *out, size_t outsz)
 {
 	size_t		o = 0;
 	unsigned	cp, lo;
@@ -488,49 +609,49 @@ json_string(struct json *j, char *out, size_t outsz)
 		if ((unsigned char)c < 0x20)
 			return (-1);
 		if (c != '\\') {
-			json_out(out, outsz, &o, c);
+			logs_js_out(out, outsz, &o, c);
 			continue;
 		}
 		if (j->p >= j->end)
 			return (-1);
 		switch ((c = *j->p++)) {
 		case '"': case '\\': case '/':
-			json_out(out, outsz, &o, c);
+			logs_js_out(out, outsz, &o, c);
 			continue;
-		case 'b': json_out(out, outsz, &o, '\b'); continue;
-		case 'f': json_out(out, outsz, &o, '\f'); continue;
-		case 'n': json_out(out, outsz, &o, '\n'); continue;
-		case 'r': json_out(out, outsz, &o, '\r'); continue;
-		case 't': json_out(out, outsz, &o, '\t'); continue;
+		case 'b': logs_js_out(out, outsz, &o, '\b'); continue;
+		case 'f': logs_js_out(out, outsz, &o, '\f'); continue;
+		case 'n': logs_js_out(out, outsz, &o, '\n'); continue;
+		case 'r': logs_js_out(out, outsz, &o, '\r'); continue;
+		case 't': logs_js_out(out, outsz, &o, '\t'); continue;
 		case 'u':
 			break;
 		default:
 			return (-1);
 		}
-		if (json_hex4(j, &cp) != 0)
+		if (logs_js_hex4(j, &cp) != 0)
 			return (-1);
 		if (cp >= 0xd800 && cp < 0xdc00 && j->end - j->p >= 6 &&
 		    j->p[0] == '\\' && j->p[1] == 'u') {
 			j->p += 2;
-			if (json_hex4(j, &lo) != 0 || lo < 0xdc00 ||
+			if (logs_js_hex4(j, &lo) != 0 || lo < 0xdc00 ||
 			    lo > 0xdfff)
 				return (-1);
 			cp = 0x10000 + ((cp - 0xd800) << 10) + (lo - 0xdc00);
 		}
 		if (cp < 0x80)
-			json_out(out, outsz, &o, cp);
+			logs_js_out(out, outsz, &o, cp);
 		else if (cp < 0x800) {
-			json_out(out, outsz, &o, 0xc0 | cp >> 6);
-			json_out(out, outsz, &o, 0x80 | (cp & 0x3f));
+			logs_js_out(out, outsz, &o, 0xc0 | cp >> 6);
+			logs_js_out(out, outsz, &o, 0x80 | (cp & 0x3f));
 		} else if (cp < 0x10000) {
-			json_out(out, outsz, &o, 0xe0 | cp >> 12);
-			json_out(out, outsz, &o, 0x80 | ((cp >> 6) & 0x3f));
-			json_out(out, outsz, &o, 0x80 | (cp & 0x3f));
+			logs_js_out(out, outsz, &o, 0xe0 | cp >> 12);
+			logs_js_out(out, outsz, &o, 0x80 | ((cp >> 6) & 0x3f));
+			logs_js_out(out, outsz, &o, 0x80 | (cp & 0x3f));
 		} else {
-			json_out(out, outsz, &o, 0xf0 | cp >> 18);
-			json_out(out, outsz, &o, 0x80 | ((cp >> 12) & 0x3f));
-			json_out(out, outsz, &o, 0x80 | ((cp >> 6) & 0x3f));
-			json_out(out, outsz, &o, 0x80 | (cp & 0x3f));
+			logs_js_out(out, outsz, &o, 0xf0 | cp >> 18);
+			logs_js_out(out, outsz, &o, 0x80 | ((cp >> 12) & 0x3f));
+			logs_js_out(out, outsz, &o, 0x80 | ((cp >> 6) & 0x3f));
+			logs_js_out(out, outsz, &o, 0x80 | (cp & 0x3f));
 		}
 	}
 	if (out != NULL && outsz > 0)
@@ -540,7 +661,7 @@ json_string(struct json *j, char *out, size_t outsz)
 
 /* A number or a literal: its characters. */
 static int
-json_atom(struct json *j, const char **start, size_t *len)
+logs_js_atom(struct logs_js *j, const char **start, size_t *len)
 {
 	*start = j->p;
 	while (j->p < j->end && (strchr("+-.0123456789eE", *j->p) != NULL ||
@@ -559,7 +680,7 @@ json_atom(struct json *j, const char **start, size_t *len)
 }
 
 static int
-json_skip(struct json *j, int depth)
+logs_js_skip(struct logs_js *j, int depth)
 {
 	const char	*s;
 	size_t		 n;
@@ -567,32 +688,32 @@ json_skip(struct json *j, int depth)
 
 	if (depth > LOGS_JSON_DEPTH)
 		return (-1);
-	json_ws(j);
+	logs_js_ws(j);
 	if (j->p >= j->end)
 		return (-1);
 	if (*j->p == '"')
-		return (json_string(j, NULL, 0));
+		return (logs_js_string(j, NULL, 0));
 	if (*j->p != '{' && *j->p != '[')
-		return (json_atom(j, &s, &n));
+		return (logs_js_atom(j, &s, &n));
 	close = *j->p == '{' ? '}' : ']';
 	j->p++;
-	json_ws(j);
+	logs_js_ws(j);
 	if (j->p < j->end && *j->p == close) {
 		j->p++;
 		return (0);
 	}
 	for (;;) {
 		if (close == '}') {
-			json_ws(j);
-			if (json_string(j, NULL, 0) != 0)
+			logs_js_ws(j);
+			if (logs_js_string(j, NULL, 0) != 0)
 				return (-1);
-			json_ws(j);
+			logs_js_ws(j);
 			if (j->p >= j->end || *j->p++ != ':')
 				return (-1);
 		}
-		if (json_skip(j, depth + 1) != 0)
+		if (logs_js_skip(j, depth + 1) != 0)
 			return (-1);
-		json_ws(j);
+		logs_js_ws(j);
 		if (j->p >= j->end)
 			return (-1);
 		if (*j->p == close) {
@@ -608,7 +729,7 @@ int
 logs_json_get(const char *js, size_t len, const char *const *path,
     char *out, size_t outsz)
 {
-	struct json	 j = { js, js + len };
+	struct logs_js	 j = { js, js + len };
 	char		 key[256];
 	const char	*s;
 	size_t		 n;
@@ -617,28 +738,28 @@ logs_json_get(const char *js, size_t len, const char *const *path,
 	if (outsz == 0)
 		return (RDZV_EINVAL);
 	for (; *path != NULL; path++) {
-		json_ws(&j);
+		logs_js_ws(&j);
 		if (j.p >= j.end || *j.p != '{')
 			return (RDZV_ENOTFOUND);
 		j.p++;
 		found = 0;
-		json_ws(&j);
+		logs_js_ws(&j);
 		if (j.p < j.end && *j.p == '}')
 			return (RDZV_ENOTFOUND);
 		while (!found) {
-			json_ws(&j);
-			if (json_string(&j, key, sizeof key) != 0)
+			logs_js_ws(&j);
+			if (logs_js_string(&j, key, sizeof key) != 0)
 				return (RDZV_EPROTO);
-			json_ws(&j);
+			logs_js_ws(&j);
 			if (j.p >= j.end || *j.p++ != ':')
 				return (RDZV_EPROTO);
 			if (strcmp(key, *path) == 0) {
 				found = 1;
 				break;
 			}
-			if (json_skip(&j, 0) != 0)
+			if (logs_js_skip(&j, 0) != 0)
 				return (RDZV_EPROTO);
-			json_ws(&j);
+			logs_js_ws(&j);
 			if (j.p >= j.end)
 				return (RDZV_EPROTO);
 			if (*j.p == '}')
@@ -647,14 +768,14 @@ logs_json_get(const char *js, size_t len, const char *const *path,
 				return (RDZV_EPROTO);
 		}
 	}
-	json_ws(&j);
+	logs_js_ws(&j);
 	if (j.p >= j.end)
 		return (RDZV_EPROTO);
 	if (*j.p == '"')
-		return (json_string(&j, out, outsz) == 0 ? 0 : RDZV_EPROTO);
+		return (logs_js_string(&j, out, outsz) == 0 ? 0 : RDZV_EPROTO);
 	if (*j.p == '{' || *j.p == '[')
 		return (RDZV_ENOTFOUND);
-	if (json_atom(&j, &s, &n) != 0)
+	if (logs_js_atom(&j, &s, &n) != 0)
 		return (RDZV_EPROTO);
 	if (n >= outsz)
 		n = outsz - 1;
@@ -699,5 +820,276 @@ logs_read_error(int rank, char *msg, size_t msgsz, char *stack,
 		(void)logs_json_get(buf, got, p_stamp, stamp, stampsz);
 	}
 	free(buf);
+	return (rv);
+}
+
+/* ---- the failure summary, in torchrun's layout ---- */
+
+#define LOGS_SUMMARY_WIDTH	60	/* torchrun's widest border */
+
+/* torch's timestamp_isoformat(): local time, "YYYY-MM-DD_HH:MM:SS". */
+static void
+logs_time(time_t t, char *buf, size_t len)
+{
+	struct tm	tm;
+
+	localtime_r(&t, &tm);
+	strftime(buf, len, "%Y-%m-%d_%H:%M:%S", &tm);
+}
+
+/* The failure's time: the error file's timestamp, else the reap's. */
+static time_t
+logs_failure_time(const struct logs_failure *f)
+{
+	const char	*errstr;
+	long long	 t;
+
+	if (f->stamp[0] != '\0') {
+		t = strtonum(f->stamp, 1, LLONG_MAX, &errstr);
+		if (errstr == NULL)
+			return ((time_t)t);
+	}
+	return (f->when.tv_sec);
+}
+
+/* torch's exit code: -N for signal N. */
+static int
+logs_exitcode(int status)
+{
+	if (WIFSIGNALED(status))
+		return (-WTERMSIG(status));
+	return (WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+}
+
+/*
+ * What torch shows as the traceback: the error file's py_callstack, else
+ * its message, else for a signal "Signal N (SIGX) received by PID P",
+ * else where to read about @record.
+ */
+static void
+logs_traceback(const struct logs_failure *f, struct evbuffer *b)
+{
+	const char	*t, *nl;
+
+	if (f->stack[0] != '\0')
+		t = f->stack;
+	else if (f->message[0] != '\0')
+		t = f->message;
+	else if (WIFSIGNALED(f->status)) {
+		evbuffer_add_printf(b, "Signal %d (SIG%s) received by PID %ld",
+		    WTERMSIG(f->status), sigabbrev_np(WTERMSIG(f->status)) ?
+		    sigabbrev_np(WTERMSIG(f->status)) : "?", (long)f->pid);
+		return;
+	} else
+		t = "To enable traceback see: "
+		    "https://pytorch.org/docs/stable/elastic/errors.html";
+	/* Indented like torch's, line by line. */
+	while ((nl = strchr(t, '\n')) != NULL) {
+		evbuffer_add(b, t, nl - t + 1);
+		evbuffer_add(b, "  ", 2);
+		t = nl + 1;
+	}
+	evbuffer_add(b, t, strlen(t));
+}
+
+/* The widest line of s, capped at LOGS_SUMMARY_WIDTH. */
+static size_t
+logs_width(const char *s, size_t len, size_t w)
+{
+	const char	*end = s + len, *nl;
+
+	while (s < end && w < LOGS_SUMMARY_WIDTH) {
+		if ((nl = memchr(s, '\n', end - s)) == NULL)
+			nl = end;
+		if ((size_t)(nl - s) > w)
+			w = nl - s;
+		s = nl + 1;
+	}
+	return (w > LOGS_SUMMARY_WIDTH ? LOGS_SUMMARY_WIDTH : w);
+}
+
+static void
+logs_rule(FILE *f, int c, size_t w)
+{
+	while (w-- > 0)
+		fputc(c, f);
+	fputc('\n', f);
+}
+
+/* One "[idx]:" entry of torchrun's layout. */
+static void
+logs_entry(struct evbuffer *b, int idx, const struct logs_failure *x,
+    const char *host)
+{
+	char	t[64], sig[32];
+
+	logs_time(logs_failure_time(x), t, sizeof t);
+	sig[0] = '\0';
+	if (WIFSIGNALED(x->status))
+		snprintf(sig, sizeof sig, " (SIG%s)",
+		    sigabbrev_np(WTERMSIG(x->status)) ?
+		    sigabbrev_np(WTERMSIG(x->status)) : "?");
+	evbuffer_add_printf(b, "[%d]:\n"
+	    "  time      : %s\n"
+	    "  host      : %s\n"
+	    "  rank      : %lld (local_rank: %d)\n"
+	    "  exitcode  : %d (pid: %ld) %s\n"
+	    "  error_file: %s\n"
+	    "  traceback : ", idx, t, host, (long long)x->rank, x->local_rank,
+	    logs_exitcode(x->status), (long)x->pid, sig,
+	    x->has_errfile ? x->errfile : "<N/A>");
+	logs_traceback(x, b);
+}
+
+void
+logs_summary(FILE *f, const char *program, const char *host,
+    const struct logs_failure *first, const struct sup_exit *others,
+    int nothers, const char *job_msg, int job_here)
+{
+	struct logs_failure	 o;
+	struct evbuffer		*root, *rest;
+	size_t			 w, len, rlen;
+	int			 i;
+
+	if ((root = evbuffer_new()) == NULL)
+		return;
+	if ((rest = evbuffer_new()) == NULL) {
+		evbuffer_free(root);
+		return;
+	}
+	for (i = 0; first->valid && i < nothers; i++) {
+		memset(&o, 0, sizeof o);
+		o.local_rank = others[i].local_rank;
+		o.rank = first->rank - first->local_rank + o.local_rank;
+		o.pid = others[i].pid;
+		o.status = others[i].status;
+		o.when = others[i].when;
+		if (i > 0)
+			evbuffer_add(rest, "\n", 1);
+		logs_entry(rest, i + 1, &o, host);
+	}
+	if (evbuffer_get_length(rest) == 0)
+		evbuffer_add_printf(rest, "  <NO_OTHER_FAILURES>");
+	if (first->valid) {
+		logs_entry(root, 0, first, host);
+	} else
+		evbuffer_add_printf(root, "[0]:\n  on another node: %s",
+		    job_msg[0] != '\0' ? job_msg : "<N/A>");
+	len = evbuffer_get_length(root);
+	rlen = evbuffer_get_length(rest);
+	w = logs_width((const char *)evbuffer_pullup(root, len), len,
+	    strlen(program) + 7);
+	w = logs_width((const char *)evbuffer_pullup(rest, rlen), rlen, w);
+
+	fputc('\n', f);
+	logs_rule(f, '=', w);
+	fprintf(f, "%s FAILED\n", program);
+	logs_rule(f, '-', w);
+	fprintf(f, "Failures:\n");
+	fwrite(evbuffer_pullup(rest, rlen), 1, rlen, f);
+	fputc('\n', f);
+	evbuffer_free(rest);
+	logs_rule(f, '-', w);
+	fprintf(f, "Root Cause (first observed failure):\n");
+	fwrite(evbuffer_pullup(root, len), 1, len, f);
+	fputc('\n', f);
+	evbuffer_free(root);
+
+	logs_rule(f, '-', w);
+	fprintf(f, "rdzv-agent:\n");
+	if (job_msg[0] != '\0')
+		fprintf(f, "  %s: %s\n", job_here ? "stopped   " :
+		    "job       ", job_msg);
+	if (first->valid && first->message[0] != '\0')
+		fprintf(f, "  message   : %s\n", first->message);
+	if (first->valid && WIFSIGNALED(first->status))
+		fprintf(f, "  signal    : %d (SIG%s)\n",
+		    WTERMSIG(first->status), sigabbrev_np(WTERMSIG(first->status)) ?
+		    sigabbrev_np(WTERMSIG(first->status)) : "?");
+	if (!first->valid && job_msg[0] == '\0')
+		fprintf(f, "  (no worker failed on this node)\n");
+	logs_summary_w = w;
+}
+
+void
+logs_summary_end(FILE *f)
+{
+	logs_rule(f, '=', logs_summary_w);
+}
+
+/* Writes len bytes to path through a temporary file and a rename. */
+static int
+logs_write_file(const char *path, const char *buf, size_t len)
+{
+	char	tmp[PATH_MAX];
+	int	fd;
+
+	if (snprintf(tmp, sizeof tmp, "%s.XXXXXX", path) >= (int)sizeof tmp)
+		return (RDZV_ETOOBIG);
+	if ((fd = mkstemp(tmp)) == -1) {
+		log_warn("TORCHELASTIC_ERROR_FILE: mkstemp %s", tmp);
+		return (RDZV_EIO);
+	}
+	logs_write(fd, buf, len);
+	if (fchmod(fd, 0644) == -1 || close(fd) == -1 ||
+	    rename(tmp, path) == -1) {
+		log_warn("TORCHELASTIC_ERROR_FILE: %s", path);
+		(void)unlink(tmp);
+		return (RDZV_EIO);
+	}
+	return (0);
+}
+
+int
+logs_error_to_parent(const char *program, const char *host,
+    const struct logs_failure *first, const char *job_msg)
+{
+	const char	*dst = getenv("TORCHELASTIC_ERROR_FILE");
+	json_t		*doc;
+	char		*buf = NULL, *js, desc[64];
+	char		 what[AGENT_MSG_MAX + 512];
+	ssize_t		 n;
+	size_t		 got = 0;
+	int		 fd, rv;
+
+	if (dst == NULL || *dst == '\0')
+		return (RDZV_ENOTFOUND);
+	if (first->valid && first->has_errfile &&
+	    (fd = open(first->errfile, O_RDONLY | O_CLOEXEC)) != -1) {
+		/* The worker's own file, as torch's record() copies it. */
+		if ((buf = malloc(LOGS_ERRFILE_MAX)) == NULL) {
+			close(fd);
+			return (RDZV_ENOMEM);
+		}
+		while (got < LOGS_ERRFILE_MAX && (n = read(fd, buf + got,
+		    LOGS_ERRFILE_MAX - got)) > 0)
+			got += n;
+		close(fd);
+		rv = logs_write_file(dst, buf, got);
+		free(buf);
+		return (rv);
+	}
+	if (first->valid)
+		snprintf(what, sizeof what, "%s FAILED: rank %lld (local_rank "
+		    "%d) on %s: %s", program, (long long)first->rank,
+		    first->local_rank, host,
+		    sup_describe(first->status, desc, sizeof desc));
+	else
+		snprintf(what, sizeof what, "%s FAILED: %s", program,
+		    job_msg[0] != '\0' ? job_msg : "the job failed");
+	doc = json_pack("{s:{s:s, s:{s:s, s:s}}}", "message", "message", what,
+	    "extraInfo", "py_callstack", what, "timestamp", "");
+	if (doc == NULL)
+		return (RDZV_ENOMEM);
+	snprintf(desc, sizeof desc, "%lld", (long long)(first->valid ?
+	    logs_failure_time(first) : time(NULL)));
+	json_object_set_new(json_object_get(json_object_get(doc, "message"),
+	    "extraInfo"), "timestamp", json_string(desc));
+	js = json_dumps(doc, JSON_COMPACT);
+	json_decref(doc);
+	if (js == NULL)
+		return (RDZV_ENOMEM);
+	rv = logs_write_file(dst, js, strlen(js));
+	free(js);
 	return (rv);
 }

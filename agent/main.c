@@ -12,8 +12,11 @@
  *      ^                                                 | stop done:
  *      +-------------------------------------------------+ RUNNING push
  *                                                          pending? spawn
- *   any --signal--> LEAVING: the signal to the workers, SIGKILL after the
- *                   grace, LEAVE, exit 128+signo
+ *   any --SIGTERM, SIGINT, SIGHUP, SIGQUIT--> LEAVING: the signal to the
+ *                   workers, SIGKILL after the grace, LEAVE, exit 128+signo
+ *   any --SIGUSR1, SIGUSR2, --signals_to_handle--> the same state: the
+ *                   signal to each worker (a preemption notice: they
+ *                   checkpoint), supervising goes on
  *   any --FAILED push or fatal--> LEAVING (no LEAVE): stop, summary,
  *                   exit 1
  *
@@ -64,20 +67,6 @@ enum agent_state {
 	AS_LEAVING,	/* stopping for good: signal, FAILED, fatal */
 };
 
-/* A worker failure as the summary prints it. */
-struct agent_failure {
-	int		 valid;
-	int		 local_rank;
-	int64_t		 rank;
-	pid_t		 pid;
-	int		 status;
-	struct timespec	 when;
-	int64_t		 round;
-	char		 errfile[4096];
-	char		 message[AGENT_MSG_MAX];
-	char		 stack[8192];
-};
-
 static struct {
 	struct agent_config	 cfg;
 	struct event_base	*base;
@@ -87,7 +76,9 @@ static struct {
 	int			 have_next;
 	int			 nok;		/* workers exited 0 */
 	int			 failed_now;	/* a failure this round */
-	struct agent_failure	 first;		/* first local failure */
+	struct logs_failure	 first;		/* first local failure */
+	struct sup_exit		*others;	/* the round's other exits */
+	int			 nothers;	/* after first, not 0 */
 	char			 job_failure[AGENT_MSG_MAX];
 	int			 job_failed;
 	int			 job_failure_here; /* the agent's own verdict */
@@ -96,6 +87,7 @@ static struct {
 	int			 embedded;
 	char			 hostname[256];
 	struct event		*sig_ev[4];
+	struct event		*fwd_ev[NSIG];	/* forwarded signals */
 	struct event		*join_ev;
 	struct event		*watch_ev;	/* --progress_timeout */
 	struct timespec		*hung_at;	/* per local rank; 0: not */
@@ -147,18 +139,32 @@ agent_env_has(char **envp, size_t n, const char *name, size_t l)
 	return (0);
 }
 
+/*
+ * Whether workers see only their own devices (--gpus_per_worker,
+ * --virtual_local_rank): then LOCAL_RANK is 0, the index of a worker's
+ * first device, so that torch.cuda.set_device(LOCAL_RANK) works in every
+ * worker; the rank on the node stays in RDZV_LOCAL_RANK.
+ */
+static int
+agent_own_devices(void)
+{
+	return (ag.cfg.gpus_per_worker > 0 || ag.cfg.virtual_local_rank);
+}
+
 /* The CUDA_VISIBLE_DEVICES of local_rank: its share of the GPU list. */
 static void
 agent_gpus(int local_rank, char *out, size_t outsz)
 {
 	const char	*p = ag.cfg.gpu_list;
-	int		 first = local_rank * ag.cfg.gpus_per_worker, i = 0;
+	int		 per = ag.cfg.gpus_per_worker > 0 ?
+			    ag.cfg.gpus_per_worker : 1;
+	int		 first = local_rank * per, i = 0;
 	size_t		 o = 0, n;
 
 	out[0] = '\0';
 	while (p != NULL && *p != '\0') {
 		n = strcspn(p, ",");
-		if (i >= first && i < first + ag.cfg.gpus_per_worker &&
+		if (i >= first && i < first + per &&
 		    o + n + 2 < outsz) {
 			if (o > 0)
 				out[o++] = ',';
@@ -182,7 +188,9 @@ agent_worker_vars(int local_rank, const struct rdzv_round *r, size_t *np)
 	size_t		  n = 0, cap = 0;
 	int64_t		  rank = r->rank_base + local_rank;
 
-	agent_setenv(&e, &n, &cap, "LOCAL_RANK", "%d", local_rank);
+	agent_setenv(&e, &n, &cap, "LOCAL_RANK", "%d",
+	    agent_own_devices() ? 0 : local_rank);
+	agent_setenv(&e, &n, &cap, "RDZV_LOCAL_RANK", "%d", local_rank);
 	agent_setenv(&e, &n, &cap, "RANK", "%lld", (long long)rank);
 	agent_setenv(&e, &n, &cap, "GROUP_RANK", "%lld",
 	    (long long)r->group_rank);
@@ -221,7 +229,7 @@ agent_worker_vars(int local_rank, const struct rdzv_round *r, size_t *np)
 	agent_setenv(&e, &n, &cap, "RDZV_NAMESPACE", "%s", r->store_ns);
 	agent_setenv(&e, &n, &cap, "RDZV_NODE_ID", "%lld",
 	    (long long)r->node_id);
-	if (ag.cfg.gpus_per_worker > 0) {
+	if (agent_own_devices()) {
 		agent_gpus(local_rank, gpus, sizeof gpus);
 		agent_setenv(&e, &n, &cap, "CUDA_VISIBLE_DEVICES", "%s", gpus);
 	}
@@ -285,15 +293,6 @@ agent_free_env(char **e)
 	free(e);
 }
 
-static void
-agent_time(const struct timespec *ts, char *buf, size_t len)
-{
-	struct tm	tm;
-
-	localtime_r(&ts->tv_sec, &tm);
-	strftime(buf, len, "%Y-%m-%d_%H:%M:%S", &tm);
-}
-
 /* Seconds from t (CLOCK_MONOTONIC) to now. */
 static double
 agent_age(const struct timespec *t)
@@ -335,45 +334,12 @@ agent_summary_progress(const char *thin)
 static void
 agent_summary(void)
 {
-	const struct agent_failure	*f = &ag.first;
-	const char			*line =
-	    "============================================================";
-	const char			*thin =
-	    "------------------------------------------------------------";
-	char				 t[64], sig[16];
-
-	fprintf(stderr, "%s\n%s FAILED\n%s\n", line, ag.cfg.program, thin);
-	if (ag.job_failed && ag.job_failure[0] != '\0')
-		fprintf(stderr, "Root Cause (%s):\n  %s\n%s\n",
-		    ag.job_failure_here ? "rdzv-agent could not go on" :
-		    "first failure in the job, from rdzvd", ag.job_failure,
-		    thin);
-	if (f->valid) {
-		agent_time(&f->when, t, sizeof t);
-		fprintf(stderr, "First failure on this node (last round):\n"
-		    "  time      : %s\n  host      : %s\n"
-		    "  rank      : %lld (local_rank: %d)\n", t, ag.hostname,
-		    (long long)f->rank, f->local_rank);
-		if (WIFSIGNALED(f->status)) {
-			snprintf(sig, sizeof sig, "SIG%s",
-			    sigabbrev_np(WTERMSIG(f->status)) ?
-			    sigabbrev_np(WTERMSIG(f->status)) : "?");
-			fprintf(stderr, "  exitcode  : -%d (pid: %ld)\n"
-			    "  signal    : %d (%s)\n", WTERMSIG(f->status),
-			    (long)f->pid, WTERMSIG(f->status), sig);
-		} else
-			fprintf(stderr, "  exitcode  : %d (pid: %ld)\n",
-			    WEXITSTATUS(f->status), (long)f->pid);
-		fprintf(stderr, "  error_file: %s\n", f->message[0] ?
-		    f->errfile : "<N/A>");
-		if (f->message[0] != '\0')
-			fprintf(stderr, "  message   : %s\n", f->message);
-		if (f->stack[0] != '\0')
-			fprintf(stderr, "  traceback : %s\n", f->stack);
-	} else if (!ag.job_failed || ag.job_failure[0] == '\0')
-		fprintf(stderr, "  (no worker failed on this node)\n");
-	agent_summary_progress(thin);
-	fprintf(stderr, "%s\n", line);
+	logs_summary(stderr, ag.cfg.program, ag.hostname, &ag.first,
+	    ag.others, ag.nothers, ag.job_failed ? ag.job_failure : "",
+	    ag.job_failure_here);
+	agent_summary_progress(
+	    "------------------------------------------------------------");
+	logs_summary_end(stderr);
 }
 
 /* Ends the event loop with code (the summary first, for a failure). */
@@ -381,8 +347,11 @@ static void
 agent_finish(int code)
 {
 	ag.exit_code = code;
-	if (code == 1)
+	if (code == 1) {
 		agent_summary();
+		(void)logs_error_to_parent(ag.cfg.program, ag.hostname,
+		    &ag.first, ag.job_failed ? ag.job_failure : "");
+	}
 	event_base_loopbreak(ag.base);
 }
 
@@ -398,6 +367,7 @@ agent_start_round(const struct rdzv_round *r)
 	ag.failed_now = 0;
 	/* The summary names the failure of the round that ended the job. */
 	memset(&ag.first, 0, sizeof ag.first);
+	ag.nothers = 0;
 	ag.state = AS_RUNNING;
 	log_info("round %lld: group rank %lld of %lld, ranks %lld-%lld of "
 	    "%lld, restart %lld", (long long)r->round,
@@ -409,7 +379,8 @@ agent_start_round(const struct rdzv_round *r)
 	if ((rv = progress_attempt(ag.cfg.nproc)) != 0)
 		log_warnx("workers cannot report progress this round: %s",
 		    rdzv_strerror(rv));
-	if ((rv = logs_attempt((int)r->restart_count, ag.cfg.nproc)) != 0) {
+	if ((rv = logs_attempt((int)r->restart_count, ag.cfg.nproc,
+	    r->rank_base)) != 0) {
 		log_warnx("cannot prepare the log directory: %s",
 		    rdzv_strerror(rv));
 		rdzv_report_failure(r->round, 0, r->rank_base, 127, 0,
@@ -525,14 +496,20 @@ agent_watch_cb(evutil_socket_t fd, short ev, void *arg)
 static void
 agent_exit_cb(const struct sup_exit *x, void *arg)
 {
-	struct agent_failure	*f = &ag.first;
+	struct logs_failure	*f = &ag.first;
 	char			 desc[64], msg[AGENT_MSG_MAX], stack[8192];
 	char			 stamp[64], report[AGENT_MSG_MAX];
-	int			 code, signo;
+	int			 code, signo, rv;
 
 	logs_drain(x->local_rank);
-	if (ag.state != AS_RUNNING)
+	if (ag.state != AS_RUNNING) {
+		/* Stopped after this round's failure: torchrun lists them. */
+		if (f->valid && f->round == ag.cur.round &&
+		    ag.nothers < ag.cfg.nproc &&
+		    !(WIFEXITED(x->status) && WEXITSTATUS(x->status) == 0))
+			ag.others[ag.nothers++] = *x;
 		return;		/* stopping: expected */
+	}
 	if (WIFEXITED(x->status) && WEXITSTATUS(x->status) == 0) {
 		if (++ag.nok == ag.cfg.nproc) {
 			log_info("round %lld: every local worker succeeded",
@@ -545,7 +522,7 @@ agent_exit_cb(const struct sup_exit *x, void *arg)
 		return;
 	}
 	sup_describe(x->status, desc, sizeof desc);
-	(void)logs_read_error(x->local_rank, msg, sizeof msg, stack,
+	rv = logs_read_error(x->local_rank, msg, sizeof msg, stack,
 	    sizeof stack, stamp, sizeof stamp);
 	strlcpy(report, msg, sizeof report);
 	agent_progress_note(x->local_rank, report, sizeof report);
@@ -564,6 +541,8 @@ agent_exit_cb(const struct sup_exit *x, void *arg)
 		    sizeof f->errfile);
 		strlcpy(f->message, msg, sizeof f->message);
 		strlcpy(f->stack, stack, sizeof f->stack);
+		strlcpy(f->stamp, stamp, sizeof f->stamp);
+		f->has_errfile = rv == 0 || rv == RDZV_EPROTO;
 	}
 	ag.failed_now = 1;
 	if (WIFSIGNALED(x->status)) {
@@ -616,6 +595,21 @@ agent_signal_cb(evutil_socket_t sig, short ev, void *arg)
 	    sigabbrev_np(sig) ? sigabbrev_np(sig) : "?");
 	ag.signo = sig;
 	agent_leave(sig, 128 + sig);
+}
+
+/*
+ * A signal the workers should hear while the job goes on: Slurm's
+ * --signal=USR1@N preemption notice, or what --signals_to_handle names.
+ */
+static void
+agent_forward_cb(evutil_socket_t sig, short ev, void *arg)
+{
+	const char	*name = sigabbrev_np(sig);
+	int		 n;
+
+	n = sup_forward(sig);
+	log_info("signal %d (SIG%s): forwarded to %d worker%s", (int)sig,
+	    name != NULL ? name : "?", n, n == 1 ? "" : "s");
 }
 
 static void
@@ -982,6 +976,7 @@ main(int argc, char **argv)
 	}
 	if (sup_init(ag.base, agent_exit_cb, NULL) != 0)
 		fatalx("cannot watch SIGCHLD");
+	(void)sup_numa_init(&ag.cfg);
 	for (i = 0; i < 4; i++) {
 		ag.sig_ev[i] = evsignal_new(ag.base, agent_signals[i],
 		    agent_signal_cb, NULL);
@@ -989,11 +984,20 @@ main(int argc, char **argv)
 		    NULL) == -1)
 			fatalx("cannot watch signal %d", agent_signals[i]);
 	}
+	for (i = 1; i < NSIG; i++) {
+		if (sigismember(&ag.cfg.fwd_signals, i) != 1)
+			continue;
+		ag.fwd_ev[i] = evsignal_new(ag.base, i, agent_forward_cb, NULL);
+		if (ag.fwd_ev[i] == NULL || evsignal_add(ag.fwd_ev[i],
+		    NULL) == -1)
+			fatalx("cannot watch signal %d", i);
+	}
 	ag.join_ev = evtimer_new(ag.base, agent_join_timeout_cb, NULL);
 	if (ag.join_ev == NULL)
 		fatalx("evtimer_new");
 	progress_init(ag.base);
-	if ((ag.hung_at = calloc(ag.cfg.nproc, sizeof *ag.hung_at)) == NULL)
+	if ((ag.hung_at = calloc(ag.cfg.nproc, sizeof *ag.hung_at)) == NULL ||
+	    (ag.others = calloc(ag.cfg.nproc, sizeof *ag.others)) == NULL)
 		fatalx("out of memory");
 	if (ag.cfg.progress_timeout_ms > 0) {
 		struct timeval	tv;

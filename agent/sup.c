@@ -1,8 +1,12 @@
 /*
  * sup.c: spawning and supervising workers; the only file that forks.
  *
- * Each worker runs in its own process group with a parent-death SIGKILL,
- * so killing the agent, even with SIGKILL, leaves no worker behind.
+ * Each worker runs in a session (and process group) of its own, as
+ * torchrun's do, with a parent-death SIGKILL, so killing the agent, even
+ * with SIGKILL, leaves no worker behind.  A session of its own means the
+ * agent's terminal is not the worker's controlling terminal: a worker
+ * handed the terminal as its stdout writes to it (isatty() is true)
+ * without job control ever stopping it (SIGTTOU).
  * Exits are noticed from a SIGCHLD event (no polling): the handler peeks
  * at each exited child with waitid(WNOWAIT), SIGKILLs whatever is left
  * of its process group while the zombie still pins the group id (so the
@@ -13,11 +17,16 @@
 
 #include <sys/types.h>
 #include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 
+#include <linux/mempolicy.h>
+
+#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -47,6 +56,32 @@ static sup_done_cb		 sup_done_fn;
 static void			*sup_done_arg;
 static struct sup_worker	*sup_workers;
 static size_t			 sup_nworkers;
+
+/* --numa_binding: where each local rank runs. */
+struct sup_bind {
+	int		 valid;
+	int		 node;		/* preferred memory node, -1 none */
+	cpu_set_t	 cpus;
+};
+static struct sup_bind		*sup_binds;
+static int			 sup_nbinds;
+static const char		 sup_affinity_msg[] =
+    "rdzv-agent: --numa_binding: sched_setaffinity failed\n";
+
+/*
+ * Signals pid's process group; before the child has made its session
+ * (a signal right after the fork) the group does not exist yet, and the
+ * signal goes to the child itself, which holds it blocked until then.
+ */
+static int
+sup_kill_group(pid_t pid, int sig)
+{
+	if (kill(-pid, sig) == 0)
+		return (0);
+	if (errno != ESRCH)
+		return (-1);
+	return (kill(pid, sig));
+}
 
 static struct sup_worker *
 sup_find(pid_t pid)
@@ -143,7 +178,7 @@ sup_grace_cb(evutil_socket_t fd, short ev, void *arg)
 		log_info("worker %d (pid %ld) still running after the grace "
 		    "period: SIGKILL", sup_workers[i].local_rank,
 		    (long)sup_workers[i].pid);
-		(void)kill(-sup_workers[i].pid, SIGKILL);
+		(void)sup_kill_group(sup_workers[i].pid, SIGKILL);
 	}
 }
 
@@ -166,14 +201,15 @@ sup_init(struct event_base *base, sup_exit_cb cb, void *arg)
 /* In the child, before exec: only async-signal-safe calls. */
 static void __attribute__((noreturn))
 sup_child(pid_t parent, char *const argv[], char *const envp[], int out_fd,
-    int err_fd, int prog_fd)
+    int err_fd, int prog_fd, const struct sup_bind *bind)
 {
+	unsigned long	nodemask[16];
 	struct sigaction	sa;
 	sigset_t		none;
 	const char		*why;
 	int			sig, saved;
 
-	(void)setpgid(0, 0);
+	(void)setsid();
 	if (prctl(PR_SET_PDEATHSIG, SIGKILL) == -1)
 		_exit(127);
 	/* The agent may have died before the prctl took effect. */
@@ -195,6 +231,18 @@ sup_child(pid_t parent, char *const argv[], char *const envp[], int out_fd,
 	    fcntl(prog_fd, F_SETFD, 0) : dup2(prog_fd, PROGRESS_CHILD_FD)) == -1)
 		_exit(127);
 	closefrom(prog_fd >= 0 ? PROGRESS_CHILD_FD + 1 : STDERR_FILENO + 1);
+	if (bind != NULL && bind->valid) {
+		/* Both are kept across execve, and by the worker's children. */
+		if (sched_setaffinity(0, sizeof bind->cpus, &bind->cpus) == -1)
+			(void)!write(STDERR_FILENO, sup_affinity_msg,
+			    sizeof sup_affinity_msg - 1);
+		memset(nodemask, 0, sizeof nodemask);
+		if (bind->node >= 0 && bind->node < 16 * 64) {
+			nodemask[bind->node / 64] |= 1UL << (bind->node % 64);
+			(void)syscall(SYS_set_mempolicy, MPOL_PREFERRED,
+			    nodemask, sizeof nodemask * 8);
+		}
+	}
 	sigemptyset(&none);
 	(void)sigprocmask(SIG_SETMASK, &none, NULL);
 	execvpe(argv[0], argv, envp);
@@ -244,14 +292,14 @@ sup_spawn(int local_rank, char *const argv[], char *const envp[], int out_fd,
 	sigprocmask(SIG_BLOCK, &all, &old);
 	pid = fork();
 	if (pid == 0)
-		sup_child(parent, argv, envp, out_fd, err_fd, prog_fd);
+		sup_child(parent, argv, envp, out_fd, err_fd, prog_fd,
+		    sup_binds != NULL && local_rank >= 0 &&
+		    local_rank < sup_nbinds ? &sup_binds[local_rank] : NULL);
 	sigprocmask(SIG_SETMASK, &old, NULL);
 	if (pid == -1) {
 		log_warn("fork");
 		return (RDZV_EIO);
 	}
-	/* Also from the parent, so a signal sent at once finds the group. */
-	(void)setpgid(pid, pid);
 	w->pid = pid;
 	w->local_rank = local_rank;
 	w->stopping = 0;
@@ -268,7 +316,20 @@ sup_signal(int sig)
 
 	for (i = 0; i < sup_nworkers; i++)
 		if (sup_workers[i].pid != 0)
-			(void)kill(-sup_workers[i].pid, sig);
+			(void)sup_kill_group(sup_workers[i].pid, sig);
+}
+
+int
+sup_forward(int sig)
+{
+	size_t	i;
+	int	n = 0;
+
+	for (i = 0; i < sup_nworkers; i++)
+		if (sup_workers[i].pid != 0 &&
+		    kill(sup_workers[i].pid, sig) == 0)
+			n++;
+	return (n);
 }
 
 int
@@ -279,8 +340,8 @@ sup_signal_rank(int local_rank, int sig)
 	for (i = 0; i < sup_nworkers; i++)
 		if (sup_workers[i].pid != 0 &&
 		    sup_workers[i].local_rank == local_rank)
-			return (kill(-sup_workers[i].pid, sig) == 0 ? 0 :
-			    RDZV_EIO);
+			return (sup_kill_group(sup_workers[i].pid, sig) == 0 ?
+			    0 : RDZV_EIO);
 	return (RDZV_ENOTFOUND);
 }
 
@@ -296,7 +357,7 @@ sup_stop(int sig, int grace_ms, sup_done_cb done, void *arg)
 		if (sup_workers[i].pid == 0)
 			continue;
 		sup_workers[i].stopping = 1;
-		(void)kill(-sup_workers[i].pid, sig);
+		(void)sup_kill_group(sup_workers[i].pid, sig);
 	}
 	if (sup_live() > 0) {
 		tv.tv_sec = grace_ms / 1000;
@@ -334,7 +395,7 @@ sup_capture(char *const argv[], char *out, size_t outsz, int timeout_ms)
 			(void)dup2(devnull, STDERR_FILENO);
 		if (dup2(p[1], STDOUT_FILENO) == -1)
 			_exit(127);
-		sup_child(getppid(), argv, environ, -1, -1, -1);
+		sup_child(getppid(), argv, environ, -1, -1, -1, NULL);
 	}
 	sigprocmask(SIG_SETMASK, &old, NULL);
 	close(p[1]);
@@ -361,7 +422,7 @@ sup_capture(char *const argv[], char *out, size_t outsz, int timeout_ms)
 			break;
 	}
 	close(p[0]);
-	(void)kill(-pid, SIGKILL);
+	(void)sup_kill_group(pid, SIGKILL);
 	while (waitpid(pid, &status, 0) == -1 && errno == EINTR)
 		;
 	out[got] = '\0';
@@ -382,4 +443,371 @@ sup_describe(int status, char *buf, size_t len)
 	else
 		snprintf(buf, len, "status 0x%x", status);
 	return (buf);
+}
+
+/* ---- --numa_binding: the NUMA topology the kernel reports ---- */
+
+#define SUP_NODES_MAX	CPU_SETSIZE
+
+/* The root of sysfs; tests point RDZV_SYSFS_ROOT at a made-up topology. */
+static const char *
+sup_sysfs(void)
+{
+	const char	*r = getenv("RDZV_SYSFS_ROOT");
+
+	return (r != NULL && *r != '\0' ? r : "/sys");
+}
+
+/* Reads a small sysfs file (one line) into buf; 0 or -1. */
+static int
+sup_read_line(const char *path, char *buf, size_t len)
+{
+	ssize_t	n;
+	int	fd;
+
+	if ((fd = open(path, O_RDONLY | O_CLOEXEC)) == -1)
+		return (-1);
+	n = read(fd, buf, len - 1);
+	close(fd);
+	if (n < 0)
+		return (-1);
+	buf[n] = '\0';
+	buf[strcspn(buf, "\n")] = '\0';
+	return (0);
+}
+
+/* Parses the kernel's list format ("0-3,8,10-11") into set; 0 or -1. */
+static int
+sup_parse_list(const char *s, cpu_set_t *set)
+{
+	char	*end;
+	long	 a, b;
+
+	CPU_ZERO(set);
+	while (*s != '\0') {
+		if (!isdigit((unsigned char)*s))
+			return (-1);
+		a = strtol(s, &end, 10);
+		b = a;
+		if (*end == '-') {
+			if (!isdigit((unsigned char)end[1]))
+				return (-1);
+			b = strtol(end + 1, &end, 10);
+		}
+		if (a < 0 || b < a || b >= CPU_SETSIZE)
+			return (-1);
+		for (; a <= b; a++)
+			CPU_SET(a, set);
+		if (*end == ',')
+			end++;
+		else if (*end != '\0')
+			return (-1);
+		s = end;
+	}
+	return (0);
+}
+
+static int
+sup_read_list(const char *path, cpu_set_t *set)
+{
+	char	buf[8192];
+
+	if (sup_read_line(path, buf, sizeof buf) != 0)
+		return (-1);
+	return (sup_parse_list(buf, set));
+}
+
+/* The lowest CPU of a list file of cpu's topology (a core, an L3). */
+static int
+sup_cpu_key(int cpu, const char *what)
+{
+	char		path[256];
+	cpu_set_t	set;
+	int		i;
+
+	snprintf(path, sizeof path, "%s/devices/system/cpu/cpu%d/%s",
+	    sup_sysfs(), cpu, what);
+	if (sup_read_list(path, &set) != 0)
+		return (cpu);
+	for (i = 0; i < CPU_SETSIZE; i++)
+		if (CPU_ISSET(i, &set))
+			return (i);
+	return (cpu);
+}
+
+static int
+sup_cpu_package(int cpu)
+{
+	char	path[256], buf[32];
+
+	snprintf(path, sizeof path, "%s/devices/system/cpu/cpu%d/topology/"
+	    "physical_package_id", sup_sysfs(), cpu);
+	if (sup_read_line(path, buf, sizeof buf) != 0)
+		return (-1);
+	return (atoi(buf));
+}
+
+static int
+sup_first(const cpu_set_t *set)
+{
+	int	i;
+
+	for (i = 0; i < CPU_SETSIZE; i++)
+		if (CPU_ISSET(i, set))
+			return (i);
+	return (-1);
+}
+
+/* "0-3,8" for a log line. */
+static void
+sup_format_list(const cpu_set_t *set, char *out, size_t len)
+{
+	char	item[32];
+	int	i, j;
+
+	out[0] = '\0';
+	for (i = 0; i < CPU_SETSIZE; i = j) {
+		if (!CPU_ISSET(i, set)) {
+			j = i + 1;
+			continue;
+		}
+		for (j = i + 1; j < CPU_SETSIZE && CPU_ISSET(j, set); j++)
+			;
+		if (j - 1 > i)
+			snprintf(item, sizeof item, "%s%d-%d", out[0] ? "," :
+			    "", i, j - 1);
+		else
+			snprintf(item, sizeof item, "%s%d", out[0] ? "," : "",
+			    i);
+		strlcat(out, item, len);
+	}
+}
+
+/*
+ * The NUMA node of each visible GPU index, from nvidia-smi's PCI bus ids
+ * and the kernel's numa_node of that PCI device (-1: unknown).  Returns
+ * how many GPUs nvidia-smi listed.
+ */
+static int
+sup_gpu_nodes(int *node, int max)
+{
+	char *const	 argv[] = { "nvidia-smi",
+			    "--query-gpu=index,pci.bus_id",
+			    "--format=csv,noheader", NULL };
+	char		 out[16384], path[512], buf[32], *line, *next, *bus;
+	int		 n = 0, idx;
+
+	if (sup_capture(argv, out, sizeof out, 10000) <= 0)
+		return (0);
+	for (line = out; line != NULL && *line != '\0'; line = next) {
+		if ((next = strchr(line, '\n')) != NULL)
+			*next++ = '\0';
+		if ((bus = strchr(line, ',')) == NULL)
+			continue;
+		*bus++ = '\0';
+		while (*bus == ' ')
+			bus++;
+		idx = atoi(line);
+		/* nvidia-smi says 00000000:18:00.0; sysfs 0000:18:00.0. */
+		if (strlen(bus) > 12)
+			bus += strlen(bus) - 12;
+		for (line = bus; *line != '\0'; line++)
+			*line = tolower((unsigned char)*line);
+		if (idx < 0 || idx >= max)
+			continue;
+		n = idx + 1 > n ? idx + 1 : n;
+		snprintf(path, sizeof path, "%s/bus/pci/devices/%s/numa_node",
+		    sup_sysfs(), bus);
+		node[idx] = sup_read_line(path, buf, sizeof buf) == 0 ?
+		    atoi(buf) : -1;
+		if (node[idx] < 0)
+			node[idx] = 0;	/* one node: the kernel says -1 */
+	}
+	return (n);
+}
+
+/* The device index local_rank uses: its first entry of list, else r. */
+static int
+sup_device_of(const struct agent_config *cfg, int local_rank)
+{
+	const char	*p = cfg->gpu_list, *cvd;
+	int		 per, want, i;
+
+	per = cfg->gpus_per_worker > 0 ? cfg->gpus_per_worker : 1;
+	want = local_rank * per;
+
+	if (p == NULL && (cvd = getenv("CUDA_VISIBLE_DEVICES")) != NULL)
+		p = cvd;
+	if (p == NULL)
+		return (local_rank);
+	for (i = 0; *p != '\0'; i++) {
+		if (i == want)
+			return (isdigit((unsigned char)*p) ? atoi(p) : -1);
+		p += strcspn(p, ",");
+		if (*p == ',')
+			p++;
+	}
+	return (-1);
+}
+
+/*
+ * Cores (groups of hyperthreads, by their lowest CPU) or L3 groups of a
+ * node's CPUs, in order: fills keys (distinct, sorted) and returns how
+ * many.
+ */
+static int
+sup_groups(const cpu_set_t *cpus, const char *what, int *keys, int max)
+{
+	int	i, j, k, n = 0;
+
+	for (i = 0; i < CPU_SETSIZE; i++) {
+		if (!CPU_ISSET(i, cpus))
+			continue;
+		k = sup_cpu_key(i, what);
+		for (j = 0; j < n && keys[j] != k; j++)
+			;
+		if (j == n && n < max)
+			keys[n++] = k;
+	}
+	for (i = 1; i < n; i++)		/* insertion sort: a few dozen */
+		for (j = i; j > 0 && keys[j - 1] > keys[j]; j--) {
+			k = keys[j];
+			keys[j] = keys[j - 1];
+			keys[j - 1] = k;
+		}
+	return (n);
+}
+
+/* The CPUs of cpus whose group key (core or L3) is in keys[a..b). */
+static void
+sup_pick(const cpu_set_t *cpus, const char *what, const int *keys, int a,
+    int b, cpu_set_t *out)
+{
+	int	i, j, k;
+
+	CPU_ZERO(out);
+	for (i = 0; i < CPU_SETSIZE; i++) {
+		if (!CPU_ISSET(i, cpus))
+			continue;
+		k = sup_cpu_key(i, what);
+		for (j = a; j < b; j++)
+			if (keys[j] == k)
+				CPU_SET(i, out);
+	}
+}
+
+int
+sup_numa_init(const struct agent_config *cfg)
+{
+	static const char *const modes[] = { "", "node", "socket",
+	    "exclusive", "core-complex" };
+	static cpu_set_t	 nodecpus[64];
+	const char		*mode = modes[cfg->numa_mode];
+	cpu_set_t		 online, allowed, pkg;
+	char			 path[256], list[1024];
+	int			*gpu_node, *rank_node, nodes[64], keys[1024];
+	int			 nnodes = 0, ngpu, i, j, k, n, nw;
+	int			 per, extra;
+	int			 dev, node, p;
+
+	if (cfg->numa_mode == SUP_NUMA_NONE)
+		return (0);
+	snprintf(path, sizeof path, "%s/devices/system/node/online",
+	    sup_sysfs());
+	if (sup_read_list(path, &online) != 0 ||
+	    sched_getaffinity(0, sizeof allowed, &allowed) == -1) {
+		log_warnx("--numa_binding %s: the kernel reports no NUMA "
+		    "topology (%s): workers keep every CPU", mode, path);
+		return (0);
+	}
+	for (i = 0; i < CPU_SETSIZE && nnodes < 64; i++) {
+		if (!CPU_ISSET(i, &online))
+			continue;
+		snprintf(path, sizeof path, "%s/devices/system/node/node%d/"
+		    "cpulist", sup_sysfs(), i);
+		if (sup_read_list(path, &nodecpus[nnodes]) != 0)
+			continue;
+		CPU_AND(&nodecpus[nnodes], &nodecpus[nnodes], &allowed);
+		if (CPU_COUNT(&nodecpus[nnodes]) == 0)
+			continue;	/* memory only, or none of ours */
+		nodes[nnodes++] = i;
+	}
+	if (nnodes <= 1) {
+		log_info("--numa_binding %s: one NUMA node with CPUs here: "
+		    "workers keep every CPU", mode);
+		return (0);
+	}
+	if ((sup_binds = calloc(cfg->nproc, sizeof *sup_binds)) == NULL ||
+	    (gpu_node = calloc(1024, sizeof *gpu_node)) == NULL ||
+	    (rank_node = calloc(cfg->nproc, sizeof *rank_node)) == NULL)
+		fatalx("out of memory");
+	sup_nbinds = cfg->nproc;
+	ngpu = sup_gpu_nodes(gpu_node, 1024);
+	/* Each rank's node: its GPU's, else the ranks spread in blocks. */
+	for (i = 0; i < cfg->nproc; i++) {
+		rank_node[i] = i * nnodes / cfg->nproc;
+		dev = sup_device_of(cfg, i);
+		if (ngpu > 0 && dev >= 0 && dev < ngpu)
+			for (j = 0; j < nnodes; j++)
+				if (nodes[j] == gpu_node[dev])
+					rank_node[i] = j;
+	}
+	for (i = 0; i < cfg->nproc; i++) {
+		k = rank_node[i];
+		node = nodes[k];
+		sup_binds[i].valid = 1;
+		sup_binds[i].node = node;
+		sup_binds[i].cpus = nodecpus[k];
+		/* The index of this rank among its node's, and how many. */
+		for (j = 0, n = 0, nw = 0; j < cfg->nproc; j++)
+			if (rank_node[j] == k) {
+				n += j < i;
+				nw++;
+			}
+		switch (cfg->numa_mode) {
+		case SUP_NUMA_SOCKET:
+			p = sup_cpu_package(sup_first(&nodecpus[k]));
+			for (j = 0; j < nnodes && p >= 0; j++)
+				if (sup_cpu_package(sup_first(&nodecpus[j])) ==
+				    p) {
+					pkg = nodecpus[j];
+					CPU_OR(&sup_binds[i].cpus,
+					    &sup_binds[i].cpus, &pkg);
+				}
+			break;
+		case SUP_NUMA_EXCLUSIVE:
+			j = sup_groups(&nodecpus[k], "topology/"
+			    "thread_siblings_list", keys, 1024);
+			if (j < nw) {
+				log_warnx("--numa_binding exclusive: NUMA "
+				    "node %d has %d cores for %d workers: local "
+				    "rank %d gets the whole node", node, j, nw, i);
+				break;
+			}
+			per = j / nw;
+			extra = j % nw;
+			p = n * per + (n < extra ? n : extra);
+			sup_pick(&nodecpus[k], "topology/thread_siblings_list",
+			    keys, p, p + per + (n < extra), &sup_binds[i].cpus);
+			break;
+		case SUP_NUMA_CORE_COMPLEX:
+			j = sup_groups(&nodecpus[k], "cache/index3/"
+			    "shared_cpu_list", keys, 1024);
+			if (j > 0)
+				sup_pick(&nodecpus[k], "cache/index3/"
+				    "shared_cpu_list", keys, n % j, n % j + 1,
+				    &sup_binds[i].cpus);
+			break;
+		default:
+			break;
+		}
+		sup_format_list(&sup_binds[i].cpus, list, sizeof list);
+		log_info("--numa_binding %s: local rank %d on NUMA node %d%s, "
+		    "CPUs %s", mode, i, node, ngpu > 0 && sup_device_of(cfg,
+		    i) >= 0 && sup_device_of(cfg, i) < ngpu ? " (its GPU's)" :
+		    "", list);
+	}
+	free(gpu_node);
+	free(rank_node);
+	return (0);
 }

@@ -53,7 +53,7 @@ def test_summary_names_last_steps():
         for r, (step, age) in got.items():
             assert 24 <= step <= 30, (r, step, out)
             assert age < 10, (r, age, out)
-        m = re.search(r"Root Cause.*\n  (.*)", out)
+        m = re.search(r"  job       : (.*)", out)
         assert m and "exit code 3: last step" in m.group(1), out
         # The error file is still only the worker's own (none here).
         assert "error_file: <N/A>" in out, out
@@ -95,7 +95,7 @@ def test_watchdog_failure_summary():
         assert rc == 1, (rc, out)
         assert "signal    : 6 (SIGABRT)" in out, out
         assert "(no progress: stopped by the watchdog)" in out, out
-        m = re.search(r"Root Cause.*\n  (.*)", out)
+        m = re.search(r"  job       : (.*)", out)
         assert m and re.search(r"signal 6: no progress for 1 s after step "
                                r"\d+: stopped by rdzv-agent's "
                                r"--progress_timeout", m.group(1)), out

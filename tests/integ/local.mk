@@ -29,3 +29,4 @@ INTEG_TESTS += tests/integ/progress_view.py
 # librdzvworker exports its header's functions, no more, no fewer.
 INTEG_TESTS += tests/integ/worker_abi.sh
 INTEG_TESTS += tests/integ/agent_static.py
+INTEG_TESTS += tests/integ/agent_cli2.py
