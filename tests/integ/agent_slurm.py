@@ -120,7 +120,13 @@ def test_sbatch_script_runs_a_job_through_a_failure():
         logs = os.listdir(os.path.join(state, "logs"))
         assert len(logs) == 2 and all(n.startswith("4711_") for n in logs)
         assert "job 4711 succeeded" in out, out
-        assert len(starts(s.tmp)) == 8
+        # Two rounds and no worker started twice in one.  Round 1 may
+        # have fewer than 4 starts: a rank that fails at once can stop
+        # the round before a slower peer has recorded its start.
+        st = starts(s.tmp)
+        assert sorted(rounds) == [1, 2], rounds
+        assert len(st) == len({(i["RDZV_ROUND"], i["RANK"]) for i in st})
+        assert 4 < len(st) <= 8, len(st)
     assert_gone(s.tmp)
 
 
