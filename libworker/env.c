@@ -146,7 +146,11 @@ parse_ranks(struct wenv *e, const struct lookup *l, char *err, size_t errlen)
 	if (f->local_size != NULL && (rc = num_opt(l, f->local_size, 1,
 	    e->size, -1, &e->local_size, err, errlen)) != 0)
 		return (rc);
-	if ((rc = num_opt(l, f->local_rank, 0,
+	/* rdzv-agent with --gpus_per_worker or --virtual_local_rank sets
+	 * LOCAL_RANK to 0 (the index of a worker's first visible GPU) and
+	 * keeps the rank on the host in RDZV_LOCAL_RANK. */
+	if ((rc = num_opt(l, f == &families[0] && lk(l, "RDZV_LOCAL_RANK") !=
+	    NULL ? "RDZV_LOCAL_RANK" : f->local_rank, 0,
 	    e->local_size > 0 ? e->local_size - 1 : e->size - 1, -1,
 	    &e->local_rank, err, errlen)) != 0)
 		return (rc);

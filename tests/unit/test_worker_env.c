@@ -112,6 +112,7 @@ test_rdzv_agent(void **state)
 	    "MASTER_PORT", "9", "RDZV_ENDPOINT", "rdzvd:29400",
 	    "RDZV_NAMESPACE", "job7/r2"), err, sizeof err), 0);
 	assert_string_equal(e.source, "rdzv-agent");
+	assert_int_equal(e.local_rank, 1);
 	assert_int_equal(e.store, WENV_STORE_NATIVE);	/* wins over MASTER */
 	assert_string_equal(e.endpoint, "rdzvd:29400");
 	assert_string_equal(e.ns, "job7/r2");
@@ -120,6 +121,19 @@ test_rdzv_agent(void **state)
 	    "RDZV_ENDPOINT", "h:1", "RDZV_JOB", "j", "RDZV_ROUND", "5"), err,
 	    sizeof err), 0);
 	assert_string_equal(e.ns, "j/5");
+
+	/* --gpus_per_worker: LOCAL_RANK is the device index, 0; the rank on
+	 * the host is RDZV_LOCAL_RANK's. */
+	assert_int_equal(detect(&e, ENV("RANK", "3", "WORLD_SIZE", "4",
+	    "LOCAL_RANK", "0", "RDZV_LOCAL_RANK", "1", "LOCAL_WORLD_SIZE", "2",
+	    "RDZV_ENDPOINT", "h:1", "RDZV_NAMESPACE", "j/1"), err, sizeof err),
+	    0);
+	assert_int_equal(e.local_rank, 1);
+	assert_int_equal(detect(&e, ENV("RANK", "3", "WORLD_SIZE", "4",
+	    "LOCAL_RANK", "0", "RDZV_LOCAL_RANK", "2", "LOCAL_WORLD_SIZE", "2",
+	    "RDZV_ENDPOINT", "h:1", "RDZV_NAMESPACE", "j/1"), err, sizeof err),
+	    RDZV_EINVAL);
+	assert_non_null(strstr(err, "RDZV_LOCAL_RANK"));
 
 	assert_int_equal(detect(&e, ENV("RANK", "0", "WORLD_SIZE", "2",
 	    "RDZV_ENDPOINT", "h:1"), err, sizeof err), RDZV_EINVAL);
