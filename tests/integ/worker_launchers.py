@@ -2,8 +2,9 @@
 
 The same program (tests/integ/worker_check) started by real torchrun 1.13
 (c10d rendezvous: rank 0 hosts the TCPStore; static rendezvous: the
-agent's store under /worker/attempt_N), by torchrun 2.13 (c10d with
-TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1: rank 0 hosts the store), and with the variables of Open
+agent's store under /worker/attempt_N, a 1.13 server), by torchrun 2.13
+(c10d: the rank-0 agent's store, a 2.x server; with
+TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 rank 0 hosts the store), and with the variables of Open
 MPI, MPICH/PMI and Slurm (plus MASTER_ADDR/MASTER_PORT), and of rdzv-agent
 (RDZV_ENDPOINT with RDZV_JOB/RDZV_ROUND instead of RDZV_NAMESPACE).  A
 launch that lacks what it needs fails with a message naming it.
@@ -82,6 +83,20 @@ def test_torchrun2_rank0_hosts_store():
                         expect_agent_store("False"), wl.prog(), "coll",
                         "quick"], python=TORCH2,
                        env={"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"})
+    assert rc == 0, out[-3000:]
+    for r in range(3):
+        assert "ok coll rank=%d" % r in out, out[-3000:]
+
+
+def test_torchrun2_agent_store():
+    if not have_torch(TORCH2):
+        rt.skip("no torch in %s" % TORCH2)
+    # torch 2.13's default: the rank-0 agent hosts a TCPStore (a 2.x
+    # server) and every worker is its client.
+    rc, out = torchrun(["--standalone", "--nproc_per_node", "3",
+                        "--no_python", "/bin/sh", "-c",
+                        expect_agent_store("True"), wl.prog(), "coll",
+                        "quick"], python=TORCH2)
     assert rc == 0, out[-3000:]
     for r in range(3):
         assert "ok coll rank=%d" % r in out, out[-3000:]
