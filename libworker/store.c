@@ -7,11 +7,14 @@
  *		never read the previous round's addresses or ids; with the
  *		agent's token (RDZV_TOKEN_FILE) and over TLS when given a CA
  *		(RDZV_TLS_CA);
- *   tcpstore	PyTorch's TCPStore, 1.13 dialect (no handshake), to
- *		MASTER_ADDR:MASTER_PORT, keys sent as torch's client sends
- *		them ("/" + prefix + "/" + key).  When this rank is the one
- *		torch would make the master, it first serves the store itself
- *		(tstore_srv.c) and then talks to it like everyone else.
+ *   tcpstore	PyTorch's TCPStore to MASTER_ADDR:MASTER_PORT, keys sent as
+ *		torch's client sends them ("/" + prefix + "/" + key), in
+ *		the dialect the server speaks (t_connect): 2.x when it
+ *		answers the 2.x handshake (torch 2.x's servers, among them
+ *		torchrun 2.5+'s agent store, rdzvd, ours), else 1.13.  When
+ *		this rank is the one torch would make the master, it first
+ *		serves the store itself (tstore_srv.c) and then talks to it
+ *		like everyone else.
  */
 #include "config.h"
 
@@ -29,11 +32,23 @@
 #include "wire.h"
 #include "worker.h"
 
-/* TCPStore 1.13 query bytes. */
-#define T113_SET	0
-#define T113_GET	2
-#define T113_ADD	3
-#define T113_WAIT	5
+/* TCPStore query bytes, by dialect (shared/reference/tcpstore-wire.md). */
+enum t_op { T_SET, T_GET, T_ADD, T_WAIT };
+static const uint8_t t_code[2][4] = {
+	{ 0, 2, 3, 5 },		/* 1.13 */
+	{ 1, 3, 4, 6 },		/* 2.x */
+};
+#define T2_VALIDATE	0
+#define T2_PING		13
+/*
+ * The 2.x PING nonce.  A 1.13 server reads VALIDATE's 0 as SET and the
+ * next 8 bytes (magic, PING's code, the nonce's first 3 bytes) as the key
+ * length: 0xff44520d3c85f7ce is beyond any allocation, so it drops the
+ * connection at once instead of waiting for the key.
+ */
+static const uint8_t t_nonce[4] = { 0x52, 0x44, 0xff, 0x7f };
+
+enum t_dialect { T_UNKNOWN, T_113, T_V2 };
 
 #define STORE_KEY_MAX	4096
 #define STORE_VAL_MAX	(64u << 20)	/* a sanity bound on replies */
@@ -45,6 +60,7 @@ struct wstore {
 	char			 host[RDZV_HOST_MAX];
 	int			 port;
 	char			 prefix[64];
+	enum t_dialect		 dialect;	/* found by the first connect */
 	struct tstore_srv	*srv;		/* hosted here, or NULL */
 	char			 local[64];
 };
@@ -150,6 +166,38 @@ t_drop(struct wstore *s)
 	s->fd = -1;
 }
 
+/*
+ * The 2.x handshake (VALIDATE, then PING) on a fresh connection.  Returns
+ * 0 when the server echoed the nonce, RDZV_EVERSION when it closed the
+ * connection or answered something else (a 1.13 server), or another
+ * negative RDZV_E* (a deadline).
+ */
+static int
+t_hello(struct wstore *s, int64_t deadline)
+{
+	uint8_t	b[10], echo[4];
+	int	rc;
+
+	b[0] = T2_VALIDATE;
+	b[1] = TCPS_V2_MAGIC & 0xff;
+	b[2] = (TCPS_V2_MAGIC >> 8) & 0xff;
+	b[3] = (TCPS_V2_MAGIC >> 16) & 0xff;
+	b[4] = TCPS_V2_MAGIC >> 24;
+	b[5] = T2_PING;
+	memcpy(b + 6, t_nonce, sizeof t_nonce);
+	if ((rc = net_write_all(s->fd, b, sizeof b, deadline)) == 0)
+		rc = net_read_all(s->fd, echo, sizeof echo, deadline);
+	if (rc == RDZV_ECONN ||
+	    (rc == 0 && memcmp(echo, t_nonce, sizeof echo) != 0))
+		return (RDZV_EVERSION);
+	return (rc);
+}
+
+/*
+ * Connects if not connected.  The first connection finds the dialect: the
+ * 2.x handshake, and on a 1.13 server (which drops it) a fresh 1.13
+ * connection; later ones repeat the 2.x handshake where that worked.
+ */
 static int
 t_connect(struct wstore *s, int64_t deadline)
 {
@@ -159,9 +207,29 @@ t_connect(struct wstore *s, int64_t deadline)
 		return (0);
 	if ((rc = net_connect(s->host, s->port, 0, deadline, &s->fd)) != 0)
 		return (rc);
+	if (s->dialect != T_113) {
+		rc = t_hello(s, deadline);
+		if (rc == RDZV_EVERSION && s->dialect == T_UNKNOWN) {
+			t_drop(s);
+			s->dialect = T_113;
+			return (t_connect(s, deadline));
+		}
+		if (rc != 0) {
+			t_drop(s);
+			return (rc == RDZV_EVERSION ? RDZV_EPROTO : rc);
+		}
+		s->dialect = T_V2;
+	}
 	if (net_local_addr(s->fd, s->local, sizeof s->local) != 0)
 		s->local[0] = '\0';
 	return (0);
+}
+
+/* The query byte of op in the connected dialect. */
+static uint8_t
+t_q(const struct wstore *s, enum t_op op)
+{
+	return (t_code[s->dialect == T_V2][op]);
 }
 
 /* Sends b (then frees it) and reads rlen reply bytes into r. */
@@ -191,8 +259,12 @@ t_set(struct wstore *s, const char *key, const void *val, size_t len,
     int64_t deadline)
 {
 	struct tbuf	b = { 0 };
-	uint8_t		q = T113_SET;
+	uint8_t		q;
+	int		rc;
 
+	if ((rc = t_connect(s, deadline)) != 0)
+		return (rc);
+	q = t_q(s, T_SET);
 	tb_put(&b, &q, 1);
 	tb_key(&b, s, key);
 	tb_bytes(&b, val, len);
@@ -203,9 +275,12 @@ static int
 t_wait(struct wstore *s, const char *key, int64_t deadline)
 {
 	struct tbuf	b = { 0 };
-	uint8_t		q = T113_WAIT, r;
+	uint8_t		q, r;
 	int		rc;
 
+	if ((rc = t_connect(s, deadline)) != 0)
+		return (rc);
+	q = t_q(s, T_WAIT);
 	tb_put(&b, &q, 1);
 	tb_u64(&b, 1);
 	tb_key(&b, s, key);
@@ -223,7 +298,7 @@ t_get(struct wstore *s, const char *key, void **val, size_t *len,
     int64_t deadline)
 {
 	struct tbuf	 b = { 0 };
-	uint8_t		 q = T113_GET, hdr[8];
+	uint8_t		 q, hdr[8];
 	uint64_t	 n;
 	char		*v;
 	int		 rc;
@@ -231,6 +306,7 @@ t_get(struct wstore *s, const char *key, void **val, size_t *len,
 	/* A 1.13 server drops a connection that GETs a missing key. */
 	if ((rc = t_wait(s, key, deadline)) != 0)
 		return (rc);
+	q = t_q(s, T_GET);
 	tb_put(&b, &q, 1);
 	tb_key(&b, s, key);
 	if ((rc = t_exchange(s, &b, hdr, sizeof hdr, deadline)) != 0)
@@ -260,9 +336,12 @@ t_add(struct wstore *s, const char *key, int64_t delta, int64_t *out,
     int64_t deadline)
 {
 	struct tbuf	b = { 0 };
-	uint8_t		q = T113_ADD, r[8];
+	uint8_t		q, r[8];
 	int		rc;
 
+	if ((rc = t_connect(s, deadline)) != 0)
+		return (rc);
+	q = t_q(s, T_ADD);
 	tb_put(&b, &q, 1);
 	tb_key(&b, s, key);
 	tb_u64(&b, (uint64_t)delta);

@@ -70,6 +70,7 @@ tcps_conn_free(struct conn *c)
 	size_t	i;
 
 	tcps_drop_wait(c);
+	tcps_group_release(c);
 	for (i = 0; i < c->tcps_nwatch; i++)
 		kv_waiter_cancel(server.kv, c->tcps_watch[i]);
 	free(c->tcps_watch);
@@ -149,6 +150,7 @@ tcps_dispatch(struct conn *c, const struct tcps_req *req, const char **why)
 	    (struct slice){ c->ns->p, c->ns->len } : root_ns;
 
 	metrics.ops[tcps_op_kind(req->op)]++;
+	tcps_group_use(c, req);
 	switch (req->op) {
 	case TCPS_VALIDATE:
 		if (req->u32 != TCPS_V2_MAGIC) {

@@ -188,6 +188,7 @@ struct conn {
 	struct kv_waiter	*tcps_wait;
 	struct kv_waiter	**tcps_watch;	/* WATCH_KEY registrations */
 	size_t			 tcps_nwatch;
+	int			 tcps_group;	/* tcps_group.c's GRP_* */
 
 	/* native: waits in flight, by request id */
 	LIST_HEAD(, pending)	 pending;
@@ -303,6 +304,12 @@ void	tcps_conn_free(struct conn *);
 ssize_t	native_serve(struct conn *, const uint8_t *buf, size_t len,
 	    const char **why);
 void	native_conn_free(struct conn *);
+
+/* ---- tcps_group.c: torch process-group keys on the main port ---- */
+
+int	tcps_group_key(struct slice);
+void	tcps_group_use(struct conn *, const struct tcps_req *);
+void	tcps_group_release(struct conn *);
 
 /* ---- round.c: the rendezvous wired to the loop ---- */
 

@@ -1,10 +1,13 @@
 # tests/compat/: scripts run against real processes on 127.0.0.1, with the
-# real PyTorch 1.13 client (TCPStore, gloo, torchrun) talking to rdzvd.
+# real PyTorch clients (Debian's 1.13 and 2.13 from scripts/deps.sh:
+# TCPStore, gloo, torchrun) talking to rdzvd.
 COMPAT_TESTS = \
 	tests/compat/test_tcpstore_client.py \
 	tests/compat/test_gloo_pg.py \
 	tests/compat/test_torchrun.py \
-	tests/compat/test_torchrun_dropin.py
+	tests/compat/test_torchrun_dropin.py \
+	tests/compat/test_torch2_torchrun.py \
+	tests/compat/test_torch2_env.py
 TESTS += $(COMPAT_TESTS)
 EXTRA_DIST += $(COMPAT_TESTS) tests/compat/compatlib.py
 # compatlib.py sits next to the tests, so python finds it by the script's

@@ -60,9 +60,11 @@ NNODES, NPROC = 2, 2
 JOB_TIMEOUT = 60
 
 
-def run_job(port, job):
-	"""Two torchrun agents for job against 127.0.0.1:port; asserts they
-	both exit 0 and every worker's allreduce is right."""
+def run_job(port, job, python=None, expect_rc=0):
+	"""Two torchrun agents for job against 127.0.0.1:port, under python
+	(TORCH_PY by default); asserts they both exit expect_rc and, when that
+	is 0, that every worker's allreduce is right.  Returns the seconds it
+	took and the agents' logs."""
 	d = rdzvtest.mktemp("rdzv-compat-torchrun-")
 	script = os.path.join(d, "allreduce.py")
 	with open(script, "w") as f:
@@ -79,7 +81,7 @@ def run_job(port, job):
 	for a in range(NNODES):
 		logp = os.path.join(d, "agent%d.log" % a)
 		logf = open(logp, "w")
-		p = cl.spawn([cl.TORCH_PY, "-m", "torch.distributed.run",
+		p = cl.spawn([python or cl.TORCH_PY, "-m", "torch.distributed.run",
 		    "--nnodes", str(NNODES), "--nproc_per_node", str(NPROC),
 		    "--rdzv_backend", "c10d",
 		    "--rdzv_endpoint", "127.0.0.1:%d" % port,
@@ -90,13 +92,16 @@ def run_job(port, job):
 		    script], env=env, stdout=logf, stderr=logf, cwd=d)
 		agents.append((p, logf, logp))
 	end = t0 + JOB_TIMEOUT
+	logs = []
 	for a, (p, logf, logp) in enumerate(agents):
 		try:
 			rc = p.wait(timeout=max(0.1, end - time.monotonic()))
 		except cl.subprocess.TimeoutExpired:
 			rc = "none (still running after %d s)" % JOB_TIMEOUT
 		logf.close()
-		if rc != 0:
+		with open(logp, errors="replace") as f:
+			logs.append(f.read())
+		if rc != expect_rc:
 			cl.end_all()
 			msg = ["job %s: agent %d exited %s" % (job, a, rc)]
 			for _, _, lp in agents:
@@ -104,6 +109,8 @@ def run_job(port, job):
 					msg.append("--- %s\n%s" % (lp, f.read()[-2500:]))
 			raise AssertionError("\n".join(msg))
 	dt = time.monotonic() - t0
+	if expect_rc != 0:
+		return dt, logs
 	world = NNODES * NPROC
 	res = {}
 	for path in glob.glob(os.path.join(outd, "rank*.json")):
@@ -126,7 +133,7 @@ def run_job(port, job):
 	groups = sorted({x["env"]["GROUP_RANK"] for x in res.values()})
 	check(groups == ["0", "1"], "group ranks %r" % groups)
 	log("job %s: 2 agents x %d workers done in %.1f s" % (job, NPROC, dt))
-	return dt
+	return dt, logs
 
 
 def check_rdzv_state(port, job):

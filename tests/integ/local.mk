@@ -8,7 +8,7 @@ INTEG_TESTS = \
 	tests/integ/memory.py \
 	tests/integ/persistence.py \
 	tests/integ/daemon.py \
-	tests/integ/agent_basic.py tests/integ/agent_elastic.py tests/integ/agent_torch.py tests/integ/agent_slurm.py \
+	tests/integ/agent_basic.py tests/integ/agent_elastic.py tests/integ/agent_torch.py tests/integ/agent_torch2.py tests/integ/agent_slurm.py \
 	tests/integ/rendezvous.py \
 	tests/integ/auth.py \
 	tests/integ/status_page.py

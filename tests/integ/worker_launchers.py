@@ -2,7 +2,9 @@
 
 The same program (tests/integ/worker_check) started by real torchrun 1.13
 (c10d rendezvous: rank 0 hosts the TCPStore; static rendezvous: the
-agent's store under /worker/attempt_N), and with the variables of Open
+agent's store under /worker/attempt_N, a 1.13 server), by torchrun 2.13
+(c10d: the rank-0 agent's store, a 2.x server; with
+TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 rank 0 hosts the store), and with the variables of Open
 MPI, MPICH/PMI and Slurm (plus MASTER_ADDR/MASTER_PORT), and of rdzv-agent
 (RDZV_ENDPOINT with RDZV_JOB/RDZV_ROUND instead of RDZV_NAMESPACE).  A
 launch that lacks what it needs fails with a message naming it.
@@ -15,18 +17,33 @@ import rdzvtest as rt
 import worker_lib as wl
 
 TORCH = os.environ.get("TORCH_PYTHON", "/usr/bin/python3")
+TORCH2 = os.environ.get("TORCH2_PYTHON", os.path.expanduser(
+    "~/.cache/rdzv/torch-2.13/bin/python"))
 
 
-def torchrun(args, timeout=120):
-    argv = [TORCH, "-m", "torch.distributed.run"] + args
-    p = subprocess.run(argv, env=wl.base_env(), capture_output=True,
+def torchrun(args, timeout=120, python=TORCH, env=None):
+    argv = [python, "-m", "torch.distributed.run"] + args
+    p = subprocess.run(argv, env=wl.base_env(env), capture_output=True,
                        text=True, timeout=timeout)
     return p.returncode, p.stdout + p.stderr
 
 
-def have_torch():
-    return subprocess.run([TORCH, "-c", "import torch.distributed.run"],
-                          capture_output=True).returncode == 0
+def have_torch(python=TORCH):
+    if os.access(python, os.X_OK) and subprocess.run(
+            [python, "-c", "import torch.distributed.run"],
+            capture_output=True).returncode == 0:
+        return True
+    if os.environ.get("RDZV_REQUIRE_TORCH") == "1":
+        raise AssertionError("no torch in %s (RDZV_REQUIRE_TORCH=1: "
+                             "scripts/deps.sh installs it)" % python)
+    return False
+
+
+# The program checks the store mode torchrun chose before it runs.
+def expect_agent_store(want):
+    return ('[ "$TORCHELASTIC_USE_AGENT_STORE" = %s ] || { echo "agent '
+            'store $TORCHELASTIC_USE_AGENT_STORE, want %s"; exit 9; }; '
+            'exec "$0" "$@"' % (want, want))
 
 
 def test_torchrun_c10d_rank0_hosts_store():
@@ -53,6 +70,35 @@ def test_torchrun_static_agent_store():
                         wl.prog(), "coll", "quick"])
     assert rc == 0, out[-3000:]
     for r in range(2):
+        assert "ok coll rank=%d" % r in out, out[-3000:]
+
+
+def test_torchrun2_rank0_hosts_store():
+    if not have_torch(TORCH2):
+        rt.skip("no torch in %s" % TORCH2)
+    # torch 2.13's c10d agents share their TCPStore with the workers
+    # unless told not to: then rank 0 hosts one, as under 1.13.
+    rc, out = torchrun(["--standalone", "--nproc_per_node", "3",
+                        "--no_python", "/bin/sh", "-c",
+                        expect_agent_store("False"), wl.prog(), "coll",
+                        "quick"], python=TORCH2,
+                       env={"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"})
+    assert rc == 0, out[-3000:]
+    for r in range(3):
+        assert "ok coll rank=%d" % r in out, out[-3000:]
+
+
+def test_torchrun2_agent_store():
+    if not have_torch(TORCH2):
+        rt.skip("no torch in %s" % TORCH2)
+    # torch 2.13's default: the rank-0 agent hosts a TCPStore (a 2.x
+    # server) and every worker is its client.
+    rc, out = torchrun(["--standalone", "--nproc_per_node", "3",
+                        "--no_python", "/bin/sh", "-c",
+                        expect_agent_store("True"), wl.prog(), "coll",
+                        "quick"], python=TORCH2)
+    assert rc == 0, out[-3000:]
+    for r in range(3):
         assert "ok coll rank=%d" % r in out, out[-3000:]
 
 
