@@ -9,7 +9,9 @@ import re
 import shutil
 import signal
 import socket
+import struct
 import subprocess
+import threading
 import time
 
 import rdzvtest as rt
@@ -525,6 +527,58 @@ def test_connection_lost_mid_follow_reconnects():
     assert rc == 3, (rc, err)
     assert "reconnecting" in err and "cannot connect" in err, err
 
+
+
+def fake_rdzvd(answer):
+    """A listener that plays rdzvd for one connection: the preamble, one
+    request read whole, then answer(op, id) is sent and the connection
+    closed.  Returns (endpoint, thread)."""
+    ls = socket.socket()
+    ls.bind(("127.0.0.1", 0))
+    ls.listen(1)
+
+    def serve():
+        c, _ = ls.accept()
+        with c:
+            c.settimeout(20)
+            rt.recv_exact(c, 8)
+            c.sendall(rt.nat_preamble())
+            n, op, _, rid = struct.unpack("<IHHI", rt.recv_exact(c, 12))
+            rt.recv_exact(c, n - 8)
+            c.sendall(answer(op, rid))
+        ls.close()
+
+    t = threading.Thread(target=serve, daemon=True)
+    t.start()
+    return "127.0.0.1:%d" % ls.getsockname()[1], t
+
+
+def test_close_reply_cut_short_or_unreadable():
+    # The reply side of close: rdzvd gone before or in the middle of its
+    # answer, or an answer that is not one, is exit 3 with words, never a
+    # crash; an error reply's message is kept (and cut) safely.
+    R, E = 1, 2
+    for answer, status, words in [
+            (lambda op, i: b"", 3, "lost the connection"),
+            (lambda op, i: rt.nat_frame(op, rt.nat_fields("{}"), R, i)[:15],
+             3, "lost the connection"),
+            (lambda op, i: rt.nat_frame(op, b"", R, i + 1), 3,
+             "lost the connection"),
+            (lambda op, i: rt.nat_frame(op, b"i\x01", R | E, i), 3,
+             "cannot read"),
+            (lambda op, i: rt.nat_frame(op, rt.nat_fields(5, "x"), R | E, i),
+             3, "cannot read"),
+            (lambda op, i: rt.nat_frame(op, rt.nat_fields(7), R, i), 3,
+             "cannot read"),
+            (lambda op, i: rt.nat_frame(op, rt.nat_fields(
+                rt.RDZV_ENOTFOUND, "m" * 70000), R | E, i), 1, "no job")]:
+        for json_opt in ((), ("--json",)):
+            where, t = fake_rdzvd(answer)
+            rc, out, err = ctl(*json_opt, "--timeout", "5", "close", "j",
+                               endpoint=where)
+            t.join(20)
+            assert rc == status, (rc, out, err)
+            assert words in err and out == "", (rc, out, err)
 
 
 # ---- authentication ----
