@@ -869,8 +869,9 @@ cmd_kv(struct ctl *ctl, int argc, char **argv)
 	rdzv_client_close(c);
 	if (rv == 0)
 		return CTL_EXIT_OK;
+	/* kv list without a prefix has no argv[1] (NULL): no %s of it. */
 	snprintf(what, sizeof what, "key \"%s\" in namespace \"%s\"",
-	    argv[1], ctl->ns);
+	    argc > 1 ? argv[1] : "", ctl->ns);
 	return ctl_fail(ctl, rv, what, "`rdzvctl kv list` shows the keys");
 }
 

@@ -579,6 +579,11 @@ def test_close_reply_cut_short_or_unreadable():
             t.join(20)
             assert rc == status, (rc, out, err)
             assert words in err and out == "", (rc, out, err)
+    # kv list without a prefix losing the connection (no KEY to name).
+    where, t = fake_rdzvd(lambda op, i: b"")
+    rc, out, err = ctl("kv", "list", endpoint=where)
+    t.join(20)
+    assert rc == 3 and "lost the connection" in err and out == "", (rc, err)
 
 
 # ---- authentication ----
