@@ -298,8 +298,8 @@ ctl_document(struct ctl *ctl, char *text, size_t len, json_t **doc)
 /*
  * Connects, makes one operator request and closes.  Returns 0 with *text
  * (the reply's JSON, malloc'ed; NULL for an empty reply), or the exit
- * status after reporting the failure; what and hint word a not-found
- * answer.
+ * status after reporting the failure, with *text NULL (so the caller may
+ * free it either way); what and hint word a not-found answer.
  */
 static int
 ctl_request(struct ctl *ctl, const char *what, const char *hint,
@@ -309,6 +309,9 @@ ctl_request(struct ctl *ctl, const char *what, const char *hint,
 	va_list			 ap;
 	int			 status, rv;
 
+	/* Set before connecting: a refused connection is a failure too. */
+	*text = NULL;
+	*len = 0;
 	if ((c = ctl_connect(&ctl->o, 0, &status)) == NULL)
 		return status;
 	va_start(ap, fmt);
@@ -866,8 +869,9 @@ cmd_kv(struct ctl *ctl, int argc, char **argv)
 	rdzv_client_close(c);
 	if (rv == 0)
 		return CTL_EXIT_OK;
+	/* kv list without a prefix has no argv[1] (NULL): no %s of it. */
 	snprintf(what, sizeof what, "key \"%s\" in namespace \"%s\"",
-	    argv[1], ctl->ns);
+	    argc > 1 ? argv[1] : "", ctl->ns);
 	return ctl_fail(ctl, rv, what, "`rdzvctl kv list` shows the keys");
 }
 
