@@ -1593,6 +1593,9 @@ rz_admin_evict(struct rz *rz, struct slice job, int64_t node_id, int64_t now)
 	if ((j = rz_find_job(rz, job)) == NULL ||
 	    (nd = rz_find_node(j, node_id)) == NULL)
 		return RDZV_ENOTFOUND;
+	/* A closed job keeps its members for the record; none can go. */
+	if (rz_closed(j))
+		return RDZV_ECLOSED;
 	rz_event(rz, j, now, "evicted node %" PRId64 " host %s by an operator",
 	    nd->id, nd->host);
 	rz_push_node(rz, j, nd, RDZV_ROUND_FAILED, "evicted by an operator");

@@ -206,6 +206,26 @@ has_job(struct fx *f, const char *job)
 	return d != NULL;
 }
 
+/* An operator can evict from a running job, not from a closed one. */
+static void
+test_evict_closed(void **state)
+{
+	struct fx	*f = *state;
+	int64_t		 a, b;
+
+	assert_int_equal(join(f, "ev", "i1", 2, 2, &a), 0);
+	assert_int_equal(join(f, "ev", "i2", 2, 2, &b), 0);
+	rz_tick(f->rz, 1);
+	assert_int_equal(rz_admin_evict(f->rz, slice_str("ev"), 99, 2),
+	    RDZV_ENOTFOUND);
+	assert_int_equal(rz_admin_evict(f->rz, slice_str("ev"), a, 2), 0);
+	assert_int_equal(rz_admin_close(f->rz, slice_str("ev"),
+	    slice_str("done"), 3), 0);
+	assert_int_equal(rz_admin_evict(f->rz, slice_str("ev"), b, 4),
+	    RDZV_ECLOSED);
+	assert_true(has_job(f, "ev"));
+}
+
 static void
 test_purge_after_retention(void **state)
 {
@@ -457,6 +477,8 @@ main(void)
 		cmocka_unit_test_setup_teardown(test_sweep_dead_rounds, setup,
 		    teardown),
 		cmocka_unit_test_setup_teardown(test_static_rank, setup,
+		    teardown),
+		cmocka_unit_test_setup_teardown(test_evict_closed, setup,
 		    teardown),
 	};
 
