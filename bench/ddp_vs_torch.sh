@@ -1,6 +1,7 @@
 #!/bin/bash
 # ddp_vs_torch.sh: one epoch of examples/ddp_mlp beside the same training in
-# torch 1.13 DDP over gloo (bench/torch_ddp_mlp.py), in one run.
+# torch DDP over gloo (bench/torch_ddp_mlp.py), in one run: torch 2.13 by
+# default, 1.13 with TORCH_PYTHON=/usr/bin/python3.
 #
 #   bench/ddp_vs_torch.sh [BUILDDIR]
 #
@@ -13,16 +14,19 @@
 # Both programs time their own training epoch (data already in memory, the
 # test pass excluded) and print it; the table shows medians, the speedup,
 # loss and test accuracy, and torchrun's wall time for the whole job
-# (start-up, data loading, epoch, test, exit).
+# (start-up, data loading, epoch, test, exit); the targets: ddp_mlp's
+# samples/s at least 2x torch's, its test accuracy within 0.5 points.
 #
 # Environment: WORLDS ("2 4"), REPS (3), EPOCHS (1), BATCH (64), HIDDEN
-# (128), LR (0.1), TORCH_PYTHON (/usr/bin/python3), RESULTS_DIR (kept logs).
+# (128), LR (0.1), TORCH_PYTHON (the peer's python: default TORCH2_PYTHON,
+# else ~/.cache/rdzv/torch-2.13/bin/python), RESULTS_DIR (kept logs).
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
 build=${1:-${RDZV_TOP_BUILDDIR:-$(pwd)}}
 ddp=$build/examples/ddp_mlp
-python=${TORCH_PYTHON:-/usr/bin/python3}
+. "$here/lib.sh"
+python=$(peer_python)
 WORLDS=${WORLDS:-"2 4"}
 REPS=${REPS:-3}
 EPOCHS=${EPOCHS:-1}
@@ -72,8 +76,9 @@ for w in $WORLDS; do
 	done
 done
 
-echo "| world | batch/rank | program | epoch s | samples/s | loss | test_acc | job wall s | samples/s vs torch | runs (samples/s) |"
-echo "| ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |"
+echo "torch $("$python" -c 'import torch; print(torch.__version__)') ($python); load $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "| world | batch/rank | program | epoch s | samples/s | loss | test_acc | job wall s | samples/s vs torch | runs (samples/s) | target |"
+echo "| ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- |"
 for w in $WORLDS; do
 	declare -A ep sps loss acc wall runs
 	for impl in ddp_mlp torch; do
@@ -87,9 +92,17 @@ for w in $WORLDS; do
 	done
 	for impl in ddp_mlp torch; do
 		ratio=$(awk -v a="${sps[$impl]}" -v b="${sps[torch]}" 'BEGIN { printf "%.2fx", a / b }')
-		printf '| %d | %d | %s | %.2f | %.0f | %.4f | %.4f | %.1f | %s | %s|\n' \
+		target=-
+		if [ "$impl" = ddp_mlp ]; then
+			target=$(awk -v a="${sps[$impl]}" -v b="${sps[torch]}" \
+			    -v x="${acc[$impl]}" -v y="${acc[torch]}" 'BEGIN {
+				d = x - y; if (d < 0) d = -d
+				printf "2x %s, acc %s", a >= 2 * b ? "met" : "MISSED",
+				    d <= 0.005 ? "met" : "MISSED" }')
+		fi
+		printf '| %d | %d | %s | %.2f | %.0f | %.4f | %.4f | %.1f | %s | %s| %s |\n' \
 		    "$w" "$BATCH" "$impl" "${ep[$impl]}" "${sps[$impl]}" "${loss[$impl]}" \
-		    "${acc[$impl]}" "${wall[$impl]}" "$ratio" "${runs[$impl]}"
+		    "${acc[$impl]}" "${wall[$impl]}" "$ratio" "${runs[$impl]}" "$target"
 	done
 	unset ep sps loss acc wall runs
 done
