@@ -480,7 +480,7 @@ fnv(uint64_t h, const char *s)
 static const char *const tuning_vars[] = {
 	"RDZV_CPU_CHUNK", "RDZV_CPU_DIRECT_MAX", "RDZV_CPU_DIRECT_RANKS",
 	"RDZV_SHM_SLOT", "RDZV_SHM_SMALL", "RDZV_SHM_CMA", "RDZV_SHM_CMA_MIN",
-	"RDZV_SHM_CMA_SEG", "RDZV_SHM_NT_MIN",
+	"RDZV_SHM_CMA_MAX", "RDZV_SHM_CMA_SEG", "RDZV_SHM_NT_MIN",
 };
 
 /* A hash of their values, published with the address. */
