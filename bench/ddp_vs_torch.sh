@@ -27,6 +27,12 @@ build=${1:-${RDZV_TOP_BUILDDIR:-$(pwd)}}
 ddp=$build/examples/ddp_mlp
 . "$here/lib.sh"
 python=$(peer_python)
+# torchrun 2.5+ makes the workers clients of a store its agent hosts, in
+# the 2.x dialect (a VALIDATE handshake first), which librdzvworker's store
+# client does not speak yet: it would wait there forever.  With this, worker
+# rank 0 hosts the workers' store, as torchrun 1.13 always did, on both
+# sides alike; the timed epoch does not include it.
+export TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1
 WORLDS=${WORLDS:-"2 4"}
 REPS=${REPS:-3}
 EPOCHS=${EPOCHS:-1}
