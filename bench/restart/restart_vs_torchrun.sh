@@ -29,6 +29,12 @@
 # Environment: REPS (5), ONLY (a,b,join), VARIANTS (strict,memory; empty
 # for none), SETTLE (0.5 s before each failure), TORCH_PYTHON (the peer's
 # python: default TORCH2_PYTHON, else ~/.cache/rdzv/torch-2.13/bin/python).
+# torchrun 2.5+ with its defaults does not bring a gloo job (b) back after
+# a SIGKILL: its workers share the agent's store and separate restarts by
+# TORCHELASTIC_RESTART_COUNT, which only the failed node's agent raises, so
+# the other node's workers read the dead round's addresses (pytorch/pytorch
+# #135712).  TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1, passed through to both
+# launchers, is torch's way out: rank 0 then hosts the workers' store.
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
