@@ -29,9 +29,11 @@ ddp=$build/examples/ddp_mlp
 python=$(peer_python)
 # torchrun 2.5+ makes the workers clients of a store its agent hosts, in
 # the 2.x dialect (a VALIDATE handshake first), which librdzvworker's store
-# client does not speak yet: it would wait there forever.  With this, worker
-# rank 0 hosts the workers' store, as torchrun 1.13 always did, on both
-# sides alike; the timed epoch does not include it.
+# client does not speak yet: it would wait there forever.  With the c10d
+# rendezvous and this variable, worker rank 0 hosts the workers' store, as
+# under torchrun 1.13, on both sides alike (the static rendezvous, which
+# --master_port alone picks, ignores the variable); the timed epoch does
+# not include it.
 export TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1
 WORLDS=${WORLDS:-"2 4"}
 REPS=${REPS:-3}
@@ -57,11 +59,13 @@ run() {
 	t0=$(date +%s.%N)
 	if [ "$impl" = ddp_mlp ]; then
 		"$python" -m torch.distributed.run --nproc_per_node "$w" \
-		    --master_port "$(free_port)" --redirects 9:1 --tee 9:1 \
+		    --rdzv_backend c10d \
+		    --rdzv_endpoint "127.0.0.1:$(free_port)" --redirects 9:1 --tee 9:1 \
 		    --no_python "$ddp" "${common[@]}" >"$log" 2>&1
 	else
 		"$python" -m torch.distributed.run --nproc_per_node "$w" \
-		    --master_port "$(free_port)" --redirects 9:1 --tee 9:1 \
+		    --rdzv_backend c10d \
+		    --rdzv_endpoint "127.0.0.1:$(free_port)" --redirects 9:1 --tee 9:1 \
 		    "$here/torch_ddp_mlp.py" "${common[@]}" --threads 1 >"$log" 2>&1
 	fi
 	t1=$(date +%s.%N)
