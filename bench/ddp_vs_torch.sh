@@ -51,28 +51,45 @@ free_port() {
 	"$python" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
 }
 
-# run IMPL WORLD REP: one job under torchrun; its log in $results.
+# run IMPL WORLD REP: one job under torchrun; its log in $results.  A job
+# whose store lost the race for its port (torchrun picks MASTER_PORT free,
+# then lets it go; another process may take it first) runs again, twice at
+# most: that is no property of either program.
 run() {
-	local impl=$1 w=$2 rep=$3 log t0 t1
-	local common=(--epochs "$EPOCHS" --batch "$BATCH" --hidden "$HIDDEN" --lr "$LR")
+	local impl=$1 w=$2 rep=$3 log try
 	log=$results/$impl-w$w-r$rep.log
+	for try in 1 2 3; do
+		run1 "$impl" "$w" "$log" && return 0
+		grep -q "EADDRINUSE\|[Aa]ddress already in use" "$log" || break
+		echo "  $impl w=$w rep $rep: a port was taken, again" >&2
+	done
+	echo "ddp_vs_torch: $impl world $w failed, see $log" >&2
+	tail -20 "$log" >&2
+	exit 1
+}
+
+# run1 IMPL WORLD LOG: one attempt; fails if no epoch line came.
+run1() {
+	local impl=$1 w=$2 log=$3 t0 t1
+	local common=(--epochs "$EPOCHS" --batch "$BATCH" --hidden "$HIDDEN" --lr "$LR")
 	t0=$(date +%s.%N)
 	if [ "$impl" = ddp_mlp ]; then
 		"$python" -m torch.distributed.run --nproc_per_node "$w" \
 		    --rdzv_backend c10d \
 		    --rdzv_endpoint "127.0.0.1:$(free_port)" --redirects 9:1 --tee 9:1 \
-		    --no_python "$ddp" "${common[@]}" >"$log" 2>&1
+		    --no_python "$ddp" "${common[@]}" >"$log" 2>&1 || true
 	else
 		"$python" -m torch.distributed.run --nproc_per_node "$w" \
 		    --rdzv_backend c10d \
 		    --rdzv_endpoint "127.0.0.1:$(free_port)" --redirects 9:1 --tee 9:1 \
-		    "$here/torch_ddp_mlp.py" "${common[@]}" --threads 1 >"$log" 2>&1
+		    "$here/torch_ddp_mlp.py" "${common[@]}" --threads 1 >"$log" 2>&1 ||
+		    true
 	fi
 	t1=$(date +%s.%N)
 	echo "wall $(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.2f", b - a }')" >>"$log"
 	# The last epoch line (torchrun may prefix lines with the rank).
-	grep -Eo "epoch $EPOCHS loss .*" "$log" | tail -1 >"$log.epoch" || {
-		echo "ddp_vs_torch: $impl world $w failed, see $log" >&2; tail -20 "$log" >&2; exit 1; }
+	grep -Eo "epoch $EPOCHS loss .*" "$log" | tail -1 >"$log.epoch"
+	[ -s "$log.epoch" ] || return 1
 	echo "  $impl w=$w rep $rep: $(cat "$log.epoch") wall $(tail -1 "$log" | cut -d' ' -f2)" >&2
 }
 
