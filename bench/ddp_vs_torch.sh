@@ -124,8 +124,8 @@ for w in $WORLDS; do
 			target=$(awk -v a="${sps[$impl]}" -v b="${sps[torch]}" \
 			    -v x="${acc[$impl]}" -v y="${acc[torch]}" 'BEGIN {
 				d = x - y; if (d < 0) d = -d
-				printf "2x %s, acc %s", a >= 2 * b ? "met" : "MISSED",
-				    d <= 0.005 ? "met" : "MISSED" }')
+				printf "2x %s, acc %s", (a >= 2 * b) ? "met" : "MISSED",
+				    (d <= 0.005) ? "met" : "MISSED" }')
 		fi
 		printf '| %d | %d | %s | %.2f | %.0f | %.4f | %.4f | %.1f | %s | %s| %s |\n' \
 		    "$w" "$BATCH" "$impl" "${ep[$impl]}" "${sps[$impl]}" "${loss[$impl]}" \
