@@ -1,22 +1,25 @@
 #!/bin/bash
-# allreduce_vs_gloo.sh: librdzvworker's cpu allreduce beside torch 1.13's
-# gloo, in one run, on this host: world sizes 2 and 4, 1 KiB to 64 MiB,
-# float32 sum.  Each round runs bench/allreduce_perf and then
+# allreduce_vs_gloo.sh: librdzvworker's cpu allreduce beside torch's gloo
+# (2.13 by default), in one run, on this host: world sizes 2 and 4, 1 KiB
+# to 64 MiB, float32 sum.  Each round runs bench/allreduce_perf and then
 # bench/gloo_allreduce.py as N local processes (RANK/WORLD_SIZE,
 # MASTER_ADDR/MASTER_PORT; librdzvworker's rank 0 hosts the TCPStore,
 # torch's env:// does the same), alternating so both see the same machine
 # load; each program reports the median of its own repeats and the table
-# shows the median over rounds, with busbw = 2(n-1)/n x bytes / time.
+# shows the median over rounds, with busbw = 2(n-1)/n x bytes / time, and
+# the spread: the lowest and highest of the per-round ratios (round k of
+# one side against round k of the other, run back to back).
 #
 # usage: bench/allreduce_vs_gloo.sh [-n "2 4"] [-k rounds] [-r repeats]
 #            [-b 1K] [-e 64M]
-# Run from a build directory (or set RDZV_TOP_BUILDDIR); needs
-# /usr/bin/python3 with torch.  Extra environment (RDZV_SHM=0, ...) is
-# passed to the librdzvworker ranks.
+# Run from a build directory (or set RDZV_TOP_BUILDDIR).  The peer is the
+# torch of TORCH_PYTHON (1.13: /usr/bin/python3), by default torch 2.13's
+# (TORCH2_PYTHON, as scripts/deps.sh installs it).  Extra environment
+# (RDZV_SHM=0, ...) is passed to the librdzvworker ranks.
 set -eu
 
 WORLDS="2 4"
-ROUNDS=3
+ROUNDS=5
 REPEATS=3
 MINB=1K
 MAXB=64M
@@ -27,15 +30,17 @@ while getopts "n:k:r:b:e:" o; do
 	r) REPEATS=$OPTARG ;;
 	b) MINB=$OPTARG ;;
 	e) MAXB=$OPTARG ;;
-	*) sed -n '2,18p' "$0"; exit 2 ;;
+	*) sed -n '2,22p' "$0"; exit 2 ;;
 	esac
 done
 
 SRC=$(cd "$(dirname "$0")/.." && pwd)
+. "$SRC/bench/lib.sh"
 BUILD=${RDZV_TOP_BUILDDIR:-$PWD}
 PERF=$BUILD/bench/allreduce_perf
 GLOO=$SRC/bench/gloo_allreduce.py
-PY=${TORCH_PYTHON:-/usr/bin/python3}
+PY=$(peer_python)
+"$PY" -c 'import torch' 2>/dev/null || { echo "no torch in $PY" >&2; exit 1; }
 [ -x "$PERF" ] || { echo "no $PERF: run from the build directory" >&2; exit 1; }
 OUT=$(mktemp -d /tmp/allreduce_vs_gloo.XXXXXX)
 pids=()
@@ -74,6 +79,8 @@ run_group() {
 }
 
 echo "# allreduce_vs_gloo: $(date -u +%FT%TZ) $(uname -n), $(nproc) cpus, load $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "# peer: torch $("$PY" -c 'import torch; print(torch.__version__)') ($PY)"
+echo "# rdzv env:$(env | grep '^RDZV_' | grep -v '^RDZV_TOP_BUILDDIR=' | sed 's/^/ /' | tr -d '\n')"
 echo "# $ROUNDS rounds x $REPEATS repeats, f32 sum, sizes $MINB..$MAXB"
 for n in $WORLDS; do
 	for k in $(seq 1 "$ROUNDS"); do
@@ -95,9 +102,9 @@ def rows(path):
         r[int(f[0])] = (float(f[4]), float(f[6]))    # time_us, busbw
     return r
 
-print("%5s %10s | %10s %9s | %10s %9s | %7s %7s | %s" % (
+print("%5s %10s | %10s %9s | %10s %9s | %7s %13s | %s" % (
     "ranks", "bytes", "rdzv_us", "rdzv_bus", "gloo_us", "gloo_bus",
-    "bus_x", "lat_x", "target"))
+    "bus_x", "bus_x min-max", "target"))
 for n in worlds:
     a = [rows("%s/rdzv.%s.%d" % (out, n, k)) for k in range(1, rounds + 1)]
     g = [rows("%s/gloo.%s.%d" % (out, n, k)) for k in range(1, rounds + 1)]
@@ -106,13 +113,14 @@ for n in worlds:
         ab = statistics.median(x[b][1] for x in a)
         gt = statistics.median(x[b][0] for x in g)
         gb = statistics.median(x[b][1] for x in g)
+        # Same bytes and ranks: the busbw ratio is the inverse time ratio
+        # (exact, where busbw rounds to 0.000 for tiny messages).
+        per = [y[b][0] / x[b][0] for x, y in zip(a, g)]
         target = ""
         if b >= 1 << 20:
             target = "bus>=1.5x %s" % ("met" if gt >= 1.5 * at else "MISSED")
         elif b < 64 << 10:
             target = "lat<=0.5x %s" % ("met" if at <= 0.5 * gt else "MISSED")
-        # Same bytes and ranks: the busbw ratio is the inverse time ratio
-        # (exact, where busbw rounds to 0.000 for tiny messages).
-        print("%5s %10d | %10.1f %9.3f | %10.1f %9.3f | %7.2f %7.3f | %s" % (
-            n, b, at, ab, gt, gb, gt / at, at / gt, target))
+        print("%5s %10d | %10.1f %9.3f | %10.1f %9.3f | %7.2f %6.2f-%-6.2f | %s"
+              % (n, b, at, ab, gt, gb, gt / at, min(per), max(per), target))
 PYEOF

@@ -1,9 +1,9 @@
-"""gloo_allreduce: torch 1.13's gloo allreduce timed exactly like
+"""gloo_allreduce: torch's gloo allreduce timed exactly like
 bench/allreduce_perf (same sizes, iterations, warmup, repeats, median,
 algbw and busbw), for side-by-side runs.  Start it N times with RANK,
 WORLD_SIZE, MASTER_ADDR and MASTER_PORT (env://), or under torchrun.
 
-usage: /usr/bin/python3 gloo_allreduce.py [-b 1K] [-e 64M] [-f 2] [-r 5]
+usage: PYTHON gloo_allreduce.py [-b 1K] [-e 64M] [-f 2] [-r 5]
            [-i 0] [-w 3]
 """
 

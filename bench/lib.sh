@@ -21,3 +21,10 @@ cpu_ns() { cat /proc/"$1"/task/*/schedstat | awk '{ s += $1 } END { printf "%.0f
 
 # The value of KEY in a "k1=v1 k2=v2 ..." line.
 field() { sed -n "s/.* $1=\([^ ]*\).*/\1/p" <<< " $2"; }
+
+# The python whose torch is the peer of a side-by-side benchmark: TORCH_PYTHON
+# if set (torch 1.13 is /usr/bin/python3), else torch 2.13's (TORCH2_PYTHON,
+# or where scripts/deps.sh puts it).
+peer_python() {
+	echo "${TORCH_PYTHON:-${TORCH2_PYTHON:-${XDG_CACHE_HOME:-$HOME/.cache}/rdzv/torch-2.13/bin/python}}"
+}

@@ -34,7 +34,15 @@
 #define HELLO_MS	5000	/* an accepted connection's hello */
 #define CHUNK_DEFAULT	(256u << 10)
 #define DIRECT_DEFAULT	(16u << 10)
-#define IOV_MAX_BYTES	(64u << 20)	/* one send()/recv() at most */
+/*
+ * One send()/recv() moves at most this much.  The call holds the socket's
+ * lock for its whole copy, and the ACKs that arrive meanwhile wait in the
+ * socket's backlog: an 8 MiB send() made the peer's loss probe fire, so
+ * it retransmitted what was not lost and cut its congestion window (~200
+ * spurious retransmits per 2-rank 64 MiB benchmark on loopback, and its
+ * time swinging between 1x and 2x; at 256 KiB none, and steady).
+ */
+#define SOCK_IO_MAX	(256u << 10)
 
 /* ---- primitives ---- */
 
@@ -53,8 +61,8 @@ cpu_send_some(struct cpu *cpu, int peer, const void *p, size_t len)
 {
 	ssize_t	n;
 
-	if (len > IOV_MAX_BYTES)
-		len = IOV_MAX_BYTES;
+	if (len > SOCK_IO_MAX)
+		len = SOCK_IO_MAX;
 	for (;;) {
 		n = send(cpu->links[peer].fd, p, len, MSG_NOSIGNAL |
 		    MSG_DONTWAIT);
@@ -74,8 +82,8 @@ cpu_recv_some(struct cpu *cpu, int peer, void *p, size_t len)
 {
 	ssize_t	n;
 
-	if (len > IOV_MAX_BYTES)
-		len = IOV_MAX_BYTES;
+	if (len > SOCK_IO_MAX)
+		len = SOCK_IO_MAX;
 	for (;;) {
 		n = recv(cpu->links[peer].fd, p, len, MSG_DONTWAIT);
 		if (n > 0)
@@ -472,7 +480,7 @@ fnv(uint64_t h, const char *s)
 static const char *const tuning_vars[] = {
 	"RDZV_CPU_CHUNK", "RDZV_CPU_DIRECT_MAX", "RDZV_CPU_DIRECT_RANKS",
 	"RDZV_SHM_SLOT", "RDZV_SHM_SMALL", "RDZV_SHM_CMA", "RDZV_SHM_CMA_MIN",
-	"RDZV_SHM_CMA_SEG", "RDZV_SHM_NT_MIN",
+	"RDZV_SHM_CMA_MAX", "RDZV_SHM_CMA_SEG", "RDZV_SHM_NT_MIN",
 };
 
 /* A hash of their values, published with the address. */
@@ -615,8 +623,9 @@ cpu_init(struct rdzv_comm *c)
 	cpu->chunk = CHUNK_DEFAULT;
 	cpu->direct_max = DIRECT_DEFAULT;
 	cpu->use_shm = 1;
+	/* A multiple of 64: whole elements of every type (cpu_coll.c). */
 	if ((v = getenv("RDZV_CPU_CHUNK")) != NULL && atoi(v) >= 4096)
-		cpu->chunk = (size_t)atoi(v);
+		cpu->chunk = (size_t)atoi(v) & ~(size_t)63;
 	if ((v = getenv("RDZV_CPU_DIRECT_MAX")) != NULL && atoi(v) >= 0)
 		cpu->direct_max = (size_t)atoi(v);
 	cpu->direct_ranks = DIRECT_RANKS_MAX;

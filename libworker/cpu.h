@@ -34,7 +34,7 @@ struct cpu {
 	struct link		*links;		/* n of them */
 	uint8_t			*tmp;		/* scratch for collectives */
 	size_t			 tmpcap;
-	size_t			 chunk;		/* ring pipeline chunk, bytes */
+	size_t			 chunk;		/* ring chunk, bytes, a multiple of 64 */
 	size_t			 direct_max;	/* allreduce: direct exchange up to */
 	int			 direct_ranks;	/* ... among at most this many */
 	struct pollfd		*pfd;		/* n + 2 poll entries */

@@ -26,7 +26,14 @@
 #include "worker.h"
 
 #define NET_RETRY_MS	20	/* pause between refused connects */
-#define NET_SOCKBUF	(4 << 20)
+/*
+ * Bulk sockets' buffers (the kernel doubles it).  Small enough that what
+ * is in flight on loopback is still in cache when the peer copies it out:
+ * at 4 MiB a 2-rank 64 MiB allreduce took ~15% more CPU than at 1 MiB
+ * (bench/RESULTS.md, 2026-11-23); 2 MiB in flight still fills a 10 Gb/s
+ * link at 1.6 ms of round trip.
+ */
+#define NET_SOCKBUF	(1 << 20)
 
 int
 net_nonblock(int fd)
@@ -46,7 +53,7 @@ net_tune(int fd, int bulk)
 
 	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
 	if (bulk) {
-		/* Large buffers let the kernel move a whole pipeline chunk
+		/* Room for a few pipeline chunks: the kernel moves them
 		 * while this thread reduces the previous one. */
 		setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &sz, sizeof sz);
 		setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &sz, sizeof sz);

@@ -21,10 +21,13 @@
  * Allreduce, by size:
  *   small	copy in, barrier, every rank reduces the whole message over
  *		all slots in rank order (same bits everywhere): one barrier;
- *   large	cross-memory attach where the kernel allows it (probed at
+ *   medium	cross-memory attach where the kernel allows it (probed at
  *		setup): inputs read straight out of the peers' buffers, see
  *		cma_allreduce();
- *   otherwise	in chunks of a slot, one barrier per chunk:
+ *   otherwise	in chunks of a slot, one barrier per chunk (from 8 MiB
+ *		this beats cross-memory attach, whose page pinning and
+ *		uncached reads cost more than the arena's extra copies: 64
+ *		MiB at 2 and 4 ranks took 0.5x to 0.85x the time, 2026-11-23):
  *		  copy chunk 0 in; barrier
  *		  for each chunk k: reduce my 1/n of chunk k over all slots,
  *		    in rank order, into my result; copy chunk k+1 in;
@@ -102,6 +105,7 @@ struct shm_rank {
 #define CMA_PROBE	0x434d4150524f4245ULL	/* "CMAPROBE" */
 #define SHM_CMA_MIN_DEFAULT (256u << 10)
 #define CMA_CHUNK	(128u << 10)
+#define SHM_CMA_MAX_DEFAULT (8u << 20)
 #define SHM_CMA_SEG_DEFAULT (1u << 20)
 #define SHM_NT_MIN_DEFAULT (8u << 20)
 
@@ -110,6 +114,7 @@ struct shm_arena {
 	struct shm_rank	*ranks;
 	pid_t		*pids;		/* peers' pids, for process_vm_readv */
 	size_t		 cma_min;	/* CMA allreduce from this size; 0 off */
+	size_t		 cma_max;	/* ... below this size */
 	size_t		 cma_seg;	/* bytes a rank reduces per window */
 	size_t		 nt_min;	/* streaming stores from this size */
 	uint8_t		*ctmp;		/* 2 * CMA_CHUNK scratch */
@@ -479,6 +484,7 @@ shm_setup(struct cpu *cpu, const char *key)
 	if (getenv("RDZV_SHM_CMA") != NULL &&
 	    strcmp(getenv("RDZV_SHM_CMA"), "0") == 0)
 		a->cma_min = 0;
+	a->cma_max = (size_t)env_size("RDZV_SHM_CMA_MAX", SHM_CMA_MAX_DEFAULT);
 	/* A window's results live in the arena's slots. */
 	a->cma_seg = align_up((size_t)env_size("RDZV_SHM_CMA_SEG",
 	    SHM_CMA_SEG_DEFAULT), 64);
@@ -645,7 +651,7 @@ shm_allreduce(struct cpu *cpu, const void *sbuf, void *rbuf, size_t count,
 	int			 j, rc, n = a->n, me = cpu->rank;
 	int			 nt = bytes >= a->nt_min;
 
-	if (a->cma_min > 0 && bytes >= a->cma_min)
+	if (a->cma_min > 0 && bytes >= a->cma_min && bytes < a->cma_max)
 		return (cma_allreduce(cpu, sbuf, rbuf, count, dt, op,
 		    deadline));
 	if (bytes <= a->small) {

@@ -1,13 +1,13 @@
-"""restart.py: recovery of rdzv-agent beside torchrun 1.13, in one run.
+"""restart.py: recovery of rdzv-agent beside torchrun, in one run.
 
-    /usr/bin/python3 restart.py --build BUILDDIR [--reps N] [--only LIST]
+    PYTHON restart.py --build BUILDDIR [--reps N] [--only LIST]
                                 [--results DIR] [--settle S]
 
 Run by restart_vs_torchrun.sh (which says what is measured and how).
 Every job is two nodes x two workers on 127.0.0.1: two launcher processes
 (two agents on this machine), each in its own session.
 
-  torchrun   /usr/bin/python3 -m torch.distributed.run --nnodes 2
+  torchrun   PYTHON -m torch.distributed.run --nnodes 2
              --nproc_per_node 2 --rdzv_backend c10d --rdzv_endpoint
              127.0.0.1:PORT --rdzv_id ID --monitor_interval 0.1
              --max_restarts 3 --redirects 9:1 --tee 9:1 [--no_python] PROG
@@ -22,7 +22,9 @@ Every job is two nodes x two workers on 127.0.0.1: two launcher processes
              round as soon as both nodes are in, so no last call applies).
 
 Workers (the same under both): BUILD/bench/restart/startmark MARKS (C)
-or /usr/bin/python3 gloo_ready.py MARKS (torch gloo).  Both append
+or PYTHON gloo_ready.py MARKS (torch gloo).  PYTHON is the interpreter
+that runs restart.py: its torch is the peer (restart_vs_torchrun.sh picks
+torch 2.13's unless TORCH_PYTHON names another).  Both append
 "KIND RANK RESTART MONO_NS REAL_NS PID LOCAL_RANK" lines to MARKS.
 
 Experiments (--only, comma-separated; default all):
@@ -57,7 +59,7 @@ import subprocess
 import sys
 import time
 
-PY = "/usr/bin/python3"
+PY = sys.executable
 HERE = os.path.dirname(os.path.abspath(__file__))
 NODES, NPROC, MAX_RESTARTS = 2, 2, 3
 WORLD = NODES * NPROC
@@ -519,7 +521,7 @@ def med(xs):
     return statistics.median(xs) if xs else None
 
 
-def report(b):
+def report(b, peer):
     # exp, metric, unit, what, target, check(torchrun, rdzv-agent medians)
     table = [
         ("a", "SIGKILL -> all 4 running", "ms",
@@ -563,8 +565,8 @@ def report(b):
         ("join", "rdzvd VmRSS kB after", "MiB",
          "rdzvd VmRSS after the 1000-node round", "-", None),
     ]
-    out = ["| measurement | torchrun 1.13 | rdzv-agent | torchrun / "
-           "rdzv-agent | target | met |",
+    out = ["| measurement | %s | rdzv-agent | torchrun / "
+           "rdzv-agent | target | met |" % peer,
            "| --- | ---: | ---: | ---: | --- | --- |"]
     detail = []
     for exp, metric, unit, text, target, check in table:
@@ -641,6 +643,8 @@ def main():
     ap.add_argument("--settle", type=float, default=0.5)
     ap.add_argument("--timeout", type=float, default=120.0)
     ap.add_argument("--launchers", default="torchrun,rdzv-agent")
+    ap.add_argument("--peer", default="torchrun",
+                    help="the torchrun column's title (with its version)")
     ap.add_argument("--variants", default="strict,memory",
                     help="rdzvd --durability values also run in (a)")
     a = ap.parse_args()
@@ -666,7 +670,7 @@ def main():
     finally:
         b.sweep()
     log("done in %.0f s" % (time.monotonic() - t_start))
-    report(b)
+    report(b, a.peer)
 
 
 if __name__ == "__main__":

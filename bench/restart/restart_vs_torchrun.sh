@@ -1,6 +1,7 @@
 #!/bin/bash
 # restart_vs_torchrun.sh: recovery after a worker failure, rdzv-agent beside
-# torchrun 1.13, side by side in one run, on 127.0.0.1.
+# torchrun (torch 2.13's by default, 1.13's with TORCH_PYTHON=/usr/bin/python3),
+# side by side in one run, on 127.0.0.1.
 #
 #   bench/restart/restart_vs_torchrun.sh [BUILDDIR]
 #
@@ -26,13 +27,20 @@
 # kept and named at the end).
 #
 # Environment: REPS (5), ONLY (a,b,join), VARIANTS (strict,memory; empty
-# for none), SETTLE (0.5 s before each failure), TORCH_PYTHON
-# (/usr/bin/python3).
+# for none), SETTLE (0.5 s before each failure), TORCH_PYTHON (the peer's
+# python: default TORCH2_PYTHON, else ~/.cache/rdzv/torch-2.13/bin/python).
+# torchrun 2.5+ with its defaults does not bring a gloo job (b) back after
+# a SIGKILL: its workers share the agent's store and separate restarts by
+# TORCHELASTIC_RESTART_COUNT, which only the failed node's agent raises, so
+# the other node's workers read the dead round's addresses (pytorch/pytorch
+# #135712).  TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1, passed through to both
+# launchers, is torch's way out: rank 0 then hosts the workers' store.
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
 build=$(cd "${1:-${RDZV_TOP_BUILDDIR:-$(pwd)}}" && pwd)
-python=${TORCH_PYTHON:-/usr/bin/python3}
+. "$here/../lib.sh"
+python=$(peer_python)
 REPS=${REPS:-5}
 ONLY=${ONLY:-a,b,join}
 VARIANTS=${VARIANTS-strict,memory}
@@ -96,6 +104,7 @@ load0=$(load)
 t0=$(date +%s)
 "$python" "$here/restart.py" --build "$build" --reps "$REPS" --only "$ONLY" \
     --variants "$VARIANTS" --settle "$SETTLE" --results "$results" \
+    --peer "torchrun $tv" \
     --tmp "$tmp" > "$results/report.md" &
 driver=$!
 wait "$driver"

@@ -118,5 +118,17 @@ def test_direct_threshold_off():
     d.stop()
 
 
+def test_chunk_of_odd_size():
+    # The ring reduces each chunk as soon as it has arrived: a chunk size
+    # that is no multiple of 8 (rounded down to one of 64) must still
+    # reduce whole f64/i64 elements only.
+    d = daemon()
+    res = wl.run_ok(2, [wl.prog(), "coll", "quick"], d=d,
+                    env={"RDZV_SHM": "0", "RDZV_CPU_DIRECT_MAX": "0",
+                         "RDZV_CPU_CHUNK": "6002"}, timeout=150)
+    check_all_ok(res, "coll")
+    d.stop()
+
+
 if __name__ == "__main__":
     rt.main(globals(), per_test=170.0, total=600.0)
