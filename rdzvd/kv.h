@@ -50,8 +50,10 @@ void		 kv_set_journal(struct kv *, kv_journal_cb, void *arg);
 int	kv_set(struct kv *, struct slice ns, struct slice key, struct slice value);
 /* *out points into the store, valid until the next mutation; ENOTFOUND. */
 int	kv_get(struct kv *, struct slice ns, struct slice key, struct slice *out);
-/* Decimal add (missing = 0): RDZV_ENOTINT when the stored value is not a
- * decimal int64, RDZV_EINVAL on overflow. *out = the new value. */
+/* Decimal add (missing = 0), the stored value read as std::stoll does
+ * (leading blanks and one sign allowed, anything after the digits
+ * ignored): RDZV_ENOTINT when it holds no decimal int64, RDZV_EINVAL when
+ * the sum overflows.  Stores the sum in canonical decimal; *out = it. */
 int	kv_add(struct kv *, struct slice ns, struct slice key, int64_t delta,
 	    int64_t *out);
 /* TCPStore compare-set semantics (see tcpstore-wire.md section 2): *out is
