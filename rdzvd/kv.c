@@ -625,6 +625,30 @@ wl_exists(struct kv *kv, struct kv_wlist *wl)
 	}
 }
 
+/*
+ * An item was pushed onto the queue named by wl: like wl_exists, oldest
+ * first, but only until one waiter fires, as the reference server wakes
+ * one client per push (waking all would let every blocking pop but one
+ * come back empty).  Waiters passed over still lack another name.
+ */
+static void
+wl_exists_one(struct kv *kv, struct kv_wlist *wl)
+{
+	struct kv_wlinks	*head = &wl->lists[KV_W_WAIT];
+	struct kv_wlink		*l;
+	struct kv_waiter	*w;
+
+	while ((l = TAILQ_FIRST(head)) != NULL) {
+		w = l->w;
+		link_disarm(l);
+		if (--w->missing == 0) {
+			wait_recheck(kv, w);
+			if (w->flags & KV_WF_FIRING)
+				return;
+		}
+	}
+}
+
 /* The key of wl now holds v: release barriers whose world it reached. */
 static void
 wl_barrier(struct kv *kv, struct kv_wlist *wl, struct slice v)
@@ -1121,7 +1145,7 @@ kv_qpush(struct kv *kv, struct slice ns, struct slice key, struct slice value)
 	kv_journal(kv, KV_J_QPUSH, ns, key, value);
 	if (wl != NULL) {
 		kv->busy = nsp;
-		wl_exists(kv, wl);
+		wl_exists_one(kv, wl);
 		kv_leave(kv, nsp);
 	}
 	return (0);

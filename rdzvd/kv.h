@@ -5,7 +5,9 @@
  * strings; TCPStore connections use the empty namespace or the one their
  * port maps to, native clients name one per request).  Values are binary.
  * Queues are separate from keys but share their names for WAIT/CHECK: a
- * name "exists" when it is a key or a non-empty queue.
+ * name "exists" when it is a key or a non-empty queue.  A push releases
+ * one waiter on the name (the oldest that it completes), as torch's
+ * server does, since a blocking pop is a WAIT followed by a POP.
  *
  * Waiting: kv_wait(), kv_barrier(), kv_qpop_wait() and kv_watch() register
  * a waiter whose callback runs synchronously inside the mutation that
@@ -84,7 +86,8 @@ int	kv_ns_drop(struct kv *, struct slice ns);
 int64_t	kv_ns_list(struct kv *, struct slice prefix,
 	    void (*fn)(void *arg, struct slice ns), void *arg);
 
-/* Queues. */
+/* Queues.  kv_qpush hands the item to the oldest kv_qpop_wait waiter,
+ * else queues it and wakes one kv_wait waiter on the name. */
 int	kv_qpush(struct kv *, struct slice ns, struct slice key, struct slice value);
 /* Pops the head into *out, a malloc'ed copy the caller frees (*outlen
  * set); RDZV_ENOTFOUND when empty. */
