@@ -4,7 +4,8 @@ COMPAT_TESTS = \
 	tests/compat/test_tcpstore_client.py \
 	tests/compat/test_gloo_pg.py \
 	tests/compat/test_torchrun.py \
-	tests/compat/test_tcpstore2_client.py
+	tests/compat/test_tcpstore2_client.py \
+	tests/compat/test_store_semantics.py
 TESTS += $(COMPAT_TESTS)
 EXTRA_DIST += $(COMPAT_TESTS) tests/compat/compatlib.py
 # compatlib.py sits next to the tests, so python finds it by the script's
