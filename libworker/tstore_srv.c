@@ -4,8 +4,10 @@
  * plain env:// launch).  Requests are decoded with common/wire's TCPStore
  * codecs and applied to a private instance of rdzvd's kv core, so there
  * is one store implementation; this file only adds a small poll() loop
- * on its own thread.  It speaks 1.13 (and the 2.x requests that need
- * nothing beyond the kv core) so unmodified torch clients can share it.
+ * on its own thread.  It speaks 1.13 and 2.x (every request but 1.13's
+ * WATCH_KEY) so unmodified torch clients can share it; the op-to-kv
+ * mapping mirrors rdzvd/proto_tcpstore.c's, which is bound to rdzvd's
+ * connections, metrics and namespaces.
  *
  * Malformed input closes that connection only, as rdzvd does.
  */
@@ -68,6 +70,21 @@ wake_cb(struct kv_waiter *w, void *arg)
 
 	c->wait = NULL;
 	tcps_put_u8(c->out, TCPS_STOP_WAITING);
+}
+
+struct list_acc {
+	struct evbuffer	*buf;
+	int64_t		 n;
+};
+
+/* LIST_KEYS: one string per key, counted for the reply's header. */
+static void
+list_cb(void *arg, struct slice key)
+{
+	struct list_acc	*acc = arg;
+
+	if (tcps_put_bytes(acc->buf, key.p, key.len) == 0)
+		acc->n++;
 }
 
 /* Serves one decoded request; < 0 closes the connection. */
@@ -162,9 +179,51 @@ serve(struct tstore_srv *srv, struct sconn *c, const struct tcps_req *req)
 		if (keys != stack)
 			free(keys);
 		return (rc);
+	case TCPS_BARRIER:
+		rc = kv_barrier(srv->kv, root_ns, req->key, req->num, wake_cb,
+		    c, &c->wait);
+		if (rc == 1)
+			rc = tcps_put_u8(c->out, TCPS_STOP_WAITING);
+		else if (rc > 0)
+			rc = 0;
+		return (rc);
+	case TCPS_QUEUE_PUSH:
+		return (kv_qpush(srv->kv, root_ns, req->key, req->v1));
+	case TCPS_QUEUE_POP: {
+		uint8_t	*item = NULL;
+		size_t	 ilen = 0;
+
+		/* Length before the pop, then the item if there was one
+		 * (a blocking client WAITs on the name first), as rdzvd. */
+		n = kv_qlen(srv->kv, root_ns, req->key);
+		rc = tcps_put_i64(c->out, n);
+		if (rc == 0 && n > 0 &&
+		    (rc = kv_qpop(srv->kv, root_ns, req->key, &item,
+		    &ilen)) == 0) {
+			rc = tcps_put_bytes(c->out, item, ilen);
+			free(item);
+		}
+		return (rc);
+	}
+	case TCPS_QUEUE_LEN:
+		return (tcps_put_i64(c->out, kv_qlen(srv->kv, root_ns,
+		    req->key)));
+	case TCPS_LIST_KEYS: {
+		struct list_acc	 acc;
+
+		if ((acc.buf = evbuffer_new()) == NULL)
+			return (RDZV_ENOMEM);
+		acc.n = 0;
+		kv_list(srv->kv, root_ns, list_cb, &acc);
+		if ((rc = tcps_put_i64(c->out, acc.n)) == 0 &&
+		    evbuffer_add_buffer(c->out, acc.buf) != 0)
+			rc = RDZV_ENOMEM;
+		evbuffer_free(acc.buf);
+		return (rc);
+	}
 	default:
-		/* WATCH_KEY, queues, LIST_KEYS, BARRIER: not needed by
-		 * workers; refuse like a malformed request. */
+		/* WATCH_KEY (1.13 only, unused by workers): refused like a
+		 * malformed request. */
 		return (RDZV_EPROTO);
 	}
 }

@@ -187,31 +187,35 @@ kv_journal(struct kv *kv, enum kv_jop op, struct slice ns, struct slice key,
 }
 
 /*
- * Strict decimal int64: an optional '-' then one or more digits, nothing
- * else.  Returns 0 or -1.
+ * A stored value read as a counter, by the rules of the reference
+ * server's std::stoll (strtoll in base 10, "C" locale): blanks (space,
+ * \t \n \v \f \r) skipped, one optional '+' or '-', then at least one
+ * digit; whatever follows the digits (a NUL included) is ignored, so
+ * " +5", "5 " and "12abc" are counters.  No digit, or a number outside
+ * int64, is -1 (the reference server throws and drops the client).
  */
 static int
 parse_i64(const uint8_t *p, size_t len, int64_t *out)
 {
 	uint64_t	v = 0, lim, d;
-	size_t		i = 0;
+	size_t		i = 0, start;
 	int		neg = 0;
 
-	if (len > 0 && p[0] == '-') {
-		neg = 1;
-		i = 1;
+	while (i < len && (p[i] == ' ' || (p[i] >= '\t' && p[i] <= '\r')))
+		i++;
+	if (i < len && (p[i] == '-' || p[i] == '+')) {
+		neg = p[i] == '-';
+		i++;
 	}
-	if (i == len)
-		return (-1);
 	lim = neg ? (uint64_t)INT64_MAX + 1 : (uint64_t)INT64_MAX;
-	for (; i < len; i++) {
-		if (p[i] < '0' || p[i] > '9')
-			return (-1);
+	for (start = i; i < len && p[i] >= '0' && p[i] <= '9'; i++) {
 		d = p[i] - '0';
 		if (v > (lim - d) / 10)
 			return (-1);
 		v = v * 10 + d;
 	}
+	if (i == start)
+		return (-1);
 	if (neg)
 		*out = v == 0 ? 0 : -(int64_t)(v - 1) - 1;
 	else
@@ -618,6 +622,30 @@ wl_exists(struct kv *kv, struct kv_wlist *wl)
 		link_disarm(l);
 		if (--l->w->missing == 0)
 			wait_recheck(kv, l->w);
+	}
+}
+
+/*
+ * An item was pushed onto the queue named by wl: like wl_exists, oldest
+ * first, but only until one waiter fires, as the reference server wakes
+ * one client per push (waking all would let every blocking pop but one
+ * come back empty).  Waiters passed over still lack another name.
+ */
+static void
+wl_exists_one(struct kv *kv, struct kv_wlist *wl)
+{
+	struct kv_wlinks	*head = &wl->lists[KV_W_WAIT];
+	struct kv_wlink		*l;
+	struct kv_waiter	*w;
+
+	while ((l = TAILQ_FIRST(head)) != NULL) {
+		w = l->w;
+		link_disarm(l);
+		if (--w->missing == 0) {
+			wait_recheck(kv, w);
+			if (w->flags & KV_WF_FIRING)
+				return;
+		}
 	}
 }
 
@@ -1117,7 +1145,7 @@ kv_qpush(struct kv *kv, struct slice ns, struct slice key, struct slice value)
 	kv_journal(kv, KV_J_QPUSH, ns, key, value);
 	if (wl != NULL) {
 		kv->busy = nsp;
-		wl_exists(kv, wl);
+		wl_exists_one(kv, wl);
 		kv_leave(kv, nsp);
 	}
 	return (0);

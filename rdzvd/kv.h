@@ -5,7 +5,9 @@
  * strings; TCPStore connections use the empty namespace or the one their
  * port maps to, native clients name one per request).  Values are binary.
  * Queues are separate from keys but share their names for WAIT/CHECK: a
- * name "exists" when it is a key or a non-empty queue.
+ * name "exists" when it is a key or a non-empty queue.  A push releases
+ * one waiter on the name (the oldest that it completes), as torch's
+ * server does, since a blocking pop is a WAIT followed by a POP.
  *
  * Waiting: kv_wait(), kv_barrier(), kv_qpop_wait() and kv_watch() register
  * a waiter whose callback runs synchronously inside the mutation that
@@ -50,8 +52,10 @@ void		 kv_set_journal(struct kv *, kv_journal_cb, void *arg);
 int	kv_set(struct kv *, struct slice ns, struct slice key, struct slice value);
 /* *out points into the store, valid until the next mutation; ENOTFOUND. */
 int	kv_get(struct kv *, struct slice ns, struct slice key, struct slice *out);
-/* Decimal add (missing = 0): RDZV_ENOTINT when the stored value is not a
- * decimal int64, RDZV_EINVAL on overflow. *out = the new value. */
+/* Decimal add (missing = 0), the stored value read as std::stoll does
+ * (leading blanks and one sign allowed, anything after the digits
+ * ignored): RDZV_ENOTINT when it holds no decimal int64, RDZV_EINVAL when
+ * the sum overflows.  Stores the sum in canonical decimal; *out = it. */
 int	kv_add(struct kv *, struct slice ns, struct slice key, int64_t delta,
 	    int64_t *out);
 /* TCPStore compare-set semantics (see tcpstore-wire.md section 2): *out is
@@ -82,7 +86,8 @@ int	kv_ns_drop(struct kv *, struct slice ns);
 int64_t	kv_ns_list(struct kv *, struct slice prefix,
 	    void (*fn)(void *arg, struct slice ns), void *arg);
 
-/* Queues. */
+/* Queues.  kv_qpush hands the item to the oldest kv_qpop_wait waiter,
+ * else queues it and wakes one kv_wait waiter on the name. */
 int	kv_qpush(struct kv *, struct slice ns, struct slice key, struct slice value);
 /* Pops the head into *out, a malloc'ed copy the caller frees (*outlen
  * set); RDZV_ENOTFOUND when empty. */

@@ -210,23 +210,29 @@ class RdzvdServer:
 _TORCH_SERVER = r"""
 import sys
 import torch.distributed as dist
-s = dist.TCPStore("127.0.0.1", int(sys.argv[1]), None, True,
-    wait_for_workers=False)
+kw = {"wait_for_workers": False}
+if sys.argv[2] != "default":
+    kw["use_libuv"] = sys.argv[2] == "libuv"
+s = dist.TCPStore("127.0.0.1", int(sys.argv[1]), None, True, **kw)
 print(s.port, flush=True)
 sys.stdin.read()
 """
 
 
 class TorchServer:
-	"""torch 1.13's TCPStore server in a helper process that holds the
+	"""torch's own TCPStore server in a helper process that holds the
 	master TCPStore and nothing else; with no world_size it never touches
-	"init/", so a fresh store has 0 keys, as rdzvd's does."""
+	"init/", so a fresh store has 0 keys, as rdzvd's does.  python picks
+	the torch (TORCH_PY, 1.13, by default; TORCH2_PY for 2.13); backend
+	"libuv" or "classic" picks a 2.x server ("default": the torch's own
+	default, libuv in 2.x; 1.13 has only the classic one)."""
 	kind = "torch"
 	has_metrics = False
 
-	def __init__(self, port=0):
-		self.proc = spawn([TORCH_PY, "-c", _TORCH_SERVER, str(port)],
-		    stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+	def __init__(self, port=0, python=None, backend="default"):
+		self.proc = spawn([python or TORCH_PY, "-c", _TORCH_SERVER,
+		    str(port), backend], stdin=subprocess.PIPE,
+		    stdout=subprocess.PIPE)
 		r, _, _ = select.select([self.proc.stdout], [], [], 60)
 		line = self.proc.stdout.readline() if r else b""
 		check(line.strip().isdigit(), "torch server did not start: %r" %

@@ -7,7 +7,9 @@ COMPAT_TESTS = \
 	tests/compat/test_torchrun.py \
 	tests/compat/test_torchrun_dropin.py \
 	tests/compat/test_torch2_torchrun.py \
-	tests/compat/test_torch2_env.py
+	tests/compat/test_torch2_env.py \
+	tests/compat/test_tcpstore2_client.py \
+	tests/compat/test_store_semantics.py
 TESTS += $(COMPAT_TESTS)
 EXTRA_DIST += $(COMPAT_TESTS) tests/compat/compatlib.py
 # compatlib.py sits next to the tests, so python finds it by the script's

@@ -30,3 +30,4 @@ INTEG_TESTS += tests/integ/progress_view.py
 INTEG_TESTS += tests/integ/worker_abi.sh
 INTEG_TESTS += tests/integ/agent_static.py
 INTEG_TESTS += tests/integ/agent_cli2.py
+INTEG_TESTS += tests/integ/tstore_hosted_ops.py

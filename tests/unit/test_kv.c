@@ -174,8 +174,22 @@ test_namespaces(void **state)
 	assert_int_equal(kv_total_keys(kv), 3);
 }
 
-static const char *const not_ints[] = { "", "-", "abc", "+1", " 1", "1 ",
-    "1x", "--1", "1.0", "9223372036854775808", "-9223372036854775809" };
+/* Not counters for std::stoll either: no digit, or outside int64. */
+static const char *const not_ints[] = { "", "-", "+", "abc", "--1", "+-1",
+    "- 1", "x1", ".5", "\xa0" "1", "9223372036854775808",
+    "-9223372036854775809", "99999999999999999999" };
+
+/* What the reference server's std::stoll reads as a counter (confirmed
+ * against torch 2.13's servers, libuv and not). */
+static const struct {
+	const char	*s;
+	int64_t		 v;
+} lax_ints[] = {
+	{ "+5", 5 }, { " 5", 5 }, { "5 ", 5 }, { "\t\n\v\f\r -5x", -5 },
+	{ "12abc", 12 }, { "1.9", 1 }, { "0x10", 0 }, { "007", 7 },
+	{ "+0", 0 }, { "  +9223372036854775807", INT64_MAX },
+	{ "-9223372036854775808!", INT64_MIN },
+};
 
 static void
 test_add(void **state)
@@ -196,7 +210,7 @@ test_add(void **state)
 	assert_int_equal(kv_add(kv, NONE, S("c"), 0, &n), 0);
 	assert_int_equal(n, -7);
 
-	/* Values set by clients parse strictly. */
+	/* Leading zeros and a negative zero are plain decimal. */
 	assert_int_equal(kv_set(kv, NONE, S("d"), S("-0012")), 0);
 	assert_int_equal(kv_add(kv, NONE, S("d"), 2, &n), 0);
 	assert_int_equal(n, -10);
@@ -212,8 +226,29 @@ test_add(void **state)
 		assert_int_equal(kv_get(kv, NONE, S("bad"), &v), 0);
 		assert_slice(v, not_ints[i]);
 	}
-	assert_int_equal(kv_set(kv, NONE, S("bad"), B("1\0", 2)), 0);
+	/* A NUL before the digits ends the string stoll sees; after them it
+	 * is trailing garbage like any other. */
+	assert_int_equal(kv_set(kv, NONE, S("bad"), B("\0" "1", 2)), 0);
 	assert_int_equal(kv_add(kv, NONE, S("bad"), 1, &n), RDZV_ENOTINT);
+	assert_int_equal(kv_set(kv, NONE, S("bad"), B("1\0" "2", 3)), 0);
+	assert_int_equal(kv_add(kv, NONE, S("bad"), 1, &n), 0);
+	assert_int_equal(n, 2);
+	assert_int_equal(kv_get(kv, NONE, S("bad"), &v), 0);
+	assert_slice(v, "2");
+
+	/* Lax forms are read as stoll reads them; the sum is stored in
+	 * canonical decimal. */
+	for (i = 0; i < sizeof(lax_ints) / sizeof(lax_ints[0]); i++) {
+		assert_int_equal(kv_set(kv, NONE, S("lax"), S(lax_ints[i].s)),
+		    0);
+		assert_int_equal(kv_add(kv, NONE, S("lax"), 0, &n), 0);
+		assert_true(n == lax_ints[i].v);
+	}
+	assert_int_equal(kv_set(kv, NONE, S("lax"), S(" +41 ")), 0);
+	assert_int_equal(kv_add(kv, NONE, S("lax"), 1, &n), 0);
+	assert_int_equal(n, 42);
+	assert_int_equal(kv_get(kv, NONE, S("lax"), &v), 0);
+	assert_slice(v, "42");
 
 	/* The int64 edges. */
 	assert_int_equal(kv_set(kv, NONE, S("m"), S("9223372036854775807")), 0);
@@ -914,6 +949,59 @@ test_queue_pop_wait(void **state)
 	free(item);
 }
 
+/*
+ * A blocking pop of torch 2.x is WAIT(queue) then QUEUE_POP: a push must
+ * wake one waiter, the oldest it completes, not every consumer.
+ */
+static void
+test_queue_wakes_one(void **state)
+{
+	struct kv		*kv = *state;
+	struct kv_waiter	*w[4];
+	struct fired		 f[4];
+	struct slice		 q = S("q"), x = S("x"), two[2];
+	uint8_t			*item = NULL;
+	size_t			 len;
+	int			 i;
+
+	memset(f, 0, sizeof(f));
+	two[0] = q;
+	two[1] = S("k");
+	/* Waiter 0 also needs "k"; 1..3 only the queue. */
+	assert_int_equal(kv_wait(kv, NONE, two, 2, wake_cb, &f[0], &w[0]), 0);
+	for (i = 1; i < 4; i++)
+		assert_int_equal(kv_wait(kv, NONE, &q, 1, wake_cb, &f[i],
+		    &w[i]), 0);
+	/* The push completes waiter 1 only; 0 is passed over (still lacks
+	 * "k"), 2 and 3 sleep on. */
+	assert_int_equal(kv_qpush(kv, NONE, q, S("A")), 0);
+	assert_int_equal(f[0].n + f[1].n * 10 + f[2].n * 100 + f[3].n * 1000,
+	    10);
+	assert_int_equal(kv_total_waiters(kv), 3);
+	/* Waiter 1 pops; the queue is empty again, nobody else wakes. */
+	assert_int_equal(kv_qpop(kv, NONE, q, &item, &len), 0);
+	free(item);
+	assert_int_equal(kv_check(kv, NONE, &q, 1), 0);
+	/* Two pushes, two more wakes, oldest first. */
+	assert_int_equal(kv_qpush(kv, NONE, q, S("B")), 0);
+	assert_int_equal(f[2].n + f[3].n, 1);
+	assert_int_equal(f[2].n, 1);
+	assert_int_equal(kv_qpush(kv, NONE, q, S("C")), 0);
+	assert_int_equal(f[3].n, 1);
+	assert_int_equal(kv_qlen(kv, NONE, q), 2);
+	/* Waiter 0 fires once "k" exists (the queue is non-empty). */
+	assert_int_equal(f[0].n, 0);
+	assert_int_equal(kv_set(kv, NONE, S("k"), S("v")), 0);
+	assert_int_equal(f[0].n, 1);
+	assert_int_equal(kv_total_waiters(kv), 0);
+	/* A SET (of a key, not a queue) still wakes every waiter on it. */
+	assert_int_equal(kv_wait(kv, NONE, &x, 1, wake_cb, &f[1], &w[1]), 0);
+	assert_int_equal(kv_wait(kv, NONE, &x, 1, wake_cb, &f[2], &w[2]), 0);
+	assert_int_equal(kv_set(kv, NONE, x, S("1")), 0);
+	assert_int_equal(f[1].n, 2);
+	assert_int_equal(f[2].n, 2);
+}
+
 /* ---- watches ---- */
 
 struct watched {
@@ -1261,6 +1349,8 @@ main(void)
 		cmocka_unit_test_setup_teardown(test_queue_fifo, setup,
 		    teardown),
 		cmocka_unit_test_setup_teardown(test_queue_pop_wait, setup,
+		    teardown),
+		cmocka_unit_test_setup_teardown(test_queue_wakes_one, setup,
 		    teardown),
 		cmocka_unit_test_setup_teardown(test_watch, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_watch_empty, setup,
