@@ -1098,7 +1098,10 @@ resolve_listen(const char *spec, const char *what)
 	return res;
 }
 
-/* Opens a listening socket on spec; returns the fd or -1 (logged). */
+/*
+ * Opens a listening socket on spec, backlog as long as the system allows;
+ * returns the fd or -1 (logged).
+ */
 int
 listen_socket(const char *spec, const char *what, int *port)
 {
@@ -1126,8 +1129,12 @@ listen_socket(const char *spec, const char *what, int *port)
 		if (ai->ai_family == AF_INET6)
 			setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero,
 			    sizeof zero);
+		/* The kernel caps the backlog at its own maximum (Linux:
+		 * net.core.somaxconn), so asking for more follows it up.
+		 * At job start every rank connects at once: a short accept
+		 * queue drops SYNs, each retried only after a second. */
 		if (bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 &&
-		    listen(fd, 4096) == 0)
+		    listen(fd, 65535) == 0)
 			break;
 		saved = errno;
 		close(fd);
@@ -1333,8 +1340,10 @@ server_listen_fd(int fd, struct ns_ref *ns)
 {
 	struct evconnlistener	*l;
 
+	/* Backlog 0: fd already listens.  -1 would make libevent call
+	 * listen() again with 128, shortening listen_socket's queue. */
 	l = evconnlistener_new(server.base, accept_cb, ns,
-	    LEV_OPT_CLOSE_ON_FREE, -1, fd);
+	    LEV_OPT_CLOSE_ON_FREE, 0, fd);
 	if (l == NULL) {
 		log_warnx("evconnlistener_new failed");
 		close(fd);

@@ -26,3 +26,4 @@ INTEG_TESTS += tests/integ/tls_clients.py
 INTEG_TESTS += tests/integ/client_lib.py
 INTEG_TESTS += tests/integ/retention.py
 INTEG_TESTS += tests/integ/progress_view.py
+INTEG_TESTS += tests/integ/storm.py
