@@ -952,7 +952,6 @@ accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa,
     int salen, void *arg)
 {
 	struct conn	*c;
-	int		 one = 1;
 
 	if (server.draining) {
 		close(fd);
@@ -971,8 +970,7 @@ accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa,
 		close(fd);
 		return;
 	}
-	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-	setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
+	/* TCP_NODELAY and SO_KEEPALIVE come from the listener. */
 	format_peer(c->peer, sizeof c->peer, sa);
 	if ((size_t)salen <= sizeof c->sa)
 		memcpy(&c->sa, sa, (size_t)salen);
@@ -1126,6 +1124,10 @@ listen_socket(const char *spec, const char *what, int *port)
 			continue;
 		}
 		setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+		/* Accepted sockets inherit these: two system calls fewer
+		 * per client, which counts when thousands connect at once. */
+		setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+		setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
 		if (ai->ai_family == AF_INET6)
 			setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero,
 			    sizeof zero);

@@ -213,6 +213,16 @@ def test_rdzvd_main_http_and_round_ports():
     ls = check_process(d.pid, {d.http_port: "http"})
     assert set(ls) == {d.port, d.http_port, round_port}, ls
     assert d.running()
+    # Accepted sockets inherit SO_KEEPALIVE (and TCP_NODELAY) from the
+    # listener rather than setting them one by one: ss shows the timer.
+    for port in (d.port, round_port):
+        t = rt.TCPStore113(rt.connect("127.0.0.1", port))
+        assert t.add(b"/keepalive", 1) == 1
+        out = subprocess.run(["ss", "-HtnoO", "state", "established",
+                              "( sport = :%d )" % port],
+                             capture_output=True, text=True).stdout
+        assert "keepalive" in out, (port, out)
+        t.close()
 
 
 def test_agent_embedded_rdzvd():
