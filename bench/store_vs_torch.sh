@@ -198,6 +198,16 @@ barrier_run() {
 	echo "${s:-nan}"
 }
 
+# settle PID: waits (up to 10 s) until the server has served its clients'
+# closes, which are its work too, so its CPU time counts them.
+settle() {
+	local i
+	for i in $(seq 1 100); do
+		[ "$(ls /proc/"$1"/fd | wc -l)" -lt 100 ] && return
+		sleep 0.1
+	done
+}
+
 started=$(date +%s)
 bar_targets="memory:tcpstore113 relaxed:tcpstore113 torch113:tcpstore113 relaxed:tcpstore2 torch2:tcpstore2"
 declare -A gave_up
@@ -209,13 +219,16 @@ for n in $BARRIER_NS; do
 				if [ -n "${gave_up[$t/$n/$mode]:-}" ]; then
 					continue
 				fi
+				c0=$(cpu_ns "${pid[$srv]}")
 				s=$(barrier_run "$srv" "$proto" "$n" "$mode")
+				settle "${pid[$srv]}"
+				c1=$(cpu_ns "${pid[$srv]}")
 				if [ "$s" = timeout ]; then
 					gave_up[$t/$n/$mode]=1
 					s=inf
 				fi
-				printf 'barrier\t%s\t%s\t%s\t%s\t%s\t%s\tnan\tnan\n' "$srv" "$proto" "$n" "$rep" "$s" "$mode" >> "$raw"
-				log "barrier N=$n $mode rep $rep $srv/$proto: $s s"
+				printf 'barrier\t%s\t%s\t%s\t%s\t%s\t%s\t%s\tnan\n' "$srv" "$proto" "$n" "$rep" "$s" "$mode" "$(( (c1 - c0) / n ))" >> "$raw"
+				log "barrier N=$n $mode rep $rep $srv/$proto: $s s, server $(( (c1 - c0) / n )) ns CPU per client"
 			done
 		done
 	done
@@ -231,11 +244,7 @@ for rep in $(seq 1 "$BIG_REPS"); do
 	for mode in $BARRIER_MODES; do
 		c0=$(cpu_ns "${pid[big]}")
 		s=$(barrier_run big tcpstore113 "$BIG_N" "$mode" --sources "$BIG_SOURCES")
-		# The clients' closes are rdzvd's work too: wait for them.
-		for i in $(seq 1 100); do
-			[ "$(ls /proc/"${pid[big]}"/fd | wc -l)" -lt 100 ] && break
-			sleep 0.1
-		done
+		settle "${pid[big]}"
 		c1=$(cpu_ns "${pid[big]}")
 		hwm=$(hwm_kib "${pid[big]}")
 		[ "$s" = timeout ] && s=inf
@@ -357,10 +366,12 @@ def bmed(xs):
     return xs[(len(xs) - 1) // 2] if xs else float("nan")
 
 
-bar = {}
+bar, bcpu = {}, {}
 for kind, srv, proto, n, rep, a, mode, c, d in rows:
     if kind == "barrier":
         bar.setdefault((srv, proto, int(n), mode), []).append(num(a))
+        if math.isfinite(num(a)):
+            bcpu.setdefault((srv, proto, int(n), mode), []).append(num(c))
 if bar:
     print("\n### Barrier, connects included (ADD, last arriver SETs, all WAIT; seconds from "
           "the first connect to the last release, median)\n")
@@ -378,6 +389,16 @@ if bar:
                          for s, p in cols)
         print(f"| {n} | {mode} | " + " | ".join(fmt(x, 3) for x in m)
               + f" | {ratio(m[2], m[1])} | {ratio(m[4], m[3])} | {runs} |")
+    print("\nThe same barriers, the server's CPU time per client (µs, median; all its threads, "
+          "kernel work in its context included, the clients' closes too). A shared machine "
+          "moves this far less than the seconds above.\n")
+    print("| N | connect | rdzvd memory 1.13 | rdzvd relaxed 1.13 | torch 1.13 | rdzvd relaxed 2.x "
+          "| torch 2.13 | torch 1.13 / rdzvd | torch 2.13 / rdzvd 2.x |")
+    print("| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for n, mode in sorted({(key[2], key[3]) for key in bar}):
+        m = [med(bcpu.get((s, p, n, mode), [])) / 1000 for s, p in cols]
+        print(f"| {n} | {mode} | " + " | ".join(fmt(x, 1) for x in m)
+              + f" | {ratio(m[2], m[1])} | {ratio(m[4], m[3])} |")
 
 big = [(int(n), mode, num(a), num(c), num(d)) for kind, srv, proto, n, rep, a, mode, c, d in rows
        if kind == "big"]

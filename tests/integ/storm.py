@@ -21,6 +21,7 @@ The file re-executes itself inside its own network namespace (unshare
 parallel `make check` cannot move it.  Without permission for that it skips.
 """
 import os
+import resource
 import select
 import signal
 import socket
@@ -264,6 +265,72 @@ def test_worker_hosted_tcpstore():
         assert port in ls, ls
         assert p.poll() is None, open(log).read()[-2000:]
     finally:
+        p.kill()
+        p.wait()
+        rt._untrack(p)
+
+
+def cpu_seconds(pid):
+    """User + system CPU time of every thread of pid so far."""
+    with open("/proc/%d/stat" % pid) as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def test_worker_store_backs_off_out_of_descriptors():
+    # Out of descriptors, the hosted store stops polling its listener for
+    # a while: a listener left in poll() would wake it at once, forever.
+    port = rt.free_port()
+    env = worker_lib.base_env({"RANK": "0", "WORLD_SIZE": "2",
+                               "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1",
+                               "MASTER_ADDR": "127.0.0.1",
+                               "MASTER_PORT": str(port),
+                               "WORKER_CHECK_TIMEOUT_MS": "120000"})
+    nofile = 48
+
+    def limit():
+        resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
+
+    log = os.path.join(rt.mktemp(), "rank0.log")
+    with open(log, "wb") as out:
+        p = subprocess.Popen([worker_lib.prog(), "init"], env=env,
+                             stdout=out, stderr=subprocess.STDOUT,
+                             preexec_fn=limit)
+    rt._track(p)
+    socks = []
+    try:
+        rt.wait_until(lambda: port in listeners(p.pid), 20,
+                      what="the hosted store")
+        for _ in range(2 * nofile):
+            s = rt.connect("127.0.0.1", port)
+            s.sendall(rt.enc113("add", b"/emfile", 1))
+            socks.append(s)
+        # The ones it could accept are answered; then it is out.
+        byfd = {s.fileno(): s for s in socks}
+        answered = set()
+        end = time.monotonic() + 3
+        while time.monotonic() < end:
+            r, _, _ = select.select(list(set(byfd) - answered), [], [], 0.2)
+            for fd in r:
+                assert len(byfd[fd].recv(8)) == 8
+                answered.add(fd)
+        assert 0 < len(answered) < len(socks), len(answered)
+        t0 = cpu_seconds(p.pid)
+        time.sleep(3)
+        used = cpu_seconds(p.pid) - t0
+        assert used < 0.2, "out of descriptors, the store used %.2f s " \
+            "of CPU in 3 s: it spins on its listener" % used
+        for s in socks:
+            s.close()
+        socks = []
+        # Descriptors free again: it accepts within its pause.
+        t = rt.TCPStore113(rt.connect("127.0.0.1", port, timeout=30))
+        assert t.add(b"/after", 1) == 1
+        t.close()
+        assert p.poll() is None, open(log).read()[-2000:]
+    finally:
+        for s in socks:
+            s.close()
         p.kill()
         p.wait()
         rt._untrack(p)
