@@ -16,12 +16,15 @@ embedded rdzvd and its round port, librdzvworker's hosted TCPStore):
 A control listener with libevent's old default backlog (128) must overflow
 under the same burst, so the counter is shown to see what it should.
 
+Out of descriptors (prlimit lowers the limit of the running process),
+rdzvd and the hosted TCPStore must pause accepting rather than spin on a
+listener that stays readable, and accept again once descriptors are free.
+
 The file re-executes itself inside its own network namespace (unshare
 --net) so the overflow counter counts only its bursts; other tests of a
 parallel `make check` cannot move it.  Without permission for that it skips.
 """
 import os
-import resource
 import select
 import signal
 import socket
@@ -277,31 +280,18 @@ def cpu_seconds(pid):
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def test_worker_store_backs_off_out_of_descriptors():
-    # Out of descriptors, the hosted store stops polling its listener for
-    # a while: a listener left in poll() would wake it at once, forever.
-    port = rt.free_port()
-    env = worker_lib.base_env({"RANK": "0", "WORLD_SIZE": "2",
-                               "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1",
-                               "MASTER_ADDR": "127.0.0.1",
-                               "MASTER_PORT": str(port),
-                               "WORKER_CHECK_TIMEOUT_MS": "120000"})
-    nofile = 48
-
-    def limit():
-        resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
-
-    log = os.path.join(rt.mktemp(), "rank0.log")
-    with open(log, "wb") as out:
-        p = subprocess.Popen([worker_lib.prog(), "init"], env=env,
-                             stdout=out, stderr=subprocess.STDOUT,
-                             preexec_fn=limit)
-    rt._track(p)
+def backs_off_out_of_descriptors(pid, port):
+    """Lowers pid's descriptor limit to what it holds plus a few, fills
+    them with clients, and checks that it then idles (a listener left in
+    its poll set would wake it at once, forever) and accepts again once
+    descriptors are free."""
+    held = len(os.listdir("/proc/%d/fd" % pid))
+    nofile = held + 16
+    subprocess.run(["prlimit", "--pid", str(pid),
+                    "--nofile=%d:%d" % (nofile, nofile)], check=True)
     socks = []
     try:
-        rt.wait_until(lambda: port in listeners(p.pid), 20,
-                      what="the hosted store")
-        for _ in range(2 * nofile):
+        for _ in range(2 * (nofile - held)):
             s = rt.connect("127.0.0.1", port)
             s.sendall(rt.enc113("add", b"/emfile", 1))
             socks.append(s)
@@ -315,11 +305,11 @@ def test_worker_store_backs_off_out_of_descriptors():
                 assert len(byfd[fd].recv(8)) == 8
                 answered.add(fd)
         assert 0 < len(answered) < len(socks), len(answered)
-        t0 = cpu_seconds(p.pid)
+        t0 = cpu_seconds(pid)
         time.sleep(3)
-        used = cpu_seconds(p.pid) - t0
-        assert used < 0.2, "out of descriptors, the store used %.2f s " \
-            "of CPU in 3 s: it spins on its listener" % used
+        used = cpu_seconds(pid) - t0
+        assert used < 0.2, "out of descriptors, pid %d used %.2f s of CPU " \
+            "in 3 s: it spins on its listener" % (pid, used)
         for s in socks:
             s.close()
         socks = []
@@ -327,10 +317,37 @@ def test_worker_store_backs_off_out_of_descriptors():
         t = rt.TCPStore113(rt.connect("127.0.0.1", port, timeout=30))
         assert t.add(b"/after", 1) == 1
         t.close()
-        assert p.poll() is None, open(log).read()[-2000:]
     finally:
         for s in socks:
             s.close()
+
+
+def test_rdzvd_backs_off_out_of_descriptors():
+    d = rt.Rdzvd()
+    backs_off_out_of_descriptors(d.pid, d.port)
+    assert d.running()
+    assert d.metric("rdzvd_errors_total", kind="accept") > 0
+    assert "pausing accepts for 1 s" in d.log_text(), d.log_text()[-2000:]
+
+
+def test_worker_store_backs_off_out_of_descriptors():
+    port = rt.free_port()
+    env = worker_lib.base_env({"RANK": "0", "WORLD_SIZE": "2",
+                               "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1",
+                               "MASTER_ADDR": "127.0.0.1",
+                               "MASTER_PORT": str(port),
+                               "WORKER_CHECK_TIMEOUT_MS": "120000"})
+    log = os.path.join(rt.mktemp(), "rank0.log")
+    with open(log, "wb") as out:
+        p = subprocess.Popen([worker_lib.prog(), "init"], env=env,
+                             stdout=out, stderr=subprocess.STDOUT)
+    rt._track(p)
+    try:
+        rt.wait_until(lambda: port in listeners(p.pid), 20,
+                      what="the hosted store")
+        backs_off_out_of_descriptors(p.pid, port)
+        assert p.poll() is None, open(log).read()[-2000:]
+    finally:
         p.kill()
         p.wait()
         rt._untrack(p)
