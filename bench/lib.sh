@@ -1,10 +1,11 @@
 # bench/lib.sh: helpers the benchmark scripts source (bash).
 
-# Waits up to 10 s for FILE to hold a port number (a bare number, or rdzvd's
-# "port N" line) and prints it.
+# wait_port FILE [SECONDS]: waits up to SECONDS (10) for FILE to hold a port
+# number (a bare number, or a "port N" line) and prints it.  Importing torch
+# on a loaded machine can take longer than 10 s.
 wait_port() {
 	local file=$1 i
-	for i in $(seq 1 200); do
+	for i in $(seq 1 $(( ${2:-10} * 20 ))); do
 		if [ -s "$file" ]; then
 			awk '/^[0-9]+$/ { print; exit } /^port [0-9]+$/ { print $2; exit }' "$file"
 			return 0

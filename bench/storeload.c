@@ -1,6 +1,7 @@
 /*
- * storeload.c: a load generator for key-value stores that speak the
- * TCPStore 1.13 dialect or rdzv's native protocol.
+ * storeload.c: a load generator for key-value stores that speak a
+ * TCPStore dialect (1.13, or 2.x with its VALIDATE + PING handshake) or
+ * rdzv's native protocol.
  *
  * Three modes, all driven by one libevent loop over non-blocking sockets:
  *   load     K connections, each with one request in flight (TCPStore is
@@ -12,8 +13,16 @@
  *   idle     N connections opened, one round trip each, then held open
  *            (for measuring a server's memory per connection).
  * Connections are opened at most SL_CONNECT_BATCH at a time and each does
- * one round trip (a GETNUMKEYS, or the native preamble) before it counts
- * as open, so a server's accept backlog never shapes a measurement.
+ * one round trip (a GETNUMKEYS, the 2.x PING or the native preamble)
+ * before it counts as open, so a server's accept backlog never shapes a
+ * measurement.  A barrier may instead time its connects too (--connect):
+ *   seq      clients connect one after another, each sending its ADD as
+ *            soon as it is connected (after the PING in 2.x, as torch's
+ *            client does), before the next connects;
+ *   burst    every client connects at once and sends its ADD as soon as
+ *            it is connected: the job-start storm.
+ * --sources K spreads the clients over 127.0.0.1 .. 127.0.0.K, so more of
+ * them than one address has ephemeral ports can connect.
  */
 #include "config.h"
 
@@ -56,8 +65,21 @@
 #define T113_WAIT		5
 #define T113_GETNUMKEYS		6
 
-enum sl_proto { SL_TCPS113, SL_NATIVE };
+/* 2.x handshake (tcpstore-wire.md section 3). */
+#define T2_VALIDATE		0
+#define T2_PING			13
+
+#ifndef IP_BIND_ADDRESS_NO_PORT
+#define IP_BIND_ADDRESS_NO_PORT	24	/* Linux 4.2 */
+#endif
+
+enum sl_proto { SL_TCPS113, SL_TCPS2, SL_NATIVE };
 enum sl_mode { SL_LOAD, SL_BARRIER, SL_IDLE };
+enum sl_connect { SC_READY, SC_SEQ, SC_BURST };
+static const char *const sl_proto_names[] = {
+	"tcpstore113", "tcpstore2", "native"
+};
+static const char *const sl_connect_names[] = { "ready", "seq", "burst" };
 
 enum sl_op {
 	OP_SET,
@@ -73,8 +95,8 @@ static const char *const sl_op_names[OP_COUNT] = {
 	"set", "get", "add", "wait", "check", "cas", "numkeys"
 };
 
-/* The shape of a 1.13 reply. */
-enum sl_reply { R_NONE, R_U8, R_I64, R_BYTES };
+/* The shape of a TCPStore reply. */
+enum sl_reply { R_NONE, R_U8, R_U32, R_I64, R_BYTES };
 
 /*
  * Connection states:
@@ -122,6 +144,8 @@ struct sl {
 	/* options */
 	enum sl_proto		 proto;
 	enum sl_mode		 mode;
+	enum sl_connect		 connect;
+	size_t			 nsources;
 	const char		*host;
 	const char		*port;
 	size_t			 nconns;
@@ -168,6 +192,7 @@ struct sl {
 	uint64_t		 t_bar_start;
 	uint64_t		 t_bar_last;	/* the ADD that returned N came back */
 	uint64_t		 t_bar_sent;	/* every ADD written */
+	size_t			 adds_sent;
 	uint64_t		 t_bar_end;
 	int			 finished;
 };
@@ -177,6 +202,7 @@ static void	conn_write_cb(evutil_socket_t, short, void *);
 static void	conn_issue(struct conn *);
 static void	sl_connect_more(struct sl *);
 static void	sl_all_ready(struct sl *);
+static void	bar_start(struct sl *, struct conn *);
 
 static uint64_t
 now_ns(void)
@@ -270,12 +296,44 @@ out_u8(struct evbuffer *out, uint8_t v)
 		errx(1, "out of memory");
 }
 
-/* 1.13 integers are host order; every platform torch ships on is LE. */
+/* TCPStore integers are host order; every platform torch ships on is LE. */
 static void
 out_i64(struct evbuffer *out, int64_t v)
 {
 	if (evbuffer_add(out, &v, 8) != 0)
 		errx(1, "out of memory");
+}
+
+static void
+out_u32(struct evbuffer *out, uint32_t v)
+{
+	if (evbuffer_add(out, &v, 4) != 0)
+		errx(1, "out of memory");
+}
+
+/* Each op's query byte in 1.13 and in 2.x, indexed by enum sl_op. */
+static const uint8_t tcps_codes[2][OP_COUNT] = {
+	/* set get add wait check cas numkeys */
+	{ T113_SET, T113_GET, T113_ADD, T113_WAIT, T113_CHECK,
+	    T113_COMPARE_SET, T113_GETNUMKEYS },
+	{ 1, 3, 4, 6, 5, 2, 7 },
+};
+
+/* The query bytes of proto (a TCPStore dialect). */
+static const uint8_t *
+tcps_code(enum sl_proto proto)
+{
+	return (tcps_codes[proto == SL_TCPS2]);
+}
+
+/* The 2.x handshake: VALIDATE (no reply), then a PING echoed back. */
+static void
+t2_hello(struct evbuffer *out)
+{
+	out_u8(out, T2_VALIDATE);
+	out_u32(out, TCPS_V2_MAGIC);
+	out_u8(out, T2_PING);
+	out_u32(out, 0x5354524d);
 }
 
 static void
@@ -300,50 +358,51 @@ ckey(const struct sl *sl, size_t i)
 }
 
 /*
- * Appends one 1.13 request to c->out and sets c->expect to the shape of
- * its reply.
+ * Appends one TCPStore request (c's dialect) to c->out and sets c->expect
+ * to the shape of its reply.
  */
 static void
-t113_encode(struct conn *c, enum sl_op op, const char *key, size_t klen)
+tcps_encode(struct conn *c, enum sl_op op, const char *key, size_t klen)
 {
 	struct sl	*sl = c->sl;
 	struct evbuffer	*out = c->out;
+	const uint8_t	*code = tcps_code(sl->proto);
 
 	switch (op) {
 	case OP_SET:
-		out_u8(out, T113_SET);
+		out_u8(out, code[OP_SET]);
 		out_bytes(out, key, klen);
 		out_bytes(out, sl->value, sl->value_size);
 		c->expect = R_NONE;
 		break;
 	case OP_GET:
-		out_u8(out, T113_GET);
+		out_u8(out, code[OP_GET]);
 		out_bytes(out, key, klen);
 		c->expect = R_BYTES;
 		break;
 	case OP_ADD:
-		out_u8(out, T113_ADD);
+		out_u8(out, code[OP_ADD]);
 		out_bytes(out, key, klen);
 		out_i64(out, 1);
 		c->expect = R_I64;
 		break;
 	case OP_WAIT:
 	case OP_CHECK:
-		out_u8(out, op == OP_WAIT ? T113_WAIT : T113_CHECK);
+		out_u8(out, code[op]);
 		out_i64(out, 1);
 		out_bytes(out, key, klen);
 		c->expect = R_U8;
 		break;
 	case OP_CAS:
 		/* Every value is the same, so this swaps it for itself. */
-		out_u8(out, T113_COMPARE_SET);
+		out_u8(out, code[OP_CAS]);
 		out_bytes(out, key, klen);
 		out_bytes(out, sl->value, sl->value_size);
 		out_bytes(out, sl->value, sl->value_size);
 		c->expect = R_BYTES;
 		break;
 	case OP_NUMKEYS:
-		out_u8(out, T113_GETNUMKEYS);
+		out_u8(out, code[OP_NUMKEYS]);
 		c->expect = R_I64;
 		break;
 	default:
@@ -405,8 +464,8 @@ static void
 conn_encode(struct conn *c, enum sl_op op, const char *key, size_t klen)
 {
 	c->op = op;
-	if (c->sl->proto == SL_TCPS113)
-		t113_encode(c, op, key, klen);
+	if (c->sl->proto != SL_NATIVE)
+		tcps_encode(c, op, key, klen);
 	else
 		nat_encode(c, op, key, klen);
 }
@@ -453,15 +512,26 @@ conn_write_cb(evutil_socket_t fd, short what, void *arg)
 		    sl->host, sl->port);
 	}
 	(void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-	c->state = CS_HELLO;
 	if (event_add(c->rev, NULL) != 0)
 		errx(1, "event_add failed");
+	if (sl->mode == SL_BARRIER && sl->connect != SC_READY &&
+	    sl->proto == SL_TCPS113) {
+		/* A 1.13 client sends its first request at once. */
+		sl->connecting--;
+		bar_start(sl, c);
+		sl_connect_more(sl);
+		return;
+	}
+	c->state = CS_HELLO;
 	if (sl->proto == SL_NATIVE) {
 		if (nat_preamble_put(c->out, NAT_VERSION) != 0)
 			errx(1, "out of memory");
 		c->expect = R_NONE;
+	} else if (sl->proto == SL_TCPS2) {
+		t2_hello(c->out);
+		c->expect = R_U32;
 	} else
-		t113_encode(c, OP_NUMKEYS, NULL, 0);
+		tcps_encode(c, OP_NUMKEYS, NULL, 0);
 	conn_send(c);
 }
 
@@ -486,6 +556,20 @@ conn_open(struct sl *sl, struct conn *c)
 	    c->ibuf == NULL)
 		errx(1, "out of memory");
 	c->state = CS_CONNECTING;
+	if (sl->nsources > 0) {
+		struct sockaddr_in	src;
+		int			one = 1;
+
+		/* The port is picked at connect(), per destination. */
+		memset(&src, 0, sizeof src);
+		src.sin_family = AF_INET;
+		src.sin_addr.s_addr = htonl(INADDR_LOOPBACK +
+		    (uint32_t)((size_t)(c - sl->conns) % sl->nsources));
+		(void)setsockopt(fd, IPPROTO_IP, IP_BIND_ADDRESS_NO_PORT, &one,
+		    sizeof one);
+		if (bind(fd, (struct sockaddr *)&src, sizeof src) == -1)
+			err(1, "bind (connection %zu)", (size_t)(c - sl->conns));
+	}
 	if (connect(fd, sl->ai->ai_addr, sl->ai->ai_addrlen) == -1 &&
 	    errno != EINPROGRESS)
 		err(1, "connect (connection %zu) to %s:%s",
@@ -494,25 +578,32 @@ conn_open(struct sl *sl, struct conn *c)
 		errx(1, "event_add failed");
 }
 
+/* Opens connections up to the batch --connect allows. */
 static void
 sl_connect_more(struct sl *sl)
 {
-	while (sl->next_connect < sl->nconns &&
-	    sl->connecting < SL_CONNECT_BATCH) {
+	size_t	batch = SL_CONNECT_BATCH;
+
+	if (sl->mode == SL_BARRIER && sl->connect == SC_SEQ)
+		batch = 1;
+	else if (sl->mode == SL_BARRIER && sl->connect == SC_BURST)
+		batch = SIZE_MAX;
+	while (sl->next_connect < sl->nconns && sl->connecting < batch) {
 		conn_open(sl, &sl->conns[sl->next_connect++]);
 		sl->connecting++;
 	}
 }
 
 /*
- * Parses one 1.13 reply of shape c->expect from c->ibuf.  Returns its
+ * Parses one TCPStore reply of shape c->expect from c->ibuf.  Returns its
  * size, or 0 when it is not all there.
  */
 static size_t
-t113_parse(struct conn *c)
+tcps_parse(struct conn *c)
 {
 	uint64_t	len;
 	int64_t		v;
+	uint32_t	u;
 
 	switch (c->expect) {
 	case R_U8:
@@ -520,6 +611,12 @@ t113_parse(struct conn *c)
 			return (0);
 		c->rval = c->ibuf[0];
 		return (1);
+	case R_U32:
+		if (c->ilen < 4)
+			return (0);
+		memcpy(&u, c->ibuf, 4);
+		c->rval = u;
+		return (4);
 	case R_I64:
 		if (c->ilen < 8)
 			return (0);
@@ -544,7 +641,7 @@ t113_parse(struct conn *c)
 	    (size_t)(c - c->sl->conns), c->ilen);
 }
 
-/* Parses one native reply (or the preamble in CS_HELLO); as t113_parse. */
+/* Parses one native reply (or the preamble in CS_HELLO); as tcps_parse. */
 static size_t
 nat_parse(struct conn *c)
 {
@@ -632,7 +729,7 @@ bar_reply(struct sl *sl, struct conn *c)
 			c->step = BAR_SET;
 			if (sl->proto == SL_NATIVE)
 				break;
-			/* A 1.13 SET has no reply: wait right behind it. */
+			/* A TCPStore SET has no reply: wait right behind it. */
 		}
 		conn_encode(c, OP_WAIT, sl->bar_done, strlen(sl->bar_done));
 		c->step = BAR_WAIT;
@@ -642,7 +739,7 @@ bar_reply(struct sl *sl, struct conn *c)
 		c->step = BAR_WAIT;
 		break;
 	case BAR_WAIT:
-		if (sl->proto == SL_TCPS113 && c->rval != TCPS_STOP_WAITING)
+		if (sl->proto != SL_NATIVE && c->rval != TCPS_STOP_WAITING)
 			errx(1, "WAIT answered %" PRId64, c->rval);
 		c->step = BAR_RELEASED;
 		c->state = CS_READY;
@@ -662,8 +759,16 @@ conn_reply(struct conn *c, uint64_t t)
 	struct sl	*sl = c->sl;
 
 	if (c->state == CS_HELLO) {
+		if (sl->proto == SL_TCPS2 && c->rval != 0x5354524d)
+			errx(1, "connection %zu: PING echoed %" PRId64,
+			    (size_t)(c - sl->conns), c->rval);
 		c->state = CS_READY;
 		sl->connecting--;
+		if (sl->mode == SL_BARRIER && sl->connect != SC_READY) {
+			bar_start(sl, c);
+			sl_connect_more(sl);
+			return;
+		}
 		sl->nready++;
 		if (sl->nready == sl->nconns)
 			sl_all_ready(sl);
@@ -676,7 +781,7 @@ conn_reply(struct conn *c, uint64_t t)
 		    (size_t)(c - sl->conns));
 	switch (sl->mode) {
 	case SL_LOAD:
-		if (sl->proto == SL_TCPS113 && ((c->op == OP_WAIT &&
+		if (sl->proto != SL_NATIVE && ((c->op == OP_WAIT &&
 		    c->rval != TCPS_STOP_WAITING) || ((c->op == OP_GET ||
 		    c->op == OP_CAS) && (size_t)c->rval != sl->value_size)))
 			errx(1, "connection %zu: odd reply %" PRId64 " to %s",
@@ -728,8 +833,8 @@ conn_read_cb(evutil_socket_t fd, short what, void *arg)
 	c->ilen += (size_t)n;
 	t = now_ns();
 	for (;;) {
-		if (sl->proto == SL_TCPS113)
-			used = t113_parse(c);
+		if (sl->proto != SL_NATIVE)
+			used = tcps_parse(c);
 		else
 			used = nat_parse(c);
 		if (used == 0)
@@ -771,7 +876,7 @@ conn_issue(struct conn *c)
 		 * A 1.13 SET has no reply: like torch's client, it is done
 		 * once written, and the next request goes right behind it.
 		 */
-		if (sl->proto == SL_TCPS113 && op == OP_SET) {
+		if (sl->proto != SL_NATIVE && op == OP_SET) {
 			load_done(sl, c, op, 0, 0);
 			continue;
 		}
@@ -857,20 +962,9 @@ sl_all_ready(struct sl *sl)
 			conn_issue(&sl->conns[i]);
 		break;
 	case SL_BARRIER:
-		tv = tv_of(sl->timeout);
-		event_base_once(sl->base, -1, EV_TIMEOUT, loop_break_cb, sl,
-		    &tv);
 		sl->t_bar_start = now_ns();
-		for (i = 0; i < sl->nconns; i++) {
-			struct conn	*c = &sl->conns[i];
-
-			conn_encode(c, OP_ADD, sl->bar_count,
-			    strlen(sl->bar_count));
-			c->step = BAR_ADD;
-			c->state = CS_BUSY;
-			conn_send(c);
-		}
-		sl->t_bar_sent = now_ns();
+		for (i = 0; i < sl->nconns; i++)
+			bar_start(sl, &sl->conns[i]);
 		break;
 	case SL_IDLE:
 		printf("idle n=%zu ready pid=%ld\n", sl->nconns, (long)getpid());
@@ -882,6 +976,18 @@ sl_all_ready(struct sl *sl)
 		}
 		break;
 	}
+}
+
+/* Barrier mode: c, connected, sends its ADD. */
+static void
+bar_start(struct sl *sl, struct conn *c)
+{
+	conn_encode(c, OP_ADD, sl->bar_count, strlen(sl->bar_count));
+	c->step = BAR_ADD;
+	c->state = CS_BUSY;
+	conn_send(c);
+	if (++sl->adds_sent == sl->nconns)
+		sl->t_bar_sent = now_ns();
 }
 
 static void
@@ -903,8 +1009,8 @@ sl_populate(struct sl *sl)
 	struct rdzv_client	*cl;
 	struct evbuffer		*out;
 	char			 hp[300], key[4096];
-	uint8_t			 reply[8];
-	size_t			 i, got;
+	uint8_t			 reply[12];
+	size_t			 i, got, want;
 	ssize_t			 n;
 	int			 fd, rv;
 
@@ -927,27 +1033,31 @@ sl_populate(struct sl *sl)
 		return;
 	}
 
-	/* 1.13: all SETs then one GETNUMKEYS, whose reply means "all done". */
+	/* TCPStore: all SETs then one GETNUMKEYS, whose reply means "all
+	 * done" (2.x: after VALIDATE and a PING, whose echo comes first). */
 	fd = socket(sl->ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC,
 	    sl->ai->ai_protocol);
 	if (fd == -1 || connect(fd, sl->ai->ai_addr, sl->ai->ai_addrlen) == -1)
 		err(1, "populate: connect %s:%s", sl->host, sl->port);
 	if ((out = evbuffer_new()) == NULL)
 		errx(1, "out of memory");
+	if (sl->proto == SL_TCPS2)
+		t2_hello(out);
 	for (i = 0; i < sl->nkeys; i++) {
-		out_u8(out, T113_SET);
+		out_u8(out, tcps_code(sl->proto)[OP_SET]);
 		out_bytes(out, vkey(sl, i), sl->key_size);
 		out_bytes(out, sl->value, sl->value_size);
 		if (evbuffer_get_length(out) > 65536 || i == sl->nkeys - 1) {
 			if (i == sl->nkeys - 1)
-				out_u8(out, T113_GETNUMKEYS);
+				out_u8(out, tcps_code(sl->proto)[OP_NUMKEYS]);
 			while (evbuffer_get_length(out) > 0)
 				if (evbuffer_write(out, fd) < 0)
 					err(1, "populate: send");
 		}
 	}
-	for (got = 0; got < 8; got += (size_t)n)
-		if ((n = read(fd, reply + got, 8 - got)) <= 0)
+	want = sl->proto == SL_TCPS2 ? 12 : 8;	/* 2.x: the PING echo too */
+	for (got = 0; got < want; got += (size_t)n)
+		if ((n = read(fd, reply + got, want - got)) <= 0)
 			errx(1, "populate: no reply from the server");
 	evbuffer_free(out);
 	close(fd);
@@ -1062,11 +1172,12 @@ static void __attribute__((noreturn))
 usage(void)
 {
 	fprintf(stderr,
-"usage: storeload [--proto tcpstore113|native] [--host H] --port P\n"
+"usage: storeload [--proto tcpstore113|tcpstore2|native] [--host H] --port P\n"
 "                 [--conns K] [--duration S] [--warmup S]\n"
 "                 [--mix set=40,get=40,add=15,wait=5] [--key-size N]\n"
 "                 [--value-size N] [--keys N]\n"
 "       storeload --barrier N [--proto P] [--host H] --port P [--timeout S]\n"
+"                 [--connect ready|seq|burst] [--sources K]\n"
 "       storeload --idle N [--proto P] [--host H] --port P [--hold S]\n");
 	exit(2);
 }
@@ -1089,6 +1200,8 @@ main(int argc, char **argv)
 		{ "idle",	required_argument, NULL, 'i' },
 		{ "hold",	required_argument, NULL, 'H' },
 		{ "timeout",	required_argument, NULL, 't' },
+		{ "connect",	required_argument, NULL, 'C' },
+		{ "sources",	required_argument, NULL, 'S' },
 		{ NULL,		0,		   NULL, 0 }
 	};
 	struct sl		*sl;
@@ -1118,12 +1231,24 @@ main(int argc, char **argv)
 	while ((ch = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
 		switch (ch) {
 		case 'P':
-			if (strcmp(optarg, "tcpstore113") == 0)
-				sl->proto = SL_TCPS113;
-			else if (strcmp(optarg, "native") == 0)
-				sl->proto = SL_NATIVE;
-			else
-				errx(1, "--proto: tcpstore113 or native");
+			for (i = 0; i < 3; i++)
+				if (strcmp(optarg, sl_proto_names[i]) == 0)
+					break;
+			if (i == 3)
+				errx(1, "--proto: tcpstore113, tcpstore2 or "
+				    "native");
+			sl->proto = (enum sl_proto)i;
+			break;
+		case 'C':
+			for (i = 0; i < 3; i++)
+				if (strcmp(optarg, sl_connect_names[i]) == 0)
+					break;
+			if (i == 3)
+				errx(1, "--connect: ready, seq or burst");
+			sl->connect = (enum sl_connect)i;
+			break;
+		case 'S':
+			sl->nsources = arg_count("--sources", optarg, 1, 254);
 			break;
 		case 'h':
 			sl->host = optarg;
@@ -1179,9 +1304,10 @@ main(int argc, char **argv)
 		sl->mode = SL_IDLE;
 		sl->nconns = nidle;
 	}
-	if (sl->mode == SL_LOAD && sl->proto == SL_TCPS113 &&
+	if (sl->mode == SL_LOAD && sl->proto != SL_NATIVE &&
 	    sl->weight[OP_SET] == sl->wsum)
-		errx(1, "--mix: a 1.13 SET has no reply; add an op that has");
+		errx(1, "--mix: a TCPStore SET has no reply; add an op that "
+		    "has");
 	if (sl->mode == SL_LOAD && sl->duration <= 0)
 		errx(1, "--duration must be > 0");
 
@@ -1196,6 +1322,8 @@ main(int argc, char **argv)
 	hints.ai_flags = AI_NUMERICSERV;
 	if ((rv = getaddrinfo(sl->host, sl->port, &hints, &sl->ai)) != 0)
 		errx(1, "%s: %s", sl->host, gai_strerror(rv));
+	if (sl->nsources > 0 && sl->ai->ai_family != AF_INET)
+		errx(1, "--sources needs an IPv4 --host");
 
 	if ((sl->base = event_base_new()) == NULL)
 		errx(1, "event_base_new failed");
@@ -1229,6 +1357,13 @@ main(int argc, char **argv)
 		sl->value[0] = '1';
 	}
 
+	if (sl->mode == SL_BARRIER) {
+		tv = tv_of(sl->timeout);
+		event_base_once(sl->base, -1, EV_TIMEOUT, loop_break_cb, sl,
+		    &tv);
+		/* With --connect seq or burst the connects are timed too. */
+		sl->t_bar_start = now_ns();
+	}
 	sl_connect_more(sl);
 	event_base_dispatch(sl->base);
 
@@ -1249,8 +1384,7 @@ main(int argc, char **argv)
 		    "lat_ops=%" PRIu64 " p50_us=%.1f p99_us=%.1f "
 		    "p999_us=%.1f max_us=%.1f total_ops=%" PRIu64
 		    " client_cpu_s=%.3f",
-		    sl->proto == SL_NATIVE ? "native" : "tcpstore113",
-		    sl->nconns, sl->mixstr, sl->key_size, sl->value_size,
+		    sl_proto_names[sl->proto], sl->nconns, sl->mixstr, sl->key_size, sl->value_size,
 		    sl->nkeys, secs, sl->ops, (double)sl->ops / secs,
 		    sl->lat_ops, hist_quantile(sl, 0.50),
 		    hist_quantile(sl, 0.99), hist_quantile(sl, 0.999),
@@ -1266,16 +1400,20 @@ main(int argc, char **argv)
 	case SL_BARRIER:
 		if (!sl->finished) {
 			printf("barrier n=%zu seconds=timeout released=%zu "
-			    "proto=%s\n", sl->nconns, sl->released,
-			    sl->proto == SL_NATIVE ? "native" : "tcpstore113");
+			    "proto=%s connect=%s\n", sl->nconns, sl->released,
+			    sl_proto_names[sl->proto],
+			    sl_connect_names[sl->connect]);
 			return (1);
 		}
-		printf("barrier n=%zu seconds=%.4f proto=%s adds_sent_s=%.4f "
-		    "last_add_s=%.4f\n", sl->nconns,
+		printf("barrier n=%zu seconds=%.4f proto=%s connect=%s "
+		    "sources=%zu adds_sent_s=%.4f last_add_s=%.4f "
+		    "client_cpu_s=%.3f\n", sl->nconns,
 		    (double)(sl->t_bar_end - sl->t_bar_start) / 1e9,
-		    sl->proto == SL_NATIVE ? "native" : "tcpstore113",
+		    sl_proto_names[sl->proto], sl_connect_names[sl->connect],
+		    sl->nsources,
 		    (double)(sl->t_bar_sent - sl->t_bar_start) / 1e9,
-		    (double)(sl->t_bar_last - sl->t_bar_start) / 1e9);
+		    (double)(sl->t_bar_last - sl->t_bar_start) / 1e9,
+		    cpu_seconds());
 		return (0);
 	case SL_IDLE:
 		break;

@@ -1,9 +1,11 @@
 #!/usr/bin/python3
 """torch_store_server.py: runs PyTorch's own TCPStore server (the peer the
 store benchmarks compare rdzvd with) on 127.0.0.1, prints its port on one
-line ("port N") and serves until killed.
+line ("port N") and serves until killed.  The interpreter picks the torch:
+/usr/bin/python3 has 1.13 (its server speaks the 1.13 dialect), the venv of
+scripts/deps.sh has 2.13 (libuv, the 2.x dialect).
 
-Usage: /usr/bin/python3 bench/torch_store_server.py [--host H] [--port P]
+Usage: PYTHON bench/torch_store_server.py [--host H] [--port P]
 (port 0, the default, picks a free one).
 """
 import argparse

@@ -175,8 +175,10 @@ net_listen(const char *addr, int port, int bulk, int *fdp, int *portp)
 		if (ai->ai_family == AF_INET6)	/* dual stack for "::" */
 			setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero,
 			    sizeof zero);
+		/* As long a queue as the kernel allows (it caps this at
+		 * net.core.somaxconn): every rank connects at once. */
 		if (bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 &&
-		    listen(fd, 1024) == 0) {
+		    listen(fd, 65535) == 0) {
 			rc = 0;
 			break;
 		}

@@ -266,14 +266,23 @@ sconn_input(struct tstore_srv *srv, struct sconn *c)
 	}
 }
 
-static void
+/*
+ * Accepts every connection queued on the listener.  Returns -1 when the
+ * process is out of descriptors or memory (the caller stops polling the
+ * listener for a while instead of spinning on it), else 0.
+ */
+static int
 srv_accept(struct tstore_srv *srv)
 {
 	struct sconn	*c, **nc;
 	int		 fd;
 
-	while ((fd = accept4(srv->lfd, NULL, NULL, SOCK_NONBLOCK |
-	    SOCK_CLOEXEC)) != -1) {
+	for (;;) {
+		fd = accept4(srv->lfd, NULL, NULL, SOCK_NONBLOCK |
+		    SOCK_CLOEXEC);
+		if (fd == -1)
+			return (errno == EMFILE || errno == ENFILE ||
+			    errno == ENOBUFS || errno == ENOMEM ? -1 : 0);
 		if (srv->nconns >= SRV_CONN_MAX ||
 		    (c = calloc(1, sizeof *c)) == NULL) {
 			close(fd);
@@ -325,6 +334,8 @@ srv_main(void *arg)
 	struct tstore_srv	*srv = arg;
 	struct pollfd		*pfd = NULL, *np;
 	size_t			 i, j, cap = 0;
+	int64_t			 paused = 0;	/* accepts resume then */
+	int			 left;
 
 	for (;;) {
 		if (cap < srv->nconns + 2) {
@@ -338,15 +349,20 @@ srv_main(void *arg)
 		}
 		pfd[0].fd = srv->wake[0];
 		pfd[0].events = POLLIN;
+		left = -1;
+		if (paused != 0 && (left = (int)(paused - now_ms())) <= 0) {
+			paused = 0;
+			left = -1;
+		}
 		pfd[1].fd = srv->lfd;
-		pfd[1].events = POLLIN;
+		pfd[1].events = paused == 0 ? POLLIN : 0;
 		for (i = 0; i < srv->nconns; i++) {
 			pfd[i + 2].fd = srv->conns[i]->fd;
 			pfd[i + 2].events = POLLIN;
 			if (evbuffer_get_length(srv->conns[i]->out) > 0)
 				pfd[i + 2].events |= POLLOUT;
 		}
-		if (poll(pfd, srv->nconns + 2, -1) == -1)
+		if (poll(pfd, srv->nconns + 2, left) == -1)
 			continue;
 		if (pfd[0].revents != 0)
 			break;
@@ -366,8 +382,9 @@ srv_main(void *arg)
 				srv->conns[j++] = srv->conns[i];
 		}
 		srv->nconns = j;
-		if (pfd[1].revents != 0)
-			srv_accept(srv);
+		/* Out of descriptors: pause a second rather than spin. */
+		if (pfd[1].revents != 0 && srv_accept(srv) == -1)
+			paused = now_ms() + 1000;
 	}
 	free(pfd);
 	return (NULL);

@@ -952,7 +952,6 @@ accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa,
     int salen, void *arg)
 {
 	struct conn	*c;
-	int		 one = 1;
 
 	if (server.draining) {
 		close(fd);
@@ -971,8 +970,7 @@ accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa,
 		close(fd);
 		return;
 	}
-	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-	setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
+	/* TCP_NODELAY and SO_KEEPALIVE come from the listener. */
 	format_peer(c->peer, sizeof c->peer, sa);
 	if ((size_t)salen <= sizeof c->sa)
 		memcpy(&c->sa, sa, (size_t)salen);
@@ -1098,7 +1096,10 @@ resolve_listen(const char *spec, const char *what)
 	return res;
 }
 
-/* Opens a listening socket on spec; returns the fd or -1 (logged). */
+/*
+ * Opens a listening socket on spec, backlog as long as the system allows;
+ * returns the fd or -1 (logged).
+ */
 int
 listen_socket(const char *spec, const char *what, int *port)
 {
@@ -1123,11 +1124,19 @@ listen_socket(const char *spec, const char *what, int *port)
 			continue;
 		}
 		setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+		/* Accepted sockets inherit these: two system calls fewer
+		 * per client, which counts when thousands connect at once. */
+		setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+		setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
 		if (ai->ai_family == AF_INET6)
 			setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero,
 			    sizeof zero);
+		/* The kernel caps the backlog at its own maximum (Linux:
+		 * net.core.somaxconn), so asking for more follows it up.
+		 * At job start every rank connects at once: a short accept
+		 * queue drops SYNs, each retried only after a second. */
 		if (bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 &&
-		    listen(fd, 4096) == 0)
+		    listen(fd, 65535) == 0)
 			break;
 		saved = errno;
 		close(fd);
@@ -1333,8 +1342,10 @@ server_listen_fd(int fd, struct ns_ref *ns)
 {
 	struct evconnlistener	*l;
 
+	/* Backlog 0: fd already listens.  -1 would make libevent call
+	 * listen() again with 128, shortening listen_socket's queue. */
 	l = evconnlistener_new(server.base, accept_cb, ns,
-	    LEV_OPT_CLOSE_ON_FREE, -1, fd);
+	    LEV_OPT_CLOSE_ON_FREE, 0, fd);
 	if (l == NULL) {
 		log_warnx("evconnlistener_new failed");
 		close(fd);

@@ -31,3 +31,4 @@ INTEG_TESTS += tests/integ/worker_abi.sh
 INTEG_TESTS += tests/integ/agent_static.py
 INTEG_TESTS += tests/integ/agent_cli2.py
 INTEG_TESTS += tests/integ/tstore_hosted_ops.py
+INTEG_TESTS += tests/integ/storm.py
