@@ -16,8 +16,7 @@ PATH starts with torch 2.13's virtualenv, as for a user who activated it:
 rdzv-agent must run that python3 (torch 2.13), not /usr/bin/python3 (torch
 1.13), which the recorded torch version shows.
 
-Left out for now (issue 11 part B, not merged): torchtitan's
---local-ranks-filter, and torchrun 2.x's other new options.
+torchrun 2.x's other options are each tried by tests/integ/agent_cli2.py.
 """
 
 import json
@@ -87,10 +86,11 @@ ROWS = [
 	    "--rdzv_endpoint $head_node_ip:$PORT dropin_train.py", False),
 	("torchtitan run_train.sh", 1,
 	    lambda i: {"NGPU": "2", "CONFIG_FILE": "./debug_model.toml",
-	    "TRAIN_FILE": "dropin_train"},
+	    "TRAIN_FILE": "dropin_train", "LOG_RANK": "0"},
 	    'PYTORCH_ALLOC_CONF="expandable_segments:True" '
 	    'torchrun --nproc_per_node=${NGPU} --rdzv_backend c10d '
-	    '--rdzv_endpoint="localhost:0" --role rank --tee 3 '
+	    '--rdzv_endpoint="localhost:0" --local-ranks-filter ${LOG_RANK} '
+	    '--role rank --tee 3 '
 	    '-m ${TRAIN_FILE} --job.config_file ${CONFIG_FILE}', False),
 ]
 
