@@ -33,11 +33,8 @@ import time
 
 import rdzvtest
 
-TORCH_PY = os.environ.get("TORCH_PYTHON", "/usr/bin/python3")
-TORCH2_PY = os.environ.get("TORCH2_PYTHON", os.path.join(
-    os.environ.get("RDZV_TORCH2_VENV", os.path.join(os.environ.get(
-	"XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "rdzv",
-	"torch-2.13")), "bin", "python"))
+TORCH_PY = rdzvtest.TORCH_PYTHON
+TORCH2_PY = rdzvtest.TORCH2_PYTHON
 _T0 = time.monotonic()
 
 
@@ -51,14 +48,7 @@ def check(cond, msg):
 		raise AssertionError(msg)
 
 
-def _no_torch(reason):
-	"""A missing torch: a failure where the suite promised one (CI), a
-	visible skip elsewhere."""
-	if os.environ.get("RDZV_REQUIRE_TORCH") == "1":
-		print("FAIL: %s (RDZV_REQUIRE_TORCH=1: scripts/deps.sh installs "
-		    "it)" % reason, flush=True)
-		sys.exit(1)
-	rdzvtest.skip_all(reason)
+_no_torch = rdzvtest.no_torch
 
 
 def require_torch():

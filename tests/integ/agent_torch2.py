@@ -9,14 +9,12 @@ the job ends with both agents exiting 0 and every rank's replica the same.
 import json
 import os
 import signal
-import subprocess
 import time
 
 import rdzvtest as rt
 from agent_lib import Scope, agent_path, conf, job_status
 
-TORCH2 = os.environ.get("TORCH2_PYTHON", os.path.expanduser(
-    "~/.cache/rdzv/torch-2.13/bin/python"))
+TORCH2 = rt.TORCH2_PYTHON
 LEASE = 2.0
 
 # Trains until DIR/finish exists (every rank agrees through a MAX
@@ -138,13 +136,6 @@ def test_ddp_through_worker_sigkill_and_rdzvd_kill9():
 if __name__ == "__main__":
     if not os.path.exists(agent_path()):
         rt.skip_all("agent/rdzv-agent not built")
-    ok = os.access(TORCH2, os.X_OK) and subprocess.run(
-        [TORCH2, "-c", "import torch.distributed"],
-        capture_output=True).returncode == 0
-    if not ok:
-        if os.environ.get("RDZV_REQUIRE_TORCH") == "1":
-            print("FAIL: no torch 2.x at %s (TORCH2_PYTHON; scripts/deps.sh "
-                  "installs it)" % TORCH2, flush=True)
-            raise SystemExit(1)
-        rt.skip_all("no torch 2.x at %s (TORCH2_PYTHON)" % TORCH2)
+    if not rt.has_torch(TORCH2):
+        rt.no_torch("no torch 2.x at %s (TORCH2_PYTHON)" % TORCH2)
     rt.main(globals(), per_test=200, total=230)

@@ -10,15 +10,13 @@ MPI, MPICH/PMI and Slurm (plus MASTER_ADDR/MASTER_PORT), and of rdzv-agent
 launch that lacks what it needs fails with a message naming it.
 """
 
-import os
 import subprocess
 
 import rdzvtest as rt
 import worker_lib as wl
 
-TORCH = os.environ.get("TORCH_PYTHON", "/usr/bin/python3")
-TORCH2 = os.environ.get("TORCH2_PYTHON", os.path.expanduser(
-    "~/.cache/rdzv/torch-2.13/bin/python"))
+TORCH = rt.TORCH_PYTHON
+TORCH2 = rt.TORCH2_PYTHON
 
 
 def torchrun(args, timeout=120, python=TORCH, env=None):
@@ -28,15 +26,10 @@ def torchrun(args, timeout=120, python=TORCH, env=None):
     return p.returncode, p.stdout + p.stderr
 
 
-def have_torch(python=TORCH):
-    if os.access(python, os.X_OK) and subprocess.run(
-            [python, "-c", "import torch.distributed.run"],
-            capture_output=True).returncode == 0:
-        return True
-    if os.environ.get("RDZV_REQUIRE_TORCH") == "1":
-        raise AssertionError("no torch in %s (RDZV_REQUIRE_TORCH=1: "
-                             "scripts/deps.sh installs it)" % python)
-    return False
+def need_torch(python=TORCH):
+    """torchrun of python, or this test fails (CI) or skips."""
+    if not rt.has_torch(python, "torch.distributed.run"):
+        rt.no_torch("no torch in %s" % python, whole_file=False)
 
 
 # The program checks the store mode torchrun chose before it runs.
@@ -47,8 +40,7 @@ def expect_agent_store(want):
 
 
 def test_torchrun_c10d_rank0_hosts_store():
-    if not have_torch():
-        rt.skip("no torch in %s" % TORCH)
+    need_torch()
     rc, out = torchrun(["--standalone", "--nproc_per_node", "3",
                         "--no_python", "--redirects", "9:1", "--tee", "9:1",
                         wl.prog(), "coll", "quick"])
@@ -58,8 +50,7 @@ def test_torchrun_c10d_rank0_hosts_store():
 
 
 def test_torchrun_static_agent_store():
-    if not have_torch():
-        rt.skip("no torch in %s" % TORCH)
+    need_torch()
     # The static rendezvous gives TORCHELASTIC_USE_AGENT_STORE=True: the
     # ranks are clients of the agent's TCPStore, keys under a prefix.
     script = ('[ "$TORCHELASTIC_USE_AGENT_STORE" = True ] || '
@@ -74,8 +65,7 @@ def test_torchrun_static_agent_store():
 
 
 def test_torchrun2_rank0_hosts_store():
-    if not have_torch(TORCH2):
-        rt.skip("no torch in %s" % TORCH2)
+    need_torch(TORCH2)
     # torch 2.13's c10d agents share their TCPStore with the workers
     # unless told not to: then rank 0 hosts one, as under 1.13.
     rc, out = torchrun(["--standalone", "--nproc_per_node", "3",
@@ -89,8 +79,7 @@ def test_torchrun2_rank0_hosts_store():
 
 
 def test_torchrun2_agent_store():
-    if not have_torch(TORCH2):
-        rt.skip("no torch in %s" % TORCH2)
+    need_torch(TORCH2)
     # torch 2.13's default: the rank-0 agent hosts a TCPStore (a 2.x
     # server) and every worker is its client.
     rc, out = torchrun(["--standalone", "--nproc_per_node", "3",

@@ -99,6 +99,7 @@ __all__ = [
     "Rdzvd", "run_rdzvd", "rdzvd_path", "NativeClient", "TCPStore113",
     "TCPStore2", "TorchServer", "RdzvError", "PeerClosed", "Skip", "Deadline",
     "parse_metrics", "enc113", "enc2", "main", "skip", "skip_all",
+    "TORCH_PYTHON", "TORCH2_PYTHON", "has_torch", "no_torch",
     "wait_until", "expect_closed", "still_open", "connect", "recv_exact",
     "send_all_slowly", "metric_value", "mktemp", "top_builddir",
     "top_srcdir", "make_tls_certs", "tls_wrap", "tls_client_context",
@@ -165,6 +166,42 @@ def skip_all(reason):
     print("SKIP: %s" % reason, flush=True)
     _cleanup()
     os._exit(77)
+
+
+# ---- the PyTorch versions ----
+#
+# Debian's torch 1.13 and the torch 2.13 virtualenv scripts/deps.sh makes;
+# configure passes both to make check (TORCH_PYTHON, TORCH2_PYTHON), the
+# defaults are for a test run by hand.
+
+TORCH_PYTHON = os.environ.get("TORCH_PYTHON", "/usr/bin/python3")
+TORCH2_PYTHON = os.environ.get("TORCH2_PYTHON", os.path.join(
+    os.environ.get("RDZV_TORCH2_VENV", os.path.join(os.environ.get(
+        "XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "rdzv",
+        "torch-2.13")), "bin", "python"))
+
+
+def has_torch(python, module="torch.distributed"):
+    """Whether python can import module (torch.distributed by default)."""
+    return os.access(python, os.X_OK) and subprocess.run(
+        [python, "-c", "import " + module], stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL).returncode == 0
+
+
+def no_torch(reason, whole_file=True):
+    """A missing torch: a failure where the suite promised one
+    (RDZV_REQUIRE_TORCH=1: scripts/test.sh, so CI), a visible skip of the
+    file (or, whole_file false, of the test) elsewhere."""
+    if os.environ.get("RDZV_REQUIRE_TORCH") == "1":
+        reason += " (RDZV_REQUIRE_TORCH=1: scripts/deps.sh installs it)"
+        if not whole_file:
+            raise AssertionError(reason)
+        print("FAIL: %s" % reason, flush=True)
+        _cleanup()
+        os._exit(1)
+    if whole_file:
+        skip_all(reason)
+    skip(reason)
 
 
 # ---- process tracking and cleanup ----
