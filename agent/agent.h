@@ -264,13 +264,6 @@ void	logs_summary_end(FILE *f);
  */
 int	logs_error_to_parent(const char *program, const char *host,
 	    const struct logs_failure *first, const char *job_msg);
-/*
- * Finds the string (or the raw number, true, false) at the path of
- * object keys in the JSON text js[0..len) and copies it into out.
- * Returns 0, RDZV_ENOTFOUND, or RDZV_EPROTO on malformed JSON.
- */
-int	logs_json_get(const char *js, size_t len, const char *const *path,
-	    char *out, size_t outsz);
 
 /* ---- progress.c: the step counters workers report ---- */
 

@@ -16,7 +16,7 @@
  * terminal (a file or a pipe, where the nodes' lines would mix).
  * --local_ranks_filter sends the other ranks' console output to
  * /dev/null (their log files keep it).  Also reads torch's error file
- * format with a small bounded JSON reader.
+ * format (with jansson, up to LOGS_ERRFILE_MAX bytes).
  */
 #include "config.h"
 
@@ -46,7 +46,6 @@
 
 #define LOGS_LINE_MAX		65536	/* a longer partial line is cut */
 #define LOGS_ERRFILE_MAX	(1 << 20)
-#define LOGS_JSON_DEPTH		64
 #define LOGS_PREFIX_MAX		512
 #define LOGS_DEFAULT_PREFIX	"[${role_name}${local_rank}]:"
 
@@ -541,246 +540,34 @@ logs_end_attempt(void)
 	logs_nranks = 0;
 }
 
-/* ---- a bounded JSON reader, enough for torch's error file ---- */
+/* ---- torch's error file ---- */
 
-struct logs_js {
-	const char	*p;
-	const char	*end;
-};
-
-static void
-logs_js_ws(struct logs_js *j)
-{
-	while (j->p < j->end && (*j->p == ' ' || *j->p == '\t' ||
-	    *j->p == '\n' || *j->p == '\r'))
-		j->p++;
-}
-
+/*
+ * The text at path (object keys, NULL-ended) in doc: a string's
+ * characters, or a number's or literal's JSON text, cut to fit out.
+ * Returns 0, or RDZV_ENOTFOUND when a key is missing or the value is an
+ * object or an array.
+ */
 static int
-logs_js_hex4(struct logs_js *j, unsigned *v)
+logs_json_text(json_t *doc, const char *const *path, char *out,
+    size_t outsz)
 {
-	int	i, c;
+	json_t	*v = doc;
+	char	*t;
 
-	if (j->end - j->p < 4)
-		return (-1);
-	*v = 0;
-	for (i = 0; i < 4; i++) {
-		c = (unsigned char)*j->p++;
-		if (c >= '0' && c <= '9')
-			c -= '0';
-		else if (c >= 'a' && c <= 'f')
-			c -= 'a' - 10;
-		else if (c >= 'A' && c <= 'F')
-			c -= 'A' - 10;
-		else
-			return (-1);
-		*v = *v << 4 | c;
-	}
-	return (0);
-}
-
-/* Appends one byte to out if there is room (always leaving the NUL). */
-static void
-logs_js_out(char *out, size_t outsz, size_t *o, char c)
-{
-	if (out != NULL && *o + 1 < outsz)
-		out[(*o)++] = c;
-	else if (out != NULL)
-		(*o)++;
-}
-
-/* Decodes the string at j->p (at its '"') into out (NULL: skip). */
-static int
-logs_js_string(struct logs_js *j, char *out, size_t outsz)
-{
-	size_t		o = 0;
-	unsigned	cp, lo;
-	char		c;
-
-	if (j->p >= j->end || *j->p != '"')
-		return (-1);
-	j->p++;
-	for (;;) {
-		if (j->p >= j->end)
-			return (-1);
-		c = *j->p++;
-		if (c == '"')
-			break;
-		if ((unsigned char)c < 0x20)
-			return (-1);
-		if (c != '\\') {
-			logs_js_out(out, outsz, &o, c);
-			continue;
-		}
-		if (j->p >= j->end)
-			return (-1);
-		switch ((c = *j->p++)) {
-		case '"': case '\\': case '/':
-			logs_js_out(out, outsz, &o, c);
-			continue;
-		case 'b': logs_js_out(out, outsz, &o, '\b'); continue;
-		case 'f': logs_js_out(out, outsz, &o, '\f'); continue;
-		case 'n': logs_js_out(out, outsz, &o, '\n'); continue;
-		case 'r': logs_js_out(out, outsz, &o, '\r'); continue;
-		case 't': logs_js_out(out, outsz, &o, '\t'); continue;
-		case 'u':
-			break;
-		default:
-			return (-1);
-		}
-		if (logs_js_hex4(j, &cp) != 0)
-			return (-1);
-		if (cp >= 0xd800 && cp < 0xdc00 && j->end - j->p >= 6 &&
-		    j->p[0] == '\\' && j->p[1] == 'u') {
-			j->p += 2;
-			if (logs_js_hex4(j, &lo) != 0 || lo < 0xdc00 ||
-			    lo > 0xdfff)
-				return (-1);
-			cp = 0x10000 + ((cp - 0xd800) << 10) + (lo - 0xdc00);
-		}
-		if (cp < 0x80)
-			logs_js_out(out, outsz, &o, cp);
-		else if (cp < 0x800) {
-			logs_js_out(out, outsz, &o, 0xc0 | cp >> 6);
-			logs_js_out(out, outsz, &o, 0x80 | (cp & 0x3f));
-		} else if (cp < 0x10000) {
-			logs_js_out(out, outsz, &o, 0xe0 | cp >> 12);
-			logs_js_out(out, outsz, &o, 0x80 | ((cp >> 6) & 0x3f));
-			logs_js_out(out, outsz, &o, 0x80 | (cp & 0x3f));
-		} else {
-			logs_js_out(out, outsz, &o, 0xf0 | cp >> 18);
-			logs_js_out(out, outsz, &o, 0x80 | ((cp >> 12) & 0x3f));
-			logs_js_out(out, outsz, &o, 0x80 | ((cp >> 6) & 0x3f));
-			logs_js_out(out, outsz, &o, 0x80 | (cp & 0x3f));
-		}
-	}
-	if (out != NULL && outsz > 0)
-		out[o < outsz ? o : outsz - 1] = '\0';
-	return (0);
-}
-
-/* A number or a literal: its characters. */
-static int
-logs_js_atom(struct logs_js *j, const char **start, size_t *len)
-{
-	*start = j->p;
-	while (j->p < j->end && (strchr("+-.0123456789eE", *j->p) != NULL ||
-	    (*j->p >= 'a' && *j->p <= 'z')))
-		j->p++;
-	*len = j->p - *start;
-	if (*len == 0)
-		return (-1);
-	if (strchr("-0123456789", **start) != NULL)
-		return (0);
-	if ((*len == 4 && (memcmp(*start, "true", 4) == 0 ||
-	    memcmp(*start, "null", 4) == 0)) ||
-	    (*len == 5 && memcmp(*start, "false", 5) == 0))
-		return (0);
-	return (-1);
-}
-
-static int
-logs_js_skip(struct logs_js *j, int depth)
-{
-	const char	*s;
-	size_t		 n;
-	char		 close;
-
-	if (depth > LOGS_JSON_DEPTH)
-		return (-1);
-	logs_js_ws(j);
-	if (j->p >= j->end)
-		return (-1);
-	if (*j->p == '"')
-		return (logs_js_string(j, NULL, 0));
-	if (*j->p != '{' && *j->p != '[')
-		return (logs_js_atom(j, &s, &n));
-	close = *j->p == '{' ? '}' : ']';
-	j->p++;
-	logs_js_ws(j);
-	if (j->p < j->end && *j->p == close) {
-		j->p++;
-		return (0);
-	}
-	for (;;) {
-		if (close == '}') {
-			logs_js_ws(j);
-			if (logs_js_string(j, NULL, 0) != 0)
-				return (-1);
-			logs_js_ws(j);
-			if (j->p >= j->end || *j->p++ != ':')
-				return (-1);
-		}
-		if (logs_js_skip(j, depth + 1) != 0)
-			return (-1);
-		logs_js_ws(j);
-		if (j->p >= j->end)
-			return (-1);
-		if (*j->p == close) {
-			j->p++;
-			return (0);
-		}
-		if (*j->p++ != ',')
-			return (-1);
-	}
-}
-
-int
-logs_json_get(const char *js, size_t len, const char *const *path,
-    char *out, size_t outsz)
-{
-	struct logs_js	 j = { js, js + len };
-	char		 key[256];
-	const char	*s;
-	size_t		 n;
-	int		 found;
-
-	if (outsz == 0)
-		return (RDZV_EINVAL);
-	for (; *path != NULL; path++) {
-		logs_js_ws(&j);
-		if (j.p >= j.end || *j.p != '{')
+	for (; *path != NULL; path++)
+		if ((v = json_object_get(v, *path)) == NULL)
 			return (RDZV_ENOTFOUND);
-		j.p++;
-		found = 0;
-		logs_js_ws(&j);
-		if (j.p < j.end && *j.p == '}')
-			return (RDZV_ENOTFOUND);
-		while (!found) {
-			logs_js_ws(&j);
-			if (logs_js_string(&j, key, sizeof key) != 0)
-				return (RDZV_EPROTO);
-			logs_js_ws(&j);
-			if (j.p >= j.end || *j.p++ != ':')
-				return (RDZV_EPROTO);
-			if (strcmp(key, *path) == 0) {
-				found = 1;
-				break;
-			}
-			if (logs_js_skip(&j, 0) != 0)
-				return (RDZV_EPROTO);
-			logs_js_ws(&j);
-			if (j.p >= j.end)
-				return (RDZV_EPROTO);
-			if (*j.p == '}')
-				return (RDZV_ENOTFOUND);
-			if (*j.p++ != ',')
-				return (RDZV_EPROTO);
-		}
+	if (json_is_string(v)) {
+		strlcpy(out, json_string_value(v), outsz);
+		return (0);
 	}
-	logs_js_ws(&j);
-	if (j.p >= j.end)
-		return (RDZV_EPROTO);
-	if (*j.p == '"')
-		return (logs_js_string(&j, out, outsz) == 0 ? 0 : RDZV_EPROTO);
-	if (*j.p == '{' || *j.p == '[')
+	if (json_is_object(v) || json_is_array(v))
 		return (RDZV_ENOTFOUND);
-	if (logs_js_atom(&j, &s, &n) != 0)
-		return (RDZV_EPROTO);
-	if (n >= outsz)
-		n = outsz - 1;
-	memcpy(out, s, n);
-	out[n] = '\0';
+	if ((t = json_dumps(v, JSON_ENCODE_ANY)) == NULL)
+		return (RDZV_ENOMEM);
+	strlcpy(out, t, outsz);
+	free(t);
 	return (0);
 }
 
@@ -794,6 +581,8 @@ logs_read_error(int rank, char *msg, size_t msgsz, char *stack,
 	    "py_callstack", NULL };
 	static const char *const p_stamp[] = { "message", "extraInfo",
 	    "timestamp", NULL };
+	json_error_t	 jerr;
+	json_t		*doc;
 	char		*buf;
 	ssize_t		 n;
 	size_t		 got = 0;
@@ -812,14 +601,18 @@ logs_read_error(int rank, char *msg, size_t msgsz, char *stack,
 	    (n = read(fd, buf + got, LOGS_ERRFILE_MAX - got)) > 0)
 		got += n;
 	close(fd);
-	rv = logs_json_get(buf, got, p_msg, msg, msgsz);
-	if (rv == RDZV_ENOTFOUND)
-		rv = logs_json_get(buf, got, p_str, msg, msgsz);
-	if (rv == 0) {
-		(void)logs_json_get(buf, got, p_stack, stack, stacksz);
-		(void)logs_json_get(buf, got, p_stamp, stamp, stampsz);
-	}
+	doc = json_loadb(buf, got, 0, &jerr);
 	free(buf);
+	if (doc == NULL)
+		return (RDZV_EPROTO);
+	rv = logs_json_text(doc, p_msg, msg, msgsz);
+	if (rv == RDZV_ENOTFOUND)
+		rv = logs_json_text(doc, p_str, msg, msgsz);
+	if (rv == 0) {
+		(void)logs_json_text(doc, p_stack, stack, stacksz);
+		(void)logs_json_text(doc, p_stamp, stamp, stampsz);
+	}
+	json_decref(doc);
 	return (rv);
 }
 
