@@ -1620,12 +1620,13 @@ sys.stdin.read()
 
 class TorchServer:
     """torch 1.13's reference TCPStore server in a child /usr/bin/python3
-    (dialect 1.13 only).  Raises Skip when torch is unavailable.  The hosting
-    instance already did ADD("init/", 1), so num_keys starts at 1."""
+    (dialect 1.13 only).  Without torch the test is skipped, or fails under
+    RDZV_REQUIRE_TORCH=1 (no_torch).  The hosting instance already did
+    ADD("init/", 1), so num_keys starts at 1."""
 
-    def __init__(self, python="/usr/bin/python3", port=0, timeout=60.0):
+    def __init__(self, python=TORCH_PYTHON, port=0, timeout=60.0):
         if not os.path.exists(python):
-            raise Skip("%s not found" % python)
+            no_torch("%s not found" % python, whole_file=False)
         self.proc = subprocess.Popen(
             [python, "-c", _TORCH_HOST, str(port)], stdin=subprocess.PIPE,
             stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -1638,7 +1639,8 @@ class TorchServer:
             self.stop()
             err = self.proc.stderr.read()
             if b"No module named" in err:
-                raise Skip("torch not importable: %s" % err[-200:])
+                no_torch("torch not importable: %s" % err[-200:],
+                         whole_file=False)
             raise AssertionError("torch TCPStore server failed: %r" % err)
         self.port = int(line)
         self.host = "127.0.0.1"
