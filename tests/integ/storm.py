@@ -238,32 +238,45 @@ def test_agent_embedded_rdzvd():
     try:
         agent_lib.wait_starts(tmp, lambda s: len(s) == 1)
         # Its embedded rdzvd's port and the round's port.
-        ls = rt.wait_until(lambda: len(listeners(a.pid)) == 2 and
-                           listeners(a.pid), 20, what="two listeners")
+        rt.wait_until(lambda: len(listeners(a.pid)) == 2, 20,
+                      what="two listeners")
         check_process(a.pid, {})
         assert a.alive(), a.output()[-2000:]
     finally:
         a.kill()
 
 
-def test_worker_hosted_tcpstore():
+def start_hosting_rank0():
+    """A librdzvworker rank 0 of a world of 2 that hosts the TCPStore and
+    waits there for a rank 1 who never comes; returns (process, the
+    store's port, its log path) once the store listens."""
     port = rt.free_port()
     env = worker_lib.base_env({"RANK": "0", "WORLD_SIZE": "2",
                                "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1",
                                "MASTER_ADDR": "127.0.0.1",
                                "MASTER_PORT": str(port),
                                "WORKER_CHECK_TIMEOUT_MS": "120000"})
-    # Rank 0 hosts the store and waits there for rank 1, who never comes.
     log = os.path.join(rt.mktemp(), "rank0.log")
     with open(log, "wb") as out:
         p = subprocess.Popen([worker_lib.prog(), "init"], env=env,
                              stdout=out, stderr=subprocess.STDOUT)
     rt._track(p)
     try:
-        # The store's port, and the CPU backend's, which must show the
-        # same backlog but speaks no TCPStore.
         rt.wait_until(lambda: port in listeners(p.pid), 20,
                       what="the hosted store")
+    except BaseException:
+        p.kill()
+        p.wait()
+        rt._untrack(p)
+        raise
+    return p, port, log
+
+
+def test_worker_hosted_tcpstore():
+    p, port, log = start_hosting_rank0()
+    try:
+        # The store's port (the CPU backend's listens too, but speaks no
+        # TCPStore).
         ls = check_process(p.pid, {}, only=(port,))
         assert port in ls, ls
         assert p.poll() is None, open(log).read()[-2000:]
@@ -331,20 +344,8 @@ def test_rdzvd_backs_off_out_of_descriptors():
 
 
 def test_worker_store_backs_off_out_of_descriptors():
-    port = rt.free_port()
-    env = worker_lib.base_env({"RANK": "0", "WORLD_SIZE": "2",
-                               "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1",
-                               "MASTER_ADDR": "127.0.0.1",
-                               "MASTER_PORT": str(port),
-                               "WORKER_CHECK_TIMEOUT_MS": "120000"})
-    log = os.path.join(rt.mktemp(), "rank0.log")
-    with open(log, "wb") as out:
-        p = subprocess.Popen([worker_lib.prog(), "init"], env=env,
-                             stdout=out, stderr=subprocess.STDOUT)
-    rt._track(p)
+    p, port, log = start_hosting_rank0()
     try:
-        rt.wait_until(lambda: port in listeners(p.pid), 20,
-                      what="the hosted store")
         backs_off_out_of_descriptors(p.pid, port)
         assert p.poll() is None, open(log).read()[-2000:]
     finally:
