@@ -79,10 +79,15 @@ if mode == "signals":
                               "child_alive": alive})
     sys.exit(0 if got == want else 1)
 elif mode == "print":
-    print("isatty %d %d" % (os.isatty(1), os.isatty(2)), flush=True)
+    # One write per line: unbuffered print() writes the text and its
+    # newline apart, and two ranks sharing the agent's stream (no prefix)
+    # could interleave them ("isatty 0 0isatty 0 0").
+    sys.stdout.write("isatty %d %d\n" % (os.isatty(1), os.isatty(2)))
+    sys.stdout.flush()
     sys.stdout.write("bar 1\rbar 2\rdone %d\n" % rank)
     sys.stdout.flush()
-    print("err of %d" % rank, file=sys.stderr, flush=True)
+    sys.stderr.write("err of %d\n" % rank)
+    sys.stderr.flush()
 elif mode == "fail":
     if rank == 1:
         time.sleep(0.2)
