@@ -8,6 +8,8 @@
  * output and error files (logs.c), and ties the three together in one
  * event-driven state machine (main.c).  cli.c turns torchrun's command
  * line, PET_* and SLURM_* variables into a struct agent_config.
+ * progress.c is the two-way channel to each worker (steps, "hello",
+ * "ready" in; repair rounds and "stop" out), repair.c its messages.
  */
 #ifndef AGENT_H
 #define AGENT_H
@@ -128,6 +130,7 @@ struct sup_exit {
 	pid_t		 pid;
 	int		 status;	/* as from waitpid */
 	struct timespec	 when;		/* CLOCK_REALTIME of the reap */
+	int		 replacement;	/* it was started by sup_respawn */
 };
 typedef void	(*sup_exit_cb)(const struct sup_exit *, void *);
 typedef void	(*sup_done_cb)(void *);
@@ -152,7 +155,21 @@ int	sup_init(struct event_base *, sup_exit_cb cb, void *arg);
  */
 int	sup_spawn(int local_rank, char *const argv[], char *const envp[],
 	    int out_fd, int err_fd, int prog_fd, pid_t *pid);
-/* Live workers. */
+/*
+ * Starts a replacement for local_rank alone (in-place recovery): the argv
+ * and environment of local_rank's last sup_spawn, plus RDZV_REPLACEMENT=1,
+ * with these descriptors (as sup_spawn's; a fresh progress socket from
+ * progress_rearm).  No other worker is touched or signalled.  Returns 0
+ * with *pid set; RDZV_EINVAL (local_rank out of range), RDZV_ENOTFOUND
+ * (local_rank was never spawned), RDZV_EEXIST (a worker of local_rank is
+ * still running: its exit must be reaped first), RDZV_EBUSY (sup_stop is
+ * under way), RDZV_ENOMEM or RDZV_EIO.
+ */
+int	sup_respawn(int local_rank, int out_fd, int err_fd, int prog_fd,
+	    pid_t *pid);
+/* The pid of local_rank's running worker, 0 when none runs. */
+pid_t	sup_pid(int local_rank);
+/* Live workers (replacements included). */
 int	sup_live(void);
 /* Sends sig to the process group of every live worker. */
 void	sup_signal(int sig);
@@ -265,18 +282,104 @@ void	logs_summary_end(FILE *f);
 int	logs_error_to_parent(const char *program, const char *host,
 	    const struct logs_failure *first, const char *job_msg);
 
-/* ---- progress.c: the step counters workers report ---- */
+/* ---- repair.c: the messages of the worker <-> agent channel ---- */
+
+#define REPAIR_MSG_MAX		512	/* bytes of one message */
+
+enum repair_verb {
+	REPAIR_MSG_UNKNOWN,	/* a verb this agent does not know: ignored */
+	REPAIR_MSG_PROGRESS,	/* "<digits>": the worker's step */
+	REPAIR_MSG_HELLO,	/* "hello [repair=1]" */
+	REPAIR_MSG_READY,	/* "ready": a replacement can join */
+};
+
+/* A worker's message, decoded. */
+struct repair_msg {
+	enum repair_verb verb;
+	uint64_t	 step;		/* PROGRESS: 0..INT64_MAX */
+	int		 repair;	/* HELLO: said repair=1 */
+};
+
+/*
+ * Decodes one datagram of len bytes (no NUL needed).  Returns 0 with *m
+ * filled (REPAIR_MSG_UNKNOWN for a verb it does not know; key=value words
+ * it does not know are skipped), or RDZV_EPROTO when the message breaks
+ * the channel's grammar: empty, over REPAIR_MSG_MAX, a byte outside
+ * printable ASCII, an empty word (two spaces, a leading or trailing one),
+ * a step that is not all digits or is over INT64_MAX.
+ */
+int	repair_parse(const char *buf, size_t len, struct repair_msg *m);
+
+enum repair_kind {
+	REPAIR_SHRINK,		/* survivors go on without the dead rank */
+	REPAIR_GROW,		/* a replacement joins; the donor sends */
+};
+
+/* A repair round as one worker hears it ("round ..."). */
+struct repair_round {
+	int64_t		 round;
+	enum repair_kind kind;
+	const char	*ns;		/* the native store scope of the round */
+	int64_t		 rank;		/* the worker's new global rank */
+	int64_t		 world;
+	int64_t		 donor;		/* global rank holding the state */
+	const char	*master_addr;	/* the round's TCPStore */
+	int		 master_port;
+	int		 local_rank;
+	int		 local_world;
+};
+
+/*
+ * Formats r as the channel's message "round round=R kind=K ns=NS rank=r
+ * world=W donor=d master_addr=A master_port=P local_rank=l
+ * local_world=n" into buf (NUL-terminated).  Returns its length;
+ * RDZV_EINVAL when ns or master_addr is empty or holds a space or a byte
+ * outside printable ASCII, or a number is out of range (round < 0; rank,
+ * donor outside 0..world-1; local_rank outside 0..local_world-1; port
+ * outside 0..65535); RDZV_ETOOBIG when it would pass REPAIR_MSG_MAX or
+ * len (buf is then "").
+ */
+int	repair_format_round(char *buf, size_t len,
+	    const struct repair_round *r);
+
+/* ---- progress.c: the channel to each worker (steps, repair) ---- */
 
 /* The fd number a worker finds its progress socket at. */
 #define PROGRESS_CHILD_FD	3
 
+/* What a worker said that the main loop may act on. */
+enum progress_note {
+	PROGRESS_HELLO,		/* "hello": progress_can_repair() may change */
+	PROGRESS_READY,		/* "ready": a replacement can join now */
+};
+typedef void	(*progress_note_cb)(int local_rank, enum progress_note,
+		    void *);
+
 void	progress_init(struct event_base *);
+/*
+ * cb hears of each "hello" and "ready", always from the event loop (never
+ * from inside a progress_* call), and only for the worker whose socket
+ * is armed when it runs: a note from a worker whose rank was re-armed
+ * since is dropped.  cb may call any progress_* function.
+ */
+void	progress_set_cb(progress_note_cb cb, void *arg);
 /*
  * Makes a socket pair for each of nproc workers of a new attempt (the
  * last reports of the previous attempt are forgotten).  Returns 0 or an
  * RDZV_E* code.
  */
 int	progress_attempt(int nproc);
+/*
+ * Gives local_rank a fresh socket pair for a replacement worker (the
+ * old one's socket is closed; its step, hello and ready are forgotten,
+ * so the watchdog does not judge the replacement by its predecessor's
+ * last report).  Call it after the old worker's exit (read its last step
+ * with progress_get first) and before sup_respawn; then pass
+ * progress_child_fd() and call progress_spawned() as for a spawn.
+ * Returns 0, RDZV_ENOTFOUND (no such rank in this attempt), RDZV_EIO or
+ * RDZV_ENOMEM.
+ */
+int	progress_rearm(int local_rank);
 /* The worker's end for local_rank, to pass to sup_spawn; -1 if none. */
 int	progress_child_fd(int local_rank);
 /* Closes the agent's copy of local_rank's worker end after the fork. */
@@ -288,6 +391,38 @@ void	progress_end_attempt(void);
  * RDZV_ENOTFOUND when it has reported none in this attempt.
  */
 int	progress_get(int local_rank, uint64_t *step, struct timespec *when);
+/*
+ * Whether local_rank's current worker (the one on its socket now, running
+ * or just exited) said "hello repair=1": 1 or 0.
+ */
+int	progress_can_repair(int local_rank);
+/*
+ * Whether every local rank's current worker said "hello repair=1"; 0 with
+ * no attempt.  A job repairs only when this holds on every node; a
+ * replacement counts from its own hello on.
+ */
+int	progress_all_can_repair(void);
+/* Whether local_rank's current worker said "ready": 1 or 0. */
+int	progress_ready(int local_rank);
+/*
+ * Sends msg (one channel message, 1 to REPAIR_MSG_MAX bytes, no NUL) to
+ * local_rank's worker without blocking; a worker not spawned yet finds it
+ * queued.  Returns 0; RDZV_EINVAL (empty), RDZV_ETOOBIG (too long),
+ * RDZV_ENOTFOUND (no such rank or its socket is closed), RDZV_ECONN (the
+ * worker is gone), RDZV_EBUSY (its queue is full: it reads none) or
+ * RDZV_EIO.
+ */
+int	progress_send(int local_rank, const char *msg);
+/*
+ * Formats r (repair_format_round) and sends it to local_rank.  Returns 0,
+ * repair_format_round's error (nothing sent) or progress_send's.
+ */
+int	progress_send_round(int local_rank, const struct repair_round *r);
+/*
+ * Sends msg ("stop") to every local rank with an open socket; returns how
+ * many took it, or RDZV_EINVAL / RDZV_ETOOBIG for a bad msg.
+ */
+int	progress_send_all(const char *msg);
 
 /* ---- rdzv.c: the asynchronous connection to rdzvd ---- */
 

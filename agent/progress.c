@@ -1,14 +1,19 @@
 /*
- * progress.c: the step counters workers report to their agent.
+ * progress.c: the two-way channel between the agent and each worker.
  *
- * Each worker of an attempt gets one end of its own SOCK_SEQPACKET
- * socket pair as fd RDZV_PROGRESS_FD (see sup_spawn); librdzvworker's
- * rdzv_report_progress() sends the step number on it as one decimal
- * datagram, at most every 100 ms.  The agent keeps the last step of each
- * local rank and when it came, for the failure summary and for the
- * --progress_timeout watchdog.  A datagram socket keeps each report whole
- * and tells the agent which worker sent it without parsing a rank; a
- * worker that never links the library simply never reports.
+ * Each worker gets one end of its own SOCK_SEQPACKET socket pair as fd
+ * RDZV_PROGRESS_FD (see sup_spawn); a datagram socket keeps each message
+ * whole and tells the agent which worker sent it without parsing a rank.
+ * A worker sends its step as one decimal datagram (librdzvworker's
+ * rdzv_report_progress(), at most every 100 ms), "hello repair=1" when it
+ * can repair in place, and "ready" when it is a replacement done with its
+ * start-up; the agent sends it "round ..." and "stop" (repair.c has the
+ * grammar).  The agent keeps the last step of each local rank and when
+ * it came, for the failure summary and the --progress_timeout watchdog,
+ * and which workers can repair; "hello" and "ready" are passed to the
+ * main loop through a deferred event.  A worker that never links the
+ * library simply never says anything.  A replacement gets a fresh pair
+ * (progress_rearm), so nothing its predecessor said is taken as its own.
  */
 #include "config.h"
 
@@ -17,7 +22,6 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -29,6 +33,10 @@
 #include "log.h"
 #include "rdzv_err.h"
 
+/* Notes for the main loop not delivered yet. */
+#define PROGRESS_NOTE_HELLO	0x1
+#define PROGRESS_NOTE_READY	0x2
+
 struct progress_rank {
 	int		 fd;		/* the agent's end, -1 when closed */
 	int		 child_fd;	/* the worker's end until spawned */
@@ -36,24 +44,71 @@ struct progress_rank {
 	int		 seen;		/* a report came */
 	uint64_t	 step;
 	struct timespec	 when;		/* CLOCK_MONOTONIC of the last one */
+	int		 can_repair;	/* said "hello repair=1" */
+	int		 ready;		/* said "ready" */
+	int		 notes;		/* PROGRESS_NOTE_* to deliver */
+	int		 warned;	/* a malformed message was logged */
 };
 
 static struct event_base	*progress_base;
+static struct event		*progress_note_ev;
+static progress_note_cb		 progress_note_fn;
+static void			*progress_note_arg;
 static struct progress_rank	*progress_ranks;
 static int			 progress_nranks;
+
+/* One message from local rank r's worker. */
+static void
+progress_handle(struct progress_rank *p, const char *buf, size_t len)
+{
+	struct repair_msg	m;
+	int			r = (int)(p - progress_ranks);
+
+	if (repair_parse(buf, len, &m) != 0) {
+		/* A local worker's bug, not an attack: say so once. */
+		if (!p->warned)
+			log_warnx("worker %d sent a malformed message on its "
+			    "progress socket (%zu bytes); ignoring it", r, len);
+		else
+			log_debug("worker %d: malformed message ignored", r);
+		p->warned = 1;
+		return;
+	}
+	switch (m.verb) {
+	case REPAIR_MSG_PROGRESS:
+		p->seen = 1;
+		p->step = m.step;
+		clock_gettime(CLOCK_MONOTONIC, &p->when);
+		break;
+	case REPAIR_MSG_HELLO:
+		p->can_repair = m.repair;
+		p->notes |= PROGRESS_NOTE_HELLO;
+		log_debug("worker %d: hello, repair=%d", r, m.repair);
+		break;
+	case REPAIR_MSG_READY:
+		p->ready = 1;
+		p->notes |= PROGRESS_NOTE_READY;
+		log_debug("worker %d: ready", r);
+		break;
+	default:
+		log_debug("worker %d: unknown message ignored", r);
+		return;
+	}
+	if (p->notes != 0 && progress_note_ev != NULL)
+		event_active(progress_note_ev, 0, 0);
+}
 
 static void
 progress_read_cb(evutil_socket_t fd, short ev, void *arg)
 {
 	struct progress_rank	*p = arg;
-	char			 buf[32];
-	const char		*errstr;
-	long long		 step;
+	char			 buf[REPAIR_MSG_MAX + 1];
 	ssize_t			 n;
 
-	/* Drain everything queued; only the newest report matters. */
+	/* Drain everything queued, in order: hello comes before steps. */
 	for (;;) {
-		n = recv(fd, buf, sizeof buf - 1, MSG_DONTWAIT);
+		/* A datagram over the limit comes cut to the buffer: refused. */
+		n = recv(fd, buf, sizeof buf, MSG_DONTWAIT);
 		if (n == -1 && errno == EINTR)
 			continue;
 		if (n <= 0) {
@@ -62,15 +117,27 @@ progress_read_cb(evutil_socket_t fd, short ev, void *arg)
 				event_del(p->ev);
 			return;
 		}
-		buf[n] = '\0';
-		step = strtonum(buf, 0, LLONG_MAX, &errstr);
-		if (errstr != NULL) {
-			log_debug("ignoring a malformed progress report");
+		progress_handle(p, buf, (size_t)n);
+	}
+}
+
+/* Delivers the notes from the loop, so that cb never runs nested. */
+static void
+progress_note_cb_ev(evutil_socket_t fd, short ev, void *arg)
+{
+	int	i, notes;
+
+	for (i = 0; i < progress_nranks; i++) {
+		notes = progress_ranks[i].notes;
+		progress_ranks[i].notes = 0;
+		if (progress_note_fn == NULL)
 			continue;
-		}
-		p->seen = 1;
-		p->step = (uint64_t)step;
-		clock_gettime(CLOCK_MONOTONIC, &p->when);
+		/* cb may re-arm or end the attempt: look again each time. */
+		if ((notes & PROGRESS_NOTE_HELLO) != 0)
+			progress_note_fn(i, PROGRESS_HELLO, progress_note_arg);
+		if ((notes & PROGRESS_NOTE_READY) != 0 && i < progress_nranks &&
+		    progress_ranks[i].ready)
+			progress_note_fn(i, PROGRESS_READY, progress_note_arg);
 	}
 }
 
@@ -78,6 +145,33 @@ void
 progress_init(struct event_base *base)
 {
 	progress_base = base;
+	progress_note_ev = event_new(base, -1, 0, progress_note_cb_ev, NULL);
+	if (progress_note_ev == NULL)
+		fatalx("out of memory");
+}
+
+void
+progress_set_cb(progress_note_cb cb, void *arg)
+{
+	progress_note_fn = cb;
+	progress_note_arg = arg;
+}
+
+/* Closes one rank's sockets, reading what its worker sent last. */
+static void
+progress_close(struct progress_rank *p)
+{
+	if (p->ev != NULL) {
+		/* Read what a worker sent just before it exited. */
+		progress_read_cb(p->fd, EV_READ, p);
+		event_free(p->ev);
+		p->ev = NULL;
+	}
+	if (p->fd != -1)
+		close(p->fd);
+	if (p->child_fd != -1)
+		close(p->child_fd);
+	p->fd = p->child_fd = -1;
 }
 
 /* Closes the sockets of the attempt; the last reports stay readable. */
@@ -86,28 +180,40 @@ progress_end_attempt(void)
 {
 	int	i;
 
-	for (i = 0; i < progress_nranks; i++) {
-		struct progress_rank	*p = &progress_ranks[i];
+	for (i = 0; i < progress_nranks; i++)
+		progress_close(&progress_ranks[i]);
+}
 
-		if (p->ev != NULL) {
-			/* Read what a worker sent just before it exited. */
-			progress_read_cb(p->fd, EV_READ, p);
-			event_free(p->ev);
-			p->ev = NULL;
-		}
-		if (p->fd != -1)
-			close(p->fd);
-		if (p->child_fd != -1)
-			close(p->child_fd);
-		p->fd = p->child_fd = -1;
+/* A fresh socket pair for p, whose sockets are closed. */
+static int
+progress_open(struct progress_rank *p)
+{
+	int	sv[2];
+
+	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) == -1) {
+		log_warn("socketpair");
+		return (RDZV_EIO);
 	}
+	(void)fcntl(sv[0], F_SETFL, O_NONBLOCK);
+	/*
+	 * A worker must never block on its agent: a full socket drops the
+	 * report instead.  (The flag is on the worker's end: it waits for
+	 * the agent's messages with poll(), bounded.)
+	 */
+	(void)fcntl(sv[1], F_SETFL, O_NONBLOCK);
+	p->fd = sv[0];
+	p->child_fd = sv[1];
+	p->ev = event_new(progress_base, p->fd, EV_READ | EV_PERSIST,
+	    progress_read_cb, p);
+	if (p->ev == NULL || event_add(p->ev, NULL) == -1)
+		return (RDZV_ENOMEM);
+	return (0);
 }
 
 int
 progress_attempt(int nproc)
 {
-	struct progress_rank	*p;
-	int			 i, sv[2];
+	int	i, rv;
 
 	progress_end_attempt();
 	free(progress_ranks);
@@ -117,27 +223,25 @@ progress_attempt(int nproc)
 	progress_nranks = nproc;
 	for (i = 0; i < nproc; i++)
 		progress_ranks[i].fd = progress_ranks[i].child_fd = -1;
-	for (i = 0; i < nproc; i++) {
-		p = &progress_ranks[i];
-		if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0,
-		    sv) == -1) {
-			log_warn("socketpair");
-			return (RDZV_EIO);
-		}
-		(void)fcntl(sv[0], F_SETFL, O_NONBLOCK);
-		/*
-		 * A worker must never block on its agent: a full socket
-		 * drops the report instead.
-		 */
-		(void)fcntl(sv[1], F_SETFL, O_NONBLOCK);
-		p->fd = sv[0];
-		p->child_fd = sv[1];
-		p->ev = event_new(progress_base, p->fd, EV_READ | EV_PERSIST,
-		    progress_read_cb, p);
-		if (p->ev == NULL || event_add(p->ev, NULL) == -1)
-			return (RDZV_ENOMEM);
-	}
+	for (i = 0; i < nproc; i++)
+		if ((rv = progress_open(&progress_ranks[i])) != 0)
+			return (rv);
 	return (0);
+}
+
+int
+progress_rearm(int local_rank)
+{
+	struct progress_rank	*p;
+
+	if (local_rank < 0 || local_rank >= progress_nranks)
+		return (RDZV_ENOTFOUND);
+	p = &progress_ranks[local_rank];
+	progress_close(p);
+	/* Nothing the predecessor said is the replacement's. */
+	memset(p, 0, sizeof *p);
+	p->fd = p->child_fd = -1;
+	return (progress_open(p));
 }
 
 int
@@ -177,4 +281,113 @@ progress_get(int local_rank, uint64_t *step, struct timespec *when)
 	*step = p->step;
 	*when = p->when;
 	return (0);
+}
+
+int
+progress_can_repair(int local_rank)
+{
+	struct progress_rank	*p;
+
+	if (local_rank < 0 || local_rank >= progress_nranks)
+		return (0);
+	p = &progress_ranks[local_rank];
+	/* A hello sent just before an exit may still be queued. */
+	if (p->ev != NULL)
+		progress_read_cb(p->fd, EV_READ, p);
+	return (p->can_repair);
+}
+
+int
+progress_all_can_repair(void)
+{
+	int	i;
+
+	if (progress_nranks == 0)
+		return (0);
+	for (i = 0; i < progress_nranks; i++)
+		if (!progress_can_repair(i))
+			return (0);
+	return (1);
+}
+
+int
+progress_ready(int local_rank)
+{
+	struct progress_rank	*p;
+
+	if (local_rank < 0 || local_rank >= progress_nranks)
+		return (0);
+	p = &progress_ranks[local_rank];
+	if (p->ev != NULL)
+		progress_read_cb(p->fd, EV_READ, p);
+	return (p->ready);
+}
+
+int
+progress_send(int local_rank, const char *msg)
+{
+	struct progress_rank	*p;
+	size_t			 len = strlen(msg);
+	ssize_t			 n;
+
+	if (len == 0)
+		return (RDZV_EINVAL);
+	if (len > REPAIR_MSG_MAX)
+		return (RDZV_ETOOBIG);
+	if (local_rank < 0 || local_rank >= progress_nranks)
+		return (RDZV_ENOTFOUND);
+	p = &progress_ranks[local_rank];
+	if (p->fd == -1)
+		return (RDZV_ENOTFOUND);
+	do
+		n = send(p->fd, msg, len, MSG_DONTWAIT | MSG_NOSIGNAL);
+	while (n == -1 && errno == EINTR);
+	if (n == (ssize_t)len)
+		return (0);
+	if (n >= 0)
+		return (RDZV_EIO);	/* a datagram goes whole or not at all */
+	switch (errno) {
+	case EAGAIN:
+#if EWOULDBLOCK != EAGAIN
+	case EWOULDBLOCK:
+#endif
+	case ENOBUFS:
+		log_warnx("worker %d reads none of its agent's messages: "
+		    "one dropped", local_rank);
+		return (RDZV_EBUSY);
+	case EPIPE:
+	case ECONNRESET:
+	case ENOTCONN:
+		return (RDZV_ECONN);
+	default:
+		log_warn("worker %d: send", local_rank);
+		return (RDZV_EIO);
+	}
+}
+
+int
+progress_send_round(int local_rank, const struct repair_round *r)
+{
+	char	buf[REPAIR_MSG_MAX + 1];
+	int	rv;
+
+	if ((rv = repair_format_round(buf, sizeof buf, r)) < 0)
+		return (rv);
+	return (progress_send(local_rank, buf));
+}
+
+int
+progress_send_all(const char *msg)
+{
+	size_t	len = strlen(msg);
+	int	i, n = 0;
+
+	if (len == 0)
+		return (RDZV_EINVAL);
+	if (len > REPAIR_MSG_MAX)
+		return (RDZV_ETOOBIG);
+	for (i = 0; i < progress_nranks; i++)
+		if (progress_ranks[i].fd != -1 && progress_send(i, msg) == 0)
+			n++;
+	return (n);
 }

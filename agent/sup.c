@@ -12,6 +12,9 @@
  * of its process group while the zombie still pins the group id (so the
  * id cannot have been reused), then reaps it.  Stopping sends a signal
  * to every group, then SIGKILL after a grace period.
+ * For in-place recovery, sup_respawn starts one local rank again, alone,
+ * from the argv and environment its last sup_spawn kept, with
+ * RDZV_REPLACEMENT=1 added; the other workers are not touched.
  */
 #include "config.h"
 
@@ -44,7 +47,17 @@ struct sup_worker {
 	pid_t		 pid;		/* 0: slot free */
 	int		 local_rank;
 	int		 stopping;
+	int		 replacement;	/* started by sup_respawn */
 };
+
+/* How local_rank was last started (sup_spawn), for sup_respawn. */
+struct sup_launch {
+	char		**argv;		/* NULL-terminated copies */
+	char		**envp;
+};
+
+/* The variable a replacement worker finds set. */
+#define SUP_REPLACEMENT_VAR	"RDZV_REPLACEMENT"
 
 static struct event_base	*sup_base;
 static struct event		*sup_chld_ev;
@@ -56,6 +69,8 @@ static sup_done_cb		 sup_done_fn;
 static void			*sup_done_arg;
 static struct sup_worker	*sup_workers;
 static size_t			 sup_nworkers;
+static struct sup_launch	*sup_launches;	/* by local rank */
+static int			 sup_nlaunches;
 
 /* --numa_binding: where each local rank runs. */
 struct sup_bind {
@@ -158,6 +173,7 @@ sup_chld_cb(evutil_socket_t sig, short ev, void *arg)
 		x.pid = pid;
 		x.status = status;
 		clock_gettime(CLOCK_REALTIME, &x.when);
+		x.replacement = w->replacement;
 		w->pid = 0;
 		log_debug("worker %d (pid %ld) exited, status 0x%x",
 		    x.local_rank, (long)pid, status);
@@ -258,17 +274,83 @@ sup_child(pid_t parent, char *const argv[], char *const envp[], int out_fd,
 	_exit(127);
 }
 
-int
-sup_spawn(int local_rank, char *const argv[], char *const envp[], int out_fd,
-    int err_fd, int prog_fd, pid_t *pidp)
+/* A NULL-terminated deep copy of v, or NULL when out of memory. */
+static char **
+sup_copy_vec(char *const v[])
+{
+	char	**c;
+	size_t	  n, i;
+
+	for (n = 0; v[n] != NULL; n++)
+		;
+	if ((c = calloc(n + 1, sizeof *c)) == NULL)
+		return (NULL);
+	for (i = 0; i < n; i++)
+		if ((c[i] = strdup(v[i])) == NULL) {
+			while (i-- > 0)
+				free(c[i]);
+			free(c);
+			return (NULL);
+		}
+	return (c);
+}
+
+static void
+sup_free_vec(char **v)
+{
+	size_t	i;
+
+	if (v == NULL)
+		return;
+	for (i = 0; v[i] != NULL; i++)
+		free(v[i]);
+	free(v);
+}
+
+/* Keeps argv and envp as local_rank's launch; 0 or RDZV_ENOMEM. */
+static int
+sup_keep(int local_rank, char *const argv[], char *const envp[])
+{
+	struct sup_launch	*nl, *l;
+	char			**a, **e;
+	int			  n;
+
+	if (local_rank < 0 || local_rank >= AGENT_NPROC_MAX)
+		return (0);	/* sup_respawn refuses such a rank anyway */
+	if (local_rank >= sup_nlaunches) {
+		n = local_rank + 1;
+		nl = reallocarray(sup_launches, n, sizeof *nl);
+		if (nl == NULL)
+			return (RDZV_ENOMEM);
+		memset(nl + sup_nlaunches, 0,
+		    (n - sup_nlaunches) * sizeof *nl);
+		sup_launches = nl;
+		sup_nlaunches = n;
+	}
+	if ((a = sup_copy_vec(argv)) == NULL)
+		return (RDZV_ENOMEM);
+	if ((e = sup_copy_vec(envp)) == NULL) {
+		sup_free_vec(a);
+		return (RDZV_ENOMEM);
+	}
+	l = &sup_launches[local_rank];
+	sup_free_vec(l->argv);
+	sup_free_vec(l->envp);
+	l->argv = a;
+	l->envp = e;
+	return (0);
+}
+
+/* Forks the worker of local_rank (see sup_spawn) into a free slot. */
+static int
+sup_fork(int local_rank, char *const argv[], char *const envp[], int out_fd,
+    int err_fd, int prog_fd, int replacement, pid_t *pidp)
 {
 	struct sup_worker	*w = NULL, *nw;
 	sigset_t		 all, old;
 	pid_t			 pid, parent = getpid();
 	size_t			 i;
 
-	if (argv == NULL || argv[0] == NULL)
-		return (RDZV_EINVAL);
 	for (i = 0; i < sup_nworkers; i++)
 		if (sup_workers[i].pid == 0) {
 			w = &sup_workers[i];
@@ -303,10 +385,74 @@ sup_spawn(int local_rank, char *const argv[], char *const envp[], int out_fd,
 	w->pid = pid;
 	w->local_rank = local_rank;
 	w->stopping = 0;
+	w->replacement = replacement;
 	if (pidp != NULL)
 		*pidp = pid;
-	log_debug("worker %d started, pid %ld", local_rank, (long)pid);
+	log_debug("worker %d %s, pid %ld", local_rank, replacement ?
+	    "replacement started" : "started", (long)pid);
 	return (0);
+}
+
+int
+sup_spawn(int local_rank, char *const argv[], char *const envp[], int out_fd,
+    int err_fd, int prog_fd, pid_t *pidp)
+{
+	int	rv;
+
+	if (argv == NULL || argv[0] == NULL || envp == NULL)
+		return (RDZV_EINVAL);
+	if ((rv = sup_keep(local_rank, argv, envp)) != 0)
+		return (rv);
+	return (sup_fork(local_rank, argv, envp, out_fd, err_fd, prog_fd, 0,
+	    pidp));
+}
+
+pid_t
+sup_pid(int local_rank)
+{
+	size_t	i;
+
+	for (i = 0; i < sup_nworkers; i++)
+		if (sup_workers[i].pid != 0 &&
+		    sup_workers[i].local_rank == local_rank)
+			return (sup_workers[i].pid);
+	return (0);
+}
+
+int
+sup_respawn(int local_rank, int out_fd, int err_fd, int prog_fd, pid_t *pidp)
+{
+	static const char	 var[] = SUP_REPLACEMENT_VAR "=";
+	struct sup_launch	*l;
+	char			**env;
+	size_t			  i, n = 0;
+	int			  rv;
+
+	if (local_rank < 0 || local_rank >= AGENT_NPROC_MAX)
+		return (RDZV_EINVAL);
+	if (local_rank >= sup_nlaunches ||
+	    sup_launches[local_rank].argv == NULL)
+		return (RDZV_ENOTFOUND);
+	if (sup_pid(local_rank) != 0)
+		return (RDZV_EEXIST);
+	/* A stop waits for every worker: a new one would outlive it. */
+	if (sup_done_fn != NULL)
+		return (RDZV_EBUSY);
+	l = &sup_launches[local_rank];
+	for (i = 0; l->envp[i] != NULL; i++)
+		;
+	/* The kept strings, less any RDZV_REPLACEMENT, plus ours. */
+	if ((env = calloc(i + 2, sizeof *env)) == NULL)
+		return (RDZV_ENOMEM);
+	for (i = 0; l->envp[i] != NULL; i++)
+		if (strncmp(l->envp[i], var, sizeof var - 1) != 0)
+			env[n++] = l->envp[i];
+	env[n++] = (char *)SUP_REPLACEMENT_VAR "=1";
+	env[n] = NULL;
+	rv = sup_fork(local_rank, l->argv, env, out_fd, err_fd, prog_fd, 1,
+	    pidp);
+	free(env);
+	return (rv);
 }
 
 void
