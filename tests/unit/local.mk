@@ -42,3 +42,11 @@ tests_unit_test_rdzv_SOURCES = tests/unit/test_rdzv.c
 tests_unit_test_rdzv_CFLAGS = $(UNIT_CFLAGS)
 tests_unit_test_rdzv_LDADD = $(UNIT_LDADD) $(JANSSON_LIBS) $(SQLITE3_LIBS)
 endif
+# rdzv-agent's channel messages (agent/repair.c: pure, no I/O).
+if HAVE_CMOCKA
+check_PROGRAMS += tests/unit/test_repair
+TESTS += tests/unit/test_repair
+tests_unit_test_repair_SOURCES = tests/unit/test_repair.c agent/repair.c
+tests_unit_test_repair_CFLAGS = $(UNIT_CFLAGS) -I$(top_srcdir)/agent
+tests_unit_test_repair_LDADD = $(UNIT_LDADD)
+endif
