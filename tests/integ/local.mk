@@ -32,3 +32,13 @@ INTEG_TESTS += tests/integ/agent_static.py
 INTEG_TESTS += tests/integ/agent_cli2.py
 INTEG_TESTS += tests/integ/tstore_hosted_ops.py
 INTEG_TESTS += tests/integ/storm.py
+# repair_drv drives rdzv-agent's local repair pieces (sup.c, progress.c,
+# repair.c) with real workers for agent_repair.py, as main.c will.
+check_PROGRAMS += tests/integ/repair_drv
+tests_integ_repair_drv_SOURCES = tests/integ/repair_drv.c agent/agent.h \
+	agent/sup.c agent/progress.c agent/repair.c
+tests_integ_repair_drv_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/agent
+tests_integ_repair_drv_CFLAGS = $(AM_CFLAGS) $(LIBEVENT_CFLAGS)
+tests_integ_repair_drv_LDADD = common/libcommon.la $(LIBEVENT_LIBS) \
+	$(LIBBSD_LIBS)
+INTEG_TESTS += tests/integ/agent_repair.py
