@@ -218,12 +218,32 @@ def native():
     return c
 
 
+def repair():
+    """Datagrams a worker sends rdzv-agent (agent/repair.c); the first
+    byte also cuts a round message's namespace from its address."""
+    c = {}
+    for name, m in (('step', b'1234'), ('step-max', b'9223372036854775807'),
+                    ('step-over', b'9223372036854775808'),
+                    ('step-junk', b'12x'), ('hello', b'hello repair=1'),
+                    ('hello-plain', b'hello'),
+                    ('hello-more', b'hello v=2 repair=1 nccl=1'),
+                    ('ready', b'ready'), ('unknown', b'stats a=1 b'),
+                    ('double-space', b'hello  repair=1'),
+                    ('tab', b'hello\trepair=1'), ('nul', b'ready\0'),
+                    ('round', b'\x0ejob/j1/round/7127.0.0.1'),
+                    ('round-space', b'\x0ejob/a b/round127.0.0.1'),
+                    ('long', b'hello repair=1 ' + b'x' * 498)):
+        c[name] = m
+    return c
+
+
 def main():
     here = os.path.dirname(os.path.abspath(__file__))
     top = sys.argv[1] if len(sys.argv) > 1 else os.path.join(here, 'corpus')
     for target, seeds in (('fuzz_tcps113', tcps113()),
                           ('fuzz_tcps2', tcps2()),
-                          ('fuzz_native', native())):
+                          ('fuzz_native', native()),
+                          ('fuzz_repair', repair())):
         d = os.path.join(top, target)
         os.makedirs(d, exist_ok=True)
         for name, data in sorted(seeds.items()):
