@@ -27,6 +27,7 @@
 
 #include "agent.h"
 #include "log.h"
+#include "mono.h"
 #include "rdzv_err.h"
 
 struct progress_rank {
@@ -35,7 +36,7 @@ struct progress_rank {
 	struct event	*ev;
 	int		 seen;		/* a report came */
 	uint64_t	 step;
-	struct timespec	 when;		/* CLOCK_MONOTONIC of the last one */
+	int64_t		 when;		/* mono_ms() of the last one */
 };
 
 static struct event_base	*progress_base;
@@ -70,7 +71,7 @@ progress_read_cb(evutil_socket_t fd, short ev, void *arg)
 		}
 		p->seen = 1;
 		p->step = (uint64_t)step;
-		clock_gettime(CLOCK_MONOTONIC, &p->when);
+		p->when = mono_ms();
 	}
 }
 
@@ -162,7 +163,7 @@ progress_spawned(int local_rank)
 }
 
 int
-progress_get(int local_rank, uint64_t *step, struct timespec *when)
+progress_get(int local_rank, uint64_t *step, int64_t *when)
 {
 	struct progress_rank	*p;
 

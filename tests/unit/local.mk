@@ -42,3 +42,10 @@ tests_unit_test_rdzv_SOURCES = tests/unit/test_rdzv.c
 tests_unit_test_rdzv_CFLAGS = $(UNIT_CFLAGS)
 tests_unit_test_rdzv_LDADD = $(UNIT_LDADD) $(JANSSON_LIBS) $(SQLITE3_LIBS)
 endif
+if HAVE_CMOCKA
+check_PROGRAMS += tests/unit/test_common
+TESTS += tests/unit/test_common
+tests_unit_test_common_SOURCES = tests/unit/test_common.c
+tests_unit_test_common_CFLAGS = $(UNIT_CFLAGS)
+tests_unit_test_common_LDADD = common/libcommon.la $(CMOCKA_LIBS) $(LIBBSD_LIBS)
+endif
