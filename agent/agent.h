@@ -44,6 +44,7 @@ struct agent_config {
 	char		*nproc_spec;	/* as given: N, auto, gpu or cpu */
 	char		*endpoint;	/* rdzvd HOST:PORT ("[v6]:port") */
 	char		*ep_host;	/* its host part: MASTER_ADDR */
+	int		 ep_port;	/* its port; 0: any, for its host */
 	char		*rdzv_id;
 	char		*rdzv_backend;	/* static, c10d or rdzv */
 	enum agent_rdzv_mode rdzv_mode;
@@ -387,10 +388,10 @@ void	progress_spawned(int local_rank);
 /* Reads the last reports and closes the attempt's sockets. */
 void	progress_end_attempt(void);
 /*
- * The last step local_rank reported and when (CLOCK_MONOTONIC).  0, or
+ * The last step local_rank reported and when (mono_ms()).  0, or
  * RDZV_ENOTFOUND when it has reported none in this attempt.
  */
-int	progress_get(int local_rank, uint64_t *step, struct timespec *when);
+int	progress_get(int local_rank, uint64_t *step, int64_t *when);
 /*
  * Whether local_rank's current worker (the one on its socket now, running
  * or just exited) said "hello repair=1": 1 or 0.

@@ -28,11 +28,12 @@
 #include <unistd.h>
 
 #include "agent.h"
+#include "hostport.h"
 #include "log.h"
 #include "rdzv_err.h"
 #include "tls.h"
 
-#define CLI_DEFAULT_PORT	"29400"
+#define CLI_DEFAULT_PORT	29400
 /* torchrun's defaults: --master_addr, and --rdzv_conf read_timeout,
  * keep_alive_interval and keep_alive_max_attempt. */
 #define CLI_STATIC_ADDR		"127.0.0.1"
@@ -977,50 +978,34 @@ cli_nproc(struct agent_config *cfg)
 	    &cfg->nproc));
 }
 
-/* Splits the endpoint into its host (for MASTER_ADDR); adds the port. */
+/*
+ * Splits the endpoint into its host (for MASTER_ADDR) and port; one
+ * without a port gets the default.
+ */
 static int
 cli_endpoint(struct agent_config *cfg)
 {
-	char		*ep = cfg->endpoint, *end, *colon, *full;
-	const char	*errstr;
-	size_t		 hl;
+	char	host[RDZV_HOST_MAX], ep[RDZV_HOSTPORT_MAX], why[512];
+	int	port;
 
-	if (ep[0] == '[') {
-		if ((end = strchr(ep, ']')) == NULL ||
-		    (end[1] != ':' && end[1] != '\0'))
-			goto bad;
-		hl = end - ep - 1;
-		cfg->ep_host = strndup(ep + 1, hl);
-		colon = end[1] == ':' ? end + 1 : NULL;
-	} else {
-		colon = strrchr(ep, ':');
-		if (colon != NULL && memchr(ep, ':', colon - ep) != NULL)
-			goto bad;	/* bare IPv6: needs brackets */
-		hl = colon != NULL ? (size_t)(colon - ep) : strlen(ep);
-		cfg->ep_host = strndup(ep, hl);
-	}
-	if (cfg->ep_host == NULL)
-		fatal("strndup");
-	if (hl == 0)
-		goto bad;
-	if (colon == NULL) {
-		if (asprintf(&full, "%s:%s", ep, CLI_DEFAULT_PORT) == -1)
-			fatal("asprintf");
-		free(cfg->endpoint);
-		cfg->endpoint = full;
-		return (0);
-	}
 	/* Port 0: any free port, for the agent that hosts it (torchrun's
 	 * c10d host does the same; one node only: nobody else can know). */
-	(void)strtonum(colon + 1, cfg->standalone ||
-	    cfg->rdzv_mode == AGENT_RDZV_C10D ? 0 : 1, 65535, &errstr);
-	if (errstr != NULL)
-		goto bad;
+	if (hostport_split(cfg->endpoint, HOSTPORT_PORT_OPT |
+	    (cfg->standalone || cfg->rdzv_mode == AGENT_RDZV_C10D ?
+	    HOSTPORT_PORT_ZERO : 0), host, sizeof host, &port, why,
+	    sizeof why) != 0) {
+		fprintf(stderr, "rdzv-agent: --rdzv_endpoint: %s\n", why);
+		return (-1);
+	}
+	if (port == -1) {
+		port = CLI_DEFAULT_PORT;
+		if (hostport_join(ep, sizeof ep, host, port) != 0)
+			fatalx("endpoint too long");	/* host fit above */
+		cli_setstr(&cfg->endpoint, ep);
+	}
+	cli_setstr(&cfg->ep_host, host);
+	cfg->ep_port = port;
 	return (0);
-bad:
-	fprintf(stderr, "rdzv-agent: --rdzv_endpoint: \"%s\" is not HOST:PORT "
-	    "or [IPV6]:PORT\n", ep);
-	return (-1);
 }
 
 /*
@@ -1181,12 +1166,12 @@ cli_master_endpoint(struct agent_config *cfg)
 {
 	const char	*a = cfg->master_addr != NULL ? cfg->master_addr :
 			    CLI_STATIC_ADDR;
-	int		 v6 = strchr(a, ':') != NULL;
+	char		 ep[RDZV_HOSTPORT_MAX];
 
-	free(cfg->endpoint);
-	if (asprintf(&cfg->endpoint, "%s%s%s:%d", v6 ? "[" : "", a,
-	    v6 ? "]" : "", cfg->master_port) == -1)
-		fatal("asprintf");
+	/* One too long is left to cli_endpoint to refuse. */
+	if (hostport_join(ep, sizeof ep, a, cfg->master_port) != 0)
+		strlcpy(ep, a, sizeof ep);
+	cli_setstr(&cfg->endpoint, ep);
 	cli_endpoint_set = 1;
 }
 

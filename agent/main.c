@@ -50,7 +50,9 @@
 #include <event2/event.h>
 
 #include "agent.h"
+#include "hostport.h"
 #include "log.h"
+#include "mono.h"
 #include "rdzv_err.h"
 #include "wire.h"
 
@@ -90,7 +92,7 @@ static struct {
 	struct event		*fwd_ev[NSIG];	/* forwarded signals */
 	struct event		*join_ev;
 	struct event		*watch_ev;	/* --progress_timeout */
-	struct timespec		*hung_at;	/* per local rank; 0: not */
+	int64_t			*hung_at;	/* per local rank; 0: not */
 } ag;
 
 static const int agent_signals[4] = { SIGTERM, SIGINT, SIGHUP, SIGQUIT };
@@ -293,15 +295,11 @@ agent_free_env(char **e)
 	free(e);
 }
 
-/* Seconds from t (CLOCK_MONOTONIC) to now. */
+/* Seconds from t (mono_ms) to now. */
 static double
-agent_age(const struct timespec *t)
+agent_age(int64_t t)
 {
-	struct timespec	now;
-
-	clock_gettime(CLOCK_MONOTONIC, &now);
-	return ((double)(now.tv_sec - t->tv_sec) +
-	    (now.tv_nsec - t->tv_nsec) / 1e9);
+	return ((mono_ms() - t) / 1e3);
 }
 
 /*
@@ -311,7 +309,7 @@ agent_age(const struct timespec *t)
 static void
 agent_summary_progress(const char *thin)
 {
-	struct timespec	when;
+	int64_t		when;
 	uint64_t	step;
 	int		i, any = 0;
 
@@ -324,8 +322,8 @@ agent_summary_progress(const char *thin)
 		any = 1;
 		fprintf(stderr, "  rank %lld (local_rank: %d): step %llu, "
 		    "%.1f s ago%s\n", (long long)(ag.cur.rank_base + i), i,
-		    (unsigned long long)step, agent_age(&when),
-		    ag.hung_at[i].tv_sec != 0 ? " (no progress: stopped by "
+		    (unsigned long long)step, agent_age(when),
+		    ag.hung_at[i] != 0 ? " (no progress: stopped by "
 		    "the watchdog)" : "");
 	}
 }
@@ -437,14 +435,14 @@ agent_begin_stop(void)
 static void
 agent_progress_note(int local_rank, char *msg, size_t msgsz)
 {
-	struct timespec	when;
+	int64_t		when;
 	uint64_t	step;
 	char		note[256];
 	const char	*sep = msg[0] != '\0' ? "; " : "";
 
 	if (progress_get(local_rank, &step, &when) != 0)
 		return;
-	if (ag.hung_at[local_rank].tv_sec != 0)
+	if (ag.hung_at[local_rank] != 0)
 		snprintf(note, sizeof note, "%sno progress for %g s after "
 		    "step %llu: stopped by rdzv-agent's --progress_timeout",
 		    sep, ag.cfg.progress_timeout_ms / 1000.0,
@@ -452,7 +450,7 @@ agent_progress_note(int local_rank, char *msg, size_t msgsz)
 	else
 		snprintf(note, sizeof note, "%slast step %llu, reported %.1f "
 		    "s before", sep, (unsigned long long)step,
-		    agent_age(&when));
+		    agent_age(when));
 	strlcat(msg, note, msgsz);
 }
 
@@ -465,7 +463,7 @@ agent_progress_note(int local_rank, char *msg, size_t msgsz)
 static void
 agent_watch_cb(evutil_socket_t fd, short ev, void *arg)
 {
-	struct timespec	when;
+	int64_t		when;
 	uint64_t	step;
 	double		limit = ag.cfg.progress_timeout_ms / 1000.0;
 	int		i;
@@ -475,16 +473,16 @@ agent_watch_cb(evutil_socket_t fd, short ev, void *arg)
 	for (i = 0; i < ag.cfg.nproc; i++) {
 		if (progress_get(i, &step, &when) != 0)
 			continue;
-		if (ag.hung_at[i].tv_sec != 0) {
-			if (agent_age(&ag.hung_at[i]) * 1000 >= ag.cfg.grace_ms)
+		if (ag.hung_at[i] != 0) {
+			if (agent_age(ag.hung_at[i]) * 1000 >= ag.cfg.grace_ms)
 				(void)sup_signal_rank(i, SIGKILL);
 			continue;
 		}
-		if (agent_age(&when) < limit)
+		if (agent_age(when) < limit)
 			continue;
 		if (sup_signal_rank(i, SIGABRT) != 0)
 			continue;	/* already gone: its exit is reported */
-		clock_gettime(CLOCK_MONOTONIC, &ag.hung_at[i]);
+		ag.hung_at[i] = mono_ms();
 		log_warnx("worker %d (rank %lld) reported no progress for %g "
 		    "s after step %llu: sending SIGABRT", i,
 		    (long long)(ag.cur.rank_base + i), limit,
@@ -817,10 +815,10 @@ agent_port_free(int port, char *spec, size_t specsz)
 	if ((fd = socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0)) != -1) {
 		(void)setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero,
 		    sizeof zero);
-		snprintf(spec, specsz, "*:%d", port);
+		(void)hostport_join(spec, specsz, "*", port);
 	} else if ((fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC,
 	    0)) != -1)
-		snprintf(spec, specsz, "0.0.0.0:%d", port);
+		(void)hostport_join(spec, specsz, "0.0.0.0", port);
 	else {
 		log_warn("socket");
 		return (-1);
@@ -843,13 +841,14 @@ agent_port_free(int port, char *spec, size_t specsz)
 static void
 agent_endpoint_port(int port)
 {
-	char	*ep;
+	char	ep[RDZV_HOSTPORT_MAX];
 
-	if (asprintf(&ep, "%.*s:%d", (int)(strrchr(ag.cfg.endpoint, ':') -
-	    ag.cfg.endpoint), ag.cfg.endpoint, port) == -1)
-		fatalx("out of memory");
+	if (hostport_join(ep, sizeof ep, ag.cfg.ep_host, port) != 0)
+		fatalx("endpoint too long");	/* cli_endpoint split it */
 	free(ag.cfg.endpoint);
-	ag.cfg.endpoint = ep;
+	if ((ag.cfg.endpoint = strdup(ep)) == NULL)
+		fatalx("out of memory");
+	ag.cfg.ep_port = port;
 }
 
 /* Starts the in-process rdzvd on listen; sets *port.  0 or -1. */
@@ -871,18 +870,15 @@ agent_embed(const char *listen, int *port)
 static int
 agent_standalone(void)
 {
-	char	*ep;
-	int	 port;
+	int	port;
 
 	if (agent_embed("127.0.0.1:0", &port) != 0) {
 		log_warnx("--standalone: cannot start the embedded rdzvd");
 		return (-1);
 	}
-	if (asprintf(&ep, "127.0.0.1:%d", port) == -1)
-		fatalx("out of memory");
-	free(ag.cfg.endpoint);
-	ag.cfg.endpoint = ep;
-	log_debug("embedded rdzvd on %s", ep);
+	/* cli_rdzv_mode made the endpoint 127.0.0.1:0. */
+	agent_endpoint_port(port);
+	log_debug("embedded rdzvd on %s", ag.cfg.endpoint);
 	return (0);
 }
 
@@ -897,13 +893,11 @@ agent_standalone(void)
 static int
 agent_rendezvous(void)
 {
-	const char	*port_s = strrchr(ag.cfg.endpoint, ':') + 1;
-	char		 spec[64];
-	int		 port, got, free_;
+	char	spec[64];
+	int	port = ag.cfg.ep_port, got, free_;
 
 	if (ag.cfg.standalone)
 		return (agent_standalone());
-	port = atoi(port_s);
 	if (ag.cfg.rdzv_mode == AGENT_RDZV_STATIC) {
 		if (ag.cfg.node_rank != 0)
 			return (0);

@@ -31,6 +31,7 @@
 
 #include "agent.h"
 #include "log.h"
+#include "mono.h"
 #include "rdzv_err.h"
 
 /* Notes for the main loop not delivered yet. */
@@ -43,7 +44,7 @@ struct progress_rank {
 	struct event	*ev;
 	int		 seen;		/* a report came */
 	uint64_t	 step;
-	struct timespec	 when;		/* CLOCK_MONOTONIC of the last one */
+	int64_t		 when;		/* mono_ms() of the last one */
 	int		 can_repair;	/* said "hello repair=1" */
 	int		 ready;		/* said "ready" */
 	int		 notes;		/* PROGRESS_NOTE_* to deliver */
@@ -78,7 +79,7 @@ progress_handle(struct progress_rank *p, const char *buf, size_t len)
 	case REPAIR_MSG_PROGRESS:
 		p->seen = 1;
 		p->step = m.step;
-		clock_gettime(CLOCK_MONOTONIC, &p->when);
+		p->when = mono_ms();
 		break;
 	case REPAIR_MSG_HELLO:
 		p->can_repair = m.repair;
@@ -266,7 +267,7 @@ progress_spawned(int local_rank)
 }
 
 int
-progress_get(int local_rank, uint64_t *step, struct timespec *when)
+progress_get(int local_rank, uint64_t *step, int64_t *when)
 {
 	struct progress_rank	*p;
 

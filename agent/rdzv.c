@@ -56,6 +56,7 @@
 #include "agent.h"
 #include "auth.h"
 #include "log.h"
+#include "mono.h"
 #include "rdzv_err.h"
 #include "tls.h"
 #include "wire.h"
@@ -107,8 +108,8 @@ static uint32_t				 rc_join_id, rc_hb_id, rc_leave_id;
 static int				 rc_ever_joined;
 static int				 rc_leaving;	/* LEAVE asked for */
 static int				 rc_backoff_ms;
-static struct timespec			 rc_down_since;	/* first failure */
-static struct timespec			 rc_last_rx;
+static int64_t				 rc_down_since;	/* first failure */
+static int64_t				 rc_last_rx;	/* mono_ms() */
 static struct event			*rc_retry_ev, *rc_hb_ev, *rc_leave_ev,
 					*rc_conn_ev;
 static struct rdzv_reports		 rc_reports =
@@ -126,16 +127,6 @@ static SSL_CTX				*rc_tls;	/* NULL: plaintext */
 static void	rdzv_connect(void);
 static void	rdzv_drop(const char *why);
 static void	rdzv_event_cb(struct bufferevent *, short, void *);
-
-static int64_t
-rdzv_ms_since(const struct timespec *t)
-{
-	struct timespec	now;
-
-	clock_gettime(CLOCK_MONOTONIC, &now);
-	return ((int64_t)(now.tv_sec - t->tv_sec) * 1000 +
-	    (now.tv_nsec - t->tv_nsec) / 1000000);
-}
 
 static void
 rdzv_timer(struct event *ev, int ms)
@@ -533,7 +524,7 @@ rdzv_read_cb(struct bufferevent *bev, void *arg)
 	unsigned	 gen = rc_gen;
 	int		 rv;
 
-	clock_gettime(CLOCK_MONOTONIC, &rc_last_rx);
+	rc_last_rx = mono_ms();
 	if (rc_state == RC_PREAMBLE) {
 		if (evbuffer_get_length(in) < NAT_PREAMBLE_LEN)
 			return;
@@ -750,7 +741,7 @@ rdzv_event_cb(struct bufferevent *bev, short what, void *arg)
 		}
 	}
 	if (what & BEV_EVENT_CONNECTED) {
-		clock_gettime(CLOCK_MONOTONIC, &rc_last_rx);
+		rc_last_rx = mono_ms();
 		if (nat_preamble_put(rdzv_out(), NAT_VERSION) != 0)
 			fatalx("out of memory");
 		rc_state = RC_PREAMBLE;
@@ -825,7 +816,7 @@ rdzv_drop(const char *why)
 		    rc_cfg->rdzv_backend, rc_cfg->endpoint, why);
 	/* An outage is timed from the loss of a joined connection. */
 	if (rc_state == RC_JOINED)
-		clock_gettime(CLOCK_MONOTONIC, &rc_down_since);
+		rc_down_since = mono_ms();
 	rc_gen++;
 	if (rc_bev != NULL)
 		bufferevent_free(rc_bev);
@@ -840,7 +831,7 @@ rdzv_drop(const char *why)
 		/* Nobody to say goodbye to: the lease will expire. */
 		rdzv_left();
 	}
-	down = rdzv_ms_since(&rc_down_since);
+	down = mono_ms() - rc_down_since;
 	limit = rc_ever_joined ? rc_cfg->reconnect_timeout_ms :
 	    rc_cfg->join_timeout_ms;
 	if (down >= limit) {
@@ -887,7 +878,7 @@ rdzv_hb_cb(evutil_socket_t fd, short ev, void *arg)
 	lease = rc_lease_ms > 0 ? rc_lease_ms : rc_cfg->lease_ms > 0 ?
 	    rc_cfg->lease_ms : RDZV_DEFAULT_LEASE_MS;
 	dead = lease > 3 * rc_hb_ms ? lease : 3 * rc_hb_ms;
-	if (rc_hb_id != 0 && rdzv_ms_since(&rc_last_rx) > dead) {
+	if (rc_hb_id != 0 && mono_ms() - rc_last_rx > dead) {
 		rdzv_drop("rdzvd silent");
 		return;
 	}
@@ -976,7 +967,6 @@ int
 rdzv_start(struct event_base *base, const struct agent_config *cfg,
     const struct rdzv_cbs *cbs, void *arg)
 {
-	const char	*ep = cfg->endpoint, *colon;
 	uint8_t		 rnd[16];
 	size_t		 i;
 
@@ -987,11 +977,9 @@ rdzv_start(struct event_base *base, const struct agent_config *cfg,
 	rc_arg = arg;
 	wire_limits_default(&rc_lim);
 	rc_lim.value_max = (size_t)64 << 20;
-	if ((colon = strrchr(ep, ':')) == NULL)
+	if (strlcpy(rc_host, cfg->ep_host, sizeof rc_host) >= sizeof rc_host)
 		return (RDZV_EINVAL);
-	if (strlcpy(rc_host, cfg->ep_host, sizeof rc_host) >= sizeof rc_host ||
-	    strlcpy(rc_port, colon + 1, sizeof rc_port) >= sizeof rc_port)
-		return (RDZV_EINVAL);
+	snprintf(rc_port, sizeof rc_port, "%d", cfg->ep_port);
 	if (gethostname(rc_hostname, sizeof rc_hostname) == -1)
 		strlcpy(rc_hostname, "localhost", sizeof rc_hostname);
 	rc_hostname[sizeof rc_hostname - 1] = '\0';
@@ -1029,7 +1017,7 @@ rdzv_start(struct event_base *base, const struct agent_config *cfg,
 			return (RDZV_ETLS);
 		}
 	}
-	clock_gettime(CLOCK_MONOTONIC, &rc_down_since);
+	rc_down_since = mono_ms();
 	rdzv_connect();
 	return (0);
 }

@@ -41,6 +41,7 @@
 
 #include "agent.h"
 #include "log.h"
+#include "mono.h"
 #include "rdzv_err.h"
 
 struct sup_worker {
@@ -523,7 +524,7 @@ int
 sup_capture(char *const argv[], char *out, size_t outsz, int timeout_ms)
 {
 	struct pollfd	 pfd;
-	struct timespec	 t0, t1;
+	int64_t		 t0;
 	sigset_t	 all, old;
 	pid_t		 pid;
 	size_t		 got = 0;
@@ -549,11 +550,9 @@ sup_capture(char *const argv[], char *out, size_t outsz, int timeout_ms)
 		close(p[0]);
 		return (RDZV_EIO);
 	}
-	clock_gettime(CLOCK_MONOTONIC, &t0);
+	t0 = mono_ms();
 	for (;;) {
-		clock_gettime(CLOCK_MONOTONIC, &t1);
-		left = timeout_ms - (int)((t1.tv_sec - t0.tv_sec) * 1000 +
-		    (t1.tv_nsec - t0.tv_nsec) / 1000000);
+		left = timeout_ms - (int)(mono_ms() - t0);
 		if (left <= 0)
 			break;
 		pfd.fd = p[0];

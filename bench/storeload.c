@@ -49,6 +49,8 @@
 #include <event2/event.h>
 
 #include "client.h"
+#include "hostport.h"
+#include "mono.h"
 #include "rdzv_err.h"
 #include "wire.h"
 
@@ -203,15 +205,6 @@ static void	conn_issue(struct conn *);
 static void	sl_connect_more(struct sl *);
 static void	sl_all_ready(struct sl *);
 static void	bar_start(struct sl *, struct conn *);
-
-static uint64_t
-now_ns(void)
-{
-	struct timespec	ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ((uint64_t)ts.tv_sec * 1000000000 + (uint64_t)ts.tv_nsec);
-}
 
 /* xorshift64*: cheap and good enough to pick ops and keys. */
 static uint64_t
@@ -706,7 +699,7 @@ load_done(struct sl *sl, struct conn *c, enum sl_op op, uint64_t t,
 static void
 bar_finish(struct sl *sl)
 {
-	sl->t_bar_end = now_ns();
+	sl->t_bar_end = mono_ns();
 	sl->finished = 1;
 	event_base_loopbreak(sl->base);
 }
@@ -723,7 +716,7 @@ bar_reply(struct sl *sl, struct conn *c)
 			errx(1, "barrier counter reached %" PRId64 " (n=%zu): "
 			    "stale key?", c->rval, n);
 		if ((uint64_t)c->rval == n) {
-			sl->t_bar_last = now_ns();
+			sl->t_bar_last = mono_ns();
 			conn_encode(c, OP_SET, sl->bar_done,
 			    strlen(sl->bar_done));
 			c->step = BAR_SET;
@@ -831,7 +824,7 @@ conn_read_cb(evutil_socket_t fd, short what, void *arg)
 		err(1, "connection %zu: read", (size_t)(c - sl->conns));
 	}
 	c->ilen += (size_t)n;
-	t = now_ns();
+	t = mono_ns();
 	for (;;) {
 		if (sl->proto != SL_NATIVE)
 			used = tcps_parse(c);
@@ -884,7 +877,7 @@ conn_issue(struct conn *c)
 	}
 	c->state = CS_BUSY;
 	sl->busy++;
-	c->t0 = now_ns();
+	c->t0 = mono_ns();
 	conn_send(c);
 }
 
@@ -911,7 +904,7 @@ load_warm_cb(evutil_socket_t fd, short what, void *arg)
 	sl->ops = sl->lat_ops = sl->lat_max = 0;
 	memset(sl->op_count, 0, sizeof sl->op_count);
 	sl->recording = 1;
-	sl->t_rec_start = now_ns();
+	sl->t_rec_start = mono_ns();
 }
 
 static void
@@ -919,7 +912,7 @@ load_stop_cb(evutil_socket_t fd, short what, void *arg)
 {
 	struct sl	*sl = arg;
 
-	sl->t_rec_end = now_ns();
+	sl->t_rec_end = mono_ns();
 	sl->recording = 0;
 	sl->stopping = 1;
 	if (sl->busy == 0)
@@ -962,7 +955,7 @@ sl_all_ready(struct sl *sl)
 			conn_issue(&sl->conns[i]);
 		break;
 	case SL_BARRIER:
-		sl->t_bar_start = now_ns();
+		sl->t_bar_start = mono_ns();
 		for (i = 0; i < sl->nconns; i++)
 			bar_start(sl, &sl->conns[i]);
 		break;
@@ -987,7 +980,7 @@ bar_start(struct sl *sl, struct conn *c)
 	c->state = CS_BUSY;
 	conn_send(c);
 	if (++sl->adds_sent == sl->nconns)
-		sl->t_bar_sent = now_ns();
+		sl->t_bar_sent = mono_ns();
 }
 
 static void
@@ -1015,10 +1008,7 @@ sl_populate(struct sl *sl)
 	int			 fd, rv;
 
 	if (sl->proto == SL_NATIVE) {
-		if (strchr(sl->host, ':') != NULL)
-			snprintf(hp, sizeof hp, "[%s]:%s", sl->host, sl->port);
-		else
-			snprintf(hp, sizeof hp, "%s:%s", sl->host, sl->port);
+		(void)hostport_join(hp, sizeof hp, sl->host, atoi(sl->port));
 		if ((cl = rdzv_client_connect(hp, 10000, &rv)) == NULL)
 			errx(1, "connect %s: %s", hp, rdzv_strerror(rv));
 		for (i = 0; i < sl->nkeys; i++) {
@@ -1347,10 +1337,10 @@ main(int argc, char **argv)
 	if (sl->mode == SL_BARRIER) {
 		snprintf(sl->bar_count, sizeof sl->bar_count,
 		    "storeload/barrier/%ld.%" PRIu64 "/count", (long)getpid(),
-		    now_ns());
+		    mono_ns());
 		snprintf(sl->bar_done, sizeof sl->bar_done,
 		    "storeload/barrier/%ld.%" PRIu64 "/done", (long)getpid(),
-		    now_ns());
+		    mono_ns());
 		sl->value_size = 1;
 		if ((sl->value = malloc(1)) == NULL)
 			errx(1, "out of memory");
@@ -1362,7 +1352,7 @@ main(int argc, char **argv)
 		event_base_once(sl->base, -1, EV_TIMEOUT, loop_break_cb, sl,
 		    &tv);
 		/* With --connect seq or burst the connects are timed too. */
-		sl->t_bar_start = now_ns();
+		sl->t_bar_start = mono_ns();
 	}
 	sl_connect_more(sl);
 	event_base_dispatch(sl->base);

@@ -36,6 +36,7 @@
 #include <unistd.h>
 
 #include "client.h"
+#include "mono.h"
 #include "rdzv_err.h"
 #include "tls.h"
 
@@ -73,15 +74,6 @@ struct tl_opts {
 	size_t		 value_size;
 	size_t		 connects;
 };
-
-static uint64_t
-now_ns(void)
-{
-	struct timespec	ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ((uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec);
-}
 
 /* CPU time this process used so far, user and system. */
 static uint64_t
@@ -218,7 +210,7 @@ tl_child(const struct tl_opts *o, struct tl_shared *sh, size_t idx,
 	t_warm = sh->t_start_ns + (uint64_t)(o->warmup * 1e9);
 	t_end = t_warm + (uint64_t)(o->duration * 1e9);
 	for (;;) {
-		t0 = now_ns();
+		t0 = mono_ns();
 		if (t0 >= t_end)
 			break;
 		got = NULL;
@@ -228,7 +220,7 @@ tl_child(const struct tl_opts *o, struct tl_shared *sh, size_t idx,
 		else
 			rv = rdzv_client_get(c, key, &got, &len,
 			    TL_TIMEOUT_MS);
-		t1 = now_ns();
+		t1 = mono_ns();
 		if (rv != 0) {
 			tl_fail(r, set ? "set" : "get", rv, c);
 			break;
@@ -299,7 +291,7 @@ tl_load(const struct tl_opts *o)
 			break;	/* a child died before it was ready */
 	}
 	close(ready[0]);
-	sh->t_start_ns = now_ns();
+	sh->t_start_ns = mono_ns();
 	close(go[1]);	/* every child's read returns 0 now */
 	for (i = 0; i < o->procs; i++) {
 		while (waitpid(pids[i], &status, 0) == -1 && errno == EINTR)
@@ -365,10 +357,10 @@ tl_connects(const struct tl_opts *o)
 	for (i = 0; i < o->connects; i++) {
 		why[0] = '\0';
 		c0 = cpu_ns();
-		t0 = now_ns();
+		t0 = mono_ns();
 		if ((c = tl_connect(o, why, sizeof why)) == NULL)
 			errx(1, "connect %s: %s", o->endpoint, why);
-		conn[i] = now_ns() - t0;
+		conn[i] = mono_ns() - t0;
 		cpu[i] = cpu_ns() - c0;
 		/* Not timed: a round trip shows the connection works. */
 		if (rdzv_client_ping(c, TL_TIMEOUT_MS) != 0)
@@ -377,11 +369,11 @@ tl_connects(const struct tl_opts *o)
 		if (o->tls_ca == NULL)
 			continue;
 		/* The part of a TLS connect that is not on the wire. */
-		t0 = now_ns();
+		t0 = mono_ns();
 		if ((ctx = rdzv_tls_client_ctx(o->tls_ca, why,
 		    sizeof why)) == NULL)
 			errx(1, "%s", why);
-		load[i] = now_ns() - t0;
+		load[i] = mono_ns() - t0;
 		SSL_CTX_free(ctx);
 	}
 	printf("tlsload mode=connect tls=%d n=%zu", o->tls_ca != NULL,

@@ -30,6 +30,8 @@
 #include "auth.h"
 #include "client.h"
 #include "ctl.h"
+#include "hostport.h"
+#include "mono.h"
 #include "rdzv_err.h"
 #include "tls.h"
 #include "wire.h"
@@ -58,39 +60,6 @@ ctl_exit_code(int code)
 	return CTL_EXIT_SERVER;
 }
 
-static int64_t
-ctl_now_ms(void)
-{
-	struct timespec	ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-/* The host part of HOST:PORT or [V6]:PORT, for a name lookup of our own. */
-static int
-ctl_host(const char *ep, char *host, size_t sz)
-{
-	const char	*colon, *end;
-	size_t		 n;
-
-	if (ep[0] == '[') {
-		if ((end = strchr(ep, ']')) == NULL)
-			return -1;
-		n = end - ep - 1;
-		ep++;
-	} else {
-		if ((colon = strrchr(ep, ':')) == NULL)
-			return -1;
-		n = colon - ep;
-	}
-	if (n == 0 || n >= sz)
-		return -1;
-	memcpy(host, ep, n);
-	host[n] = '\0';
-	return 0;
-}
-
 /*
  * Prints why connecting failed and what to try; returns the exit status.
  * why is client.c's reason, used where it says more than the code.
@@ -99,8 +68,8 @@ static int
 ctl_connect_error(const struct ctl_opts *o, int code, const char *why)
 {
 	struct addrinfo	 hints, *res;
-	char		 host[256];
-	int		 rv = -1;
+	char		 host[RDZV_HOST_MAX];
+	int		 rv = -1, port;
 
 	switch (code) {
 	case RDZV_EINVAL:
@@ -112,7 +81,8 @@ ctl_connect_error(const struct ctl_opts *o, int code, const char *why)
 		/* client.c folds a failed lookup into ECONN: tell them apart. */
 		memset(&hints, 0, sizeof hints);
 		hints.ai_socktype = SOCK_STREAM;
-		if (ctl_host(o->endpoint, host, sizeof host) == 0 &&
+		if (hostport_split(o->endpoint, 0, host, sizeof host, &port,
+		    NULL, 0) == 0 &&
 		    (rv = getaddrinfo(host, NULL, &hints, &res)) != 0) {
 			/* -1 below: no lookup made. */
 			fprintf(stderr, "rdzvctl: cannot connect to %s: cannot "
@@ -230,7 +200,7 @@ ctl_connect(const struct ctl_opts *o, int retry, int *status)
 	co.tls_ca = o->tls_ca;
 	co.why = why;
 	co.whysz = sizeof why;
-	deadline = ctl_now_ms() + o->timeout_ms;
+	deadline = mono_ms() + o->timeout_ms;
 	for (;;) {
 		c = rdzv_client_connect_opts(o->endpoint, o->timeout_ms, &co,
 		    &err);
@@ -238,7 +208,7 @@ ctl_connect(const struct ctl_opts *o, int retry, int *status)
 			break;
 		/* A restarting rdzvd refuses for a moment: try again. */
 		if (!retry || (err != RDZV_ECONN && err != RDZV_ETIMEDOUT) ||
-		    ctl_now_ms() >= deadline || ctl_interrupted)
+		    mono_ms() >= deadline || ctl_interrupted)
 			break;
 		nanosleep(&pause, NULL);
 	}

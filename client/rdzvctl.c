@@ -24,6 +24,7 @@
 
 #include "client.h"
 #include "ctl.h"
+#include "hostport.h"
 #include "rdzv_err.h"
 #include "tls.h"
 #include "wire.h"
@@ -963,17 +964,18 @@ opt_name(unsigned bit)
 	return "--after";
 }
 
-/* HOST alone or [V6] alone gets the default port. */
+/* HOST alone or [V6] alone gets the default port; client.c judges the
+ * rest. */
 static const char *
 ctl_endpoint(const char *ep, char *buf, size_t sz)
 {
-	size_t	n = strlen(ep);
+	char	host[RDZV_HOST_MAX];
+	int	port;
 
-	if ((ep[0] != '[' && strchr(ep, ':') == NULL) ||
-	    (ep[0] == '[' && n > 0 && ep[n - 1] == ']')) {
-		snprintf(buf, sz, "%s:29400", ep);
+	if (hostport_split(ep, HOSTPORT_PORT_OPT, host, sizeof host, &port,
+	    NULL, 0) == 0 && port == -1 &&
+	    hostport_join(buf, sz, host, 29400) == 0)
 		return buf;
-	}
 	return ep;
 }
 

@@ -40,6 +40,8 @@
 
 #include "auth.h"
 #include "client.h"
+#include "hostport.h"
+#include "mono.h"
 #include "rdzv_err.h"
 #include "tls.h"
 #include "wire.h"
@@ -73,22 +75,13 @@ struct rdzv_client {
 	char			 errmsg[512];
 };
 
-static int64_t
-client_now_ns(void)
-{
-	struct timespec	ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ((int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec);
-}
-
 /* A deadline from a timeout: -1 is "never". */
 static int64_t
 client_deadline(int timeout_ms)
 {
 	if (timeout_ms < 0)
 		return (-1);
-	return (client_now_ns() + (int64_t)timeout_ms * 1000000);
+	return (mono_ns() + (int64_t)timeout_ms * 1000000);
 }
 
 /* Milliseconds left before deadline for poll(), rounded up; -1 forever. */
@@ -99,7 +92,7 @@ client_left_ms(int64_t deadline)
 
 	if (deadline < 0)
 		return (-1);
-	left = deadline - client_now_ns();
+	left = deadline - mono_ns();
 	if (left <= 0)
 		return (0);
 	left = (left + 999999) / 1000000;
@@ -124,7 +117,7 @@ client_poll(struct rdzv_client *c, short events, int64_t deadline)
 			return (RDZV_ECANCELED);
 		tsp = NULL;
 		if (deadline >= 0) {
-			left = deadline - client_now_ns();
+			left = deadline - mono_ns();
 			if (left < 0)
 				left = 0;
 			ts.tv_sec = left / 1000000000;
@@ -640,41 +633,6 @@ client_reply_bytes(const struct nat_msg *msg, void **val, size_t *len)
 	return (client_dup(s, val, len));
 }
 
-/* Splits "host:port" or "[v6]:port" into host and port buffers. */
-static int
-client_split(const char *hp, char *host, size_t hostsz, char *port,
-    size_t portsz)
-{
-	const char	*colon, *end;
-	size_t		 hl;
-
-	if (hp == NULL)
-		return (RDZV_EINVAL);
-	if (hp[0] == '[') {
-		if ((end = strchr(hp, ']')) == NULL || end[1] != ':')
-			return (RDZV_EINVAL);
-		hp++;
-		hl = end - hp;
-		colon = end + 1;
-	} else {
-		if ((colon = strrchr(hp, ':')) == NULL)
-			return (RDZV_EINVAL);
-		/* A bare IPv6 address is ambiguous without brackets. */
-		if (memchr(hp, ':', colon - hp) != NULL)
-			return (RDZV_EINVAL);
-		hl = colon - hp;
-	}
-	if (hl == 0 || hl >= hostsz)
-		return (RDZV_EINVAL);
-	memcpy(host, hp, hl);
-	host[hl] = '\0';
-	if (strlcpy(port, colon + 1, portsz) >= portsz)
-		return (RDZV_EINVAL);
-	if (strtonum(port, 1, 65535, NULL) == 0)
-		return (RDZV_EINVAL);
-	return (0);
-}
-
 /* Tunes a connected socket: no Nagle delay, keepalive to find dead peers. */
 static void
 client_sockopts(int fd)
@@ -945,9 +903,9 @@ rdzv_client_connect_opts(const char *host_port, int timeout_ms,
 	struct rdzv_client_opts	 none;
 	struct rdzv_client	*c = NULL;
 	struct addrinfo		 hints, *res = NULL, *ai;
-	char			 host[256], port[16];
+	char			 host[RDZV_HOST_MAX], port[8];
 	int64_t			 deadline;
-	int			 rv, fd = -1;
+	int			 rv, fd = -1, portnum;
 
 	if (o == NULL) {
 		memset(&none, 0, sizeof none);
@@ -956,9 +914,10 @@ rdzv_client_connect_opts(const char *host_port, int timeout_ms,
 	if (o->why != NULL && o->whysz > 0)
 		o->why[0] = '\0';
 	deadline = client_deadline(timeout_ms);
-	if ((rv = client_split(host_port, host, sizeof host, port,
-	    sizeof port)) != 0)
+	if ((rv = hostport_split(host_port, 0, host, sizeof host, &portnum,
+	    NULL, 0)) != 0)
 		goto fail;
+	snprintf(port, sizeof port, "%d", portnum);
 
 	memset(&hints, 0, sizeof hints);
 	hints.ai_family = AF_UNSPEC;

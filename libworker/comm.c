@@ -40,33 +40,15 @@
 static atomic_int	comm_generation;
 
 int64_t
-now_ms(void)
-{
-	struct timespec	ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ((int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000);
-}
-
-int64_t
-now_us(void)
-{
-	struct timespec	ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ((int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000);
-}
-
-int64_t
 comm_deadline(const struct rdzv_comm *c, int timeout_ms)
 {
-	return (now_ms() + (timeout_ms < 0 ? c->timeout_ms : timeout_ms));
+	return (mono_ms() + (timeout_ms < 0 ? c->timeout_ms : timeout_ms));
 }
 
 int
 deadline_left(int64_t deadline)
 {
-	int64_t	left = deadline - now_ms();
+	int64_t	left = deadline - mono_ms();
 
 	if (left <= 0)
 		return (0);
@@ -1023,7 +1005,7 @@ rdzv_report_progress(struct rdzv_comm *c, uint64_t step)
 	if (c == NULL)
 		return (RDZV_EINVAL);
 	c->progress_step = step;
-	now = now_ms();
+	now = mono_ms();
 	if (c->progress_fd != -1 && (c->progress_sent_ms == 0 ||
 	    now - c->progress_sent_ms >= PROGRESS_AGENT_MS)) {
 		c->progress_sent_ms = now;

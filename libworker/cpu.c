@@ -432,7 +432,7 @@ cpu_p2p(struct rdzv_comm *c, struct rdzv_request *first)
 		if (progressed)
 			continue;
 		for (i = 0; i < n; i++)
-			if (act[i] != NULL && act[i]->deadline <= now_ms()) {
+			if (act[i] != NULL && act[i]->deadline <= mono_ms()) {
 				rc = comm_fail(c, RDZV_ETIMEDOUT, "%s with rank "
 				    "%d timed out", act[i]->kind == REQ_SEND ?
 				    "send" : "recv", act[i]->peer);
@@ -576,7 +576,7 @@ cpu_connect_all(struct rdzv_comm *c, struct cpu *cpu, int lfd,
 			continue;
 		/* A stray connection must not hold up the others: its hello
 		 * gets a few seconds, not the whole bootstrap. */
-		hdl = now_ms() + HELLO_MS;
+		hdl = mono_ms() + HELLO_MS;
 		if (net_read_all(fd, h, sizeof h, hdl < deadline ? hdl :
 		    deadline) != 0 || (peer = hello_rank(h, cid, cpu->n)) < 0) {
 			close(fd);	/* a stray connection: not ours */
@@ -611,7 +611,7 @@ cpu_init(struct rdzv_comm *c)
 	int		 *ports = NULL, lfd = -1, port, rc, j, same, before;
 	int		  shm, shm_all = 1;
 	unsigned long long tid;
-	int64_t		  deadline = now_ms() + c->init_timeout_ms;
+	int64_t		  deadline = mono_ms() + c->init_timeout_ms;
 	uint64_t	  cid;
 
 	if ((cpu = calloc(1, sizeof *cpu)) == NULL)

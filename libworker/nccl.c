@@ -228,7 +228,7 @@ static void
 nccl_backoff(int64_t start_us)
 {
 	struct timespec	ts;
-	int64_t		waited = now_us() - start_us;
+	int64_t		waited = mono_us() - start_us;
 
 	if (waited < NCCL_SPIN_US) {
 		sched_yield();
@@ -252,7 +252,7 @@ nccl_poll(struct rdzv_comm *c, struct nccl *n, cudaEvent_t ev,
 {
 	ncclResult_t	ar;
 	cudaError_t	ce;
-	int64_t		start = now_us();
+	int64_t		start = mono_us();
 	int		rc;
 
 	for (;;) {
@@ -280,7 +280,7 @@ nccl_poll(struct rdzv_comm *c, struct nccl *n, cudaEvent_t ev,
 			}
 		} else if (ar == ncclSuccess)
 			return (0);
-		if (now_ms() >= deadline) {
+		if (mono_ms() >= deadline) {
 			rc = comm_fail(c, RDZV_ETIMEDOUT, "nccl: %s: not done "
 			    "within the timeout (a peer died or hangs); "
 			    "communicator aborted", what);
@@ -902,7 +902,7 @@ nccl_p2p(struct rdzv_comm *c, struct rdzv_request *first)
 		p = poll(&pfd, 1, deadline_left(deadline) < 100 ?
 		    deadline_left(deadline) : 100);
 		(void)p;
-		if ((r = comm_take_p2p(c)) == NULL && now_ms() >= deadline) {
+		if ((r = comm_take_p2p(c)) == NULL && mono_ms() >= deadline) {
 			rc = comm_fail(c, RDZV_ETIMEDOUT, "nccl: a receive from "
 			    "self found no send within the timeout");
 			r = NULL;
@@ -968,7 +968,7 @@ nccl_req_test(struct rdzv_request *r)
 
 	if (!q->done) {
 		ce = cudaEventQuery(q->ev);
-		if (ce == cudaErrorNotReady && now_ms() < q->deadline &&
+		if (ce == cudaErrorNotReady && mono_ms() < q->deadline &&
 		    !comm_broken(c))
 			return (0);
 		/* Done, failed or late: wait() sorts out which. */
@@ -1158,11 +1158,11 @@ nccl_init(struct rdzv_comm *c)
 	ncclUniqueId	*ids = NULL;
 	ncclConfig_t	 cfg = NCCL_CONFIG_INITIALIZER;
 	ncclResult_t	 nr;
-	int64_t		 deadline, t0 = now_us();
+	int64_t		 deadline, t0 = mono_us();
 	int		 ndev = 0, lr, nid = 1, rc;
 	int32_t		 one = 1;
 
-	deadline = now_ms() + c->init_timeout_ms;
+	deadline = mono_ms() + c->init_timeout_ms;
 	if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev <= 0) {
 		(void)cudaGetLastError();
 		return (comm_fail(c, RDZV_EINVAL, "nccl: no CUDA device is "
@@ -1246,7 +1246,7 @@ nccl_init(struct rdzv_comm *c)
 	comm_log(c, RDZV_LOG_INFO, "nccl %d.%d.%d: rank %d of %d on device "
 	    "%d, %d unique id%s, ready in %.1f ms", NCCL_MAJOR, NCCL_MINOR,
 	    NCCL_PATCH, c->rank, c->size, n->dev, nid, nid > 1 ? "s" : "",
-	    (double)(now_us() - t0) / 1000.0);
+	    (double)(mono_us() - t0) / 1000.0);
 	return (0);
 fail:
 	free(ids);

@@ -375,7 +375,7 @@ shm_setup(struct cpu *cpu, const char *key)
 	struct shm_arena	*a;
 	char			 name[96];
 	uint8_t			 ok = 0, verdict = 1, b;
-	int64_t			 deadline = now_ms() + 30000;
+	int64_t			 deadline = mono_ms() + 30000;
 	long			 ncpu;
 	int			 fd = -1, j, rc = RDZV_EIO;
 	void			*p;

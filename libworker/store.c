@@ -365,7 +365,7 @@ wstore_open(struct wstore **sp, const struct wenv *e, int timeout_ms,
     char *err, size_t errlen)
 {
 	struct wstore	*s;
-	int64_t		 deadline = now_ms() + timeout_of(timeout_ms);
+	int64_t		 deadline = mono_ms() + timeout_of(timeout_ms);
 	int		 rc, port;
 
 	*sp = NULL;
@@ -482,7 +482,7 @@ int
 wstore_set(struct wstore *s, const char *key, const void *val, size_t len,
     int timeout_ms)
 {
-	int64_t	deadline = now_ms() + timeout_of(timeout_ms);
+	int64_t	deadline = mono_ms() + timeout_of(timeout_ms);
 
 	if (s->kind == WENV_STORE_NATIVE)
 		return (rdzv_client_set(s->nat, key, val, len,
@@ -494,7 +494,7 @@ int
 wstore_get(struct wstore *s, const char *key, void **val, size_t *len,
     int timeout_ms)
 {
-	int64_t		 deadline = now_ms() + timeout_of(timeout_ms);
+	int64_t		 deadline = mono_ms() + timeout_of(timeout_ms);
 	const char	*keys[1] = { key };
 	int		 rc;
 
@@ -511,7 +511,7 @@ int
 wstore_add(struct wstore *s, const char *key, int64_t delta, int64_t *out,
     int timeout_ms)
 {
-	int64_t	deadline = now_ms() + timeout_of(timeout_ms);
+	int64_t	deadline = mono_ms() + timeout_of(timeout_ms);
 
 	if (s->kind == WENV_STORE_NATIVE)
 		return (rdzv_client_add(s->nat, key, delta, out,
@@ -522,7 +522,7 @@ wstore_add(struct wstore *s, const char *key, int64_t delta, int64_t *out,
 int
 wstore_barrier(struct wstore *s, const char *key, int world, int timeout_ms)
 {
-	int64_t	 deadline = now_ms() + timeout_of(timeout_ms);
+	int64_t	 deadline = mono_ms() + timeout_of(timeout_ms);
 	int64_t	 n;
 	char	 k[STORE_KEY_MAX];
 	int	 rc;

@@ -350,7 +350,7 @@ srv_main(void *arg)
 		pfd[0].fd = srv->wake[0];
 		pfd[0].events = POLLIN;
 		left = -1;
-		if (paused != 0 && (left = (int)(paused - now_ms())) <= 0) {
+		if (paused != 0 && (left = (int)(paused - mono_ms())) <= 0) {
 			paused = 0;
 			left = -1;
 		}
@@ -384,7 +384,7 @@ srv_main(void *arg)
 		srv->nconns = j;
 		/* Out of descriptors: pause a second rather than spin. */
 		if (pfd[1].revents != 0 && srv_accept(srv) == -1)
-			paused = now_ms() + 1000;
+			paused = mono_ms() + 1000;
 	}
 	free(pfd);
 	return (NULL);

@@ -29,6 +29,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "mono.h"
 #include "rdzv_worker.h"
 
 #define RDZV_TIMEOUT_DEFAULT_MS		300000
@@ -159,16 +160,11 @@ uint16_t	float_to_bf16(float);
 
 /* ---- comm.c ---- */
 
-/* Milliseconds on the monotonic clock. */
-int64_t	now_ms(void);
-/* Microseconds on the monotonic clock. */
-int64_t	now_us(void);
-
 struct rdzv_comm;
 
 /*
  * A backend: every collective gets a valid, checked argument set and an
- * absolute deadline (now_ms() clock); it returns 0 or a code, and calls
+ * absolute deadline (mono_ms() clock); it returns 0 or a code, and calls
  * comm_fail() for anything that leaves the peers out of step.  Optional
  * entries may be NULL (comm.c then emulates them or answers RDZV_EINVAL).
  * Non-blocking forms (iallreduce, isend, irecv) may be left NULL: comm.c

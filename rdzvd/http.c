@@ -143,11 +143,11 @@ http_api(struct evhttp_request *req, const char *path)
 	int		 events = 0;
 
 	if (strcmp(path, "/api/status") == 0) {
-		http_json(req, rdzvd_status_json());
+		http_json(req, docs_status());
 		return;
 	}
 	if (strcmp(path, "/api/jobs") == 0) {
-		http_json(req, rz_json_jobs(server.rz));
+		http_json(req, docs_jobs());
 		return;
 	}
 	if (strncmp(path, "/api/jobs/", 10) != 0) {
@@ -164,9 +164,9 @@ http_api(struct evhttp_request *req, const char *path)
 		events = 1;
 	}
 	if (events)
-		http_json(req, rz_json_events(server.rz, slice_str(job), -1));
+		http_json(req, docs_events(slice_str(job), -1));
 	else
-		http_json(req, round_job_json(slice_str(job)));
+		http_json(req, docs_job(slice_str(job)));
 	free(job);
 }
 

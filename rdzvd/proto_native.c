@@ -142,8 +142,7 @@ events_reply(struct pending *pd)
 {
 	char	*text;
 
-	text = rz_json_events(server.rz, (struct slice){ pd->ns, pd->nslen },
-	    pd->after);
+	text = docs_events((struct slice){ pd->ns, pd->nslen }, pd->after);
 	if (text == NULL)
 		reply_error(pd->c, pd->op, pd->id, RDZV_ENOTFOUND);
 	else {
@@ -746,8 +745,7 @@ native_admin_doc(struct nat_req *r)
 
 	if (native_end(r) != 0)
 		return RDZV_EPROTO;
-	text = r->m->op == NAT_OP_ADMIN_STATUS ? rdzvd_status_json() :
-	    rz_json_jobs(server.rz);
+	text = r->m->op == NAT_OP_ADMIN_STATUS ? docs_status() : docs_jobs();
 	if (text == NULL)
 		return RDZV_ENOMEM;
 	native_reply_text(r, text);
@@ -759,7 +757,7 @@ native_admin_job(struct nat_req *r)
 {
 	if (native_end(r) != 0)
 		return RDZV_EPROTO;
-	native_reply_text(r, round_job_json(r->job));
+	native_reply_text(r, docs_job(r->job));
 	return 0;
 }
 
@@ -768,7 +766,7 @@ native_job_status(struct nat_req *r)
 {
 	if (native_end(r) != 0)
 		return RDZV_EPROTO;
-	native_reply_text(r, rz_status(server.rz, r->job, rdzvd_now_ms()));
+	native_reply_text(r, rz_status(server.rz, r->job, mono_ms()));
 	return 0;
 }
 
@@ -816,7 +814,7 @@ native_admin_close(struct nat_req *r)
 	if (nat_get_bytes(&r->rd, &reason) != 0 || native_end(r) != 0)
 		return RDZV_EPROTO;
 	reply_rz(r->c, r->m, rz_admin_close(server.rz, r->job, reason,
-	    rdzvd_now_ms()));
+	    mono_ms()));
 	return 0;
 }
 
@@ -824,7 +822,7 @@ native_admin_close(struct nat_req *r)
 static int
 native_node_op(struct nat_req *r)
 {
-	int64_t	node, now = rdzvd_now_ms();
+	int64_t	node, now = mono_ms();
 
 	if (nat_get_i64(&r->rd, &node) != 0 || native_end(r) != 0)
 		return RDZV_EPROTO;
@@ -872,7 +870,7 @@ native_heartbeat(struct nat_req *r)
 
 	if (nat_get_i64(&r->rd, &node) != 0 || native_end(r) != 0)
 		return RDZV_EPROTO;
-	rc = rz_heartbeat(server.rz, r->job, node, r->c, rdzvd_now_ms(),
+	rc = rz_heartbeat(server.rz, r->job, node, r->c, mono_ms(),
 	    &round);
 	if (rc < 0)
 		reply_rz(r->c, r->m, rc);
@@ -897,7 +895,7 @@ native_failure(struct nat_req *r)
 	    nat_get_i64(rd, &fr.signo) != 0 ||
 	    nat_get_bytes(rd, &fr.message) != 0 || native_end(r) != 0)
 		return RDZV_EPROTO;
-	reply_rz(r->c, r->m, rz_failure(server.rz, &fr, rdzvd_now_ms()));
+	reply_rz(r->c, r->m, rz_failure(server.rz, &fr, mono_ms()));
 	return 0;
 }
 
@@ -910,7 +908,7 @@ native_succeeded(struct nat_req *r)
 	    nat_get_i64(&r->rd, &round) != 0 || native_end(r) != 0)
 		return RDZV_EPROTO;
 	reply_rz(r->c, r->m, rz_succeeded(server.rz, r->job, node, round,
-	    rdzvd_now_ms()));
+	    mono_ms()));
 	return 0;
 }
 

@@ -1436,26 +1436,14 @@ rz_job_json(const struct rz_job *j)
 	    "world_size", (json_int_t)j->world_size);
 }
 
-static char *
-rz_dump(json_t *doc)
-{
-	char	*text;
-
-	if (doc == NULL)
-		return NULL;
-	text = json_dumps(doc, JSON_COMPACT | JSON_ENSURE_ASCII);
-	json_decref(doc);
-	return text;
-}
-
 static int
 rz_job_cmp(const struct rz_job *a, const struct rz_job *b)
 {
 	return strcmp(a->id, b->id);
 }
 
-char *
-rz_json_jobs(struct rz *rz)
+json_t *
+rz_jobs_doc(struct rz *rz)
 {
 	struct rz_job	*j, *tmp;
 	json_t		*arr;
@@ -1465,7 +1453,7 @@ rz_json_jobs(struct rz *rz)
 	HASH_SORT(rz->jobs, rz_job_cmp);
 	HASH_ITER(hh, rz->jobs, j, tmp)
 		json_array_append_new(arr, rz_job_json(j));
-	return rz_dump(arr);
+	return arr;
 }
 
 json_t *
@@ -1505,8 +1493,8 @@ rz_job_doc(struct rz *rz, struct slice job, int64_t now)
 	return doc;
 }
 
-char *
-rz_json_events(struct rz *rz, struct slice job, int64_t after)
+json_t *
+rz_events_doc(struct rz *rz, struct slice job, int64_t after)
 {
 	struct rz_job	*j;
 	struct slice	 ns, v;
@@ -1540,7 +1528,7 @@ rz_json_events(struct rz *rz, struct slice job, int64_t after)
 		    "text", sp != NULL ? sp + 1 : ""));
 		free(line);
 	}
-	return rz_dump(arr);
+	return arr;
 }
 
 int

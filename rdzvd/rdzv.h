@@ -150,15 +150,15 @@ int64_t	rz_retention_left(struct rz *, struct slice job, int64_t wall_ms);
 /* A malloc'ed text description of job (NULL: unknown or no memory). */
 char	*rz_status(struct rz *, struct slice job, int64_t now_ms);
 
-/* Operators (PROTOCOL.md "Operators"): malloc'ed JSON text, or NULL
- * (unknown job, or no memory). */
-char	*rz_json_jobs(struct rz *);
-/* One job's detail as a jansson document (the caller's reference; the
- * caller may add to it before dumping), or NULL. */
+/* Operators (PROTOCOL.md "Operators"; rdzvd/docs.c writes them out):
+ * jansson documents, the caller's reference, or NULL (unknown job, or
+ * no memory).  The job list, sorted by id: */
 struct json_t;
+struct json_t	*rz_jobs_doc(struct rz *);
+/* One job's detail (the caller may add to it before dumping): */
 struct json_t	*rz_job_doc(struct rz *, struct slice job, int64_t now_ms);
-/* Events after seq `after` (all when < 0), oldest first, at most 1000. */
-char	*rz_json_events(struct rz *, struct slice job, int64_t after);
+/* Events after seq `after` (all when < 0), oldest first, at most 1000: */
+struct json_t	*rz_events_doc(struct rz *, struct slice job, int64_t after);
 /* The kv row (namespace, key) the event after `after` will be written
  * to, for waiting on it: fills nsbuf/keybuf.  ENOTFOUND: unknown job. */
 int	rz_event_row(struct rz *, struct slice job, int64_t after,

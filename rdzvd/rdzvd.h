@@ -18,6 +18,7 @@
 #include <stdint.h>
 
 #include "kv.h"
+#include "mono.h"
 #include "rdzv.h"
 #include "store.h"
 #include "wire.h"
@@ -224,6 +225,7 @@ struct server {
 	struct acl		*tcps_allow;	/* with a token: TCPStore peers */
 	struct ssl_ctx_st	*tls_ctx;	/* NULL: no TLS */
 	int			 tls_required;	/* plaintext native refused */
+	int64_t			 started_ms;	/* mono_ms() at the start */
 };
 
 extern struct server	server;
@@ -313,7 +315,6 @@ void	tcps_group_release(struct conn *);
 
 /* ---- round.c: the rendezvous wired to the loop ---- */
 
-int64_t	rdzvd_now_ms(void);	/* monotonic */
 /* Creates server.rz, loads saved jobs, arms the timer. */
 int	round_init(int64_t last_call_ms, int64_t lease_ms);
 /* Serves a JOIN from c (request id): replies before any ROUND push. */
@@ -322,16 +323,30 @@ void	round_join(struct conn *c, uint32_t id, const struct rz_join_req *);
 void	round_set_accepting(int on);
 /* Re-arms the timer after any rendezvous event. */
 void	round_rearm(void);
-/*
- * One job's detail for ADMIN_JOB and /api/jobs/JOB: rz_job_doc's JSON
- * with, on every node, "progress": {"ranks_reporting", "min_step",
- * "max_step", "oldest_report_ms_ago"} from its ranks' "progress/<rank>"
- * keys in the running round's namespace (null: not in the running round,
- * or no rank reported), and "rank_base" on the running round's members.
- * Malloc'ed; NULL for an unknown job or no memory.
- */
-char	*round_job_json(struct slice job);
+/* The wall clock in ms (retention; progress reports' ages). */
+int64_t	round_wall_ms(void);
 void	round_fini(void);
+
+/*
+ * ---- docs.c: the operators' JSON documents (PROTOCOL.md "Operators"),
+ * served alike by ADMIN_* and /api/.  Each is malloc'ed compact ASCII
+ * JSON text, or NULL for an unknown job or no memory.
+ */
+
+/* ADMIN_STATUS, /api/status: rdzvd's own status. */
+char	*docs_status(void);
+/* ADMIN_JOBS, /api/jobs: every job, sorted by id. */
+char	*docs_jobs(void);
+/*
+ * ADMIN_JOB, /api/jobs/JOB: rz_job_doc's document with, on every node,
+ * "progress": {"ranks_reporting", "min_step", "max_step",
+ * "oldest_report_ms_ago"} from its ranks' "progress/<rank>" keys in the
+ * running round's namespace (null: not in the running round, or no rank
+ * reported), and "rank_base" on the running round's members.
+ */
+char	*docs_job(struct slice job);
+/* ADMIN_EVENTS, /api/jobs/JOB/events: the events after seq `after`. */
+char	*docs_events(struct slice job, int64_t after);
 
 /* ---- http.c: /healthz and /metrics ---- */
 
@@ -346,8 +361,6 @@ int	rdzvd_serve_start(struct event_base *, struct rdzvd_config *,
 	    int *port, int *http_port);
 /* Closes connections, commits the store and frees everything. */
 void	rdzvd_serve_stop(void);
-/* rdzvd's own status as a malloc'ed JSON text (ADMIN_STATUS, /api). */
-char	*rdzvd_status_json(void);
 /* Store figures for /metrics (zeros in memory mode). */
 void	rdzvd_store_stats(struct store_stats *);
 

@@ -9,12 +9,6 @@
  * after a restart) never holds the loop for long, and sweeps dead rounds'
  * namespaces now and then.  Due times are wall-clock, so the timer is
  * never set further ahead than a sweep interval: a clock step is noticed.
- *
- * Job detail (round_job_json): rdzv.c's document plus, per member of the
- * running round, how far its ranks got, read from the "progress/<rank>"
- * keys workers write into the round's namespace.  It is done here, at
- * output time, because it needs the kv store and the wall clock, which
- * the pure state machine must not read.
  */
 #include "config.h"
 
@@ -30,9 +24,9 @@
 #include <event2/event.h>
 #include <event2/listener.h>
 
-#include <jansson.h>
 #include <uthash.h>
 
+#include "hostport.h"
 #include "log.h"
 #include "rdzv_err.h"
 #include "rdzvd.h"
@@ -53,8 +47,6 @@ struct round_port {
 /* Dead rounds' namespaces are swept this often, or every retention
  * when that is shorter: nothing dead outlives closed jobs by much. */
 #define ROUND_SWEEP_MS		60000
-/* Longest "progress/<rank>" value taken: "<step> <unix_ms>", both int64. */
-#define ROUND_PROGRESS_VALUE_MAX	48
 
 static struct round_port	*ports;
 static struct event		*rz_timer;
@@ -87,7 +79,7 @@ join_reply(struct conn *c, uint32_t id, int64_t node_id, int64_t restarts,
 	conn_reply_done(c);
 }
 
-static int64_t
+int64_t
 round_wall_ms(void)
 {
 	struct timespec	ts;
@@ -142,7 +134,7 @@ round_join(struct conn *c, uint32_t id, const struct rz_join_req *req)
 	join_pending.c = c;
 	join_pending.id = id;
 	join_pending.lease_ms = 0;
-	rc = rz_join(server.rz, req, c, rdzvd_now_ms(), &node_id, &restarts,
+	rc = rz_join(server.rz, req, c, mono_ms(), &node_id, &restarts,
 	    &join_pending.lease_ms);
 	lease = join_pending.lease_ms;
 	if (join_pending.c != NULL) {
@@ -162,15 +154,6 @@ round_join(struct conn *c, uint32_t id, const struct rz_join_req *req)
 		conn_reply_done(c);
 	}
 	round_rearm();
-}
-
-int64_t
-rdzvd_now_ms(void)
-{
-	struct timespec	ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
 static void
@@ -207,24 +190,14 @@ static int
 round_open_port_cb(void *arg, struct rz_job *job, const char *ns, int want)
 {
 	struct round_port	*rp;
-	char			 spec[300];
+	char			 host[RDZV_HOST_MAX], spec[RDZV_HOSTPORT_MAX];
 	int			 fd, port = 0;
 
 	/* The round's port listens where the main listener does. */
-	snprintf(spec, sizeof spec, "%s", server.cfg->listen);
-	if (want > 0) {
-		char *colon = strrchr(spec, ':');
-
-		if (colon != NULL)
-			snprintf(colon + 1, sizeof spec - (size_t)(colon + 1 -
-			    spec), "%d", want);
-	} else {
-		char *colon = strrchr(spec, ':');
-
-		if (colon != NULL)
-			snprintf(colon + 1, sizeof spec - (size_t)(colon + 1 -
-			    spec), "0");
-	}
+	if (hostport_split(server.cfg->listen, HOSTPORT_PORT_ZERO |
+	    HOSTPORT_HOST_EMPTY, host, sizeof host, &port, NULL, 0) != 0 ||
+	    hostport_join(spec, sizeof spec, host, want > 0 ? want : 0) != 0)
+		return -1;
 	fd = listen_socket(spec, "round store", &port);
 	if (fd == -1 && want > 0) {
 		log_warnx("job %s: cannot serve its round on port %d again; "
@@ -269,7 +242,7 @@ round_close_port_cb(void *arg, struct rz_job *job)
 static void
 round_timer_cb(evutil_socket_t fd, short ev, void *arg)
 {
-	rz_tick(server.rz, rdzvd_now_ms());
+	rz_tick(server.rz, mono_ms());
 	round_rearm();
 }
 
@@ -292,7 +265,7 @@ round_rearm(void)
 		evtimer_del(rz_timer);
 		return;
 	}
-	now = rdzvd_now_ms();
+	now = mono_ms();
 	next = next > now ? next - now : 0;
 	tv.tv_sec = next / 1000;
 	tv.tv_usec = (next % 1000) * 1000 + 1000;	/* just past it */
@@ -354,20 +327,16 @@ purge_arm(int64_t at)
 static void
 purge_timer_cb(evutil_socket_t fd, short ev, void *arg)
 {
-	struct timespec	t0, t1;
-	int64_t		next, now, mono = rdzvd_now_ms(), keys;
+	int64_t		next, now, mono = mono_ms(), keys, t0;
 	int		n;
 
 	purge_at = -1;
-	clock_gettime(CLOCK_MONOTONIC, &t0);
+	t0 = mono_us();
 	n = rz_purge(server.rz, round_wall_ms(), ROUND_PURGE_JOBS,
 	    ROUND_PURGE_KEYS);
-	if (n > 0) {
-		clock_gettime(CLOCK_MONOTONIC, &t1);
+	if (n > 0)
 		log_debug("purge tick: %d jobs in %.3f ms", n,
-		    (double)(t1.tv_sec - t0.tv_sec) * 1e3 +
-		    (double)(t1.tv_nsec - t0.tv_nsec) / 1e6);
-	}
+		    (double)(mono_us() - t0) / 1e3);
 	if (mono - swept_at >= sweep_ms) {
 		swept_at = mono;
 		if ((keys = rz_sweep(server.rz)) > 0)
@@ -380,128 +349,6 @@ purge_timer_cb(evutil_socket_t fd, short ev, void *arg)
 		/* A backlog: the next batch after the loop has served I/O. */
 		next = now + ROUND_PURGE_PAUSE_MS;
 	purge_arm(next >= 0 ? next : now + sweep_ms);
-}
-
-/* ---- job detail with progress ---- */
-
-/* A member of the running round, for its rank base. */
-/*
- * Parses a "progress/<rank>" value, "<step> <unix_ms>" in decimal.
- * Anyone who can reach the round's namespace may have written it, so
- * anything else (signs, blanks, a missing or extra field, overflow) is
- * refused with -1 rather than shown.
- */
-static int
-round_progress_parse(struct slice v, int64_t *step, int64_t *ms)
-{
-	char		 buf[ROUND_PROGRESS_VALUE_MAX + 1], *sp;
-	const char	*errstr;
-	size_t		 i, spaces = 0;
-
-	if (v.len == 0 || v.len > ROUND_PROGRESS_VALUE_MAX)
-		return -1;
-	for (i = 0; i < v.len; i++) {
-		if (v.p[i] == ' ')
-			spaces++;
-		else if (v.p[i] < '0' || v.p[i] > '9')
-			return -1;
-	}
-	if (spaces != 1)
-		return -1;
-	memcpy(buf, v.p, v.len);
-	buf[v.len] = '\0';
-	sp = strchr(buf, ' ');
-	*sp++ = '\0';
-	if (buf[0] == '\0' || *sp == '\0')
-		return -1;
-	*step = strtonum(buf, 0, INT64_MAX, &errstr);
-	if (errstr != NULL)
-		return -1;
-	*ms = strtonum(sp, 0, INT64_MAX, &errstr);
-	if (errstr != NULL)
-		return -1;
-	return 0;
-}
-
-/*
- * The "progress" of the member whose ranks are base .. base + lws - 1 in
- * namespace ns at wall-clock time wall: one lookup per rank, no more.
- * json_null() when none of them reported; NULL when out of memory.
- */
-static json_t *
-round_member_progress(struct slice ns, int64_t base, int64_t lws,
-    int64_t wall)
-{
-	struct slice	 key, v;
-	char		 kbuf[48];
-	int64_t		 r, step, ms, age, n = 0, lo = 0, hi = 0, oldest = 0;
-	int		 k;
-
-	for (r = 0; r < lws; r++) {
-		k = snprintf(kbuf, sizeof kbuf, "progress/%" PRId64, base + r);
-		key.p = (const uint8_t *)kbuf;
-		key.len = (size_t)k;
-		if (kv_get(server.kv, ns, key, &v) != 0 ||
-		    round_progress_parse(v, &step, &ms) != 0)
-			continue;
-		if (n == 0 || step < lo)
-			lo = step;
-		if (n == 0 || step > hi)
-			hi = step;
-		/* A worker's clock may run ahead of ours: no negative age. */
-		age = wall > ms ? wall - ms : 0;
-		if (age > oldest)
-			oldest = age;
-		n++;
-	}
-	if (n == 0)
-		return json_null();
-	return json_pack("{s:I, s:I, s:I, s:I}", "ranks_reporting",
-	    (json_int_t)n, "min_step", (json_int_t)lo, "max_step",
-	    (json_int_t)hi, "oldest_report_ms_ago", (json_int_t)oldest);
-}
-
-/*
- * Gives every node in doc (rz_job_doc's document) a "progress": null
- * but for members of the running round (those rz_job_doc gave a
- * "rank_base") whose ranks have reported.  Returns 0 or RDZV_ENOMEM.
- */
-static int
-round_add_progress(json_t *doc, int64_t wall)
-{
-	json_t		*members, *m, *p, *base;
-	const char	*ns;
-	size_t		 i;
-
-	if (!json_is_array(members = json_object_get(doc, "members")))
-		return 0;
-	ns = json_string_value(json_object_get(doc, "store_ns"));
-	json_array_foreach(members, i, m) {
-		base = json_object_get(m, "rank_base");
-		if (ns == NULL || *ns == '\0' || !json_is_integer(base))
-			p = json_null();
-		else
-			p = round_member_progress(slice_str(ns),
-			    json_integer_value(base), json_integer_value(
-			    json_object_get(m, "local_world_size")), wall);
-		if (p == NULL || json_object_set_new(m, "progress", p) != 0)
-			return RDZV_ENOMEM;
-	}
-	return 0;
-}
-
-char *
-round_job_json(struct slice job)
-{
-	json_t	*doc;
-	char	*text = NULL;
-
-	if ((doc = rz_job_doc(server.rz, job, rdzvd_now_ms())) == NULL)
-		return NULL;
-	if (round_add_progress(doc, round_wall_ms()) == 0)
-		text = json_dumps(doc, JSON_COMPACT | JSON_ENSURE_ASCII);
-	json_decref(doc);
-	return text;
 }
 
 int
@@ -524,11 +371,11 @@ round_init(int64_t last_call_ms, int64_t lease_ms)
 	    (purge_timer = evtimer_new(server.base, purge_timer_cb,
 	    NULL)) == NULL)
 		return -1;
-	if (rz_load(server.rz, rdzvd_now_ms()) != 0)
+	if (rz_load(server.rz, mono_ms()) != 0)
 		log_warnx("rendezvous: could not load every job");
 	/* Jobs whose retention ran out while rdzvd was down go on the
 	 * first tick, in batches like any others; the first sweep too. */
-	swept_at = rdzvd_now_ms() - sweep_ms;
+	swept_at = mono_ms() - sweep_ms;
 	purge_arm(round_wall_ms());
 	round_rearm();
 	return 0;

@@ -10,14 +10,12 @@
 #include <string.h>
 
 #include <event2/event.h>
-#include <jansson.h>
 
 #include "embed.h"
 #include "log.h"
 #include "rdzvd.h"
 
 static struct rdzvd_config	embed_cfg;
-static int64_t			started_ms;
 
 void
 rdzvd_store_stats(struct store_stats *st)
@@ -33,7 +31,7 @@ rdzvd_serve_start(struct event_base *base, struct rdzvd_config *cfg,
     int *port, int *http_port)
 {
 	memset(&server, 0, sizeof server);
-	started_ms = rdzvd_now_ms();
+	server.started_ms = mono_ms();
 	TAILQ_INIT(&server.conns);
 	TAILQ_INIT(&server.held);
 	server.base = base;
@@ -89,41 +87,6 @@ rdzvd_serve_stop(void)
 	free(server.tcps_allow);
 	server.tcps_allow = NULL;
 	server_tls_fini();
-}
-
-char *
-rdzvd_status_json(void)
-{
-	struct rz_stats	 rz;
-	json_t		*doc;
-	char		*text;
-	uint64_t	 conns = 0;
-	int		 i;
-
-	memset(&rz, 0, sizeof rz);
-	if (server.rz != NULL)
-		rz_get_stats(server.rz, &rz);
-	for (i = 0; i < DIALECT_COUNT; i++)
-		conns += metrics.conns[i];
-	doc = json_pack("{s:s, s:I, s:s, s:s?, s:I, s:I, s:I, "
-	    "s:{s:I, s:I, s:I}, s:I, s:I}",
-	    "version", PACKAGE_VERSION,
-	    "uptime_s", (json_int_t)((rdzvd_now_ms() - started_ms) / 1000),
-	    "durability", store_durability_name(server.cfg->durability),
-	    "db", server.store != NULL ? server.cfg->db : NULL,
-	    "keys", (json_int_t)kv_total_keys(server.kv),
-	    "waiters", (json_int_t)kv_total_waiters(server.kv),
-	    "connections", (json_int_t)conns,
-	    "jobs", "forming", (json_int_t)rz.jobs_forming,
-	    "running", (json_int_t)rz.jobs_running,
-	    "closed", (json_int_t)rz.jobs_closed,
-	    "rounds_total", (json_int_t)rz.rounds_total,
-	    "restarts_total", (json_int_t)rz.restarts_total);
-	if (doc == NULL)
-		return NULL;
-	text = json_dumps(doc, JSON_COMPACT);
-	json_decref(doc);
-	return text;
 }
 
 int

@@ -40,6 +40,7 @@
 #include <openssl/ssl.h>
 
 #include "auth.h"
+#include "hostport.h"
 #include "log.h"
 #include "rdzv_err.h"
 #include "rdzvd.h"
@@ -936,15 +937,16 @@ format_peer(char *out, size_t outsz, const struct sockaddr *sa)
 
 		inet_ntop(AF_INET, &sin->sin_addr, host, sizeof host);
 		port = ntohs(sin->sin_port);
-		snprintf(out, outsz, "%s:%d", host, port);
 	} else if (sa->sa_family == AF_INET6) {
 		const struct sockaddr_in6 *sin6 = (const void *)sa;
 
 		inet_ntop(AF_INET6, &sin6->sin6_addr, host, sizeof host);
 		port = ntohs(sin6->sin6_port);
-		snprintf(out, outsz, "[%s]:%d", host, port);
-	} else
+	} else {
 		snprintf(out, outsz, "unix");
+		return;
+	}
+	(void)hostport_join(out, outsz, host, port);
 }
 
 static void
@@ -1051,44 +1053,21 @@ static struct addrinfo *
 resolve_listen(const char *spec, const char *what)
 {
 	struct addrinfo	 hints, *res;
-	char		 host[256];
-	const char	*port, *h;
-	size_t		 hl;
-	int		 rc;
+	char		 host[RDZV_HOST_MAX], port[8], why[512];
+	int		 rc, portnum;
 
-	if (spec[0] == '[') {
-		const char *close_br = strchr(spec, ']');
-
-		if (close_br == NULL || close_br[1] != ':') {
-			log_warnx("%s '%s': expected [IPV6]:PORT", what, spec);
-			return NULL;
-		}
-		h = spec + 1;
-		hl = (size_t)(close_br - h);
-		port = close_br + 2;
-	} else {
-		const char *colon = strrchr(spec, ':');
-
-		if (colon == NULL) {
-			log_warnx("%s '%s': expected HOST:PORT", what, spec);
-			return NULL;
-		}
-		h = spec;
-		hl = (size_t)(colon - spec);
-		port = colon + 1;
-	}
-	if (hl >= sizeof host) {
-		log_warnx("%s '%s': host name too long", what, spec);
+	if (hostport_split(spec, HOSTPORT_PORT_ZERO | HOSTPORT_HOST_EMPTY,
+	    host, sizeof host, &portnum, why, sizeof why) != 0) {
+		log_warnx("%s %s", what, why);
 		return NULL;
 	}
-	memcpy(host, h, hl);
-	host[hl] = '\0';
+	snprintf(port, sizeof port, "%d", portnum);
 	memset(&hints, 0, sizeof hints);
 	hints.ai_family = AF_UNSPEC;
 	hints.ai_socktype = SOCK_STREAM;
 	hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
-	rc = getaddrinfo(hl == 0 || strcmp(host, "*") == 0 ? NULL : host,
-	    port, &hints, &res);
+	rc = getaddrinfo(host[0] == '\0' || strcmp(host, "*") == 0 ? NULL :
+	    host, port, &hints, &res);
 	if (rc != 0) {
 		log_warnx("%s '%s': %s", what, spec, gai_strerror(rc));
 		return NULL;

@@ -41,6 +41,7 @@
 #include <sqlite3.h>
 
 #include "log.h"
+#include "mono.h"
 #include "rdzv_err.h"
 #include "store.h"
 
@@ -127,16 +128,6 @@ struct store {
 };
 
 static const uint8_t	store_empty[1];
-
-static uint64_t
-store_usec_since(const struct timespec *t0)
-{
-	struct timespec	t1;
-
-	clock_gettime(CLOCK_MONOTONIC, &t1);
-	return (uint64_t)(t1.tv_sec - t0->tv_sec) * 1000000 +
-	    (t1.tv_nsec - t0->tv_nsec) / 1000;
-}
 
 static void
 store_sleep_ms(unsigned ms)
@@ -526,7 +517,7 @@ store_thread(void *arg)
 	struct store		*st = arg;
 	struct store_recs	 batch;
 	struct store_rec	*r, *r1;
-	struct timespec		 t0;
+	int64_t			 t0;
 	uint64_t		 usec, rows, bytes, last;
 	unsigned		 backoff = 0, failures = 0;
 
@@ -544,7 +535,7 @@ store_thread(void *arg)
 			    r->vallen;
 			last = r->seq;
 		}
-		clock_gettime(CLOCK_MONOTONIC, &t0);
+		t0 = mono_us();
 		if (store_apply(st, &batch) != 0) {
 			failures++;
 			pthread_mutex_lock(&st->mtx);
@@ -580,7 +571,7 @@ store_thread(void *arg)
 			pthread_mutex_lock(&st->mtx);
 			continue;
 		}
-		usec = store_usec_since(&t0);
+		usec = (uint64_t)(mono_us() - t0);
 		backoff = failures = 0;
 
 		pthread_mutex_lock(&st->mtx);

@@ -238,7 +238,7 @@ drv_exit_cb(const struct sup_exit *x, void *arg)
 static int
 drv_steps_at_least(uint64_t min)
 {
-	struct timespec	when;
+	int64_t		when;
 	uint64_t	step;
 	int		i;
 
@@ -251,7 +251,7 @@ drv_steps_at_least(uint64_t min)
 static void
 drv_stop(void)
 {
-	struct timespec	when;
+	int64_t		when;
 	uint64_t	step;
 	int		i;
 

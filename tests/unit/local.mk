@@ -50,3 +50,10 @@ tests_unit_test_repair_SOURCES = tests/unit/test_repair.c agent/repair.c
 tests_unit_test_repair_CFLAGS = $(UNIT_CFLAGS) -I$(top_srcdir)/agent
 tests_unit_test_repair_LDADD = $(UNIT_LDADD)
 endif
+if HAVE_CMOCKA
+check_PROGRAMS += tests/unit/test_common
+TESTS += tests/unit/test_common
+tests_unit_test_common_SOURCES = tests/unit/test_common.c
+tests_unit_test_common_CFLAGS = $(UNIT_CFLAGS)
+tests_unit_test_common_LDADD = common/libcommon.la $(CMOCKA_LIBS) $(LIBBSD_LIBS)
+endif

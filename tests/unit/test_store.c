@@ -31,6 +31,7 @@
 
 #include "kv.h"
 #include "log.h"
+#include "mono.h"
 #include "rdzv_err.h"
 #include "store.h"
 
@@ -59,15 +60,6 @@ dbpath(char *buf, size_t sz, const char *name)
 	snprintf(buf, sz, "%s/%s", tmpdir, name);
 }
 
-static uint64_t
-now_ms(void)
-{
-	struct timespec	ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 static void
 tick_cb(evutil_socket_t fd, short what, void *arg)
 {
@@ -83,11 +75,11 @@ run_until(struct event_base *base, struct done *d, uint64_t target,
 {
 	struct event	*tick;
 	struct timeval	 tv = { 0, 10000 };
-	uint64_t	 deadline = now_ms() + timeout_ms;
+	int64_t		 deadline = mono_ms() + timeout_ms;
 
 	tick = evtimer_new(base, tick_cb, NULL);
 	assert_non_null(tick);
-	while (d->seq < target && now_ms() < deadline) {
+	while (d->seq < target && mono_ms() < deadline) {
 		evtimer_add(tick, &tv);
 		event_base_loop(base, EVLOOP_ONCE);
 	}
@@ -1081,7 +1073,7 @@ fault_crash(const char *path, enum store_durability mode,
 		struct store		*st;
 		struct store_stats	 ss;
 		struct done		 d = { 0, 0 };
-		uint64_t		 until;
+		int64_t			 until;
 
 		memset(&msg, 0, sizeof msg);
 		if ((base = event_base_new()) == NULL)
@@ -1091,12 +1083,12 @@ fault_crash(const char *path, enum store_durability mode,
 		if (st != NULL) {
 			msg.opened = 1;
 			fault_write(kv, st, &msg.w);
-			until = now_ms() + 10000;
+			until = mono_ms() + 10000;
 			do {
 				run_until(base, &d, msg.w.push, 20);
 				store_get_stats(st, &ss);
 			} while (d.seq < msg.w.push && ss.errors == 0 &&
-			    now_ms() < until);
+			    mono_ms() < until);
 		}
 		msg.acked = d.seq;
 		msg.hits = atomic_load(&fault_hits);

@@ -1,0 +1,201 @@
+/*
+ * docs.c: the JSON documents of common/PROTOCOL.md "Operators", one
+ * builder each, which the native ADMIN_* ops (proto_native.c) and HTTP's
+ * /api/ (http.c) both serve: rdzvd's status, the job list, one job's
+ * detail, a job's events.  The rendezvous (rdzv.c) gives what only it
+ * sees as jansson documents; this file adds what the daemon knows and
+ * writes them out, all in one form.
+ *
+ * Job detail: rdzv.c's document plus, per member of the running round,
+ * how far its ranks got, read from the "progress/<rank>" keys workers
+ * write into the round's namespace.  It is done here, at output time,
+ * because it needs the kv store and the wall clock, which the pure state
+ * machine must not read.
+ */
+#include "config.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+
+#include "rdzv_err.h"
+#include "rdzvd.h"
+
+/* Longest "progress/<rank>" value taken: "<step> <unix_ms>", both int64. */
+#define DOCS_PROGRESS_VALUE_MAX	48
+
+/* doc as compact ASCII JSON text (malloc'ed), and doc released; NULL
+ * when doc is NULL or out of memory. */
+static char *
+docs_text(json_t *doc)
+{
+	char	*text;
+
+	if (doc == NULL)
+		return NULL;
+	text = json_dumps(doc, JSON_COMPACT | JSON_ENSURE_ASCII);
+	json_decref(doc);
+	return text;
+}
+
+char *
+docs_status(void)
+{
+	struct rz_stats	 rz;
+	uint64_t	 conns = 0;
+	int		 i;
+
+	memset(&rz, 0, sizeof rz);
+	if (server.rz != NULL)
+		rz_get_stats(server.rz, &rz);
+	for (i = 0; i < DIALECT_COUNT; i++)
+		conns += metrics.conns[i];
+	return docs_text(json_pack("{s:s, s:I, s:s, s:s?, s:I, s:I, s:I, "
+	    "s:{s:I, s:I, s:I}, s:I, s:I}",
+	    "version", PACKAGE_VERSION,
+	    "uptime_s", (json_int_t)((mono_ms() - server.started_ms) / 1000),
+	    "durability", store_durability_name(server.cfg->durability),
+	    "db", server.store != NULL ? server.cfg->db : NULL,
+	    "keys", (json_int_t)kv_total_keys(server.kv),
+	    "waiters", (json_int_t)kv_total_waiters(server.kv),
+	    "connections", (json_int_t)conns,
+	    "jobs", "forming", (json_int_t)rz.jobs_forming,
+	    "running", (json_int_t)rz.jobs_running,
+	    "closed", (json_int_t)rz.jobs_closed,
+	    "rounds_total", (json_int_t)rz.rounds_total,
+	    "restarts_total", (json_int_t)rz.restarts_total));
+}
+
+char *
+docs_jobs(void)
+{
+	return docs_text(rz_jobs_doc(server.rz));
+}
+
+/*
+ * Parses a "progress/<rank>" value, "<step> <unix_ms>" in decimal.
+ * Anyone who can reach the round's namespace may have written it, so
+ * anything else (signs, blanks, a missing or extra field, overflow) is
+ * refused with -1 rather than shown.
+ */
+static int
+docs_progress_parse(struct slice v, int64_t *step, int64_t *ms)
+{
+	char		 buf[DOCS_PROGRESS_VALUE_MAX + 1], *sp;
+	const char	*errstr;
+	size_t		 i, spaces = 0;
+
+	if (v.len == 0 || v.len > DOCS_PROGRESS_VALUE_MAX)
+		return -1;
+	for (i = 0; i < v.len; i++) {
+		if (v.p[i] == ' ')
+			spaces++;
+		else if (v.p[i] < '0' || v.p[i] > '9')
+			return -1;
+	}
+	if (spaces != 1)
+		return -1;
+	memcpy(buf, v.p, v.len);
+	buf[v.len] = '\0';
+	sp = strchr(buf, ' ');
+	*sp++ = '\0';
+	if (buf[0] == '\0' || *sp == '\0')
+		return -1;
+	*step = strtonum(buf, 0, INT64_MAX, &errstr);
+	if (errstr != NULL)
+		return -1;
+	*ms = strtonum(sp, 0, INT64_MAX, &errstr);
+	if (errstr != NULL)
+		return -1;
+	return 0;
+}
+
+/*
+ * The "progress" of the member whose ranks are base .. base + lws - 1 in
+ * namespace ns at wall-clock time wall: one lookup per rank, no more.
+ * json_null() when none of them reported; NULL when out of memory.
+ */
+static json_t *
+docs_member_progress(struct slice ns, int64_t base, int64_t lws,
+    int64_t wall)
+{
+	struct slice	 key, v;
+	char		 kbuf[48];
+	int64_t		 r, step, ms, age, n = 0, lo = 0, hi = 0, oldest = 0;
+	int		 k;
+
+	for (r = 0; r < lws; r++) {
+		k = snprintf(kbuf, sizeof kbuf, "progress/%" PRId64, base + r);
+		key.p = (const uint8_t *)kbuf;
+		key.len = (size_t)k;
+		if (kv_get(server.kv, ns, key, &v) != 0 ||
+		    docs_progress_parse(v, &step, &ms) != 0)
+			continue;
+		if (n == 0 || step < lo)
+			lo = step;
+		if (n == 0 || step > hi)
+			hi = step;
+		/* A worker's clock may run ahead of ours: no negative age. */
+		age = wall > ms ? wall - ms : 0;
+		if (age > oldest)
+			oldest = age;
+		n++;
+	}
+	if (n == 0)
+		return json_null();
+	return json_pack("{s:I, s:I, s:I, s:I}", "ranks_reporting",
+	    (json_int_t)n, "min_step", (json_int_t)lo, "max_step",
+	    (json_int_t)hi, "oldest_report_ms_ago", (json_int_t)oldest);
+}
+
+/*
+ * Gives every node in doc (rz_job_doc's document) a "progress": null
+ * but for members of the running round (those rz_job_doc gave a
+ * "rank_base") whose ranks have reported.  Returns 0 or RDZV_ENOMEM.
+ */
+static int
+docs_add_progress(json_t *doc, int64_t wall)
+{
+	json_t		*members, *m, *p, *base;
+	const char	*ns;
+	size_t		 i;
+
+	if (!json_is_array(members = json_object_get(doc, "members")))
+		return 0;
+	ns = json_string_value(json_object_get(doc, "store_ns"));
+	json_array_foreach(members, i, m) {
+		base = json_object_get(m, "rank_base");
+		if (ns == NULL || *ns == '\0' || !json_is_integer(base))
+			p = json_null();
+		else
+			p = docs_member_progress(slice_str(ns),
+			    json_integer_value(base), json_integer_value(
+			    json_object_get(m, "local_world_size")), wall);
+		if (p == NULL || json_object_set_new(m, "progress", p) != 0)
+			return RDZV_ENOMEM;
+	}
+	return 0;
+}
+
+char *
+docs_job(struct slice job)
+{
+	json_t	*doc;
+
+	if ((doc = rz_job_doc(server.rz, job, mono_ms())) == NULL)
+		return NULL;
+	if (docs_add_progress(doc, round_wall_ms()) != 0) {
+		json_decref(doc);
+		return NULL;
+	}
+	return docs_text(doc);
+}
+
+char *
+docs_events(struct slice job, int64_t after)
+{
+	return docs_text(rz_events_doc(server.rz, job, after));
+}
