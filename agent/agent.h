@@ -248,6 +248,28 @@ int	logs_child_fds(int local_rank, int *out_fd, int *err_fd);
 void	logs_spawned(int local_rank);
 /* Reads what the pipes of local_rank hold now (after its exit). */
 void	logs_drain(int local_rank);
+/*
+ * Re-arms local_rank's output for a replacement worker (in-place
+ * recovery), after its predecessor's exit and before sup_respawn: the
+ * predecessor's pipes are read out (a partial last line ends the line)
+ * and closed, and the streams are opened again as logs_attempt opened
+ * them: the same --redirects/--tee/--local_ranks_filter choice and
+ * console prefix (the attempt's ${rank}), the same stdout.log and
+ * stderr.log appended to after a line "[rdzv-agent] local rank N
+ * replaced (replacement K)...".  The replacement inherits its
+ * predecessor's TORCHELASTIC_ERROR_FILE with the rest of its environment
+ * (sup_respawn), so an error file the predecessor wrote is renamed to
+ * error.<k>.json beside it (k the first free number) and logs_read_error
+ * reads the replacement's own error only: read the predecessor's first.
+ * moved (when not NULL) gets the renamed file's path, "" when there was
+ * none, for a failure record that named the old path.  *out_fd and
+ * *err_fd are as from logs_child_fds: pass them to sup_respawn, then
+ * call logs_spawned.  Returns 0; RDZV_ENOTFOUND (no such rank in this
+ * attempt), RDZV_EIO or RDZV_ENOMEM, with *out_fd and *err_fd -1 and the
+ * rank's output closed: do not respawn then (restart instead).
+ */
+int	logs_rearm(int local_rank, int *out_fd, int *err_fd, char *moved,
+	    size_t movedsz);
 /* Closes every pipe and file of the attempt, flushing partial lines. */
 void	logs_end_attempt(void);
 

@@ -150,7 +150,8 @@ cli_usage(FILE *f)
 "                            GPU, cpu = one per CPU, auto = gpu if any GPU\n"
 "  --rdzv_endpoint HOST:PORT the rendezvous: rdzvd's address, or where an\n"
 "                            agent hosts it (default port 29400)\n"
-"  --rdzv_id ID              the job's name in rdzvd (default \"none\")\n"
+"  --rdzv_id ID              the job's name in rdzvd (default \"none\"):\n"
+"                            printable ASCII, no spaces\n"
 "  --rdzv_backend NAME       static: node rank 0's agent hosts the\n"
 "                              rendezvous at --master_addr:--master_port\n"
 "                              (or the endpoint), group rank = node rank\n"
@@ -638,6 +639,45 @@ cli_ignored(const struct cli_opt *o, const char *v, const char *why)
 	log_warnx("--%s %s: ignored: %s", o->name, v, why);
 }
 
+/*
+ * Refuses a job id with a byte outside printable ASCII or a space, naming
+ * the first (counted from 1).  torchrun takes any string, but rdzvd has
+ * always refused such ids at JOIN (a late, vague failure), and the
+ * worker channel's words (the round's namespace job/<id>/round/<n>) are
+ * separated by spaces.  Returns 0 or -1 (printed).
+ */
+static int
+cli_id_check(const char *id)
+{
+	const unsigned char	*p = (const unsigned char *)id;
+	char			 shown[256], what[64];
+
+	for (; *p != '\0'; p++) {
+		if (*p > ' ' && *p < 0x7f)
+			continue;
+		if (*p == ' ')
+			strlcpy(what, "a space", sizeof what);
+		else if (*p == '\t')
+			strlcpy(what, "a tab (0x09)", sizeof what);
+		else if (*p == '\n')
+			strlcpy(what, "a newline (0x0a)", sizeof what);
+		else if (*p < ' ' || *p == 0x7f)
+			snprintf(what, sizeof what, "a control character "
+			    "(0x%02x)", *p);
+		else
+			snprintf(what, sizeof what, "byte 0x%02x, not ASCII",
+			    *p);
+		fprintf(stderr, "rdzv-agent: --rdzv_id \"%s\": character %zu "
+		    "is %s; a job id is printable ASCII without spaces, as "
+		    "rdzvd's job names and the repair channel need (torchrun "
+		    "takes any string)\n",
+		    log_escape(shown, sizeof shown, id, strlen(id)),
+		    (size_t)((const char *)p - id) + 1, what);
+		return (-1);
+	}
+	return (0);
+}
+
 /* Applies one option's value; returns 0, 1 (help/version) or -1. */
 static int
 cli_apply(struct agent_config *cfg, const struct cli_opt *o, const char *v)
@@ -666,6 +706,8 @@ cli_apply(struct agent_config *cfg, const struct cli_opt *o, const char *v)
 		cli_setstr(&cfg->endpoint, v);
 		return (0);
 	case O_ID:
+		if (cli_id_check(v) != 0)
+			return (-1);
 		cli_id_set = 1;
 		cli_setstr(&cfg->rdzv_id, v);
 		return (0);

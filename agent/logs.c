@@ -15,8 +15,11 @@
  * default prefix is only added when the agent's stream is not a
  * terminal (a file or a pipe, where the nodes' lines would mix).
  * --local_ranks_filter sends the other ranks' console output to
- * /dev/null (their log files keep it).  Also reads torch's error file
- * format (with jansson, up to LOGS_ERRFILE_MAX bytes).
+ * /dev/null (their log files keep it).  A replacement for one local
+ * rank (in-place recovery) gets that rank's streams afresh (logs_rearm),
+ * its output appended to the same files after a marker line, and the
+ * error file path to itself.  Also reads torch's error file format (with
+ * jansson, up to LOGS_ERRFILE_MAX bytes).
  */
 #include "config.h"
 
@@ -61,9 +64,13 @@ struct logs_stream {
 
 struct logs_rank {
 	struct logs_stream	 s[2];
+	char			 dir[PATH_MAX];	/* attempt_<n>/<local_rank> */
 	char			 errfile[PATH_MAX];
 	char			 prefix[LOGS_PREFIX_MAX]; /* expanded */
 	int			 has_prefix;
+	int			 replaced;	/* replacements so far */
+	char			 moved[32];	/* the last predecessor's
+						 * error file, or "" */
 };
 
 static struct event_base		*logs_base;
@@ -363,6 +370,34 @@ logs_read_cb(evutil_socket_t fd, short ev, void *arg)
 	}
 }
 
+/*
+ * Marks in local_rank's log file (fd, open for appending, at path) where
+ * a replacement's output begins: on a line of its own, after whatever its
+ * predecessor left unfinished.
+ */
+static void
+logs_mark(int fd, const char *path, int rank)
+{
+	struct logs_rank	*r = &logs_ranks[rank];
+	struct stat		 st;
+	char			 last = '\n', line[256];
+	int			 rfd, n;
+
+	if (fstat(fd, &st) == 0 && st.st_size > 0 &&
+	    (rfd = open(path, O_RDONLY | O_CLOEXEC)) != -1) {
+		if (pread(rfd, &last, 1, st.st_size - 1) != 1)
+			last = '\n';
+		close(rfd);
+	}
+	n = snprintf(line, sizeof line, "%s[rdzv-agent] local rank %d "
+	    "replaced (replacement %d)%s%s\n", last == '\n' ? "" : "\n",
+	    rank, r->replaced, r->moved[0] != '\0' ?
+	    "; the error file of the worker it replaces is now " : "",
+	    r->moved);
+	logs_write(fd, line, n < (int)sizeof line ? (size_t)n :
+	    sizeof line - 1);
+}
+
 static int
 logs_open_stream(struct logs_stream *s, const char *dir, int rank, int which)
 {
@@ -386,6 +421,8 @@ logs_open_stream(struct logs_stream *s, const char *dir, int rank, int which)
 			log_warn("open %s", path);
 			return (RDZV_EIO);
 		}
+		if (logs_ranks[rank].replaced > 0)
+			logs_mark(s->file_fd, path, rank);
 		if (!(tee > 0 && (tee & bit)) || !shown) {
 			/* Redirect only (or a teed rank filtered out of the
 			 * console): the file is the child's stream. */
@@ -457,6 +494,7 @@ logs_attempt(int attempt, int nproc, int64_t rank_base)
 			return (RDZV_ETOOBIG);
 		if ((rv = logs_mkdir(dir)) != 0)
 			return (rv);
+		strlcpy(logs_ranks[i].dir, dir, sizeof logs_ranks[i].dir);
 		if (snprintf(logs_ranks[i].errfile,
 		    sizeof logs_ranks[i].errfile, "%s/error.json", dir) >=
 		    (int)sizeof logs_ranks[i].errfile)
@@ -523,6 +561,74 @@ logs_drain(int rank)
 			s->rfd = -1;
 		}
 	}
+}
+
+/*
+ * Moves local_rank's error file, if its last worker wrote one, out of the
+ * way of the next: to error.<k>.json beside it, k the first free number
+ * (an earlier round of the same attempt number may have left some).
+ * Records the name in r->moved ("" when there was no file).
+ */
+static int
+logs_move_errfile(struct logs_rank *r)
+{
+	struct stat	st;
+	char		path[PATH_MAX];
+	int		k;
+
+	r->moved[0] = '\0';
+	if (lstat(r->errfile, &st) == -1)
+		return (errno == ENOENT ? 0 : RDZV_EIO);
+	for (k = 0; k < 100000; k++) {
+		snprintf(r->moved, sizeof r->moved, "error.%d.json", k);
+		if (snprintf(path, sizeof path, "%s/%s", r->dir, r->moved) >=
+		    (int)sizeof path)
+			break;
+		if (lstat(path, &st) == 0)
+			continue;
+		if (errno == ENOENT && rename(r->errfile, path) == 0)
+			return (0);
+		break;
+	}
+	log_warn("cannot move %s aside", r->errfile);
+	r->moved[0] = '\0';
+	return (RDZV_EIO);
+}
+
+int
+logs_rearm(int rank, int *out_fd, int *err_fd, char *moved, size_t movedsz)
+{
+	struct logs_rank	*r;
+	int			 j, rv;
+
+	*out_fd = *err_fd = -1;
+	if (moved != NULL && movedsz > 0)
+		moved[0] = '\0';
+	if (rank < 0 || rank >= logs_nranks)
+		return (RDZV_ENOTFOUND);
+	r = &logs_ranks[rank];
+	/*
+	 * What the predecessor wrote is read now; what processes it left
+	 * behind write later is lost with the old pipes.
+	 */
+	logs_drain(rank);
+	for (j = 0; j < 2; j++)
+		logs_close_stream(&r->s[j], rank);
+	if ((rv = logs_move_errfile(r)) != 0)
+		return (rv);
+	if (moved != NULL && movedsz > 0 && r->moved[0] != '\0' &&
+	    snprintf(moved, movedsz, "%s/%s", r->dir, r->moved) >=
+	    (int)movedsz)
+		moved[0] = '\0';
+	r->replaced++;
+	for (j = 0; j < 2; j++)
+		if ((rv = logs_open_stream(&r->s[j], r->dir, rank,
+		    j == 0 ? STDOUT_FILENO : STDERR_FILENO)) != 0) {
+			logs_close_stream(&r->s[0], rank);
+			logs_close_stream(&r->s[1], rank);
+			return (rv);
+		}
+	return (logs_child_fds(rank, out_fd, err_fd));
 }
 
 void

@@ -136,6 +136,39 @@ def test_bad_options():
     assert rc == 2, err
 
 
+def test_rdzv_id_printable_without_spaces():
+    """A job id with a space, a control character or a non-ASCII byte is
+    a usage error naming --rdzv_id, the character's position and what it
+    is, before anything starts.  torchrun's parser takes any string, but
+    rdzvd has always refused such an id at JOIN (a vague failure after
+    the agent started), and the repair channel's round message carries it
+    in a space-separated word.  Ids real jobs use (Slurm's, k8s names,
+    uuids, paths) are untouched."""
+    for bad, pos, what in (("a b", 2, "a space"),
+                           (" lead", 1, "a space"),
+                           ("job\t7", 4, "a tab (0x09)"),
+                           ("job\n7", 4, "a newline (0x0a)"),
+                           ("x\x01", 2, "a control character (0x01)"),
+                           ("x\x7f", 2, "a control character (0x7f)"),
+                           ("j\u00f6b", 2, "byte 0xc3, not ASCII")):
+        for args, env in ((["--rdzv_id", bad], None),
+                          (["--rdzv-id=" + bad], None),
+                          ([], {"PET_RDZV_ID": bad})):
+            rc, out, err = run(["--dry_run"] + args + ["p.py"], env)
+            assert rc == 2 and "rdzv_id=" not in out, (bad, rc, out, err)
+            assert ("character %d is %s;" % (pos, what)) in err, (bad, err)
+            assert err.startswith("rdzv-agent: --rdzv_id \"") and \
+                err.count("\n") == 1, err
+    # The id is shown with its unprintable bytes escaped.
+    rc, _, err = run(["--dry_run", "--rdzv_id", "x\x01", "p.py"])
+    assert '--rdzv_id "x\\x01"' in err, err
+    for good in ("1234.0", "job/7", "mlp-fashion-3f1c", "a:b@c_d~e",
+                 "$(JOB)", "0d9f0c6e-3f43-4b4b-9d0e-6c1f2f6a0b1e",
+                 "x" * 200):
+        c, _ = config(["--rdzv_id", good, "p.py"])
+        assert c["rdzv_id"] == good, (good, c)
+
+
 def test_std_mapping_and_gpus():
     c, _ = config(["--tee", "0:3,1:2", "-r", "1", "p"])
     assert c["tee"] == "0:3,1:2" and c["redirects"] == "1", c

@@ -12,11 +12,18 @@ torch worker would hear:
     W_JUNK=ranks first sends messages the agent must ignore;
   - a replacement (RDZV_REPLACEMENT=1) does its start-up, says "ready";
   - each records its environment, every "round" message it got, and any
-    signal it got (none may come), and exits 0 on "stop".
+    signal it got (none may come), and exits 0 on "stop";
+  - with W_PRINT=1 each writes numbered lines "W|<rank>|<pid>|..." to
+    stdout ("tick <n>" every pass of its loop) and stderr;
+  - with W_DIE=1, a first worker finding the file die.<rank> writes an
+    error file in torch's format, a last line without its newline, and
+    exits 1; a replacement writes its own error file on its grow round.
 """
+import glob
 import json
 import os
 import queue
+import re
 import signal
 import subprocess
 import sys
@@ -48,7 +55,26 @@ for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT,
           signal.SIGCONT, signal.SIGPIPE):
     signal.signal(s, onsig)
 
+errfile = env.get("TORCHELASTIC_ERROR_FILE", "")
 record("env.%d.%d" % (r, pid), dict(env))
+record("errfile.%d.%d" % (r, pid), {"path": errfile,
+                                    "existed": os.path.exists(errfile)})
+printing = env.get("W_PRINT") == "1"
+ticks = 0
+
+def say(what, f=sys.stdout, end="\n"):
+    if printing:
+        f.write("W|%d|%d|%s%s" % (r, pid, what, end))
+        f.flush()
+
+def write_error(obj):
+    tmp = errfile + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(obj, f)
+    os.rename(tmp, errfile)
+
+say("start replacement=%d" % replacement)
+say("start-err", sys.stderr)
 sock = socket.socket(fileno=int(env["RDZV_PROGRESS_FD"]))
 
 def send(msg):
@@ -72,7 +98,17 @@ if replacement:
 step = 1
 send(str(step))
 rounds = []
+die = os.path.join(d, "die.%d" % r)
 while True:
+    ticks += 1
+    say("tick %d" % ticks)
+    if env.get("W_DIE") == "1" and not replacement and os.path.exists(die):
+        write_error({"message": {"message": "worker %d pid %d gave up" %
+                                 (r, pid), "extraInfo": {
+                                     "py_callstack": "Traceback: %d" % pid,
+                                     "timestamp": "1700000000"}}})
+        say("dying", end="")
+        sys.exit(1)
     rl, _, _ = select.select([sock], [], [], 0.05)
     if rl:
         msg = sock.recv(4096).decode()
@@ -85,6 +121,9 @@ while True:
         if msg.startswith("round "):
             rounds.append(msg)
             kv = dict(w.split("=", 1) for w in msg.split(" ")[1:])
+            if replacement and env.get("W_DIE") == "1":
+                write_error({"message": "replacement %d pid %d" % (r, pid)})
+            say("round %s" % kv["round"])
             step = int(kv["round"]) * 1000
     send(str(step))
 '''
@@ -93,11 +132,14 @@ while True:
 class Driver:
     """repair_drv with its stdout read line by line by a thread."""
 
-    def __init__(self, args, env=None):
+    def __init__(self, args, env=None, log_dir=False):
         self.tmp = rt.mktemp()
         self.worker = os.path.join(self.tmp, "worker.py")
         with open(self.worker, "w") as f:
             f.write(WORKER)
+        self.log_dir = os.path.join(self.tmp, "logs")
+        if log_dir:
+            args = args + ["--log_dir", self.log_dir]
         path = os.path.join(rt.top_builddir(), "tests", "integ", "repair_drv")
         e = dict(os.environ)
         e.update(env or {})
@@ -148,6 +190,21 @@ class Driver:
 
     def has(self, line):
         return line in self.lines
+
+    def pids(self):
+        """{local_rank: pid} of the first workers ("pid R P" lines)."""
+        got = {}
+        for l in self.lines:
+            if l.startswith("pid "):
+                _, r, p = l.split()
+                got[int(r)] = int(p)
+        return got
+
+    def attempt(self):
+        """The one run directory's attempt_1 under --log_dir."""
+        runs = glob.glob(os.path.join(self.log_dir, "*", "attempt_1"))
+        assert len(runs) == 1, runs
+        return runs[0]
 
     def records(self, prefix):
         """{(rank, pid): obj} of the files the workers wrote."""
@@ -260,6 +317,146 @@ def test_hello_decides():
     ends = d.records("end")
     assert len(ends) == 3 and not any(e["rounds"] or e["sigs"]
                                       for e in ends.values()), ends
+
+
+MARK = ("[rdzv-agent] local rank 1 replaced (replacement 1); the error file "
+        "of the worker it replaces is now error.0.json")
+WLINE = re.compile(r"^(.*?)W\|(\d+)\|(\d+)\|(.*)$")
+
+
+def worker_lines(text, prefixes=None):
+    """[(rank, pid, what)] of the "W|" lines in text, each checked whole
+    (one per line) and, with prefixes ({rank: prefix}), prefixed by its
+    rank's prefix and nothing else."""
+    got = []
+    for line in text.split("\n"):
+        if "W|" not in line:
+            continue
+        assert line.count("W|") == 1, ("lines run together", line)
+        m = WLINE.match(line)
+        r, pid = int(m.group(2)), int(m.group(3))
+        if prefixes is not None:
+            assert m.group(1) == prefixes[r], (line, prefixes[r])
+        else:
+            assert m.group(1) == "", line
+        got.append((r, pid, m.group(4)))
+    return got
+
+
+def check_ticks(lines, who):
+    """The "tick n" lines of one worker run 1, 2, ... with none lost."""
+    ticks = [int(w.split()[1]) for w in lines if w.startswith("tick ")]
+    assert ticks and ticks == list(range(1, len(ticks) + 1)), (who, ticks)
+
+
+def run_replaced_output(opts):
+    """Rank 1 of 3 fails on its own (its error file written, a last line
+    without its newline, exit 1) while every worker prints; it is
+    replaced as in test_replace_one_rank.  Returns the driver, the first
+    pids, the replacement's pid, the attempt directory and the driver's
+    stderr."""
+    d = Driver(["repair", "3", "1"] + opts,
+               env={"W_PRINT": "1", "W_DIE": "1"}, log_dir=True)
+    d.until(lambda l: l == "all-can-repair")
+    pids = d.pids()
+    assert sorted(pids) == [0, 1, 2], d.lines
+    open(os.path.join(d.tmp, "die.1"), "w").close()
+    new = int(d.until(lambda l: l.startswith("respawned ")).split()[2])
+    d.until(lambda l: l.startswith("ready "))
+    err = d.finish()
+    att = d.attempt()
+    L = d.lines
+    old = pids[1]
+    assert "exit 1 %d exit code 1 replacement=0" % old in L, L
+    # The predecessor's error is read before it moves aside; the
+    # replacement finds the path free and its own error is what is read.
+    assert ("errfile-old rv=0 stamp=1700000000 msg=worker 1 pid %d gave up"
+            % old) in L, L
+    assert "rearm-bad rv=%d" % rt.RDZV_ENOTFOUND in L, L
+    assert "logs-rearm moved=%s" % os.path.join(att, "1", "error.0.json") \
+        in L, L
+    assert "errfile-new rv=%d" % rt.RDZV_ENOTFOUND in L, L
+    assert "errfile-end rv=0 msg=replacement 1 pid %d" % new in L, L
+    ef = d.records("errfile")
+    path = os.path.join(att, "1", "error.json")
+    assert ef[(1, old)] == {"path": path, "existed": False}, ef
+    assert ef[(1, new)] == {"path": path, "existed": False}, ef
+    with open(os.path.join(att, "1", "error.0.json")) as f:
+        assert json.load(f)["message"]["message"] == \
+            "worker 1 pid %d gave up" % old
+    with open(path) as f:
+        assert json.load(f) == {"message": "replacement 1 pid %d" % new}
+    for r in (0, 2):
+        assert not os.path.exists(os.path.join(att, str(r), "error.json"))
+
+    # The log files: each survivor's holds its own lines alone, unbroken;
+    # rank 1's the predecessor's, the marker on a line of its own after
+    # the unfinished last line, then the replacement's.
+    for r in (0, 2):
+        with open(os.path.join(att, str(r), "stdout.log")) as f:
+            text = f.read()
+        assert "rdzv-agent" not in text, text
+        got = worker_lines(text)
+        assert {(x, p) for x, p, _ in got} == {(r, pids[r])}, got
+        w = [x[2] for x in got]
+        assert w[0] == "start replacement=0" and "round 2" in w and \
+            "round 3" in w, w
+        check_ticks(w, r)
+        with open(os.path.join(att, str(r), "stderr.log")) as f:
+            assert f.read() == "W|%d|%d|start-err\n" % (r, pids[r])
+    with open(os.path.join(att, "1", "stdout.log")) as f:
+        text = f.read()
+    before, sep, after = text.partition("\n" + MARK + "\n")
+    assert sep and MARK not in after, text
+    assert before.endswith("W|1|%d|dying" % old), before[-200:]
+    b = worker_lines(before)
+    a = worker_lines(after)
+    assert {p for _, p, _ in b} == {old} and {p for _, p, _ in a} == {new}, \
+        (b, a)
+    check_ticks([x[2] for x in b], "predecessor")
+    check_ticks([x[2] for x in a], "replacement")
+    assert a[0][2] == "start replacement=1" and \
+        [x[2] for x in a if x[2].startswith("round")] == ["round 3"], a
+    with open(os.path.join(att, "1", "stderr.log")) as f:
+        assert f.read() == "W|1|%d|start-err\n%s\nW|1|%d|start-err\n" % (
+            old, MARK, new)
+    return d, pids, new, att, err
+
+
+def test_replacement_output_tee():
+    """--tee 3 with a prefix template: the replacement's lines reach the
+    console with rank 1's prefix (never bare) and its log files after
+    the marker; the survivors' console lines and files are exactly what
+    they wrote, the predecessor's unfinished line ends as a line."""
+    prefix = "<${role_name}:${local_rank}/${rank}> "
+    d, pids, new, att, err = run_replaced_output(
+        ["--tee", "3", "--log_line_prefix_template", prefix])
+    pfx = {r: "<default:%d/%d> " % (r, r) for r in range(3)}
+    console = worker_lines("\n".join(d.lines), pfx)
+    for r in range(3):
+        with open(os.path.join(att, str(r), "stdout.log")) as f:
+            files = worker_lines(f.read().replace(MARK, ""))
+        mine = [x for x in console if x[0] == r]
+        assert mine == files, (r, mine, files)
+    assert (1, new, "start replacement=1") in console, console
+    # stderr too, rank 1's predecessor before its replacement.
+    errs = worker_lines(err, pfx)
+    assert sorted(errs) == sorted((r, p, "start-err") for r, p in
+                                  list(pids.items()) + [(1, new)]), err
+    assert errs.index((1, pids[1], "start-err")) < \
+        errs.index((1, new, "start-err")), errs
+    print("  console: %d worker lines, all prefixed; replacement pid %d" %
+          (len(console), new))
+
+
+def test_replacement_output_redirect():
+    """--redirects 3: the workers write their log files themselves; the
+    replacement's go to rank 1's files after the marker (the unfinished
+    last line its predecessor wrote is ended first) and nothing reaches
+    the console."""
+    d, pids, new, att, err = run_replaced_output(["--redirects", "3"])
+    assert not any("W|" in l for l in d.lines), d.lines
+    assert "W|" not in err, err
 
 
 if __name__ == "__main__":

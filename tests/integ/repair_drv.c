@@ -2,21 +2,28 @@
  * repair_drv.c: drives rdzv-agent's local repair pieces (agent/sup.c,
  * agent/progress.c, agent/repair.c) with real worker processes, as the
  * agent's main loop will once rdzvd opens repair rounds; for
- * tests/integ/agent_repair.py, which checks what the workers saw.
+ * tests/integ/agent_repair.py, which checks what the workers saw, and
+ * routes their output through agent/logs.c as the agent does.
  *
- *   repair_drv hello NPROC PROG [ARG...]
+ *   repair_drv hello NPROC [OPTION...] PROG [ARG...]
  *	spawns NPROC workers, waits until each has reported a step, prints
  *	what each said ("can_repair R V", "all V"), sends "stop" to all and
  *	waits for their exits.
- *   repair_drv repair NPROC KILL PROG [ARG...]
+ *   repair_drv repair NPROC KILL [OPTION...] PROG [ARG...]
  *	spawns NPROC workers and, once all said "hello repair=1", prints
- *	"all-can-repair"; the test SIGKILLs local rank KILL.  On that exit
- *	the survivors get a shrink round (2), KILL a fresh socket and a
- *	replacement; on its "ready" every rank gets a grow round (3); once
- *	every worker reports step 3000 (its round times 1000), "stop".
+ *	"all-can-repair"; the test kills local rank KILL.  On that exit
+ *	the survivors get a shrink round (2), KILL a fresh socket, fresh
+ *	output streams (logs_rearm) and a replacement; on its "ready" every
+ *	rank gets a grow round (3); once every worker reports step 3000
+ *	(its round times 1000), "stop".
  *
- * Workers get RDZV_PROGRESS_FD, RDZV_LOCAL_RANK, RANK, WORLD_SIZE and
- * RDZV_NAMESPACE (job/t/round/1) on top of the driver's environment.
+ * OPTIONs are rdzv-agent's (cli_parse, with --nproc_per_node NPROC
+ * --no_python before them): --tee, --redirects, --log_dir and the line
+ * prefix template decide where the workers' output goes, as in the
+ * agent; attempt 1 of the run directory holds the log files.  Workers
+ * get RDZV_PROGRESS_FD, RDZV_LOCAL_RANK, RANK, WORLD_SIZE,
+ * RDZV_NAMESPACE (job/t/round/1) and TORCHELASTIC_ERROR_FILE on top of
+ * the driver's environment.
  * Every event is one line on stdout; exit 0 when the scenario ran to its
  * end, 1 on a deadline (60 s) or an unexpected turn.
  */
@@ -44,6 +51,7 @@
 
 static struct {
 	struct event_base	*base;
+	struct agent_config	 cfg;
 	int			 repair;	/* mode */
 	int			 nproc;
 	int			 kill;		/* local rank the test kills */
@@ -90,7 +98,7 @@ drv_env(int r)
 
 	for (n = 0; environ[n] != NULL; n++)
 		;
-	if ((e = calloc(n + 6, sizeof *e)) == NULL)
+	if ((e = calloc(n + 7, sizeof *e)) == NULL)
 		fatalx("out of memory");
 	for (i = 0; i < n; i++)
 		e[k++] = strdup(environ[i]);
@@ -98,7 +106,9 @@ drv_env(int r)
 	    asprintf(&e[k++], "RDZV_LOCAL_RANK=%d", r) == -1 ||
 	    asprintf(&e[k++], "RANK=%d", r) == -1 ||
 	    asprintf(&e[k++], "WORLD_SIZE=%d", drv.nproc) == -1 ||
-	    asprintf(&e[k++], "RDZV_NAMESPACE=job/t/round/1") == -1)
+	    asprintf(&e[k++], "RDZV_NAMESPACE=job/t/round/1") == -1 ||
+	    asprintf(&e[k++], "TORCHELASTIC_ERROR_FILE=%s",
+	    logs_error_file(r)) == -1)
 		fatalx("out of memory");
 	e[k] = NULL;
 	for (i = 0; i < k; i++)
@@ -175,8 +185,10 @@ static void
 drv_replace(int k)
 {
 	struct repair_round	bad;
+	char			msg[AGENT_MSG_MAX], stack[8192], stamp[64];
+	char			moved[4096];
 	pid_t			pid;
-	int			i, n, rv;
+	int			i, n, rv, out_fd, err_fd;
 
 	/* Its hello still counts: this is the check main.c will make. */
 	drv_say("at-exit all=%d", progress_all_can_repair());
@@ -202,7 +214,23 @@ drv_replace(int k)
 	bad.master_addr = "127.0.0.1";
 	bad.local_world = 1;
 	drv_say("bad-ns rv=%d", progress_send_round(k, &bad));
-	rv = sup_respawn(k, -1, -1, progress_child_fd(k), &pid);
+	/* The predecessor's error, read before its file moves aside. */
+	rv = logs_read_error(k, msg, sizeof msg, stack, sizeof stack, stamp,
+	    sizeof stamp);
+	drv_say("errfile-old rv=%d stamp=%s msg=%s", rv, stamp, msg);
+	drv_say("rearm-bad rv=%d", logs_rearm(drv.nproc, &out_fd, &err_fd,
+	    NULL, 0));
+	if ((rv = logs_rearm(k, &out_fd, &err_fd, moved, sizeof moved)) !=
+	    0) {
+		drv_fail("logs_rearm");
+		return;
+	}
+	drv_say("logs-rearm moved=%s", moved);
+	rv = logs_read_error(k, msg, sizeof msg, stack, sizeof stack, stamp,
+	    sizeof stamp);
+	drv_say("errfile-new rv=%d", rv);
+	rv = sup_respawn(k, out_fd, err_fd, progress_child_fd(k), &pid);
+	logs_spawned(k);
 	progress_spawned(k);
 	if (rv != 0) {
 		drv_fail("sup_respawn");
@@ -218,6 +246,7 @@ drv_exit_cb(const struct sup_exit *x, void *arg)
 {
 	char	desc[64];
 
+	logs_drain(x->local_rank);
 	sup_describe(x->status, desc, sizeof desc);
 	drv_say("exit %d %ld %s replacement=%d", x->local_rank, (long)x->pid,
 	    desc, x->replacement);
@@ -253,11 +282,18 @@ drv_stop(void)
 {
 	int64_t		when;
 	uint64_t	step;
-	int		i;
+	char		msg[AGENT_MSG_MAX], stack[8192], stamp[64];
+	int		i, rv;
 
 	for (i = 0; i < drv.nproc; i++)
 		if (progress_get(i, &step, &when) == 0)
 			drv_say("step %d %llu", i, (unsigned long long)step);
+	if (drv.repair) {
+		/* What the replacement wrote at its error file path. */
+		rv = logs_read_error(drv.kill, msg, sizeof msg, stack,
+		    sizeof stack, stamp, sizeof stamp);
+		drv_say("errfile-end rv=%d msg=%s", rv, msg);
+	}
 	drv.stopped = 1;
 	drv_say("stop n=%d", progress_send_all("stop"));
 }
@@ -289,9 +325,9 @@ int
 main(int argc, char **argv)
 {
 	struct timeval	 tv = { 0, 20000 };
-	char		**env;
+	char		**env, **cargv;
 	pid_t		  pid;
-	int		  i, a = 3;
+	int		  i, a = 3, cargc, out_fd, err_fd, rv;
 
 	log_init("repair_drv", 1, NULL);
 	if (getenv("DRV_DEBUG") != NULL)
@@ -310,7 +346,21 @@ main(int argc, char **argv)
 	if (drv.nproc < 1 || drv.nproc > 64 || drv.kill < 0 ||
 	    drv.kill >= drv.nproc)
 		goto usage;
-	drv.argv = argv + a;
+	/* rdzv-agent's command line: its options, then the worker's. */
+	if ((cargv = calloc(argc - a + 5, sizeof *cargv)) == NULL)
+		fatalx("out of memory");
+	cargc = 0;
+	cargv[cargc++] = "rdzv-agent";
+	cargv[cargc++] = "--nproc_per_node";
+	cargv[cargc++] = argv[2];
+	cargv[cargc++] = "--no_python";
+	for (i = a; i < argc; i++)
+		cargv[cargc++] = argv[i];
+	rv = cli_parse(&drv.cfg, cargc, cargv);
+	free(cargv);
+	if (rv != 0 || drv.cfg.argv == NULL)
+		goto usage;
+	drv.argv = drv.cfg.argv;
 
 	if ((drv.base = event_base_new()) == NULL)
 		fatalx("event_base_new");
@@ -323,26 +373,34 @@ main(int argc, char **argv)
 		fatalx("tick");
 	if (progress_attempt(drv.nproc) != 0)
 		fatalx("progress_attempt");
+	if (logs_init(drv.base, &drv.cfg) != 0 ||
+	    logs_attempt(1, drv.nproc, 0) != 0)
+		fatalx("logs");
 	/* Before any spawn: no rank can repair, nobody is ready. */
 	drv_say("before all=%d ready=%d respawn=%d", progress_all_can_repair(),
 	    progress_ready(0), sup_respawn(0, -1, -1, -1, NULL));
 	for (i = 0; i < drv.nproc; i++) {
 		env = drv_env(i);
-		if (sup_spawn(i, drv.argv, env, -1, -1, progress_child_fd(i),
-		    &pid) != 0)
+		logs_child_fds(i, &out_fd, &err_fd);
+		if (sup_spawn(i, drv.argv, env, out_fd, err_fd,
+		    progress_child_fd(i), &pid) != 0)
 			fatalx("sup_spawn");
+		logs_spawned(i);
 		progress_spawned(i);
 		drv_free_env(env);
 		drv_say("spawned %d %ld", i, (long)pid);
 	}
 	event_base_dispatch(drv.base);
 	progress_end_attempt();
+	logs_end_attempt();
+	logs_cleanup();
 	event_free(drv.tick_ev);
 	event_base_free(drv.base);
 	drv_say("done %s", drv.failed ? "failed" : "ok");
 	return (drv.failed ? 1 : 0);
 usage:
-	fprintf(stderr, "usage: repair_drv hello NPROC PROG [ARG...]\n"
-	    "       repair_drv repair NPROC KILL PROG [ARG...]\n");
+	fprintf(stderr, "usage: repair_drv hello NPROC [OPTION...] PROG "
+	    "[ARG...]\n"
+	    "       repair_drv repair NPROC KILL [OPTION...] PROG [ARG...]\n");
 	return (2);
 }
