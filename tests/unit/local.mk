@@ -42,3 +42,11 @@ tests_unit_test_rdzv_SOURCES = tests/unit/test_rdzv.c
 tests_unit_test_rdzv_CFLAGS = $(UNIT_CFLAGS)
 tests_unit_test_rdzv_LDADD = $(UNIT_LDADD) $(JANSSON_LIBS) $(SQLITE3_LIBS)
 endif
+# The TCPStore mapping both servers drive, on kv/libkv alone (no sqlite).
+if HAVE_CMOCKA
+check_PROGRAMS += tests/unit/test_tcps_sess
+TESTS += tests/unit/test_tcps_sess
+tests_unit_test_tcps_sess_SOURCES = tests/unit/test_tcps_sess.c
+tests_unit_test_tcps_sess_CFLAGS = $(UNIT_CFLAGS)
+tests_unit_test_tcps_sess_LDADD = kv/libkv.la common/libcommon.la $(CMOCKA_LIBS) $(LIBEVENT_LIBS) $(LIBBSD_LIBS)
+endif
