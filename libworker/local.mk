@@ -1,8 +1,9 @@
 # libworker/: librdzvworker, linked into training programs (issue 4).
 # Exactly the API of rdzv_worker.h is exported (librdzvworker.sym, one
 # symbol a line; tests/integ/worker_abi.sh holds the two together); the
-# common/ code and rdzvd's kv core (for the TCPStore a torchrun rank 0
-# hosts) are linked in and stay private.
+# common/ code and kv/libkv (the kv core and its TCPStore mapping, for
+# the TCPStore a torchrun rank 0 hosts) are linked in and stay private.
+# Nothing of rdzvd/ is compiled here.
 lib_LTLIBRARIES += libworker/librdzvworker.la
 include_HEADERS = libworker/rdzv_worker.h
 pkgconfigdir = $(libdir)/pkgconfig
@@ -12,13 +13,12 @@ libworker_librdzvworker_la_SOURCES = \
 	libworker/comm.c libworker/env.c libworker/net.c libworker/store.c \
 	libworker/tstore_srv.c libworker/cpu.h libworker/cpu.c libworker/cpu_coll.c \
 	libworker/reduce.c libworker/shm.c \
-	libworker/dp.c libworker/sampler.c libworker/ckpt.c \
-	rdzvd/kv.h rdzvd/kv.c
-libworker_librdzvworker_la_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/libworker -I$(top_srcdir)/rdzvd
+	libworker/dp.c libworker/sampler.c libworker/ckpt.c
+libworker_librdzvworker_la_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/libworker
 libworker_librdzvworker_la_CFLAGS = $(AM_CFLAGS) $(LIBEVENT_CFLAGS) -pthread
 libworker_librdzvworker_la_LDFLAGS = -version-info 0:0:0 -export-symbols $(srcdir)/libworker/librdzvworker.sym -pthread
 EXTRA_libworker_librdzvworker_la_DEPENDENCIES = libworker/librdzvworker.sym
-libworker_librdzvworker_la_LIBADD = common/libcommon.la $(LIBEVENT_LIBS) $(LIBBSD_LIBS) -lm
+libworker_librdzvworker_la_LIBADD = kv/libkv.la common/libcommon.la $(LIBEVENT_LIBS) $(LIBBSD_LIBS) -lm
 if HAVE_CUDA
 libworker_librdzvworker_la_CFLAGS += $(CUDA_CFLAGS)
 libworker_librdzvworker_la_LIBADD += $(CUDA_LIBS)

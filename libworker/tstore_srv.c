@@ -2,17 +2,22 @@
  * tstore_srv.c: the TCPStore a rank hosts when torch would make it the
  * master (torchrun 1.13 with TORCHELASTIC_USE_AGENT_STORE=False, or a
  * plain env:// launch).  Requests are decoded with common/wire's TCPStore
- * codecs and applied to a private instance of rdzvd's kv core, so there
- * is one store implementation; this file only adds a small poll() loop
- * on its own thread.  It speaks 1.13 and 2.x (every request but 1.13's
- * WATCH_KEY) so unmodified torch clients can share it; the op-to-kv
- * mapping mirrors rdzvd/proto_tcpstore.c's, which is bound to rdzvd's
- * connections, metrics and namespaces.
+ * codecs and served by kv/tcps_sess.c on a private kv core: the very
+ * mapping rdzvd's proto_tcpstore.c drives, so both servers answer every
+ * op of 1.13 and 2.x alike.  This file adds only the I/O: a small poll()
+ * loop on its own thread.
+ *
+ * Output: a reply, or a wake that another connection's request caused,
+ * puts its connection on srv->dirty (reply_done); after each poll pass
+ * only those are written, so a wake costs the connections it wakes, not
+ * a walk over every connection.  poll() itself still looks at every
+ * descriptor.
  *
  * Malformed input closes that connection only, as rdzvd does.
  */
 #include "config.h"
 
+#include <sys/queue.h>
 #include <sys/socket.h>
 
 #include <errno.h>
@@ -25,29 +30,38 @@
 #include <event2/buffer.h>
 
 #include "kv.h"
+#include "rdzv_err.h"
+#include "tcps_sess.h"
 #include "worker.h"
 
 #define SRV_CONN_MAX	4096	/* connections served at once */
 #define SRV_READ	65536
 
+struct tstore_srv;
+
 struct sconn {
 	int			 fd;
+	struct tstore_srv	*srv;
 	enum tcps_dialect	 dialect;	/* UNKNOWN until sniffed */
 	struct evbuffer		*in;
 	struct evbuffer		*out;
 	size_t			 need;
-	struct kv_waiter	*wait;		/* a pending WAIT */
+	struct tcps_sess	 sess;		/* started once sniffed */
+	int			 dirty;		/* on srv->dirty */
+	TAILQ_ENTRY(sconn)	 dirty_entry;
 	int			 dead;
 };
 
 struct tstore_srv {
-	pthread_t	 thread;
-	int		 lfd;
-	int		 wake[2];	/* pipe: stop the thread */
-	struct kv	*kv;
-	struct sconn	**conns;
-	size_t		 nconns;
-	struct wire_limits lim;
+	pthread_t		 thread;
+	int			 lfd;
+	int			 wake[2];	/* pipe: stop the thread */
+	struct kv		*kv;
+	struct sconn		**conns;
+	size_t			 nconns;
+	size_t			 ndead;		/* conns marked dead */
+	TAILQ_HEAD(, sconn)	 dirty;		/* conns with output to write */
+	struct wire_limits	 lim;
 };
 
 static const struct slice	root_ns = { (const uint8_t *)"", 0 };
@@ -55,8 +69,9 @@ static const struct slice	root_ns = { (const uint8_t *)"", 0 };
 static void
 sconn_free(struct tstore_srv *srv, struct sconn *c)
 {
-	if (c->wait != NULL)
-		kv_waiter_cancel(srv->kv, c->wait);
+	tcps_sess_end(&c->sess);
+	if (c->dirty)
+		TAILQ_REMOVE(&srv->dirty, c, dirty_entry);
 	evbuffer_free(c->in);
 	evbuffer_free(c->out);
 	close(c->fd);
@@ -64,169 +79,36 @@ sconn_free(struct tstore_srv *srv, struct sconn *c)
 }
 
 static void
-wake_cb(struct kv_waiter *w, void *arg)
+sconn_kill(struct sconn *c)
+{
+	if (!c->dead) {
+		c->dead = 1;
+		c->srv->ndead++;
+	}
+}
+
+static struct evbuffer *
+sconn_reply_buf_cb(void *arg)
 {
 	struct sconn	*c = arg;
 
-	c->wait = NULL;
-	tcps_put_u8(c->out, TCPS_STOP_WAITING);
+	return (c->out);
 }
 
-struct list_acc {
-	struct evbuffer	*buf;
-	int64_t		 n;
-};
-
-/* LIST_KEYS: one string per key, counted for the reply's header. */
 static void
-list_cb(void *arg, struct slice key)
+sconn_reply_done_cb(void *arg)
 {
-	struct list_acc	*acc = arg;
+	struct sconn	*c = arg;
 
-	if (tcps_put_bytes(acc->buf, key.p, key.len) == 0)
-		acc->n++;
+	if (!c->dirty) {
+		c->dirty = 1;
+		TAILQ_INSERT_TAIL(&c->srv->dirty, c, dirty_entry);
+	}
 }
 
-/* Serves one decoded request; < 0 closes the connection. */
-static int
-serve(struct tstore_srv *srv, struct sconn *c, const struct tcps_req *req)
-{
-	struct slice		 stack[64], *keys = stack, key, val;
-	struct tcps_iter	 it;
-	int64_t			 n;
-	size_t			 i;
-	int			 rc = 0;
-
-	/* A new request means an abandoned WAIT (1.13 sends nothing on a
-	 * client timeout): drop it so no stray byte answers this one. */
-	if (c->wait != NULL && req->op != TCPS_CANCEL_WAIT) {
-		kv_waiter_cancel(srv->kv, c->wait);
-		c->wait = NULL;
-	}
-	switch (req->op) {
-	case TCPS_VALIDATE:
-		return (req->u32 == TCPS_V2_MAGIC ? 0 : RDZV_EPROTO);
-	case TCPS_PING:
-		return (tcps_put_u32(c->out, req->u32));
-	case TCPS_SET:
-		return (kv_set(srv->kv, root_ns, req->key, req->v1));
-	case TCPS_APPEND:
-		return (kv_append(srv->kv, root_ns, req->key, req->v1));
-	case TCPS_GET:
-		rc = kv_get(srv->kv, root_ns, req->key, &val);
-		if (rc == RDZV_ENOTFOUND && c->dialect == TCPS_V2) {
-			val.p = NULL;
-			val.len = 0;
-			rc = 0;
-		}
-		return (rc != 0 ? rc : tcps_put_bytes(c->out, val.p, val.len));
-	case TCPS_ADD:
-		if ((rc = kv_add(srv->kv, root_ns, req->key, req->num,
-		    &n)) != 0)
-			return (rc);
-		return (tcps_put_i64(c->out, n));
-	case TCPS_COMPARE_SET:
-		if ((rc = kv_cas(srv->kv, root_ns, req->key, req->v1,
-		    req->v2, &val)) != 0)
-			return (rc);
-		return (tcps_put_bytes(c->out, val.p, val.len));
-	case TCPS_GETNUMKEYS:
-		return (tcps_put_i64(c->out, kv_num_keys(srv->kv, root_ns)));
-	case TCPS_DELETE_KEY:
-		if ((rc = kv_delete(srv->kv, root_ns, req->key)) < 0)
-			return (rc);
-		return (tcps_put_i64(c->out, rc));
-	case TCPS_CANCEL_WAIT:
-		if (c->wait != NULL) {
-			kv_waiter_cancel(srv->kv, c->wait);
-			c->wait = NULL;
-		}
-		return (tcps_put_u8(c->out, TCPS_WAIT_CANCELED));
-	case TCPS_MULTI_SET:
-		tcps_iter_init(&it, req);
-		while (rc == 0 && tcps_list_next(&it, &key, &val))
-			rc = kv_set(srv->kv, root_ns, key, val);
-		return (rc);
-	case TCPS_MULTI_GET:
-		tcps_iter_init(&it, req);
-		while (tcps_list_next(&it, &key, NULL)) {
-			if (kv_get(srv->kv, root_ns, key, &val) != 0) {
-				val.p = NULL;
-				val.len = 0;
-			}
-			tcps_put_bytes(c->out, val.p, val.len);
-		}
-		return (0);
-	case TCPS_CHECK:
-	case TCPS_WAIT:
-		if (req->nkeys > sizeof stack / sizeof stack[0] &&
-		    (keys = calloc(req->nkeys, sizeof *keys)) == NULL)
-			return (RDZV_ENOMEM);
-		tcps_iter_init(&it, req);
-		for (i = 0; tcps_list_next(&it, &keys[i], NULL); i++)
-			;
-		if (req->op == TCPS_CHECK)
-			rc = tcps_put_u8(c->out, kv_check(srv->kv, root_ns, keys,
-			    req->nkeys) ? TCPS_READY : TCPS_NOT_READY);
-		else {
-			rc = kv_wait(srv->kv, root_ns, keys, req->nkeys,
-			    wake_cb, c, &c->wait);
-			if (rc == 1)
-				rc = tcps_put_u8(c->out, TCPS_STOP_WAITING);
-			else if (rc > 0)
-				rc = 0;
-		}
-		if (keys != stack)
-			free(keys);
-		return (rc);
-	case TCPS_BARRIER:
-		rc = kv_barrier(srv->kv, root_ns, req->key, req->num, wake_cb,
-		    c, &c->wait);
-		if (rc == 1)
-			rc = tcps_put_u8(c->out, TCPS_STOP_WAITING);
-		else if (rc > 0)
-			rc = 0;
-		return (rc);
-	case TCPS_QUEUE_PUSH:
-		return (kv_qpush(srv->kv, root_ns, req->key, req->v1));
-	case TCPS_QUEUE_POP: {
-		uint8_t	*item = NULL;
-		size_t	 ilen = 0;
-
-		/* Length before the pop, then the item if there was one
-		 * (a blocking client WAITs on the name first), as rdzvd. */
-		n = kv_qlen(srv->kv, root_ns, req->key);
-		rc = tcps_put_i64(c->out, n);
-		if (rc == 0 && n > 0 &&
-		    (rc = kv_qpop(srv->kv, root_ns, req->key, &item,
-		    &ilen)) == 0) {
-			rc = tcps_put_bytes(c->out, item, ilen);
-			free(item);
-		}
-		return (rc);
-	}
-	case TCPS_QUEUE_LEN:
-		return (tcps_put_i64(c->out, kv_qlen(srv->kv, root_ns,
-		    req->key)));
-	case TCPS_LIST_KEYS: {
-		struct list_acc	 acc;
-
-		if ((acc.buf = evbuffer_new()) == NULL)
-			return (RDZV_ENOMEM);
-		acc.n = 0;
-		kv_list(srv->kv, root_ns, list_cb, &acc);
-		if ((rc = tcps_put_i64(c->out, acc.n)) == 0 &&
-		    evbuffer_add_buffer(c->out, acc.buf) != 0)
-			rc = RDZV_ENOMEM;
-		evbuffer_free(acc.buf);
-		return (rc);
-	}
-	default:
-		/* WATCH_KEY (1.13 only, unused by workers): refused like a
-		 * malformed request. */
-		return (RDZV_EPROTO);
-	}
-}
+static const struct tcps_sess_io sconn_io_hooks = {
+	sconn_reply_buf_cb, sconn_reply_done_cb
+};
 
 /* Decodes and serves what c has buffered; < 0 closes it. */
 static int
@@ -234,6 +116,7 @@ sconn_input(struct tstore_srv *srv, struct sconn *c)
 {
 	struct tcps_req	 req;
 	const uint8_t	*buf;
+	const char	*why;
 	size_t		 len, need, used;
 	int		 native, r;
 
@@ -248,6 +131,8 @@ sconn_input(struct tstore_srv *srv, struct sconn *c)
 				return (RDZV_EPROTO);
 			if (c->dialect == TCPS_UNKNOWN)
 				return (0);
+			tcps_sess_init(&c->sess, srv->kv, root_ns, c->dialect,
+			    &sconn_io_hooks, c);
 		}
 		r = tcps_decode(c->dialect, buf, len, &srv->lim, &req, &need);
 		if (r == 0) {
@@ -260,7 +145,7 @@ sconn_input(struct tstore_srv *srv, struct sconn *c)
 		used = (size_t)r;
 		/* Any error, a 1.13 GET of a missing key included, closes
 		 * the connection as the reference server does. */
-		if ((r = serve(srv, c, &req)) < 0)
+		if ((r = tcps_sess_serve(&c->sess, &req, &why)) < 0)
 			return (r);
 		evbuffer_drain(c->in, used);
 	}
@@ -300,9 +185,23 @@ srv_accept(struct tstore_srv *srv)
 		}
 		net_tune(fd, 0);
 		c->fd = fd;
+		c->srv = srv;
 		srv->conns = nc;
 		srv->conns[srv->nconns++] = c;
 	}
+}
+
+/* Writes what c has queued; the rest waits for POLLOUT. */
+static void
+sconn_flush(struct sconn *c)
+{
+	ssize_t	n;
+
+	if (evbuffer_get_length(c->out) == 0)
+		return;
+	n = evbuffer_write(c->out, c->fd);
+	if (n < 0 && errno != EAGAIN && errno != EINTR)
+		sconn_kill(c);
 }
 
 static void
@@ -313,19 +212,16 @@ sconn_io(struct tstore_srv *srv, struct sconn *c, short revents)
 	if (revents & (POLLIN | POLLHUP | POLLERR)) {
 		n = evbuffer_read(c->in, c->fd, SRV_READ);
 		if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
-			c->dead = 1;
+			sconn_kill(c);
 			return;
 		}
 		if (sconn_input(srv, c) < 0) {
-			c->dead = 1;
+			sconn_kill(c);
 			return;
 		}
 	}
-	if (evbuffer_get_length(c->out) > 0) {
-		n = evbuffer_write(c->out, c->fd);
-		if (n < 0 && errno != EAGAIN && errno != EINTR)
-			c->dead = 1;
-	}
+	if (revents & POLLOUT)
+		sconn_reply_done_cb(c);
 }
 
 static void *
@@ -333,6 +229,7 @@ srv_main(void *arg)
 {
 	struct tstore_srv	*srv = arg;
 	struct pollfd		*pfd = NULL, *np;
+	struct sconn		*c;
 	size_t			 i, j, cap = 0;
 	int64_t			 paused = 0;	/* accepts resume then */
 	int			 left;
@@ -366,22 +263,27 @@ srv_main(void *arg)
 			continue;
 		if (pfd[0].revents != 0)
 			break;
-		/* A WAIT served for one connection writes to another's
-		 * output: flush every connection with output, not only the
-		 * ones poll named. */
 		for (i = 0; i < srv->nconns; i++)
-			sconn_io(srv, srv->conns[i], pfd[i + 2].revents);
-		for (i = 0; i < srv->nconns; i++)
-			if (evbuffer_get_length(srv->conns[i]->out) > 0 &&
-			    !srv->conns[i]->dead)
-				sconn_io(srv, srv->conns[i], 0);
-		for (i = j = 0; i < srv->nconns; i++) {
-			if (srv->conns[i]->dead)
-				sconn_free(srv, srv->conns[i]);
-			else
-				srv->conns[j++] = srv->conns[i];
+			if (pfd[i + 2].revents != 0)
+				sconn_io(srv, srv->conns[i], pfd[i + 2].revents);
+		/* A request on one connection may have woken waiters on
+		 * others: write every connection with a new reply. */
+		while ((c = TAILQ_FIRST(&srv->dirty)) != NULL) {
+			TAILQ_REMOVE(&srv->dirty, c, dirty_entry);
+			c->dirty = 0;
+			if (!c->dead)
+				sconn_flush(c);
 		}
-		srv->nconns = j;
+		if (srv->ndead > 0) {
+			for (i = j = 0; i < srv->nconns; i++) {
+				if (srv->conns[i]->dead)
+					sconn_free(srv, srv->conns[i]);
+				else
+					srv->conns[j++] = srv->conns[i];
+			}
+			srv->nconns = j;
+			srv->ndead = 0;
+		}
 		/* Out of descriptors: pause a second rather than spin. */
 		if (pfd[1].revents != 0 && srv_accept(srv) == -1)
 			paused = mono_ms() + 1000;
@@ -401,6 +303,7 @@ tstore_srv_start(struct tstore_srv **sp, const char *addr, int port,
 	if ((srv = calloc(1, sizeof *srv)) == NULL)
 		return (RDZV_ENOMEM);
 	srv->lfd = srv->wake[0] = srv->wake[1] = -1;
+	TAILQ_INIT(&srv->dirty);
 	wire_limits_default(&srv->lim);
 	if ((srv->kv = kv_new()) == NULL) {
 		rc = RDZV_ENOMEM;

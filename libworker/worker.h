@@ -9,8 +9,9 @@
  *		and writes
  *   store.c	the bootstrap store client: rdzvd's native protocol or a
  *		TCPStore (1.13 dialect)
- *   tstore_srv.c  a minimal TCPStore server on rdzvd's kv core, hosted by
- *		rank 0 when torchrun or env:// expects it
+ *   tstore_srv.c  a minimal TCPStore server (kv/: the kv core and its
+ *		TCPStore mapping, rdzvd's too), hosted by rank 0 when
+ *		torchrun or env:// expects it
  *   reduce.c	element-wise reductions for every dtype and op
  *   cpu.c	the cpu backend's transport: TCP mesh, shared-memory rings,
  *		non-blocking progress with deadlines

@@ -1,12 +1,13 @@
-# rdzvd/: the rendezvous daemon.  The kv core and store are a convenience
-# library of their own so unit tests link them without the server; the
-# server is librdzvd (everything but main()), which rdzv-agent also links
-# for --standalone (embed.h).
-noinst_LTLIBRARIES += rdzvd/libkv.la rdzvd/librdzvd.la
-rdzvd_libkv_la_SOURCES = rdzvd/kv.h rdzvd/kv.c rdzvd/store.h rdzvd/store.c \
+# rdzvd/: the rendezvous daemon.  The rendezvous state machine and the
+# sqlite store (rdzv.c, store.c) are librdzvstate, a convenience library
+# of their own on kv/libkv (the kv core) so unit tests link them without
+# the server; the server is librdzvd (everything but main()), which
+# rdzv-agent also links for --standalone (embed.h).
+noinst_LTLIBRARIES += rdzvd/librdzvstate.la rdzvd/librdzvd.la
+rdzvd_librdzvstate_la_SOURCES = rdzvd/store.h rdzvd/store.c \
 	rdzvd/rdzv.h rdzvd/rdzv.c
-rdzvd_libkv_la_CFLAGS = $(AM_CFLAGS) $(LIBEVENT_CFLAGS) $(SQLITE3_CFLAGS) $(JANSSON_CFLAGS)
-rdzvd_libkv_la_LIBADD = common/libcommon.la $(LIBEVENT_LIBS) $(SQLITE3_LIBS) $(JANSSON_LIBS) $(LIBSYSTEMD_LIBS)
+rdzvd_librdzvstate_la_CFLAGS = $(AM_CFLAGS) $(LIBEVENT_CFLAGS) $(SQLITE3_CFLAGS) $(JANSSON_CFLAGS)
+rdzvd_librdzvstate_la_LIBADD = kv/libkv.la common/libcommon.la $(LIBEVENT_LIBS) $(SQLITE3_LIBS) $(JANSSON_LIBS) $(LIBSYSTEMD_LIBS)
 
 rdzvd_librdzvd_la_SOURCES = \
 	rdzvd/rdzvd.h rdzvd/embed.h rdzvd/serve.c rdzvd/config.c \
@@ -15,7 +16,7 @@ rdzvd_librdzvd_la_SOURCES = \
 	rdzvd/round.c rdzvd/http.c rdzvd/metrics.c
 rdzvd_librdzvd_la_SOURCES += rdzvd/docs.c
 rdzvd_librdzvd_la_CFLAGS = $(AM_CFLAGS) $(LIBEVENT_CFLAGS) $(JANSSON_CFLAGS) $(LIBSYSTEMD_CFLAGS) -DRDZV_STATEDIR='"$(localstatedir)/lib/rdzv"' -DRDZV_SYSCONFDIR='"$(sysconfdir)/rdzv"'
-rdzvd_librdzvd_la_LIBADD = rdzvd/libkv.la common/libcommon.la $(LIBEVENT_LIBS) $(LIBBSD_LIBS) $(SQLITE3_LIBS) $(JANSSON_LIBS) $(LIBSYSTEMD_LIBS)
+rdzvd_librdzvd_la_LIBADD = rdzvd/librdzvstate.la kv/libkv.la common/libcommon.la $(LIBEVENT_LIBS) $(LIBBSD_LIBS) $(SQLITE3_LIBS) $(JANSSON_LIBS) $(LIBSYSTEMD_LIBS)
 
 sbin_PROGRAMS += rdzvd/rdzvd
 rdzvd_rdzvd_SOURCES = rdzvd/rdzvd.c

@@ -1,11 +1,12 @@
 /*
  * rdzvd.h: the daemon's index header, one section per .c file.
  *
- * rdzvd serves one kv core (kv.c) to three protocol adapters chosen per
- * connection from its first bytes: the native rdzv protocol
+ * rdzvd serves one kv core (kv/kv.c) to three protocol adapters chosen
+ * per connection from its first bytes: the native rdzv protocol
  * (proto_native.c) and PyTorch's TCPStore dialects 1.13 and 2.x
- * (proto_tcpstore.c).  server.c owns listening sockets and connections,
- * store.c the sqlite database, http.c the health/metrics listener.
+ * (proto_tcpstore.c, on kv/tcps_sess.c's op mapping).  server.c owns
+ * listening sockets and connections, store.c the sqlite database, http.c
+ * the health/metrics listener.
  */
 #ifndef RDZVD_H
 #define RDZVD_H
@@ -21,6 +22,7 @@
 #include "mono.h"
 #include "rdzv.h"
 #include "store.h"
+#include "tcps_sess.h"
 #include "wire.h"
 
 struct evbuffer;
@@ -185,10 +187,8 @@ struct conn {
 	TAILQ_ENTRY(conn)	 held_entry;
 	int			 on_held_list;
 
-	/* TCPStore: the one wait or watch this connection may have */
-	struct kv_waiter	*tcps_wait;
-	struct kv_waiter	**tcps_watch;	/* WATCH_KEY registrations */
-	size_t			 tcps_nwatch;
+	/* TCPStore: its wait and watches (kv/tcps_sess.h), once serving */
+	struct tcps_sess	 tcps;
 	int			 tcps_group;	/* tcps_group.c's GRP_* */
 
 	/* native: waits in flight, by request id */

@@ -4,7 +4,12 @@
  * continue) and checks every decoded request: slices inside the bytes it
  * used, limits kept, the list walks to exactly nkeys entries, the request
  * re-encodes to the very bytes it came from, and cutting its last byte
- * asks for exactly its length.  Any broken invariant aborts.
+ * asks for exactly its length.  Each request is then served by the one
+ * TCPStore mapping (kv/tcps_sess.c) on a fresh kv core, alternately on
+ * two sessions so that wakes and watch pushes cross between them: a
+ * refusal must be one of the codes the mapping documents, with a reason;
+ * no reply may come to a closed session, and nothing may leak.  Any
+ * broken invariant aborts.
  */
 #ifndef RDZV_TCPS_FUZZ_H
 #define RDZV_TCPS_FUZZ_H
@@ -13,7 +18,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <event2/buffer.h>
+
+#include "kv.h"
 #include "rdzv_err.h"
+#include "tcps_sess.h"
 #include "wire.h"
 
 int	LLVMFuzzerTestOneInput(const uint8_t *, size_t);
@@ -198,11 +207,63 @@ fuzz_check_req(enum tcps_dialect d, const struct tcps_req *r,
 		abort();
 }
 
+/* A connection of the mapping's: its session and reply buffer. */
+struct fuzz_conn {
+	struct tcps_sess	 s;
+	struct evbuffer		*out;
+	int			 open;
+};
+
+static struct evbuffer *
+fuzz_reply_buf(void *arg)
+{
+	struct fuzz_conn	*c = arg;
+
+	return (c->out);
+}
+
+/* A reply (or wake, or push) is whole: drop it.  None may come to a
+ * closed session (its wait and watches are gone). */
 static void
-fuzz_tcps(enum tcps_dialect d, const uint8_t *data, size_t size)
+fuzz_reply_done(void *arg)
+{
+	struct fuzz_conn	*c = arg;
+
+	if (!c->open)
+		abort();
+	evbuffer_drain(c->out, evbuffer_get_length(c->out));
+}
+
+static const struct tcps_sess_io fuzz_io = { fuzz_reply_buf, fuzz_reply_done };
+
+/* Serves req on c as a server would; a refusal closes c. */
+static void
+fuzz_serve(struct kv *kv, struct fuzz_conn *c, enum tcps_dialect d,
+    const struct tcps_req *req)
+{
+	const char	*why = NULL;
+	int		 rc;
+
+	if (!c->open) {
+		tcps_sess_init(&c->s, kv, slice_str(""), d, &fuzz_io, c);
+		c->open = 1;
+	}
+	if ((rc = tcps_sess_serve(&c->s, req, &why)) == 0)
+		return;
+	if (why == NULL || (rc != RDZV_EPROTO && rc != RDZV_ENOTFOUND &&
+	    rc != RDZV_ENOTINT && rc != RDZV_EINVAL && rc != RDZV_ETOOBIG &&
+	    rc != RDZV_ENOMEM))
+		abort();
+	tcps_sess_end(&c->s);
+	c->open = 0;
+}
+
+static void
+fuzz_tcps_decode(enum tcps_dialect d, const uint8_t *data, size_t size,
+    struct kv *kv, struct fuzz_conn *conns)
 {
 	struct tcps_req	req, r2;
-	size_t		pos, left, need, k;
+	size_t		pos, left, need, k, nreq = 0;
 	int		rc, nat;
 	enum tcps_dialect sd;
 
@@ -245,7 +306,29 @@ fuzz_tcps(enum tcps_dialect d, const uint8_t *data, size_t size)
 		if (tcps_decode(d, data + pos, k, &fuzz_lim, &r2, &need) != 0 ||
 		    need <= k || need > (size_t)rc)
 			abort();
+		fuzz_serve(kv, &conns[nreq++ & 1], d, &req);
 	}
+}
+
+static void
+fuzz_tcps(enum tcps_dialect d, const uint8_t *data, size_t size)
+{
+	struct fuzz_conn	 conns[2];
+	struct kv		*kv;
+	int			 i;
+
+	memset(conns, 0, sizeof conns);
+	if ((kv = kv_new()) == NULL ||
+	    (conns[0].out = evbuffer_new()) == NULL ||
+	    (conns[1].out = evbuffer_new()) == NULL)
+		abort();
+	fuzz_tcps_decode(d, data, size, kv, conns);
+	for (i = 0; i < 2; i++) {
+		if (conns[i].open)
+			tcps_sess_end(&conns[i].s);
+		evbuffer_free(conns[i].out);
+	}
+	kv_free(kv);
 }
 
 #endif /* RDZV_TCPS_FUZZ_H */

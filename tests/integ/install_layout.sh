@@ -58,7 +58,7 @@ check_file "$sysconfdir/rdzv/rdzvd.conf"
 check_file "$sysconfdir/rdzv/agent.conf"
 # Nothing of the build's own (libcommon, test programs) is installed.
 extra=$(cd "$D" && find . -type f |
-    grep -E 'libcommon|libkv|librdzvd|worker_check|storeload|ddp_mlp' || true)
+    grep -E 'libcommon|libkv|librdzvstate|librdzvd|worker_check|storeload|ddp_mlp' || true)
 [ -z "$extra" ] || fail "installed but internal: $extra"
 
 # The programs run from where they were installed.

@@ -1,9 +1,9 @@
 """The TCPStore librdzvworker's rank 0 hosts (libworker/tstore_srv.c)
-serves torch 2.x's queue ops, LIST_KEYS and BARRIER as rdzvd does, instead
-of closing the connection.  Rank 0 of a world of 2 hosts the store and
-waits at init for a rank 1 that never comes; meanwhile a raw 2.x client
-drives the ops on its port, then the same ops on rdzvd, and the two must
-answer alike."""
+serves torch 2.x's queue ops, LIST_KEYS and BARRIER, and 1.13's requests
+(WATCH_KEY included), as rdzvd does.  Rank 0 of a world of 2 hosts the
+store and waits at init for a rank 1 that never comes; meanwhile raw
+clients drive the ops on its port, then the same ops on rdzvd, and the
+two must answer alike."""
 import socket
 
 import rdzvtest as rt
@@ -75,6 +75,27 @@ def test_hosted_store_serves_queue_list_barrier():
         assert waiter.read_u8() == rt.STOP_WAITING
         assert waiter.queue_pop(b"/q2") == b"x"
         assert hosted.num_keys() >= 3      # the connection survived
+    finally:
+        p.kill()
+        p.wait()
+        rt._untrack(p)
+
+
+def test_hosted_store_speaks_113_as_rdzvd():
+    """Every tcpstore113.py scenario (requests split at every byte, WAIT
+    woken from another connection, a GET of a missing key closing only
+    that connection, WATCH_KEY pushes) holds on the hosted store as it
+    does on rdzvd and on torch 1.13's server: both servers drive the one
+    TCPStore mapping (kv/tcps_sess.c)."""
+    import tcpstore113
+    p, port = hosted_port()
+    try:
+        for i, scn in enumerate(tcpstore113.SCENARIOS):
+            try:
+                scn(("127.0.0.1", port), b"hosted%d" % i)
+            except BaseException as e:
+                raise AssertionError("%s against the hosted store: %r" %
+                                     (scn.__name__, e))
     finally:
         p.kill()
         p.wait()

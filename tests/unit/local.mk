@@ -13,7 +13,7 @@ tests_unit_test_dp_ckpt_LDADD = $(DP_UNIT_LDADD)
 check_PROGRAMS += $(UNIT_TESTS)
 TESTS += $(UNIT_TESTS)
 UNIT_CFLAGS = $(AM_CFLAGS) $(CMOCKA_CFLAGS) $(LIBEVENT_CFLAGS) -I$(top_srcdir)/rdzvd
-UNIT_LDADD = rdzvd/libkv.la common/libcommon.la $(CMOCKA_LIBS) $(LIBEVENT_LIBS) $(LIBBSD_LIBS)
+UNIT_LDADD = rdzvd/librdzvstate.la kv/libkv.la common/libcommon.la $(CMOCKA_LIBS) $(LIBEVENT_LIBS) $(LIBBSD_LIBS)
 tests_unit_test_wire_SOURCES = tests/unit/test_wire.c
 tests_unit_test_wire_CFLAGS = $(UNIT_CFLAGS)
 tests_unit_test_wire_LDADD = $(UNIT_LDADD)
@@ -56,4 +56,12 @@ TESTS += tests/unit/test_common
 tests_unit_test_common_SOURCES = tests/unit/test_common.c
 tests_unit_test_common_CFLAGS = $(UNIT_CFLAGS)
 tests_unit_test_common_LDADD = common/libcommon.la $(CMOCKA_LIBS) $(LIBBSD_LIBS)
+endif
+# The TCPStore mapping both servers drive, on kv/libkv alone (no sqlite).
+if HAVE_CMOCKA
+check_PROGRAMS += tests/unit/test_tcps_sess
+TESTS += tests/unit/test_tcps_sess
+tests_unit_test_tcps_sess_SOURCES = tests/unit/test_tcps_sess.c
+tests_unit_test_tcps_sess_CFLAGS = $(UNIT_CFLAGS)
+tests_unit_test_tcps_sess_LDADD = kv/libkv.la common/libcommon.la $(CMOCKA_LIBS) $(LIBEVENT_LIBS) $(LIBBSD_LIBS)
 endif

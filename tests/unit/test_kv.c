@@ -1,5 +1,5 @@
 /*
- * test_kv.c: unit tests of the kv core (rdzvd/kv.c): every operation and
+ * test_kv.c: unit tests of the kv core (kv/kv.c): every operation and
  * its edge cases, the four waiter kinds, cancellation (also from inside a
  * callback), queues, watches and the journal.  Leaks are caught by running
  * this under the --enable-asan build.
