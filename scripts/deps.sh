@@ -21,6 +21,20 @@ install_torch2() {
 	"$venv/bin/python" -c 'import torch.distributed'
 }
 
+# install_nccl: NCCL's headers and library for building the NCCL backend
+# (it must compile in every run; it runs only where a GPU is).  CUDA's own
+# directory has no nccl.h here, so PyPI's nvidia-nccl-cu13 wheel goes into
+# the torch 2.13 virtualenv; scripts/test.sh passes its directory to
+# configure --with-nccl.
+install_nccl() {
+	local venv=${RDZV_TORCH2_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/rdzv/torch-2.13}
+	[ -f /usr/local/cuda/include/nccl.h ] && return 0
+	[ -f /usr/local/cuda/include/cuda_runtime.h ] || return 0
+	ls "$venv"/lib/python3*/site-packages/nvidia/nccl/include/nccl.h >/dev/null 2>&1 && return 0
+	echo "deps.sh: installing nvidia-nccl-cu13 into $venv"
+	"$venv/bin/pip" install -q nvidia-nccl-cu13
+}
+
 PKGS=(
 	build-essential autoconf automake libtool pkg-config
 	libevent-dev libsqlite3-dev libjansson-dev libsystemd-dev libssl-dev libbsd-dev uthash-dev
@@ -38,6 +52,7 @@ for p in "${PKGS[@]}"; do
 done
 if [ ${#missing[@]} -eq 0 ]; then
 	install_torch2
+	install_nccl
 	exit 0
 fi
 
@@ -54,3 +69,4 @@ echo "deps.sh: installing ${missing[*]}"
 DEBIAN_FRONTEND=noninteractive "${SUDO[@]}" apt-get install -y -qq --no-install-recommends \
 	"${missing[@]}" >/dev/null
 install_torch2
+install_nccl

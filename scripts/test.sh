@@ -23,6 +23,17 @@ fi
 # import one fails instead of skipping.
 export RDZV_REQUIRE_TORCH=1
 
+# The NCCL backend compiles in every run (it runs only where a GPU is):
+# CUDA's own directory, else the nvidia-nccl wheel deps.sh put into the
+# torch 2.13 virtualenv.
+nccl_args=()
+venv=${RDZV_TORCH2_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/rdzv/torch-2.13}
+if [ ! -f /usr/local/cuda/include/nccl.h ]; then
+	for d in "$venv"/lib/python3*/site-packages/nvidia/nccl; do
+		[ -f "$d/include/nccl.h" ] && nccl_args=(--with-nccl="$d")
+	done
+fi
+
 pass=0 fail=0 skip=0 rc=0
 failed_logs=()
 
@@ -53,7 +64,19 @@ run() {
 	fi
 }
 
-run plain "$top/build"
+run plain "$top/build" "${nccl_args[@]}"
+# With CUDA here, a build without the NCCL backend is a failure, not a skip.
+if [ -f /usr/local/cuda/include/cuda_runtime.h ]; then
+	if grep -q '^#define HAVE_NCCL 1' "$top/build/config.h" 2>/dev/null &&
+	    [ -f "$top/build/libworker/librdzvworker_la-nccl.lo" ]; then
+		echo "   PASS: NCCL backend compiled (${nccl_args[*]:-CUDA directory})"
+		pass=$((pass + 1))
+	else
+		echo "   FAIL: NCCL backend not compiled: no nccl.h (scripts/deps.sh installs nvidia-nccl-cu13)"
+		fail=$((fail + 1))
+		rc=1
+	fi
+fi
 if [ $quick -eq 0 ] && [ -f "$top/build/Makefile" ]; then
 	# The release tarball holds everything it needs: it configures, builds,
 	# installs, uninstalls and cleans up (its tests are the plain run's).
@@ -69,7 +92,7 @@ if [ $quick -eq 0 ] && [ -f "$top/build/Makefile" ]; then
 	fi
 fi
 if [ $quick -eq 0 ]; then
-	run asan "$top/build-asan" --enable-asan
+	run asan "$top/build-asan" --enable-asan "${nccl_args[@]}"
 	# The fuzz build runs only the fuzzers, each briefly.
 	CHECK_ARGS='TESTS=$(FUZZ_TESTS)' run fuzz "$top/build-fuzz" CC=clang --enable-fuzzing
 fi
