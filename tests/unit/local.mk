@@ -42,3 +42,11 @@ tests_unit_test_rdzv_SOURCES = tests/unit/test_rdzv.c
 tests_unit_test_rdzv_CFLAGS = $(UNIT_CFLAGS)
 tests_unit_test_rdzv_LDADD = $(UNIT_LDADD) $(JANSSON_LIBS) $(SQLITE3_LIBS)
 endif
+if HAVE_CMOCKA
+# The client's handshake machine (common/handshake.c).
+check_PROGRAMS += tests/unit/test_handshake
+TESTS += tests/unit/test_handshake
+tests_unit_test_handshake_SOURCES = tests/unit/test_handshake.c
+tests_unit_test_handshake_CFLAGS = $(AM_CFLAGS) $(CMOCKA_CFLAGS) $(LIBEVENT_CFLAGS)
+tests_unit_test_handshake_LDADD = common/libcommon.la $(CMOCKA_LIBS) $(LIBEVENT_LIBS) $(LIBBSD_LIBS)
+endif
