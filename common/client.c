@@ -40,6 +40,7 @@
 #include <openssl/x509_vfy.h>
 
 #include "client.h"
+#include "connect.h"
 #include "handshake.h"
 #include "rdzv_err.h"
 #include "tls.h"
@@ -689,47 +690,6 @@ client_sockopts(int fd)
 	(void)setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof cnt);
 }
 
-/* Connects one address before deadline; returns the socket or <0. */
-static int
-client_connect_one(const struct addrinfo *ai, int64_t deadline)
-{
-	struct pollfd	pfd;
-	socklen_t	sl;
-	int		fd, n, soerr;
-
-	fd = socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK |
-	    SOCK_CLOEXEC, ai->ai_protocol);
-	if (fd == -1)
-		return (errno == ENOMEM || errno == ENOBUFS ? RDZV_ENOMEM :
-		    RDZV_ECONN);
-	if (connect(fd, ai->ai_addr, ai->ai_addrlen) == 0)
-		return (fd);
-	if (errno != EINPROGRESS && errno != EINTR) {
-		close(fd);
-		return (RDZV_ECONN);
-	}
-	for (;;) {
-		pfd.fd = fd;
-		pfd.events = POLLOUT;
-		pfd.revents = 0;
-		n = poll(&pfd, 1, client_left_ms(deadline));
-		if (n == -1 && errno == EINTR)
-			continue;
-		break;
-	}
-	if (n == 0) {
-		close(fd);
-		return (RDZV_ETIMEDOUT);
-	}
-	sl = sizeof soerr;
-	if (n < 0 || getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &sl) == -1 ||
-	    soerr != 0) {
-		close(fd);
-		return (RDZV_ECONN);
-	}
-	return (fd);
-}
-
 /*
  * The native handshake (handshake.h): our preamble, rdzvd's, and the
  * token's challenge-response when rdzvd asks for it, driven with this
@@ -913,9 +873,9 @@ rdzv_client_connect_opts(const char *host_port, int timeout_ms,
 	}
 	rv = RDZV_ECONN;
 	for (ai = res; ai != NULL; ai = ai->ai_next) {
-		if ((fd = client_connect_one(ai, deadline)) >= 0)
+		if ((rv = connect_addr(ai, 0, client_left_ms(deadline),
+		    &fd)) == 0)
 			break;
-		rv = fd;
 		if (rv == RDZV_ETIMEDOUT || rv == RDZV_ENOMEM)
 			break;
 	}
