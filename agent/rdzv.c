@@ -11,7 +11,8 @@
  * With a CA (--tls_ca, RDZV_TLS_CA) the connection is TLS: the TCP
  * connect is made by a socket bufferevent as without TLS, then its
  * socket moves to an OpenSSL bufferevent with a fresh SSL for the
- * handshake (rdzv_tls_start), and the native protocol runs inside.  A
+ * handshake (rdzv_tls_start), and the native protocol runs inside
+ * (common/tls.h says why libevent's way here and others elsewhere).  A
  * certificate rdzvd's CA did not sign, or a peer that does not speak
  * TLS, is a configuration error and fatal (a plaintext rdzvd answers a
  * ClientHello with a refusal preamble, which OpenSSL reports as a

@@ -9,7 +9,8 @@
  * waiting is ppoll() against a CLOCK_MONOTONIC deadline, so every call is
  * bounded by its timeout.  Every byte goes through client_read() and
  * client_write(), which speak either the bare socket or OpenSSL; with
- * TLS the socket is non-blocking underneath OpenSSL too, and a
+ * TLS the socket is non-blocking underneath OpenSSL too (through a BIO
+ * of our own that never raises SIGPIPE; common/tls.h says why), and a
  * WANT_READ/WANT_WRITE becomes a ppoll() in that direction.
  */
 #include "config.h"
