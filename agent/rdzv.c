@@ -26,10 +26,10 @@
  *   IDLE --rdzv_connect--> CONNECTING --connected--> HELLO
  *     ^                       | connected, TLS         ^ | handshake done:
  *     |                       v                        | v send JOIN
- *     |                      TLS --TLS handshake done--+ JOINING <---+
- *     |                                                   | JOIN     | HEARTBEAT:
- *     |                                                   v reply    | node unknown
- *     +--rdzv_drop (EOF, error, silence)--------------- JOINED ------+
+ *     |                      TLS --TLS handshake done--+ JOINING <--+
+ *     |                                             JOIN | reply     | node
+ *     |                                                  v           | unknown
+ *     +--rdzv_drop (EOF, error, silence)-------------- JOINED -------+
  *   rdzv_shutdown: any state -> CLOSED; rdzv_fatal: shutdown, then tell
  * Every transition is made by rdzv_set_state(), which checks it against
  * rc_next[] and logs it at debug.

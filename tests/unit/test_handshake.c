@@ -47,7 +47,8 @@ failing_random(void *buf, size_t n)
 	return (-1);
 }
 
-static const uint8_t	server_nonce[NAT_NONCE_LEN] = "0123456789abcdef0123456789abcde";
+static const uint8_t	server_nonce[NAT_NONCE_LEN] =
+    "0123456789abcdef0123456789abcde";
 
 static struct hs_config
 config(const char *token)
