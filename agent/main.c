@@ -20,6 +20,9 @@
  *   any --FAILED push or fatal--> LEAVING (no LEAVE): stop, summary,
  *                   exit 1
  *
+ * Every transition is made by agent_set_state(), which checks it against
+ * agent_next[] and logs it at debug.
+ *
  * A RUNNING push for the round already running (a re-JOIN after a
  * reconnect) changes nothing; one for another round while workers run
  * stops them first and spawns the new round when they are gone.
@@ -61,12 +64,37 @@
 #endif
 
 enum agent_state {
-	AS_JOINING,	/* no round yet */
+	AS_JOINING = 0,	/* no round yet (the state the agent starts in) */
 	AS_RUNNING,	/* workers of ag.cur run */
 	AS_SUCCEEDED,	/* every worker exited 0; SUCCEEDED reported */
 	AS_STOPPING,	/* stopping workers; then ag.next or WAITING */
 	AS_WAITING,	/* no workers; waiting for a push */
 	AS_LEAVING,	/* stopping for good: signal, FAILED, fatal */
+	AS_NSTATES
+};
+
+static const char *const agent_state_names[AS_NSTATES] = {
+	"joining", "running", "succeeded", "stopping", "waiting", "leaving"
+};
+
+#define AS_BIT(s)	(1u << (s))
+/*
+ * The states each state may move to (the diagram above).  A round push
+ * may come in any state but LEAVING, so most states reach most others;
+ * SUCCEEDED follows only RUNNING, and nothing leaves LEAVING.
+ */
+static const unsigned agent_next[AS_NSTATES] = {
+	[AS_JOINING] = AS_BIT(AS_RUNNING) | AS_BIT(AS_STOPPING) |
+	    AS_BIT(AS_WAITING) | AS_BIT(AS_LEAVING),
+	[AS_RUNNING] = AS_BIT(AS_RUNNING) | AS_BIT(AS_SUCCEEDED) |
+	    AS_BIT(AS_STOPPING) | AS_BIT(AS_WAITING) | AS_BIT(AS_LEAVING),
+	[AS_SUCCEEDED] = AS_BIT(AS_RUNNING) | AS_BIT(AS_STOPPING) |
+	    AS_BIT(AS_WAITING) | AS_BIT(AS_LEAVING),
+	[AS_STOPPING] = AS_BIT(AS_RUNNING) | AS_BIT(AS_WAITING) |
+	    AS_BIT(AS_LEAVING),
+	[AS_WAITING] = AS_BIT(AS_RUNNING) | AS_BIT(AS_STOPPING) |
+	    AS_BIT(AS_WAITING) | AS_BIT(AS_LEAVING),
+	[AS_LEAVING] = 0,
 };
 
 static struct {
@@ -99,6 +127,19 @@ static const int agent_signals[4] = { SIGTERM, SIGINT, SIGHUP, SIGQUIT };
 
 static void	agent_begin_stop(void);
 static void	agent_arm_join_timer(void);
+
+/* Moves the agent to state s: the only place ag.state changes. */
+static void
+agent_set_state(enum agent_state s)
+{
+	if (!(agent_next[ag.state] & AS_BIT(s)))
+		fatalx("agent: no transition %s -> %s",
+		    agent_state_names[ag.state], agent_state_names[s]);
+	if (s != ag.state)
+		log_debug("agent: %s -> %s", agent_state_names[ag.state],
+		    agent_state_names[s]);
+	ag.state = s;
+}
 
 static void
 agent_setenv(char ***envp, size_t *n, size_t *cap, const char *name,
@@ -366,7 +407,7 @@ agent_start_round(const struct rdzv_round *r)
 	/* The summary names the failure of the round that ended the job. */
 	memset(&ag.first, 0, sizeof ag.first);
 	ag.nothers = 0;
-	ag.state = AS_RUNNING;
+	agent_set_state(AS_RUNNING);
 	log_info("round %lld: group rank %lld of %lld, ranks %lld-%lld of "
 	    "%lld, restart %lld", (long long)r->round,
 	    (long long)r->group_rank, (long long)r->group_world_size,
@@ -417,13 +458,13 @@ agent_stop_done(void *arg)
 		agent_start_round(&ag.next);
 		return;
 	}
-	ag.state = AS_WAITING;
+	agent_set_state(AS_WAITING);
 }
 
 static void
 agent_begin_stop(void)
 {
-	ag.state = AS_STOPPING;
+	agent_set_state(AS_STOPPING);
 	sup_stop(SIGTERM, ag.cfg.grace_ms, agent_stop_done, NULL);
 }
 
@@ -512,7 +553,7 @@ agent_exit_cb(const struct sup_exit *x, void *arg)
 		if (++ag.nok == ag.cfg.nproc) {
 			log_info("round %lld: every local worker succeeded",
 			    (long long)ag.cur.round);
-			ag.state = AS_SUCCEEDED;
+			agent_set_state(AS_SUCCEEDED);
 			logs_end_attempt();
 			progress_end_attempt();
 			rdzv_report_succeeded(ag.cur.round);
@@ -575,7 +616,7 @@ agent_left_cb(void *arg)
 static void
 agent_leave(int sig, int code)
 {
-	ag.state = AS_LEAVING;
+	agent_set_state(AS_LEAVING);
 	ag.have_next = 0;
 	ag.exit_code = code;
 	sup_stop(sig, ag.cfg.grace_ms, agent_leave_stopped, NULL);
@@ -667,7 +708,7 @@ agent_round_cb(const struct rdzv_round *r, void *arg)
 				agent_begin_stop();
 			return;
 		}
-		ag.state = AS_WAITING;
+		agent_set_state(AS_WAITING);
 		return;
 	case RDZV_ROUND_DONE:
 		log_info("job %s succeeded", ag.cfg.rdzv_id);
@@ -1007,7 +1048,6 @@ main(int argc, char **argv)
 			fatalx("cannot start the progress watchdog");
 	}
 	agent_arm_join_timer();
-	ag.state = AS_JOINING;
 	log_info("job %s: %d worker%s here, %d-%d nodes, %s rendezvous %s%s",
 	    ag.cfg.rdzv_id, ag.cfg.nproc, ag.cfg.nproc == 1 ? "" : "s",
 	    ag.cfg.nnodes_min, ag.cfg.nnodes_max, ag.cfg.rdzv_backend,

@@ -11,7 +11,8 @@
  * With a CA (--tls_ca, RDZV_TLS_CA) the connection is TLS: the TCP
  * connect is made by a socket bufferevent as without TLS, then its
  * socket moves to an OpenSSL bufferevent with a fresh SSL for the
- * handshake (rdzv_tls_start), and the native protocol runs inside.  A
+ * handshake (rdzv_tls_start), and the native protocol runs inside
+ * (common/tls.h says why libevent's way here and others elsewhere).  A
  * certificate rdzvd's CA did not sign, or a peer that does not speak
  * TLS, is a configuration error and fatal (a plaintext rdzvd answers a
  * ClientHello with a refusal preamble, which OpenSSL reports as a
@@ -19,13 +20,19 @@
  * any other drop: rdzvd restarting, draining or at --max-connections
  * closes connections it cannot serve, and an agent must outlive that.
  *
- *   IDLE --rdzv_connect--> CONNECTING --connected--> PREAMBLE
- *     ^                       | connected, TLS          ^ | preamble ok
- *     |                       v                         | v: send JOIN
- *     |                   HANDSHAKE --handshake done----+ JOINING
- *     |                                                    | JOIN reply
- *     +--rdzv_drop (EOF, error, silence)---------------- JOINED
+ * The native handshake (preamble, token challenge) is common/handshake.c's
+ * machine: HELLO feeds it what rdzvd sends and sends what it answers.
+ *
+ *   IDLE --rdzv_connect--> CONNECTING --connected--> HELLO
+ *     ^                       | connected, TLS         ^ | handshake done:
+ *     |                       v                        | v send JOIN
+ *     |                      TLS --TLS handshake done--+ JOINING <--+
+ *     |                                             JOIN | reply     | node
+ *     |                                                  v           | unknown
+ *     +--rdzv_drop (EOF, error, silence)-------------- JOINED -------+
  *   rdzv_shutdown: any state -> CLOSED; rdzv_fatal: shutdown, then tell
+ * Every transition is made by rdzv_set_state(), which checks it against
+ * rc_next[] and logs it at debug.
  */
 #include "config.h"
 
@@ -55,6 +62,7 @@
 
 #include "agent.h"
 #include "auth.h"
+#include "handshake.h"
 #include "log.h"
 #include "mono.h"
 #include "rdzv_err.h"
@@ -69,12 +77,29 @@
 enum rdzv_state {
 	RC_IDLE,	/* not connected; the reconnect timer may be armed */
 	RC_CONNECTING,	/* TCP connect in progress */
-	RC_HANDSHAKE,	/* TLS handshake in progress */
-	RC_PREAMBLE,	/* our preamble sent, waiting for rdzvd's */
-	RC_AUTH,	/* rdzvd wants the token: challenge, then AUTH reply */
+	RC_TLS,		/* TLS handshake in progress */
+	RC_HELLO,	/* native handshake in progress (rc_hs) */
 	RC_JOINING,	/* JOIN sent */
 	RC_JOINED,	/* node attached: heartbeats, pushes, reports */
 	RC_CLOSED,	/* shut down */
+	RC_NSTATES
+};
+
+static const char *const rc_names[RC_NSTATES] = {
+	"idle", "connecting", "tls", "hello", "joining", "joined", "closed"
+};
+
+#define RC_BIT(s)	(1u << (s))
+/* The states each state may move to (the diagram above). */
+static const unsigned rc_next[RC_NSTATES] = {
+	[RC_IDLE] = RC_BIT(RC_IDLE) | RC_BIT(RC_CONNECTING) | RC_BIT(RC_CLOSED),
+	[RC_CONNECTING] = RC_BIT(RC_TLS) | RC_BIT(RC_HELLO) | RC_BIT(RC_IDLE) |
+	    RC_BIT(RC_CLOSED),
+	[RC_TLS] = RC_BIT(RC_HELLO) | RC_BIT(RC_IDLE) | RC_BIT(RC_CLOSED),
+	[RC_HELLO] = RC_BIT(RC_JOINING) | RC_BIT(RC_IDLE) | RC_BIT(RC_CLOSED),
+	[RC_JOINING] = RC_BIT(RC_JOINED) | RC_BIT(RC_IDLE) | RC_BIT(RC_CLOSED),
+	[RC_JOINED] = RC_BIT(RC_JOINING) | RC_BIT(RC_IDLE) | RC_BIT(RC_CLOSED),
+	[RC_CLOSED] = 0,
 };
 
 /* A report that must reach rdzvd even across a reconnect. */
@@ -118,8 +143,7 @@ static struct wire_limits		 rc_lim;
 static unsigned				 rc_gen;	/* bumps on drop */
 static uint8_t				*rc_token;	/* NULL: none */
 static size_t				 rc_tokenlen;
-static uint8_t				 rc_sn[NAT_NONCE_LEN], rc_cn[NAT_NONCE_LEN];
-static uint32_t				 rc_auth_id;
+static struct hs			 rc_hs;		/* in RC_HELLO */
 static int				 rc_hb_ms;	/* heartbeat period */
 static int				 rc_lease_ms;	/* the job's, from JOIN */
 static SSL_CTX				*rc_tls;	/* NULL: plaintext */
@@ -127,6 +151,19 @@ static SSL_CTX				*rc_tls;	/* NULL: plaintext */
 static void	rdzv_connect(void);
 static void	rdzv_drop(const char *why);
 static void	rdzv_event_cb(struct bufferevent *, short, void *);
+
+/* Moves the link to state s: the only place rc_state changes. */
+static void
+rdzv_set_state(enum rdzv_state s)
+{
+	if (!(rc_next[rc_state] & RC_BIT(s)))
+		fatalx("rendezvous link: no transition %s -> %s",
+		    rc_names[rc_state], rc_names[s]);
+	if (s != rc_state)
+		log_debug("rendezvous link: %s -> %s", rc_names[rc_state],
+		    rc_names[s]);
+	rc_state = s;
+}
 
 static void
 rdzv_timer(struct event *ev, int ms)
@@ -216,7 +253,7 @@ rdzv_send_join(void)
 	if (rc_cfg->rdzv_mode == AGENT_RDZV_STATIC)
 		rdzv_put_i64(&wr, rc_cfg->node_rank);
 	rdzv_end(&wr);
-	rc_state = RC_JOINING;
+	rdzv_set_state(RC_JOINING);
 	log_debug("JOIN %s as instance %s", rc_cfg->rdzv_id, rc_instance);
 }
 
@@ -351,7 +388,7 @@ rdzv_joined(const struct nat_msg *m)
 		log_warnx("rdzvd gave a new node id %lld (was %lld)",
 		    (long long)node_id, (long long)rc_node_id);
 	rc_node_id = node_id;
-	rc_state = RC_JOINED;
+	rdzv_set_state(RC_JOINED);
 	rc_backoff_ms = 0;
 	if (rc_ever_joined)
 		log_info("rejoined job %s as node %lld", rc_cfg->rdzv_id,
@@ -443,65 +480,10 @@ rdzv_reply(const struct nat_msg *m)
 	log_debug("reply to unknown request %u ignored", m->id);
 }
 
-/* Handles one whole frame; may drop the connection. */
-/* The challenge-response (PROTOCOL.md "Authentication"). */
-static void
-rdzv_auth_frame(const struct nat_msg *m)
-{
-	struct nat_rd	rd;
-	struct nat_wr	wr;
-	struct slice	s;
-	uint8_t		mac[NAT_MAC_LEN];
-
-	nat_rd_init(&rd, m->payload);
-	if ((m->flags & NAT_F_PUSH) && m->op == NAT_OP_AUTH_CHALLENGE &&
-	    rc_auth_id == 0) {
-		if (nat_get_bytes(&rd, &s) != 0 || nat_rd_end(&rd) != 0 ||
-		    s.len != NAT_NONCE_LEN) {
-			rdzv_drop("malformed challenge");
-			return;
-		}
-		memcpy(rc_sn, s.p, NAT_NONCE_LEN);
-		arc4random_buf(rc_cn, sizeof rc_cn);
-		if (nat_auth_mac(rc_token, rc_tokenlen, NAT_AUTH_CLIENT_TAG,
-		    rc_sn, rc_cn, mac) != 0)
-			fatalx("HMAC failed");
-		rc_auth_id = rdzv_begin(&wr, NAT_OP_AUTH);
-		nat_put_bytes(&wr, rc_cn, sizeof rc_cn);
-		nat_put_bytes(&wr, mac, sizeof mac);
-		rdzv_end(&wr);
-		return;
-	}
-	if (!(m->flags & NAT_F_REPLY) || m->id != rc_auth_id ||
-	    rc_auth_id == 0) {
-		rdzv_drop("unexpected frame while authenticating");
-		return;
-	}
-	rc_auth_id = 0;
-	if (m->flags & NAT_F_ERROR) {
-		rdzv_fatal(RDZV_EAUTH, "rdzvd refused our token: check "
-		    "--token_file against rdzvd's --token-file");
-		return;
-	}
-	if (nat_get_bytes(&rd, &s) != 0 || nat_rd_end(&rd) != 0 ||
-	    s.len != NAT_MAC_LEN ||
-	    nat_auth_mac(rc_token, rc_tokenlen, NAT_AUTH_SERVER_TAG, rc_cn,
-	    rc_sn, mac) != 0 || !nat_mac_equal(mac, s.p)) {
-		rdzv_fatal(RDZV_EAUTH, "the server at the endpoint does not "
-		    "hold our token: not our rdzvd");
-		return;
-	}
-	evtimer_del(rc_conn_ev);
-	rdzv_send_join();
-}
-
+/* Handles one whole frame of the session; may drop the connection. */
 static void
 rdzv_frame(const struct nat_msg *m)
 {
-	if (rc_state == RC_AUTH) {
-		rdzv_auth_frame(m);
-		return;
-	}
 	if (m->flags & NAT_F_PUSH) {
 		if (m->op == NAT_OP_ROUND)
 			rdzv_round_push(m);
@@ -513,56 +495,72 @@ rdzv_frame(const struct nat_msg *m)
 		rdzv_reply(m);
 }
 
+/* Starts the native handshake on a connection that is up. */
+static void
+rdzv_hello(void)
+{
+	struct hs_config	cfg;
+
+	memset(&cfg, 0, sizeof cfg);
+	cfg.token = rc_token;
+	cfg.tokenlen = rc_tokenlen;
+	cfg.endpoint = rc_cfg->endpoint;
+	cfg.token_flag = "--token_file";
+	cfg.ca_flag = "--tls_ca";
+	if (hs_start(&rc_hs, &cfg, rdzv_out()) != 0)
+		fatalx("out of memory");
+	rdzv_set_state(RC_HELLO);
+}
+
+/*
+ * Feeds the handshake what rdzvd sent.  Returns 1 once it is done (JOIN
+ * sent; frames may follow in in), else 0.  Bytes that are not rdzvd's
+ * are a drop like any other (retried); a refusal (TLS required, version,
+ * token) is a configuration error that retrying cannot mend: fatal.
+ */
+static int
+rdzv_read_hello(struct evbuffer *in)
+{
+	const uint8_t	*p;
+	size_t		 len, used;
+	int		 rv;
+
+	if ((len = evbuffer_get_length(in)) == 0)
+		return (0);
+	if ((p = evbuffer_pullup(in, -1)) == NULL)
+		fatalx("out of memory");
+	rv = hs_input(&rc_hs, p, len, &used, rdzv_out());
+	evbuffer_drain(in, used);
+	if (rv == 0)
+		return (0);
+	if (rv == RDZV_ENOMEM)
+		fatalx("out of memory");
+	if (rv == RDZV_EPROTO) {
+		rdzv_drop(hs_why(&rc_hs));
+		return (0);
+	}
+	if (rv < 0) {
+		rdzv_fatal(rv, hs_why(&rc_hs));
+		return (0);
+	}
+	evtimer_del(rc_conn_ev);
+	rdzv_send_join();
+	return (1);
+}
+
 static void
 rdzv_read_cb(struct bufferevent *bev, void *arg)
 {
 	struct evbuffer	*in = bufferevent_get_input(bev);
 	struct nat_msg	 m;
 	const uint8_t	*p;
-	uint8_t		 version;
 	size_t		 len, need, flen;
 	unsigned	 gen = rc_gen;
 	int		 rv;
 
 	rc_last_rx = mono_ms();
-	if (rc_state == RC_PREAMBLE) {
-		if (evbuffer_get_length(in) < NAT_PREAMBLE_LEN)
-			return;
-		p = evbuffer_pullup(in, NAT_PREAMBLE_LEN);
-		rv = nat_preamble_decode(p, NAT_PREAMBLE_LEN, &version, &need);
-		if (rv == RDZV_EVERSION && version == 0 &&
-		    (p[5] & NAT_PRE_TLS)) {
-			char	buf[512];
-
-			snprintf(buf, sizeof buf, "rdzvd at %s requires TLS: "
-			    "give its CA certificate with --tls_ca FILE or "
-			    "RDZV_TLS_CA", rc_cfg->endpoint);
-			rdzv_fatal(RDZV_ETLS, buf);
-			return;
-		}
-		if (rv != NAT_PREAMBLE_LEN) {
-			rdzv_drop("not an rdzvd (bad preamble)");
-			return;
-		}
-		if (version != NAT_VERSION) {
-			rdzv_fatal(RDZV_EVERSION, "rdzvd does not speak native "
-			    "protocol version 1");
-			return;
-		}
-		if (p[5] & NAT_PRE_AUTH) {
-			if (rc_token == NULL) {
-				rdzv_fatal(RDZV_EAUTH, "rdzvd requires a token: "
-				    "pass --token_file or set RDZV_TOKEN_FILE");
-				return;
-			}
-			evbuffer_drain(in, NAT_PREAMBLE_LEN);
-			rc_state = RC_AUTH;
-		} else {
-			evbuffer_drain(in, NAT_PREAMBLE_LEN);
-			evtimer_del(rc_conn_ev);
-			rdzv_send_join();
-		}
-	}
+	if (rc_state == RC_HELLO && !rdzv_read_hello(in))
+		return;
 	while (gen == rc_gen && rc_bev != NULL &&
 	    (len = evbuffer_get_length(in)) >= 4) {
 		p = evbuffer_pullup(in, 4);
@@ -712,7 +710,7 @@ rdzv_tls_start(void)
 	bufferevent_openssl_set_allow_dirty_shutdown(rc_bev, 1);
 	bufferevent_setcb(rc_bev, rdzv_read_cb, NULL, rdzv_event_cb, NULL);
 	bufferevent_enable(rc_bev, EV_READ | EV_WRITE);
-	rc_state = RC_HANDSHAKE;
+	rdzv_set_state(RC_TLS);
 }
 
 static void
@@ -742,12 +740,10 @@ rdzv_event_cb(struct bufferevent *bev, short what, void *arg)
 	}
 	if (what & BEV_EVENT_CONNECTED) {
 		rc_last_rx = mono_ms();
-		if (nat_preamble_put(rdzv_out(), NAT_VERSION) != 0)
-			fatalx("out of memory");
-		rc_state = RC_PREAMBLE;
+		rdzv_hello();
 		return;
 	}
-	if (rc_state == RC_HANDSHAKE) {
+	if (rc_state == RC_TLS) {
 		rdzv_tls_failed(bev, err);
 		return;
 	}
@@ -821,8 +817,8 @@ rdzv_drop(const char *why)
 	if (rc_bev != NULL)
 		bufferevent_free(rc_bev);
 	rc_bev = NULL;
-	rc_state = RC_IDLE;
-	rc_join_id = rc_hb_id = rc_leave_id = rc_auth_id = 0;
+	rdzv_set_state(RC_IDLE);
+	rc_join_id = rc_hb_id = rc_leave_id = 0;
 	TAILQ_FOREACH(r, &rc_reports, entry)
 		r->id = 0;
 	evtimer_del(rc_hb_ev);
@@ -860,7 +856,7 @@ rdzv_retry_cb(evutil_socket_t fd, short ev, void *arg)
 static void
 rdzv_conn_timeout_cb(evutil_socket_t fd, short ev, void *arg)
 {
-	if (rc_state == RC_HANDSHAKE)
+	if (rc_state == RC_TLS)
 		rdzv_tls_cut("timed out");
 	else
 		rdzv_drop("timed out connecting");
@@ -954,7 +950,7 @@ rdzv_connect(void)
 	}
 	bufferevent_setcb(rc_bev, rdzv_read_cb, NULL, rdzv_event_cb, NULL);
 	bufferevent_enable(rc_bev, EV_READ | EV_WRITE);
-	rc_state = RC_CONNECTING;
+	rdzv_set_state(RC_CONNECTING);
 	rdzv_timer(rc_conn_ev, RDZV_CONNECT_MS);
 	if (bufferevent_socket_connect(rc_bev, ai->ai_addr,
 	    ai->ai_addrlen) == -1) {
@@ -1081,7 +1077,7 @@ rdzv_shutdown(void)
 
 	if (rc_state == RC_CLOSED)
 		return;
-	rc_state = RC_CLOSED;
+	rdzv_set_state(RC_CLOSED);
 	rc_gen++;
 	if (rc_bev != NULL)
 		bufferevent_free(rc_bev);

@@ -3,12 +3,14 @@
  *
  * Owns one TCP connection to rdzvd: address parsing and resolution, a
  * non-blocking connect under a deadline, the TLS handshake when asked
- * for, the preamble exchange, and one request/reply exchange per call.
+ * for, the native handshake (handshake.h drives it, this file does its
+ * I/O), and one request/reply exchange per call.
  * Requests are encoded and replies decoded with the codecs of wire.h; all
  * waiting is ppoll() against a CLOCK_MONOTONIC deadline, so every call is
  * bounded by its timeout.  Every byte goes through client_read() and
  * client_write(), which speak either the bare socket or OpenSSL; with
- * TLS the socket is non-blocking underneath OpenSSL too, and a
+ * TLS the socket is non-blocking underneath OpenSSL too (through a BIO
+ * of our own that never raises SIGPIPE; common/tls.h says why), and a
  * WANT_READ/WANT_WRITE becomes a ppoll() in that direction.
  */
 #include "config.h"
@@ -38,8 +40,9 @@
 #include <openssl/ssl.h>
 #include <openssl/x509_vfy.h>
 
-#include "auth.h"
 #include "client.h"
+#include "connect.h"
+#include "handshake.h"
 #include "hostport.h"
 #include "mono.h"
 #include "rdzv_err.h"
@@ -646,152 +649,51 @@ client_sockopts(int fd)
 	(void)setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof cnt);
 }
 
-/* Connects one address before deadline; returns the socket or <0. */
-static int
-client_connect_one(const struct addrinfo *ai, int64_t deadline)
-{
-	struct pollfd	pfd;
-	socklen_t	sl;
-	int		fd, n, soerr;
-
-	fd = socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK |
-	    SOCK_CLOEXEC, ai->ai_protocol);
-	if (fd == -1)
-		return (errno == ENOMEM || errno == ENOBUFS ? RDZV_ENOMEM :
-		    RDZV_ECONN);
-	if (connect(fd, ai->ai_addr, ai->ai_addrlen) == 0)
-		return (fd);
-	if (errno != EINPROGRESS && errno != EINTR) {
-		close(fd);
-		return (RDZV_ECONN);
-	}
-	for (;;) {
-		pfd.fd = fd;
-		pfd.events = POLLOUT;
-		pfd.revents = 0;
-		n = poll(&pfd, 1, client_left_ms(deadline));
-		if (n == -1 && errno == EINTR)
-			continue;
-		break;
-	}
-	if (n == 0) {
-		close(fd);
-		return (RDZV_ETIMEDOUT);
-	}
-	sl = sizeof soerr;
-	if (n < 0 || getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &sl) == -1 ||
-	    soerr != 0) {
-		close(fd);
-		return (RDZV_ECONN);
-	}
-	return (fd);
-}
-
 /*
- * The challenge-response of PROTOCOL.md "Authentication": answers the
- * server's nonce with our MAC and checks the server's MAC in return.
- */
-static int
-client_auth(struct rdzv_client *c, int64_t deadline, const void *token,
-    size_t tokenlen)
-{
-	struct nat_msg	msg;
-	struct nat_rd	rd;
-	struct nat_wr	wr;
-	struct slice	sn, smac;
-	uint8_t		snonce[NAT_NONCE_LEN], cn[NAT_NONCE_LEN];
-	uint8_t		mac[NAT_MAC_LEN];
-	size_t		used;
-	uint32_t	id;
-	int		rv;
-
-	if (token == NULL) {
-		snprintf(c->errmsg, sizeof c->errmsg, "rdzvd requires a token: "
-		    "pass --token-file or set RDZV_TOKEN_FILE");
-		return (RDZV_EAUTH);
-	}
-	if ((rv = client_read_frame(c, deadline, &msg, &used)) < 0)
-		return (rv);
-	nat_rd_init(&rd, msg.payload);
-	if (msg.op != NAT_OP_AUTH_CHALLENGE || !(msg.flags & NAT_F_PUSH) ||
-	    nat_get_bytes(&rd, &sn) != 0 || nat_rd_end(&rd) != 0 ||
-	    sn.len != NAT_NONCE_LEN)
-		return (client_kill(c, RDZV_EPROTO));
-	memcpy(snonce, sn.p, NAT_NONCE_LEN);
-	evbuffer_drain(c->in, used);
-	if (rdzv_random(cn, sizeof cn) != 0 ||
-	    nat_auth_mac(token, tokenlen, NAT_AUTH_CLIENT_TAG, snonce, cn,
-	    mac) != 0)
-		return (RDZV_EIO);
-	id = ++c->next_id;
-	if (nat_frame_begin(&wr, c->out, NAT_OP_AUTH, 0, id) != 0 ||
-	    nat_put_bytes(&wr, cn, sizeof cn) != 0 ||
-	    nat_put_bytes(&wr, mac, sizeof mac) != 0 ||
-	    nat_frame_end(&wr) != 0)
-		return (RDZV_ENOMEM);
-	if ((rv = client_flush(c, deadline)) < 0)
-		return (rv);
-	if ((rv = client_await(c, id, deadline, &msg)) < 0) {
-		if (rv == RDZV_EAUTH)
-			snprintf(c->errmsg, sizeof c->errmsg, "rdzvd refused "
-			    "the token: check --token-file against rdzvd's");
-		return (rv);
-	}
-	nat_rd_init(&rd, msg.payload);
-	rv = nat_get_bytes(&rd, &smac) != 0 || nat_rd_end(&rd) != 0 ||
-	    smac.len != NAT_MAC_LEN ? RDZV_EPROTO : 0;
-	if (rv == 0 && (nat_auth_mac(token, tokenlen, NAT_AUTH_SERVER_TAG, cn,
-	    snonce, mac) != 0 || !nat_mac_equal(mac, smac.p))) {
-		snprintf(c->errmsg, sizeof c->errmsg, "the server does not "
-		    "hold the same token: not rdzvd, or another one");
-		rv = RDZV_EAUTH;
-	}
-	evbuffer_drain(c->in, c->in_used);
-	c->in_used = 0;
-	return (rv);
-}
-
-/*
- * Sends our preamble and checks rdzvd's answer (hp names rdzvd in the
- * reason for a refusal).
+ * The native handshake (handshake.h): our preamble, rdzvd's, and the
+ * token's challenge-response when rdzvd asks for it, driven with this
+ * client's blocking I/O.  hp names rdzvd in the reason for a refusal,
+ * which goes to c->errmsg.  Bytes after the handshake stay in c->in.
  */
 static int
 client_hello(struct rdzv_client *c, const char *hp, int64_t deadline,
     const void *token, size_t tokenlen)
 {
-	const uint8_t	*p;
-	uint8_t		 version, flags;
-	size_t		 need;
-	int		 rv;
+	struct hs_config	 cfg;
+	struct hs		 hs;
+	const uint8_t		*p;
+	size_t			 len, used;
+	int			 rv;
 
-	if (nat_preamble_put(c->out, NAT_VERSION) != 0)
+	memset(&cfg, 0, sizeof cfg);
+	cfg.token = token;
+	cfg.tokenlen = tokenlen;
+	cfg.endpoint = hp;
+	cfg.token_flag = "--token-file";
+	cfg.ca_flag = "--tls-ca";
+	if (hs_start(&hs, &cfg, c->out) != 0)
 		return (RDZV_ENOMEM);
-	if ((rv = client_flush(c, deadline)) < 0)
-		return (rv);
-	while (evbuffer_get_length(c->in) < NAT_PREAMBLE_LEN)
+	for (;;) {
+		if ((rv = client_flush(c, deadline)) < 0)
+			return (rv);
+		if ((len = evbuffer_get_length(c->in)) > 0) {
+			if ((p = evbuffer_pullup(c->in, -1)) == NULL)
+				return (RDZV_ENOMEM);
+			rv = hs_input(&hs, p, len, &used, c->out);
+			evbuffer_drain(c->in, used);
+			if (rv < 0) {
+				strlcpy(c->errmsg, hs_why(&hs),
+				    sizeof c->errmsg);
+				return (rv);
+			}
+			if (rv > 0)
+				return (0);
+			if (evbuffer_get_length(c->out) > 0)
+				continue;
+		}
 		if ((rv = client_fill(c, deadline)) < 0)
 			return (rv);
-	if ((p = evbuffer_pullup(c->in, NAT_PREAMBLE_LEN)) == NULL)
-		return (RDZV_ENOMEM);
-	need = 0;
-	rv = nat_preamble_decode(p, NAT_PREAMBLE_LEN, &version, &need);
-	if (rv == RDZV_EVERSION && version == 0 && (p[5] & NAT_PRE_TLS)) {
-		snprintf(c->errmsg, sizeof c->errmsg, "rdzvd at %s requires "
-		    "TLS: give its CA certificate with --tls-ca FILE or "
-		    RDZV_TLS_CA_ENV, hp);
-		return (RDZV_ETLS);
 	}
-	if (rv < 0)
-		return (rv);
-	if (rv != NAT_PREAMBLE_LEN)
-		return (RDZV_EPROTO);
-	if (version != NAT_VERSION)
-		return (RDZV_EVERSION);
-	flags = p[5];
-	evbuffer_drain(c->in, NAT_PREAMBLE_LEN);
-	if (flags & NAT_PRE_AUTH)
-		return (client_auth(c, deadline, token, tokenlen));
-	return (0);
 }
 
 /*
@@ -931,9 +833,9 @@ rdzv_client_connect_opts(const char *host_port, int timeout_ms,
 	}
 	rv = RDZV_ECONN;
 	for (ai = res; ai != NULL; ai = ai->ai_next) {
-		if ((fd = client_connect_one(ai, deadline)) >= 0)
+		if ((rv = connect_addr(ai, 0, client_left_ms(deadline),
+		    &fd)) == 0)
 			break;
-		rv = fd;
 		if (rv == RDZV_ETIMEDOUT || rv == RDZV_ENOMEM)
 			break;
 	}

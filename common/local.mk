@@ -4,6 +4,8 @@ common_libcommon_la_SOURCES = \
 	common/rdzv_err.h common/err.c \
 	common/log.h common/log.c \
 	common/wire.h common/wire.c common/wire_tcpstore.c common/wire_native.c \
+	common/handshake.h common/handshake.c \
+	common/connect.h common/connect.c \
 	common/client.h common/client.c \
 	common/auth.h common/auth.c \
 	common/tls.h common/tls.c

@@ -13,6 +13,29 @@
  * A TLS connection is recognised by rdzvd from its first byte (a TLS
  * handshake record, RDZV_TLS_FIRST_BYTE), which no TCPStore request and
  * no native preamble starts with.
+ *
+ * How an SSL meets its socket: three ways, one per kind of I/O, each
+ * where that I/O already lives.  Folding them was weighed (issue 10) and
+ * left: each would either lose what its owner needs or add a pump of our
+ * own beside one the program already has.
+ *  - rdzvd (rdzvd/server.c): a BIO pair.  rdzvd reads a connection's
+ *    first bytes before it knows it is TLS (one port for TLS, native and
+ *    TCPStore), and those bytes must be OpenSSL's first input; and it
+ *    keeps every read(2) and write(2) itself, so its memory budget, one
+ *    flush per loop pass, EV_WRITE only while output is stuck and
+ *    back-pressure hold for TLS unchanged.  An OpenSSL bufferevent would
+ *    take the socket over and could not be handed the sniffed bytes.
+ *  - the blocking client (common/client.c): a socket BIO of its own that
+ *    sends with MSG_NOSIGNAL.  The client lives in other programs
+ *    (librdzvworker in training processes, rdzvctl), which must not die
+ *    of SIGPIPE and whose signal dispositions a library may not change;
+ *    OpenSSL's socket BIO writes with write(2).  It waits with ppoll()
+ *    like the plaintext path, so a pair would only add a copy.
+ *  - rdzv-agent (agent/rdzv.c): libevent's OpenSSL bufferevent.  The
+ *    agent's link is a bufferevent on the agent's event loop already, the
+ *    agent ignores SIGPIPE, and libevent drives the handshake, reads and
+ *    writes as it does for the plaintext link.
+ * Above all three the native handshake is one machine (handshake.h).
  */
 #ifndef RDZV_TLS_H
 #define RDZV_TLS_H

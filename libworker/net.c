@@ -23,6 +23,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "connect.h"
 #include "worker.h"
 
 #define NET_RETRY_MS	20	/* pause between refused connects */
@@ -81,41 +82,6 @@ net_poll1(int fd, short events, int64_t deadline)
 	}
 }
 
-/* One non-blocking connect attempt to ai under deadline. */
-static int
-net_try(const struct addrinfo *ai, int bulk, int64_t deadline, int *fdp)
-{
-	socklen_t	len;
-	int		fd, rc, soerr;
-
-	fd = socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK |
-	    SOCK_CLOEXEC, ai->ai_protocol);
-	if (fd == -1)
-		return (RDZV_ECONN);
-	/* Buffer sizes before the handshake, where the window scale is
-	 * agreed. */
-	net_tune(fd, bulk);
-	if (connect(fd, ai->ai_addr, ai->ai_addrlen) == -1) {
-		if (errno != EINPROGRESS) {
-			close(fd);
-			return (RDZV_ECONN);
-		}
-		rc = net_poll1(fd, POLLOUT, deadline);
-		if (rc <= 0) {
-			close(fd);
-			return (rc == 0 ? RDZV_ETIMEDOUT : rc);
-		}
-		len = sizeof soerr;
-		if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &len) == -1 ||
-		    soerr != 0) {
-			close(fd);
-			return (RDZV_ECONN);
-		}
-	}
-	*fdp = fd;
-	return (0);
-}
-
 int
 net_connect(const char *host, int port, int bulk, int64_t deadline, int *fdp)
 {
@@ -133,10 +99,14 @@ net_connect(const char *host, int port, int bulk, int64_t deadline, int *fdp)
 		rc = RDZV_ECONN;
 		if (gai == 0) {
 			for (ai = res; ai != NULL; ai = ai->ai_next) {
-				rc = net_try(ai, bulk, deadline, fdp);
+				rc = connect_addr(ai, bulk ? NET_SOCKBUF : 0,
+				    deadline_left(deadline), fdp);
 				if (rc == 0 || rc == RDZV_ETIMEDOUT)
 					break;
 			}
+			/* The buffers were sized before connecting. */
+			if (rc == 0)
+				net_tune(*fdp, 0);
 			freeaddrinfo(res);
 		}
 		if (rc == 0 || rc == RDZV_ETIMEDOUT)

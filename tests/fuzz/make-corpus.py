@@ -7,6 +7,8 @@ real client sends them, within the fuzzers' small limits (key 64, value 256,
 8 keys per list, namespace 16).  TCPStore integers are little-endian, as on
 every host torch runs on; the native protocol is little-endian by spec.
 """
+import hashlib
+import hmac
 import os
 import struct
 import sys
@@ -237,13 +239,54 @@ def repair():
     return c
 
 
+# fuzz_handshake: byte 0 bit 0 gives the client a token, byte 1 picks
+# where to cut, then rdzvd's bytes.  The client's nonce is fixed (byte i
+# is i * 7 + 1) so that rdzvd's right answer can be written here.
+HS_TOKEN = b'fuzz-token'
+HS_CN = bytes((i * 7 + 1) & 0xff for i in range(32))
+HS_SN = bytes(range(100, 132))
+
+
+def hs_mac(tag, first, second):
+    return hmac.new(HS_TOKEN, tag + first + second, hashlib.sha256).digest()
+
+
+def handshake():
+    tok, none = b'\x01\x05', b'\x00\x03'
+    pre_auth = b'RDZV' + bytes([1, 1, 0, 0])
+    challenge = frame(34, [fb(HS_SN)], PUSH, 0)
+    proof = frame(35, [fb(hs_mac(b'rdzv-auth-v1 server', HS_CN, HS_SN))],
+                  REPLY, 1)
+    session = frame(26, [fb('job')], PUSH, 0)
+    c = {}
+    c['plain'] = none + PRE + session
+    c['plain-token'] = tok + PRE
+    c['auth'] = tok + pre_auth + challenge + proof + session
+    c['auth-no-token'] = none + pre_auth + challenge
+    c['auth-wrong-token'] = tok + pre_auth + challenge + frame(
+        35, [fi(-10), fb('wrong token')], REPLY | ERROR, 1)
+    c['auth-bad-proof'] = tok + pre_auth + challenge + frame(
+        35, [fb(bytes(32))], REPLY, 1)
+    c['auth-other-code'] = tok + pre_auth + challenge + frame(
+        35, [fi(-1), fb('bad\nrequest')], REPLY | ERROR, 1)
+    c['auth-short-nonce'] = tok + pre_auth + frame(34, [fb(HS_SN[:31])],
+                                                   PUSH, 0)
+    c['auth-trunc'] = (tok + pre_auth + challenge + proof)[:-5]
+    c['tls-refusal'] = tok + b'RDZV' + bytes([0, 2, 0, 0])
+    c['version-refusal'] = none + b'RDZV' + bytes([0, 0, 0, 0])
+    c['not-rdzvd'] = none + b'HTTP/1.1 400 Bad Request\r\n\r\n'
+    c['toobig'] = tok + pre_auth + u32(1 << 20)
+    return c
+
+
 def main():
     here = os.path.dirname(os.path.abspath(__file__))
     top = sys.argv[1] if len(sys.argv) > 1 else os.path.join(here, 'corpus')
     for target, seeds in (('fuzz_tcps113', tcps113()),
                           ('fuzz_tcps2', tcps2()),
                           ('fuzz_native', native()),
-                          ('fuzz_repair', repair())):
+                          ('fuzz_repair', repair()),
+                          ('fuzz_handshake', handshake())):
         d = os.path.join(top, target)
         os.makedirs(d, exist_ok=True)
         for name, data in sorted(seeds.items()):

@@ -9,6 +9,7 @@ message that says what to check, nothing written.  librdzvworker's store
 RDZV_TLS_CA and fails with the reason without it."""
 import json
 import os
+import select
 import signal
 import subprocess
 import time
@@ -135,10 +136,25 @@ def test_rdzvd_gone_mid_write_is_no_sigpipe():
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                          env=e)
     rt._track(p)
-    rt.wait_until(lambda: d.metric("rdzvd_tls_connections") == 1,
-                  what="rdzvctl connected over TLS")
+    # rdzvctl reads the value only once connected (TLS and the native
+    # handshake done): fill the pipe, and when it drains rdzvctl is past
+    # its handshake.  (rdzvd's TLS gauge alone came up before rdzvctl had
+    # rdzvd's preamble: killed then, rdzvctl failed to connect instead.)
+    data = os.urandom(8 << 20)
+    fd = p.stdin.fileno()
+    os.set_blocking(fd, False)
+    sent = 0
+    try:
+        while True:
+            sent += os.write(fd, data[sent:sent + 65536])
+    except BlockingIOError:
+        pass
+    rt.wait_until(lambda: select.select([], [fd], [], 0)[1], timeout=20,
+                  what="rdzvctl connected and reading the value")
+    assert d.metric("rdzvd_tls_connections") == 1, d.metrics()
     d.kill9()
-    out, err = p.communicate(os.urandom(8 << 20), timeout=20)
+    os.set_blocking(fd, True)
+    out, err = p.communicate(data[sent:], timeout=20)
     rt._untrack(p)
     assert p.returncode == 3, (p.returncode, err)
     assert b"lost the connection" in err, err

@@ -65,3 +65,11 @@ tests_unit_test_tcps_sess_SOURCES = tests/unit/test_tcps_sess.c
 tests_unit_test_tcps_sess_CFLAGS = $(UNIT_CFLAGS)
 tests_unit_test_tcps_sess_LDADD = kv/libkv.la common/libcommon.la $(CMOCKA_LIBS) $(LIBEVENT_LIBS) $(LIBBSD_LIBS)
 endif
+if HAVE_CMOCKA
+# The client's handshake machine (common/handshake.c).
+check_PROGRAMS += tests/unit/test_handshake
+TESTS += tests/unit/test_handshake
+tests_unit_test_handshake_SOURCES = tests/unit/test_handshake.c
+tests_unit_test_handshake_CFLAGS = $(AM_CFLAGS) $(CMOCKA_CFLAGS) $(LIBEVENT_CFLAGS)
+tests_unit_test_handshake_LDADD = common/libcommon.la $(CMOCKA_LIBS) $(LIBEVENT_LIBS) $(LIBBSD_LIBS)
+endif
