@@ -32,3 +32,6 @@ INTEG_TESTS += tests/integ/agent_static.py
 INTEG_TESTS += tests/integ/agent_cli2.py
 INTEG_TESTS += tests/integ/tstore_hosted_ops.py
 INTEG_TESTS += tests/integ/storm.py
+# In-place repair of C workers under the fake agent (issue 12).
+INTEG_TESTS += tests/integ/repair_c.py
+EXTRA_DIST += tests/lib/fakeagent.py
