@@ -385,7 +385,7 @@ rdzv_finalize(struct rdzv_comm *c)
 }
 
 void
-comm_take_round(struct rdzv_comm *c, const struct repair_msg *m)
+comm_take_round(struct rdzv_comm *c, const struct chan_round *m)
 {
 	if (m->ns[0] != '\0') {
 		strlcpy(c->env.ns, m->ns, sizeof c->env.ns);
@@ -414,7 +414,7 @@ comm_take_round(struct rdzv_comm *c, const struct repair_msg *m)
 }
 
 int
-comm_rebuild(struct rdzv_comm *c, const struct repair_msg *m)
+comm_rebuild(struct rdzv_comm *c, const struct chan_round *m)
 {
 	char	msg[RDZV_ERRMSG_MAX];
 	int	rc, saved;

@@ -17,8 +17,9 @@
  *   cpu_coll.c	the cpu backend's collective algorithms
  *   shm.c	shared-memory segments and the same-host collective arena
  *   nccl.c	the nccl backend (HAVE_NCCL)
- *   repair.c	in-place repair: the agent channel's messages, the watcher
- *		thread, waiting for a round, rdzv_comm_repair
+ *   chan.c	the agent channel's messages, decoded (pure)
+ *   repair.c	in-place repair: hello and ready, the watcher thread,
+ *		waiting for a round, rdzv_comm_repair
  *   dp.c, sampler.c, ckpt.c  the data-parallel helpers
  */
 #ifndef RDZV_WORKER_INTERNAL_H
@@ -159,19 +160,18 @@ uint16_t	float_to_half(float);
 float		bf16_to_float(uint16_t);
 uint16_t	float_to_bf16(float);
 
-/* ---- repair.c ---- */
+/* ---- chan.c ---- */
 
-#define RDZV_REPAIR_TIMEOUT_DEFAULT_MS	60000
 #define RDZV_CHANNEL_MSG_MAX		512	/* one datagram, either way */
 
 /* An agent -> worker message (common/PROTOCOL.md "Worker <-> agent
  * channel"). */
-enum repair_verb {
-	REPAIR_MSG_IGNORE = 0,	/* unknown verb: ignored */
-	REPAIR_MSG_ROUND = 1,
-	REPAIR_MSG_STOP = 2,
+enum chan_verb {
+	CHAN_MSG_IGNORE = 0,	/* unknown verb: ignored */
+	CHAN_MSG_ROUND = 1,
+	CHAN_MSG_STOP = 2,
 };
-struct repair_msg {
+struct chan_round {
 	int		 round;
 	enum rdzv_round_kind kind;
 	char		 ns[RDZV_NS_MAX];		/* "" if not given */
@@ -185,14 +185,20 @@ struct repair_msg {
 };
 
 /*
- * Decodes one datagram of len bytes (not NUL-terminated).  Returns a
- * repair_verb (IGNORE for an unknown verb; unknown key=value words are
- * skipped), or RDZV_EPROTO for a malformed message: over
- * RDZV_CHANNEL_MSG_MAX, a bad number, a round without round, kind, rank,
- * world, donor or a store (ns, or master_addr and master_port), rank or
- * donor not below world.  Pure: no I/O.
+ * Decodes one datagram of len bytes (not NUL-terminated) into *m.
+ * Returns a chan_verb (IGNORE for an unknown verb; unknown key=value
+ * words are skipped), or RDZV_EPROTO for a malformed message: over
+ * RDZV_CHANNEL_MSG_MAX, a word without '=', a bad number, an empty or
+ * too long value, a round without round, kind, rank, world, donor or a
+ * store (ns, or master_addr and master_port), rank or donor not below
+ * world.  Pure: no I/O.
  */
-int	repair_parse(const char *buf, size_t len, struct repair_msg *m);
+int	chan_parse(const char *buf, size_t len, struct chan_round *m);
+
+/* ---- repair.c ---- */
+
+#define RDZV_REPAIR_TIMEOUT_DEFAULT_MS	60000
+
 /*
  * Called by rdzv_init once the environment is read: decides whether
  * repair is on, says hello to the agent and starts the watcher; a
@@ -367,7 +373,7 @@ struct rdzv_comm {
 	struct rdzv_round round;	/* the round the communicator is in */
 	pthread_mutex_t	 rlock;		/* guards what follows */
 	pthread_cond_t	 rcond;		/* a round or a stop arrived */
-	struct repair_msg pend;		/* the latest round announced */
+	struct chan_round pend;		/* the latest round announced */
 	int		 pend_set;
 	int		 rstopped;	/* "stop", or the agent went away */
 	int		 rgaveup;	/* a wait timed out: do not wait again */
@@ -399,9 +405,9 @@ int	comm_broken(const struct rdzv_comm *);
  * store scope and bootstraps again.  Returns 0 or the bootstrap's code
  * (the communicator is then broken).
  */
-int	comm_rebuild(struct rdzv_comm *, const struct repair_msg *m);
+int	comm_rebuild(struct rdzv_comm *, const struct chan_round *m);
 /* Sets c's identity and store from round m (no I/O). */
-void	comm_take_round(struct rdzv_comm *, const struct repair_msg *m);
+void	comm_take_round(struct rdzv_comm *, const struct chan_round *m);
 /* Absolute deadline for a call's timeout_ms (negative: the default). */
 int64_t	comm_deadline(const struct rdzv_comm *, int timeout_ms);
 /* Milliseconds left until deadline, at least 0, at most INT_MAX. */
