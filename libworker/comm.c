@@ -413,16 +413,28 @@ comm_take_round(struct rdzv_comm *c, const struct chan_round *m)
 	c->round.size = m->world;
 }
 
+/* Clears the broken state (a rebuild); the caller may hold rlock. */
+static void
+comm_clear(struct rdzv_comm *c)
+{
+	pthread_mutex_lock(&c->errlock);
+	__atomic_store_n(&c->err, 0, __ATOMIC_SEQ_CST);
+	c->errmsg[0] = '\0';
+	pthread_mutex_unlock(&c->errlock);
+}
+
 int
 comm_rebuild(struct rdzv_comm *c, const struct chan_round *m)
 {
 	char	msg[RDZV_ERRMSG_MAX];
-	int	rc, saved;
+	int	rc, saved, old_rank = c->rank, old_size = c->size, shrink;
 
 	/* Nothing of the old round may run or touch a buffer any more. */
 	queue_stop(c);
 	c->qstop = 0;
-	if (c->ops->fini != NULL)
+	shrink = m->kind == RDZV_ROUND_SHRINK && c->ops->shrink != NULL &&
+	    m->world > 1;
+	if (!shrink && c->ops->fini != NULL)
 		c->ops->fini(c);
 	wstore_close(c->store);
 	c->store = NULL;
@@ -431,10 +443,7 @@ comm_rebuild(struct rdzv_comm *c, const struct chan_round *m)
 	comm_take_round(c, m);
 	c->round.joined = 0;
 	c->round.repairs++;
-	pthread_mutex_lock(&c->errlock);
-	__atomic_store_n(&c->err, 0, __ATOMIC_SEQ_CST);
-	c->errmsg[0] = '\0';
-	pthread_mutex_unlock(&c->errlock);
+	comm_clear(c);
 	pthread_mutex_unlock(&c->rlock);
 	/* The agent hears the first step of the new round at once. */
 	c->progress_ms = 0;
@@ -448,6 +457,17 @@ comm_rebuild(struct rdzv_comm *c, const struct chan_round *m)
 	saved = c->init_timeout_ms;
 	if (c->repair_timeout_ms < saved)
 		c->init_timeout_ms = c->repair_timeout_ms;
+	if (shrink && (rc = c->ops->shrink(c, old_rank, old_size)) != 0) {
+		comm_log(c, RDZV_LOG_WARN, "repair round %d: shrinking in place"
+		    " failed (%s): a fresh %s communicator instead", m->round,
+		    rdzv_strerror(rc), c->ops->name);
+		if (c->ops->fini != NULL)
+			c->ops->fini(c);
+		comm_clear(c);
+	} else if (shrink) {
+		c->init_timeout_ms = saved;
+		return (0);
+	}
 	if ((rc = c->ops->init(c)) != 0)
 		rc = comm_fail(c, rc, "repair round %d: %s backend: %s",
 		    m->round, c->ops->name, c->errmsg[0] != '\0' ? c->errmsg :

@@ -277,6 +277,14 @@ struct backend_ops {
 	int	(*iallreduce)(struct rdzv_comm *, const void *, void *, size_t,
 		    enum rdzv_dtype, enum rdzv_op, int64_t timeout_ms,
 		    struct rdzv_request **reqp);
+	/*
+	 * Optional, for a repair round that only drops ranks: called with
+	 * the round's rank, size and store already in place and the old
+	 * rank and size given; moves the backend onto the survivors in
+	 * place (nccl: ncclCommShrink).  0, or a code after which comm.c
+	 * finalizes the backend and initializes it afresh.
+	 */
+	int	(*shrink)(struct rdzv_comm *, int old_rank, int old_size);
 };
 
 extern const struct backend_ops	cpu_backend_ops;
