@@ -22,7 +22,13 @@ this process:
   all        the last of every rank, the replacement included, reporting
              a step after the grow round: every rank stepping together,
              target <= 1 s;
-  join       all - ready: what the grow round itself costs.
+  join       all - ready: what the grow round itself costs;
+  restart    beside it, in the same repetition: SIGKILL of one worker,
+             then what the agent does without repair (every worker
+             stopped, P fresh ones started in a new round), until all P
+             report a step: the survivors' loss with a restart (it
+             leaves out reloading a checkpoint: ddp_mlp runs without
+             one here).
 
 Prints one line per repetition and a median [min max] line per figure.
 """
@@ -51,7 +57,8 @@ def main():
 
     argv = [os.path.join(build, "examples", "ddp_mlp"), "--threads", "1"]
     argv += a.rest or []
-    figs = {"survivors": [], "ready": [], "all": [], "join": []}
+    figs = {"survivors": [], "ready": [], "all": [], "join": [],
+            "restart": []}
     d = rt.Rdzvd()
     try:
         for rep in range(a.reps):
@@ -70,16 +77,23 @@ def main():
                 t_ready = ag.wait_ready(w)
                 t_grow = ag.grow()
                 t_all = ag.wait_steps(0, after=t_grow)
+                # The same job, the old way: one dies, all restart.
+                ag.wait_steps(ag.workers[0].last_step() + 5)
+                t_kill2 = ag.kill(victim)
+                ag.restart()
+                t_again = ag.wait_steps(0, timeout=120)
                 row = {"survivors": t_surv - t_kill,
                        "ready": t_ready - t_kill,
                        "all": t_all - t_kill,
-                       "join": t_all - t_ready}
+                       "join": t_all - t_ready,
+                       "restart": t_again - t_kill2}
                 for k, v in row.items():
                     figs[k].append(v)
                 print("rep %d: survivors %.3f s  ready %.3f s  all %.3f s  "
-                      "join %.3f s" % (rep + 1, row["survivors"],
-                                       row["ready"], row["all"],
-                                       row["join"]), flush=True)
+                      "join %.3f s  restart %.3f s" % (
+                          rep + 1, row["survivors"], row["ready"],
+                          row["all"], row["join"], row["restart"]),
+                      flush=True)
             finally:
                 ag.close()
             time.sleep(0.5)

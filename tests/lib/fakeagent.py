@@ -19,6 +19,7 @@ repair=1", "ready"), and drives repairs by hand:
     a.wait_ready(w)                   # it said "ready"
     a.grow()                          # "round kind=grow" to everyone
     res = a.wait(120)                 # {local_rank: (rc, stdout, stderr)}
+    a.restart()                       # or: the old way, all stopped, n new
     a.close()
 
 Workers are tracked by rdzvtest, so a failing test leaves none behind.
@@ -284,6 +285,17 @@ class FakeAgent:
         new = sorted((w for w in self.workers.values() if w not in old),
                      key=lambda w: w.local_rank)
         return self._send_round("grow", old + new, donor)
+
+    def restart(self, sig=signal.SIGKILL):
+        """What the agent does without repair: stops every worker (sig)
+        and starts n fresh ones in a new round (no RDZV_REPLACEMENT);
+        returns the time the first signal went."""
+        t = time.monotonic()
+        for lr in sorted(self.workers):
+            self.kill(lr, sig)
+        self.round += 1
+        self.start()
+        return t
 
     def stop(self):
         """Tells every current worker the repair failed ("stop")."""
