@@ -483,8 +483,13 @@ comm_rebuild(struct rdzv_comm *c, const struct chan_round *m)
 void
 rdzv_abort(struct rdzv_comm *c)
 {
-	if (c != NULL)
-		comm_fail(c, RDZV_ECLOSED, "aborted by the program");
+	if (c == NULL)
+		return;
+	/* The program's own abort is final: no call waits for a round. */
+	pthread_mutex_lock(&c->rlock);
+	c->rgaveup = 1;
+	pthread_mutex_unlock(&c->rlock);
+	comm_fail(c, RDZV_ECLOSED, "aborted by the program");
 }
 
 /* ---- queries ---- */

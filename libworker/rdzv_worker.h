@@ -180,7 +180,9 @@ int	rdzv_finalize(struct rdzv_comm *comm);
 /*
  * Breaks the communicator on purpose (e.g. from a signal-free watchdog
  * thread): pending and later calls return RDZV_ECLOSED and peers see the
- * connection drop.  Safe to call from any thread.
+ * connection drop (with repair on, they wait for the agent's round; this
+ * process does not, unless rdzv_comm_repair is called).  Safe to call
+ * from any thread.
  */
 void	rdzv_abort(struct rdzv_comm *comm);
 
