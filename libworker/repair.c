@@ -207,6 +207,12 @@ repair_start(struct rdzv_comm *c)
 	on = repair_env();
 	if (on < 0)
 		on = c->opts.repair == 1;
+	v = getenv("RDZV_REPLACEMENT");
+	if (v != NULL && strcmp(v, "1") == 0 && (!on || c->progress_fd == -1))
+		/* Its RANK and scope are stale: bootstrapping on them hangs. */
+		return (comm_note(c, RDZV_EINVAL, "RDZV_REPLACEMENT=1 but "
+		    "repair is off (%s)", !on ? "rdzv_options.repair unset or "
+		    "RDZV_REPAIR=0" : "no agent channel in RDZV_PROGRESS_FD"));
 	if (!on || c->progress_fd == -1)
 		return (0);
 	if (pipe2(c->wwake, O_CLOEXEC | O_NONBLOCK) == -1)

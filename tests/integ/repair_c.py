@@ -11,7 +11,8 @@ Checks:
     parameters (the hash each prints), and the accuracy is the
     failure-free run's, within a band;
   - a worker that did not opt in (RDZV_REPAIR=0) never says hello, so
-    the agent can tell the job must restart instead;
+    the agent can tell the job must restart instead; a replacement
+    without repair refuses to start on its stale rank;
   - malformed and unknown messages from the agent are ignored;
   - "stop" after a failure ends the survivors at once, not at the
     repair timeout.
@@ -153,6 +154,25 @@ def test_no_hello_without_opt_in():
             a.wait_steps(1)
             assert a.all_said_hello(), a.describe()
             finish(a, a.wait(120))
+        finally:
+            a.close()
+    finally:
+        d.stop()
+
+
+def test_replacement_needs_repair():
+    """A replacement whose repair is off fails at once, saying why."""
+    need_data()
+    d = rt.Rdzvd()
+    try:
+        a = fakeagent.FakeAgent([prog()] + SMALL, 1, "127.0.0.1:%d" % d.port,
+                                env={"RDZV_REPLACEMENT": "1",
+                                     "RDZV_REPAIR": "0"})
+        try:
+            a.start()
+            rc, out, err = a.wait(60)[0]
+            assert rc == 1, (rc, err)
+            assert "RDZV_REPLACEMENT=1 but repair is off" in err, err
         finally:
             a.close()
     finally:
