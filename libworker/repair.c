@@ -41,11 +41,16 @@
 
 /* ---- messages ---- */
 
-/* Sends one message to the agent, never blocking for long. */
+/*
+ * Sends one message to the agent, waiting at most a second for room (an
+ * agent that reads nothing must not hold rdzv_init).  0 or RDZV_EIO.
+ */
 static int
 repair_send(struct rdzv_comm *c, const char *msg)
 {
-	if (send(c->progress_fd, msg, strlen(msg), MSG_NOSIGNAL) == -1) {
+	(void)net_poll1(c->progress_fd, POLLOUT, now_ms() + 1000);
+	if (send(c->progress_fd, msg, strlen(msg), MSG_NOSIGNAL |
+	    MSG_DONTWAIT) == -1) {
 		comm_note(c, RDZV_EIO, "telling the agent \"%s\": %s", msg,
 		    strerror(errno));
 		return (RDZV_EIO);
@@ -55,6 +60,7 @@ repair_send(struct rdzv_comm *c, const char *msg)
 
 /* ---- the watcher ---- */
 
+/* Acts on one datagram from the agent (the watcher thread). */
 static void
 repair_heard(struct rdzv_comm *c, const char *buf, size_t len)
 {
@@ -98,6 +104,10 @@ repair_heard(struct rdzv_comm *c, const char *buf, size_t len)
 	pthread_mutex_unlock(&c->rlock);
 }
 
+/*
+ * The watcher thread: reads the agent's datagrams until repair_stop()
+ * wakes it or the agent's end closes (then nobody waits for a round).
+ */
 static void *
 repair_main(void *arg)
 {
