@@ -28,3 +28,5 @@ bench_tlsload_SOURCES = bench/tlsload.c
 bench_tlsload_CFLAGS = $(AM_CFLAGS) $(LIBSSL_CFLAGS)
 bench_tlsload_LDADD = common/libcommon.la $(LIBSSL_LIBS) $(LIBCRYPTO_LIBS) $(LIBEVENT_LIBS) $(LIBBSD_LIBS)
 EXTRA_DIST += bench/rdzvd_ab.sh bench/tls_vs_plain.sh bench/lib.sh
+# In-place repair of C workers under the fake agent (issue 12).
+EXTRA_DIST += bench/repair_c.py

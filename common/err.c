@@ -24,6 +24,7 @@ rdzv_strerror(int code)
 	case RDZV_ENOTINT:	return "value is not an integer";
 	case RDZV_EBUSY:	return "busy";
 	case RDZV_EVERSION:	return "unsupported protocol version";
+	case RDZV_EREPAIR:	return "cut off by a repair round";
 	}
 	return "unknown error";
 }

@@ -27,9 +27,10 @@ enum rdzv_err {
 	RDZV_EBUSY = -14,	/* resource busy, try again */
 	RDZV_EVERSION = -15,	/* unsupported protocol version */
 	RDZV_ETLS = -16,	/* TLS required, refused or failed */
+	RDZV_EREPAIR = -17,	/* cut off by a repair round: drop the step */
 };
 
-#define RDZV_ERR_MIN	RDZV_ETLS
+#define RDZV_ERR_MIN	RDZV_EREPAIR
 
 /* Returns a constant, human-readable description of code (never NULL). */
 const char	*rdzv_strerror(int code);

@@ -19,6 +19,19 @@
  * With --checkpoint the state is saved at the end of every epoch (and
  * every --checkpoint-every steps), and a restarted job resumes from it,
  * mid-epoch included, reaching the same result as an uninterrupted run.
+ *
+ * Under rdzv-agent it repairs in place (rdzv_options.repair; RDZV_REPAIR=0
+ * turns it off): when a rank dies, the call that notices returns
+ * RDZV_EREPAIR, the step is dropped, the communicator is rebuilt on the
+ * agent's round, the parameters and the position in the epoch are taken
+ * from the round's donor (rdzv_dp_sync), the sampler reshards the rest
+ * of the epoch over the new world, and training goes on; a replacement
+ * started by the agent joins the same way.  With --print-hash every rank
+ * prints at the end
+ *
+ *	params rank R hash H
+ *
+ * (a hash of its parameters: equal on every rank, repaired or not).
  */
 #include <errno.h>
 #include <getopt.h>
@@ -57,6 +70,7 @@ struct args {
 	int		 cuda;		/* -1 auto, 0 no, 1 required */
 	int		 exit_after;	/* testing resume: stop after N steps */
 	int		 crash_rank;	/* with exit_after: only it, by SIGKILL */
+	int		 print_hash;	/* every rank prints its parameters' hash */
 };
 
 /* What a checkpoint holds besides the parameters. */
@@ -85,6 +99,11 @@ struct train {
 	/* This epoch's running sums on this rank (rank 0 also carries
 	 * whatever a checkpoint restored). */
 	double		 loss_sum, seen, correct;
+	/* Where training stands: what rdzv_dp_sync hands a joiner. */
+	struct pos {
+		uint64_t	epoch;	/* 0-based epoch in progress */
+		uint64_t	done;	/* global samples done in it */
+	}		 pos;
 };
 
 static void __attribute__((noreturn))
@@ -97,7 +116,8 @@ usage(void)
 	    "               [--seed S] [--limit N] [--test-limit N] "
 	    "[--bucket-kb K]\n"
 	    "               [--threads T] [--cpu | --cuda]\n"
-	    "  testing: [--exit-after STEPS [--crash-rank R]]\n");
+	    "  testing: [--exit-after STEPS [--crash-rank R]] "
+	    "[--print-hash]\n");
 	exit(2);
 }
 
@@ -146,6 +166,7 @@ parse_args(struct args *a, int argc, char **argv)
 		{ "cuda", no_argument, NULL, 'G' },
 		{ "exit-after", required_argument, NULL, 'X' },
 		{ "crash-rank", required_argument, NULL, 'K' },
+		{ "print-hash", no_argument, NULL, 'p' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 }
 	};
@@ -222,6 +243,9 @@ parse_args(struct args *a, int argc, char **argv)
 		case 'K':
 			a->crash_rank = (int)arg_long(optarg, 0, INT_MAX,
 			    "--crash-rank");
+			break;
+		case 'p':
+			a->print_hash = 1;
 			break;
 		default:
 			usage();
@@ -306,7 +330,22 @@ setup(struct train *t)
 	size_t			 maxb;
 	int			 rc;
 
+	/*
+	 * The data first: a replacement tells the agent it is ready from
+	 * rdzv_init, and the survivors wait for nothing after that.
+	 */
+	if (idx_load(&t->tr, t->a.data, "train", err, sizeof err) != 0 ||
+	    idx_load(&t->te, t->a.data, "t10k", err, sizeof err) != 0) {
+		fprintf(stderr, "ddp_mlp: %s\n", err);
+		exit(1);
+	}
+	if (t->a.limit > 0 && (size_t)t->a.limit < t->tr.n)
+		t->tr.n = (size_t)t->a.limit;
+	if (t->a.test_limit > 0 && (size_t)t->a.test_limit < t->te.n)
+		t->te.n = (size_t)t->a.test_limit;
+
 	rdzv_options_init(&o);
+	o.repair = 1;		/* every failure below handles RDZV_EREPAIR */
 	if ((rc = rdzv_init(&t->comm, &o, err, sizeof err)) != 0) {
 		fprintf(stderr, "ddp_mlp: rdzv_init: %s\n", err);
 		exit(1);
@@ -327,16 +366,6 @@ setup(struct train *t)
 	if (t->a.threads > 0)
 		openblas_set_num_threads(t->a.threads);
 
-	if (idx_load(&t->tr, t->a.data, "train", err, sizeof err) != 0 ||
-	    idx_load(&t->te, t->a.data, "t10k", err, sizeof err) != 0) {
-		fprintf(stderr, "ddp_mlp: %s\n", err);
-		rdzv_finalize(t->comm);
-		exit(1);
-	}
-	if (t->a.limit > 0 && (size_t)t->a.limit < t->tr.n)
-		t->tr.n = (size_t)t->a.limit;
-	if (t->a.test_limit > 0 && (size_t)t->a.test_limit < t->te.n)
-		t->te.n = (size_t)t->a.test_limit;
 
 #ifdef HAVE_CUDA_EXAMPLE
 	if (mlp_pick_cuda(t))
@@ -384,7 +413,7 @@ setup(struct train *t)
  * global first, and kept on rank 0 only, so they stay right whether or
  * not the job is restarted from this file.
  */
-static void
+static int
 save(struct train *t, uint64_t epoch, uint64_t done)
 {
 	struct rdzv_ckpt_part	parts[2];
@@ -393,7 +422,9 @@ save(struct train *t, uint64_t epoch, uint64_t done)
 	int			rc;
 
 	if ((rc = rdzv_allreduce(t->comm, sums, sums, 3, RDZV_F64, RDZV_SUM,
-	    -1)) != 0)
+	    -1)) == RDZV_EREPAIR)
+		return (rc);
+	if (rc != 0)
 		die(t, "allreduce (checkpoint sums)", rc);
 	t->loss_sum = t->rank == 0 ? sums[0] : 0.0;
 	t->seen = t->rank == 0 ? sums[1] : 0.0;
@@ -414,8 +445,53 @@ save(struct train *t, uint64_t epoch, uint64_t done)
 	parts[1].data = &meta;
 	parts[1].len = sizeof meta;
 	if ((rc = rdzv_ckpt_save(t->comm, t->a.checkpoint, parts, 2,
-	    epoch * 1000000000ULL + done, -1)) != 0)
+	    epoch * 1000000000ULL + done, -1)) == RDZV_EREPAIR)
+		return (rc);
+	if (rc != 0)
 		die(t, "rdzv_ckpt_save", rc);
+	return (0);
+}
+
+/*
+ * Takes the round donor's parameters and position (all ranks: at start,
+ * after a repair, in a replacement) and shards the rest of the epoch over
+ * this world.  Returns 0 or RDZV_EREPAIR.
+ */
+static int
+sync_state(struct train *t)
+{
+	struct rdzv_ckpt_part	part = { &t->pos, sizeof t->pos };
+	int			rc;
+
+	if ((rc = rdzv_dp_sync(t->dp, &part, 1, NULL, -1)) == RDZV_EREPAIR)
+		return (rc);
+	if (rc != 0)
+		die(t, "rdzv_dp_sync", rc);
+	if ((rc = rdzv_sampler_set_epoch(t->smp, t->pos.epoch)) != 0 ||
+	    (rc = rdzv_sampler_reshard(t->smp, t->rank, t->size,
+	    t->pos.done)) != 0)
+		die(t, "rdzv_sampler_reshard", rc);
+	return (0);
+}
+
+/* A call returned RDZV_EREPAIR: rebuild on the agent's round and sync. */
+static void
+recover(struct train *t)
+{
+	struct rdzv_round	rd;
+	int			rc;
+
+	do {
+		if ((rc = rdzv_comm_repair(t->comm, -1)) != 0)
+			die(t, "rdzv_comm_repair", rc);
+		t->rank = rdzv_rank(t->comm);
+		t->size = rdzv_size(t->comm);
+	} while (sync_state(t) == RDZV_EREPAIR);
+	(void)rdzv_comm_round(t->comm, &rd);
+	say(t, "repaired: round %d (%s), world %d, epoch %llu at sample "
+	    "%llu\n", rd.round, rd.kind == RDZV_ROUND_GROW ? "grow" : "shrink",
+	    t->size, (unsigned long long)t->pos.epoch + 1,
+	    (unsigned long long)t->pos.done);
 }
 
 /*
@@ -453,8 +529,6 @@ restore(struct train *t, uint64_t *done)
 	}
 	if (t->m.ops->set_params(&t->m, t->host) != 0)
 		die(t, "setting parameters", RDZV_EIO);
-	if ((rc = rdzv_dp_broadcast_params(t->dp, -1)) != 0)
-		die(t, "rdzv_dp_broadcast_params", rc);
 	if (meta.epoch == 0 && meta.done == 0 && meta.seen == 0.0)
 		return (0);
 	/* A new world size may change the global batch: whole steps only. */
@@ -471,9 +545,9 @@ restore(struct train *t, uint64_t *done)
 	return (meta.epoch);
 }
 
-/* Test accuracy, the test set split over the ranks. */
-static double
-evaluate(struct train *t)
+/* Test accuracy, the test set split over the ranks: 0 or RDZV_EREPAIR. */
+static int
+evaluate(struct train *t, double *acc)
 {
 	int64_t	c[2] = { 0, 0 };	/* right, total */
 	size_t	i, k, b, right;
@@ -496,31 +570,43 @@ evaluate(struct train *t)
 		c[0] += (int64_t)right;
 		c[1] += (int64_t)b;
 	}
-	if ((rc = rdzv_allreduce(t->comm, c, c, 2, RDZV_I64, RDZV_SUM, -1)) !=
-	    0)
+	if ((rc = rdzv_allreduce(t->comm, c, c, 2, RDZV_I64, RDZV_SUM, -1)) ==
+	    RDZV_EREPAIR)
+		return (rc);
+	if (rc != 0)
 		die(t, "allreduce (accuracy)", rc);
-	return (c[1] > 0 ? (double)c[0] / (double)c[1] : 0.0);
+	*acc = c[1] > 0 ? (double)c[0] / (double)c[1] : 0.0;
+	return (0);
 }
 
-static void
-train_epoch(struct train *t, uint64_t epoch, uint64_t done, int *stepsp)
+/*
+ * Trains the rest of epoch t->pos.epoch from t->pos.done, then reports
+ * it and moves t->pos to the next epoch.  Returns 0, or RDZV_EREPAIR
+ * with the interrupted step dropped (t->pos still before it).
+ */
+static int
+train_epoch(struct train *t, int *stepsp)
 {
-	uint64_t	count, i, lo, hi, steps, s, s0, gb, k;
+	uint64_t	count, i, lo, hi, steps, s, gb, k, epoch, s0;
 	double		t0, dt, acc, loss, sums[3];
 	size_t		right, b;
 	float		scale;
-	int		rc, quarter = 0;
+	int		rc, rc2, quarter = 0;
 
-	if ((rc = rdzv_sampler_set_epoch(t->smp, epoch)) != 0)
-		die(t, "rdzv_sampler_set_epoch", rc);
+	epoch = t->pos.epoch;
+	if ((rc = rdzv_sampler_set_epoch(t->smp, epoch)) != 0 ||
+	    (rc = rdzv_sampler_reshard(t->smp, t->rank, t->size,
+	    t->pos.done)) != 0)
+		die(t, "rdzv_sampler_reshard", rc);
 	count = rdzv_sampler_count(t->smp);
 	steps = (count + (uint64_t)t->a.batch - 1) / (uint64_t)t->a.batch;
 	gb = (uint64_t)t->a.batch * (uint64_t)t->size;
-	s0 = done / gb;
-	if (s0 == 0)
+	/* Whole-epoch step numbers, for the progress lines. */
+	s0 = t->pos.done / gb;
+	if (t->pos.done == 0)
 		t->loss_sum = t->seen = t->correct = 0.0;
 	t0 = now_s();
-	for (s = s0; s < steps; s++) {
+	for (s = 0; s < steps; s++) {
 		lo = s * (uint64_t)t->a.batch;
 		hi = lo + (uint64_t)t->a.batch < count ?
 		    lo + (uint64_t)t->a.batch : count;
@@ -536,20 +622,27 @@ train_epoch(struct train *t, uint64_t epoch, uint64_t done, int *stepsp)
 		scale = 1.0f / (float)b;
 		rc = t->m.ops->step(&t->m, t->xb, t->yb, b, scale, &loss,
 		    &right, grad_ready_cb, t);
+		/* Always finished: it completes what the step started. */
+		rc2 = rdzv_dp_finish(t->dp, -1);
+		if (rc == RDZV_EREPAIR || rc2 == RDZV_EREPAIR)
+			return (RDZV_EREPAIR);	/* the step is dropped */
 		if (rc != 0)
 			die(t, "training step", rc < 0 ? rc : RDZV_EIO);
-		if ((rc = rdzv_dp_finish(t->dp, -1)) != 0)
-			die(t, "rdzv_dp_finish", rc);
+		if (rc2 != 0)
+			die(t, "rdzv_dp_finish", rc2);
 		if (t->m.ops->sgd(&t->m, t->a.lr) != 0)
 			die(t, "sgd", RDZV_EIO);
 		t->loss_sum += loss;
 		t->seen += (double)b;
 		t->correct += (double)right;
+		t->pos.done += (uint64_t)b * (uint64_t)t->size;
 		(*stepsp)++;
 
 		if (t->a.checkpoint != NULL && t->a.ckpt_every > 0 &&
-		    (s + 1) % (uint64_t)t->a.ckpt_every == 0 && s + 1 < steps)
-			save(t, epoch, (s + 1) * gb);
+		    (s0 + s + 1) % (uint64_t)t->a.ckpt_every == 0 &&
+		    s + 1 < steps &&
+		    (rc = save(t, epoch, t->pos.done)) != 0)
+			return (rc);
 		/* Testing: a clean stop of every rank, or one rank's death. */
 		if (t->a.exit_after > 0 && *stepsp == t->a.exit_after) {
 			if (t->a.crash_rank == t->rank) {
@@ -572,11 +665,10 @@ train_epoch(struct train *t, uint64_t epoch, uint64_t done, int *stepsp)
 				say(t, "  epoch %llu %3d%% step %llu/%llu "
 				    "loss %.4f samples/s %.0f\n",
 				    (unsigned long long)epoch + 1, quarter * 25,
-				    (unsigned long long)s + 1,
-				    (unsigned long long)steps,
+				    (unsigned long long)(s0 + s + 1),
+				    (unsigned long long)(s0 + steps),
 				    t->loss_sum / (t->seen > 0 ? t->seen : 1),
-				    (double)((s + 1 - s0) * gb) /
-				    (now_s() - t0));
+				    (double)((s + 1) * gb) / (now_s() - t0));
 		}
 	}
 	/* The epoch's figures over all ranks. */
@@ -584,36 +676,70 @@ train_epoch(struct train *t, uint64_t epoch, uint64_t done, int *stepsp)
 	sums[1] = t->seen;
 	sums[2] = t->correct;
 	if ((rc = rdzv_allreduce(t->comm, sums, sums, 3, RDZV_F64, RDZV_SUM,
-	    -1)) != 0)
+	    -1)) == RDZV_EREPAIR)
+		return (rc);
+	if (rc != 0)
 		die(t, "allreduce (epoch sums)", rc);
 	dt = now_s() - t0;
-	acc = evaluate(t);
+	if ((rc = evaluate(t, &acc)) != 0)
+		return (rc);
+	if (t->a.checkpoint != NULL && (rc = save(t, epoch + 1, 0)) != 0)
+		return (rc);
 	say(t, "epoch %llu loss %.6f train_acc %.4f test_acc %.4f "
 	    "samples/s %.0f time %.2fs\n", (unsigned long long)epoch + 1,
-	    sums[0] / sums[1], sums[2] / sums[1], acc,
-	    (double)((steps - s0) * gb) / dt, dt);
+	    sums[1] > 0 ? sums[0] / sums[1] : 0.0,
+	    sums[1] > 0 ? sums[2] / sums[1] : 0.0, acc,
+	    (double)(steps * gb) / dt, dt);
 	t->loss_sum = t->seen = t->correct = 0.0;
-	if (t->a.checkpoint != NULL)
-		save(t, epoch + 1, 0);
+	t->pos.epoch = epoch + 1;
+	t->pos.done = 0;
+	return (0);
+}
+
+/* Prints a hash of this rank's parameters (FNV-1a over their bytes). */
+static void
+print_hash(struct train *t)
+{
+	const uint8_t	*p = (const uint8_t *)t->host;
+	uint64_t	 h = 0xcbf29ce484222325ULL;
+	size_t		 i;
+
+	if (t->m.ops->get_params(&t->m, t->host) != 0)
+		die(t, "reading parameters", RDZV_EIO);
+	for (i = 0; i < t->m.nparams * sizeof (float); i++)
+		h = (h ^ p[i]) * 0x100000001b3ULL;
+	printf("params rank %d hash %016llx\n", t->rank, (unsigned long long)h);
 }
 
 int
 main(int argc, char **argv)
 {
-	struct train	t;
-	uint64_t	epoch, done;
-	int		steps = 0, rc;
+	struct train		t;
+	struct rdzv_round	rd;
+	double			acc = 0.0;
+	int			steps = 0, rc;
 
 	memset(&t, 0, sizeof t);
 	parse_args(&t.a, argc, argv);
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	setup(&t);
-	for (epoch = restore(&t, &done); epoch < (uint64_t)t.a.epochs;
-	    epoch++) {
-		train_epoch(&t, epoch, done, &steps);
-		done = 0;
+	(void)rdzv_comm_round(t.comm, &rd);
+	/* A replacement takes everything from the donor; others load. */
+	if (!rd.joined)
+		t.pos.epoch = restore(&t, &t.pos.done);
+	while (sync_state(&t) == RDZV_EREPAIR)
+		recover(&t);
+	for (;;) {
+		rc = 0;
+		while (rc == 0 && t.pos.epoch < (uint64_t)t.a.epochs)
+			rc = train_epoch(&t, &steps);
+		if (rc == 0 && (rc = evaluate(&t, &acc)) == 0)
+			break;
+		recover(&t);
 	}
-	say(&t, "final test_acc %.4f\n", evaluate(&t));
+	say(&t, "final test_acc %.4f\n", acc);
+	if (t.a.print_hash)
+		print_hash(&t);
 	rdzv_dp_free(t.dp);
 	rdzv_sampler_free(t.smp);
 	mlp_free(&t.m);

@@ -225,6 +225,7 @@ rdzv_init(struct rdzv_comm **commp, const struct rdzv_options *opts,
 {
 	struct rdzv_options	 dflt;
 	struct rdzv_comm	*c;
+	pthread_condattr_t	 ca;
 	char			 msg[RDZV_ERRMSG_MAX];
 	int			 rc, gen;
 
@@ -248,10 +249,21 @@ rdzv_init(struct rdzv_comm **commp, const struct rdzv_options *opts,
 	TAILQ_INIT(&c->queue);
 	TAILQ_INIT(&c->live);
 	c->qwake[0] = c->qwake[1] = -1;
+	c->wwake[0] = c->wwake[1] = -1;
+	pthread_mutex_init(&c->rlock, NULL);
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&c->rcond, &ca);
+	pthread_condattr_destroy(&ca);
 	c->progress_fd = progress_fd();
 
 	if ((rc = wenv_detect(&c->env, NULL, NULL, msg, sizeof msg)) != 0) {
 		init_err(opts, err, errlen, "rdzv_init: %s", msg);
+		goto fail;
+	}
+	/* A replacement takes its rank, size and scope from its round. */
+	if ((rc = repair_start(c)) != 0) {
+		init_err(opts, err, errlen, "rdzv_init: %s", c->errmsg);
 		goto fail;
 	}
 	c->rank = c->env.rank;
@@ -308,6 +320,9 @@ rdzv_init(struct rdzv_comm **commp, const struct rdzv_options *opts,
 	    "backend ready", c->rank, c->size, c->local_rank, c->local_size,
 	    c->env.source, c->ops->name);
 	c->errmsg[0] = '\0';
+	c->round.rank = c->rank;
+	c->round.size = c->size;
+	repair_live(c);
 	*commp = c;
 	return (0);
 fail:
@@ -326,6 +341,7 @@ rdzv_finalize(struct rdzv_comm *c)
 
 	if (c == NULL)
 		return (0);
+	repair_stop(c);
 	queue_stop(c);
 	while ((r = TAILQ_FIRST(&c->live)) != NULL) {
 		TAILQ_REMOVE(&c->live, r, lentry);
@@ -344,15 +360,118 @@ rdzv_finalize(struct rdzv_comm *c)
 	pthread_mutex_destroy(&c->errlock);
 	pthread_mutex_destroy(&c->qlock);
 	pthread_cond_destroy(&c->qcond);
+	pthread_mutex_destroy(&c->rlock);
+	pthread_cond_destroy(&c->rcond);
 	free(c);
+	return (rc);
+}
+
+void
+comm_take_round(struct rdzv_comm *c, const struct chan_round *m)
+{
+	if (m->ns[0] != '\0') {
+		strlcpy(c->env.ns, m->ns, sizeof c->env.ns);
+		if (c->env.store != WENV_STORE_NATIVE &&
+		    c->env.endpoint[0] != '\0')
+			c->env.store = WENV_STORE_NATIVE;
+	}
+	if (m->master_addr[0] != '\0' && m->master_port > 0 &&
+	    (m->ns[0] == '\0' || c->env.store != WENV_STORE_NATIVE)) {
+		strlcpy(c->env.master_addr, m->master_addr,
+		    sizeof c->env.master_addr);
+		c->env.master_port = m->master_port;
+		c->env.store = WENV_STORE_TCPSTORE;
+	}
+	/* The round's store is served by the agent, never by a worker. */
+	c->env.host_store = 0;
+	c->env.rank = c->rank = m->rank;
+	c->env.size = c->size = m->world;
+	c->env.local_rank = c->local_rank = m->local_rank;
+	c->env.local_size = c->local_size = m->local_world;
+	c->round.round = m->round;
+	c->round.kind = m->kind;
+	c->round.donor = m->donor;
+	c->round.rank = m->rank;
+	c->round.size = m->world;
+}
+
+/* Clears the broken state (a rebuild); the caller may hold rlock. */
+static void
+comm_clear(struct rdzv_comm *c)
+{
+	pthread_mutex_lock(&c->errlock);
+	__atomic_store_n(&c->err, 0, __ATOMIC_SEQ_CST);
+	c->errmsg[0] = '\0';
+	pthread_mutex_unlock(&c->errlock);
+}
+
+int
+comm_rebuild(struct rdzv_comm *c, const struct chan_round *m)
+{
+	char	msg[RDZV_ERRMSG_MAX];
+	int	rc, saved, old_rank = c->rank, old_size = c->size, shrink;
+
+	/* Nothing of the old round may run or touch a buffer any more. */
+	queue_stop(c);
+	c->qstop = 0;
+	shrink = m->kind == RDZV_ROUND_SHRINK && c->ops->shrink != NULL &&
+	    m->world > 1;
+	if (!shrink && c->ops->fini != NULL)
+		c->ops->fini(c);
+	wstore_close(c->store);
+	c->store = NULL;
+	/* Lock order: rlock, then errlock (repair.c breaks under rlock). */
+	pthread_mutex_lock(&c->rlock);
+	comm_take_round(c, m);
+	c->round.joined = 0;
+	c->round.repairs++;
+	comm_clear(c);
+	pthread_mutex_unlock(&c->rlock);
+	/* The agent hears the first step of the new round at once. */
+	c->progress_ms = 0;
+	c->progress_sent_ms = 0;
+	/* A dead peer must cost the repair timeout at most, not the
+	 * bootstrap's ten minutes. */
+	if (c->size > 1 && (rc = wstore_open(&c->store, &c->env,
+	    c->repair_timeout_ms, msg, sizeof msg)) != 0)
+		return (comm_fail(c, rc, "repair round %d: %s", m->round,
+		    msg));
+	saved = c->init_timeout_ms;
+	if (c->repair_timeout_ms < saved)
+		c->init_timeout_ms = c->repair_timeout_ms;
+	if (shrink && (rc = c->ops->shrink(c, old_rank, old_size)) != 0) {
+		comm_log(c, RDZV_LOG_WARN, "repair round %d: shrinking in place"
+		    " failed (%s): a fresh %s communicator instead", m->round,
+		    rdzv_strerror(rc), c->ops->name);
+		if (c->ops->fini != NULL)
+			c->ops->fini(c);
+		comm_clear(c);
+	} else if (shrink) {
+		c->init_timeout_ms = saved;
+		return (0);
+	}
+	if ((rc = c->ops->init(c)) != 0)
+		rc = comm_fail(c, rc, "repair round %d: %s backend: %s",
+		    m->round, c->ops->name, c->errmsg[0] != '\0' ? c->errmsg :
+		    rdzv_strerror(rc));
+	c->init_timeout_ms = saved;
+	if (c->local_rank < 0)
+		c->local_rank = 0;
+	if (c->local_size < 0)
+		c->local_size = 1;
 	return (rc);
 }
 
 void
 rdzv_abort(struct rdzv_comm *c)
 {
-	if (c != NULL)
-		comm_fail(c, RDZV_ECLOSED, "aborted by the program");
+	if (c == NULL)
+		return;
+	/* The program's own abort is final: no call waits for a round. */
+	pthread_mutex_lock(&c->rlock);
+	c->rgaveup = 1;
+	pthread_mutex_unlock(&c->rlock);
+	comm_fail(c, RDZV_ECLOSED, "aborted by the program");
 }
 
 /* ---- queries ---- */
@@ -596,7 +715,7 @@ rdzv_wait(struct rdzv_request *r)
 		pthread_mutex_unlock(&c->qlock);
 	}
 	request_free(r);
-	return (rc);
+	return (repair_result(c, rc));
 }
 
 int
@@ -639,7 +758,7 @@ rdzv_test(struct rdzv_request *r)
 			rc = 1;
 	}
 	request_free(r);
-	return (rc);
+	return (rc < 0 ? repair_result(c, rc) : rc);
 }
 
 /* ---- argument checks ---- */
@@ -653,8 +772,8 @@ check(struct rdzv_comm *c, size_t count, enum rdzv_dtype dt, size_t mult,
 
 	if (c == NULL)
 		return (RDZV_EINVAL);
-	if (comm_broken(c) != 0)
-		return (RDZV_ECLOSED);	/* errmsg keeps the first cause */
+	if (comm_broken(c) != 0)	/* errmsg keeps the first cause */
+		return (repair_result(c, RDZV_ECLOSED));
 	if ((es = rdzv_dtype_size(dt)) == 0)
 		return (comm_note(c, RDZV_EINVAL, "unknown dtype %d", (int)dt));
 	if (mult == 0 || count > SIZE_MAX / es / mult)
@@ -704,8 +823,8 @@ rdzv_allreduce(struct rdzv_comm *c, const void *sbuf, void *rbuf,
 	    (rc = check_buf(c, rbuf, bytes, "recvbuf")) != 0)
 		return (rc);
 	queue_drain(c);
-	return (c->ops->allreduce(c, sbuf, rbuf, count, dt, op,
-	    comm_deadline(c, timeout_ms)));
+	return (repair_result(c, c->ops->allreduce(c, sbuf, rbuf, count, dt, op,
+	    comm_deadline(c, timeout_ms))));
 }
 
 int
@@ -720,8 +839,8 @@ rdzv_broadcast(struct rdzv_comm *c, void *buf, size_t count,
 	    (rc = check_buf(c, buf, bytes, "buf")) != 0)
 		return (rc);
 	queue_drain(c);
-	return (c->ops->broadcast(c, buf, count, dt, root,
-	    comm_deadline(c, timeout_ms)));
+	return (repair_result(c, c->ops->broadcast(c, buf, count, dt, root,
+	    comm_deadline(c, timeout_ms))));
 }
 
 int
@@ -739,8 +858,8 @@ rdzv_reduce(struct rdzv_comm *c, const void *sbuf, void *rbuf, size_t count,
 	    (rc = check_buf(c, rbuf, bytes, "recvbuf")) != 0))
 		return (rc);
 	queue_drain(c);
-	return (c->ops->reduce(c, sbuf, rbuf, count, dt, op, root,
-	    comm_deadline(c, timeout_ms)));
+	return (repair_result(c, c->ops->reduce(c, sbuf, rbuf, count, dt, op, root,
+	    comm_deadline(c, timeout_ms))));
 }
 
 int
@@ -756,8 +875,8 @@ rdzv_allgather(struct rdzv_comm *c, const void *sbuf, void *rbuf,
 	    (rc = check_buf(c, rbuf, all, "recvbuf")) != 0)
 		return (rc);
 	queue_drain(c);
-	return (c->ops->allgather(c, sbuf, rbuf, count, dt,
-	    comm_deadline(c, timeout_ms)));
+	return (repair_result(c, c->ops->allgather(c, sbuf, rbuf, count, dt,
+	    comm_deadline(c, timeout_ms))));
 }
 
 int
@@ -774,8 +893,8 @@ rdzv_reduce_scatter(struct rdzv_comm *c, const void *sbuf, void *rbuf,
 	    (rc = check_buf(c, rbuf, bytes, "recvbuf")) != 0)
 		return (rc);
 	queue_drain(c);
-	return (c->ops->reduce_scatter(c, sbuf, rbuf, count, dt, op,
-	    comm_deadline(c, timeout_ms)));
+	return (repair_result(c, c->ops->reduce_scatter(c, sbuf, rbuf, count, dt, op,
+	    comm_deadline(c, timeout_ms))));
 }
 
 int
@@ -793,8 +912,8 @@ rdzv_gather(struct rdzv_comm *c, const void *sbuf, void *rbuf, size_t count,
 	    (rc = check_buf(c, rbuf, all, "recvbuf")) != 0))
 		return (rc);
 	queue_drain(c);
-	return (c->ops->gather(c, sbuf, rbuf, count, dt, root,
-	    comm_deadline(c, timeout_ms)));
+	return (repair_result(c, c->ops->gather(c, sbuf, rbuf, count, dt, root,
+	    comm_deadline(c, timeout_ms))));
 }
 
 int
@@ -812,8 +931,8 @@ rdzv_scatter(struct rdzv_comm *c, const void *sbuf, void *rbuf, size_t count,
 	    (rc = check_buf(c, rbuf, bytes, "recvbuf")) != 0)
 		return (rc);
 	queue_drain(c);
-	return (c->ops->scatter(c, sbuf, rbuf, count, dt, root,
-	    comm_deadline(c, timeout_ms)));
+	return (repair_result(c, c->ops->scatter(c, sbuf, rbuf, count, dt, root,
+	    comm_deadline(c, timeout_ms))));
 }
 
 int
@@ -830,8 +949,8 @@ rdzv_alltoall(struct rdzv_comm *c, const void *sbuf, void *rbuf, size_t count,
 	if (all > 0 && sbuf == rbuf)
 		return (comm_note(c, RDZV_EINVAL, "alltoall is not in place"));
 	queue_drain(c);
-	return (c->ops->alltoall(c, sbuf, rbuf, count, dt,
-	    comm_deadline(c, timeout_ms)));
+	return (repair_result(c, c->ops->alltoall(c, sbuf, rbuf, count, dt,
+	    comm_deadline(c, timeout_ms))));
 }
 
 int
@@ -843,7 +962,7 @@ rdzv_barrier(struct rdzv_comm *c, int timeout_ms)
 	if ((rc = check(c, 0, RDZV_U8, 1, &bytes)) != 0)
 		return (rc);
 	queue_drain(c);
-	return (c->ops->barrier(c, comm_deadline(c, timeout_ms)));
+	return (repair_result(c, c->ops->barrier(c, comm_deadline(c, timeout_ms))));
 }
 
 /* ---- point to point and asynchronous operations ---- */
@@ -941,8 +1060,8 @@ rdzv_iallreduce(struct rdzv_comm *c, const void *sbuf, void *rbuf,
 		return (rc);
 	if (c->ops->iallreduce != NULL) {
 		queue_drain(c);
-		return (c->ops->iallreduce(c, sbuf, rbuf, count, dt, op,
-		    timeout_ms, reqp));
+		return (repair_result(c, c->ops->iallreduce(c, sbuf, rbuf, count, dt, op,
+		    timeout_ms, reqp)));
 	}
 	if ((r = request_new(c)) == NULL)
 		return (RDZV_ENOMEM);

@@ -77,6 +77,8 @@ dp_is_device(const void *p)
 #endif
 }
 
+static int	dp_bcast_params(struct rdzv_dp *, int, int);
+
 /* Copies len bytes between the gradient and the flat buffer. */
 static int
 dp_copy(struct dp_bucket *b, void *dst, const void *src, size_t len)
@@ -241,12 +243,51 @@ rdzv_dp_free(struct rdzv_dp *dp)
 int
 rdzv_dp_broadcast_params(struct rdzv_dp *dp, int timeout_ms)
 {
+	if (dp == NULL)
+		return (RDZV_EINVAL);
+	return (dp_bcast_params(dp, 0, timeout_ms));
+}
+
+int
+rdzv_dp_sync(struct rdzv_dp *dp, const struct rdzv_ckpt_part *parts,
+    size_t n, uint64_t *step, int timeout_ms)
+{
+	struct rdzv_round	rd;
+	uint64_t		st;
+	size_t			i;
+	int			rc;
+
+	if (dp == NULL || (parts == NULL && n > 0))
+		return (RDZV_EINVAL);
+	(void)rdzv_comm_round(dp->comm, &rd);
+	if (rdzv_size(dp->comm) > 1) {
+		if ((rc = dp_bcast_params(dp, rd.donor, timeout_ms)) != 0)
+			return (rc);
+		for (i = 0; i < n; i++)
+			if (parts[i].len > 0 && (rc = rdzv_broadcast(dp->comm,
+			    parts[i].data, parts[i].len, RDZV_U8, rd.donor,
+			    timeout_ms)) != 0)
+				return (rc);
+		st = step != NULL ? *step : dp->steps;
+		if ((rc = rdzv_broadcast(dp->comm, &st, 1, RDZV_I64, rd.donor,
+		    timeout_ms)) != 0)
+			return (rc);
+	} else
+		st = step != NULL ? *step : dp->steps;
+	dp->steps = st;
+	if (step != NULL)
+		*step = st;
+	return (0);
+}
+
+/* Broadcasts every parameter from root, runs of adjacent ones at once. */
+static int
+dp_bcast_params(struct rdzv_dp *dp, int root, int timeout_ms)
+{
 	const struct rdzv_dp_param	*p;
 	size_t				 i, j, count, esize;
 	int				 rc;
 
-	if (dp == NULL)
-		return (RDZV_EINVAL);
 	if (rdzv_size(dp->comm) == 1)
 		return (0);
 	p = dp->params;
@@ -260,8 +301,8 @@ rdzv_dp_broadcast_params(struct rdzv_dp *dp, int timeout_ms)
 				break;
 			count += p[j].count;
 		}
-		rc = rdzv_broadcast(dp->comm, p[i].param, count, p[i].dtype, 0,
-		    timeout_ms);
+		rc = rdzv_broadcast(dp->comm, p[i].param, count, p[i].dtype,
+		    root, timeout_ms);
 		if (rc != 0)
 			return (rc);
 	}

@@ -61,6 +61,9 @@
 #if NCCL_VERSION_CODE >= NCCL_VERSION(2, 23, 0)
 #define HAVE_NCCL_SCALABLE	1
 #endif
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 27, 0)
+#define HAVE_NCCL_SHRINK	1	/* ncclCommShrink, NCCL_SHRINK_ABORT */
+#endif
 #if NCCL_VERSION_CODE < NCCL_VERSION(2, 10, 0)
 #error "the nccl backend needs NCCL 2.10 or later (ncclAvg, ncclBfloat16)"
 #endif
@@ -81,6 +84,8 @@ struct nccl {
 	pthread_mutex_t	 lock;		/* held while using comm */
 	int		 abort_req;	/* atomic: an abort is wanted */
 	int		 aborted;	/* atomic: ncclCommAbort was called */
+	int		 keep;		/* repair on: a broken comm is kept ... */
+	int		 kept;		/* ... for ncclCommShrink (under lock) */
 	void		*stage;		/* device scratch for host buffers */
 	size_t		 stagesz;
 	int32_t		*one;		/* device: barrier token */
@@ -171,13 +176,33 @@ nccl_align(size_t n)
 	return ((n + NCCL_ALIGN - 1) / NCCL_ALIGN * NCCL_ALIGN);
 }
 
-/* Calls ncclCommAbort once; the caller holds n->lock or knows it free. */
+/*
+ * Calls ncclCommAbort once; the caller holds n->lock or knows it free.
+ * Under repair with ncclCommShrink, the broken communicator is only
+ * marked: a shrink round shrinks it with NCCL_SHRINK_ABORT (which stops
+ * what is in flight), anything else aborts it (nccl_release).  Every
+ * call checks `aborted` first, so a kept communicator is never used.
+ */
 static void
 nccl_do_abort(struct nccl *n)
 {
-	if (n->comm != NULL &&
-	    !__atomic_exchange_n(&n->aborted, 1, __ATOMIC_SEQ_CST))
+	if (n->comm == NULL ||
+	    __atomic_exchange_n(&n->aborted, 1, __ATOMIC_SEQ_CST))
+		return;
+	if (n->keep) {
+		n->kept = 1;
+		return;
+	}
+	(void)ncclCommAbort(n->comm);
+}
+
+/* Aborts a communicator nccl_do_abort kept; caller as above. */
+static void
+nccl_release(struct nccl *n)
+{
+	if (n->kept && n->comm != NULL)
 		(void)ncclCommAbort(n->comm);
+	n->kept = 0;
 }
 
 /* backend_ops.abort: any thread. */
@@ -919,6 +944,13 @@ nccl_req_free(struct rdzv_request *r)
 
 	if (q == NULL)
 		return;
+	/* cudaFree waits for the device: a kept communicator's stuck
+	 * kernels must be aborted first (no shrink in place then). */
+	if (q->stage != NULL && q->n != NULL) {
+		pthread_mutex_lock(&q->n->lock);
+		nccl_release(q->n);
+		pthread_mutex_unlock(&q->n->lock);
+	}
 	if (q->ev != NULL)
 		cudaEventDestroy(q->ev);
 	cudaFree(q->stage);
@@ -1239,6 +1271,10 @@ nccl_init(struct rdzv_comm *c)
 		goto fail;
 	}
 	rc = nccl_settle(c, n, nr, deadline, "ncclCommInitRank");
+#ifdef HAVE_NCCL_SHRINK
+	if (rc == 0)
+		n->keep = c->repair;
+#endif
 	pthread_mutex_unlock(&n->lock);
 	if (rc != 0)
 		goto fail;
@@ -1290,11 +1326,116 @@ nccl_fini(struct rdzv_comm *c)
 			nccl_do_abort(n);
 	} else
 		nccl_do_abort(n);
+	nccl_release(n);
 	n->comm = NULL;
 	pthread_mutex_unlock(&n->lock);
 	c->be = NULL;
 	nccl_free(n);
 }
+
+#ifdef HAVE_NCCL_SHRINK
+/*
+ * backend_ops.shrink: a repair round that only drops ranks.  Every
+ * member publishes its old rank in the round's store scope; the old ranks
+ * missing are excluded with ncclCommShrink(NCCL_SHRINK_ABORT), which
+ * stops what the broken parent still has in flight, and the parent is
+ * then aborted.  NCCL numbers the child's ranks in the parent's order,
+ * so the round's numbering must keep that order (the agent's does: rdzvd
+ * renumbers survivors in rank order); anything else, or any failure,
+ * returns a code and comm.c falls back to abort and a fresh init.
+ */
+static int
+nccl_shrink(struct rdzv_comm *c, int old_rank, int old_size)
+{
+	struct nccl		*n = c->be;
+	struct rdzv_request	*r;
+	ncclConfig_t		 cfg = NCCL_CONFIG_INITIALIZER;
+	ncclComm_t		 parent, child = NULL;
+	ncclResult_t		 nr;
+	char			 key[128], val[32];
+	void			*v;
+	size_t			 len;
+	int64_t			 deadline = mono_ms() + c->init_timeout_ms;
+	int			*olds = NULL, *excl = NULL, nexcl = 0, i, j;
+	int			 rc = RDZV_EINVAL, me = -1;
+
+	if (n == NULL || n->comm == NULL || c->store == NULL ||
+	    (__atomic_load_n(&n->aborted, __ATOMIC_SEQ_CST) && !n->kept) ||
+	    c->size >= old_size)
+		return (RDZV_EINVAL);
+	if ((olds = calloc((size_t)c->size, sizeof *olds)) == NULL ||
+	    (excl = calloc((size_t)old_size, sizeof *excl)) == NULL) {
+		rc = RDZV_ENOMEM;
+		goto out;
+	}
+	snprintf(key, sizeof key, "%s/nccl/shrink/%d", c->keypfx, c->rank);
+	snprintf(val, sizeof val, "%d", old_rank);
+	if ((rc = wstore_set(c->store, key, val, strlen(val),
+	    deadline_left(deadline))) != 0)
+		goto out;
+	for (i = 0; i < c->size; i++) {
+		snprintf(key, sizeof key, "%s/nccl/shrink/%d", c->keypfx, i);
+		if ((rc = wstore_get(c->store, key, &v, &len,
+		    deadline_left(deadline))) != 0)
+			goto out;
+		olds[i] = atoi(v);
+		free(v);
+		/* Strictly increasing: NCCL's child order is the parent's. */
+		if (olds[i] < 0 || olds[i] >= old_size ||
+		    (i > 0 && olds[i] <= olds[i - 1])) {
+			rc = RDZV_EINVAL;
+			goto out;
+		}
+	}
+	for (i = j = 0; i < old_size; i++) {
+		if (j < c->size && olds[j] == i)
+			j++;
+		else
+			excl[nexcl++] = i;
+	}
+
+	pthread_mutex_lock(&n->lock);
+	(void)cudaSetDevice(n->dev);
+	while ((r = TAILQ_FIRST(&n->selfwait)) != NULL) {
+		TAILQ_REMOVE(&n->selfwait, r, qentry);
+		comm_complete(r, RDZV_ECLOSED);
+	}
+	parent = n->comm;
+	cfg.blocking = 0;
+	nr = ncclCommShrink(parent, excl, nexcl, &child, &cfg,
+	    NCCL_SHRINK_ABORT);
+	if (child == NULL) {
+		pthread_mutex_unlock(&n->lock);
+		rc = comm_note(c, RDZV_EIO, "nccl: ncclCommShrink: %s",
+		    ncclGetErrorString(nr));
+		goto out;
+	}
+	/* The child is the communicator from now on, healthy. */
+	n->comm = child;
+	n->kept = 0;
+	__atomic_store_n(&n->aborted, 0, __ATOMIC_SEQ_CST);
+	__atomic_store_n(&n->abort_req, 0, __ATOMIC_SEQ_CST);
+	rc = nccl_settle(c, n, nr, deadline, "ncclCommShrink");
+	if (rc == 0 && (ncclCommUserRank(child, &me) != ncclSuccess ||
+	    me != c->rank))
+		rc = comm_fail(c, RDZV_EINVAL, "nccl: ncclCommShrink made rank "
+		    "%d, the round says %d", me, c->rank);
+	(void)ncclCommAbort(parent);
+	if (rc != 0) {
+		/* Broken: fini aborts the child as well. */
+		n->keep = 0;
+		nccl_do_abort(n);
+	}
+	pthread_mutex_unlock(&n->lock);
+	if (rc == 0)
+		comm_log(c, RDZV_LOG_INFO, "nccl: shrunk from %d to %d ranks",
+		    old_size, c->size);
+out:
+	free(olds);
+	free(excl);
+	return (rc);
+}
+#endif
 
 const struct backend_ops nccl_backend_ops = {
 	.name = "nccl",
@@ -1313,4 +1454,7 @@ const struct backend_ops nccl_backend_ops = {
 	.barrier = nccl_barrier,
 	.p2p = nccl_p2p,
 	.iallreduce = nccl_iallreduce,
+#ifdef HAVE_NCCL_SHRINK
+	.shrink = nccl_shrink,
+#endif
 };

@@ -24,7 +24,9 @@
  *   cause (RDZV_ECONN, RDZV_ETIMEDOUT, ...) and every later call on it
  *   returns RDZV_ECLOSED at once, in every surviving rank within the
  *   timeout, never a hang.  The program then finalizes and exits (under
- *   rdzv-agent the job restarts from its last checkpoint).
+ *   rdzv-agent the job restarts from its last checkpoint), unless it
+ *   opted into in-place repair: then the call returns RDZV_EREPAIR and
+ *   the communicator is rebuilt in place (see "in-place repair").
  * - Buffers may be host memory or, in builds with CUDA, device memory
  *   (the nccl backend requires device memory; the cpu backend stages
  *   device buffers through host memory).  sendbuf == recvbuf is an
@@ -71,8 +73,10 @@ enum rdzv_err {
 	RDZV_EBUSY = -14,	/* resource busy, try again */
 	RDZV_EVERSION = -15,	/* unsupported protocol version */
 	RDZV_ETLS = -16,	/* TLS required, refused or failed (RDZV_TLS_CA) */
+	RDZV_EREPAIR = -17,	/* cut off by a repair round: drop the step,
+				   then rdzv_comm_repair() */
 };
-#define RDZV_ERR_MIN	RDZV_ETLS
+#define RDZV_ERR_MIN	RDZV_EREPAIR
 /* Returns a constant, human-readable description of code (never NULL). */
 const char	*rdzv_strerror(int code);
 #endif /* RDZV_ERR_H */
@@ -132,7 +136,10 @@ struct rdzv_options {
 	rdzv_log_fn	log;		/* NULL: the library stays silent */
 	void	*log_arg;
 	enum rdzv_log_level log_level;	/* most verbose level passed to log (WARN) */
-	int	reserved[8];		/* zero: room to grow without breaking the ABI */
+	int	repair;			/* 1: the program handles RDZV_EREPAIR (see
+					   "in-place repair"); 0: off unless
+					   RDZV_REPAIR=1.  RDZV_REPAIR=0 vetoes. */
+	int	reserved[7];		/* zero: room to grow without breaking the ABI */
 };
 
 /* Fills opts with the defaults above. */
@@ -173,7 +180,9 @@ int	rdzv_finalize(struct rdzv_comm *comm);
 /*
  * Breaks the communicator on purpose (e.g. from a signal-free watchdog
  * thread): pending and later calls return RDZV_ECLOSED and peers see the
- * connection drop.  Safe to call from any thread.
+ * connection drop (with repair on, they wait for the agent's round; this
+ * process does not, unless rdzv_comm_repair is called).  Safe to call
+ * from any thread.
  */
 void	rdzv_abort(struct rdzv_comm *comm);
 
@@ -293,6 +302,77 @@ int	rdzv_test(struct rdzv_request *req);
  */
 int	rdzv_report_progress(struct rdzv_comm *, uint64_t step);
 
+/* ---- in-place repair (under rdzv-agent) ---- */
+
+/*
+ * With repair on (rdzv_options.repair = 1, or RDZV_REPAIR=1) and under
+ * an agent (RDZV_PROGRESS_FD), rdzv_init tells the agent this process can
+ * repair ("hello repair=1", common/PROTOCOL.md "Worker <-> agent
+ * channel") and a watcher thread listens for the agent's repair rounds.
+ * A job repairs only when every worker said so; otherwise nothing changes.
+ *
+ * - A peer's death no longer ends the program: the call that sees it
+ *   waits (at most RDZV_REPAIR_TIMEOUT_MS, default 60000) for the agent's
+ *   round and then returns RDZV_EREPAIR.  A round announced while the
+ *   group is healthy (a replacement is ready to join) breaks the call in
+ *   flight from the watcher (cpu: the sockets are shut down and the
+ *   shared-memory waiters woken; nccl: ncclCommAbort, never a blocking
+ *   destroy), which returns RDZV_EREPAIR too.  Every later call returns
+ *   RDZV_EREPAIR at once until rdzv_comm_repair().  With no round in
+ *   time (or the agent's "stop") the call returns its own cause, as
+ *   without repair.
+ * - The program then drops the step (applies none of its results),
+ *   completes its outstanding requests (rdzv_dp_finish does), calls
+ *   rdzv_comm_repair() and rdzv_dp_sync() (or broadcasts its own state
+ *   from the round's donor), reshards its sampler, and goes on.  Another
+ *   RDZV_EREPAIR during any of these means: repair again.
+ * - A replacement (started by the agent with RDZV_REPLACEMENT=1 for a
+ *   dead local rank) tells the agent "ready" from rdzv_init, waits there
+ *   for its round and bootstraps in it; rdzv_comm_round() then says
+ *   joined = 1 and the program calls rdzv_dp_sync() (what the survivors
+ *   call after rdzv_comm_repair) instead of loading a checkpoint, before
+ *   its first step.
+ */
+enum rdzv_round_kind {
+	RDZV_ROUND_FIRST = 0,	/* the round the job started (or restarted) in */
+	RDZV_ROUND_SHRINK = 1,	/* survivors go on without the dead ranks */
+	RDZV_ROUND_GROW = 2,	/* replacements join; the donor sends them the state */
+};
+
+/* Where this communicator stands (rdzv_comm_round). */
+struct rdzv_round {
+	int	round;		/* the agent's round number (RDZV_ROUND at start) */
+	enum rdzv_round_kind kind;
+	int	rank;		/* as rdzv_rank(), rdzv_size() */
+	int	size;
+	int	donor;		/* the rank holding the latest state (0 at start) */
+	int	joined;		/* 1: this process joined the group in this round */
+	int	repairs;	/* rounds this communicator was rebuilt on */
+	int	reserved[8];
+};
+
+/* 1 when repair is on for this communicator (option or RDZV_REPAIR, and
+ * an agent's channel), else 0. */
+int	rdzv_repair_enabled(const struct rdzv_comm *);
+/* Fills *r with the current round; 0 or RDZV_EINVAL. */
+int	rdzv_comm_round(const struct rdzv_comm *, struct rdzv_round *r);
+/*
+ * Rebuilds the communicator in place on the latest round the agent
+ * announced, waiting for one up to timeout_ms (negative:
+ * RDZV_REPAIR_TIMEOUT_MS): the background thread is stopped (requests
+ * still pending fail with RDZV_ECLOSED), the backend is torn down
+ * without blocking on dead peers, and it is bootstrapped again in the
+ * round's fresh store scope with the round's rank and size; the same
+ * struct rdzv_comm stays valid and rdzv_rank()/rdzv_size() change.
+ * Every member of the new round must call it (the replacement's
+ * rdzv_init is its counterpart).  If a newer round arrives meanwhile it
+ * goes on to that one.  Returns 0; RDZV_EINVAL when repair is off;
+ * RDZV_ETIMEDOUT when no round came; RDZV_ECLOSED when the agent said
+ * "stop" or went away (exit: the job restarts); or the bootstrap's error
+ * (the communicator is then broken).
+ */
+int	rdzv_comm_repair(struct rdzv_comm *, int timeout_ms);
+
 /* ---- the data-parallel step (what torch DDP does) ---- */
 
 struct rdzv_dp;
@@ -319,6 +399,21 @@ int	rdzv_dp_new(struct rdzv_comm *, const struct rdzv_dp_param *params,
 void	rdzv_dp_free(struct rdzv_dp *);
 /* Copies every parameter from rank 0 to all ranks (call once at start). */
 int	rdzv_dp_broadcast_params(struct rdzv_dp *, int timeout_ms);
+struct rdzv_ckpt_part;
+/*
+ * Makes every rank's state the round's donor's (rdzv_comm_round().donor,
+ * rank 0 on a first round): every parameter, the n parts (byte buffers
+ * of the same lengths on every rank: optimizer state such as momentum,
+ * the sampler position, the program's counters; parts may be NULL when
+ * n is 0) and *step (may be NULL), which also becomes the step reported
+ * to the agent.  Afterwards every rank holds bit-identical parameters.
+ * All ranks call it: at start instead of rdzv_dp_broadcast_params, after
+ * every rdzv_comm_repair(), and in a replacement after rdzv_init.
+ * Returns 0 or the code of the broadcast that failed (RDZV_EREPAIR:
+ * repair again, then sync again).
+ */
+int	rdzv_dp_sync(struct rdzv_dp *, const struct rdzv_ckpt_part *parts,
+	    size_t n, uint64_t *step, int timeout_ms);
 /*
  * Marks gradient index as final for this step; when it completes a
  * bucket, that bucket's allreduce starts in the background
@@ -349,7 +444,18 @@ int	rdzv_sampler_new(uint64_t n, int rank, int size, uint64_t seed,
 void	rdzv_sampler_free(struct rdzv_sampler *);
 /* Selects the epoch's permutation (same on every rank). */
 int	rdzv_sampler_set_epoch(struct rdzv_sampler *, uint64_t epoch);
-/* Number of samples of this rank per epoch. */
+/*
+ * Shards what is left of the current epoch, from global position start
+ * (the samples the whole group has consumed: steps times the global
+ * batch), over a new rank and size, e.g. after a repair round; the order
+ * stays the epoch's.  The epoch's count and indices below then cover
+ * positions start.. only; a later rdzv_sampler_set_epoch() to another
+ * epoch starts from position 0 with the new rank and size.  Returns 0
+ * or RDZV_EINVAL.
+ */
+int	rdzv_sampler_reshard(struct rdzv_sampler *, int rank, int size,
+	    uint64_t start);
+/* Number of samples of this rank per epoch (from the reshard position). */
 uint64_t	rdzv_sampler_count(const struct rdzv_sampler *);
 /* The i-th sample index (0 <= i < count) of this rank in this epoch. */
 uint64_t	rdzv_sampler_index(const struct rdzv_sampler *, uint64_t i);

@@ -25,6 +25,7 @@ struct rdzv_sampler {
 	uint64_t	 count;		/* per rank per epoch */
 	uint64_t	 seed;
 	uint64_t	 epoch;
+	uint64_t	 start;		/* first position of this epoch's shards */
 	int		 rank;
 	int		 size;
 	int		 flags;
@@ -103,6 +104,18 @@ sampler_shuffle(struct rdzv_sampler *s)
  * rank outside 0..size-1, unknown flags, or DROP_LAST with fewer samples
  * than ranks) or RDZV_ENOMEM.
  */
+/* Each rank's share of positions start..n-1. */
+static void
+sampler_count(struct rdzv_sampler *s)
+{
+	uint64_t	left = s->n - s->start, size = (uint64_t)s->size;
+
+	if (s->flags & RDZV_SAMPLER_DROP_LAST)
+		s->count = left / size;
+	else
+		s->count = left / size + (left % size != 0);
+}
+
 int
 rdzv_sampler_new(uint64_t n, int rank, int size, uint64_t seed, int flags,
     struct rdzv_sampler **sp)
@@ -122,10 +135,7 @@ rdzv_sampler_new(uint64_t n, int rank, int size, uint64_t seed, int flags,
 	s->size = size;
 	s->seed = seed;
 	s->flags = flags;
-	if (flags & RDZV_SAMPLER_DROP_LAST)
-		s->count = n / (uint64_t)size;
-	else
-		s->count = n / (uint64_t)size + (n % (uint64_t)size != 0);
+	sampler_count(s);
 	if (flags & RDZV_SAMPLER_SHUFFLE) {
 		/* Half the memory for every data set that fits in 32 bits. */
 		if (n - 1 <= UINT32_MAX)
@@ -162,8 +172,27 @@ rdzv_sampler_set_epoch(struct rdzv_sampler *s, uint64_t epoch)
 	if (s->epoch == epoch)
 		return (0);
 	s->epoch = epoch;
+	if (s->start != 0) {
+		s->start = 0;
+		sampler_count(s);
+	}
 	if (s->flags & RDZV_SAMPLER_SHUFFLE)
 		sampler_shuffle(s);
+	return (0);
+}
+
+int
+rdzv_sampler_reshard(struct rdzv_sampler *s, int rank, int size,
+    uint64_t start)
+{
+	if (s == NULL || size <= 0 || rank < 0 || rank >= size)
+		return (RDZV_EINVAL);
+	if (start > s->n)
+		start = s->n;
+	s->rank = rank;
+	s->size = size;
+	s->start = start;
+	sampler_count(s);
 	return (0);
 }
 
@@ -183,9 +212,10 @@ rdzv_sampler_index(const struct rdzv_sampler *s, uint64_t i)
 {
 	uint64_t	k;
 
-	i %= s->count;
-	/* i * size + rank < count * size <= n + size: no overflow for sane n. */
-	k = i * (uint64_t)s->size + (uint64_t)s->rank;
+	i = s->count > 0 ? i % s->count : 0;
+	/* start + i * size + rank < start + count * size <= n + size: no
+	 * overflow for sane n. */
+	k = s->start + i * (uint64_t)s->size + (uint64_t)s->rank;
 	/* Padding repeats the order from its start. */
 	k %= s->n;
 	if (s->flags & RDZV_SAMPLER_SHUFFLE)

@@ -18,6 +18,9 @@
  *   cpu_coll.c	the cpu backend's collective algorithms
  *   shm.c	shared-memory segments and the same-host collective arena
  *   nccl.c	the nccl backend (HAVE_NCCL)
+ *   chan.c	the agent channel's messages, decoded (pure)
+ *   repair.c	in-place repair: hello and ready, the watcher thread,
+ *		waiting for a round, rdzv_comm_repair
  *   dp.c, sampler.c, ckpt.c  the data-parallel helpers
  */
 #ifndef RDZV_WORKER_INTERNAL_H
@@ -159,6 +162,65 @@ uint16_t	float_to_half(float);
 float		bf16_to_float(uint16_t);
 uint16_t	float_to_bf16(float);
 
+/* ---- chan.c ---- */
+
+#define RDZV_CHANNEL_MSG_MAX		512	/* one datagram, either way */
+
+/* An agent -> worker message (common/PROTOCOL.md "Worker <-> agent
+ * channel"). */
+enum chan_verb {
+	CHAN_MSG_IGNORE = 0,	/* unknown verb: ignored */
+	CHAN_MSG_ROUND = 1,
+	CHAN_MSG_STOP = 2,
+};
+struct chan_round {
+	int		 round;
+	enum rdzv_round_kind kind;
+	char		 ns[RDZV_NS_MAX];		/* "" if not given */
+	char		 master_addr[RDZV_HOST_MAX];	/* "" if not given */
+	int		 master_port;			/* 0 if not given */
+	int		 rank;
+	int		 world;
+	int		 donor;
+	int		 local_rank;			/* -1 if not given */
+	int		 local_world;			/* -1 if not given */
+};
+
+/*
+ * Decodes one datagram of len bytes (not NUL-terminated) into *m.
+ * Returns a chan_verb (IGNORE for an unknown verb; unknown key=value
+ * words are skipped), or RDZV_EPROTO for a malformed message: over
+ * RDZV_CHANNEL_MSG_MAX, a word without '=', a bad number, an empty or
+ * too long value, a round without round, kind, rank, world, donor or a
+ * store (ns, or master_addr and master_port), rank or donor not below
+ * world.  Pure: no I/O.
+ */
+int	chan_parse(const char *buf, size_t len, struct chan_round *m);
+
+/* ---- repair.c ---- */
+
+#define RDZV_REPAIR_TIMEOUT_DEFAULT_MS	60000
+
+/*
+ * Called by rdzv_init once the environment is read: decides whether
+ * repair is on, says hello to the agent and starts the watcher; a
+ * replacement then says ready and waits for its round, which is applied
+ * to c->env (rank, size, store scope).  Returns 0 or a code with a
+ * message in c->errmsg.
+ */
+int	repair_start(struct rdzv_comm *);
+/* Called by rdzv_init on success: rounds from now on break the
+ * communicator. */
+void	repair_live(struct rdzv_comm *);
+/* Stops the watcher (finalize). */
+void	repair_stop(struct rdzv_comm *);
+/*
+ * The result a public call returns for rc: with repair on and the
+ * communicator broken, waits (bounded) for the agent's round and turns
+ * rc into RDZV_EREPAIR; otherwise rc itself.
+ */
+int	repair_result(struct rdzv_comm *, int rc);
+
 /* ---- comm.c ---- */
 
 struct rdzv_comm;
@@ -212,6 +274,14 @@ struct backend_ops {
 	int	(*iallreduce)(struct rdzv_comm *, const void *, void *, size_t,
 		    enum rdzv_dtype, enum rdzv_op, int64_t timeout_ms,
 		    struct rdzv_request **reqp);
+	/*
+	 * Optional, for a repair round that only drops ranks: called with
+	 * the round's rank, size and store already in place and the old
+	 * rank and size given; moves the backend onto the survivors in
+	 * place (nccl: ncclCommShrink).  0, or a code after which comm.c
+	 * finalizes the backend and initializes it afresh.
+	 */
+	int	(*shrink)(struct rdzv_comm *, int old_rank, int old_size);
 };
 
 extern const struct backend_ops	cpu_backend_ops;
@@ -301,6 +371,21 @@ struct rdzv_comm {
 	uint64_t	 progress_step;
 	int		 progress_fd;	/* the agent's socket, or -1 */
 	int64_t		 progress_sent_ms; /* last sent on progress_fd */
+
+	/* In-place repair (repair.c). */
+	int		 repair;	/* on: hello sent, watcher running */
+	int		 repair_timeout_ms;
+	struct rdzv_round round;	/* the round the communicator is in */
+	pthread_mutex_t	 rlock;		/* guards what follows */
+	pthread_cond_t	 rcond;		/* a round or a stop arrived */
+	struct chan_round pend;		/* the latest round announced */
+	int		 pend_set;
+	int		 rstopped;	/* "stop", or the agent went away */
+	int		 rgaveup;	/* a wait timed out: do not wait again */
+	int		 rlive;		/* initialized: rounds break it */
+	int		 wwake[2];	/* pipe: stop the watcher */
+	int		 wthread_on;
+	pthread_t	 wthread;
 };
 
 /* Logs msg at level through the user's callback, if any and enabled. */
@@ -319,6 +404,15 @@ int	comm_note(struct rdzv_comm *, int code, const char *, ...)
 	    __attribute__((format(printf, 3, 4)));
 /* 0 while usable, else the breaking code. */
 int	comm_broken(const struct rdzv_comm *);
+/*
+ * Rebuilds the communicator on round m (rdzv_comm_repair): stops the
+ * queue, tears the backend and the store down, takes m's rank, size and
+ * store scope and bootstraps again.  Returns 0 or the bootstrap's code
+ * (the communicator is then broken).
+ */
+int	comm_rebuild(struct rdzv_comm *, const struct chan_round *m);
+/* Sets c's identity and store from round m (no I/O). */
+void	comm_take_round(struct rdzv_comm *, const struct chan_round *m);
 /* Absolute deadline for a call's timeout_ms (negative: the default). */
 int64_t	comm_deadline(const struct rdzv_comm *, int timeout_ms);
 /* Milliseconds left until deadline, at least 0, at most INT_MAX. */

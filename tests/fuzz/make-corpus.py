@@ -279,6 +279,27 @@ def handshake():
     return c
 
 
+def chan():
+    """Agent -> worker datagrams (common/PROTOCOL.md "Worker <-> agent
+    channel"): each seed is one whole message."""
+    c = {}
+    c['round-grow'] = (b'round round=2 kind=grow ns=job/j1/round/2 rank=3 '
+                       b'world=4 donor=0 master_addr=127.0.0.1 '
+                       b'master_port=29500 local_rank=1 local_world=2')
+    c['round-shrink'] = (b'round round=1 kind=shrink ns=job/a/b/round/1 '
+                         b'rank=0 world=3 donor=1')
+    c['round-tcpstore'] = (b'round round=7 kind=grow rank=1 world=2 donor=0 '
+                           b'master_addr=::1 master_port=1')
+    c['round-unknown-key'] = (b'round round=1 kind=shrink ns=x rank=0 world=1 '
+                              b'donor=0 future=yes')
+    c['stop'] = b'stop'
+    c['unknown-verb'] = b'rewind to=3'
+    c['bad-rank'] = b'round round=1 kind=grow ns=x rank=2 world=2 donor=0'
+    c['bad-number'] = b'round round=1 kind=grow ns=x rank=+1 world=2 donor=0'
+    c['no-store'] = b'round round=1 kind=grow rank=0 world=2 donor=0'
+    return c
+
+
 def main():
     here = os.path.dirname(os.path.abspath(__file__))
     top = sys.argv[1] if len(sys.argv) > 1 else os.path.join(here, 'corpus')
@@ -286,7 +307,8 @@ def main():
                           ('fuzz_tcps2', tcps2()),
                           ('fuzz_native', native()),
                           ('fuzz_repair', repair()),
-                          ('fuzz_handshake', handshake())):
+                          ('fuzz_handshake', handshake()),
+                          ('fuzz_chan', chan())):
         d = os.path.join(top, target)
         os.makedirs(d, exist_ok=True)
         for name, data in sorted(seeds.items()):

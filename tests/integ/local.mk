@@ -44,3 +44,6 @@ tests_integ_repair_drv_CFLAGS = $(AM_CFLAGS) $(LIBEVENT_CFLAGS) \
 tests_integ_repair_drv_LDADD = common/libcommon.la $(LIBEVENT_LIBS) \
 	$(LIBSSL_LIBS) $(JANSSON_LIBS) $(LIBBSD_LIBS) -lm
 INTEG_TESTS += tests/integ/agent_repair.py
+# In-place repair of C workers under the fake agent (issue 12).
+INTEG_TESTS += tests/integ/repair_c.py
+EXTRA_DIST += tests/lib/fakeagent.py

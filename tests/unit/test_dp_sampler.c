@@ -3,8 +3,9 @@
  * (libworker/sampler.c): shards disjoint and covering for world sizes 1
  * to 5 and sizes that do not divide evenly, padding and DROP_LAST counts,
  * one shuffled order shared by every rank (so a global batch is the same
- * whatever the world size), epochs and seeds that change the order, and
- * rejected arguments.
+ * whatever the world size), epochs and seeds that change the order,
+ * resharding mid-epoch after a repair (the rest of the epoch's order, no
+ * sample twice, none lost), and rejected arguments.
  */
 #include "config.h"
 
@@ -164,6 +165,60 @@ test_global_order(void **state)
 	rdzv_sampler_free(one);
 }
 
+/*
+ * A repair mid-epoch: 4 ranks consumed `start` positions, then the rest
+ * is resharded over 3 (and back to 4): the new shards follow the epoch's
+ * global order from start on, cover each remaining position once (plus
+ * padding), and a new epoch starts from 0 again on the new world.
+ */
+static void
+test_reshard(void **state)
+{
+	struct rdzv_sampler	*one, *s;
+	uint64_t		 n = 1000, start, i, k, seen[1000];
+	int			 size, r, flags = RDZV_SAMPLER_SHUFFLE;
+
+	(void)state;
+	assert_int_equal(rdzv_sampler_new(n, 0, 1, 7, flags, &one), 0);
+	assert_int_equal(rdzv_sampler_set_epoch(one, 2), 0);
+	for (start = 0; start <= n; start += 64 * 4 + 13) {
+		for (size = 3; size <= 4; size++) {
+			memset(seen, 0, sizeof seen);
+			for (r = 0; r < size; r++) {
+				assert_int_equal(rdzv_sampler_new(n, r % 4, 4, 7,
+				    flags, &s), 0);
+				assert_int_equal(rdzv_sampler_set_epoch(s, 2), 0);
+				assert_int_equal(rdzv_sampler_reshard(s, r, size,
+				    start), 0);
+				assert_int_equal(rdzv_sampler_count(s),
+				    (n - start + (uint64_t)size - 1) /
+				    (uint64_t)size);
+				for (i = 0; i < rdzv_sampler_count(s); i++) {
+					k = start + i * (uint64_t)size +
+					    (uint64_t)r;
+					assert_int_equal(rdzv_sampler_index(s, i),
+					    rdzv_sampler_index(one, k % n));
+					if (k < n)
+						seen[k]++;
+				}
+				/* The next epoch: whole again, on the new world. */
+				assert_int_equal(rdzv_sampler_set_epoch(s, 3), 0);
+				assert_int_equal(rdzv_sampler_count(s),
+				    (n + (uint64_t)size - 1) / (uint64_t)size);
+				rdzv_sampler_free(s);
+			}
+			for (k = start; k < n; k++)
+				assert_int_equal(seen[k], 1);
+		}
+	}
+	assert_int_equal(rdzv_sampler_new(n, 0, 1, 7, flags, &s), 0);
+	assert_int_equal(rdzv_sampler_reshard(s, 3, 3, 0), RDZV_EINVAL);
+	assert_int_equal(rdzv_sampler_reshard(s, 0, 0, 0), RDZV_EINVAL);
+	assert_int_equal(rdzv_sampler_reshard(NULL, 0, 1, 0), RDZV_EINVAL);
+	rdzv_sampler_free(s);
+	rdzv_sampler_free(one);
+}
+
 static int
 same_order(struct rdzv_sampler *a, struct rdzv_sampler *b)
 {
@@ -258,6 +313,7 @@ main(void)
 		cmocka_unit_test(test_counts),
 		cmocka_unit_test(test_unshuffled_order),
 		cmocka_unit_test(test_global_order),
+		cmocka_unit_test(test_reshard),
 		cmocka_unit_test(test_epochs_and_seeds),
 		cmocka_unit_test(test_uniform),
 		cmocka_unit_test(test_bad_arguments),
