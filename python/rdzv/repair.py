@@ -175,8 +175,12 @@ def _reset(socks):
 		except OSError:
 			continue
 		try:
+			# Connections only: gloo 2.x aborts the process when
+			# its listener fails.
 			if s.family in (socket.AF_INET, socket.AF_INET6) and \
-			    s.type == socket.SOCK_STREAM:
+			    s.type == socket.SOCK_STREAM and not s.getsockopt(
+			    socket.SOL_SOCKET, socket.SO_ACCEPTCONN):
+				s.getpeername()
 				s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
 				    struct.pack("ii", 1, 0))
 				s.shutdown(socket.SHUT_RDWR)
