@@ -104,7 +104,8 @@ class TorchFakeAgent:
                                          socket.SOCK_SEQPACKET)
         e = {k: v for k, v in os.environ.items() if k not in _LAUNCH_VARS}
         e.update({"OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo",
-                  "TORCHELASTIC_USE_AGENT_STORE": "True"})
+                  "TORCHELASTIC_USE_AGENT_STORE": "True",
+                  "TORCHELASTIC_RESTART_COUNT": "0"})
         e.update(self.env)
         e.update({"RANK": str(rank), "WORLD_SIZE": str(world),
                   "LOCAL_RANK": str(local_rank),
