@@ -28,3 +28,6 @@ bench_tlsload_SOURCES = bench/tlsload.c
 bench_tlsload_CFLAGS = $(AM_CFLAGS) $(LIBSSL_CFLAGS)
 bench_tlsload_LDADD = common/libcommon.la $(LIBSSL_LIBS) $(LIBCRYPTO_LIBS) $(LIBEVENT_LIBS) $(LIBBSD_LIBS)
 EXTRA_DIST += bench/rdzvd_ab.sh bench/tls_vs_plain.sh bench/lib.sh
+# In-place repair of a torch DDP job through rdzv.repair, under the fake
+# agent (tests/lib/fakeagent_torch.py).
+EXTRA_DIST += bench/repair_torch.py
