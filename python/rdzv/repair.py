@@ -632,6 +632,12 @@ def init_process_group(backend="gloo", timeout=None):
 			dist.init_process_group(backend, **kw)
 			job.rank, job.world = dist.get_rank(), dist.get_world_size()
 		return job
+	if backend == "nccl":
+		# The helper aborts a broken communicator itself; torch's own
+		# error handling (which rdzv-agent and torchrun turn on) would
+		# end the process first.
+		os.environ["TORCH_NCCL_ASYNC_ERROR_HANDLING"] = "0"
+		os.environ["NCCL_ASYNC_ERROR_HANDLING"] = "0"
 	job._send("hello repair=1")
 	threading.Thread(target=job._watch, name="rdzv-repair",
 	    daemon=True).start()
