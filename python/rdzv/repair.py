@@ -502,6 +502,8 @@ class Job:
 		only once every step a survivor began is done)."""
 		if self._in_step:
 			return
+		if not self._joined:	# a script that does not use epochs()
+			self._join()
 		while True:
 			with self._cv:
 				r = self._rounds[-1] if self._rounds else None
@@ -521,9 +523,11 @@ class Job:
 			self._repair(r)
 
 	def _end(self, e):
-		self._in_step = False
+		with self._cv:		# what the watcher's _agree() reads
+			self._in_step = False
+			if e is None:
+				self.step_count += 1
 		if e is None:
-			self.step_count += 1
 			self.pos += self._advance
 			if self._batch is not None and \
 			    self._batch[0] - self.pos < self.world * self._batch[1]:

@@ -101,6 +101,44 @@ def main(torch2=False):
 	srv = rdzvtest.Rdzvd(tmpdir=rdzvtest.mktemp("rdzv-repair-torch-"))
 	st = {}
 
+	def test_round_messages():
+		sys.path.insert(0, os.path.join(rdzvtest.top_srcdir(), "python"))
+		from rdzv import repair
+		r = repair.parse_round(fa.ROUND_FMT.format(round=7, kind="shrink",
+		    ns="job/a/b/round/7", rank=2, world=3, donor=1,
+		    master_addr="127.0.0.1", master_port=29500, local_rank=2,
+		    local_world=3) + " later=1 x")
+		check((r.round, r.kind, r.ns, r.rank, r.world, r.donor,
+		    r.master_port) == (7, "shrink", "job/a/b/round/7", 2, 3, 1,
+		    29500), "parsed %r" % r)
+		good = "round round=1 kind=grow ns=n rank=0 world=2 donor=0 " \
+		    "master_addr=h master_port=1"
+		bad = ["", "round", "stop", good.replace("kind=grow", "kind=hop"),
+		    good.replace("rank=0", "rank=2"), good.replace("world=2",
+		    "world=0"), good.replace("master_port=1", "master_port=70000"),
+		    good.replace("donor=0", "donor=x"), good.replace("ns=n", "ns="),
+		    good.replace("rank=0", "rank=99999999999"),
+		    good.replace(" master_addr=h", "")]
+		for b in bad:
+			try:
+				repair.parse_round(b)
+			except ValueError:
+				continue
+			raise AssertionError("parse_round accepted %r" % b)
+		# Random mutations of a good message: a Round or ValueError, never
+		# anything else.
+		import random
+		rnd = random.Random(12)
+		for _ in range(3000):
+			m = list(good)
+			for _ in range(rnd.randint(1, 6)):
+				i = rnd.randrange(len(m))
+				m[i] = rnd.choice("= 0129-xk\x00\xff")
+			try:
+				repair.parse_round("".join(m))
+			except ValueError:
+				pass
+
 	def test_start():
 		a = fa.TorchFakeAgent([sys.executable, EXAMPLE] + JOB +
 		    ["--log-steps", "--step-delay", "0.02"], WORLD, srv.port)
@@ -117,6 +155,11 @@ def main(torch2=False):
 		a.wait_steps(6, timeout=150)
 		check(a.all_said_hello(), "a helper worker did not say hello: %s" %
 		    a.describe())
+		# What a worker does not understand it ignores (the repairs
+		# counted in test_outcome would be off otherwise).
+		for m in (b"round round=9 kind=grow", b"later verb x=1",
+		    b"\xff\xfe", b"round " + b"x" * 500):
+			a.workers[0].sock.send(m)
 
 	def test_kill_shrink_grow():
 		a = st["a"]
@@ -184,7 +227,8 @@ def main(torch2=False):
 			    p.describe())
 		p.close()
 
-	cl.run_sections(dict(test_start=test_start,
+	cl.run_sections(dict(test_round_messages=test_round_messages,
+	    test_start=test_start,
 	    test_kill_shrink_grow=test_kill_shrink_grow,
 	    test_outcome=test_outcome,
 	    test_plain_script_never_says_hello=
