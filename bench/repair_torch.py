@@ -5,10 +5,11 @@ tests/lib/fakeagent_torch.py (the real agent does not repair yet).
 
     RDZV_TOP_BUILDDIR=build python3 bench/repair_torch.py [--runs 5]
         [--python /root/.cache/rdzv/torch-2.13/bin/python] [--world 4]
+        [--step-delay 0.02]
 
 One job of --world workers of examples/torch_ddp_repair.py (a small MLP
-on Fashion-MNIST, 20 ms of sleep per step so the kill lands in any part
-of it) runs on rdzvd; --runs times the agent SIGKILLs one worker (local
+on Fashion-MNIST, by default 20 ms of sleep per step so the kill lands
+in any part of it) runs on rdzvd; --runs times the agent SIGKILLs one worker (local
 ranks in turn, replacements included), sends the survivors a shrink round
 at once, starts the replacement, and sends a grow round when it says
 ready.  Per run, from the SIGKILL (CLOCK_MONOTONIC, which the workers'
@@ -66,11 +67,13 @@ def main():
 	ap.add_argument("--runs", type=int, default=5)
 	ap.add_argument("--world", type=int, default=4)
 	ap.add_argument("--python", default=rdzvtest.TORCH2_PYTHON)
+	ap.add_argument("--step-delay", default="0.02",
+	    help="seconds of sleep in each step (default 0.02)")
 	a = ap.parse_args()
 	d = rdzvtest.Rdzvd(tmpdir=rdzvtest.mktemp("rdzv-bench-repair-"))
 	ag = fa.TorchFakeAgent([a.python, EXAMPLE, "--epochs", "1000",
 	    "--limit", "8000", "--hidden", "32", "--log-steps",
-	    "--step-delay", "0.02"], a.world, d.port)
+	    "--step-delay", a.step_delay], a.world, d.port)
 	rows = []
 	try:
 		ag.start()
@@ -96,9 +99,10 @@ def main():
 	finally:
 		ag.close()
 		d.stop()
-	print("| torch %s gloo, %d workers, fake agent, %d runs | median (min-max) s |"
-	    % (os.path.basename(os.path.dirname(os.path.dirname(a.python))),
-	    a.world, len(rows)))
+	print("| torch %s gloo, %d workers, fake agent, %d runs, %s s sleep "
+	    "per step | median (min-max) s |" % (os.path.basename(
+	    os.path.dirname(os.path.dirname(a.python))), a.world, len(rows),
+	    a.step_delay))
 	print("| --- | --- |")
 	print("| (a) SIGKILL -> every survivor stepping again (group of %d) | %s |"
 	    % (a.world - 1, fmt([r[0] for r in rows])))
