@@ -116,9 +116,9 @@ def main():
 			with job.step():			# rdzv
 				opt.zero_grad()
 				loss = F.cross_entropy(model(x[idx]), y[idx])
-				loss.backward()
-				if a.step_delay:
+				if a.step_delay:	# the others wait in allreduce
 					time.sleep(a.step_delay)
+				loss.backward()
 				opt.step()
 			if a.log_steps:
 				print("STEP %d %d %d %.6f" % (job.rank, job.step_count,
