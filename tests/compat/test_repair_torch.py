@@ -215,6 +215,27 @@ def main(torch2=False):
 			check(w.other == [], "unexpected messages %r" % w.other)
 		a.close()
 
+	def test_stop_exits():
+		# A worker told "stop" (the repair failed, the job restarts the
+		# old way) exits at once, from its watcher thread.
+		code = ("import sys, time; sys.path.insert(0, %r)\n"
+		    "from rdzv import repair\n"
+		    "job = repair.Job('gloo', None, repair._channel())\n"
+		    "job._send('hello repair=1')\n"
+		    "job._watch()\n"
+		    "print('watcher returned')\n" % os.path.join(
+		    rdzvtest.top_srcdir(), "python"))
+		s = fa.TorchFakeAgent([sys.executable, "-c", code], 1, srv.port)
+		s.start()
+		s.wait_for(lambda: s.all_said_hello(), 60, "hello")
+		s.workers[0].sock.send(b"later verb")
+		s.stop()
+		(rc, out, err), = s.wait(30).values()
+		check(rc == 1 and "stopped the repair" in err and
+		    "watcher returned" not in out, "after stop: rc %s %r %r" % (
+		    rc, out, err))
+		s.close()
+
 	def test_plain_script_never_says_hello():
 		p = st["plain"]
 		res = p.wait(120)
@@ -230,7 +251,7 @@ def main(torch2=False):
 	cl.run_sections(dict(test_round_messages=test_round_messages,
 	    test_start=test_start,
 	    test_kill_shrink_grow=test_kill_shrink_grow,
-	    test_outcome=test_outcome,
+	    test_outcome=test_outcome, test_stop_exits=test_stop_exits,
 	    test_plain_script_never_says_hello=
 	    test_plain_script_never_says_hello), server=None, per_test=200,
 	    total=330)
