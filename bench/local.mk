@@ -30,3 +30,6 @@ bench_tlsload_LDADD = common/libcommon.la $(LIBSSL_LIBS) $(LIBCRYPTO_LIBS) $(LIB
 EXTRA_DIST += bench/rdzvd_ab.sh bench/tls_vs_plain.sh bench/lib.sh
 # In-place repair of C workers under the fake agent (issue 12).
 EXTRA_DIST += bench/repair_c.py
+# In-place repair of a torch DDP job through rdzv.repair, under the fake
+# agent (tests/lib/fakeagent_torch.py).
+EXTRA_DIST += bench/repair_torch.py

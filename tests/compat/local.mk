@@ -9,8 +9,11 @@ COMPAT_TESTS = \
 	tests/compat/test_torch2_torchrun.py \
 	tests/compat/test_torch2_env.py \
 	tests/compat/test_tcpstore2_client.py \
-	tests/compat/test_store_semantics.py
+	tests/compat/test_store_semantics.py \
+	tests/compat/test_repair_torch.py \
+	tests/compat/test_repair_torch2.py
 TESTS += $(COMPAT_TESTS)
-EXTRA_DIST += $(COMPAT_TESTS) tests/compat/compatlib.py
+EXTRA_DIST += $(COMPAT_TESTS) tests/compat/compatlib.py \
+	tests/lib/fakeagent_torch.py
 # compatlib.py sits next to the tests, so python finds it by the script's
 # own directory; PYTHONPATH (tests/lib) carries rdzvtest.

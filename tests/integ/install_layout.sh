@@ -2,7 +2,9 @@
 # install_layout.sh: `make install DESTDIR=...` puts every file where the
 # configured prefix says, the installed programs run, a program builds
 # against the installed library through its pkg-config file, the units
-# point at the installed programs, and `make uninstall` takes it all away.
+# point at the installed programs, the python helper (rdzv.repair) imports
+# from where it was installed and from a `pip install` of python/, and
+# `make uninstall` takes it all away.
 set -euo pipefail
 
 B=${RDZV_TOP_BUILDDIR:?run from make check}
@@ -28,6 +30,8 @@ includedir=$(var includedir)
 mandir=$(var mandir)
 sysconfdir=$(var sysconfdir)
 unitdir=$(var systemdsystemunitdir)
+pythondir=$(var pythondir)
+PYTHON=$(var PYTHON)
 echo "# prefix $prefix, units in ${unitdir:-(none)}"
 
 mk install DESTDIR="$D" 2>&1 >/dev/null | grep -v "libtool --finish" || true
@@ -100,6 +104,45 @@ $(var CC) $(var CFLAGS) $(var LDFLAGS) -o "$D/use" "$D/use.c" $flags ||
 out=$(LD_LIBRARY_PATH="$D$libdir" "$D/use") || fail "cannot run it"
 [ -n "$out" ] || fail "rdzv_strerror said nothing"
 rm -f "$D/use" "$D/use.c"
+
+# The torch programs' helper, in the python's site directory; it imports
+# there (torch itself is only needed once a job uses it).
+if [ -n "$pythondir" ]; then
+	check_file "$pythondir/rdzv/__init__.py"
+	check_file "$pythondir/rdzv/repair.py"
+	got=$(cd / && PYTHONPATH="$D$pythondir" "$PYTHON" -c '
+from rdzv import repair
+r = repair.parse_round("round round=3 kind=grow ns=job/x/round/3 rank=1 "
+    "world=4 donor=0 master_addr=h master_port=29500 future=1")
+print(repair.__file__, r.rank, r.world, r.kind)') ||
+		fail "rdzv.repair does not import from $pythondir"
+	case "$got" in
+	"$D$pythondir/rdzv/repair.py 1 4 grow") ;;
+	*) fail "rdzv.repair from the wrong place or wrong: $got" ;;
+	esac
+	# pip, from the tree's pyproject.toml (offline: no build isolation),
+	# with the first of these pythons that has pip and setuptools.
+	pip_py=
+	for p in "$PYTHON" "${TORCH2_PYTHON:-}"; do
+		if [ -n "$p" ] && "$p" -c 'import setuptools, pip' 2>/dev/null; then
+			pip_py=$p
+			break
+		fi
+	done
+	if [ -n "$pip_py" ]; then
+		cp -r "${RDZV_TOP_SRCDIR:?}/python" "$D/pysrc"
+		"$pip_py" -m pip install -q --no-build-isolation --no-deps \
+		    --no-index --target "$D/pip" "$D/pysrc" >"$D/pip.log" 2>&1 ||
+			fail "pip install ./python: $(tail -5 "$D/pip.log")"
+		got=$(cd / && PYTHONPATH="$D/pip" "$pip_py" -c \
+		    'from rdzv import repair; print(repair.__file__)')
+		[ "$got" = "$D/pip/rdzv/repair.py" ] ||
+			fail "pip's rdzv.repair: $got"
+		rm -rf "$D/pip" "$D/pysrc" "$D/pip.log"
+	else
+		echo "# no python with pip and setuptools: pip install ./python not tried"
+	fi
+fi
 
 # Uninstall leaves no file behind.
 mk uninstall DESTDIR="$D" >/dev/null

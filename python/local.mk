@@ -1,0 +1,11 @@
+# python/: rdzv.repair, the pure-Python helper that lets torch DDP
+# programs repair in place (see python/rdzv/repair.py).  `make install`
+# puts it in the site directory configure found (pythondir, of
+# TORCH_PYTHON or PYTHON=); python/pyproject.toml makes
+# `pip install ./python` do the same for any other interpreter.
+RDZV_PY = python/rdzv/__init__.py python/rdzv/repair.py
+if HAVE_PYTHON
+rdzvpydir = $(pythondir)/rdzv
+rdzvpy_PYTHON = $(RDZV_PY)
+endif
+EXTRA_DIST += $(RDZV_PY) python/pyproject.toml examples/torch_ddp_repair.py

@@ -1,0 +1,6 @@
+"""rdzv: Python helpers shipped with the rdzv launcher.
+
+rdzv.repair lets a torch DDP script repair in place under rdzv-agent:
+survivors of a worker's death keep their processes and go on in a smaller
+group, a replacement joins at a step boundary and receives the state.
+"""
