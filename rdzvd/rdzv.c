@@ -1,7 +1,8 @@
 /*
  * rdzv.c: the server-side rendezvous state machine (see rdzv.h for the
- * states and the rows it keeps in kv).  Deterministic: the same events
- * at the same times give the same rounds, ranks and pushes.
+ * states, the rows it keeps in kv and the outbox it fills).
+ * Deterministic: the same events at the same times give the same rounds,
+ * ranks and pushes.
  */
 #include "config.h"
 
@@ -37,6 +38,8 @@ struct rz_node {
 	int64_t			 prev_rank;	/* last round it was in, or -1 */
 	int64_t			 join_seq;	/* order of joining */
 	int64_t			 want_rank;	/* JOIN's node rank, or -1 */
+	int64_t			 rank_base;	/* member: its first global
+						 * rank, set as the round forms */
 	int64_t			 lease_end;
 	int			 succeeded;
 	void			*conn;
@@ -55,7 +58,11 @@ struct rz_job {
 	int64_t			 next_join_seq;
 	int64_t			 next_event;
 	int64_t			 world_size;
+	int64_t			 members;	/* of the running round */
 	int			 port;		/* this round's TCPStore port */
+	int			 port_pending;	/* asked for, not yet settled */
+	int			 dirty;		/* job row to write */
+	TAILQ_ENTRY(rz_job)	 dirty_entry;	/* on rz->dirty while dirty */
 	char			 ns[RZ_ID_MAX + 64];
 	char			 failure[RZ_MSG_MAX];
 	struct rz_nodes		 nodes;
@@ -73,21 +80,169 @@ struct rz {
 	int64_t			 def_last_call, def_lease;
 	struct rz_job		*jobs;
 	struct rz_jobs		 closed;	/* in the order they closed */
+	struct rz_jobs		 dirty;		/* job rows to write */
 	int64_t			 retention_ms;	/* 0: closed jobs kept */
 	struct rz_stats		 stats;
 };
 
 static const struct slice ns_jobs = { (const uint8_t *)"\0rdzv/job", 9 };
 
-static void	rz_round_end(struct rz *, struct rz_job *, int64_t now,
-		    const char *why);
-static void	rz_round_form(struct rz *, struct rz_job *, int64_t now);
+static void	rz_round_end(struct rz *, struct rz_outbox *, struct rz_job *,
+		    int64_t now, const char *why);
+static int	rz_round_form(struct rz *, struct rz_outbox *, struct rz_job *,
+		    int64_t now);
 static int64_t	rz_sweep_job(struct rz *, struct rz_job *);
 
-const char *
-rz_job_id(const struct rz_job *j)
+/* ---- the outbox ---- */
+
+void
+rz_outbox_init(struct rz_outbox *ob)
 {
-	return j->id;
+	memset(ob, 0, sizeof *ob);
+	ob->deadline = ob->purge_at = -1;
+}
+
+void
+rz_outbox_reset(struct rz_outbox *ob)
+{
+	ob->node_id = ob->restart_count = ob->lease_ms = ob->round = 0;
+	ob->npush = ob->nport = ob->npurged = 0;
+	ob->deadline = ob->purge_at = -1;
+	ob->lost = 0;
+}
+
+void
+rz_outbox_free(struct rz_outbox *ob)
+{
+	free(ob->push);
+	free(ob->port);
+	free(ob->purged);
+	rz_outbox_init(ob);
+}
+
+/* Room for one more item in *v (n used of *cap, each sz bytes): returns
+ * it zeroed, or NULL (counted in ob->lost). */
+static void *
+rz_outbox_grow(struct rz_outbox *ob, void **v, size_t *n, size_t *cap,
+    size_t sz)
+{
+	void	*nv;
+	size_t	 nc;
+
+	if (*n == *cap) {
+		nc = *cap ? *cap * 2 : 16;
+		if ((nv = reallocarray(*v, nc, sz)) == NULL) {
+			ob->lost++;
+			return NULL;
+		}
+		*v = nv;
+		*cap = nc;
+	}
+	nv = (char *)*v + (*n)++ * sz;
+	memset(nv, 0, sz);
+	return nv;
+}
+
+static struct rz_out_push *
+rz_out_push(struct rz_outbox *ob)
+{
+	return rz_outbox_grow(ob, (void **)&ob->push, &ob->npush, &ob->cappush,
+	    sizeof *ob->push);
+}
+
+/* Asks the caller to close j's round port. */
+static void
+rz_out_port_close(struct rz_outbox *ob, struct rz_job *j)
+{
+	struct rz_out_port	*op;
+
+	j->port = 0;
+	if ((op = rz_outbox_grow(ob, (void **)&ob->port, &ob->nport,
+	    &ob->capport, sizeof *ob->port)) == NULL)
+		return;
+	memcpy(op->job, j->id, sizeof op->job);
+}
+
+/* Asks the caller to serve j's round namespace on a port (want: the one
+ * to reuse, or 0); j->port is set by rz_settle. */
+static void
+rz_out_port_open(struct rz_outbox *ob, struct rz_job *j, int want)
+{
+	struct rz_out_port	*op;
+
+	j->port = 0;
+	if ((op = rz_outbox_grow(ob, (void **)&ob->port, &ob->nport,
+	    &ob->capport, sizeof *ob->port)) == NULL)
+		return;
+	op->open = 1;
+	memcpy(op->job, j->id, sizeof op->job);
+	memcpy(op->ns, j->ns, sizeof op->ns);
+	op->want = want;
+	op->port = -1;
+	op->jp = j;
+	j->port_pending = 1;
+}
+
+/* The job row must be written before the reply (rz_done or rz_settle). */
+static void
+rz_mark(struct rz *rz, struct rz_job *j)
+{
+	if (j->dirty)
+		return;
+	j->dirty = 1;
+	TAILQ_INSERT_TAIL(&rz->dirty, j, dirty_entry);
+}
+
+static void	rz_save_job(struct rz *, struct rz_job *);
+
+/* Writes the job rows marked, but those waiting for a port unless all. */
+static void
+rz_write_rows(struct rz *rz, int all)
+{
+	struct rz_job	*j, *next;
+
+	for (j = TAILQ_FIRST(&rz->dirty); j != NULL; j = next) {
+		next = TAILQ_NEXT(j, dirty_entry);
+		if (j->port_pending && !all)
+			continue;
+		TAILQ_REMOVE(&rz->dirty, j, dirty_entry);
+		j->dirty = 0;
+		rz_save_job(rz, j);
+	}
+}
+
+/* Ends every event: rows written, the timers' times in ob. */
+static void
+rz_done(struct rz *rz, struct rz_outbox *ob)
+{
+	rz_write_rows(rz, 0);
+	ob->deadline = rz_next_deadline(rz);
+	ob->purge_at = rz_next_purge(rz);
+}
+
+void
+rz_settle(struct rz *rz, struct rz_outbox *ob)
+{
+	struct rz_out_port	*op;
+	struct rz_job		*j;
+	size_t			 i;
+
+	for (i = 0; i < ob->nport; i++) {
+		op = &ob->port[i];
+		if (!op->open || (j = op->jp) == NULL)
+			continue;
+		j->port = op->port > 0 ? op->port : 0;
+		j->port_pending = 0;
+		/* Workers were told the old port: a new one is news. */
+		if (j->port != op->want)
+			rz_mark(rz, j);
+	}
+	for (i = 0; i < ob->npush; i++)
+		if (ob->push[i].port_pending) {
+			ob->push[i].round.store_port = ob->push[i].job->port;
+			ob->push[i].port_pending = 0;
+		}
+	rz_write_rows(rz, 1);
 }
 
 /* Copies a peer-supplied identifier, refusing empty, long or odd ones. */
@@ -295,61 +450,65 @@ rz_rank_base(const struct rz_job *j, const struct rz_node *nd)
 
 /* Pushes state to nd; message NULL means the job's failure for FAILED. */
 static void
-rz_push_node(struct rz *rz, struct rz_job *j, struct rz_node *nd, int state,
-    const char *message)
+rz_push_node(struct rz_outbox *ob, struct rz_job *j, struct rz_node *nd,
+    int state, const char *message)
 {
-	struct rz_push	p;
+	struct rz_out_push	*op;
+	struct nat_round	*p;
 
-	if (nd->conn == NULL)
+	if (nd->conn == NULL || (op = rz_out_push(ob)) == NULL)
 		return;
-	memset(&p, 0, sizeof p);
-	p.job = j->id;
-	p.round = j->round;
-	p.state = state;
-	p.node_id = nd->id;
-	p.group_rank = -1;
-	p.restart_count = j->restart_count;
-	p.max_restarts = j->max_restarts;
-	p.store_ns = "";
+	op->conn = nd->conn;
+	op->job = j;
+	p = &op->round;
+	p->job = slice_str(j->id);
+	p->round = j->round;
+	p->state = state;
+	p->node_id = nd->id;
+	p->group_rank = -1;
+	p->restart_count = j->restart_count;
+	p->max_restarts = j->max_restarts;
+	p->store_ns = slice_str("");
 	if (message != NULL)
-		p.message = message;
+		p->message = slice_str(message);
 	else
-		p.message = state == RDZV_ROUND_FAILED ? j->failure : "";
+		p->message = slice_str(state == RDZV_ROUND_FAILED ?
+		    j->failure : "");
 	if (state == RDZV_ROUND_RUNNING) {
 		struct rz_node	*o;
 
-		p.group_rank = nd->group_rank;
-		p.group_world_size = 0;
+		p->group_rank = nd->group_rank;
+		p->group_world_size = 0;
 		TAILQ_FOREACH(o, &j->nodes, entry)
 			if (o->state == RZN_MEMBER)
-				p.group_world_size++;
-		p.world_size = j->world_size;
-		p.rank_base = rz_rank_base(j, nd);
-		p.store_ns = j->ns;
-		p.store_port = j->port;
+				p->group_world_size++;
+		p->world_size = j->world_size;
+		p->rank_base = rz_rank_base(j, nd);
+		p->store_ns = slice_str(j->ns);
+		p->store_port = j->port;
+		op->port_pending = j->port_pending;
 	}
-	rz->hooks.push(rz->hooks.arg, nd->conn, &p);
 }
 
 /* Tells a node where it stands now (after a join or a reconnect). */
 static void
-rz_push_current(struct rz *rz, struct rz_job *j, struct rz_node *nd)
+rz_push_current(struct rz_outbox *ob, struct rz_job *j, struct rz_node *nd)
 {
 	if (j->state == RZJ_DONE)
-		rz_push_node(rz, j, nd, RDZV_ROUND_DONE, NULL);
+		rz_push_node(ob, j, nd, RDZV_ROUND_DONE, NULL);
 	else if (j->state == RZJ_FAILED)
-		rz_push_node(rz, j, nd, RDZV_ROUND_FAILED, NULL);
+		rz_push_node(ob, j, nd, RDZV_ROUND_FAILED, NULL);
 	else if (nd->state == RZN_MEMBER && j->state == RZJ_RUNNING)
-		rz_push_node(rz, j, nd, RDZV_ROUND_RUNNING, NULL);
+		rz_push_node(ob, j, nd, RDZV_ROUND_RUNNING, NULL);
 	else if (nd->state == RZN_STANDBY)
-		rz_push_node(rz, j, nd, RDZV_ROUND_STANDBY, NULL);
+		rz_push_node(ob, j, nd, RDZV_ROUND_STANDBY, NULL);
 }
 
 /* ---- transitions ---- */
 
 static void
-rz_close_job(struct rz *rz, struct rz_job *j, enum rz_job_state state,
-    int64_t now)
+rz_close_job(struct rz *rz, struct rz_outbox *ob, struct rz_job *j,
+    enum rz_job_state state, int64_t now)
 {
 	struct rz_node	*nd;
 
@@ -358,19 +517,17 @@ rz_close_job(struct rz *rz, struct rz_job *j, enum rz_job_state state,
 	 * restarts of rdzvd, which the monotonic clock does not. */
 	j->closed_ms = rz->hooks.wall_ms(rz->hooks.arg);
 	TAILQ_INSERT_TAIL(&rz->closed, j, closed_entry);
-	if (j->port > 0) {
-		rz->hooks.close_port(rz->hooks.arg, j);
-		j->port = 0;
-	}
+	if (j->port > 0)
+		rz_out_port_close(ob, j);
 	if (j->ns[0] != '\0')
 		kv_ns_drop(rz->kv, slice_str(j->ns));
 	rz_event(rz, j, now, state == RZJ_DONE ? "close succeeded" :
 	    "close failed: %s", j->failure);
-	rz_save_job(rz, j);
+	rz_mark(rz, j);
 	/* The last word to each node: a closed job pushes nothing more,
 	 * so it holds no connection (rz_conn_gone can skip it). */
 	TAILQ_FOREACH(nd, &j->nodes, entry) {
-		rz_push_node(rz, j, nd, state == RZJ_DONE ? RDZV_ROUND_DONE :
+		rz_push_node(ob, j, nd, state == RZJ_DONE ? RDZV_ROUND_DONE :
 		    RDZV_ROUND_FAILED, NULL);
 		nd->conn = NULL;
 	}
@@ -378,19 +535,18 @@ rz_close_job(struct rz *rz, struct rz_job *j, enum rz_job_state state,
 
 /* Ends the running round: members stop, everyone waits for the next. */
 static void
-rz_round_end(struct rz *rz, struct rz_job *j, int64_t now, const char *why)
+rz_round_end(struct rz *rz, struct rz_outbox *ob, struct rz_job *j,
+    int64_t now, const char *why)
 {
 	struct rz_node	*nd;
 
 	if (j->state == RZJ_RUNNING) {
 		TAILQ_FOREACH(nd, &j->nodes, entry) {
 			if (nd->state == RZN_MEMBER)
-				rz_push_node(rz, j, nd, RDZV_ROUND_STOP, NULL);
+				rz_push_node(ob, j, nd, RDZV_ROUND_STOP, NULL);
 		}
-		if (j->port > 0) {
-			rz->hooks.close_port(rz->hooks.arg, j);
-			j->port = 0;
-		}
+		if (j->port > 0)
+			rz_out_port_close(ob, j);
 		/* The old round's keys can never be read again. */
 		if (j->ns[0] != '\0')
 			kv_ns_drop(rz->kv, slice_str(j->ns));
@@ -408,7 +564,7 @@ rz_round_end(struct rz *rz, struct rz_job *j, int64_t now, const char *why)
 	j->state = RZJ_FORMING;
 	j->last_join = now;
 	j->world_size = 0;		/* until the next round forms */
-	rz_save_job(rz, j);
+	rz_mark(rz, j);
 }
 
 static int
@@ -433,21 +589,21 @@ rz_rank_cmp(const void *a, const void *b)
 	return x->join_seq < y->join_seq ? -1 : x->join_seq > y->join_seq;
 }
 
-/* Completes a round if it can (FORMING only). */
-static void
-rz_round_form(struct rz *rz, struct rz_job *j, int64_t now)
+/* Completes a round if it can (FORMING only); returns 1 if it did. */
+static int
+rz_round_form(struct rz *rz, struct rz_outbox *ob, struct rz_job *j,
+    int64_t now)
 {
 	struct rz_node	**order, *nd;
 	int64_t		  i, n = 0, members;
-	int		  port;
 
 	if (j->state != RZJ_FORMING || j->nnodes < j->min)
-		return;
+		return 0;
 	if (j->nnodes < j->max && now < j->last_join + j->last_call_ms)
-		return;
+		return 0;
 	if ((order = reallocarray(NULL, (size_t)j->nnodes, sizeof *order)) ==
 	    NULL)
-		return;		/* tried again at the next event */
+		return 0;	/* tried again at the next event */
 	TAILQ_FOREACH(nd, &j->nodes, entry)
 		order[n++] = nd;
 	qsort(order, (size_t)n, sizeof *order, rz_rank_cmp);
@@ -469,8 +625,8 @@ rz_round_form(struct rz *rz, struct rz_job *j, int64_t now)
 		nd->succeeded = 0;
 		rz_save_node(rz, j, nd);
 	}
-	port = rz->hooks.open_port(rz->hooks.arg, j, j->ns, 0);
-	j->port = port > 0 ? port : 0;
+	j->members = members;
+	rz_out_port_open(ob, j, 0);
 	j->state = RZJ_RUNNING;
 	/* Earlier rounds brought back by late writers go now. */
 	rz_sweep_job(rz, j);
@@ -478,11 +634,12 @@ rz_round_form(struct rz *rz, struct rz_job *j, int64_t now)
 	rz_event(rz, j, now, "round %" PRId64 " running: %" PRId64 " nodes, "
 	    "world size %" PRId64 ", %" PRId64 " standby, restart %" PRId64,
 	    j->round, members, j->world_size, n - members, j->restart_count);
-	rz_save_job(rz, j);
+	rz_mark(rz, j);
 	for (i = 0; i < n; i++)
-		rz_push_node(rz, j, order[i], i < members ? RDZV_ROUND_RUNNING :
+		rz_push_node(ob, j, order[i], i < members ? RDZV_ROUND_RUNNING :
 		    RDZV_ROUND_STANDBY, NULL);
 	free(order);
+	return 1;
 }
 
 static void
@@ -509,6 +666,7 @@ rz_new(struct kv *kv, const struct rz_hooks *hooks, int64_t last_call_ms,
 	rz->def_last_call = last_call_ms;
 	rz->def_lease = lease_ms;
 	TAILQ_INIT(&rz->closed);
+	TAILQ_INIT(&rz->dirty);
 	return rz;
 }
 
@@ -537,9 +695,9 @@ rz_free(struct rz *rz)
 	free(rz);
 }
 
-int
-rz_join(struct rz *rz, const struct rz_join_req *r, void *conn, int64_t now,
-    int64_t *node_id, int64_t *restart_count, int64_t *lease_ms)
+static int
+rz_join_in(struct rz *rz, struct rz_outbox *ob, const struct nat_join *r,
+    void *conn, int64_t now)
 {
 	struct rz_job	*j;
 	struct rz_node	*nd;
@@ -589,11 +747,11 @@ rz_join(struct rz *rz, const struct rz_join_req *r, void *conn, int64_t now,
 		/* The same agent again (reconnect, or rdzvd restarted). */
 		nd->conn = conn;
 		nd->lease_end = now + j->lease_ms;
-		*node_id = nd->id;
-		*restart_count = j->restart_count;
-		*lease_ms = j->lease_ms;
-		rz_save_job(rz, j);
-		rz_push_current(rz, j, nd);
+		ob->node_id = nd->id;
+		ob->restart_count = j->restart_count;
+		ob->lease_ms = j->lease_ms;
+		rz_mark(rz, j);
+		rz_push_current(ob, j, nd);
 		return 0;
 	}
 
@@ -624,55 +782,78 @@ rz_join(struct rz *rz, const struct rz_join_req *r, void *conn, int64_t now,
 	j->last_join = now;
 	rz_event(rz, j, now, "join node %" PRId64 " host %s pid %" PRId64
 	    " local world size %" PRId64, nd->id, nd->host, nd->pid, nd->lws);
-	*node_id = nd->id;
-	*restart_count = j->restart_count;
-	*lease_ms = j->lease_ms;
+	ob->node_id = nd->id;
+	ob->restart_count = j->restart_count;
+	ob->lease_ms = j->lease_ms;
+	rz_mark(rz, j);
 
 	if (j->state == RZJ_RUNNING) {
-		int64_t	members = 0;
-		struct rz_node *o;
-
-		TAILQ_FOREACH(o, &j->nodes, entry)
-			if (o->state == RZN_MEMBER)
-				members++;
-		if (members < j->max) {
+		if (j->members < j->max) {
 			rz_event(rz, j, now, "rescale: node %" PRId64
 			    " waits below max nodes", nd->id);
-			rz_round_end(rz, j, now, "a node joined below max");
+			rz_round_end(rz, ob, j, now, "a node joined below max");
 		} else {
 			nd->state = RZN_STANDBY;
 			rz_save_node(rz, j, nd);
-			rz_save_job(rz, j);
-			rz_push_node(rz, j, nd, RDZV_ROUND_STANDBY, NULL);
+			rz_push_node(ob, j, nd, RDZV_ROUND_STANDBY, NULL);
 			return 0;
 		}
 	}
-	rz_save_node(rz, j, nd);
-	rz_save_job(rz, j);
-	rz_round_form(rz, j, now);
+	/* A round that forms writes every node's row, this one's too. */
+	if (!rz_round_form(rz, ob, j, now))
+		rz_save_node(rz, j, nd);
 	return 0;
 }
 
 int
+rz_join(struct rz *rz, const struct nat_join *r, void *conn, int64_t now,
+    struct rz_outbox *ob)
+{
+	int	rc;
+
+	rc = rz_join_in(rz, ob, r, conn, now);
+	rz_done(rz, ob);
+	return rc;
+}
+
+int
 rz_heartbeat(struct rz *rz, struct slice job, int64_t node_id, void *conn,
-    int64_t now, int64_t *round)
+    int64_t now, struct rz_outbox *ob)
 {
 	struct rz_job	*j;
 	struct rz_node	*nd;
 
 	if ((j = rz_find_job(rz, job)) == NULL ||
-	    (nd = rz_find_node(j, node_id)) == NULL)
+	    (nd = rz_find_node(j, node_id)) == NULL) {
+		rz_done(rz, ob);
 		return RDZV_ENOTFOUND;
+	}
 	nd->lease_end = now + j->lease_ms;
 	/* A closed job holds no connections (see rz_close_job). */
 	if (conn != NULL && !rz_closed(j))
 		nd->conn = conn;
-	*round = j->round;
+	ob->round = j->round;
+	rz_done(rz, ob);
 	return 0;
 }
 
+static int	rz_leave_in(struct rz *, struct rz_outbox *, struct slice,
+		    int64_t, int64_t);
+
 int
-rz_leave(struct rz *rz, struct slice job, int64_t node_id, int64_t now)
+rz_leave(struct rz *rz, struct slice job, int64_t node_id, int64_t now,
+    struct rz_outbox *ob)
+{
+	int	rc;
+
+	rc = rz_leave_in(rz, ob, job, node_id, now);
+	rz_done(rz, ob);
+	return rc;
+}
+
+static int
+rz_leave_in(struct rz *rz, struct rz_outbox *ob, struct slice job,
+    int64_t node_id, int64_t now)
 {
 	struct rz_job	*j;
 	struct rz_node	*nd;
@@ -685,20 +866,32 @@ rz_leave(struct rz *rz, struct slice job, int64_t node_id, int64_t now)
 	rz_event(rz, j, now, "leave node %" PRId64 " host %s", nd->id, nd->host);
 	nd->conn = NULL;	/* it asked to go: no STOP for it */
 	rz_node_remove(rz, j, nd);
-	if (rz_closed(j)) {
-		rz_save_job(rz, j);
+	rz_mark(rz, j);
+	if (rz_closed(j))
 		return 0;
-	}
 	if (was_member && j->state == RZJ_RUNNING)
-		rz_round_end(rz, j, now, "a member left");
-	else
-		rz_save_job(rz, j);
-	rz_round_form(rz, j, now);
+		rz_round_end(rz, ob, j, now, "a member left");
+	rz_round_form(rz, ob, j, now);
 	return 0;
 }
 
+static int	rz_failure_in(struct rz *, struct rz_outbox *,
+		    const struct nat_failure *, int64_t);
+
 int
-rz_failure(struct rz *rz, const struct rz_failure_req *r, int64_t now)
+rz_failure(struct rz *rz, const struct nat_failure *r, int64_t now,
+    struct rz_outbox *ob)
+{
+	int	rc;
+
+	rc = rz_failure_in(rz, ob, r, now);
+	rz_done(rz, ob);
+	return rc;
+}
+
+static int
+rz_failure_in(struct rz *rz, struct rz_outbox *ob, const struct nat_failure *r,
+    int64_t now)
 {
 	struct rz_job	*j;
 	struct rz_node	*nd;
@@ -730,21 +923,35 @@ rz_failure(struct rz *rz, const struct rz_failure_req *r, int64_t now)
 		    " restarts used of %" PRId64, r->rank, r->local_rank,
 		    nd->host, what, msg[0] ? ": " : "", msg, j->restart_count,
 		    j->max_restarts);
-		rz_close_job(rz, j, RZJ_FAILED, now);
+		rz_close_job(rz, ob, j, RZJ_FAILED, now);
 		return 0;
 	}
 	j->restart_count++;
 	rz->stats.restarts_total++;
 	rz_event(rz, j, now, "restart %" PRId64 " of %" PRId64,
 	    j->restart_count, j->max_restarts);
-	rz_round_end(rz, j, now, "a worker failed");
-	rz_round_form(rz, j, now);
+	rz_round_end(rz, ob, j, now, "a worker failed");
+	rz_round_form(rz, ob, j, now);
 	return 0;
 }
 
+static int	rz_succeeded_in(struct rz *, struct rz_outbox *, struct slice,
+		    int64_t, int64_t, int64_t);
+
 int
 rz_succeeded(struct rz *rz, struct slice job, int64_t node_id, int64_t round,
-    int64_t now)
+    int64_t now, struct rz_outbox *ob)
+{
+	int	rc;
+
+	rc = rz_succeeded_in(rz, ob, job, node_id, round, now);
+	rz_done(rz, ob);
+	return rc;
+}
+
+static int
+rz_succeeded_in(struct rz *rz, struct rz_outbox *ob, struct slice job,
+    int64_t node_id, int64_t round, int64_t now)
 {
 	struct rz_job	*j;
 	struct rz_node	*nd;
@@ -762,12 +969,12 @@ rz_succeeded(struct rz *rz, struct slice job, int64_t node_id, int64_t round,
 	TAILQ_FOREACH(nd, &j->nodes, entry)
 		if (nd->state == RZN_MEMBER && !nd->succeeded)
 			return 0;
-	rz_close_job(rz, j, RZJ_DONE, now);
+	rz_close_job(rz, ob, j, RZJ_DONE, now);
 	return 0;
 }
 
 void
-rz_conn_gone(struct rz *rz, void *conn)
+rz_conn_gone(struct rz *rz, void *conn, struct rz_outbox *ob)
 {
 	struct rz_job	*j, *tmp;
 	struct rz_node	*nd;
@@ -779,10 +986,11 @@ rz_conn_gone(struct rz *rz, void *conn)
 			if (nd->conn == conn)
 				nd->conn = NULL;
 	}
+	rz_done(rz, ob);
 }
 
 void
-rz_tick(struct rz *rz, int64_t now)
+rz_tick(struct rz *rz, int64_t now, struct rz_outbox *ob)
 {
 	struct rz_job	*j, *tmp;
 	struct rz_node	*nd, *next;
@@ -804,9 +1012,10 @@ rz_tick(struct rz *rz, int64_t now)
 			rz_node_remove(rz, j, nd);
 		}
 		if (lost_member && j->state == RZJ_RUNNING)
-			rz_round_end(rz, j, now, "a member's lease expired");
-		rz_round_form(rz, j, now);
+			rz_round_end(rz, ob, j, now, "a member's lease expired");
+		rz_round_form(rz, ob, j, now);
 	}
+	rz_done(rz, ob);
 }
 
 int64_t
@@ -1021,12 +1230,17 @@ rz_drop_reserved(struct rz *rz, struct rz_job *j, const char *kind)
 
 /* Forgets j: rows, namespaces already dropped, memory. */
 static void
-rz_forget(struct rz *rz, struct rz_job *j)
+rz_forget(struct rz *rz, struct rz_outbox *ob, struct rz_job *j)
 {
-	struct rz_node	*nd;
+	struct rz_out_purged	*op;
+	struct rz_node		*nd;
 
 	if (j->port > 0)
-		rz->hooks.close_port(rz->hooks.arg, j);
+		rz_out_port_close(ob, j);
+	if (j->dirty) {
+		TAILQ_REMOVE(&rz->dirty, j, dirty_entry);
+		j->dirty = 0;
+	}
 	rz_drop_reserved(rz, j, "node");
 	rz_drop_reserved(rz, j, "ev");
 	if (kv_delete(rz->kv, ns_jobs, slice_str(j->id)) == 1)
@@ -1034,9 +1248,13 @@ rz_forget(struct rz *rz, struct rz_job *j)
 	TAILQ_REMOVE(&rz->closed, j, closed_entry);
 	HASH_DEL(rz->jobs, j);
 	rz->stats.jobs_purged_total++;
-	if (rz->hooks.purged != NULL)
-		rz->hooks.purged(rz->hooks.arg, j->id, j->state == RZJ_DONE ?
-		    "succeeded" : "failed", j->closed_ms, j->purged_keys);
+	if ((op = rz_outbox_grow(ob, (void **)&ob->purged, &ob->npurged,
+	    &ob->cappurged, sizeof *ob->purged)) != NULL) {
+		memcpy(op->job, j->id, sizeof op->job);
+		op->state = j->state == RZJ_DONE ? "succeeded" : "failed";
+		op->closed_ms = j->closed_ms;
+		op->keys = j->purged_keys;
+	}
 	while ((nd = TAILQ_FIRST(&j->nodes)) != NULL) {
 		TAILQ_REMOVE(&j->nodes, nd, entry);
 		free(nd);
@@ -1045,7 +1263,8 @@ rz_forget(struct rz *rz, struct rz_job *j)
 }
 
 int
-rz_purge(struct rz *rz, int64_t wall, int max_jobs, int64_t max_keys)
+rz_purge(struct rz *rz, int64_t wall, int max_jobs, int64_t max_keys,
+    struct rz_outbox *ob)
 {
 	struct rz_job	*j, *next;
 	struct rz_pick	 pk;
@@ -1054,8 +1273,10 @@ rz_purge(struct rz *rz, int64_t wall, int max_jobs, int64_t max_keys)
 	int64_t		 keys = 0;
 	int		 n = 0, i;
 
-	if (rz->retention_ms <= 0)
+	if (rz->retention_ms <= 0) {
+		rz_done(rz, ob);
 		return 0;
+	}
 	/* The batch: due jobs from the oldest close, within the budget
 	 * (their rows counted ahead; stray namespaces are few). */
 	TAILQ_FOREACH(j, &rz->closed, closed_entry) {
@@ -1068,8 +1289,10 @@ rz_purge(struct rz *rz, int64_t wall, int max_jobs, int64_t max_keys)
 		keys += kv_num_keys(rz->kv, ns) + j->nnodes + 1;
 		n++;
 	}
-	if (n == 0)
+	if (n == 0) {
+		rz_done(rz, ob);
 		return 0;
+	}
 	/* One walk over the namespaces finds every batch job's. */
 	memset(&pk, 0, sizeof pk);
 	pk.rz = rz;
@@ -1079,8 +1302,9 @@ rz_purge(struct rz *rz, int64_t wall, int max_jobs, int64_t max_keys)
 	for (i = 0, j = TAILQ_FIRST(&rz->closed); i < n && j != NULL;
 	    i++, j = next) {
 		next = TAILQ_NEXT(j, closed_entry);
-		rz_forget(rz, j);
+		rz_forget(rz, ob, j);
 	}
+	rz_done(rz, ob);
 	return n;
 }
 
@@ -1323,10 +1547,11 @@ rz_load_closed(struct rz *rz)
 }
 
 int
-rz_load(struct rz *rz, int64_t now)
+rz_load(struct rz *rz, int64_t now, struct rz_outbox *ob)
 {
 	struct rz_load_ctx	 ctx = { rz, NULL, now, 0 };
 	struct rz_job		*j, *tmp;
+	struct rz_node		*nd;
 	int			 want;
 
 	kv_list(rz->kv, ns_jobs, rz_load_job_cb, &ctx);
@@ -1335,17 +1560,18 @@ rz_load(struct rz *rz, int64_t now)
 	HASH_ITER(hh, rz->jobs, j, tmp) {
 		if (j->state != RZJ_RUNNING)
 			continue;
-		/* Workers were told this port: serve it again if we can. */
+		TAILQ_FOREACH(nd, &j->nodes, entry)
+			if (nd->state == RZN_MEMBER)
+				j->members++;
+		/* Workers were told this port: serve it again if we can
+		 * (rz_settle writes the row if it changes). */
 		want = j->port;
-		j->port = rz->hooks.open_port(rz->hooks.arg, j, j->ns, want);
-		if (j->port < 0)
-			j->port = 0;
-		if (j->port != want)
-			rz_save_job(rz, j);
+		rz_out_port_open(ob, j, want);
 		rz_event(rz, j, now, "rdzvd restarted: round %" PRId64
 		    " resumes, %" PRId64 " nodes have %" PRId64 " ms to "
 		    "reconnect", j->round, j->nnodes, j->lease_ms);
 	}
+	rz_done(rz, ob);
 	return ctx.err;
 }
 
@@ -1566,11 +1792,12 @@ rz_event_row(struct rz *rz, struct slice job, int64_t after, char *nsbuf,
 
 int
 rz_admin_close(struct rz *rz, struct slice job, struct slice reason,
-    int64_t now)
+    int64_t now, struct rz_outbox *ob)
 {
 	struct rz_job	*j;
 	size_t		 n;
 
+	rz_done(rz, ob);	/* nothing else to do unless it closes */
 	if ((j = rz_find_job(rz, job)) == NULL)
 		return RDZV_ENOTFOUND;
 	if (rz_closed(j))
@@ -1579,12 +1806,28 @@ rz_admin_close(struct rz *rz, struct slice job, struct slice reason,
 	    sizeof j->failure - 32;
 	snprintf(j->failure, sizeof j->failure, "closed by an operator: %.*s",
 	    (int)n, (const char *)reason.p);
-	rz_close_job(rz, j, RZJ_FAILED, now);
+	rz_close_job(rz, ob, j, RZJ_FAILED, now);
+	rz_done(rz, ob);
 	return 0;
 }
 
+static int	rz_evict_in(struct rz *, struct rz_outbox *, struct slice,
+		    int64_t, int64_t);
+
 int
-rz_admin_evict(struct rz *rz, struct slice job, int64_t node_id, int64_t now)
+rz_admin_evict(struct rz *rz, struct slice job, int64_t node_id, int64_t now,
+    struct rz_outbox *ob)
+{
+	int	rc;
+
+	rc = rz_evict_in(rz, ob, job, node_id, now);
+	rz_done(rz, ob);
+	return rc;
+}
+
+static int
+rz_evict_in(struct rz *rz, struct rz_outbox *ob, struct slice job,
+    int64_t node_id, int64_t now)
 {
 	struct rz_job	*j;
 	struct rz_node	*nd;
@@ -1598,13 +1841,12 @@ rz_admin_evict(struct rz *rz, struct slice job, int64_t node_id, int64_t now)
 		return RDZV_ECLOSED;
 	rz_event(rz, j, now, "evicted node %" PRId64 " host %s by an operator",
 	    nd->id, nd->host);
-	rz_push_node(rz, j, nd, RDZV_ROUND_FAILED, "evicted by an operator");
+	rz_push_node(ob, j, nd, RDZV_ROUND_FAILED, "evicted by an operator");
 	was_member = nd->state == RZN_MEMBER;
 	rz_node_remove(rz, j, nd);
+	rz_mark(rz, j);
 	if (was_member && j->state == RZJ_RUNNING)
-		rz_round_end(rz, j, now, "a node was evicted");
-	else
-		rz_save_job(rz, j);
-	rz_round_form(rz, j, now);
+		rz_round_end(rz, ob, j, now, "a node was evicted");
+	rz_round_form(rz, ob, j, now);
 	return 0;
 }
