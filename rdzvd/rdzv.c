@@ -27,6 +27,7 @@ enum rz_node_state { RZN_WAITING = 1, RZN_MEMBER, RZN_STANDBY };
 
 struct rz_node {
 	TAILQ_ENTRY(rz_node)	 entry;
+	UT_hash_handle		 hh;		/* in its job's by_instance */
 	int64_t			 id;
 	char			 instance[RZ_ID_MAX + 1];
 	char			 host[RZ_ID_MAX + 1];
@@ -66,7 +67,10 @@ struct rz_job {
 	char			 ns[RZ_ID_MAX + 64];
 	char			 failure[RZ_MSG_MAX];
 	struct rz_nodes		 nodes;
+	struct rz_node		*by_instance;	/* the same nodes, by instance */
 	int64_t			 nnodes;
+	int64_t			 lease_low;	/* <= every node's lease_end
+						 * (exact after a tick) */
 	int64_t			 closed_ms;	/* wall clock, once closed */
 	TAILQ_ENTRY(rz_job)	 closed_entry;	/* on rz->closed, once closed */
 	int			 purging;	/* in this rz_purge's batch */
@@ -434,18 +438,41 @@ rz_closed(const struct rz_job *j)
 
 /* ---- pushes ---- */
 
-/* The global rank of member nd's first worker: the workers of the
- * members ranked before it. */
-static int64_t
-rz_rank_base(const struct rz_job *j, const struct rz_node *nd)
+static int
+rz_group_rank_cmp(const void *a, const void *b)
 {
-	const struct rz_node	*o;
-	int64_t			 base = 0;
+	const struct rz_node	*x = *(struct rz_node * const *)a;
+	const struct rz_node	*y = *(struct rz_node * const *)b;
 
-	TAILQ_FOREACH(o, &j->nodes, entry)
-		if (o->state == RZN_MEMBER && o->group_rank < nd->group_rank)
-			base += o->lws;
-	return base;
+	return x->group_rank < y->group_rank ? -1 :
+	    x->group_rank > y->group_rank;
+}
+
+/*
+ * Sets each member's rank base (the global rank of its first worker: the
+ * workers of the members ranked before it) and j->members, in one pass
+ * over the members in group rank order (a job loaded from its rows).
+ * Returns 0 or RDZV_ENOMEM.
+ */
+static int
+rz_rank_bases(struct rz_job *j)
+{
+	struct rz_node	**v, *nd;
+	int64_t		  n = 0, i, base = 0;
+
+	if ((v = reallocarray(NULL, (size_t)j->nnodes + 1, sizeof *v)) == NULL)
+		return RDZV_ENOMEM;
+	TAILQ_FOREACH(nd, &j->nodes, entry)
+		if (nd->state == RZN_MEMBER)
+			v[n++] = nd;
+	qsort(v, (size_t)n, sizeof *v, rz_group_rank_cmp);
+	for (i = 0; i < n; i++) {
+		v[i]->rank_base = base;
+		base += v[i]->lws;
+	}
+	j->members = n;
+	free(v);
+	return 0;
 }
 
 /* Pushes state to nd; message NULL means the job's failure for FAILED. */
@@ -475,15 +502,10 @@ rz_push_node(struct rz_outbox *ob, struct rz_job *j, struct rz_node *nd,
 		p->message = slice_str(state == RDZV_ROUND_FAILED ?
 		    j->failure : "");
 	if (state == RDZV_ROUND_RUNNING) {
-		struct rz_node	*o;
-
 		p->group_rank = nd->group_rank;
-		p->group_world_size = 0;
-		TAILQ_FOREACH(o, &j->nodes, entry)
-			if (o->state == RZN_MEMBER)
-				p->group_world_size++;
+		p->group_world_size = j->members;
 		p->world_size = j->world_size;
-		p->rank_base = rz_rank_base(j, nd);
+		p->rank_base = nd->rank_base;
 		p->store_ns = slice_str(j->ns);
 		p->store_port = j->port;
 		op->port_pending = j->port_pending;
@@ -617,6 +639,7 @@ rz_round_form(struct rz *rz, struct rz_outbox *ob, struct rz_job *j,
 		if (i < members) {
 			nd->state = RZN_MEMBER;
 			nd->group_rank = i;
+			nd->rank_base = j->world_size;	/* workers before it */
 			j->world_size += nd->lws;
 		} else {
 			nd->state = RZN_STANDBY;
@@ -642,10 +665,36 @@ rz_round_form(struct rz *rz, struct rz_outbox *ob, struct rz_job *j,
 	return 1;
 }
 
+/* Puts nd (lease set) on j's lists. */
+static void
+rz_node_add(struct rz_job *j, struct rz_node *nd)
+{
+	TAILQ_INSERT_TAIL(&j->nodes, nd, entry);
+	HASH_ADD_STR(j->by_instance, instance, nd);
+	if (j->nnodes == 0 || nd->lease_end < j->lease_low)
+		j->lease_low = nd->lease_end;
+	j->nnodes++;
+}
+
+/* Frees every node of j. */
+static void
+rz_nodes_free(struct rz_job *j)
+{
+	struct rz_node	*nd;
+
+	HASH_CLEAR(hh, j->by_instance);
+	while ((nd = TAILQ_FIRST(&j->nodes)) != NULL) {
+		TAILQ_REMOVE(&j->nodes, nd, entry);
+		free(nd);
+	}
+	j->nnodes = 0;
+}
+
 static void
 rz_node_remove(struct rz *rz, struct rz_job *j, struct rz_node *nd)
 {
 	TAILQ_REMOVE(&j->nodes, nd, entry);
+	HASH_DEL(j->by_instance, nd);
 	j->nnodes--;
 	rz_drop_node_row(rz, j, nd);
 	free(nd);
@@ -680,16 +729,12 @@ void
 rz_free(struct rz *rz)
 {
 	struct rz_job	*j, *tmp;
-	struct rz_node	*nd;
 
 	if (rz == NULL)
 		return;
 	HASH_ITER(hh, rz->jobs, j, tmp) {
 		HASH_DEL(rz->jobs, j);
-		while ((nd = TAILQ_FIRST(&j->nodes)) != NULL) {
-			TAILQ_REMOVE(&j->nodes, nd, entry);
-			free(nd);
-		}
+		rz_nodes_free(j);
 		free(j);
 	}
 	free(rz);
@@ -740,9 +785,7 @@ rz_join_in(struct rz *rz, struct rz_outbox *ob, const struct nat_join *r,
 	    j->max_restarts != r->max_restarts)
 		return RDZV_EINVAL;
 
-	TAILQ_FOREACH(nd, &j->nodes, entry)
-		if (strcmp(nd->instance, inst) == 0)
-			break;
+	HASH_FIND_STR(j->by_instance, inst, nd);
 	if (nd != NULL) {
 		/* The same agent again (reconnect, or rdzvd restarted). */
 		nd->conn = conn;
@@ -777,8 +820,7 @@ rz_join_in(struct rz *rz, struct rz_outbox *ob, const struct nat_join *r,
 	nd->want_rank = r->rank >= 0 ? r->rank : -1;
 	nd->lease_end = now + j->lease_ms;
 	nd->conn = conn;
-	TAILQ_INSERT_TAIL(&j->nodes, nd, entry);
-	j->nnodes++;
+	rz_node_add(j, nd);
 	j->last_join = now;
 	rz_event(rz, j, now, "join node %" PRId64 " host %s pid %" PRId64
 	    " local world size %" PRId64, nd->id, nd->host, nd->pid, nd->lws);
@@ -1000,10 +1042,15 @@ rz_tick(struct rz *rz, int64_t now, struct rz_outbox *ob)
 		if (rz_closed(j))
 			continue;
 		lost_member = 0;
+		j->lease_low = -1;
 		for (nd = TAILQ_FIRST(&j->nodes); nd != NULL; nd = next) {
 			next = TAILQ_NEXT(nd, entry);
-			if (nd->lease_end > now)
+			if (nd->lease_end > now) {
+				if (j->lease_low < 0 ||
+				    nd->lease_end < j->lease_low)
+					j->lease_low = nd->lease_end;
 				continue;
+			}
 			rz->stats.lease_expiries_total++;
 			rz_event(rz, j, now, "lease expired node %" PRId64
 			    " host %s", nd->id, nd->host);
@@ -1018,19 +1065,23 @@ rz_tick(struct rz *rz, int64_t now, struct rz_outbox *ob)
 	rz_done(rz, ob);
 }
 
+/*
+ * A job's lease deadline is a lower bound kept as nodes come (a
+ * heartbeat only moves a lease later) and made exact by each tick, so
+ * this costs a step per job, not per node: a bound gone stale (the node
+ * beat since, or left) costs one tick that expires nothing.
+ */
 int64_t
 rz_next_deadline(struct rz *rz)
 {
 	struct rz_job	*j, *tmp;
-	struct rz_node	*nd;
 	int64_t		 best = -1, t;
 
 	HASH_ITER(hh, rz->jobs, j, tmp) {
 		if (rz_closed(j))
 			continue;
-		TAILQ_FOREACH(nd, &j->nodes, entry)
-			if (best < 0 || nd->lease_end < best)
-				best = nd->lease_end;
+		if (j->nnodes > 0 && (best < 0 || j->lease_low < best))
+			best = j->lease_low;
 		if (j->state == RZJ_FORMING && j->nnodes >= j->min) {
 			t = j->last_join + j->last_call_ms;
 			if (best < 0 || t < best)
@@ -1233,7 +1284,6 @@ static void
 rz_forget(struct rz *rz, struct rz_outbox *ob, struct rz_job *j)
 {
 	struct rz_out_purged	*op;
-	struct rz_node		*nd;
 
 	if (j->port > 0)
 		rz_out_port_close(ob, j);
@@ -1255,10 +1305,7 @@ rz_forget(struct rz *rz, struct rz_outbox *ob, struct rz_job *j)
 		op->closed_ms = j->closed_ms;
 		op->keys = j->purged_keys;
 	}
-	while ((nd = TAILQ_FIRST(&j->nodes)) != NULL) {
-		TAILQ_REMOVE(&j->nodes, nd, entry);
-		free(nd);
-	}
+	rz_nodes_free(j);
 	free(j);
 }
 
@@ -1422,8 +1469,7 @@ rz_load_node_cb(void *arg, struct slice key)
 	nd->succeeded = (int)row_i64(row, "succeeded", 0);
 	nd->lease_end = ctx->now + j->lease_ms;
 	free(row);
-	TAILQ_INSERT_TAIL(&j->nodes, nd, entry);
-	j->nnodes++;
+	rz_node_add(j, nd);
 }
 
 static void
@@ -1551,7 +1597,6 @@ rz_load(struct rz *rz, int64_t now, struct rz_outbox *ob)
 {
 	struct rz_load_ctx	 ctx = { rz, NULL, now, 0 };
 	struct rz_job		*j, *tmp;
-	struct rz_node		*nd;
 	int			 want;
 
 	kv_list(rz->kv, ns_jobs, rz_load_job_cb, &ctx);
@@ -1560,9 +1605,8 @@ rz_load(struct rz *rz, int64_t now, struct rz_outbox *ob)
 	HASH_ITER(hh, rz->jobs, j, tmp) {
 		if (j->state != RZJ_RUNNING)
 			continue;
-		TAILQ_FOREACH(nd, &j->nodes, entry)
-			if (nd->state == RZN_MEMBER)
-				j->members++;
+		if (rz_rank_bases(j) != 0)
+			ctx.err = RDZV_ENOMEM;
 		/* Workers were told this port: serve it again if we can
 		 * (rz_settle writes the row if it changes). */
 		want = j->port;
@@ -1721,7 +1765,7 @@ rz_job_doc(struct rz *rz, struct slice job, int64_t now)
 		if (m != NULL && j->state == RZJ_RUNNING &&
 		    nd->state == RZN_MEMBER)
 			json_object_set_new(m, "rank_base",
-			    json_integer(rz_rank_base(j, nd)));
+			    json_integer(nd->rank_base));
 		json_array_append_new(members, m);
 	}
 	json_object_set_new(doc, "members", members);
