@@ -265,43 +265,6 @@ rz_copy_id(char *dst, struct slice s, int allow_empty)
 	return 0;
 }
 
-/* Escapes newlines and backslashes so a value fits one row line. */
-static void
-rz_escape(char *out, size_t outsz, const char *in)
-{
-	size_t	o = 0;
-
-	for (; *in != '\0' && o + 3 < outsz; in++) {
-		if (*in == '\n') {
-			out[o++] = '\\';
-			out[o++] = 'n';
-		} else if (*in == '\\') {
-			out[o++] = '\\';
-			out[o++] = '\\';
-		} else
-			out[o++] = *in;
-	}
-	out[o] = '\0';
-}
-
-static void
-rz_unescape(char *s)
-{
-	char	*o = s;
-
-	for (; *s != '\0'; s++) {
-		if (*s == '\\' && s[1] == 'n') {
-			*o++ = '\n';
-			s++;
-		} else if (*s == '\\' && s[1] == '\\') {
-			*o++ = '\\';
-			s++;
-		} else
-			*o++ = *s;
-	}
-	*o = '\0';
-}
-
 /* ---- persistence: rows in reserved kv namespaces ---- */
 
 static void
@@ -315,48 +278,80 @@ rz_ns_name(char *out, size_t outsz, const char *kind, const struct rz_job *j,
 	ns->len = n < 0 ? 0 : (size_t)n < outsz ? (size_t)n : outsz - 1;
 }
 
+/*
+ * A text for a JSON row: jansson takes only UTF-8, and a failure message
+ * or event line may carry any bytes a worker printed, so bytes past ASCII
+ * become '?' when the text is not valid UTF-8.  NULL: no memory.
+ */
+static json_t *
+rz_json_text(const char *text)
+{
+	json_t	*v;
+	char	*copy, *p;
+
+	if ((v = json_string(text)) != NULL || (copy = strdup(text)) == NULL)
+		return v;
+	for (p = copy; *p != '\0'; p++)
+		if ((unsigned char)*p >= 0x80)
+			*p = '?';
+	v = json_string(copy);
+	free(copy);
+	return v;
+}
+
+/* Writes doc (taken) as the row ns/key; a row that cannot be made is
+ * not written (the next change of the same row writes it). */
+static void
+rz_put_row(struct rz *rz, struct slice ns, struct slice key, json_t *doc)
+{
+	char	*text;
+
+	if (doc == NULL)
+		return;
+	if ((text = json_dumps(doc, JSON_COMPACT)) != NULL)
+		kv_set(rz->kv, ns, key, slice_str(text));
+	free(text);
+	json_decref(doc);
+}
+
 static void
 rz_save_job(struct rz *rz, struct rz_job *j)
 {
-	char	row[RZ_MSG_MAX * 2 + 512], esc[RZ_MSG_MAX * 2];
-	int	n;
-
-	rz_escape(esc, sizeof esc, j->failure);
-	n = snprintf(row, sizeof row,
-	    "min=%" PRId64 "\nmax=%" PRId64 "\nmax_restarts=%" PRId64
-	    "\nlast_call_ms=%" PRId64 "\nlease_ms=%" PRId64 "\nstate=%d"
-	    "\nround=%" PRId64 "\nrestarts=%" PRId64 "\nnext_node=%" PRId64
-	    "\nnext_join=%" PRId64 "\nnext_event=%" PRId64 "\nport=%d"
-	    "\nworld=%" PRId64 "\nclosed_ms=%" PRId64 "\nfailure=%s\n",
-	    j->min, j->max, j->max_restarts, j->last_call_ms, j->lease_ms,
-	    (int)j->state, j->round, j->restart_count, j->next_node_id,
-	    j->next_join_seq, j->next_event, j->port, j->world_size,
-	    j->closed_ms, esc);
-	if (n > 0 && (size_t)n < sizeof row)
-		kv_set(rz->kv, ns_jobs, slice_str(j->id),
-		    (struct slice){ (const uint8_t *)row, (size_t)n });
+	rz_put_row(rz, ns_jobs, slice_str(j->id), json_pack(
+	    "{s:I, s:I, s:I, s:I, s:I, s:i, s:I, s:I, s:I, s:I, s:I, s:i, "
+	    "s:I, s:I, s:o}",
+	    "min", (json_int_t)j->min, "max", (json_int_t)j->max,
+	    "max_restarts", (json_int_t)j->max_restarts,
+	    "last_call_ms", (json_int_t)j->last_call_ms,
+	    "lease_ms", (json_int_t)j->lease_ms, "state", (int)j->state,
+	    "round", (json_int_t)j->round,
+	    "restarts", (json_int_t)j->restart_count,
+	    "next_node", (json_int_t)j->next_node_id,
+	    "next_join", (json_int_t)j->next_join_seq,
+	    "next_event", (json_int_t)j->next_event, "port", j->port,
+	    "world", (json_int_t)j->world_size,
+	    "closed_ms", (json_int_t)j->closed_ms,
+	    "failure", rz_json_text(j->failure)));
 }
 
 static void
 rz_save_node(struct rz *rz, struct rz_job *j, struct rz_node *nd)
 {
-	char		nsbuf[RZ_ID_MAX + 32], key[32], row[4 * RZ_ID_MAX + 256];
+	char		nsbuf[RZ_ID_MAX + 32], key[32];
 	struct slice	ns;
-	int		n, k;
+	int		k;
 
 	rz_ns_name(nsbuf, sizeof nsbuf, "node", j, &ns);
 	k = snprintf(key, sizeof key, "%" PRId64, nd->id);
-	n = snprintf(row, sizeof row,
-	    "instance=%s\nhost=%s\naddr=%s\npid=%" PRId64 "\nlws=%" PRId64
-	    "\nstate=%d\ngroup_rank=%" PRId64 "\nprev_rank=%" PRId64
-	    "\njoin_seq=%" PRId64 "\nsucceeded=%d\nwant_rank=%" PRId64 "\n",
-	    nd->instance, nd->host, nd->addr, nd->pid, nd->lws, (int)nd->state,
-	    nd->group_rank, nd->prev_rank, nd->join_seq, nd->succeeded,
-	    nd->want_rank);
-	if (n > 0 && (size_t)n < sizeof row)
-		kv_set(rz->kv, ns, (struct slice){ (const uint8_t *)key,
-		    (size_t)k }, (struct slice){ (const uint8_t *)row,
-		    (size_t)n });
+	rz_put_row(rz, ns, (struct slice){ (const uint8_t *)key, (size_t)k },
+	    json_pack("{s:s, s:s, s:s, s:I, s:I, s:i, s:I, s:I, s:I, s:i, "
+	    "s:I}",
+	    "instance", nd->instance, "host", nd->host, "addr", nd->addr,
+	    "pid", (json_int_t)nd->pid, "lws", (json_int_t)nd->lws,
+	    "state", (int)nd->state, "group_rank", (json_int_t)nd->group_rank,
+	    "prev_rank", (json_int_t)nd->prev_rank,
+	    "join_seq", (json_int_t)nd->join_seq, "succeeded", nd->succeeded,
+	    "want_rank", (json_int_t)nd->want_rank));
 }
 
 static void
@@ -380,15 +375,13 @@ static void
 rz_event(struct rz *rz, struct rz_job *j, int64_t now, const char *fmt, ...)
 {
 	char		nsbuf[RZ_ID_MAX + 32], key[32], line[RZ_MSG_MAX + 512];
-	char		esc[RZ_MSG_MAX + 512];
 	struct slice	ns;
 	va_list		ap;
-	int		k, n;
+	int		k;
 
 	va_start(ap, fmt);
 	vsnprintf(line, sizeof line, fmt, ap);
 	va_end(ap);
-	rz_escape(esc, sizeof esc, line);
 	rz_ns_name(nsbuf, sizeof nsbuf, "ev", j, &ns);
 	if (j->next_event >= RZ_EVENTS_KEPT) {
 		k = snprintf(key, sizeof key, "%020" PRId64,
@@ -397,12 +390,10 @@ rz_event(struct rz *rz, struct rz_job *j, int64_t now, const char *fmt, ...)
 		    (size_t)k });
 	}
 	k = snprintf(key, sizeof key, "%020" PRId64, j->next_event++);
-	n = snprintf(line, sizeof line, "%" PRId64 " %s",
-	    rz->hooks.wall_ms(rz->hooks.arg), esc);
-	if (n > 0)
-		kv_set(rz->kv, ns, (struct slice){ (const uint8_t *)key,
-		    (size_t)k }, (struct slice){ (const uint8_t *)line,
-		    (size_t)n < sizeof line ? (size_t)n : sizeof line - 1 });
+	rz_put_row(rz, ns, (struct slice){ (const uint8_t *)key, (size_t)k },
+	    json_pack("{s:I, s:o}", "time_ms",
+	    (json_int_t)rz->hooks.wall_ms(rz->hooks.arg), "text",
+	    rz_json_text(line)));
 }
 
 /* ---- lookups ---- */
@@ -1380,39 +1371,136 @@ rz_retention_left(struct rz *rz, struct slice job, int64_t wall)
 
 /* ---- loading after a restart ---- */
 
-static int64_t
-row_i64(const char *row, const char *name, int64_t dflt)
-{
-	const char	*p;
-	size_t		 nl = strlen(name);
+/*
+ * Rows of the k=v text format an older rdzvd wrote: one "name=value"
+ * line each, integers in decimal; in the job's "failure" and in event
+ * lines a newline was written as \\n and a backslash doubled.  Read into
+ * the JSON object the row would be now, so one reader takes both.
+ */
+static const char *const rz_legacy_texts[] = {
+	"instance", "host", "addr", "failure"
+};
 
-	for (p = row; p != NULL && *p != '\0'; p = strchr(p, '\n'),
-	    p = p ? p + 1 : NULL)
-		if (strncmp(p, name, nl) == 0 && p[nl] == '=')
-			return strtoll(p + nl + 1, NULL, 10);
-	return dflt;
+static void
+rz_legacy_unescape(char *s)
+{
+	char	*o = s;
+
+	for (; *s != '\0'; s++) {
+		if (*s == '\\' && s[1] == 'n') {
+			*o++ = '\n';
+			s++;
+		} else if (*s == '\\' && s[1] == '\\') {
+			*o++ = '\\';
+			s++;
+		} else
+			*o++ = *s;
+	}
+	*o = '\0';
+}
+
+static json_t *
+rz_legacy_row(char *row)
+{
+	json_t	*o;
+	char	*line, *eq, *next;
+	size_t	 i;
+
+	if ((o = json_object()) == NULL)
+		return NULL;
+	for (line = row; line != NULL && *line != '\0'; line = next) {
+		if ((next = strchr(line, '\n')) != NULL)
+			*next++ = '\0';
+		if ((eq = strchr(line, '=')) == NULL)
+			continue;
+		*eq++ = '\0';
+		for (i = 0; i < (sizeof rz_legacy_texts / sizeof rz_legacy_texts[0]); i++)
+			if (strcmp(line, rz_legacy_texts[i]) == 0)
+				break;
+		if (i == (sizeof rz_legacy_texts / sizeof rz_legacy_texts[0])) {
+			json_object_set_new(o, line,
+			    json_integer(strtoll(eq, NULL, 10)));
+			continue;
+		}
+		if (strcmp(line, "failure") == 0)
+			rz_legacy_unescape(eq);
+		json_object_set_new(o, line, rz_json_text(eq));
+	}
+	return o;
+}
+
+/* A stored row as a JSON object: JSON, or the older k=v text.  NULL
+ * when it is neither (or no memory). */
+static json_t *
+rz_row_parse(struct slice v)
+{
+	json_t	*o;
+	char	*text;
+
+	if (v.len > 0 && v.p[0] == '{') {
+		o = json_loadb((const char *)v.p, v.len, 0, NULL);
+		if (o != NULL && !json_is_object(o)) {
+			json_decref(o);
+			o = NULL;
+		}
+		return o;
+	}
+	if ((text = malloc(v.len + 1)) == NULL)
+		return NULL;
+	memcpy(text, v.p, v.len);
+	text[v.len] = '\0';
+	o = rz_legacy_row(text);
+	free(text);
+	return o;
+}
+
+static int64_t
+row_i64(const json_t *row, const char *name, int64_t dflt)
+{
+	json_t	*v = json_object_get(row, name);
+
+	return json_is_integer(v) ? json_integer_value(v) : dflt;
 }
 
 static void
-row_str(const char *row, const char *name, char *out, size_t outsz)
+row_str(const json_t *row, const char *name, char *out, size_t outsz)
 {
-	const char	*p, *e;
-	size_t		 nl = strlen(name), n;
+	const char	*s = json_string_value(json_object_get(row, name));
 
-	out[0] = '\0';
-	for (p = row; p != NULL && *p != '\0'; p = strchr(p, '\n'),
-	    p = p ? p + 1 : NULL) {
-		if (strncmp(p, name, nl) != 0 || p[nl] != '=')
-			continue;
-		p += nl + 1;
-		e = strchr(p, '\n');
-		n = e ? (size_t)(e - p) : strlen(p);
-		if (n >= outsz)
-			n = outsz - 1;
-		memcpy(out, p, n);
-		out[n] = '\0';
-		return;
+	strlcpy(out, s != NULL ? s : "", outsz);
+}
+
+/*
+ * An event row: {"time_ms", "text"}, or the older "<wall ms> <text>"
+ * with the text escaped.  Sets *ms and *text (malloc'ed); 0, or -1 when
+ * it is neither or there is no memory.
+ */
+static int
+rz_event_parse(struct slice v, int64_t *ms, char **text)
+{
+	json_t		*o;
+	const char	*t;
+	char		*line, *sp;
+
+	if (v.len > 0 && v.p[0] == '{') {
+		if ((o = rz_row_parse(v)) == NULL)
+			return -1;
+		*ms = row_i64(o, "time_ms", 0);
+		t = json_string_value(json_object_get(o, "text"));
+		*text = strdup(t != NULL ? t : "");
+		json_decref(o);
+		return *text != NULL ? 0 : -1;
 	}
+	if ((line = malloc(v.len + 1)) == NULL)
+		return -1;
+	memcpy(line, v.p, v.len);
+	line[v.len] = '\0';
+	rz_legacy_unescape(line);
+	*ms = strtoll(line, NULL, 10);
+	sp = strchr(line, ' ');
+	*text = strdup(sp != NULL ? sp + 1 : "");
+	free(line);
+	return *text != NULL ? 0 : -1;
 }
 
 struct rz_load_ctx {
@@ -1441,16 +1529,17 @@ rz_load_node_cb(void *arg, struct slice key)
 	struct rz_job		*j = ctx->job;
 	struct rz_node		*nd;
 	struct slice		 v, ns;
-	char			 nsbuf[RZ_ID_MAX + 32], *row, *k;
+	char			 nsbuf[RZ_ID_MAX + 32], *k;
+	json_t			*row;
 
 	rz_ns_name(nsbuf, sizeof nsbuf, "node", j, &ns);
 	if (kv_get(ctx->rz->kv, ns, key, &v) != 0 ||
-	    (row = slice_cstr(v)) == NULL)
+	    (row = rz_row_parse(v)) == NULL)
 		return;
 	if ((nd = calloc(1, sizeof *nd)) == NULL ||
 	    (k = slice_cstr(key)) == NULL) {
 		free(nd);
-		free(row);
+		json_decref(row);
 		ctx->err = RDZV_ENOMEM;
 		return;
 	}
@@ -1468,7 +1557,7 @@ rz_load_node_cb(void *arg, struct slice key)
 	nd->want_rank = row_i64(row, "want_rank", -1);
 	nd->succeeded = (int)row_i64(row, "succeeded", 0);
 	nd->lease_end = ctx->now + j->lease_ms;
-	free(row);
+	json_decref(row);
 	rz_node_add(j, nd);
 }
 
@@ -1478,13 +1567,14 @@ rz_load_job_cb(void *arg, struct slice key)
 	struct rz_load_ctx	*ctx = arg;
 	struct rz_job		*j;
 	struct slice		 v, ns;
-	char			 nsbuf[RZ_ID_MAX + 32], *row;
+	char			 nsbuf[RZ_ID_MAX + 32];
+	json_t			*row;
 
 	if (key.len > RZ_ID_MAX || kv_get(ctx->rz->kv, ns_jobs, key, &v) != 0 ||
-	    (row = slice_cstr(v)) == NULL)
+	    (row = rz_row_parse(v)) == NULL)
 		return;
 	if ((j = calloc(1, sizeof *j)) == NULL) {
-		free(row);
+		json_decref(row);
 		ctx->err = RDZV_ENOMEM;
 		return;
 	}
@@ -1505,8 +1595,7 @@ rz_load_job_cb(void *arg, struct slice key)
 	j->port = (int)row_i64(row, "port", 0);
 	j->closed_ms = row_i64(row, "closed_ms", -1);
 	row_str(row, "failure", j->failure, sizeof j->failure);
-	rz_unescape(j->failure);
-	free(row);
+	json_decref(row);
 	if (j->round > 0)
 		snprintf(j->ns, sizeof j->ns, "job/%s/round/%" PRId64, j->id,
 		    j->round);
@@ -1522,9 +1611,9 @@ rz_load_job_cb(void *arg, struct slice key)
 static int64_t
 rz_last_event_ms(struct rz *rz, struct rz_job *j)
 {
-	char		nsbuf[RZ_ID_MAX + 32], key[32], num[24];
+	char		nsbuf[RZ_ID_MAX + 32], key[32], *text;
 	struct slice	ns, v;
-	size_t		n;
+	int64_t		ms;
 	int		k;
 
 	if (j->next_event < 1)
@@ -1532,12 +1621,10 @@ rz_last_event_ms(struct rz *rz, struct rz_job *j)
 	rz_ns_name(nsbuf, sizeof nsbuf, "ev", j, &ns);
 	k = snprintf(key, sizeof key, "%020" PRId64, j->next_event - 1);
 	if (kv_get(rz->kv, ns, (struct slice){ (const uint8_t *)key,
-	    (size_t)k }, &v) != 0)
+	    (size_t)k }, &v) != 0 || rz_event_parse(v, &ms, &text) != 0)
 		return -1;
-	n = v.len < sizeof num - 1 ? v.len : sizeof num - 1;
-	memcpy(num, v.p, n);
-	num[n] = '\0';
-	return strtoll(num, NULL, 10);
+	free(text);
+	return ms;
 }
 
 static int
@@ -1780,8 +1867,8 @@ rz_json_events(struct rz *rz, struct slice job, int64_t after)
 {
 	struct rz_job	*j;
 	struct slice	 ns, v;
-	char		 nsbuf[RZ_ID_MAX + 32], key[32], *line, *sp;
-	int64_t		 seq, first;
+	char		 nsbuf[RZ_ID_MAX + 32], key[32], *text;
+	int64_t		 seq, first, ms;
 	json_t		*arr;
 	int		 k;
 
@@ -1800,15 +1887,12 @@ rz_json_events(struct rz *rz, struct slice job, int64_t after)
 	for (seq = first; seq < j->next_event; seq++) {
 		k = snprintf(key, sizeof key, "%020" PRId64, seq);
 		if (kv_get(rz->kv, ns, (struct slice){ (const uint8_t *)key,
-		    (size_t)k }, &v) != 0 || (line = slice_cstr(v)) == NULL)
+		    (size_t)k }, &v) != 0 || rz_event_parse(v, &ms, &text) != 0)
 			continue;
-		rz_unescape(line);
-		sp = strchr(line, ' ');
-		json_array_append_new(arr, json_pack("{s:I, s:I, s:s}",
-		    "seq", (json_int_t)seq,
-		    "time_ms", (json_int_t)strtoll(line, NULL, 10),
-		    "text", sp != NULL ? sp + 1 : ""));
-		free(line);
+		json_array_append_new(arr, json_pack("{s:I, s:I, s:o}",
+		    "seq", (json_int_t)seq, "time_ms", (json_int_t)ms,
+		    "text", rz_json_text(text)));
+		free(text);
 	}
 	return rz_dump(arr);
 }

@@ -18,8 +18,10 @@
  *      JOIN's reply precedes the ROUND push on the same connection);
  *   4. arms its timers for .deadline and .purge_at; rz_outbox_reset().
  * A new kind of round (a repair round that shrinks or grows, naming a
- * donor rank) is new state here and new fields in struct nat_round: the
- * outbox and the caller's steps stay as they are.
+ * donor rank) is new state and transitions here, its deadlines through
+ * rz_next_deadline(), and new fields in struct nat_round (trailing,
+ * optional fields of the ROUND push, common/wire_native.c): its pushes,
+ * ports and timers travel in the same outbox, applied by the same steps.
  *
  * Rows: the machine writes its own durable rows through kv (the pure
  * core that journals to sqlite), as part of the transition; only a job
@@ -32,8 +34,13 @@
  * is back after a restart through rz_load():
  *   "\0rdzv/job"          job id       -> job row
  *   "\0rdzv/node/<job>"   node id      -> node row
- *   "\0rdzv/ev/<job>"     %020 seq     -> "<wall ms> <text>" (newest
- *                                          RZ_EVENTS_KEPT kept)
+ *   "\0rdzv/ev/<job>"     %020 seq     -> {"time_ms": wall ms, "text"}
+ *                                          (newest RZ_EVENTS_KEPT kept)
+ * Rows are JSON objects (jansson), a job's and a node's with one member
+ * per field of struct rz_job and rz_node that outlives a restart.  Rows
+ * of the k=v text an older rdzvd wrote (one "name=value" line each; an
+ * event "<wall ms> <text>"; '\\' and newline escaped in the failure and
+ * in event text) still load, and are JSON once written again.
  *
  * Job states (one job per rdzv_id):
  *
@@ -48,11 +55,7 @@
  *             job/<id>/), so a JOIN with that id starts a new job.
  * rz_round_end() and rz_round_form() make the transitions; rz_purge()
  * forgets closed jobs.
- *
- * Rows are JSON objects (jansson); rows of the k=v text format an older
- * rdzvd wrote (one "name=value" line each, '\\' and newline escaped in
- * the failure and in event lines) still load.
- *
+ * *
  * Round namespaces "job/<id>/round/<n>": only the running round's is
  * live.  A round's namespace is dropped when it ends, and once more by
  * rz_sweep() when a late writer (a worker still reporting progress over

@@ -390,26 +390,24 @@ test_reload_keeps_close_time(void **state)
 {
 	struct fx	*f = *state;
 	struct slice	 v;
-	char		*row, *p;
-	size_t		 n;
+	json_t		*row;
+	char		*text;
 
 	done(f, "r1");
 	wall += 200;
 	done(f, "r2");
-	/* Drop r2's closed_ms line: a row from before retention existed
-	 * falls back to its close event's time. */
+	/* Drop r2's closed_ms: a row from before retention existed falls
+	 * back to its close event's time. */
 	assert_int_equal(kv_get(f->kv, (struct slice){
 	    (const uint8_t *)"\0rdzv/job", 9 }, slice_str("r2"), &v), 0);
-	assert_non_null(row = malloc(v.len + 1));
-	memcpy(row, v.p, v.len);
-	row[v.len] = '\0';
-	assert_non_null(p = strstr(row, "closed_ms="));
-	n = strcspn(p, "\n") + 1;
-	memmove(p, p + n, strlen(p + n) + 1);
+	assert_non_null(row = json_loadb((const char *)v.p, v.len, 0, NULL));
+	assert_int_equal(json_object_del(row, "closed_ms"), 0);
+	assert_non_null(text = json_dumps(row, JSON_COMPACT));
+	json_decref(row);
 	assert_int_equal(kv_set(f->kv, (struct slice){
 	    (const uint8_t *)"\0rdzv/job", 9 }, slice_str("r2"),
-	    slice_str(row)), 0);
-	free(row);
+	    slice_str(text)), 0);
+	free(text);
 
 	/* "Restart" much later: a new machine over the same rows. */
 	rz_free(f->rz);
@@ -656,6 +654,92 @@ test_outbox_lease_expiry(void **state)
 	    &conn_b, 1001, &ob)), RDZV_ENOTFOUND);
 }
 
+static void
+kv_put_ns(struct fx *f, const char *ns, size_t nslen, const char *key,
+    const char *val)
+{
+	assert_int_equal(kv_set(f->kv, (struct slice){ (const uint8_t *)ns,
+	    nslen }, slice_str(key), slice_str(val)), 0);
+}
+#define PUT(f, lit, key, val)	kv_put_ns((f), (lit), sizeof(lit) - 1, \
+				    (key), (val))
+
+/*
+ * Rows an older rdzvd wrote as k=v text load: a running job (its nodes,
+ * ranks, port asked again), a closed one whose failure and events were
+ * escaped and whose row has no closed_ms (its close event's time counts).
+ */
+static void
+test_legacy_rows_load(void **state)
+{
+	struct fx	*f = *state;
+	json_t		*doc, *m;
+	char		*text;
+
+	PUT(f, "\0rdzv/job", "L", "min=2\nmax=2\nmax_restarts=3\n"
+	    "last_call_ms=0\nlease_ms=60000\nstate=2\nround=2\nrestarts=1\n"
+	    "next_node=3\nnext_join=2\nnext_event=1\nport=7777\nworld=5\n"
+	    "closed_ms=-1\nfailure=\n");
+	PUT(f, "\0rdzv/node/L", "1", "instance=ia\nhost=ha\naddr=1.2.3.4\n"
+	    "pid=10\nlws=3\nstate=2\ngroup_rank=1\nprev_rank=1\n"
+	    "join_seq=0\nsucceeded=0\nwant_rank=-1\n");
+	PUT(f, "\0rdzv/node/L", "2", "instance=ib\nhost=hb\naddr=\n"
+	    "pid=11\nlws=2\nstate=2\ngroup_rank=0\nprev_rank=0\n"
+	    "join_seq=1\nsucceeded=0\nwant_rank=-1\n");
+	PUT(f, "\0rdzv/ev/L", "00000000000000000000", "999000 join node 1");
+	PUT(f, "\0rdzv/job", "C", "min=1\nmax=1\nmax_restarts=0\n"
+	    "last_call_ms=0\nlease_ms=60000\nstate=4\nround=1\nrestarts=0\n"
+	    "next_node=2\nnext_join=1\nnext_event=2\nport=0\nworld=0\n"
+	    "failure=rank 0: a=b\\nline two \\\\ end\n");
+	PUT(f, "\0rdzv/ev/C", "00000000000000000000", "999100 job created");
+	PUT(f, "\0rdzv/ev/C", "00000000000000000001",
+	    "999500 close failed: x\\ny");
+
+	assert_int_equal(run(f, rz_load(f->rz, 0, &ob)), 0);
+	assert_non_null(doc = rz_job_doc(f->rz, slice_str("L"), 0));
+	assert_string_equal(json_string_value(json_object_get(doc, "state")),
+	    "running");
+	assert_int_equal(json_integer_value(json_object_get(doc, "round")), 2);
+	assert_int_equal(json_integer_value(json_object_get(doc,
+	    "store_port")), 7777);
+	m = json_array_get(json_object_get(doc, "members"), 0);
+	assert_string_equal(json_string_value(json_object_get(m, "host")),
+	    "ha");
+	assert_int_equal(json_integer_value(json_object_get(m, "rank_base")),
+	    2);
+	m = json_array_get(json_object_get(doc, "members"), 1);
+	assert_int_equal(json_integer_value(json_object_get(m, "node_id")), 2);
+	assert_int_equal(json_integer_value(json_object_get(m, "rank_base")),
+	    0);
+	json_decref(doc);
+
+	assert_non_null(doc = rz_job_doc(f->rz, slice_str("C"), 0));
+	assert_string_equal(json_string_value(json_object_get(doc, "failure")),
+	    "rank 0: a=b\nline two \\ end");
+	json_decref(doc);
+	assert_non_null(text = rz_json_events(f->rz, slice_str("C"), -1));
+	assert_non_null(strstr(text, "\"time_ms\":999500,"
+	    "\"text\":\"close failed: x\\ny\""));
+	free(text);
+	assert_int_equal(rz_next_purge(f->rz), 999500 + 1000);
+
+	/* The agent of node 1 comes back: the same node, rank 1, base 2. */
+	{
+		struct nat_join	r;
+
+		join_req(&r, "L", "ia", 2, 2);
+		r.local_world_size = 3;
+		assert_int_equal(rz_join(f->rz, &r, &conn_a, 1, &ob), 0);
+		assert_int_equal(ob.node_id, 1);
+		assert_int_equal(ob.restart_count, 1);
+		assert_int_equal(ob.npush, 1);
+		assert_int_equal(ob.push[0].round.group_rank, 1);
+		assert_int_equal(ob.push[0].round.rank_base, 2);
+		assert_int_equal(ob.push[0].round.world_size, 5);
+		drain(f->rz);
+	}
+}
+
 int
 main(void)
 {
@@ -685,6 +769,8 @@ main(void)
 		cmocka_unit_test_setup_teardown(test_outbox_failure_closes,
 		    setup, teardown),
 		cmocka_unit_test_setup_teardown(test_outbox_lease_expiry, setup,
+		    teardown),
+		cmocka_unit_test_setup_teardown(test_legacy_rows_load, setup,
 		    teardown),
 	};
 
