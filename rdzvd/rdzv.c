@@ -187,7 +187,7 @@ rz_out_port_open(struct rz_outbox *ob, struct rz_job *j, int want)
 	j->port_pending = 1;
 }
 
-/* The job row must be written before the reply (rz_done or rz_settle). */
+/* The job row must be written (by rz_settle, before the reply). */
 static void
 rz_mark(struct rz *rz, struct rz_job *j)
 {
@@ -199,29 +199,17 @@ rz_mark(struct rz *rz, struct rz_job *j)
 
 static void	rz_save_job(struct rz *, struct rz_job *);
 
-/* Writes the job rows marked, but those waiting for a port unless all. */
+/* Writes the job rows marked. */
 static void
-rz_write_rows(struct rz *rz, int all)
+rz_write_rows(struct rz *rz)
 {
-	struct rz_job	*j, *next;
+	struct rz_job	*j;
 
-	for (j = TAILQ_FIRST(&rz->dirty); j != NULL; j = next) {
-		next = TAILQ_NEXT(j, dirty_entry);
-		if (j->port_pending && !all)
-			continue;
+	while ((j = TAILQ_FIRST(&rz->dirty)) != NULL) {
 		TAILQ_REMOVE(&rz->dirty, j, dirty_entry);
 		j->dirty = 0;
 		rz_save_job(rz, j);
 	}
-}
-
-/* Ends every event: rows written, the timers' times in ob. */
-static void
-rz_done(struct rz *rz, struct rz_outbox *ob)
-{
-	rz_write_rows(rz, 0);
-	ob->deadline = rz_next_deadline(rz);
-	ob->purge_at = rz_next_purge(rz);
 }
 
 void
@@ -246,7 +234,9 @@ rz_settle(struct rz *rz, struct rz_outbox *ob)
 			ob->push[i].round.store_port = ob->push[i].job->port;
 			ob->push[i].port_pending = 0;
 		}
-	rz_write_rows(rz, 1);
+	rz_write_rows(rz);
+	ob->deadline = rz_next_deadline(rz);
+	ob->purge_at = rz_next_purge(rz);
 }
 
 /* Copies a peer-supplied identifier, refusing empty, long or odd ones. */
@@ -731,9 +721,9 @@ rz_free(struct rz *rz)
 	free(rz);
 }
 
-static int
-rz_join_in(struct rz *rz, struct rz_outbox *ob, const struct nat_join *r,
-    void *conn, int64_t now)
+int
+rz_join(struct rz *rz, const struct nat_join *r, void *conn, int64_t now,
+    struct rz_outbox *ob)
 {
 	struct rz_job	*j;
 	struct rz_node	*nd;
@@ -839,17 +829,6 @@ rz_join_in(struct rz *rz, struct rz_outbox *ob, const struct nat_join *r,
 }
 
 int
-rz_join(struct rz *rz, const struct nat_join *r, void *conn, int64_t now,
-    struct rz_outbox *ob)
-{
-	int	rc;
-
-	rc = rz_join_in(rz, ob, r, conn, now);
-	rz_done(rz, ob);
-	return rc;
-}
-
-int
 rz_heartbeat(struct rz *rz, struct slice job, int64_t node_id, void *conn,
     int64_t now, struct rz_outbox *ob)
 {
@@ -857,36 +836,19 @@ rz_heartbeat(struct rz *rz, struct slice job, int64_t node_id, void *conn,
 	struct rz_node	*nd;
 
 	if ((j = rz_find_job(rz, job)) == NULL ||
-	    (nd = rz_find_node(j, node_id)) == NULL) {
-		rz_done(rz, ob);
+	    (nd = rz_find_node(j, node_id)) == NULL)
 		return RDZV_ENOTFOUND;
-	}
 	nd->lease_end = now + j->lease_ms;
 	/* A closed job holds no connections (see rz_close_job). */
 	if (conn != NULL && !rz_closed(j))
 		nd->conn = conn;
 	ob->round = j->round;
-	rz_done(rz, ob);
 	return 0;
 }
-
-static int	rz_leave_in(struct rz *, struct rz_outbox *, struct slice,
-		    int64_t, int64_t);
 
 int
 rz_leave(struct rz *rz, struct slice job, int64_t node_id, int64_t now,
     struct rz_outbox *ob)
-{
-	int	rc;
-
-	rc = rz_leave_in(rz, ob, job, node_id, now);
-	rz_done(rz, ob);
-	return rc;
-}
-
-static int
-rz_leave_in(struct rz *rz, struct rz_outbox *ob, struct slice job,
-    int64_t node_id, int64_t now)
 {
 	struct rz_job	*j;
 	struct rz_node	*nd;
@@ -908,23 +870,9 @@ rz_leave_in(struct rz *rz, struct rz_outbox *ob, struct slice job,
 	return 0;
 }
 
-static int	rz_failure_in(struct rz *, struct rz_outbox *,
-		    const struct nat_failure *, int64_t);
-
 int
 rz_failure(struct rz *rz, const struct nat_failure *r, int64_t now,
     struct rz_outbox *ob)
-{
-	int	rc;
-
-	rc = rz_failure_in(rz, ob, r, now);
-	rz_done(rz, ob);
-	return rc;
-}
-
-static int
-rz_failure_in(struct rz *rz, struct rz_outbox *ob, const struct nat_failure *r,
-    int64_t now)
 {
 	struct rz_job	*j;
 	struct rz_node	*nd;
@@ -968,23 +916,9 @@ rz_failure_in(struct rz *rz, struct rz_outbox *ob, const struct nat_failure *r,
 	return 0;
 }
 
-static int	rz_succeeded_in(struct rz *, struct rz_outbox *, struct slice,
-		    int64_t, int64_t, int64_t);
-
 int
 rz_succeeded(struct rz *rz, struct slice job, int64_t node_id, int64_t round,
     int64_t now, struct rz_outbox *ob)
-{
-	int	rc;
-
-	rc = rz_succeeded_in(rz, ob, job, node_id, round, now);
-	rz_done(rz, ob);
-	return rc;
-}
-
-static int
-rz_succeeded_in(struct rz *rz, struct rz_outbox *ob, struct slice job,
-    int64_t node_id, int64_t round, int64_t now)
 {
 	struct rz_job	*j;
 	struct rz_node	*nd;
@@ -1019,7 +953,6 @@ rz_conn_gone(struct rz *rz, void *conn, struct rz_outbox *ob)
 			if (nd->conn == conn)
 				nd->conn = NULL;
 	}
-	rz_done(rz, ob);
 }
 
 void
@@ -1053,7 +986,6 @@ rz_tick(struct rz *rz, int64_t now, struct rz_outbox *ob)
 			rz_round_end(rz, ob, j, now, "a member's lease expired");
 		rz_round_form(rz, ob, j, now);
 	}
-	rz_done(rz, ob);
 }
 
 /*
@@ -1311,10 +1243,8 @@ rz_purge(struct rz *rz, int64_t wall, int max_jobs, int64_t max_keys,
 	int64_t		 keys = 0;
 	int		 n = 0, i;
 
-	if (rz->retention_ms <= 0) {
-		rz_done(rz, ob);
+	if (rz->retention_ms <= 0)
 		return 0;
-	}
 	/* The batch: due jobs from the oldest close, within the budget
 	 * (their rows counted ahead; stray namespaces are few). */
 	TAILQ_FOREACH(j, &rz->closed, closed_entry) {
@@ -1327,10 +1257,8 @@ rz_purge(struct rz *rz, int64_t wall, int max_jobs, int64_t max_keys,
 		keys += kv_num_keys(rz->kv, ns) + j->nnodes + 1;
 		n++;
 	}
-	if (n == 0) {
-		rz_done(rz, ob);
+	if (n == 0)
 		return 0;
-	}
 	/* One walk over the namespaces finds every batch job's. */
 	memset(&pk, 0, sizeof pk);
 	pk.rz = rz;
@@ -1342,7 +1270,6 @@ rz_purge(struct rz *rz, int64_t wall, int max_jobs, int64_t max_keys,
 		next = TAILQ_NEXT(j, closed_entry);
 		rz_forget(rz, ob, j);
 	}
-	rz_done(rz, ob);
 	return n;
 }
 
@@ -1702,7 +1629,6 @@ rz_load(struct rz *rz, int64_t now, struct rz_outbox *ob)
 		    " resumes, %" PRId64 " nodes have %" PRId64 " ms to "
 		    "reconnect", j->round, j->nnodes, j->lease_ms);
 	}
-	rz_done(rz, ob);
 	return ctx.err;
 }
 
@@ -1925,7 +1851,6 @@ rz_admin_close(struct rz *rz, struct slice job, struct slice reason,
 	struct rz_job	*j;
 	size_t		 n;
 
-	rz_done(rz, ob);	/* nothing else to do unless it closes */
 	if ((j = rz_find_job(rz, job)) == NULL)
 		return RDZV_ENOTFOUND;
 	if (rz_closed(j))
@@ -1935,27 +1860,12 @@ rz_admin_close(struct rz *rz, struct slice job, struct slice reason,
 	snprintf(j->failure, sizeof j->failure, "closed by an operator: %.*s",
 	    (int)n, (const char *)reason.p);
 	rz_close_job(rz, ob, j, RZJ_FAILED, now);
-	rz_done(rz, ob);
 	return 0;
 }
-
-static int	rz_evict_in(struct rz *, struct rz_outbox *, struct slice,
-		    int64_t, int64_t);
 
 int
 rz_admin_evict(struct rz *rz, struct slice job, int64_t node_id, int64_t now,
     struct rz_outbox *ob)
-{
-	int	rc;
-
-	rc = rz_evict_in(rz, ob, job, node_id, now);
-	rz_done(rz, ob);
-	return rc;
-}
-
-static int
-rz_evict_in(struct rz *rz, struct rz_outbox *ob, struct slice job,
-    int64_t node_id, int64_t now)
 {
 	struct rz_job	*j;
 	struct rz_node	*nd;

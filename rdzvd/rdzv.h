@@ -13,7 +13,8 @@
  * order:
  *   1. closes and opens the ports asked (rz_out_port: sets .port);
  *   2. calls rz_settle(), which records the port numbers, puts them in
- *      the RUNNING pushes and writes the job rows that waited for them;
+ *      the RUNNING pushes, writes the job rows the event changed and
+ *      sets .deadline and .purge_at;
  *   3. writes the reply to the request, then the pushes in order (so a
  *      JOIN's reply precedes the ROUND push on the same connection);
  *   4. arms its timers for .deadline and .purge_at; rz_outbox_reset().
@@ -24,10 +25,11 @@
  * ports and timers travel in the same outbox, applied by the same steps.
  *
  * Rows: the machine writes its own durable rows through kv (the pure
- * core that journals to sqlite), as part of the transition; only a job
- * row that must carry a port not yet opened waits for rz_settle().  kv
- * is not the adapter: it does no I/O, and a reply the adapter writes
- * after the rows is held until they commit (conn_reply_buf_durable).
+ * core that journals to sqlite): node and event rows as the transition
+ * makes them, job rows once per event in rz_settle() (a job row carries
+ * its round's port, known only then).  kv is not the adapter: it does no
+ * I/O, and a reply the adapter writes after the rows is held until they
+ * commit (conn_reply_buf_durable).
  *
  * Durable state is written as kv rows in reserved namespaces (NUL-led,
  * refused to clients), so it reaches sqlite through the kv journal and
@@ -134,7 +136,8 @@ void	rz_outbox_init(struct rz_outbox *);
 /* Empties ob for the next call (keeps its memory). */
 void	rz_outbox_reset(struct rz_outbox *);
 void	rz_outbox_free(struct rz_outbox *);
-/* Step 2 of applying ob (see above): after the ports, before sending. */
+/* Step 2 of applying ob (see above): after the ports, before sending.
+ * Every event's outbox must be settled before the next event. */
 void	rz_settle(struct rz *, struct rz_outbox *);
 
 /* Creates the rendezvous over kv; defaults apply when a JOIN says -1. */

@@ -510,6 +510,7 @@ test_outbox_join_forms_round(void **state)
 	assert_int_equal(ob.lease_ms, 1000);
 	assert_int_equal(ob.npush, 0);
 	assert_int_equal(ob.nport, 0);
+	rz_settle(f->rz, &ob);
 	assert_int_equal(ob.deadline, 1000);		/* its lease */
 	drain(f->rz);
 
@@ -618,6 +619,7 @@ test_outbox_failure_closes(void **state)
 	    ob.push[0].round.message.len, "signal 9", 8));
 	assert_int_equal(ob.nport, 1);
 	assert_false(ob.port[0].open);
+	rz_settle(f->rz, &ob);
 	assert_int_equal(ob.purge_at, wall + 1000);	/* retention */
 	drain(f->rz);
 }
@@ -638,6 +640,7 @@ test_outbox_lease_expiry(void **state)
 	    &conn_a, 600, &ob)), 0);
 	rz_tick(f->rz, 999, &ob);
 	assert_int_equal(ob.npush, 0);
+	rz_settle(f->rz, &ob);
 	assert_int_equal(ob.deadline, 1000);
 	drain(f->rz);
 	rz_tick(f->rz, 1000, &ob);
@@ -647,6 +650,7 @@ test_outbox_lease_expiry(void **state)
 	assert_int_equal(ob.nport, 1);
 	assert_false(ob.port[0].open);
 	assert_string_equal(ob.port[0].job, "ob");
+	rz_settle(f->rz, &ob);
 	assert_int_equal(ob.deadline, 1600);
 	drain(f->rz);
 	/* A heartbeat from the lost node: it must JOIN again. */
