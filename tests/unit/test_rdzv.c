@@ -612,6 +612,7 @@ test_outbox_failure_closes(void **state)
 	fr.node_id = 1;
 	fr.round = 1;
 	fr.signo = 9;
+	fr.message = slice_str("");
 	assert_int_equal(rz_failure(f->rz, &fr, 5, &ob), 0);
 	assert_int_equal(ob.npush, 1);
 	assert_int_equal(ob.push[0].round.state, RDZV_ROUND_FAILED);
