@@ -330,7 +330,8 @@ struct nat_join {
 				 * encoded only when >= 0 */
 };
 int	nat_join_decode(struct slice payload, struct nat_join *);
-int	nat_join_put(struct evbuffer *out, uint32_t id, const struct nat_join *);
+int	nat_join_put(struct evbuffer *out, uint32_t id,
+	    const struct nat_join *);
 
 /* JOIN's reply. */
 struct nat_joined {

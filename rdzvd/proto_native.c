@@ -294,13 +294,6 @@ native_auth(struct conn *c, const struct nat_msg *m, const char **why)
 	return 0;
 }
 
-/* Replies to a rendezvous op that succeeded or failed (no payload). */
-static void
-reply_rz(struct conn *c, const struct nat_msg *m, int rc)
-{
-	round_reply_rc(c, m->op, m->id, rc);
-}
-
 /*
  * One request being served: its frame, a reader over the payload past
  * the parts its op's flags name (namespace, key, job), and those parts.
@@ -717,7 +710,7 @@ static void
 native_reply_text(struct nat_req *r, char *text)
 {
 	if (text == NULL) {
-		reply_rz(r->c, r->m, RDZV_ENOTFOUND);
+		round_reply_rc(r->c, r->m->op, r->m->id, RDZV_ENOTFOUND);
 		return;
 	}
 	reply_bytes(r->c, r->m->op, r->m->id, text, strlen(text));
@@ -773,7 +766,7 @@ native_admin_events(struct nat_req *r)
 		return RDZV_EPROTO;
 	if (rz_event_row(server.rz, r->job, after, nsbuf, sizeof nsbuf, &ens,
 	    keybuf, sizeof keybuf, &ekey) != 0) {
-		reply_rz(r->c, r->m, RDZV_ENOTFOUND);
+		round_reply_rc(r->c, r->m->op, r->m->id, RDZV_ENOTFOUND);
 		return 0;
 	}
 	if ((pd = pending_new(r->c, r->m, timeout > 0 ? timeout : 0)) == NULL)

@@ -39,8 +39,8 @@ struct rz_node {
 	int64_t			 prev_rank;	/* last round it was in, or -1 */
 	int64_t			 join_seq;	/* order of joining */
 	int64_t			 want_rank;	/* JOIN's node rank, or -1 */
-	int64_t			 rank_base;	/* member: its first global
-						 * rank, set as the round forms */
+	int64_t			 rank_base;	/* member: its first rank,
+						 * set as the round forms */
 	int64_t			 lease_end;
 	int			 succeeded;
 	void			*conn;
@@ -67,7 +67,7 @@ struct rz_job {
 	char			 ns[RZ_ID_MAX + 64];
 	char			 failure[RZ_MSG_MAX];
 	struct rz_nodes		 nodes;
-	struct rz_node		*by_instance;	/* the same nodes, by instance */
+	struct rz_node		*by_instance;	/* the nodes by instance */
 	int64_t			 nnodes;
 	int64_t			 lease_low;	/* <= every node's lease_end
 						 * (exact after a tick) */
@@ -1307,6 +1307,7 @@ rz_retention_left(struct rz *rz, struct slice job, int64_t wall)
 static const char *const rz_legacy_texts[] = {
 	"instance", "host", "addr", "failure"
 };
+#define RZ_LEGACY_TEXTS	(sizeof rz_legacy_texts / sizeof rz_legacy_texts[0])
 
 static void
 rz_legacy_unescape(char *s)
@@ -1341,10 +1342,10 @@ rz_legacy_row(char *row)
 		if ((eq = strchr(line, '=')) == NULL)
 			continue;
 		*eq++ = '\0';
-		for (i = 0; i < (sizeof rz_legacy_texts / sizeof rz_legacy_texts[0]); i++)
+		for (i = 0; i < RZ_LEGACY_TEXTS; i++)
 			if (strcmp(line, rz_legacy_texts[i]) == 0)
 				break;
-		if (i == (sizeof rz_legacy_texts / sizeof rz_legacy_texts[0])) {
+		if (i == RZ_LEGACY_TEXTS) {
 			json_object_set_new(o, line,
 			    json_integer(strtoll(eq, NULL, 10)));
 			continue;

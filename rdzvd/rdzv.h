@@ -94,7 +94,7 @@ struct rz_out_push {
 	void			*conn;
 	struct nat_round	 round;
 	struct rz_job		*job;
-	int			 port_pending;	/* store_port set by rz_settle */
+	int			 port_pending;	/* rz_settle sets store_port */
 };
 
 /* A round's TCPStore port to open (serve ns for job; want: the port to
@@ -127,7 +127,7 @@ struct rz_outbox {
 	size_t			 nport, capport;
 	struct rz_out_purged	*purged;
 	size_t			 npurged, cappurged;
-	int64_t			 deadline;	/* monotonic ms for rz_tick, -1 */
+	int64_t			 deadline;	/* rz_tick's (monotonic), -1 */
 	int64_t			 purge_at;	/* wall ms for rz_purge, -1 */
 	int			 lost;		/* items dropped: no memory */
 };

@@ -117,6 +117,26 @@ teardown(void **state)
 	return 0;
 }
 
+/* The ops the retention tests repeat, each drained. */
+static int
+purge(struct fx *f, int64_t at, int jobs, int64_t keys)
+{
+	return run(f, rz_purge(f->rz, at, jobs, keys, &ob));
+}
+
+static int
+succeeded(struct fx *f, const char *job, int64_t node, int64_t round)
+{
+	return run(f, rz_succeeded(f->rz, slice_str(job), node, round, 0,
+	    &ob));
+}
+
+static int
+evict(struct fx *f, const char *job, int64_t node, int64_t now)
+{
+	return run(f, rz_admin_evict(f->rz, slice_str(job), node, now, &ob));
+}
+
 /* A JOIN of instance inst to job (nodes lo:hi, one worker each). */
 static void
 join_req(struct nat_join *r, const char *job, const char *inst, int64_t lo,
@@ -200,7 +220,7 @@ done(struct fx *f, const char *job)
 	int64_t	node;
 
 	assert_int_equal(join(f, job, "i", 1, 1, &node), 0);
-	assert_int_equal(run(f, rz_succeeded(f->rz, slice_str(job), node, 1, 0, &ob)), 0);
+	assert_int_equal(succeeded(f, job, node, 1), 0);
 }
 
 static void
@@ -239,12 +259,12 @@ test_evict_closed(void **state)
 	assert_int_equal(join(f, "ev", "i2", 2, 2, &b), 0);
 	rz_tick(f->rz, 1, &ob);
 	drain(f->rz);
-	assert_int_equal(run(f, rz_admin_evict(f->rz, slice_str("ev"), 99, 2, &ob)),
+	assert_int_equal(evict(f, "ev", 99, 2),
 	    RDZV_ENOTFOUND);
-	assert_int_equal(run(f, rz_admin_evict(f->rz, slice_str("ev"), a, 2, &ob)), 0);
+	assert_int_equal(evict(f, "ev", a, 2), 0);
 	assert_int_equal(run(f, rz_admin_close(f->rz, slice_str("ev"),
 	    slice_str("done"), 3, &ob)), 0);
-	assert_int_equal(run(f, rz_admin_evict(f->rz, slice_str("ev"), b, 4, &ob)),
+	assert_int_equal(evict(f, "ev", b, 4),
 	    RDZV_ECLOSED);
 	assert_true(has_job(f, "ev"));
 }
@@ -274,11 +294,11 @@ test_purge_after_retention(void **state)
 	assert_int_equal(rz_retention_left(f->rz, slice_str("a"), wall + 400),
 	    600);
 	assert_int_equal(rz_retention_left(f->rz, slice_str("a/b"), wall), -1);
-	assert_int_equal(run(f, rz_purge(f->rz, wall + 999, 10, 1000, &ob)), 0);
+	assert_int_equal(purge(f, wall + 999, 10, 1000), 0);
 	assert_int_equal(join(f, "a", "j", 1, 1, NULL), RDZV_ECLOSED);
 	assert_true(has_job(f, "a"));
 
-	assert_int_equal(run(f, rz_purge(f->rz, wall + 1000, 10, 1000, &ob)), 1);
+	assert_int_equal(purge(f, wall + 1000, 10, 1000), 1);
 	assert_int_equal(npurged, 1);
 	assert_string_equal(purged[0], "a succeeded");
 	assert_false(has_job(f, "a"));
@@ -304,7 +324,7 @@ test_purge_after_retention(void **state)
 	/* The id starts a new job, from round 1. */
 	assert_int_equal(join(f, "a", "j", 1, 1, &node), 0);
 	assert_int_equal(node, 1);
-	assert_int_equal(run(f, rz_succeeded(f->rz, slice_str("a"), node, 1, 0, &ob)), 0);
+	assert_int_equal(succeeded(f, "a", node, 1), 0);
 }
 
 static void
@@ -319,12 +339,12 @@ test_purge_in_batches_oldest_first(void **state)
 		done(f, id);
 		wall += 10;
 	}
-	assert_int_equal(run(f, rz_purge(f->rz, wall + 5000, 3, 100000, &ob)), 3);
-	assert_int_equal(run(f, rz_purge(f->rz, wall + 5000, 3, 100000, &ob)), 3);
-	assert_int_equal(run(f, rz_purge(f->rz, wall + 5000, 3, 100000, &ob)), 3);
+	assert_int_equal(purge(f, wall + 5000, 3, 100000), 3);
+	assert_int_equal(purge(f, wall + 5000, 3, 100000), 3);
+	assert_int_equal(purge(f, wall + 5000, 3, 100000), 3);
 	/* A key budget smaller than one job still purges one. */
-	assert_int_equal(run(f, rz_purge(f->rz, wall + 5000, 3, 1, &ob)), 1);
-	assert_int_equal(run(f, rz_purge(f->rz, wall + 5000, 3, 100000, &ob)), 0);
+	assert_int_equal(purge(f, wall + 5000, 3, 1), 1);
+	assert_int_equal(purge(f, wall + 5000, 3, 100000), 0);
 	assert_int_equal(npurged, 10);
 	for (i = 0; i < 10; i++) {
 		snprintf(id, sizeof id, "j%d succeeded", 9 - i);
@@ -341,7 +361,7 @@ test_only_due_jobs_purged(void **state)
 	done(f, "old");
 	wall += 600;
 	done(f, "new");
-	assert_int_equal(run(f, rz_purge(f->rz, wall + 500, 10, 100000, &ob)), 1);
+	assert_int_equal(purge(f, wall + 500, 10, 100000), 1);
 	assert_string_equal(purged[0], "old succeeded");
 	assert_true(has_job(f, "new"));
 	assert_int_equal(rz_next_purge(f->rz), wall + 1000);
@@ -356,14 +376,14 @@ test_running_and_forming_never_purged(void **state)
 	assert_int_equal(join(f, "run", "i", 1, 1, NULL), 0);
 	assert_int_equal(join(f, "form", "i", 2, 2, NULL), 0);
 	assert_int_equal(rz_next_purge(f->rz), -1);
-	assert_int_equal(run(f, rz_purge(f->rz, wall + 100000000, 100, 100000, &ob)), 0);
+	assert_int_equal(purge(f, wall + 100000000, 100, 100000), 0);
 	rz_get_stats(f->rz, &st);
 	assert_int_equal(st.jobs_running, 1);
 	assert_int_equal(st.jobs_forming, 1);
 	/* Failed jobs (operator close) go like succeeded ones. */
 	assert_int_equal(run(f, rz_admin_close(f->rz, slice_str("run"),
 	    slice_str("why"), 0, &ob)), 0);
-	assert_int_equal(run(f, rz_purge(f->rz, wall + 1000, 100, 100000, &ob)), 1);
+	assert_int_equal(purge(f, wall + 1000, 100, 100000), 1);
 	assert_string_equal(purged[0], "run failed");
 	assert_true(has_job(f, "form"));
 }
@@ -377,7 +397,7 @@ test_retention_zero_keeps(void **state)
 	done(f, "k");
 	assert_int_equal(rz_next_purge(f->rz), -1);
 	assert_int_equal(rz_retention_left(f->rz, slice_str("k"), wall), -1);
-	assert_int_equal(run(f, rz_purge(f->rz, wall + 100000000, 100, 100000, &ob)), 0);
+	assert_int_equal(purge(f, wall + 100000000, 100, 100000), 0);
 	assert_true(has_job(f, "k"));
 	assert_int_equal(join(f, "k", "j", 1, 1, NULL), RDZV_ECLOSED);
 	/* Turned on later, it counts from the close. */
@@ -416,10 +436,10 @@ test_reload_keeps_close_time(void **state)
 	wall += 50000;
 	assert_int_equal(run(f, rz_load(f->rz, 0, &ob)), 0);
 	assert_int_equal(rz_next_purge(f->rz), 1000000 + 1000);
-	assert_int_equal(run(f, rz_purge(f->rz, 1000000 + 1100, 10, 100000, &ob)), 1);
+	assert_int_equal(purge(f, 1000000 + 1100, 10, 100000), 1);
 	assert_string_equal(purged[0], "r1 succeeded");
 	assert_int_equal(rz_next_purge(f->rz), 1000000 + 200 + 1000);
-	assert_int_equal(run(f, rz_purge(f->rz, wall, 10, 100000, &ob)), 1);
+	assert_int_equal(purge(f, wall, 10, 100000), 1);
 	assert_int_equal(kv_total_keys(f->kv), 0);
 
 	/* Closed by a clock that has since been set back a day: counted
@@ -459,7 +479,8 @@ test_sweep_dead_rounds(void **state)
 	fr.round = 1;
 	fr.exit_code = 1;
 	fr.message = slice_str("boom");
-	assert_int_equal(run(f, rz_failure(f->rz, &fr, 0, &ob)), 0);	/* round 2 */
+	/* round 2 */
+	assert_int_equal(run(f, rz_failure(f->rz, &fr, 0, &ob)), 0);
 	assert_int_equal(NK(f, "job/s/round/1"), 0);
 	put(f, "job/s/round/1", "late");
 	put(f, "job/s/round/2", "live");
@@ -471,8 +492,8 @@ test_sweep_dead_rounds(void **state)
 	assert_int_equal(rz_sweep(f->rz), 0);
 
 	/* Closed: its last round is dead too. */
-	assert_int_equal(run(f, rz_succeeded(f->rz, slice_str("s"), n1, 2, 0, &ob)), 0);
-	assert_int_equal(run(f, rz_succeeded(f->rz, slice_str("s"), n2, 2, 0, &ob)), 0);
+	assert_int_equal(succeeded(f, "s", n1, 2), 0);
+	assert_int_equal(succeeded(f, "s", n2, 2), 0);
 	assert_int_equal(NK(f, "job/s/round/2"), 0);
 	put(f, "job/s/round/2", "late");
 	assert_int_equal(rz_sweep(f->rz), 1);
