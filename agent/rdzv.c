@@ -312,24 +312,28 @@ static void
 rdzv_round_push(const struct nat_msg *m)
 {
 	struct rdzv_round	 r;
-	struct nat_rd		 rd;
-	struct slice		 job, ns, msg;
-	int64_t			*ints1[] = { &r.round, &r.state, &r.node_id,
-	    &r.group_rank, &r.group_world_size, &r.world_size, &r.rank_base,
-	    &r.restart_count, &r.max_restarts };
+	struct nat_round	 p;
+	struct slice		 ns, msg;
 	size_t			 i;
 
+	if (nat_round_decode(m->payload, &p) != 0) {
+		rdzv_drop("malformed ROUND push");
+		return;
+	}
 	memset(&r, 0, sizeof r);
-	nat_rd_init(&rd, m->payload);
-	if (nat_get_bytes(&rd, &job) != 0)
-		goto bad;
-	for (i = 0; i < sizeof ints1 / sizeof ints1[0]; i++)
-		if (nat_get_i64(&rd, ints1[i]) != 0)
-			goto bad;
-	if (nat_get_bytes(&rd, &ns) != 0 || nat_get_i64(&rd, &r.store_port) ||
-	    nat_get_bytes(&rd, &msg) != 0 || nat_rd_end(&rd) != 0)
-		goto bad;
-	if (!slice_eq(job, slice_str(rc_cfg->rdzv_id))) {
+	r.round = p.round;
+	r.state = p.state;
+	r.node_id = p.node_id;
+	r.group_rank = p.group_rank;
+	r.group_world_size = p.group_world_size;
+	r.world_size = p.world_size;
+	r.rank_base = p.rank_base;
+	r.restart_count = p.restart_count;
+	r.max_restarts = p.max_restarts;
+	r.store_port = p.store_port;
+	ns = p.store_ns;
+	msg = p.message;
+	if (!slice_eq(p.job, slice_str(rc_cfg->rdzv_id))) {
 		log_warnx("ROUND push for another job ignored");
 		return;
 	}
@@ -355,25 +359,22 @@ rdzv_round_push(const struct nat_msg *m)
 	    (long long)r.store_port);
 	if (rc_cbs->round != NULL)
 		rc_cbs->round(&r, rc_arg);
-	return;
-bad:
-	rdzv_drop("malformed ROUND push");
 }
 
 static void
 rdzv_joined(const struct nat_msg *m)
 {
 	struct rdzv_report	*r;
-	struct nat_rd		 rd;
+	struct nat_joined	 jd;
 	int64_t			 node_id, restarts, lease;
 
-	nat_rd_init(&rd, m->payload);
-	if (nat_get_i64(&rd, &node_id) != 0 ||
-	    nat_get_i64(&rd, &restarts) != 0 ||
-	    nat_get_i64(&rd, &lease) != 0 || nat_rd_end(&rd) != 0) {
+	if (nat_joined_decode(m->payload, &jd) != 0) {
 		rdzv_drop("malformed JOIN reply");
 		return;
 	}
+	node_id = jd.node_id;
+	restarts = jd.restart_count;
+	lease = jd.lease_ms;
 	/* The job's lease rules (its first JOIN chose it): beat often
 	 * enough for it, whatever this agent was told. */
 	if (lease > 0 && lease < INT_MAX) {

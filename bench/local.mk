@@ -19,7 +19,8 @@ EXTRA_DIST += bench/gloo_allreduce.py bench/allreduce_vs_gloo.sh
 noinst_PROGRAMS += bench/restart/startmark
 bench_restart_startmark_SOURCES = bench/restart/startmark.c
 bench_restart_startmark_LDADD = $(LIBBSD_LIBS)
-EXTRA_DIST += bench/restart/restart_vs_torchrun.sh bench/restart/restart.py bench/restart/gloo_ready.py bench/restart/join1000.py
+EXTRA_DIST += bench/restart/restart_vs_torchrun.sh bench/restart/restart.py bench/restart/gloo_ready.py bench/restart/join1000.py \
+	bench/restart/join_ab.py
 EXTRA_DIST += bench/ddp_vs_torch.sh bench/torch_ddp_mlp.py
 # The blocking client's plaintext and TLS paths under load, and its
 # connect time (bench/tls_vs_plain.sh).

@@ -314,4 +314,59 @@ int	nat_frame_end(struct nat_wr *);
 int	nat_put_error(struct evbuffer *out, uint16_t op, uint32_t id, int code,
 	    const char *message);
 
+/*
+ * The rendezvous messages (PROTOCOL.md "Rendezvous"), each with its
+ * encoder and decoder.  A decoder reads a whole payload (the fields in
+ * enum nat_op's order, nothing after them) and returns 0 or RDZV_EPROTO;
+ * its slices point into the payload.  An encoder appends a whole frame
+ * to out and returns 0 or -1 (allocation).
+ */
+struct nat_join {
+	struct slice	job, instance, host, addr;
+	int64_t		pid, local_world_size;
+	int64_t		min_nodes, max_nodes, max_restarts;
+	int64_t		last_call_ms, lease_ms;	/* < 0: defaults */
+	int64_t		rank;	/* the group rank wanted (static), or -1:
+				 * encoded only when >= 0 */
+};
+int	nat_join_decode(struct slice payload, struct nat_join *);
+int	nat_join_put(struct evbuffer *out, uint32_t id,
+	    const struct nat_join *);
+
+/* JOIN's reply. */
+struct nat_joined {
+	int64_t		node_id, restart_count, lease_ms;
+};
+int	nat_joined_decode(struct slice payload, struct nat_joined *);
+int	nat_joined_put(struct evbuffer *out, uint32_t id,
+	    const struct nat_joined *);
+
+struct nat_failure {
+	struct slice	job;
+	int64_t		node_id, round, local_rank, rank, exit_code, signo;
+	struct slice	message;
+};
+int	nat_failure_decode(struct slice payload, struct nat_failure *);
+int	nat_failure_put(struct evbuffer *out, uint32_t id,
+	    const struct nat_failure *);
+
+/* A ROUND push: what one node is told of its job's round. */
+struct nat_round {
+	struct slice	job;
+	int64_t		round;
+	int64_t		state;		/* enum rdzv_round_state */
+	int64_t		node_id;
+	int64_t		group_rank;
+	int64_t		group_world_size;
+	int64_t		world_size;
+	int64_t		rank_base;
+	int64_t		restart_count;
+	int64_t		max_restarts;
+	struct slice	store_ns;
+	int64_t		store_port;
+	struct slice	message;
+};
+int	nat_round_decode(struct slice payload, struct nat_round *);
+int	nat_round_put(struct evbuffer *out, const struct nat_round *);
+
 #endif /* RDZV_WIRE_H */

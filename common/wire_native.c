@@ -1,7 +1,10 @@
 /*
  * wire_native.c: the native rdzv protocol codec (common/PROTOCOL.md): the
  * preamble, frame headers, the typed-field payload reader and the frame
- * writer.  All integers are little-endian whatever the host.  (The
+ * writer, and the rendezvous messages (JOIN and its reply, FAILURE, the
+ * ROUND push) encoded and decoded field by field in one place for rdzvd,
+ * the agent and the tests.  All integers are little-endian whatever the
+ * host.  (The
  * authentication MACs declared beside them in wire.h are in auth.c, which
  * links OpenSSL.)
  */
@@ -460,4 +463,183 @@ nat_put_error(struct evbuffer *out, uint16_t op, uint32_t id, int code,
 	    nat_frame_end(&w) != 0)
 		return (-1);
 	return (0);
+}
+
+/* ---- the rendezvous messages (wire.h) ---- */
+
+/* Reads n 'i' fields into v[0..n-1]; 0 or RDZV_EPROTO. */
+static int
+nat_get_i64s(struct nat_rd *rd, int64_t *const *v, size_t n)
+{
+	size_t	i;
+
+	for (i = 0; i < n; i++)
+		if (nat_get_i64(rd, v[i]) != 0)
+			return (RDZV_EPROTO);
+	return (0);
+}
+
+static int
+nat_put_i64s(struct nat_wr *w, const int64_t *const *v, size_t n)
+{
+	size_t	i;
+
+	for (i = 0; i < n; i++)
+		if (nat_put_i64(w, *v[i]) != 0)
+			return (-1);
+	return (0);
+}
+
+static int
+nat_put_slice(struct nat_wr *w, struct slice s)
+{
+	return (nat_put_bytes(w, s.p, s.len));
+}
+
+/* Finishes a frame; rc != 0: a field failed (the frame is dropped).
+ * Returns 0 or -1. */
+static int
+nat_frame_close(struct nat_wr *w, int rc)
+{
+	if (rc != 0) {
+		nat_frame_end(w);	/* releases the writer */
+		return (-1);
+	}
+	return (nat_frame_end(w));
+}
+
+/*
+ * JOIN: b job, b instance, b host, b addr, then the integers; an optional
+ * last i node_rank (a static rendezvous), absent meaning -1.
+ */
+int
+nat_join_decode(struct slice payload, struct nat_join *j)
+{
+	struct nat_rd	 rd;
+	int64_t *const	 v[] = { &j->pid, &j->local_world_size,
+	    &j->min_nodes, &j->max_nodes, &j->max_restarts, &j->last_call_ms,
+	    &j->lease_ms };
+
+	memset(j, 0, sizeof(*j));
+	nat_rd_init(&rd, payload);
+	if (nat_get_bytes(&rd, &j->job) != 0 ||
+	    nat_get_bytes(&rd, &j->instance) != 0 ||
+	    nat_get_bytes(&rd, &j->host) != 0 ||
+	    nat_get_bytes(&rd, &j->addr) != 0 ||
+	    nat_get_i64s(&rd, v, sizeof(v) / sizeof(v[0])) != 0)
+		return (RDZV_EPROTO);
+	j->rank = -1;
+	if (rd.left > 0 && nat_get_i64(&rd, &j->rank) != 0)
+		return (RDZV_EPROTO);
+	return (nat_rd_end(&rd));
+}
+
+int
+nat_join_put(struct evbuffer *out, uint32_t id, const struct nat_join *j)
+{
+	struct nat_wr		 w;
+	const int64_t *const	 v[] = { &j->pid, &j->local_world_size,
+	    &j->min_nodes, &j->max_nodes, &j->max_restarts, &j->last_call_ms,
+	    &j->lease_ms };
+	int			 rc;
+
+	nat_frame_begin(&w, out, NAT_OP_JOIN, 0, id);
+	rc = nat_put_slice(&w, j->job) != 0 ||
+	    nat_put_slice(&w, j->instance) != 0 ||
+	    nat_put_slice(&w, j->host) != 0 ||
+	    nat_put_slice(&w, j->addr) != 0 ||
+	    nat_put_i64s(&w, v, sizeof(v) / sizeof(v[0])) != 0;
+	if (rc == 0 && j->rank >= 0)
+		rc = nat_put_i64(&w, j->rank);
+	return (nat_frame_close(&w, rc));
+}
+
+/* JOIN's reply: i node_id, i restart_count, i lease_ms. */
+int
+nat_joined_decode(struct slice payload, struct nat_joined *r)
+{
+	struct nat_rd	 rd;
+	int64_t *const	 v[] = { &r->node_id, &r->restart_count, &r->lease_ms };
+
+	nat_rd_init(&rd, payload);
+	if (nat_get_i64s(&rd, v, 3) != 0)
+		return (RDZV_EPROTO);
+	return (nat_rd_end(&rd));
+}
+
+int
+nat_joined_put(struct evbuffer *out, uint32_t id, const struct nat_joined *r)
+{
+	struct nat_wr		 w;
+	const int64_t *const	 v[] = { &r->node_id, &r->restart_count,
+	    &r->lease_ms };
+
+	nat_frame_begin(&w, out, NAT_OP_JOIN, NAT_F_REPLY, id);
+	return (nat_frame_close(&w, nat_put_i64s(&w, v, 3)));
+}
+
+/* FAILURE: b job, six integers, b message. */
+int
+nat_failure_decode(struct slice payload, struct nat_failure *f)
+{
+	struct nat_rd	 rd;
+	int64_t *const	 v[] = { &f->node_id, &f->round, &f->local_rank,
+	    &f->rank, &f->exit_code, &f->signo };
+
+	memset(f, 0, sizeof(*f));
+	nat_rd_init(&rd, payload);
+	if (nat_get_bytes(&rd, &f->job) != 0 ||
+	    nat_get_i64s(&rd, v, sizeof(v) / sizeof(v[0])) != 0 ||
+	    nat_get_bytes(&rd, &f->message) != 0)
+		return (RDZV_EPROTO);
+	return (nat_rd_end(&rd));
+}
+
+int
+nat_failure_put(struct evbuffer *out, uint32_t id, const struct nat_failure *f)
+{
+	struct nat_wr		 w;
+	const int64_t *const	 v[] = { &f->node_id, &f->round,
+	    &f->local_rank, &f->rank, &f->exit_code, &f->signo };
+
+	nat_frame_begin(&w, out, NAT_OP_FAILURE, 0, id);
+	return (nat_frame_close(&w, nat_put_slice(&w, f->job) != 0 ||
+	    nat_put_i64s(&w, v, sizeof(v) / sizeof(v[0])) != 0 ||
+	    nat_put_slice(&w, f->message) != 0));
+}
+
+/* ROUND push: b job, nine integers, b store_ns, i store_port, b message. */
+int
+nat_round_decode(struct slice payload, struct nat_round *r)
+{
+	struct nat_rd	 rd;
+	int64_t *const	 v[] = { &r->round, &r->state, &r->node_id,
+	    &r->group_rank, &r->group_world_size, &r->world_size,
+	    &r->rank_base, &r->restart_count, &r->max_restarts };
+
+	memset(r, 0, sizeof(*r));
+	nat_rd_init(&rd, payload);
+	if (nat_get_bytes(&rd, &r->job) != 0 ||
+	    nat_get_i64s(&rd, v, sizeof(v) / sizeof(v[0])) != 0 ||
+	    nat_get_bytes(&rd, &r->store_ns) != 0 ||
+	    nat_get_i64(&rd, &r->store_port) != 0 ||
+	    nat_get_bytes(&rd, &r->message) != 0)
+		return (RDZV_EPROTO);
+	return (nat_rd_end(&rd));
+}
+
+int
+nat_round_put(struct evbuffer *out, const struct nat_round *r)
+{
+	struct nat_wr		 w;
+	const int64_t *const	 v[] = { &r->round, &r->state, &r->node_id,
+	    &r->group_rank, &r->group_world_size, &r->world_size,
+	    &r->rank_base, &r->restart_count, &r->max_restarts };
+
+	nat_frame_begin(&w, out, NAT_OP_ROUND, NAT_F_PUSH, 0);
+	return (nat_frame_close(&w, nat_put_slice(&w, r->job) != 0 ||
+	    nat_put_i64s(&w, v, sizeof(v) / sizeof(v[0])) != 0 ||
+	    nat_put_slice(&w, r->store_ns) != 0 ||
+	    nat_put_i64(&w, r->store_port) != 0 ||
+	    nat_put_slice(&w, r->message) != 0));
 }

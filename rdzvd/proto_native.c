@@ -293,26 +293,6 @@ native_auth(struct conn *c, const struct nat_msg *m, const char **why)
 	return 0;
 }
 
-/* Replies to a rendezvous op that succeeded or failed (no payload). */
-static void
-reply_rz(struct conn *c, const struct nat_msg *m, int rc)
-{
-	struct nat_wr	wr;
-
-	if (rc < 0) {
-		nat_put_error(conn_reply_buf(c), m->op, m->id, rc,
-		    rc == RDZV_ENOTFOUND ? "unknown job or node: JOIN again" :
-		    rdzv_strerror(rc));
-		conn_reply_done(c);
-		return;
-	}
-	/* Membership changes are acknowledged once committed. */
-	nat_frame_begin(&wr, conn_reply_buf_durable(c, 1), m->op, NAT_F_REPLY,
-	    m->id);
-	nat_frame_end(&wr);
-	conn_reply_done(c);
-}
-
 /*
  * One request being served: its frame, a reader over the payload past
  * the parts its op's flags name (namespace, key, job), and those parts.
@@ -335,7 +315,6 @@ struct nat_req {
 #define NF_KEY		0x02	/* then b key */
 #define NF_WRITES	0x04	/* refused in rdzvd's own (NUL-led) spaces */
 #define NF_JOB		0x08	/* b job: a rendezvous or admin op */
-#define NF_REARM	0x10	/* may change a round: re-arm its timer */
 #define NF_PUSH		0x20	/* server to client only */
 
 struct nat_handler {
@@ -730,7 +709,7 @@ static void
 native_reply_text(struct nat_req *r, char *text)
 {
 	if (text == NULL) {
-		reply_rz(r->c, r->m, RDZV_ENOTFOUND);
+		round_reply_rc(r->c, r->m->op, r->m->id, RDZV_ENOTFOUND);
 		return;
 	}
 	reply_bytes(r->c, r->m->op, r->m->id, text, strlen(text));
@@ -785,7 +764,7 @@ native_admin_events(struct nat_req *r)
 		return RDZV_EPROTO;
 	if (rz_event_row(server.rz, r->job, after, nsbuf, sizeof nsbuf, &ens,
 	    keybuf, sizeof keybuf, &ekey) != 0) {
-		reply_rz(r->c, r->m, RDZV_ENOTFOUND);
+		round_reply_rc(r->c, r->m->op, r->m->id, RDZV_ENOTFOUND);
 		return 0;
 	}
 	if ((pd = pending_new(r->c, r->m, timeout > 0 ? timeout : 0)) == NULL)
@@ -806,109 +785,55 @@ native_admin_events(struct nat_req *r)
 	return 0;
 }
 
+/* A rendezvous request for the round wiring (round.c), its op and id
+ * from r's frame. */
+static void
+native_round_req(struct nat_req *r, struct round_req *rq)
+{
+	memset(rq, 0, sizeof *rq);
+	rq->op = r->m->op;
+	rq->id = r->m->id;
+	rq->job = r->job;
+}
+
 static int
 native_admin_close(struct nat_req *r)
 {
-	struct slice	reason;
+	struct round_req	rq;
 
-	if (nat_get_bytes(&r->rd, &reason) != 0 || native_end(r) != 0)
+	native_round_req(r, &rq);
+	if (nat_get_bytes(&r->rd, &rq.reason) != 0 || native_end(r) != 0)
 		return RDZV_EPROTO;
-	reply_rz(r->c, r->m, rz_admin_close(server.rz, r->job, reason,
-	    mono_ms()));
+	round_request(r->c, &rq);
 	return 0;
 }
 
-/* ADMIN_EVICT and LEAVE: a node id. */
+/* ADMIN_EVICT, LEAVE and HEARTBEAT: a node id; SUCCEEDED: and a round. */
 static int
 native_node_op(struct nat_req *r)
 {
-	int64_t	node, now = mono_ms();
+	struct round_req	rq;
 
-	if (nat_get_i64(&r->rd, &node) != 0 || native_end(r) != 0)
+	native_round_req(r, &rq);
+	if (nat_get_i64(&r->rd, &rq.node_id) != 0 ||
+	    (rq.op == NAT_OP_SUCCEEDED &&
+	    nat_get_i64(&r->rd, &rq.round) != 0) || native_end(r) != 0)
 		return RDZV_EPROTO;
-	reply_rz(r->c, r->m, r->m->op == NAT_OP_LEAVE ?
-	    rz_leave(server.rz, r->job, node, now) :
-	    rz_admin_evict(server.rz, r->job, node, now));
+	round_request(r->c, &rq);
 	return 0;
 }
 
-/* JOIN is answered by the round wiring once the join is decided. */
+/* JOIN and FAILURE: the whole payload is the op's message. */
 static int
-native_join(struct nat_req *r)
+native_join_failure(struct nat_req *r)
 {
-	struct nat_rd		*rd = &r->rd;
-	struct rz_join_req	 jr;
+	struct round_req	rq;
 
-	memset(&jr, 0, sizeof jr);
-	jr.job = r->job;
-	if (nat_get_bytes(rd, &jr.instance) != 0 ||
-	    nat_get_bytes(rd, &jr.host) != 0 ||
-	    nat_get_bytes(rd, &jr.addr) != 0 ||
-	    nat_get_i64(rd, &jr.pid) != 0 ||
-	    nat_get_i64(rd, &jr.local_world_size) != 0 ||
-	    nat_get_i64(rd, &jr.min_nodes) != 0 ||
-	    nat_get_i64(rd, &jr.max_nodes) != 0 ||
-	    nat_get_i64(rd, &jr.max_restarts) != 0 ||
-	    nat_get_i64(rd, &jr.last_call_ms) != 0 ||
-	    nat_get_i64(rd, &jr.lease_ms) != 0)
+	native_round_req(r, &rq);
+	if (rq.op == NAT_OP_JOIN ? nat_join_decode(r->m->payload, &rq.join) :
+	    nat_failure_decode(r->m->payload, &rq.failure))
 		return RDZV_EPROTO;
-	/* An optional node rank (static rendezvous) ends the JOIN. */
-	jr.rank = -1;
-	if (rd->left > 0 && nat_get_i64(rd, &jr.rank) != 0)
-		return RDZV_EPROTO;
-	if (native_end(r) != 0)
-		return RDZV_EPROTO;
-	round_join(r->c, r->m->id, &jr);
-	return 0;
-}
-
-static int
-native_heartbeat(struct nat_req *r)
-{
-	int64_t	node, round;
-	int	rc;
-
-	if (nat_get_i64(&r->rd, &node) != 0 || native_end(r) != 0)
-		return RDZV_EPROTO;
-	rc = rz_heartbeat(server.rz, r->job, node, r->c, mono_ms(),
-	    &round);
-	if (rc < 0)
-		reply_rz(r->c, r->m, rc);
-	else
-		reply_i64(r->c, r->m->op, r->m->id, round);
-	return 0;
-}
-
-static int
-native_failure(struct nat_req *r)
-{
-	struct nat_rd		*rd = &r->rd;
-	struct rz_failure_req	 fr;
-
-	memset(&fr, 0, sizeof fr);
-	fr.job = r->job;
-	if (nat_get_i64(rd, &fr.node_id) != 0 ||
-	    nat_get_i64(rd, &fr.round) != 0 ||
-	    nat_get_i64(rd, &fr.local_rank) != 0 ||
-	    nat_get_i64(rd, &fr.rank) != 0 ||
-	    nat_get_i64(rd, &fr.exit_code) != 0 ||
-	    nat_get_i64(rd, &fr.signo) != 0 ||
-	    nat_get_bytes(rd, &fr.message) != 0 || native_end(r) != 0)
-		return RDZV_EPROTO;
-	reply_rz(r->c, r->m, rz_failure(server.rz, &fr, mono_ms()));
-	return 0;
-}
-
-static int
-native_succeeded(struct nat_req *r)
-{
-	int64_t	node, round;
-
-	if (nat_get_i64(&r->rd, &node) != 0 ||
-	    nat_get_i64(&r->rd, &round) != 0 || native_end(r) != 0)
-		return RDZV_EPROTO;
-	reply_rz(r->c, r->m, rz_succeeded(server.rz, r->job, node, round,
-	    mono_ms()));
+	round_request(r->c, &rq);
 	return 0;
 }
 
@@ -946,26 +871,22 @@ static const struct nat_handler native_handlers[NAT_OP_MAX + 1] = {
 	[NAT_OP_CANCEL] = { OPK_CANCEL, 0, native_cancel },
 	[NAT_OP_WATCH] = { OPK_WATCH, NF_NS | NF_KEY, native_watch },
 	[NAT_OP_WATCH_EVENT] = { OPK_WATCH, NF_PUSH, NULL },
-	[NAT_OP_JOIN] = { OPK_JOIN, NF_JOB, native_join },
-	[NAT_OP_HEARTBEAT] = { OPK_HEARTBEAT, NF_JOB | NF_REARM,
-	    native_heartbeat },
-	[NAT_OP_LEAVE] = { OPK_LEAVE, NF_JOB | NF_REARM, native_node_op },
-	[NAT_OP_FAILURE] = { OPK_FAILURE, NF_JOB | NF_REARM, native_failure },
-	[NAT_OP_SUCCEEDED] = { OPK_SUCCEEDED, NF_JOB | NF_REARM,
-	    native_succeeded },
+	[NAT_OP_JOIN] = { OPK_JOIN, 0, native_join_failure },
+	[NAT_OP_HEARTBEAT] = { OPK_HEARTBEAT, NF_JOB, native_node_op },
+	[NAT_OP_LEAVE] = { OPK_LEAVE, NF_JOB, native_node_op },
+	[NAT_OP_FAILURE] = { OPK_FAILURE, 0, native_join_failure },
+	[NAT_OP_SUCCEEDED] = { OPK_SUCCEEDED, NF_JOB, native_node_op },
 	[NAT_OP_ROUND] = { OPK_JOIN, NF_PUSH, NULL },
-	[NAT_OP_JOB_STATUS] = { OPK_JOB_STATUS, NF_JOB | NF_REARM,
+	[NAT_OP_JOB_STATUS] = { OPK_JOB_STATUS, NF_JOB,
 	    native_job_status },
 	[NAT_OP_ADMIN_STATUS] = { OPK_ADMIN, 0, native_admin_doc },
 	[NAT_OP_ADMIN_JOBS] = { OPK_ADMIN, 0, native_admin_doc },
-	[NAT_OP_ADMIN_JOB] = { OPK_ADMIN, NF_JOB | NF_REARM,
+	[NAT_OP_ADMIN_JOB] = { OPK_ADMIN, NF_JOB,
 	    native_admin_job },
-	[NAT_OP_ADMIN_EVENTS] = { OPK_ADMIN, NF_JOB | NF_REARM,
+	[NAT_OP_ADMIN_EVENTS] = { OPK_ADMIN, NF_JOB,
 	    native_admin_events },
-	[NAT_OP_ADMIN_CLOSE] = { OPK_ADMIN, NF_JOB | NF_REARM,
-	    native_admin_close },
-	[NAT_OP_ADMIN_EVICT] = { OPK_ADMIN, NF_JOB | NF_REARM,
-	    native_node_op },
+	[NAT_OP_ADMIN_CLOSE] = { OPK_ADMIN, NF_JOB, native_admin_close },
+	[NAT_OP_ADMIN_EVICT] = { OPK_ADMIN, NF_JOB, native_node_op },
 	[NAT_OP_AUTH_CHALLENGE] = { OPK_ADMIN, NF_PUSH, NULL },
 	[NAT_OP_AUTH] = { OPK_ADMIN, 0, NULL },
 };
@@ -1038,11 +959,8 @@ native_dispatch(struct conn *c, const struct nat_msg *m, const char **why)
 	}
 	if (rc == 0)
 		rc = h->fn(&r);
-	if (rc == 0) {
-		if (h->flags & NF_REARM)
-			round_rearm();
+	if (rc == 0)
 		return 0;
-	}
 	if (r.why != NULL)
 		*why = r.why;
 	else if (rc == RDZV_ETOOBIG)

@@ -1,7 +1,8 @@
 /*
  * rdzv.c: the server-side rendezvous state machine (see rdzv.h for the
- * states and the rows it keeps in kv).  Deterministic: the same events
- * at the same times give the same rounds, ranks and pushes.
+ * states, the rows it keeps in kv and the outbox it fills).
+ * Deterministic: the same events at the same times give the same rounds,
+ * ranks and pushes.
  */
 #include "config.h"
 
@@ -26,6 +27,7 @@ enum rz_node_state { RZN_WAITING = 1, RZN_MEMBER, RZN_STANDBY };
 
 struct rz_node {
 	TAILQ_ENTRY(rz_node)	 entry;
+	UT_hash_handle		 hh;		/* in its job's by_instance */
 	int64_t			 id;
 	char			 instance[RZ_ID_MAX + 1];
 	char			 host[RZ_ID_MAX + 1];
@@ -37,6 +39,8 @@ struct rz_node {
 	int64_t			 prev_rank;	/* last round it was in, or -1 */
 	int64_t			 join_seq;	/* order of joining */
 	int64_t			 want_rank;	/* JOIN's node rank, or -1 */
+	int64_t			 rank_base;	/* member: its first rank,
+						 * set as the round forms */
 	int64_t			 lease_end;
 	int			 succeeded;
 	void			*conn;
@@ -55,11 +59,18 @@ struct rz_job {
 	int64_t			 next_join_seq;
 	int64_t			 next_event;
 	int64_t			 world_size;
+	int64_t			 members;	/* of the running round */
 	int			 port;		/* this round's TCPStore port */
+	int			 port_pending;	/* asked for, not yet settled */
+	int			 dirty;		/* job row to write */
+	TAILQ_ENTRY(rz_job)	 dirty_entry;	/* on rz->dirty while dirty */
 	char			 ns[RZ_ID_MAX + 64];
 	char			 failure[RZ_MSG_MAX];
 	struct rz_nodes		 nodes;
+	struct rz_node		*by_instance;	/* the nodes by instance */
 	int64_t			 nnodes;
+	int64_t			 lease_low;	/* <= every node's lease_end
+						 * (exact after a tick) */
 	int64_t			 closed_ms;	/* wall clock, once closed */
 	TAILQ_ENTRY(rz_job)	 closed_entry;	/* on rz->closed, once closed */
 	int			 purging;	/* in this rz_purge's batch */
@@ -73,21 +84,159 @@ struct rz {
 	int64_t			 def_last_call, def_lease;
 	struct rz_job		*jobs;
 	struct rz_jobs		 closed;	/* in the order they closed */
+	struct rz_jobs		 dirty;		/* job rows to write */
 	int64_t			 retention_ms;	/* 0: closed jobs kept */
 	struct rz_stats		 stats;
 };
 
 static const struct slice ns_jobs = { (const uint8_t *)"\0rdzv/job", 9 };
 
-static void	rz_round_end(struct rz *, struct rz_job *, int64_t now,
-		    const char *why);
-static void	rz_round_form(struct rz *, struct rz_job *, int64_t now);
+static void	rz_round_end(struct rz *, struct rz_outbox *, struct rz_job *,
+		    int64_t now, const char *why);
+static int	rz_round_form(struct rz *, struct rz_outbox *, struct rz_job *,
+		    int64_t now);
 static int64_t	rz_sweep_job(struct rz *, struct rz_job *);
 
-const char *
-rz_job_id(const struct rz_job *j)
+/* ---- the outbox ---- */
+
+void
+rz_outbox_init(struct rz_outbox *ob)
 {
-	return j->id;
+	memset(ob, 0, sizeof *ob);
+	ob->deadline = ob->purge_at = -1;
+}
+
+void
+rz_outbox_reset(struct rz_outbox *ob)
+{
+	ob->node_id = ob->restart_count = ob->lease_ms = ob->round = 0;
+	ob->npush = ob->nport = ob->npurged = 0;
+	ob->deadline = ob->purge_at = -1;
+	ob->lost = 0;
+}
+
+void
+rz_outbox_free(struct rz_outbox *ob)
+{
+	free(ob->push);
+	free(ob->port);
+	free(ob->purged);
+	rz_outbox_init(ob);
+}
+
+/* Room for one more item in *v (n used of *cap, each sz bytes): returns
+ * it zeroed, or NULL (counted in ob->lost). */
+static void *
+rz_outbox_grow(struct rz_outbox *ob, void **v, size_t *n, size_t *cap,
+    size_t sz)
+{
+	void	*nv;
+	size_t	 nc;
+
+	if (*n == *cap) {
+		nc = *cap ? *cap * 2 : 16;
+		if ((nv = reallocarray(*v, nc, sz)) == NULL) {
+			ob->lost++;
+			return NULL;
+		}
+		*v = nv;
+		*cap = nc;
+	}
+	nv = (char *)*v + (*n)++ * sz;
+	memset(nv, 0, sz);
+	return nv;
+}
+
+static struct rz_out_push *
+rz_out_push(struct rz_outbox *ob)
+{
+	return rz_outbox_grow(ob, (void **)&ob->push, &ob->npush, &ob->cappush,
+	    sizeof *ob->push);
+}
+
+/* Asks the caller to close j's round port. */
+static void
+rz_out_port_close(struct rz_outbox *ob, struct rz_job *j)
+{
+	struct rz_out_port	*op;
+
+	j->port = 0;
+	if ((op = rz_outbox_grow(ob, (void **)&ob->port, &ob->nport,
+	    &ob->capport, sizeof *ob->port)) == NULL)
+		return;
+	memcpy(op->job, j->id, sizeof op->job);
+}
+
+/* Asks the caller to serve j's round namespace on a port (want: the one
+ * to reuse, or 0); j->port is set by rz_settle. */
+static void
+rz_out_port_open(struct rz_outbox *ob, struct rz_job *j, int want)
+{
+	struct rz_out_port	*op;
+
+	j->port = 0;
+	if ((op = rz_outbox_grow(ob, (void **)&ob->port, &ob->nport,
+	    &ob->capport, sizeof *ob->port)) == NULL)
+		return;
+	op->open = 1;
+	memcpy(op->job, j->id, sizeof op->job);
+	memcpy(op->ns, j->ns, sizeof op->ns);
+	op->want = want;
+	op->port = -1;
+	op->jp = j;
+	j->port_pending = 1;
+}
+
+/* The job row must be written (by rz_settle, before the reply). */
+static void
+rz_mark(struct rz *rz, struct rz_job *j)
+{
+	if (j->dirty)
+		return;
+	j->dirty = 1;
+	TAILQ_INSERT_TAIL(&rz->dirty, j, dirty_entry);
+}
+
+static void	rz_save_job(struct rz *, struct rz_job *);
+
+/* Writes the job rows marked. */
+static void
+rz_write_rows(struct rz *rz)
+{
+	struct rz_job	*j;
+
+	while ((j = TAILQ_FIRST(&rz->dirty)) != NULL) {
+		TAILQ_REMOVE(&rz->dirty, j, dirty_entry);
+		j->dirty = 0;
+		rz_save_job(rz, j);
+	}
+}
+
+void
+rz_settle(struct rz *rz, struct rz_outbox *ob)
+{
+	struct rz_out_port	*op;
+	struct rz_job		*j;
+	size_t			 i;
+
+	for (i = 0; i < ob->nport; i++) {
+		op = &ob->port[i];
+		if (!op->open || (j = op->jp) == NULL)
+			continue;
+		j->port = op->port > 0 ? op->port : 0;
+		j->port_pending = 0;
+		/* Workers were told the old port: a new one is news. */
+		if (j->port != op->want)
+			rz_mark(rz, j);
+	}
+	for (i = 0; i < ob->npush; i++)
+		if (ob->push[i].port_pending) {
+			ob->push[i].round.store_port = ob->push[i].job->port;
+			ob->push[i].port_pending = 0;
+		}
+	rz_write_rows(rz);
+	ob->deadline = rz_next_deadline(rz);
+	ob->purge_at = rz_next_purge(rz);
 }
 
 /* Copies a peer-supplied identifier, refusing empty, long or odd ones. */
@@ -106,43 +255,6 @@ rz_copy_id(char *dst, struct slice s, int allow_empty)
 	return 0;
 }
 
-/* Escapes newlines and backslashes so a value fits one row line. */
-static void
-rz_escape(char *out, size_t outsz, const char *in)
-{
-	size_t	o = 0;
-
-	for (; *in != '\0' && o + 3 < outsz; in++) {
-		if (*in == '\n') {
-			out[o++] = '\\';
-			out[o++] = 'n';
-		} else if (*in == '\\') {
-			out[o++] = '\\';
-			out[o++] = '\\';
-		} else
-			out[o++] = *in;
-	}
-	out[o] = '\0';
-}
-
-static void
-rz_unescape(char *s)
-{
-	char	*o = s;
-
-	for (; *s != '\0'; s++) {
-		if (*s == '\\' && s[1] == 'n') {
-			*o++ = '\n';
-			s++;
-		} else if (*s == '\\' && s[1] == '\\') {
-			*o++ = '\\';
-			s++;
-		} else
-			*o++ = *s;
-	}
-	*o = '\0';
-}
-
 /* ---- persistence: rows in reserved kv namespaces ---- */
 
 static void
@@ -156,48 +268,80 @@ rz_ns_name(char *out, size_t outsz, const char *kind, const struct rz_job *j,
 	ns->len = n < 0 ? 0 : (size_t)n < outsz ? (size_t)n : outsz - 1;
 }
 
+/*
+ * A text for a JSON row: jansson takes only UTF-8, and a failure message
+ * or event line may carry any bytes a worker printed, so bytes past ASCII
+ * become '?' when the text is not valid UTF-8.  NULL: no memory.
+ */
+static json_t *
+rz_json_text(const char *text)
+{
+	json_t	*v;
+	char	*copy, *p;
+
+	if ((v = json_string(text)) != NULL || (copy = strdup(text)) == NULL)
+		return v;
+	for (p = copy; *p != '\0'; p++)
+		if ((unsigned char)*p >= 0x80)
+			*p = '?';
+	v = json_string(copy);
+	free(copy);
+	return v;
+}
+
+/* Writes doc (taken) as the row ns/key; a row that cannot be made is
+ * not written (the next change of the same row writes it). */
+static void
+rz_put_row(struct rz *rz, struct slice ns, struct slice key, json_t *doc)
+{
+	char	*text;
+
+	if (doc == NULL)
+		return;
+	if ((text = json_dumps(doc, JSON_COMPACT)) != NULL)
+		kv_set(rz->kv, ns, key, slice_str(text));
+	free(text);
+	json_decref(doc);
+}
+
 static void
 rz_save_job(struct rz *rz, struct rz_job *j)
 {
-	char	row[RZ_MSG_MAX * 2 + 512], esc[RZ_MSG_MAX * 2];
-	int	n;
-
-	rz_escape(esc, sizeof esc, j->failure);
-	n = snprintf(row, sizeof row,
-	    "min=%" PRId64 "\nmax=%" PRId64 "\nmax_restarts=%" PRId64
-	    "\nlast_call_ms=%" PRId64 "\nlease_ms=%" PRId64 "\nstate=%d"
-	    "\nround=%" PRId64 "\nrestarts=%" PRId64 "\nnext_node=%" PRId64
-	    "\nnext_join=%" PRId64 "\nnext_event=%" PRId64 "\nport=%d"
-	    "\nworld=%" PRId64 "\nclosed_ms=%" PRId64 "\nfailure=%s\n",
-	    j->min, j->max, j->max_restarts, j->last_call_ms, j->lease_ms,
-	    (int)j->state, j->round, j->restart_count, j->next_node_id,
-	    j->next_join_seq, j->next_event, j->port, j->world_size,
-	    j->closed_ms, esc);
-	if (n > 0 && (size_t)n < sizeof row)
-		kv_set(rz->kv, ns_jobs, slice_str(j->id),
-		    (struct slice){ (const uint8_t *)row, (size_t)n });
+	rz_put_row(rz, ns_jobs, slice_str(j->id), json_pack(
+	    "{s:I, s:I, s:I, s:I, s:I, s:i, s:I, s:I, s:I, s:I, s:I, s:i, "
+	    "s:I, s:I, s:o}",
+	    "min", (json_int_t)j->min, "max", (json_int_t)j->max,
+	    "max_restarts", (json_int_t)j->max_restarts,
+	    "last_call_ms", (json_int_t)j->last_call_ms,
+	    "lease_ms", (json_int_t)j->lease_ms, "state", (int)j->state,
+	    "round", (json_int_t)j->round,
+	    "restarts", (json_int_t)j->restart_count,
+	    "next_node", (json_int_t)j->next_node_id,
+	    "next_join", (json_int_t)j->next_join_seq,
+	    "next_event", (json_int_t)j->next_event, "port", j->port,
+	    "world", (json_int_t)j->world_size,
+	    "closed_ms", (json_int_t)j->closed_ms,
+	    "failure", rz_json_text(j->failure)));
 }
 
 static void
 rz_save_node(struct rz *rz, struct rz_job *j, struct rz_node *nd)
 {
-	char		nsbuf[RZ_ID_MAX + 32], key[32], row[4 * RZ_ID_MAX + 256];
+	char		nsbuf[RZ_ID_MAX + 32], key[32];
 	struct slice	ns;
-	int		n, k;
+	int		k;
 
 	rz_ns_name(nsbuf, sizeof nsbuf, "node", j, &ns);
 	k = snprintf(key, sizeof key, "%" PRId64, nd->id);
-	n = snprintf(row, sizeof row,
-	    "instance=%s\nhost=%s\naddr=%s\npid=%" PRId64 "\nlws=%" PRId64
-	    "\nstate=%d\ngroup_rank=%" PRId64 "\nprev_rank=%" PRId64
-	    "\njoin_seq=%" PRId64 "\nsucceeded=%d\nwant_rank=%" PRId64 "\n",
-	    nd->instance, nd->host, nd->addr, nd->pid, nd->lws, (int)nd->state,
-	    nd->group_rank, nd->prev_rank, nd->join_seq, nd->succeeded,
-	    nd->want_rank);
-	if (n > 0 && (size_t)n < sizeof row)
-		kv_set(rz->kv, ns, (struct slice){ (const uint8_t *)key,
-		    (size_t)k }, (struct slice){ (const uint8_t *)row,
-		    (size_t)n });
+	rz_put_row(rz, ns, (struct slice){ (const uint8_t *)key, (size_t)k },
+	    json_pack("{s:s, s:s, s:s, s:I, s:I, s:i, s:I, s:I, s:I, s:i, "
+	    "s:I}",
+	    "instance", nd->instance, "host", nd->host, "addr", nd->addr,
+	    "pid", (json_int_t)nd->pid, "lws", (json_int_t)nd->lws,
+	    "state", (int)nd->state, "group_rank", (json_int_t)nd->group_rank,
+	    "prev_rank", (json_int_t)nd->prev_rank,
+	    "join_seq", (json_int_t)nd->join_seq, "succeeded", nd->succeeded,
+	    "want_rank", (json_int_t)nd->want_rank));
 }
 
 static void
@@ -221,15 +365,13 @@ static void
 rz_event(struct rz *rz, struct rz_job *j, int64_t now, const char *fmt, ...)
 {
 	char		nsbuf[RZ_ID_MAX + 32], key[32], line[RZ_MSG_MAX + 512];
-	char		esc[RZ_MSG_MAX + 512];
 	struct slice	ns;
 	va_list		ap;
-	int		k, n;
+	int		k;
 
 	va_start(ap, fmt);
 	vsnprintf(line, sizeof line, fmt, ap);
 	va_end(ap);
-	rz_escape(esc, sizeof esc, line);
 	rz_ns_name(nsbuf, sizeof nsbuf, "ev", j, &ns);
 	if (j->next_event >= RZ_EVENTS_KEPT) {
 		k = snprintf(key, sizeof key, "%020" PRId64,
@@ -238,12 +380,10 @@ rz_event(struct rz *rz, struct rz_job *j, int64_t now, const char *fmt, ...)
 		    (size_t)k });
 	}
 	k = snprintf(key, sizeof key, "%020" PRId64, j->next_event++);
-	n = snprintf(line, sizeof line, "%" PRId64 " %s",
-	    rz->hooks.wall_ms(rz->hooks.arg), esc);
-	if (n > 0)
-		kv_set(rz->kv, ns, (struct slice){ (const uint8_t *)key,
-		    (size_t)k }, (struct slice){ (const uint8_t *)line,
-		    (size_t)n < sizeof line ? (size_t)n : sizeof line - 1 });
+	rz_put_row(rz, ns, (struct slice){ (const uint8_t *)key, (size_t)k },
+	    json_pack("{s:I, s:o}", "time_ms",
+	    (json_int_t)rz->hooks.wall_ms(rz->hooks.arg), "text",
+	    rz_json_text(line)));
 }
 
 /* ---- lookups ---- */
@@ -279,77 +419,99 @@ rz_closed(const struct rz_job *j)
 
 /* ---- pushes ---- */
 
-/* The global rank of member nd's first worker: the workers of the
- * members ranked before it. */
-static int64_t
-rz_rank_base(const struct rz_job *j, const struct rz_node *nd)
+static int
+rz_group_rank_cmp(const void *a, const void *b)
 {
-	const struct rz_node	*o;
-	int64_t			 base = 0;
+	const struct rz_node	*x = *(struct rz_node * const *)a;
+	const struct rz_node	*y = *(struct rz_node * const *)b;
 
-	TAILQ_FOREACH(o, &j->nodes, entry)
-		if (o->state == RZN_MEMBER && o->group_rank < nd->group_rank)
-			base += o->lws;
-	return base;
+	return x->group_rank < y->group_rank ? -1 :
+	    x->group_rank > y->group_rank;
+}
+
+/*
+ * Sets each member's rank base (the global rank of its first worker: the
+ * workers of the members ranked before it) and j->members, in one pass
+ * over the members in group rank order (a job loaded from its rows).
+ * Returns 0 or RDZV_ENOMEM.
+ */
+static int
+rz_rank_bases(struct rz_job *j)
+{
+	struct rz_node	**v, *nd;
+	int64_t		  n = 0, i, base = 0;
+
+	if ((v = reallocarray(NULL, (size_t)j->nnodes + 1, sizeof *v)) == NULL)
+		return RDZV_ENOMEM;
+	TAILQ_FOREACH(nd, &j->nodes, entry)
+		if (nd->state == RZN_MEMBER)
+			v[n++] = nd;
+	qsort(v, (size_t)n, sizeof *v, rz_group_rank_cmp);
+	for (i = 0; i < n; i++) {
+		v[i]->rank_base = base;
+		base += v[i]->lws;
+	}
+	j->members = n;
+	free(v);
+	return 0;
 }
 
 /* Pushes state to nd; message NULL means the job's failure for FAILED. */
 static void
-rz_push_node(struct rz *rz, struct rz_job *j, struct rz_node *nd, int state,
-    const char *message)
+rz_push_node(struct rz_outbox *ob, struct rz_job *j, struct rz_node *nd,
+    int state, const char *message)
 {
-	struct rz_push	p;
+	struct rz_out_push	*op;
+	struct nat_round	*p;
 
-	if (nd->conn == NULL)
+	if (nd->conn == NULL || (op = rz_out_push(ob)) == NULL)
 		return;
-	memset(&p, 0, sizeof p);
-	p.job = j->id;
-	p.round = j->round;
-	p.state = state;
-	p.node_id = nd->id;
-	p.group_rank = -1;
-	p.restart_count = j->restart_count;
-	p.max_restarts = j->max_restarts;
-	p.store_ns = "";
+	op->conn = nd->conn;
+	op->job = j;
+	p = &op->round;
+	p->job = slice_str(j->id);
+	p->round = j->round;
+	p->state = state;
+	p->node_id = nd->id;
+	p->group_rank = -1;
+	p->restart_count = j->restart_count;
+	p->max_restarts = j->max_restarts;
+	p->store_ns = slice_str("");
 	if (message != NULL)
-		p.message = message;
+		p->message = slice_str(message);
 	else
-		p.message = state == RDZV_ROUND_FAILED ? j->failure : "";
+		p->message = slice_str(state == RDZV_ROUND_FAILED ?
+		    j->failure : "");
 	if (state == RDZV_ROUND_RUNNING) {
-		struct rz_node	*o;
-
-		p.group_rank = nd->group_rank;
-		p.group_world_size = 0;
-		TAILQ_FOREACH(o, &j->nodes, entry)
-			if (o->state == RZN_MEMBER)
-				p.group_world_size++;
-		p.world_size = j->world_size;
-		p.rank_base = rz_rank_base(j, nd);
-		p.store_ns = j->ns;
-		p.store_port = j->port;
+		p->group_rank = nd->group_rank;
+		p->group_world_size = j->members;
+		p->world_size = j->world_size;
+		p->rank_base = nd->rank_base;
+		p->store_ns = slice_str(j->ns);
+		p->store_port = j->port;
+		op->port_pending = j->port_pending;
 	}
-	rz->hooks.push(rz->hooks.arg, nd->conn, &p);
 }
 
 /* Tells a node where it stands now (after a join or a reconnect). */
 static void
-rz_push_current(struct rz *rz, struct rz_job *j, struct rz_node *nd)
+rz_push_current(struct rz_outbox *ob, struct rz_job *j, struct rz_node *nd)
 {
 	if (j->state == RZJ_DONE)
-		rz_push_node(rz, j, nd, RDZV_ROUND_DONE, NULL);
+		rz_push_node(ob, j, nd, RDZV_ROUND_DONE, NULL);
 	else if (j->state == RZJ_FAILED)
-		rz_push_node(rz, j, nd, RDZV_ROUND_FAILED, NULL);
+		rz_push_node(ob, j, nd, RDZV_ROUND_FAILED, NULL);
 	else if (nd->state == RZN_MEMBER && j->state == RZJ_RUNNING)
-		rz_push_node(rz, j, nd, RDZV_ROUND_RUNNING, NULL);
+		rz_push_node(ob, j, nd, RDZV_ROUND_RUNNING, NULL);
 	else if (nd->state == RZN_STANDBY)
-		rz_push_node(rz, j, nd, RDZV_ROUND_STANDBY, NULL);
+		rz_push_node(ob, j, nd, RDZV_ROUND_STANDBY, NULL);
 }
 
 /* ---- transitions ---- */
 
 static void
-rz_close_job(struct rz *rz, struct rz_job *j, enum rz_job_state state,
-    int64_t now)
+rz_close_job(struct rz *rz, struct rz_outbox *ob, struct rz_job *j,
+    enum rz_job_state state, int64_t now)
 {
 	struct rz_node	*nd;
 
@@ -358,19 +520,17 @@ rz_close_job(struct rz *rz, struct rz_job *j, enum rz_job_state state,
 	 * restarts of rdzvd, which the monotonic clock does not. */
 	j->closed_ms = rz->hooks.wall_ms(rz->hooks.arg);
 	TAILQ_INSERT_TAIL(&rz->closed, j, closed_entry);
-	if (j->port > 0) {
-		rz->hooks.close_port(rz->hooks.arg, j);
-		j->port = 0;
-	}
+	if (j->port > 0)
+		rz_out_port_close(ob, j);
 	if (j->ns[0] != '\0')
 		kv_ns_drop(rz->kv, slice_str(j->ns));
 	rz_event(rz, j, now, state == RZJ_DONE ? "close succeeded" :
 	    "close failed: %s", j->failure);
-	rz_save_job(rz, j);
+	rz_mark(rz, j);
 	/* The last word to each node: a closed job pushes nothing more,
 	 * so it holds no connection (rz_conn_gone can skip it). */
 	TAILQ_FOREACH(nd, &j->nodes, entry) {
-		rz_push_node(rz, j, nd, state == RZJ_DONE ? RDZV_ROUND_DONE :
+		rz_push_node(ob, j, nd, state == RZJ_DONE ? RDZV_ROUND_DONE :
 		    RDZV_ROUND_FAILED, NULL);
 		nd->conn = NULL;
 	}
@@ -378,19 +538,18 @@ rz_close_job(struct rz *rz, struct rz_job *j, enum rz_job_state state,
 
 /* Ends the running round: members stop, everyone waits for the next. */
 static void
-rz_round_end(struct rz *rz, struct rz_job *j, int64_t now, const char *why)
+rz_round_end(struct rz *rz, struct rz_outbox *ob, struct rz_job *j,
+    int64_t now, const char *why)
 {
 	struct rz_node	*nd;
 
 	if (j->state == RZJ_RUNNING) {
 		TAILQ_FOREACH(nd, &j->nodes, entry) {
 			if (nd->state == RZN_MEMBER)
-				rz_push_node(rz, j, nd, RDZV_ROUND_STOP, NULL);
+				rz_push_node(ob, j, nd, RDZV_ROUND_STOP, NULL);
 		}
-		if (j->port > 0) {
-			rz->hooks.close_port(rz->hooks.arg, j);
-			j->port = 0;
-		}
+		if (j->port > 0)
+			rz_out_port_close(ob, j);
 		/* The old round's keys can never be read again. */
 		if (j->ns[0] != '\0')
 			kv_ns_drop(rz->kv, slice_str(j->ns));
@@ -408,7 +567,7 @@ rz_round_end(struct rz *rz, struct rz_job *j, int64_t now, const char *why)
 	j->state = RZJ_FORMING;
 	j->last_join = now;
 	j->world_size = 0;		/* until the next round forms */
-	rz_save_job(rz, j);
+	rz_mark(rz, j);
 }
 
 static int
@@ -433,21 +592,21 @@ rz_rank_cmp(const void *a, const void *b)
 	return x->join_seq < y->join_seq ? -1 : x->join_seq > y->join_seq;
 }
 
-/* Completes a round if it can (FORMING only). */
-static void
-rz_round_form(struct rz *rz, struct rz_job *j, int64_t now)
+/* Completes a round if it can (FORMING only); returns 1 if it did. */
+static int
+rz_round_form(struct rz *rz, struct rz_outbox *ob, struct rz_job *j,
+    int64_t now)
 {
 	struct rz_node	**order, *nd;
 	int64_t		  i, n = 0, members;
-	int		  port;
 
 	if (j->state != RZJ_FORMING || j->nnodes < j->min)
-		return;
+		return 0;
 	if (j->nnodes < j->max && now < j->last_join + j->last_call_ms)
-		return;
+		return 0;
 	if ((order = reallocarray(NULL, (size_t)j->nnodes, sizeof *order)) ==
 	    NULL)
-		return;		/* tried again at the next event */
+		return 0;	/* tried again at the next event */
 	TAILQ_FOREACH(nd, &j->nodes, entry)
 		order[n++] = nd;
 	qsort(order, (size_t)n, sizeof *order, rz_rank_cmp);
@@ -461,6 +620,7 @@ rz_round_form(struct rz *rz, struct rz_job *j, int64_t now)
 		if (i < members) {
 			nd->state = RZN_MEMBER;
 			nd->group_rank = i;
+			nd->rank_base = j->world_size;	/* workers before it */
 			j->world_size += nd->lws;
 		} else {
 			nd->state = RZN_STANDBY;
@@ -469,8 +629,8 @@ rz_round_form(struct rz *rz, struct rz_job *j, int64_t now)
 		nd->succeeded = 0;
 		rz_save_node(rz, j, nd);
 	}
-	port = rz->hooks.open_port(rz->hooks.arg, j, j->ns, 0);
-	j->port = port > 0 ? port : 0;
+	j->members = members;
+	rz_out_port_open(ob, j, 0);
 	j->state = RZJ_RUNNING;
 	/* Earlier rounds brought back by late writers go now. */
 	rz_sweep_job(rz, j);
@@ -478,17 +638,44 @@ rz_round_form(struct rz *rz, struct rz_job *j, int64_t now)
 	rz_event(rz, j, now, "round %" PRId64 " running: %" PRId64 " nodes, "
 	    "world size %" PRId64 ", %" PRId64 " standby, restart %" PRId64,
 	    j->round, members, j->world_size, n - members, j->restart_count);
-	rz_save_job(rz, j);
+	rz_mark(rz, j);
 	for (i = 0; i < n; i++)
-		rz_push_node(rz, j, order[i], i < members ? RDZV_ROUND_RUNNING :
+		rz_push_node(ob, j, order[i], i < members ? RDZV_ROUND_RUNNING :
 		    RDZV_ROUND_STANDBY, NULL);
 	free(order);
+	return 1;
+}
+
+/* Puts nd (lease set) on j's lists. */
+static void
+rz_node_add(struct rz_job *j, struct rz_node *nd)
+{
+	TAILQ_INSERT_TAIL(&j->nodes, nd, entry);
+	HASH_ADD_STR(j->by_instance, instance, nd);
+	if (j->nnodes == 0 || nd->lease_end < j->lease_low)
+		j->lease_low = nd->lease_end;
+	j->nnodes++;
+}
+
+/* Frees every node of j. */
+static void
+rz_nodes_free(struct rz_job *j)
+{
+	struct rz_node	*nd;
+
+	HASH_CLEAR(hh, j->by_instance);
+	while ((nd = TAILQ_FIRST(&j->nodes)) != NULL) {
+		TAILQ_REMOVE(&j->nodes, nd, entry);
+		free(nd);
+	}
+	j->nnodes = 0;
 }
 
 static void
 rz_node_remove(struct rz *rz, struct rz_job *j, struct rz_node *nd)
 {
 	TAILQ_REMOVE(&j->nodes, nd, entry);
+	HASH_DEL(j->by_instance, nd);
 	j->nnodes--;
 	rz_drop_node_row(rz, j, nd);
 	free(nd);
@@ -509,6 +696,7 @@ rz_new(struct kv *kv, const struct rz_hooks *hooks, int64_t last_call_ms,
 	rz->def_last_call = last_call_ms;
 	rz->def_lease = lease_ms;
 	TAILQ_INIT(&rz->closed);
+	TAILQ_INIT(&rz->dirty);
 	return rz;
 }
 
@@ -522,24 +710,20 @@ void
 rz_free(struct rz *rz)
 {
 	struct rz_job	*j, *tmp;
-	struct rz_node	*nd;
 
 	if (rz == NULL)
 		return;
 	HASH_ITER(hh, rz->jobs, j, tmp) {
 		HASH_DEL(rz->jobs, j);
-		while ((nd = TAILQ_FIRST(&j->nodes)) != NULL) {
-			TAILQ_REMOVE(&j->nodes, nd, entry);
-			free(nd);
-		}
+		rz_nodes_free(j);
 		free(j);
 	}
 	free(rz);
 }
 
 int
-rz_join(struct rz *rz, const struct rz_join_req *r, void *conn, int64_t now,
-    int64_t *node_id, int64_t *restart_count, int64_t *lease_ms)
+rz_join(struct rz *rz, const struct nat_join *r, void *conn, int64_t now,
+    struct rz_outbox *ob)
 {
 	struct rz_job	*j;
 	struct rz_node	*nd;
@@ -582,18 +766,16 @@ rz_join(struct rz *rz, const struct rz_join_req *r, void *conn, int64_t now,
 	    j->max_restarts != r->max_restarts)
 		return RDZV_EINVAL;
 
-	TAILQ_FOREACH(nd, &j->nodes, entry)
-		if (strcmp(nd->instance, inst) == 0)
-			break;
+	HASH_FIND_STR(j->by_instance, inst, nd);
 	if (nd != NULL) {
 		/* The same agent again (reconnect, or rdzvd restarted). */
 		nd->conn = conn;
 		nd->lease_end = now + j->lease_ms;
-		*node_id = nd->id;
-		*restart_count = j->restart_count;
-		*lease_ms = j->lease_ms;
-		rz_save_job(rz, j);
-		rz_push_current(rz, j, nd);
+		ob->node_id = nd->id;
+		ob->restart_count = j->restart_count;
+		ob->lease_ms = j->lease_ms;
+		rz_mark(rz, j);
+		rz_push_current(ob, j, nd);
 		return 0;
 	}
 
@@ -619,43 +801,36 @@ rz_join(struct rz *rz, const struct rz_join_req *r, void *conn, int64_t now,
 	nd->want_rank = r->rank >= 0 ? r->rank : -1;
 	nd->lease_end = now + j->lease_ms;
 	nd->conn = conn;
-	TAILQ_INSERT_TAIL(&j->nodes, nd, entry);
-	j->nnodes++;
+	rz_node_add(j, nd);
 	j->last_join = now;
 	rz_event(rz, j, now, "join node %" PRId64 " host %s pid %" PRId64
 	    " local world size %" PRId64, nd->id, nd->host, nd->pid, nd->lws);
-	*node_id = nd->id;
-	*restart_count = j->restart_count;
-	*lease_ms = j->lease_ms;
+	ob->node_id = nd->id;
+	ob->restart_count = j->restart_count;
+	ob->lease_ms = j->lease_ms;
+	rz_mark(rz, j);
 
 	if (j->state == RZJ_RUNNING) {
-		int64_t	members = 0;
-		struct rz_node *o;
-
-		TAILQ_FOREACH(o, &j->nodes, entry)
-			if (o->state == RZN_MEMBER)
-				members++;
-		if (members < j->max) {
+		if (j->members < j->max) {
 			rz_event(rz, j, now, "rescale: node %" PRId64
 			    " waits below max nodes", nd->id);
-			rz_round_end(rz, j, now, "a node joined below max");
+			rz_round_end(rz, ob, j, now, "a node joined below max");
 		} else {
 			nd->state = RZN_STANDBY;
 			rz_save_node(rz, j, nd);
-			rz_save_job(rz, j);
-			rz_push_node(rz, j, nd, RDZV_ROUND_STANDBY, NULL);
+			rz_push_node(ob, j, nd, RDZV_ROUND_STANDBY, NULL);
 			return 0;
 		}
 	}
-	rz_save_node(rz, j, nd);
-	rz_save_job(rz, j);
-	rz_round_form(rz, j, now);
+	/* A round that forms writes every node's row, this one's too. */
+	if (!rz_round_form(rz, ob, j, now))
+		rz_save_node(rz, j, nd);
 	return 0;
 }
 
 int
 rz_heartbeat(struct rz *rz, struct slice job, int64_t node_id, void *conn,
-    int64_t now, int64_t *round)
+    int64_t now, struct rz_outbox *ob)
 {
 	struct rz_job	*j;
 	struct rz_node	*nd;
@@ -667,12 +842,13 @@ rz_heartbeat(struct rz *rz, struct slice job, int64_t node_id, void *conn,
 	/* A closed job holds no connections (see rz_close_job). */
 	if (conn != NULL && !rz_closed(j))
 		nd->conn = conn;
-	*round = j->round;
+	ob->round = j->round;
 	return 0;
 }
 
 int
-rz_leave(struct rz *rz, struct slice job, int64_t node_id, int64_t now)
+rz_leave(struct rz *rz, struct slice job, int64_t node_id, int64_t now,
+    struct rz_outbox *ob)
 {
 	struct rz_job	*j;
 	struct rz_node	*nd;
@@ -685,20 +861,18 @@ rz_leave(struct rz *rz, struct slice job, int64_t node_id, int64_t now)
 	rz_event(rz, j, now, "leave node %" PRId64 " host %s", nd->id, nd->host);
 	nd->conn = NULL;	/* it asked to go: no STOP for it */
 	rz_node_remove(rz, j, nd);
-	if (rz_closed(j)) {
-		rz_save_job(rz, j);
+	rz_mark(rz, j);
+	if (rz_closed(j))
 		return 0;
-	}
 	if (was_member && j->state == RZJ_RUNNING)
-		rz_round_end(rz, j, now, "a member left");
-	else
-		rz_save_job(rz, j);
-	rz_round_form(rz, j, now);
+		rz_round_end(rz, ob, j, now, "a member left");
+	rz_round_form(rz, ob, j, now);
 	return 0;
 }
 
 int
-rz_failure(struct rz *rz, const struct rz_failure_req *r, int64_t now)
+rz_failure(struct rz *rz, const struct nat_failure *r, int64_t now,
+    struct rz_outbox *ob)
 {
 	struct rz_job	*j;
 	struct rz_node	*nd;
@@ -730,21 +904,21 @@ rz_failure(struct rz *rz, const struct rz_failure_req *r, int64_t now)
 		    " restarts used of %" PRId64, r->rank, r->local_rank,
 		    nd->host, what, msg[0] ? ": " : "", msg, j->restart_count,
 		    j->max_restarts);
-		rz_close_job(rz, j, RZJ_FAILED, now);
+		rz_close_job(rz, ob, j, RZJ_FAILED, now);
 		return 0;
 	}
 	j->restart_count++;
 	rz->stats.restarts_total++;
 	rz_event(rz, j, now, "restart %" PRId64 " of %" PRId64,
 	    j->restart_count, j->max_restarts);
-	rz_round_end(rz, j, now, "a worker failed");
-	rz_round_form(rz, j, now);
+	rz_round_end(rz, ob, j, now, "a worker failed");
+	rz_round_form(rz, ob, j, now);
 	return 0;
 }
 
 int
 rz_succeeded(struct rz *rz, struct slice job, int64_t node_id, int64_t round,
-    int64_t now)
+    int64_t now, struct rz_outbox *ob)
 {
 	struct rz_job	*j;
 	struct rz_node	*nd;
@@ -762,12 +936,12 @@ rz_succeeded(struct rz *rz, struct slice job, int64_t node_id, int64_t round,
 	TAILQ_FOREACH(nd, &j->nodes, entry)
 		if (nd->state == RZN_MEMBER && !nd->succeeded)
 			return 0;
-	rz_close_job(rz, j, RZJ_DONE, now);
+	rz_close_job(rz, ob, j, RZJ_DONE, now);
 	return 0;
 }
 
 void
-rz_conn_gone(struct rz *rz, void *conn)
+rz_conn_gone(struct rz *rz, void *conn, struct rz_outbox *ob)
 {
 	struct rz_job	*j, *tmp;
 	struct rz_node	*nd;
@@ -782,7 +956,7 @@ rz_conn_gone(struct rz *rz, void *conn)
 }
 
 void
-rz_tick(struct rz *rz, int64_t now)
+rz_tick(struct rz *rz, int64_t now, struct rz_outbox *ob)
 {
 	struct rz_job	*j, *tmp;
 	struct rz_node	*nd, *next;
@@ -792,10 +966,15 @@ rz_tick(struct rz *rz, int64_t now)
 		if (rz_closed(j))
 			continue;
 		lost_member = 0;
+		j->lease_low = -1;
 		for (nd = TAILQ_FIRST(&j->nodes); nd != NULL; nd = next) {
 			next = TAILQ_NEXT(nd, entry);
-			if (nd->lease_end > now)
+			if (nd->lease_end > now) {
+				if (j->lease_low < 0 ||
+				    nd->lease_end < j->lease_low)
+					j->lease_low = nd->lease_end;
 				continue;
+			}
 			rz->stats.lease_expiries_total++;
 			rz_event(rz, j, now, "lease expired node %" PRId64
 			    " host %s", nd->id, nd->host);
@@ -804,24 +983,28 @@ rz_tick(struct rz *rz, int64_t now)
 			rz_node_remove(rz, j, nd);
 		}
 		if (lost_member && j->state == RZJ_RUNNING)
-			rz_round_end(rz, j, now, "a member's lease expired");
-		rz_round_form(rz, j, now);
+			rz_round_end(rz, ob, j, now, "a member's lease expired");
+		rz_round_form(rz, ob, j, now);
 	}
 }
 
+/*
+ * A job's lease deadline is a lower bound kept as nodes come (a
+ * heartbeat only moves a lease later) and made exact by each tick, so
+ * this costs a step per job, not per node: a bound gone stale (the node
+ * beat since, or left) costs one tick that expires nothing.
+ */
 int64_t
 rz_next_deadline(struct rz *rz)
 {
 	struct rz_job	*j, *tmp;
-	struct rz_node	*nd;
 	int64_t		 best = -1, t;
 
 	HASH_ITER(hh, rz->jobs, j, tmp) {
 		if (rz_closed(j))
 			continue;
-		TAILQ_FOREACH(nd, &j->nodes, entry)
-			if (best < 0 || nd->lease_end < best)
-				best = nd->lease_end;
+		if (j->nnodes > 0 && (best < 0 || j->lease_low < best))
+			best = j->lease_low;
 		if (j->state == RZJ_FORMING && j->nnodes >= j->min) {
 			t = j->last_join + j->last_call_ms;
 			if (best < 0 || t < best)
@@ -1021,12 +1204,16 @@ rz_drop_reserved(struct rz *rz, struct rz_job *j, const char *kind)
 
 /* Forgets j: rows, namespaces already dropped, memory. */
 static void
-rz_forget(struct rz *rz, struct rz_job *j)
+rz_forget(struct rz *rz, struct rz_outbox *ob, struct rz_job *j)
 {
-	struct rz_node	*nd;
+	struct rz_out_purged	*op;
 
 	if (j->port > 0)
-		rz->hooks.close_port(rz->hooks.arg, j);
+		rz_out_port_close(ob, j);
+	if (j->dirty) {
+		TAILQ_REMOVE(&rz->dirty, j, dirty_entry);
+		j->dirty = 0;
+	}
 	rz_drop_reserved(rz, j, "node");
 	rz_drop_reserved(rz, j, "ev");
 	if (kv_delete(rz->kv, ns_jobs, slice_str(j->id)) == 1)
@@ -1034,18 +1221,20 @@ rz_forget(struct rz *rz, struct rz_job *j)
 	TAILQ_REMOVE(&rz->closed, j, closed_entry);
 	HASH_DEL(rz->jobs, j);
 	rz->stats.jobs_purged_total++;
-	if (rz->hooks.purged != NULL)
-		rz->hooks.purged(rz->hooks.arg, j->id, j->state == RZJ_DONE ?
-		    "succeeded" : "failed", j->closed_ms, j->purged_keys);
-	while ((nd = TAILQ_FIRST(&j->nodes)) != NULL) {
-		TAILQ_REMOVE(&j->nodes, nd, entry);
-		free(nd);
+	if ((op = rz_outbox_grow(ob, (void **)&ob->purged, &ob->npurged,
+	    &ob->cappurged, sizeof *ob->purged)) != NULL) {
+		memcpy(op->job, j->id, sizeof op->job);
+		op->state = j->state == RZJ_DONE ? "succeeded" : "failed";
+		op->closed_ms = j->closed_ms;
+		op->keys = j->purged_keys;
 	}
+	rz_nodes_free(j);
 	free(j);
 }
 
 int
-rz_purge(struct rz *rz, int64_t wall, int max_jobs, int64_t max_keys)
+rz_purge(struct rz *rz, int64_t wall, int max_jobs, int64_t max_keys,
+    struct rz_outbox *ob)
 {
 	struct rz_job	*j, *next;
 	struct rz_pick	 pk;
@@ -1079,7 +1268,7 @@ rz_purge(struct rz *rz, int64_t wall, int max_jobs, int64_t max_keys)
 	for (i = 0, j = TAILQ_FIRST(&rz->closed); i < n && j != NULL;
 	    i++, j = next) {
 		next = TAILQ_NEXT(j, closed_entry);
-		rz_forget(rz, j);
+		rz_forget(rz, ob, j);
 	}
 	return n;
 }
@@ -1109,39 +1298,137 @@ rz_retention_left(struct rz *rz, struct slice job, int64_t wall)
 
 /* ---- loading after a restart ---- */
 
-static int64_t
-row_i64(const char *row, const char *name, int64_t dflt)
-{
-	const char	*p;
-	size_t		 nl = strlen(name);
+/*
+ * Rows of the k=v text format an older rdzvd wrote: one "name=value"
+ * line each, integers in decimal; in the job's "failure" and in event
+ * lines a newline was written as \\n and a backslash doubled.  Read into
+ * the JSON object the row would be now, so one reader takes both.
+ */
+static const char *const rz_legacy_texts[] = {
+	"instance", "host", "addr", "failure"
+};
+#define RZ_LEGACY_TEXTS	(sizeof rz_legacy_texts / sizeof rz_legacy_texts[0])
 
-	for (p = row; p != NULL && *p != '\0'; p = strchr(p, '\n'),
-	    p = p ? p + 1 : NULL)
-		if (strncmp(p, name, nl) == 0 && p[nl] == '=')
-			return strtoll(p + nl + 1, NULL, 10);
-	return dflt;
+static void
+rz_legacy_unescape(char *s)
+{
+	char	*o = s;
+
+	for (; *s != '\0'; s++) {
+		if (*s == '\\' && s[1] == 'n') {
+			*o++ = '\n';
+			s++;
+		} else if (*s == '\\' && s[1] == '\\') {
+			*o++ = '\\';
+			s++;
+		} else
+			*o++ = *s;
+	}
+	*o = '\0';
+}
+
+static json_t *
+rz_legacy_row(char *row)
+{
+	json_t	*o;
+	char	*line, *eq, *next;
+	size_t	 i;
+
+	if ((o = json_object()) == NULL)
+		return NULL;
+	for (line = row; line != NULL && *line != '\0'; line = next) {
+		if ((next = strchr(line, '\n')) != NULL)
+			*next++ = '\0';
+		if ((eq = strchr(line, '=')) == NULL)
+			continue;
+		*eq++ = '\0';
+		for (i = 0; i < RZ_LEGACY_TEXTS; i++)
+			if (strcmp(line, rz_legacy_texts[i]) == 0)
+				break;
+		if (i == RZ_LEGACY_TEXTS) {
+			json_object_set_new(o, line,
+			    json_integer(strtoll(eq, NULL, 10)));
+			continue;
+		}
+		if (strcmp(line, "failure") == 0)
+			rz_legacy_unescape(eq);
+		json_object_set_new(o, line, rz_json_text(eq));
+	}
+	return o;
+}
+
+/* A stored row as a JSON object: JSON, or the older k=v text.  NULL
+ * when it is neither (or no memory). */
+static json_t *
+rz_row_parse(struct slice v)
+{
+	json_t	*o;
+	char	*text;
+
+	if (v.len > 0 && v.p[0] == '{') {
+		o = json_loadb((const char *)v.p, v.len, 0, NULL);
+		if (o != NULL && !json_is_object(o)) {
+			json_decref(o);
+			o = NULL;
+		}
+		return o;
+	}
+	if ((text = malloc(v.len + 1)) == NULL)
+		return NULL;
+	memcpy(text, v.p, v.len);
+	text[v.len] = '\0';
+	o = rz_legacy_row(text);
+	free(text);
+	return o;
+}
+
+static int64_t
+row_i64(const json_t *row, const char *name, int64_t dflt)
+{
+	json_t	*v = json_object_get(row, name);
+
+	return json_is_integer(v) ? json_integer_value(v) : dflt;
 }
 
 static void
-row_str(const char *row, const char *name, char *out, size_t outsz)
+row_str(const json_t *row, const char *name, char *out, size_t outsz)
 {
-	const char	*p, *e;
-	size_t		 nl = strlen(name), n;
+	const char	*s = json_string_value(json_object_get(row, name));
 
-	out[0] = '\0';
-	for (p = row; p != NULL && *p != '\0'; p = strchr(p, '\n'),
-	    p = p ? p + 1 : NULL) {
-		if (strncmp(p, name, nl) != 0 || p[nl] != '=')
-			continue;
-		p += nl + 1;
-		e = strchr(p, '\n');
-		n = e ? (size_t)(e - p) : strlen(p);
-		if (n >= outsz)
-			n = outsz - 1;
-		memcpy(out, p, n);
-		out[n] = '\0';
-		return;
+	strlcpy(out, s != NULL ? s : "", outsz);
+}
+
+/*
+ * An event row: {"time_ms", "text"}, or the older "<wall ms> <text>"
+ * with the text escaped.  Sets *ms and *text (malloc'ed); 0, or -1 when
+ * it is neither or there is no memory.
+ */
+static int
+rz_event_parse(struct slice v, int64_t *ms, char **text)
+{
+	json_t		*o;
+	const char	*t;
+	char		*line, *sp;
+
+	if (v.len > 0 && v.p[0] == '{') {
+		if ((o = rz_row_parse(v)) == NULL)
+			return -1;
+		*ms = row_i64(o, "time_ms", 0);
+		t = json_string_value(json_object_get(o, "text"));
+		*text = strdup(t != NULL ? t : "");
+		json_decref(o);
+		return *text != NULL ? 0 : -1;
 	}
+	if ((line = malloc(v.len + 1)) == NULL)
+		return -1;
+	memcpy(line, v.p, v.len);
+	line[v.len] = '\0';
+	rz_legacy_unescape(line);
+	*ms = strtoll(line, NULL, 10);
+	sp = strchr(line, ' ');
+	*text = strdup(sp != NULL ? sp + 1 : "");
+	free(line);
+	return *text != NULL ? 0 : -1;
 }
 
 struct rz_load_ctx {
@@ -1170,16 +1457,17 @@ rz_load_node_cb(void *arg, struct slice key)
 	struct rz_job		*j = ctx->job;
 	struct rz_node		*nd;
 	struct slice		 v, ns;
-	char			 nsbuf[RZ_ID_MAX + 32], *row, *k;
+	char			 nsbuf[RZ_ID_MAX + 32], *k;
+	json_t			*row;
 
 	rz_ns_name(nsbuf, sizeof nsbuf, "node", j, &ns);
 	if (kv_get(ctx->rz->kv, ns, key, &v) != 0 ||
-	    (row = slice_cstr(v)) == NULL)
+	    (row = rz_row_parse(v)) == NULL)
 		return;
 	if ((nd = calloc(1, sizeof *nd)) == NULL ||
 	    (k = slice_cstr(key)) == NULL) {
 		free(nd);
-		free(row);
+		json_decref(row);
 		ctx->err = RDZV_ENOMEM;
 		return;
 	}
@@ -1197,9 +1485,8 @@ rz_load_node_cb(void *arg, struct slice key)
 	nd->want_rank = row_i64(row, "want_rank", -1);
 	nd->succeeded = (int)row_i64(row, "succeeded", 0);
 	nd->lease_end = ctx->now + j->lease_ms;
-	free(row);
-	TAILQ_INSERT_TAIL(&j->nodes, nd, entry);
-	j->nnodes++;
+	json_decref(row);
+	rz_node_add(j, nd);
 }
 
 static void
@@ -1208,13 +1495,14 @@ rz_load_job_cb(void *arg, struct slice key)
 	struct rz_load_ctx	*ctx = arg;
 	struct rz_job		*j;
 	struct slice		 v, ns;
-	char			 nsbuf[RZ_ID_MAX + 32], *row;
+	char			 nsbuf[RZ_ID_MAX + 32];
+	json_t			*row;
 
 	if (key.len > RZ_ID_MAX || kv_get(ctx->rz->kv, ns_jobs, key, &v) != 0 ||
-	    (row = slice_cstr(v)) == NULL)
+	    (row = rz_row_parse(v)) == NULL)
 		return;
 	if ((j = calloc(1, sizeof *j)) == NULL) {
-		free(row);
+		json_decref(row);
 		ctx->err = RDZV_ENOMEM;
 		return;
 	}
@@ -1235,8 +1523,7 @@ rz_load_job_cb(void *arg, struct slice key)
 	j->port = (int)row_i64(row, "port", 0);
 	j->closed_ms = row_i64(row, "closed_ms", -1);
 	row_str(row, "failure", j->failure, sizeof j->failure);
-	rz_unescape(j->failure);
-	free(row);
+	json_decref(row);
 	if (j->round > 0)
 		snprintf(j->ns, sizeof j->ns, "job/%s/round/%" PRId64, j->id,
 		    j->round);
@@ -1252,9 +1539,9 @@ rz_load_job_cb(void *arg, struct slice key)
 static int64_t
 rz_last_event_ms(struct rz *rz, struct rz_job *j)
 {
-	char		nsbuf[RZ_ID_MAX + 32], key[32], num[24];
+	char		nsbuf[RZ_ID_MAX + 32], key[32], *text;
 	struct slice	ns, v;
-	size_t		n;
+	int64_t		ms;
 	int		k;
 
 	if (j->next_event < 1)
@@ -1262,12 +1549,10 @@ rz_last_event_ms(struct rz *rz, struct rz_job *j)
 	rz_ns_name(nsbuf, sizeof nsbuf, "ev", j, &ns);
 	k = snprintf(key, sizeof key, "%020" PRId64, j->next_event - 1);
 	if (kv_get(rz->kv, ns, (struct slice){ (const uint8_t *)key,
-	    (size_t)k }, &v) != 0)
+	    (size_t)k }, &v) != 0 || rz_event_parse(v, &ms, &text) != 0)
 		return -1;
-	n = v.len < sizeof num - 1 ? v.len : sizeof num - 1;
-	memcpy(num, v.p, n);
-	num[n] = '\0';
-	return strtoll(num, NULL, 10);
+	free(text);
+	return ms;
 }
 
 static int
@@ -1323,7 +1608,7 @@ rz_load_closed(struct rz *rz)
 }
 
 int
-rz_load(struct rz *rz, int64_t now)
+rz_load(struct rz *rz, int64_t now, struct rz_outbox *ob)
 {
 	struct rz_load_ctx	 ctx = { rz, NULL, now, 0 };
 	struct rz_job		*j, *tmp;
@@ -1335,13 +1620,12 @@ rz_load(struct rz *rz, int64_t now)
 	HASH_ITER(hh, rz->jobs, j, tmp) {
 		if (j->state != RZJ_RUNNING)
 			continue;
-		/* Workers were told this port: serve it again if we can. */
+		if (rz_rank_bases(j) != 0)
+			ctx.err = RDZV_ENOMEM;
+		/* Workers were told this port: serve it again if we can
+		 * (rz_settle writes the row if it changes). */
 		want = j->port;
-		j->port = rz->hooks.open_port(rz->hooks.arg, j, j->ns, want);
-		if (j->port < 0)
-			j->port = 0;
-		if (j->port != want)
-			rz_save_job(rz, j);
+		rz_out_port_open(ob, j, want);
 		rz_event(rz, j, now, "rdzvd restarted: round %" PRId64
 		    " resumes, %" PRId64 " nodes have %" PRId64 " ms to "
 		    "reconnect", j->round, j->nnodes, j->lease_ms);
@@ -1483,7 +1767,7 @@ rz_job_doc(struct rz *rz, struct slice job, int64_t now)
 		if (m != NULL && j->state == RZJ_RUNNING &&
 		    nd->state == RZN_MEMBER)
 			json_object_set_new(m, "rank_base",
-			    json_integer(rz_rank_base(j, nd)));
+			    json_integer(nd->rank_base));
 		json_array_append_new(members, m);
 	}
 	json_object_set_new(doc, "members", members);
@@ -1498,8 +1782,8 @@ rz_events_doc(struct rz *rz, struct slice job, int64_t after)
 {
 	struct rz_job	*j;
 	struct slice	 ns, v;
-	char		 nsbuf[RZ_ID_MAX + 32], key[32], *line, *sp;
-	int64_t		 seq, first;
+	char		 nsbuf[RZ_ID_MAX + 32], key[32], *text;
+	int64_t		 seq, first, ms;
 	json_t		*arr;
 	int		 k;
 
@@ -1518,15 +1802,12 @@ rz_events_doc(struct rz *rz, struct slice job, int64_t after)
 	for (seq = first; seq < j->next_event; seq++) {
 		k = snprintf(key, sizeof key, "%020" PRId64, seq);
 		if (kv_get(rz->kv, ns, (struct slice){ (const uint8_t *)key,
-		    (size_t)k }, &v) != 0 || (line = slice_cstr(v)) == NULL)
+		    (size_t)k }, &v) != 0 || rz_event_parse(v, &ms, &text) != 0)
 			continue;
-		rz_unescape(line);
-		sp = strchr(line, ' ');
-		json_array_append_new(arr, json_pack("{s:I, s:I, s:s}",
-		    "seq", (json_int_t)seq,
-		    "time_ms", (json_int_t)strtoll(line, NULL, 10),
-		    "text", sp != NULL ? sp + 1 : ""));
-		free(line);
+		json_array_append_new(arr, json_pack("{s:I, s:I, s:o}",
+		    "seq", (json_int_t)seq, "time_ms", (json_int_t)ms,
+		    "text", rz_json_text(text)));
+		free(text);
 	}
 	return arr;
 }
@@ -1554,7 +1835,7 @@ rz_event_row(struct rz *rz, struct slice job, int64_t after, char *nsbuf,
 
 int
 rz_admin_close(struct rz *rz, struct slice job, struct slice reason,
-    int64_t now)
+    int64_t now, struct rz_outbox *ob)
 {
 	struct rz_job	*j;
 	size_t		 n;
@@ -1567,12 +1848,13 @@ rz_admin_close(struct rz *rz, struct slice job, struct slice reason,
 	    sizeof j->failure - 32;
 	snprintf(j->failure, sizeof j->failure, "closed by an operator: %.*s",
 	    (int)n, (const char *)reason.p);
-	rz_close_job(rz, j, RZJ_FAILED, now);
+	rz_close_job(rz, ob, j, RZJ_FAILED, now);
 	return 0;
 }
 
 int
-rz_admin_evict(struct rz *rz, struct slice job, int64_t node_id, int64_t now)
+rz_admin_evict(struct rz *rz, struct slice job, int64_t node_id, int64_t now,
+    struct rz_outbox *ob)
 {
 	struct rz_job	*j;
 	struct rz_node	*nd;
@@ -1586,13 +1868,12 @@ rz_admin_evict(struct rz *rz, struct slice job, int64_t node_id, int64_t now)
 		return RDZV_ECLOSED;
 	rz_event(rz, j, now, "evicted node %" PRId64 " host %s by an operator",
 	    nd->id, nd->host);
-	rz_push_node(rz, j, nd, RDZV_ROUND_FAILED, "evicted by an operator");
+	rz_push_node(ob, j, nd, RDZV_ROUND_FAILED, "evicted by an operator");
 	was_member = nd->state == RZN_MEMBER;
 	rz_node_remove(rz, j, nd);
+	rz_mark(rz, j);
 	if (was_member && j->state == RZJ_RUNNING)
-		rz_round_end(rz, j, now, "a node was evicted");
-	else
-		rz_save_job(rz, j);
-	rz_round_form(rz, j, now);
+		rz_round_end(rz, ob, j, now, "a node was evicted");
+	rz_round_form(rz, ob, j, now);
 	return 0;
 }

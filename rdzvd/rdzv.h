@@ -1,16 +1,48 @@
 /*
  * rdzv.h: the server-side rendezvous (jobs, rounds, members, leases,
- * restarts), a pure state machine: no I/O, no clock, no libevent.  The
- * caller passes the time in, and the machine acts through hooks (push a
- * ROUND frame to a connection, open or close a round's TCPStore port).
+ * restarts), a pure state machine: no I/O, no libevent, no monotonic
+ * clock (the caller passes the time in; a hook reads the wall clock for
+ * the event log and retention).
+ *
+ * Every event (a request, a tick, a connection gone, a purge, the load)
+ * is one call that changes the state and fills a struct rz_outbox with
+ * what must happen now: the reply's fields, ROUND pushes to connections,
+ * round ports to open and close, closed jobs purged (to log), and when
+ * to call rz_tick and rz_purge next.  Nothing calls back into the caller
+ * mid-transition.  The caller (rdzvd/round.c) applies an outbox in this
+ * order:
+ *   1. closes and opens the ports asked (rz_out_port: sets .port);
+ *   2. calls rz_settle(), which records the port numbers, puts them in
+ *      the RUNNING pushes, writes the job rows the event changed and
+ *      sets .deadline and .purge_at;
+ *   3. writes the reply to the request, then the pushes in order (so a
+ *      JOIN's reply precedes the ROUND push on the same connection);
+ *   4. arms its timers for .deadline and .purge_at; rz_outbox_reset().
+ * A new kind of round (a repair round that shrinks or grows, naming a
+ * donor rank) is new state and transitions here, its deadlines through
+ * rz_next_deadline(), and new fields in struct nat_round (trailing,
+ * optional fields of the ROUND push, common/wire_native.c): its pushes,
+ * ports and timers travel in the same outbox, applied by the same steps.
+ *
+ * Rows: the machine writes its own durable rows through kv (the pure
+ * core that journals to sqlite): node and event rows as the transition
+ * makes them, job rows once per event in rz_settle() (a job row carries
+ * its round's port, known only then).  kv is not the adapter: it does no
+ * I/O, and a reply the adapter writes after the rows is held until they
+ * commit (conn_reply_buf_durable).
  *
  * Durable state is written as kv rows in reserved namespaces (NUL-led,
  * refused to clients), so it reaches sqlite through the kv journal and
  * is back after a restart through rz_load():
  *   "\0rdzv/job"          job id       -> job row
  *   "\0rdzv/node/<job>"   node id      -> node row
- *   "\0rdzv/ev/<job>"     %020 seq     -> "<wall ms> <text>" (newest
- *                                          RZ_EVENTS_KEPT kept)
+ *   "\0rdzv/ev/<job>"     %020 seq     -> {"time_ms": wall ms, "text"}
+ *                                          (newest RZ_EVENTS_KEPT kept)
+ * Rows are JSON objects (jansson), a job's and a node's with one member
+ * per field of struct rz_job and rz_node that outlives a restart.  Rows
+ * of the k=v text an older rdzvd wrote (one "name=value" line each; an
+ * event "<wall ms> <text>"; '\\' and newline escaped in the failure and
+ * in event text) still load, and are JSON once written again.
  *
  * Job states (one job per rdzv_id):
  *
@@ -25,7 +57,7 @@
  *             job/<id>/), so a JOIN with that id starts a new job.
  * rz_round_end() and rz_round_form() make the transitions; rz_purge()
  * forgets closed jobs.
- *
+ * *
  * Round namespaces "job/<id>/round/<n>": only the running round's is
  * live.  A round's namespace is dropped when it ends, and once more by
  * rz_sweep() when a late writer (a worker still reporting progress over
@@ -41,6 +73,7 @@
 #include <stdint.h>
 
 #include "kv.h"
+#include "wire.h"
 
 struct rz;
 struct rz_job;
@@ -49,53 +82,63 @@ struct rz_job;
 #define RZ_MSG_MAX	4096	/* bytes of a failure message kept */
 #define RZ_EVENTS_KEPT	10000	/* events kept per job */
 
-/* What a ROUND push tells one node. */
-struct rz_push {
-	const char	*job;
-	int64_t		 round;
-	int64_t		 state;		/* enum rdzv_round_state */
-	int64_t		 node_id;
-	int64_t		 group_rank;
-	int64_t		 group_world_size;
-	int64_t		 world_size;
-	int64_t		 rank_base;
-	int64_t		 restart_count;
-	int64_t		 max_restarts;
-	const char	*store_ns;
-	int64_t		 store_port;
-	const char	*message;
-};
-
 struct rz_hooks {
-	/* Sends p to the connection conn (never NULL here). */
-	void	(*push)(void *arg, void *conn, const struct rz_push *p);
-	/* Serves namespace ns on a TCPStore port for job; want is the port
-	 * to reuse after a restart (0: any).  Returns the port or -1. */
-	int	(*open_port)(void *arg, struct rz_job *job, const char *ns,
-		    int want);
-	void	(*close_port)(void *arg, struct rz_job *job);
 	/* Wall-clock ms since the epoch, for the event log and retention. */
 	int64_t	(*wall_ms)(void *arg);
 	void	*arg;
-	/* A closed job was purged (may be NULL): its id, final state name,
-	 * close time (wall ms) and the keys dropped with it. */
-	void	(*purged)(void *arg, const char *job, const char *state,
-		    int64_t closed_wall_ms, int64_t keys);
 };
 
-struct rz_join_req {
-	struct slice	job, instance, host, addr;
-	int64_t		pid, local_world_size;
-	int64_t		min_nodes, max_nodes, max_restarts;
-	int64_t		last_call_ms, lease_ms;	/* < 0: defaults */
-	int64_t		rank;	/* the group rank wanted (static), or -1 */
+/* A ROUND push for the connection conn (never NULL).  Its strings point
+ * into the machine's state or are constant: valid until the next call. */
+struct rz_out_push {
+	void			*conn;
+	struct nat_round	 round;
+	struct rz_job		*job;
+	int			 port_pending;	/* rz_settle sets store_port */
 };
 
-struct rz_failure_req {
-	struct slice	job;
-	int64_t		node_id, round, local_rank, rank, exit_code, signo;
-	struct slice	message;
+/* A round's TCPStore port to open (serve ns for job; want: the port to
+ * reuse after a restart, 0 any) or close.  For an open, the caller sets
+ * port to the port it got, or -1. */
+struct rz_out_port {
+	int		 open;
+	char		 job[RZ_ID_MAX + 1];
+	char		 ns[RZ_ID_MAX + 64];
+	int		 want;
+	int		 port;
+	struct rz_job	*jp;		/* open: for rz_settle */
 };
+
+/* A closed job that was purged: its final state, close time (wall ms)
+ * and the keys dropped with it. */
+struct rz_out_purged {
+	char		 job[RZ_ID_MAX + 1];
+	const char	*state;
+	int64_t		 closed_ms, keys;
+};
+
+struct rz_outbox {
+	/* The reply's fields (JOIN: node_id, restart_count, lease_ms;
+	 * HEARTBEAT: round); the op's return code says whether it holds. */
+	int64_t			 node_id, restart_count, lease_ms, round;
+	struct rz_out_push	*push;
+	size_t			 npush, cappush;
+	struct rz_out_port	*port;
+	size_t			 nport, capport;
+	struct rz_out_purged	*purged;
+	size_t			 npurged, cappurged;
+	int64_t			 deadline;	/* rz_tick's (monotonic), -1 */
+	int64_t			 purge_at;	/* wall ms for rz_purge, -1 */
+	int			 lost;		/* items dropped: no memory */
+};
+
+void	rz_outbox_init(struct rz_outbox *);
+/* Empties ob for the next call (keeps its memory). */
+void	rz_outbox_reset(struct rz_outbox *);
+void	rz_outbox_free(struct rz_outbox *);
+/* Step 2 of applying ob (see above): after the ports, before sending.
+ * Every event's outbox must be settled before the next event. */
+void	rz_settle(struct rz *, struct rz_outbox *);
 
 /* Creates the rendezvous over kv; defaults apply when a JOIN says -1. */
 struct rz	*rz_new(struct kv *, const struct rz_hooks *,
@@ -107,27 +150,28 @@ void		 rz_set_retention(struct rz *, int64_t retention_ms);
 
 /* Rebuilds jobs and nodes from kv's reserved rows (after store_open).
  * Leases restart at now so agents have a lease to reconnect in; running
- * rounds reopen their TCPStore ports on the same numbers. */
-int		 rz_load(struct rz *, int64_t now_ms);
+ * rounds reopen their TCPStore ports on the same numbers (ob). */
+int		 rz_load(struct rz *, int64_t now_ms, struct rz_outbox *);
 
 /* The ops of PROTOCOL.md "Rendezvous".  Each returns 0 or RDZV_E*:
  * EINVAL (bad field, parameters disagree with the job), ECLOSED (job
- * over), ENOTFOUND (unknown job or node).  conn is the caller's
- * connection, remembered for pushes. */
-int	rz_join(struct rz *, const struct rz_join_req *, void *conn,
-	    int64_t now_ms, int64_t *node_id, int64_t *restart_count,
-	    int64_t *lease_ms);
+ * over), ENOTFOUND (unknown job or node), and fills ob.  conn is the
+ * caller's connection, remembered for pushes. */
+int	rz_join(struct rz *, const struct nat_join *, void *conn,
+	    int64_t now_ms, struct rz_outbox *);
 int	rz_heartbeat(struct rz *, struct slice job, int64_t node_id, void *conn,
-	    int64_t now_ms, int64_t *round);
-int	rz_leave(struct rz *, struct slice job, int64_t node_id, int64_t now_ms);
-int	rz_failure(struct rz *, const struct rz_failure_req *, int64_t now_ms);
+	    int64_t now_ms, struct rz_outbox *);
+int	rz_leave(struct rz *, struct slice job, int64_t node_id, int64_t now_ms,
+	    struct rz_outbox *);
+int	rz_failure(struct rz *, const struct nat_failure *, int64_t now_ms,
+	    struct rz_outbox *);
 int	rz_succeeded(struct rz *, struct slice job, int64_t node_id,
-	    int64_t round, int64_t now_ms);
+	    int64_t round, int64_t now_ms, struct rz_outbox *);
 
 /* A connection closed: its nodes keep their leases but get no pushes. */
-void	rz_conn_gone(struct rz *, void *conn);
+void	rz_conn_gone(struct rz *, void *conn, struct rz_outbox *);
 /* Expires leases and completes rounds whose last call is over. */
-void	rz_tick(struct rz *, int64_t now_ms);
+void	rz_tick(struct rz *, int64_t now_ms, struct rz_outbox *);
 /* Earliest time rz_tick has work, or -1. */
 int64_t	rz_next_deadline(struct rz *);
 
@@ -137,7 +181,8 @@ int64_t	rz_next_deadline(struct rz *);
  * about max_keys keys have been dropped (one job at least), so a long
  * backlog is spread over several calls.  Returns the jobs purged.
  */
-int	rz_purge(struct rz *, int64_t wall_ms, int max_jobs, int64_t max_keys);
+int	rz_purge(struct rz *, int64_t wall_ms, int max_jobs, int64_t max_keys,
+	    struct rz_outbox *);
 /* Wall-clock ms when rz_purge next has work (<= now: at once), or -1. */
 int64_t	rz_next_purge(struct rz *);
 /* Drops every round namespace that is not a running round's (see
@@ -166,9 +211,9 @@ int	rz_event_row(struct rz *, struct slice job, int64_t after,
 	    size_t keysz, struct slice *key);
 /* Closes a job as failed with reason; evicts a node (new round). */
 int	rz_admin_close(struct rz *, struct slice job, struct slice reason,
-	    int64_t now_ms);
+	    int64_t now_ms, struct rz_outbox *);
 int	rz_admin_evict(struct rz *, struct slice job, int64_t node_id,
-	    int64_t now_ms);
+	    int64_t now_ms, struct rz_outbox *);
 
 /* Figures for /metrics. */
 struct rz_stats {
@@ -178,7 +223,5 @@ struct rz_stats {
 };
 void	rz_get_stats(struct rz *, struct rz_stats *);
 
-/* The job's id (for hooks). */
-const char	*rz_job_id(const struct rz_job *);
 
 #endif /* RDZVD_RDZV_H */

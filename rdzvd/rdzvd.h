@@ -317,12 +317,26 @@ void	tcps_group_release(struct conn *);
 
 /* Creates server.rz, loads saved jobs, arms the timer. */
 int	round_init(int64_t last_call_ms, int64_t lease_ms);
-/* Serves a JOIN from c (request id): replies before any ROUND push. */
-void	round_join(struct conn *c, uint32_t id, const struct rz_join_req *);
+/* A rendezvous request (JOIN .. SUCCEEDED, ADMIN_CLOSE, ADMIN_EVICT),
+ * decoded: op and id from its frame, the fields its op has. */
+struct round_req {
+	uint16_t		 op;
+	uint32_t		 id;
+	struct slice		 job;
+	int64_t			 node_id, round;
+	struct slice		 reason;	/* ADMIN_CLOSE */
+	struct nat_join		 join;		/* JOIN */
+	struct nat_failure	 failure;	/* FAILURE */
+};
+/* Serves r from c through the state machine: the reply, then the
+ * ROUND pushes, ports and timers the event brings. */
+void	round_request(struct conn *c, const struct round_req *r);
+/* c is closing: its nodes get no more pushes. */
+void	round_conn_gone(struct conn *c);
+/* The reply to a rendezvous op with no payload, or its error (rc < 0). */
+void	round_reply_rc(struct conn *c, uint16_t op, uint32_t id, int rc);
 /* Pauses (0) or resumes (1) accepting on every round's port. */
 void	round_set_accepting(int on);
-/* Re-arms the timer after any rendezvous event. */
-void	round_rearm(void);
 /* The wall clock in ms (retention; progress reports' ages). */
 int64_t	round_wall_ms(void);
 void	round_fini(void);

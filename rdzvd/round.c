@@ -1,8 +1,13 @@
 /*
- * round.c: the rendezvous state machine (rdzv.c) wired to the daemon:
- * its timers (leases and last calls; retention), ROUND pushes encoded
- * onto agents' connections, and the per-round TCPStore listeners through
- * which unmodified PyTorch workers reach exactly their round's namespace.
+ * round.c: the rendezvous state machine (rdzv.c) wired to the daemon.
+ * Every rendezvous event goes one way: a request (round_request, from
+ * proto_native.c), the lease timer, a connection gone and the purge
+ * timer each call the machine, which fills an outbox, and round_apply()
+ * carries it out: it opens and closes the per-round TCPStore listeners
+ * (through which unmodified PyTorch workers reach exactly their round's
+ * namespace), lets the machine settle the port numbers, writes the reply
+ * and then the ROUND pushes (common/wire_native.c frames them), logs
+ * purged jobs and arms the timers (leases and last calls; retention).
  *
  * Retention (--job-retention): a second timer purges closed jobs once
  * their time is up, a batch per tick so a backlog (thousands of jobs
@@ -31,10 +36,10 @@
 #include "rdzv_err.h"
 #include "rdzvd.h"
 
-/* A round's TCPStore listener, found by its job. */
+/* A round's TCPStore listener, found by its job's id. */
 struct round_port {
 	UT_hash_handle		 hh;
-	const struct rz_job	*job;		/* hash key: the pointer */
+	char			 job[RZ_ID_MAX + 1];	/* hash key */
 	struct evconnlistener	*lis;
 	struct ns_ref		*ns;
 	int			 port;
@@ -54,30 +59,11 @@ static struct event		*purge_timer;
 static int64_t			 purge_at = -1;	/* wall ms it is armed for */
 static int64_t			 swept_at;	/* monotonic ms */
 static int64_t			 sweep_ms = ROUND_SWEEP_MS;
+/* What the machine asked for in the event being served (one at a time:
+ * the loop is single-threaded), emptied by round_apply. */
+static struct rz_outbox		 outbox;
 
 static void	purge_arm(int64_t at);
-
-/* A JOIN being served: its reply must precede any push to its node. */
-static struct {
-	struct conn	*c;
-	uint32_t	 id;
-	int64_t		 lease_ms;	/* the job's, once rz_join knows it */
-} join_pending;
-
-static void
-join_reply(struct conn *c, uint32_t id, int64_t node_id, int64_t restarts,
-    int64_t lease_ms)
-{
-	struct nat_wr	wr;
-
-	nat_frame_begin(&wr, conn_reply_buf_durable(c, 1), NAT_OP_JOIN,
-	    NAT_F_REPLY, id);
-	nat_put_i64(&wr, node_id);
-	nat_put_i64(&wr, restarts);
-	nat_put_i64(&wr, lease_ms);
-	nat_frame_end(&wr);
-	conn_reply_done(c);
-}
 
 int64_t
 round_wall_ms(void)
@@ -125,69 +111,169 @@ join_closed_reply(struct conn *c, uint32_t id, struct slice job)
 	nat_put_error(conn_reply_buf(c), NAT_OP_JOIN, id, RDZV_ECLOSED, msg);
 }
 
+/* Replies to a rendezvous request the machine refused, or with no
+ * payload: membership changes are acknowledged once committed. */
 void
-round_join(struct conn *c, uint32_t id, const struct rz_join_req *req)
+round_reply_rc(struct conn *c, uint16_t op, uint32_t id, int rc)
 {
-	int64_t	node_id = 0, restarts = 0, lease = 0;
-	int	rc;
+	struct nat_wr	wr;
 
-	join_pending.c = c;
-	join_pending.id = id;
-	join_pending.lease_ms = 0;
-	rc = rz_join(server.rz, req, c, mono_ms(), &node_id, &restarts,
-	    &join_pending.lease_ms);
-	lease = join_pending.lease_ms;
-	if (join_pending.c != NULL) {
-		join_pending.c = NULL;
-		if (rc == RDZV_ECLOSED)
-			join_closed_reply(c, id, req->job);
-		else if (rc == RDZV_EEXIST)
-			nat_put_error(conn_reply_buf(c), NAT_OP_JOIN, id, rc,
-			    "another live node of the job has this node rank");
-		else if (rc < 0)
-			nat_put_error(conn_reply_buf(c), NAT_OP_JOIN, id, rc,
-			    rc == RDZV_EINVAL ? "bad JOIN, or nnodes/"
-			    "max_restarts differ from the job's first JOIN" :
-			    rdzv_strerror(rc));
-		else
-			join_reply(c, id, node_id, restarts, lease);
-		conn_reply_done(c);
+	if (rc < 0)
+		nat_put_error(conn_reply_buf(c), op, id, rc,
+		    rc == RDZV_ENOTFOUND ? "unknown job or node: JOIN again" :
+		    rdzv_strerror(rc));
+	else {
+		nat_frame_begin(&wr, conn_reply_buf_durable(c, 1), op,
+		    NAT_F_REPLY, id);
+		nat_frame_end(&wr);
 	}
-	round_rearm();
+	conn_reply_done(c);
 }
 
 static void
-round_push_cb(void *arg, void *connp, const struct rz_push *p)
+round_reply_join(struct conn *c, const struct round_req *r, int rc)
 {
-	struct conn	*c = connp;
-	struct nat_wr	 wr;
+	struct nat_joined	jd;
 
-	if (join_pending.c == c) {
-		join_pending.c = NULL;
-		join_reply(c, join_pending.id, p->node_id, p->restart_count,
-		    join_pending.lease_ms);
+	if (rc == 0) {
+		jd.node_id = outbox.node_id;
+		jd.restart_count = outbox.restart_count;
+		jd.lease_ms = outbox.lease_ms;
+		nat_joined_put(conn_reply_buf_durable(c, 1), r->id, &jd);
+	} else if (rc == RDZV_ECLOSED)
+		join_closed_reply(c, r->id, r->join.job);
+	else if (rc == RDZV_EEXIST)
+		nat_put_error(conn_reply_buf(c), NAT_OP_JOIN, r->id, rc,
+		    "another live node of the job has this node rank");
+	else
+		nat_put_error(conn_reply_buf(c), NAT_OP_JOIN, r->id, rc,
+		    rc == RDZV_EINVAL ? "bad JOIN, or nnodes/max_restarts "
+		    "differ from the job's first JOIN" : rdzv_strerror(rc));
+	conn_reply_done(c);
+}
+
+static void
+round_reply_heartbeat(struct conn *c, const struct round_req *r, int rc)
+{
+	struct nat_wr	wr;
+
+	if (rc < 0) {
+		round_reply_rc(c, r->op, r->id, rc);
+		return;
 	}
-	nat_frame_begin(&wr, conn_reply_buf_durable(c, 1), NAT_OP_ROUND,
-	    NAT_F_PUSH, 0);
-	nat_put_bytes(&wr, p->job, strlen(p->job));
-	nat_put_i64(&wr, p->round);
-	nat_put_i64(&wr, p->state);
-	nat_put_i64(&wr, p->node_id);
-	nat_put_i64(&wr, p->group_rank);
-	nat_put_i64(&wr, p->group_world_size);
-	nat_put_i64(&wr, p->world_size);
-	nat_put_i64(&wr, p->rank_base);
-	nat_put_i64(&wr, p->restart_count);
-	nat_put_i64(&wr, p->max_restarts);
-	nat_put_bytes(&wr, p->store_ns, strlen(p->store_ns));
-	nat_put_i64(&wr, p->store_port);
-	nat_put_bytes(&wr, p->message, strlen(p->message));
+	nat_frame_begin(&wr, conn_reply_buf(c), r->op, NAT_F_REPLY, r->id);
+	nat_put_i64(&wr, outbox.round);
 	nat_frame_end(&wr);
 	conn_reply_done(c);
 }
 
+static void
+round_reply_plain(struct conn *c, const struct round_req *r, int rc)
+{
+	round_reply_rc(c, r->op, r->id, rc);
+}
+
+static int	round_port_open(const char *job, const char *ns, int want);
+static void	round_port_close(const char *job);
+static void	round_arm(int64_t deadline, int64_t purge_at);
+
+/*
+ * Carries out the outbox of the event just served, in the order rdzv.h
+ * gives: ports, rz_settle, the reply to r (when c is not NULL), the
+ * pushes, purged jobs' log lines, timers.
+ */
+static void
+round_apply(struct conn *c, const struct round_req *r, int rc,
+    void (*reply)(struct conn *, const struct round_req *, int))
+{
+	struct rz_outbox	*ob = &outbox;
+	struct rz_out_port	*op;
+	struct rz_out_purged	*pg;
+	char			 a[32], b[32];
+	size_t			 i;
+
+	for (i = 0; i < ob->nport; i++) {
+		op = &ob->port[i];
+		if (op->open)
+			op->port = round_port_open(op->job, op->ns, op->want);
+		else
+			round_port_close(op->job);
+	}
+	rz_settle(server.rz, ob);
+	if (c != NULL)
+		reply(c, r, rc);
+	for (i = 0; i < ob->npush; i++) {
+		nat_round_put(conn_reply_buf_durable(ob->push[i].conn, 1),
+		    &ob->push[i].round);
+		conn_reply_done(ob->push[i].conn);
+	}
+	for (i = 0; i < ob->npurged; i++) {
+		pg = &ob->purged[i];
+		log_info("job %s purged: it %s %s s ago, --job-retention is "
+		    "%s s; %lld keys dropped", pg->job, pg->state,
+		    round_secs(a, sizeof a, round_wall_ms() - pg->closed_ms),
+		    round_secs(b, sizeof b, server.cfg->job_retention_ms),
+		    (long long)pg->keys);
+	}
+	if (ob->lost > 0)
+		log_warnx("rendezvous: out of memory, %d pushes or ports lost",
+		    ob->lost);
+	round_arm(ob->deadline, ob->purge_at);
+	rz_outbox_reset(ob);
+}
+
+void
+round_request(struct conn *c, const struct round_req *r)
+{
+	int64_t	now = mono_ms();
+	int	rc;
+	void	(*reply)(struct conn *, const struct round_req *, int) =
+	    round_reply_plain;
+
+	switch (r->op) {
+	case NAT_OP_JOIN:
+		rc = rz_join(server.rz, &r->join, c, now, &outbox);
+		reply = round_reply_join;
+		break;
+	case NAT_OP_HEARTBEAT:
+		rc = rz_heartbeat(server.rz, r->job, r->node_id, c, now,
+		    &outbox);
+		reply = round_reply_heartbeat;
+		break;
+	case NAT_OP_LEAVE:
+		rc = rz_leave(server.rz, r->job, r->node_id, now, &outbox);
+		break;
+	case NAT_OP_FAILURE:
+		rc = rz_failure(server.rz, &r->failure, now, &outbox);
+		break;
+	case NAT_OP_SUCCEEDED:
+		rc = rz_succeeded(server.rz, r->job, r->node_id, r->round, now,
+		    &outbox);
+		break;
+	case NAT_OP_ADMIN_CLOSE:
+		rc = rz_admin_close(server.rz, r->job, r->reason, now, &outbox);
+		break;
+	case NAT_OP_ADMIN_EVICT:
+		rc = rz_admin_evict(server.rz, r->job, r->node_id, now,
+		    &outbox);
+		break;
+	default:
+		fatalx("round_request: op %u", r->op);
+	}
+	round_apply(c, r, rc, reply);
+}
+
+void
+round_conn_gone(struct conn *c)
+{
+	rz_conn_gone(server.rz, c, &outbox);
+	round_apply(NULL, NULL, 0, NULL);
+}
+
+/* Serves ns for job on a port like the main listener's (want: that
+ * port, or 0 any).  Returns the port or -1. */
 static int
-round_open_port_cb(void *arg, struct rz_job *job, const char *ns, int want)
+round_port_open(const char *job, const char *ns, int want)
 {
 	struct round_port	*rp;
 	char			 host[RDZV_HOST_MAX], spec[RDZV_HOSTPORT_MAX];
@@ -201,7 +287,7 @@ round_open_port_cb(void *arg, struct rz_job *job, const char *ns, int want)
 	fd = listen_socket(spec, "round store", &port);
 	if (fd == -1 && want > 0) {
 		log_warnx("job %s: cannot serve its round on port %d again; "
-		    "workers must reconnect to a new port", rz_job_id(job), want);
+		    "workers must reconnect to a new port", job, want);
 		return -1;
 	}
 	if (fd == -1)
@@ -218,19 +304,19 @@ round_open_port_cb(void *arg, struct rz_job *job, const char *ns, int want)
 		free(rp);
 		return -1;
 	}
-	rp->job = job;
+	strlcpy(rp->job, job, sizeof rp->job);
 	rp->port = port;
-	HASH_ADD_PTR(ports, job, rp);
-	log_info("job %s: round store %s on port %d", rz_job_id(job), ns, port);
+	HASH_ADD_STR(ports, job, rp);
+	log_info("job %s: round store %s on port %d", job, ns, port);
 	return port;
 }
 
 static void
-round_close_port_cb(void *arg, struct rz_job *job)
+round_port_close(const char *job)
 {
 	struct round_port	*rp;
 
-	HASH_FIND_PTR(ports, &job, rp);
+	HASH_FIND_STR(ports, job, rp);
 	if (rp == NULL)
 		return;
 	HASH_DEL(ports, rp);
@@ -242,25 +328,25 @@ round_close_port_cb(void *arg, struct rz_job *job)
 static void
 round_timer_cb(evutil_socket_t fd, short ev, void *arg)
 {
-	rz_tick(server.rz, mono_ms());
-	round_rearm();
+	rz_tick(server.rz, mono_ms(), &outbox);
+	round_apply(NULL, NULL, 0, NULL);
 }
 
-void
-round_rearm(void)
+/* Arms the lease timer for deadline (monotonic ms; -1: none) and the
+ * purge timer for purge_at_ms (wall ms) if that is sooner than it is. */
+static void
+round_arm(int64_t deadline, int64_t purge_at_ms)
 {
-	int64_t		next, now;
+	int64_t		next = deadline, now;
 	struct timeval	tv;
 
 	if (server.rz == NULL || rz_timer == NULL)
 		return;
 	/* A job just closed may be due before the purge timer's time
 	 * (a retention shorter than the sweep interval). */
-	next = rz_next_purge(server.rz);
-	if (purge_timer != NULL && next >= 0 && (purge_at < 0 ||
-	    next < purge_at))
-		purge_arm(next);
-	next = rz_next_deadline(server.rz);
+	if (purge_timer != NULL && purge_at_ms >= 0 && (purge_at < 0 ||
+	    purge_at_ms < purge_at))
+		purge_arm(purge_at_ms);
 	if (next < 0) {
 		evtimer_del(rz_timer);
 		return;
@@ -271,6 +357,7 @@ round_rearm(void)
 	tv.tv_usec = (next % 1000) * 1000 + 1000;	/* just past it */
 	evtimer_add(rz_timer, &tv);
 }
+
 
 void
 round_set_accepting(int on)
@@ -289,18 +376,6 @@ static int64_t
 round_wall_ms_cb(void *arg)
 {
 	return round_wall_ms();
-}
-
-static void
-round_purged_cb(void *arg, const char *job, const char *state,
-    int64_t closed_ms, int64_t keys)
-{
-	char	a[32], b[32];
-
-	log_info("job %s purged: it %s %s s ago, --job-retention is %s s; "
-	    "%lld keys dropped", job, state, round_secs(a, sizeof a,
-	    round_wall_ms() - closed_ms), round_secs(b, sizeof b,
-	    server.cfg->job_retention_ms), (long long)keys);
 }
 
 /* Arms the purge timer for wall time `at` (never further than a sweep
@@ -333,7 +408,8 @@ purge_timer_cb(evutil_socket_t fd, short ev, void *arg)
 	purge_at = -1;
 	t0 = mono_us();
 	n = rz_purge(server.rz, round_wall_ms(), ROUND_PURGE_JOBS,
-	    ROUND_PURGE_KEYS);
+	    ROUND_PURGE_KEYS, &outbox);
+	round_apply(NULL, NULL, 0, NULL);
 	if (n > 0)
 		log_debug("purge tick: %d jobs in %.3f ms", n,
 		    (double)(mono_us() - t0) / 1e3);
@@ -354,10 +430,7 @@ purge_timer_cb(evutil_socket_t fd, short ev, void *arg)
 int
 round_init(int64_t last_call_ms, int64_t lease_ms)
 {
-	static const struct rz_hooks hooks = {
-		round_push_cb, round_open_port_cb, round_close_port_cb,
-		round_wall_ms_cb, NULL, round_purged_cb
-	};
+	static const struct rz_hooks hooks = { round_wall_ms_cb, NULL };
 
 	if ((server.rz = rz_new(server.kv, &hooks, last_call_ms,
 	    lease_ms)) == NULL)
@@ -371,13 +444,14 @@ round_init(int64_t last_call_ms, int64_t lease_ms)
 	    (purge_timer = evtimer_new(server.base, purge_timer_cb,
 	    NULL)) == NULL)
 		return -1;
-	if (rz_load(server.rz, mono_ms()) != 0)
+	rz_outbox_init(&outbox);
+	if (rz_load(server.rz, mono_ms(), &outbox) != 0)
 		log_warnx("rendezvous: could not load every job");
 	/* Jobs whose retention ran out while rdzvd was down go on the
 	 * first tick, in batches like any others; the first sweep too. */
 	swept_at = mono_ms() - sweep_ms;
 	purge_arm(round_wall_ms());
-	round_rearm();
+	round_apply(NULL, NULL, 0, NULL);
 	return 0;
 }
 
@@ -403,4 +477,5 @@ round_fini(void)
 	purge_at = -1;
 	rz_free(server.rz);
 	server.rz = NULL;
+	rz_outbox_free(&outbox);
 }

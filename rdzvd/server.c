@@ -121,7 +121,7 @@ conn_close(struct conn *c, enum err_kind ek, const char *why)
 	tcps_conn_free(c);
 	native_conn_free(c);
 	if (server.rz != NULL)
-		rz_conn_gone(server.rz, c);
+		round_conn_gone(c);
 	ns_ref_put(c->ns);
 	held_remove(c);
 	if (c->held != NULL)

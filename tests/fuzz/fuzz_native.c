@@ -7,8 +7,9 @@
  * with the frame writer, behind a varying amount of queued data so that
  * the patched length lands across evbuffer chains, and must come out as
  * the very bytes it came from; so must error replies through
- * nat_put_error() and preambles through nat_preamble_put_flags().  Any
- * broken invariant aborts.
+ * nat_put_error() and preambles through nat_preamble_put_flags().  The
+ * rendezvous messages also go through their own decoders and encoders
+ * (JOIN, its reply, FAILURE, ROUND).  Any broken invariant aborts.
  */
 #include "config.h"
 
@@ -55,7 +56,7 @@ static const char *fuzz_rep[NAT_OP_MAX + 1] = {
 	[NAT_OP_CAS] = "b", [NAT_OP_CHECK] = "i", [NAT_OP_DELETE] = "i",
 	[NAT_OP_NUM_KEYS] = "i", [NAT_OP_MULTI_GET] = "*",
 	[NAT_OP_QUEUE_POP] = "b", [NAT_OP_QUEUE_LEN] = "i",
-	[NAT_OP_LIST_KEYS] = "n", [NAT_OP_JOIN] = "ii",
+	[NAT_OP_LIST_KEYS] = "n", [NAT_OP_JOIN] = "iii",
 	[NAT_OP_HEARTBEAT] = "i", [NAT_OP_JOB_STATUS] = "b",
 	[NAT_OP_ADMIN_STATUS] = "b", [NAT_OP_ADMIN_JOBS] = "b",
 	[NAT_OP_ADMIN_JOB] = "b", [NAT_OP_ADMIN_EVENTS] = "b",
@@ -211,10 +212,69 @@ fuzz_error(const struct nat_msg *msg, const uint8_t *frame, size_t flen)
 		abort();
 }
 
+/* out must hold exactly the flen bytes of frame. */
+static void
+fuzz_same(const uint8_t *frame, size_t flen)
+{
+	static uint8_t	copy[8192];
+
+	if (flen > sizeof(copy))
+		return;
+	if (evbuffer_get_length(fuzz_out) != flen ||
+	    evbuffer_copyout(fuzz_out, copy, flen) != (ssize_t)flen ||
+	    memcmp(copy, frame, flen) != 0)
+		abort();
+}
+
+/*
+ * The rendezvous messages' own decoders (JOIN, its reply, FAILURE, the
+ * ROUND push) must accept exactly what their field list reads, and a
+ * message they accept must come out of its encoder as it came in.  A
+ * JOIN's optional node rank written as a negative number is the one
+ * exception: it decodes like an absent one, and is not written again.
+ */
+static void
+fuzz_message(const struct nat_msg *msg, const uint8_t *frame, size_t flen,
+    int spec_rc)
+{
+	struct nat_join		j;
+	struct nat_joined	jd;
+	struct nat_failure	f;
+	struct nat_round	r;
+	int			rc, put;
+
+	evbuffer_drain(fuzz_out, evbuffer_get_length(fuzz_out));
+	if (msg->op == NAT_OP_JOIN && msg->flags == 0) {
+		rc = nat_join_decode(msg->payload, &j);
+		put = rc == 0 ? nat_join_put(fuzz_out, msg->id, &j) : 0;
+		if (rc == 0 && j.rank < 0 && flen != j.job.len +
+		    j.instance.len + j.host.len + j.addr.len + 4 * 5 + 7 * 9 +
+		    NAT_HDR_LEN)
+			return;		/* a negative rank was sent */
+	} else if (msg->op == NAT_OP_JOIN && msg->flags == NAT_F_REPLY) {
+		rc = nat_joined_decode(msg->payload, &jd);
+		spec_rc = fuzz_spec("iii", msg->payload);
+		put = rc == 0 ? nat_joined_put(fuzz_out, msg->id, &jd) : 0;
+	} else if (msg->op == NAT_OP_FAILURE && msg->flags == 0) {
+		rc = nat_failure_decode(msg->payload, &f);
+		put = rc == 0 ? nat_failure_put(fuzz_out, msg->id, &f) : 0;
+	} else if (msg->op == NAT_OP_ROUND && msg->flags == NAT_F_PUSH &&
+	    msg->id == 0) {
+		rc = nat_round_decode(msg->payload, &r);
+		put = rc == 0 ? nat_round_put(fuzz_out, &r) : 0;
+	} else
+		return;
+	if ((rc == 0) != (spec_rc == 0) || put != 0)
+		abort();
+	if (rc == 0)
+		fuzz_same(frame, flen);
+}
+
 static void
 fuzz_frame(const struct nat_msg *msg, const uint8_t *frame, size_t flen)
 {
 	const char	*spec;
+	int		 rc;
 
 	if (msg->op < 1 || msg->op > NAT_OP_MAX)
 		abort();
@@ -229,7 +289,8 @@ fuzz_frame(const struct nat_msg *msg, const uint8_t *frame, size_t flen)
 		spec = fuzz_req[msg->op];
 	if (spec == NULL)
 		abort();	/* a new op needs its field list here */
-	(void)fuzz_spec(spec, msg->payload);
+	rc = fuzz_spec(spec, msg->payload);
+	fuzz_message(msg, frame, flen, rc);
 	fuzz_generic(msg, frame, flen);
 	if (msg->flags == (NAT_F_REPLY | NAT_F_ERROR))
 		fuzz_error(msg, frame, flen);

@@ -2,7 +2,9 @@
 agent would (PROTOCOL.md "Rendezvous"): rounds, ranks, restarts, leases,
 standbys, rescale, closing, the per-round TCPStore port, and a kill -9 of
 rdzvd that running jobs must not notice."""
+import json
 import os
+import sqlite3
 import time
 
 import rdzvtest as rt
@@ -222,7 +224,6 @@ def test_join_reply_carries_the_jobs_lease():
 
 
 def test_events_wait_answers_at_once_when_behind():
-    import json
     d = daemon()
     a = Agent(d, "je", nodes=(1, 1))
     a.join()
@@ -257,6 +258,83 @@ def test_rdzvd_kill9_is_invisible():
     assert d.metric("rdzvd_rounds_total") == 0    # no new round formed
 
 
+def legacy_row(**fields):
+    """A row as rdzvd wrote it before rows were JSON: k=v lines."""
+    return "".join("%s=%s\n" % kv for kv in fields.items()).encode()
+
+
+def test_old_format_rows_load():
+    """A database an older rdzvd left, its rendezvous rows in k=v text (a
+    running round of two nodes, a job closed as failed with an escaped
+    message, events), opens: jobs, members, ranks, failure and events come
+    back, an agent rejoins its round, and the rows are JSON once written
+    again."""
+    d = daemon(durability="strict")
+    d.stop()                    # the schema is there, no rows yet
+    closed = int(time.time() * 1000) - 1000     # within --job-retention
+    rows = [
+        (b"\0rdzv/job", b"old", legacy_row(
+            min=2, max=2, max_restarts=3, last_call_ms=200, lease_ms=5000,
+            state=2, round=3, restarts=2, next_node=3, next_join=2,
+            next_event=2, port=0, world=5, closed_ms=-1, failure="")),
+        (b"\0rdzv/node/old", b"1", legacy_row(
+            instance="inst-a", host="host-a", addr="127.0.0.1", pid=101,
+            lws=3, state=2, group_rank=1, prev_rank=1, join_seq=0,
+            succeeded=0, want_rank=-1)),
+        (b"\0rdzv/node/old", b"2", legacy_row(
+            instance="inst-b", host="host-b", addr="127.0.0.1", pid=102,
+            lws=2, state=2, group_rank=0, prev_rank=0, join_seq=1,
+            succeeded=0, want_rank=-1)),
+        (b"\0rdzv/ev/old", b"%020d" % 0, b"1700000000000 job created"),
+        (b"\0rdzv/ev/old", b"%020d" % 1,
+         b"1700000000500 failure: line one\\nline two \\\\ end"),
+        (b"\0rdzv/job", b"gone", legacy_row(
+            min=1, max=1, max_restarts=0, last_call_ms=200, lease_ms=5000,
+            state=4, round=1, restarts=0, next_node=2, next_join=1,
+            next_event=0, port=0, world=0, closed_ms=closed,
+            failure="rank 0: exit code 3\\nsecond line")),
+        (b"\0rdzv/node/gone", b"1", legacy_row(
+            instance="inst-g", host="host-g", addr="", pid=7, lws=1,
+            state=2, group_rank=0, prev_rank=0, join_seq=0, succeeded=0,
+            want_rank=-1)),
+    ]
+    db = sqlite3.connect(d.db)
+    with db:
+        db.executemany("INSERT INTO kv(ns, key, value) VALUES (?, ?, ?)",
+                       rows)
+    db.close()
+    d.restart()
+
+    n = d.native()
+    old = json.loads(n.call(30, "old")[0])
+    assert old["state"] == "running" and old["round"] == 3, old
+    assert old["restarts"] == 2 and old["world_size"] == 5, old
+    m = {x["node_id"]: x for x in old["members"]}
+    assert m[1]["host"] == "host-a" and m[1]["group_rank"] == 1
+    assert m[1]["rank_base"] == 2 and m[2]["rank_base"] == 0, m
+    assert old["store_port"] > 0 and old["store_ns"] == "job/old/round/3"
+    gone = json.loads(n.call(30, "gone")[0])
+    assert gone["state"] == "failed", gone
+    assert gone["failure"] == "rank 0: exit code 3\nsecond line", gone
+    assert gone["members"][0]["host"] == "host-g"
+    ev = json.loads(n.call(31, "old", -1, 0)[0])
+    assert [(e["seq"], e["time_ms"]) for e in ev[:2]] == \
+        [(0, 1700000000000), (1, 1700000000500)], ev
+    assert ev[1]["text"] == "failure: line one\nline two \\ end", ev
+
+    # The agent of node 1 comes back to its round, as after a restart.
+    a = Agent(d, "old", instance="inst-a", lws=3, lease_ms=5000)
+    assert a.join() == 2 and a.node_id == 1
+    p = a.push()
+    assert p["state"] == RUNNING and p["round"] == 3, p
+    assert p["group_rank"] == 1 and p["rank_base"] == 2, p
+    assert p["store_port"] == old["store_port"]
+    # Written again (the round's new port), the job row is JSON.
+    row = json.loads(n.get(b"old", ns=b"\0rdzv/job"))
+    assert row["round"] == 3 and row["port"] == old["store_port"], row
+    assert d.metric("rdzvd_rounds_total") == 0    # no new round formed
+
+
 def test_two_jobs_never_mix():
     d = daemon()
     ja = [Agent(d, "alpha", nodes=(1, 1))]
@@ -281,7 +359,7 @@ def test_reserved_namespace_read_only():
         raise AssertionError("write into a reserved namespace accepted")
     except rt.RdzvError as e:
         assert e.code == -1
-    assert b"max=1" in n.get(b"j9", ns=b"\0rdzv/job")
+    assert json.loads(n.get(b"j9", ns=b"\0rdzv/job"))["max"] == 1
 
 
 def test_thousand_agents_one_round():

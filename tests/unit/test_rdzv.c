@@ -5,7 +5,9 @@
  * keeps them), what a purge drops and what it leaves (another job's
  * namespaces, even one whose id extends the purged one's), reuse of a
  * purged id, retention carried across a reload, the sweep of dead
- * rounds' namespaces, and group rank = node rank for a static JOIN.
+ * rounds' namespaces, group rank = node rank for a static JOIN, and
+ * the outbox each event fills (a JOIN that forms a round, a FAILURE, a
+ * lease expiry), drained here as rdzvd's round.c drains it.
  */
 #include "config.h"
 
@@ -26,29 +28,13 @@
 
 static int64_t	 wall;			/* the fake wall clock, ms */
 static int	 next_port = 40000;
-static char	 purged[64][64];	/* ids, in purge order */
+static char	 purged[64][RZ_ID_MAX + 16];	/* ids, in purge order */
 static int	 npurged;
 static int64_t	 purged_keys;
-static char	 conn_a;		/* a stand-in connection */
+static char	 conn_a, conn_b;	/* stand-in connections */
 static int64_t	 pushed_rank[16];	/* by node id: last group rank */
-
-static void
-push_cb(void *arg, void *conn, const struct rz_push *p)
-{
-	if (p->node_id >= 0 && p->node_id < 16)
-		pushed_rank[p->node_id] = p->group_rank;
-}
-
-static int
-open_port_cb(void *arg, struct rz_job *job, const char *ns, int want)
-{
-	return want > 0 ? want : next_port++;
-}
-
-static void
-close_port_cb(void *arg, struct rz_job *job)
-{
-}
+static struct rz_outbox	ob;		/* the event's, drained by run() */
+static int64_t	 last_node;		/* the last JOIN's reply */
 
 static int64_t
 wall_cb(void *arg)
@@ -56,23 +42,50 @@ wall_cb(void *arg)
 	return wall;
 }
 
-static void
-purged_cb(void *arg, const char *job, const char *state, int64_t closed,
-    int64_t keys)
-{
-	assert_true(npurged < 64);
-	snprintf(purged[npurged++], sizeof purged[0], "%s %s", job, state);
-	purged_keys += keys;
-}
+static const struct rz_hooks hooks = { wall_cb, NULL };
 
-static const struct rz_hooks hooks = {
-	push_cb, open_port_cb, close_port_cb, wall_cb, NULL, purged_cb
-};
+/*
+ * Applies ob as rdzvd's round.c does: ports (a fake numbering; a port
+ * asked again is given again), rz_settle, then what it says is noted:
+ * the pushes' group ranks, the purged jobs.  Returns rc, the event's.
+ */
+static void
+drain(struct rz *rz)
+{
+	size_t	i;
+
+	for (i = 0; i < ob.nport; i++)
+		if (ob.port[i].open)
+			ob.port[i].port = ob.port[i].want > 0 ?
+			    ob.port[i].want : next_port++;
+	rz_settle(rz, &ob);
+	last_node = ob.node_id;
+	for (i = 0; i < ob.npush; i++)
+		if (ob.push[i].round.node_id >= 0 &&
+		    ob.push[i].round.node_id < 16)
+			pushed_rank[ob.push[i].round.node_id] =
+			    ob.push[i].round.group_rank;
+	for (i = 0; i < ob.npurged; i++) {
+		assert_true(npurged < 64);
+		snprintf(purged[npurged++], sizeof purged[0], "%s %s",
+		    ob.purged[i].job, ob.purged[i].state);
+		purged_keys += ob.purged[i].keys;
+	}
+	assert_int_equal(ob.lost, 0);
+	rz_outbox_reset(&ob);
+}
 
 struct fx {
 	struct kv	*kv;
 	struct rz	*rz;
 };
+
+static int
+run(struct fx *f, int rc)
+{
+	drain(f->rz);
+	return rc;
+}
 
 static int
 setup(void **state)
@@ -84,6 +97,7 @@ setup(void **state)
 	    (f->rz = rz_new(f->kv, &hooks, 0, 60000)) == NULL)
 		return -1;
 	rz_set_retention(f->rz, 1000);
+	rz_outbox_init(&ob);
 	wall = 1000000;
 	npurged = 0;
 	purged_keys = 0;
@@ -98,54 +112,81 @@ teardown(void **state)
 
 	rz_free(f->rz);
 	kv_free(f->kv);
+	rz_outbox_free(&ob);
 	free(f);
 	return 0;
 }
 
-/* JOIN of instance inst to job (nodes lo:hi); returns rz_join's code. */
+/* The ops the retention tests repeat, each drained. */
+static int
+purge(struct fx *f, int64_t at, int jobs, int64_t keys)
+{
+	return run(f, rz_purge(f->rz, at, jobs, keys, &ob));
+}
+
+static int
+succeeded(struct fx *f, const char *job, int64_t node, int64_t round)
+{
+	return run(f, rz_succeeded(f->rz, slice_str(job), node, round, 0,
+	    &ob));
+}
+
+static int
+evict(struct fx *f, const char *job, int64_t node, int64_t now)
+{
+	return run(f, rz_admin_evict(f->rz, slice_str(job), node, now, &ob));
+}
+
+/* A JOIN of instance inst to job (nodes lo:hi, one worker each). */
+static void
+join_req(struct nat_join *r, const char *job, const char *inst, int64_t lo,
+    int64_t hi)
+{
+	memset(r, 0, sizeof *r);
+	r->job = slice_str(job);
+	r->instance = slice_str(inst);
+	r->host = slice_str("h");
+	r->addr = slice_str("127.0.0.1");
+	r->pid = 1;
+	r->local_world_size = 1;
+	r->min_nodes = lo;
+	r->max_nodes = hi;
+	r->max_restarts = 3;
+	r->last_call_ms = 0;
+	r->lease_ms = 60000;
+	r->rank = -1;
+}
+
+/* JOIN of instance inst to job (nodes lo:hi); returns rz_join's code and
+ * sets *node (may be NULL) to the node id. */
 static int
 join(struct fx *f, const char *job, const char *inst, int64_t lo, int64_t hi,
     int64_t *node)
 {
-	struct rz_join_req	r;
-	int64_t			n, rc, lease;
+	struct nat_join	r;
+	int		rc;
 
-	memset(&r, 0, sizeof r);
-	r.job = slice_str(job);
-	r.instance = slice_str(inst);
-	r.host = slice_str("h");
-	r.addr = slice_str("127.0.0.1");
-	r.pid = 1;
-	r.local_world_size = 1;
-	r.min_nodes = lo;
-	r.max_nodes = hi;
-	r.max_restarts = 3;
-	r.last_call_ms = 0;
-	r.lease_ms = 60000;
-	r.rank = -1;
-	return rz_join(f->rz, &r, &conn_a, 0, node ? node : &n, &rc, &lease);
+	join_req(&r, job, inst, lo, hi);
+	rc = run(f, rz_join(f->rz, &r, &conn_a, 0, &ob));
+	if (node != NULL)
+		*node = last_node;
+	return rc;
 }
 
 /* JOIN of instance inst asking for group rank want (static). */
 static int
 join_rank(struct fx *f, const char *inst, int64_t want, int64_t *node)
 {
-	struct rz_join_req	r;
-	int64_t			rc, lease;
+	struct nat_join	r;
+	int		rc;
 
-	memset(&r, 0, sizeof r);
-	r.job = slice_str("static");
-	r.instance = slice_str(inst);
-	r.host = slice_str("h");
-	r.addr = slice_str("127.0.0.1");
-	r.pid = 1;
+	join_req(&r, "static", inst, 3, 3);
 	r.local_world_size = 2;
-	r.min_nodes = r.max_nodes = 3;
 	r.max_restarts = 0;
-	r.last_call_ms = 0;
-	r.lease_ms = 60000;
 	r.rank = want;
-	return rz_join(f->rz, &r, &conn_a, 0, node, &rc, &lease);
+	rc = run(f, rz_join(f->rz, &r, &conn_a, 0, &ob));
+	*node = last_node;
+	return rc;
 }
 
 /*
@@ -165,7 +206,8 @@ test_static_rank(void **state)
 	assert_int_equal(join_rank(f, "big", 3, &x), RDZV_EINVAL);
 	memset(pushed_rank, 0xff, sizeof pushed_rank);
 	assert_int_equal(join_rank(f, "i1", 1, &c), 0);
-	rz_tick(f->rz, 1);
+	rz_tick(f->rz, 1, &ob);
+	drain(f->rz);
 	assert_int_equal(pushed_rank[a], 2);
 	assert_int_equal(pushed_rank[b], 0);
 	assert_int_equal(pushed_rank[c], 1);
@@ -178,7 +220,7 @@ done(struct fx *f, const char *job)
 	int64_t	node;
 
 	assert_int_equal(join(f, job, "i", 1, 1, &node), 0);
-	assert_int_equal(rz_succeeded(f->rz, slice_str(job), node, 1, 0), 0);
+	assert_int_equal(succeeded(f, job, node, 1), 0);
 }
 
 static void
@@ -215,13 +257,14 @@ test_evict_closed(void **state)
 
 	assert_int_equal(join(f, "ev", "i1", 2, 2, &a), 0);
 	assert_int_equal(join(f, "ev", "i2", 2, 2, &b), 0);
-	rz_tick(f->rz, 1);
-	assert_int_equal(rz_admin_evict(f->rz, slice_str("ev"), 99, 2),
+	rz_tick(f->rz, 1, &ob);
+	drain(f->rz);
+	assert_int_equal(evict(f, "ev", 99, 2),
 	    RDZV_ENOTFOUND);
-	assert_int_equal(rz_admin_evict(f->rz, slice_str("ev"), a, 2), 0);
-	assert_int_equal(rz_admin_close(f->rz, slice_str("ev"),
-	    slice_str("done"), 3), 0);
-	assert_int_equal(rz_admin_evict(f->rz, slice_str("ev"), b, 4),
+	assert_int_equal(evict(f, "ev", a, 2), 0);
+	assert_int_equal(run(f, rz_admin_close(f->rz, slice_str("ev"),
+	    slice_str("done"), 3, &ob)), 0);
+	assert_int_equal(evict(f, "ev", b, 4),
 	    RDZV_ECLOSED);
 	assert_true(has_job(f, "ev"));
 }
@@ -251,11 +294,11 @@ test_purge_after_retention(void **state)
 	assert_int_equal(rz_retention_left(f->rz, slice_str("a"), wall + 400),
 	    600);
 	assert_int_equal(rz_retention_left(f->rz, slice_str("a/b"), wall), -1);
-	assert_int_equal(rz_purge(f->rz, wall + 999, 10, 1000), 0);
+	assert_int_equal(purge(f, wall + 999, 10, 1000), 0);
 	assert_int_equal(join(f, "a", "j", 1, 1, NULL), RDZV_ECLOSED);
 	assert_true(has_job(f, "a"));
 
-	assert_int_equal(rz_purge(f->rz, wall + 1000, 10, 1000), 1);
+	assert_int_equal(purge(f, wall + 1000, 10, 1000), 1);
 	assert_int_equal(npurged, 1);
 	assert_string_equal(purged[0], "a succeeded");
 	assert_false(has_job(f, "a"));
@@ -281,7 +324,7 @@ test_purge_after_retention(void **state)
 	/* The id starts a new job, from round 1. */
 	assert_int_equal(join(f, "a", "j", 1, 1, &node), 0);
 	assert_int_equal(node, 1);
-	assert_int_equal(rz_succeeded(f->rz, slice_str("a"), node, 1, 0), 0);
+	assert_int_equal(succeeded(f, "a", node, 1), 0);
 }
 
 static void
@@ -296,12 +339,12 @@ test_purge_in_batches_oldest_first(void **state)
 		done(f, id);
 		wall += 10;
 	}
-	assert_int_equal(rz_purge(f->rz, wall + 5000, 3, 100000), 3);
-	assert_int_equal(rz_purge(f->rz, wall + 5000, 3, 100000), 3);
-	assert_int_equal(rz_purge(f->rz, wall + 5000, 3, 100000), 3);
+	assert_int_equal(purge(f, wall + 5000, 3, 100000), 3);
+	assert_int_equal(purge(f, wall + 5000, 3, 100000), 3);
+	assert_int_equal(purge(f, wall + 5000, 3, 100000), 3);
 	/* A key budget smaller than one job still purges one. */
-	assert_int_equal(rz_purge(f->rz, wall + 5000, 3, 1), 1);
-	assert_int_equal(rz_purge(f->rz, wall + 5000, 3, 100000), 0);
+	assert_int_equal(purge(f, wall + 5000, 3, 1), 1);
+	assert_int_equal(purge(f, wall + 5000, 3, 100000), 0);
 	assert_int_equal(npurged, 10);
 	for (i = 0; i < 10; i++) {
 		snprintf(id, sizeof id, "j%d succeeded", 9 - i);
@@ -318,7 +361,7 @@ test_only_due_jobs_purged(void **state)
 	done(f, "old");
 	wall += 600;
 	done(f, "new");
-	assert_int_equal(rz_purge(f->rz, wall + 500, 10, 100000), 1);
+	assert_int_equal(purge(f, wall + 500, 10, 100000), 1);
 	assert_string_equal(purged[0], "old succeeded");
 	assert_true(has_job(f, "new"));
 	assert_int_equal(rz_next_purge(f->rz), wall + 1000);
@@ -333,14 +376,14 @@ test_running_and_forming_never_purged(void **state)
 	assert_int_equal(join(f, "run", "i", 1, 1, NULL), 0);
 	assert_int_equal(join(f, "form", "i", 2, 2, NULL), 0);
 	assert_int_equal(rz_next_purge(f->rz), -1);
-	assert_int_equal(rz_purge(f->rz, wall + 100000000, 100, 100000), 0);
+	assert_int_equal(purge(f, wall + 100000000, 100, 100000), 0);
 	rz_get_stats(f->rz, &st);
 	assert_int_equal(st.jobs_running, 1);
 	assert_int_equal(st.jobs_forming, 1);
 	/* Failed jobs (operator close) go like succeeded ones. */
-	assert_int_equal(rz_admin_close(f->rz, slice_str("run"),
-	    slice_str("why"), 0), 0);
-	assert_int_equal(rz_purge(f->rz, wall + 1000, 100, 100000), 1);
+	assert_int_equal(run(f, rz_admin_close(f->rz, slice_str("run"),
+	    slice_str("why"), 0, &ob)), 0);
+	assert_int_equal(purge(f, wall + 1000, 100, 100000), 1);
 	assert_string_equal(purged[0], "run failed");
 	assert_true(has_job(f, "form"));
 }
@@ -354,7 +397,7 @@ test_retention_zero_keeps(void **state)
 	done(f, "k");
 	assert_int_equal(rz_next_purge(f->rz), -1);
 	assert_int_equal(rz_retention_left(f->rz, slice_str("k"), wall), -1);
-	assert_int_equal(rz_purge(f->rz, wall + 100000000, 100, 100000), 0);
+	assert_int_equal(purge(f, wall + 100000000, 100, 100000), 0);
 	assert_true(has_job(f, "k"));
 	assert_int_equal(join(f, "k", "j", 1, 1, NULL), RDZV_ECLOSED);
 	/* Turned on later, it counts from the close. */
@@ -367,38 +410,36 @@ test_reload_keeps_close_time(void **state)
 {
 	struct fx	*f = *state;
 	struct slice	 v;
-	char		*row, *p;
-	size_t		 n;
+	json_t		*row;
+	char		*text;
 
 	done(f, "r1");
 	wall += 200;
 	done(f, "r2");
-	/* Drop r2's closed_ms line: a row from before retention existed
-	 * falls back to its close event's time. */
+	/* Drop r2's closed_ms: a row from before retention existed falls
+	 * back to its close event's time. */
 	assert_int_equal(kv_get(f->kv, (struct slice){
 	    (const uint8_t *)"\0rdzv/job", 9 }, slice_str("r2"), &v), 0);
-	assert_non_null(row = malloc(v.len + 1));
-	memcpy(row, v.p, v.len);
-	row[v.len] = '\0';
-	assert_non_null(p = strstr(row, "closed_ms="));
-	n = strcspn(p, "\n") + 1;
-	memmove(p, p + n, strlen(p + n) + 1);
+	assert_non_null(row = json_loadb((const char *)v.p, v.len, 0, NULL));
+	assert_int_equal(json_object_del(row, "closed_ms"), 0);
+	assert_non_null(text = json_dumps(row, JSON_COMPACT));
+	json_decref(row);
 	assert_int_equal(kv_set(f->kv, (struct slice){
 	    (const uint8_t *)"\0rdzv/job", 9 }, slice_str("r2"),
-	    slice_str(row)), 0);
-	free(row);
+	    slice_str(text)), 0);
+	free(text);
 
 	/* "Restart" much later: a new machine over the same rows. */
 	rz_free(f->rz);
 	assert_non_null(f->rz = rz_new(f->kv, &hooks, 0, 60000));
 	rz_set_retention(f->rz, 1000);
 	wall += 50000;
-	assert_int_equal(rz_load(f->rz, 0), 0);
+	assert_int_equal(run(f, rz_load(f->rz, 0, &ob)), 0);
 	assert_int_equal(rz_next_purge(f->rz), 1000000 + 1000);
-	assert_int_equal(rz_purge(f->rz, 1000000 + 1100, 10, 100000), 1);
+	assert_int_equal(purge(f, 1000000 + 1100, 10, 100000), 1);
 	assert_string_equal(purged[0], "r1 succeeded");
 	assert_int_equal(rz_next_purge(f->rz), 1000000 + 200 + 1000);
-	assert_int_equal(rz_purge(f->rz, wall, 10, 100000), 1);
+	assert_int_equal(purge(f, wall, 10, 100000), 1);
 	assert_int_equal(kv_total_keys(f->kv), 0);
 
 	/* Closed by a clock that has since been set back a day: counted
@@ -408,7 +449,7 @@ test_reload_keeps_close_time(void **state)
 	assert_non_null(f->rz = rz_new(f->kv, &hooks, 0, 60000));
 	rz_set_retention(f->rz, 1000);
 	wall -= 86400000;
-	assert_int_equal(rz_load(f->rz, 0), 0);
+	assert_int_equal(run(f, rz_load(f->rz, 0, &ob)), 0);
 	assert_int_equal(rz_next_purge(f->rz), wall + 1000);
 }
 
@@ -416,7 +457,7 @@ static void
 test_sweep_dead_rounds(void **state)
 {
 	struct fx	*f = *state;
-	struct rz_failure_req	 fr;
+	struct nat_failure	 fr;
 	int64_t			 n1, n2;
 
 	/* Leftovers under a new job's name are gone when it is created;
@@ -438,7 +479,8 @@ test_sweep_dead_rounds(void **state)
 	fr.round = 1;
 	fr.exit_code = 1;
 	fr.message = slice_str("boom");
-	assert_int_equal(rz_failure(f->rz, &fr, 0), 0);	/* round 2 */
+	/* round 2 */
+	assert_int_equal(run(f, rz_failure(f->rz, &fr, 0, &ob)), 0);
 	assert_int_equal(NK(f, "job/s/round/1"), 0);
 	put(f, "job/s/round/1", "late");
 	put(f, "job/s/round/2", "live");
@@ -450,12 +492,280 @@ test_sweep_dead_rounds(void **state)
 	assert_int_equal(rz_sweep(f->rz), 0);
 
 	/* Closed: its last round is dead too. */
-	assert_int_equal(rz_succeeded(f->rz, slice_str("s"), n1, 2, 0), 0);
-	assert_int_equal(rz_succeeded(f->rz, slice_str("s"), n2, 2, 0), 0);
+	assert_int_equal(succeeded(f, "s", n1, 2), 0);
+	assert_int_equal(succeeded(f, "s", n2, 2), 0);
 	assert_int_equal(NK(f, "job/s/round/2"), 0);
 	put(f, "job/s/round/2", "late");
 	assert_int_equal(rz_sweep(f->rz), 1);
 	assert_int_equal(NK(f, "job/s/cfg"), 1);
+}
+
+/* JOIN of inst to a two-node job "ob" (lws workers) from conn, without
+ * draining: the outbox stays to be looked at. */
+static int
+join_keep(struct fx *f, const char *inst, int64_t lws, void *conn)
+{
+	struct nat_join	r;
+
+	join_req(&r, "ob", inst, 2, 2);
+	r.local_world_size = lws;
+	r.lease_ms = 1000;
+	return rz_join(f->rz, &r, conn, 0, &ob);
+}
+
+/*
+ * The JOIN that forms a round: its outbox holds the reply's fields, one
+ * port to open, and a RUNNING push per node in rank order whose port is
+ * filled by rz_settle from the port the adapter opened; the round's
+ * ranks, bases and sizes are in the pushes.  A JOIN that does not form
+ * one asks for nothing but its reply and the lease timer.
+ */
+static void
+test_outbox_join_forms_round(void **state)
+{
+	struct fx		*f = *state;
+	struct nat_round	*p;
+
+	assert_int_equal(join_keep(f, "i1", 2, &conn_a), 0);
+	assert_int_equal(ob.node_id, 1);
+	assert_int_equal(ob.lease_ms, 1000);
+	assert_int_equal(ob.npush, 0);
+	assert_int_equal(ob.nport, 0);
+	rz_settle(f->rz, &ob);
+	assert_int_equal(ob.deadline, 1000);		/* its lease */
+	drain(f->rz);
+
+	assert_int_equal(join_keep(f, "i2", 3, &conn_b), 0);
+	assert_int_equal(ob.node_id, 2);
+	assert_int_equal(ob.restart_count, 0);
+	assert_int_equal(ob.nport, 1);
+	assert_true(ob.port[0].open);
+	assert_string_equal(ob.port[0].job, "ob");
+	assert_string_equal(ob.port[0].ns, "job/ob/round/1");
+	assert_int_equal(ob.port[0].want, 0);
+	assert_int_equal(ob.npush, 2);
+	assert_ptr_equal(ob.push[0].conn, &conn_a);
+	assert_ptr_equal(ob.push[1].conn, &conn_b);
+	assert_true(ob.push[0].port_pending && ob.push[1].port_pending);
+	ob.port[0].port = 5555;		/* what the adapter got */
+	rz_settle(f->rz, &ob);
+	p = &ob.push[0].round;
+	assert_int_equal(p->state, RDZV_ROUND_RUNNING);
+	assert_int_equal(p->node_id, 1);
+	assert_int_equal(p->round, 1);
+	assert_int_equal(p->group_rank, 0);
+	assert_int_equal(p->rank_base, 0);
+	assert_int_equal(p->group_world_size, 2);
+	assert_int_equal(p->world_size, 5);
+	assert_int_equal(p->store_port, 5555);
+	assert_memory_equal(p->store_ns.p, "job/ob/round/1", 14);
+	p = &ob.push[1].round;
+	assert_int_equal(p->node_id, 2);
+	assert_int_equal(p->group_rank, 1);
+	assert_int_equal(p->rank_base, 2);
+	assert_int_equal(p->store_port, 5555);
+	rz_outbox_reset(&ob);
+	/* The job row went out with the port. */
+	assert_int_equal(run(f, rz_heartbeat(f->rz, slice_str("ob"), 1,
+	    &conn_a, 10, &ob)), 0);
+	{
+		char	*st = rz_status(f->rz, slice_str("ob"), 0);
+
+		assert_non_null(strstr(st, "port 5555"));
+		free(st);
+	}
+}
+
+/*
+ * A FAILURE with restarts left: STOP to each member, the old round's
+ * port closed, the next round's opened, RUNNING pushes naming restart 1.
+ * One with none left closes the job: FAILED to each, naming the failure.
+ */
+static void
+test_outbox_failure(void **state)
+{
+	struct fx		*f = *state;
+	struct nat_failure	 fr;
+
+	assert_int_equal(run(f, join_keep(f, "i1", 1, &conn_a)), 0);
+	assert_int_equal(run(f, join_keep(f, "i2", 1, &conn_b)), 0);
+	memset(&fr, 0, sizeof fr);
+	fr.job = slice_str("ob");
+	fr.node_id = 2;
+	fr.round = 1;
+	fr.rank = 1;
+	fr.exit_code = 7;
+	fr.message = slice_str("boom");
+	assert_int_equal(rz_failure(f->rz, &fr, 5, &ob), 0);
+	assert_int_equal(ob.npush, 4);
+	assert_int_equal(ob.push[0].round.state, RDZV_ROUND_STOP);
+	assert_int_equal(ob.push[1].round.state, RDZV_ROUND_STOP);
+	assert_int_equal(ob.push[0].round.round, 1);
+	assert_int_equal(ob.push[2].round.state, RDZV_ROUND_RUNNING);
+	assert_int_equal(ob.push[3].round.state, RDZV_ROUND_RUNNING);
+	assert_int_equal(ob.push[2].round.round, 2);
+	assert_int_equal(ob.push[2].round.restart_count, 1);
+	assert_int_equal(ob.nport, 2);
+	assert_false(ob.port[0].open);
+	assert_true(ob.port[1].open);
+	assert_string_equal(ob.port[1].ns, "job/ob/round/2");
+	drain(f->rz);
+	/* The survivors' echo of the same failure changes nothing. */
+	fr.node_id = 1;
+	assert_int_equal(rz_failure(f->rz, &fr, 6, &ob), 0);
+	assert_int_equal(ob.npush, 0);
+	assert_int_equal(ob.nport, 0);
+	drain(f->rz);
+}
+
+static void
+test_outbox_failure_closes(void **state)
+{
+	struct fx		*f = *state;
+	struct nat_join		 r;
+	struct nat_failure	 fr;
+
+	join_req(&r, "fc", "i1", 1, 1);
+	r.max_restarts = 0;
+	assert_int_equal(run(f, rz_join(f->rz, &r, &conn_a, 0, &ob)), 0);
+	memset(&fr, 0, sizeof fr);
+	fr.job = slice_str("fc");
+	fr.node_id = 1;
+	fr.round = 1;
+	fr.signo = 9;
+	fr.message = slice_str("");
+	assert_int_equal(rz_failure(f->rz, &fr, 5, &ob), 0);
+	assert_int_equal(ob.npush, 1);
+	assert_int_equal(ob.push[0].round.state, RDZV_ROUND_FAILED);
+	assert_non_null(memmem(ob.push[0].round.message.p,
+	    ob.push[0].round.message.len, "signal 9", 8));
+	assert_int_equal(ob.nport, 1);
+	assert_false(ob.port[0].open);
+	rz_settle(f->rz, &ob);
+	assert_int_equal(ob.purge_at, wall + 1000);	/* retention */
+	drain(f->rz);
+}
+
+/*
+ * A member's lease runs out: the tick stops the survivor, closes the
+ * round's port and waits for a second node (no round, no port); the next
+ * deadline is the survivor's lease.
+ */
+static void
+test_outbox_lease_expiry(void **state)
+{
+	struct fx	*f = *state;
+
+	assert_int_equal(run(f, join_keep(f, "i1", 1, &conn_a)), 0);
+	assert_int_equal(run(f, join_keep(f, "i2", 1, &conn_b)), 0);
+	assert_int_equal(run(f, rz_heartbeat(f->rz, slice_str("ob"), 1,
+	    &conn_a, 600, &ob)), 0);
+	rz_tick(f->rz, 999, &ob);
+	assert_int_equal(ob.npush, 0);
+	rz_settle(f->rz, &ob);
+	assert_int_equal(ob.deadline, 1000);
+	drain(f->rz);
+	rz_tick(f->rz, 1000, &ob);
+	assert_int_equal(ob.npush, 1);
+	assert_ptr_equal(ob.push[0].conn, &conn_a);
+	assert_int_equal(ob.push[0].round.state, RDZV_ROUND_STOP);
+	assert_int_equal(ob.nport, 1);
+	assert_false(ob.port[0].open);
+	assert_string_equal(ob.port[0].job, "ob");
+	rz_settle(f->rz, &ob);
+	assert_int_equal(ob.deadline, 1600);
+	drain(f->rz);
+	/* A heartbeat from the lost node: it must JOIN again. */
+	assert_int_equal(run(f, rz_heartbeat(f->rz, slice_str("ob"), 2,
+	    &conn_b, 1001, &ob)), RDZV_ENOTFOUND);
+}
+
+static void
+kv_put_ns(struct fx *f, const char *ns, size_t nslen, const char *key,
+    const char *val)
+{
+	assert_int_equal(kv_set(f->kv, (struct slice){ (const uint8_t *)ns,
+	    nslen }, slice_str(key), slice_str(val)), 0);
+}
+#define PUT(f, lit, key, val)	kv_put_ns((f), (lit), sizeof(lit) - 1, \
+				    (key), (val))
+
+/*
+ * Rows an older rdzvd wrote as k=v text load: a running job (its nodes,
+ * ranks, port asked again), a closed one whose failure and events were
+ * escaped and whose row has no closed_ms (its close event's time counts).
+ */
+static void
+test_legacy_rows_load(void **state)
+{
+	struct fx	*f = *state;
+	json_t		*doc, *m;
+	char		*text;
+
+	PUT(f, "\0rdzv/job", "L", "min=2\nmax=2\nmax_restarts=3\n"
+	    "last_call_ms=0\nlease_ms=60000\nstate=2\nround=2\nrestarts=1\n"
+	    "next_node=3\nnext_join=2\nnext_event=1\nport=7777\nworld=5\n"
+	    "closed_ms=-1\nfailure=\n");
+	PUT(f, "\0rdzv/node/L", "1", "instance=ia\nhost=ha\naddr=1.2.3.4\n"
+	    "pid=10\nlws=3\nstate=2\ngroup_rank=1\nprev_rank=1\n"
+	    "join_seq=0\nsucceeded=0\nwant_rank=-1\n");
+	PUT(f, "\0rdzv/node/L", "2", "instance=ib\nhost=hb\naddr=\n"
+	    "pid=11\nlws=2\nstate=2\ngroup_rank=0\nprev_rank=0\n"
+	    "join_seq=1\nsucceeded=0\nwant_rank=-1\n");
+	PUT(f, "\0rdzv/ev/L", "00000000000000000000", "999000 join node 1");
+	PUT(f, "\0rdzv/job", "C", "min=1\nmax=1\nmax_restarts=0\n"
+	    "last_call_ms=0\nlease_ms=60000\nstate=4\nround=1\nrestarts=0\n"
+	    "next_node=2\nnext_join=1\nnext_event=2\nport=0\nworld=0\n"
+	    "failure=rank 0: a=b\\nline two \\\\ end\n");
+	PUT(f, "\0rdzv/ev/C", "00000000000000000000", "999100 job created");
+	PUT(f, "\0rdzv/ev/C", "00000000000000000001",
+	    "999500 close failed: x\\ny");
+
+	assert_int_equal(run(f, rz_load(f->rz, 0, &ob)), 0);
+	assert_non_null(doc = rz_job_doc(f->rz, slice_str("L"), 0));
+	assert_string_equal(json_string_value(json_object_get(doc, "state")),
+	    "running");
+	assert_int_equal(json_integer_value(json_object_get(doc, "round")), 2);
+	assert_int_equal(json_integer_value(json_object_get(doc,
+	    "store_port")), 7777);
+	m = json_array_get(json_object_get(doc, "members"), 0);
+	assert_string_equal(json_string_value(json_object_get(m, "host")),
+	    "ha");
+	assert_int_equal(json_integer_value(json_object_get(m, "rank_base")),
+	    2);
+	m = json_array_get(json_object_get(doc, "members"), 1);
+	assert_int_equal(json_integer_value(json_object_get(m, "node_id")), 2);
+	assert_int_equal(json_integer_value(json_object_get(m, "rank_base")),
+	    0);
+	json_decref(doc);
+
+	assert_non_null(doc = rz_job_doc(f->rz, slice_str("C"), 0));
+	assert_string_equal(json_string_value(json_object_get(doc, "failure")),
+	    "rank 0: a=b\nline two \\ end");
+	json_decref(doc);
+	assert_non_null(doc = rz_events_doc(f->rz, slice_str("C"), -1));
+	assert_non_null(text = json_dumps(doc, JSON_COMPACT));
+	json_decref(doc);
+	assert_non_null(strstr(text, "\"time_ms\":999500,"
+	    "\"text\":\"close failed: x\\ny\""));
+	free(text);
+	assert_int_equal(rz_next_purge(f->rz), 999500 + 1000);
+
+	/* The agent of node 1 comes back: the same node, rank 1, base 2. */
+	{
+		struct nat_join	r;
+
+		join_req(&r, "L", "ia", 2, 2);
+		r.local_world_size = 3;
+		assert_int_equal(rz_join(f->rz, &r, &conn_a, 1, &ob), 0);
+		assert_int_equal(ob.node_id, 1);
+		assert_int_equal(ob.restart_count, 1);
+		assert_int_equal(ob.npush, 1);
+		assert_int_equal(ob.push[0].round.group_rank, 1);
+		assert_int_equal(ob.push[0].round.rank_base, 2);
+		assert_int_equal(ob.push[0].round.world_size, 5);
+		drain(f->rz);
+	}
 }
 
 int
@@ -479,6 +789,16 @@ main(void)
 		cmocka_unit_test_setup_teardown(test_static_rank, setup,
 		    teardown),
 		cmocka_unit_test_setup_teardown(test_evict_closed, setup,
+		    teardown),
+		cmocka_unit_test_setup_teardown(test_outbox_join_forms_round,
+		    setup, teardown),
+		cmocka_unit_test_setup_teardown(test_outbox_failure, setup,
+		    teardown),
+		cmocka_unit_test_setup_teardown(test_outbox_failure_closes,
+		    setup, teardown),
+		cmocka_unit_test_setup_teardown(test_outbox_lease_expiry, setup,
+		    teardown),
+		cmocka_unit_test_setup_teardown(test_legacy_rows_load, setup,
 		    teardown),
 	};
 

@@ -1710,6 +1710,157 @@ setup(void **state)
 	return (0);
 }
 
+/* Decodes the one frame out holds (it must be whole); drains it. */
+static void
+nat_one_frame(struct evbuffer *out, uint16_t op, uint16_t flags,
+    uint32_t id, struct nat_msg *msg, uint8_t **copy)
+{
+	struct wire_limits	lim;
+	size_t			len = evbuffer_get_length(out), need;
+
+	wire_limits_default(&lim);
+	assert_non_null(*copy = malloc(len));
+	assert_int_equal(evbuffer_remove(out, *copy, len), (int)len);
+	assert_int_equal(nat_decode(*copy, len, &lim, msg, &need), (int)len);
+	assert_int_equal(msg->op, op);
+	assert_int_equal(msg->flags, flags);
+	assert_int_equal(msg->id, id);
+}
+
+/*
+ * JOIN (with and without its optional node rank), its reply, FAILURE and
+ * the ROUND push go through their encoder and decoder field for field;
+ * each decoder refuses a payload cut short or with a byte left over.
+ */
+static void
+test_nat_rendezvous_messages(void **state)
+{
+	struct evbuffer		*out;
+	struct nat_join		 j, j2;
+	struct nat_joined	 jd, jd2;
+	struct nat_failure	 f, f2;
+	struct nat_round	 r, r2;
+	struct nat_msg		 msg;
+	struct slice		 cut;
+	uint8_t			*b;
+	int			 rank;
+
+	assert_non_null(out = evbuffer_new());
+	for (rank = -1; rank <= 3; rank += 4) {
+		memset(&j, 0, sizeof(j));
+		j.job = slice_str("job/x");
+		j.instance = slice_str("inst");
+		j.host = slice_str("h");
+		j.addr = slice_str("");
+		j.pid = 4242;
+		j.local_world_size = 8;
+		j.min_nodes = 2;
+		j.max_nodes = 4;
+		j.max_restarts = 3;
+		j.last_call_ms = -1;
+		j.lease_ms = INT64_MAX;
+		j.rank = rank;
+		assert_int_equal(nat_join_put(out, 77, &j), 0);
+		nat_one_frame(out, NAT_OP_JOIN, 0, 77, &msg, &b);
+		assert_int_equal(nat_join_decode(msg.payload, &j2), 0);
+		assert_true(slice_is(j2.job, "job/x") &&
+		    slice_is(j2.instance, "inst") && slice_is(j2.host, "h") &&
+		    slice_is(j2.addr, ""));
+		assert_int_equal(j2.pid, 4242);
+		assert_int_equal(j2.local_world_size, 8);
+		assert_int_equal(j2.min_nodes, 2);
+		assert_int_equal(j2.max_nodes, 4);
+		assert_int_equal(j2.max_restarts, 3);
+		assert_int_equal(j2.last_call_ms, -1);
+		assert_true(j2.lease_ms == INT64_MAX);
+		assert_int_equal(j2.rank, rank);
+		cut = msg.payload;
+		cut.len--;
+		assert_int_equal(nat_join_decode(cut, &j2), RDZV_EPROTO);
+		free(b);
+	}
+
+	jd.node_id = 5;
+	jd.restart_count = 2;
+	jd.lease_ms = 1500;
+	assert_int_equal(nat_joined_put(out, 9, &jd), 0);
+	nat_one_frame(out, NAT_OP_JOIN, NAT_F_REPLY, 9, &msg, &b);
+	assert_int_equal(nat_joined_decode(msg.payload, &jd2), 0);
+	assert_memory_equal(&jd, &jd2, sizeof(jd));
+	cut = msg.payload;
+	cut.len -= 9;
+	assert_int_equal(nat_joined_decode(cut, &jd2), RDZV_EPROTO);
+	free(b);
+
+	memset(&f, 0, sizeof(f));
+	f.job = slice_str("j");
+	f.node_id = 1;
+	f.round = 2;
+	f.local_rank = 3;
+	f.rank = 11;
+	f.exit_code = -1;
+	f.signo = 9;
+	f.message = slice_str("Killed\nby the OOM killer");
+	assert_int_equal(nat_failure_put(out, 3, &f), 0);
+	nat_one_frame(out, NAT_OP_FAILURE, 0, 3, &msg, &b);
+	assert_int_equal(nat_failure_decode(msg.payload, &f2), 0);
+	assert_true(slice_is(f2.job, "j") &&
+	    slice_is(f2.message, "Killed\nby the OOM killer"));
+	assert_int_equal(f2.node_id, 1);
+	assert_int_equal(f2.round, 2);
+	assert_int_equal(f2.local_rank, 3);
+	assert_int_equal(f2.rank, 11);
+	assert_int_equal(f2.exit_code, -1);
+	assert_int_equal(f2.signo, 9);
+	cut = msg.payload;
+	cut.len--;
+	assert_int_equal(nat_failure_decode(cut, &f2), RDZV_EPROTO);
+	free(b);
+
+	memset(&r, 0, sizeof(r));
+	r.job = slice_str("j");
+	r.round = 4;
+	r.state = RDZV_ROUND_RUNNING;
+	r.node_id = 2;
+	r.group_rank = 1;
+	r.group_world_size = 3;
+	r.world_size = 24;
+	r.rank_base = 8;
+	r.restart_count = 1;
+	r.max_restarts = 3;
+	r.store_ns = slice_str("job/j/round/4");
+	r.store_port = 29500;
+	r.message = slice_str("");
+	assert_int_equal(nat_round_put(out, &r), 0);
+	nat_one_frame(out, NAT_OP_ROUND, NAT_F_PUSH, 0, &msg, &b);
+	assert_int_equal(nat_round_decode(msg.payload, &r2), 0);
+	assert_true(slice_is(r2.job, "j") &&
+	    slice_is(r2.store_ns, "job/j/round/4") &&
+	    slice_is(r2.message, ""));
+	assert_int_equal(r2.round, 4);
+	assert_int_equal(r2.state, RDZV_ROUND_RUNNING);
+	assert_int_equal(r2.node_id, 2);
+	assert_int_equal(r2.group_rank, 1);
+	assert_int_equal(r2.group_world_size, 3);
+	assert_int_equal(r2.world_size, 24);
+	assert_int_equal(r2.rank_base, 8);
+	assert_int_equal(r2.restart_count, 1);
+	assert_int_equal(r2.max_restarts, 3);
+	assert_int_equal(r2.store_port, 29500);
+	cut = msg.payload;
+	cut.len--;
+	assert_int_equal(nat_round_decode(cut, &r2), RDZV_EPROTO);
+	free(b);
+
+	/* A field of the wrong type. */
+	assert_int_equal(nat_joined_put(out, 1, &jd), 0);
+	nat_one_frame(out, NAT_OP_JOIN, NAT_F_REPLY, 1, &msg, &b);
+	assert_int_equal(nat_round_decode(msg.payload, &r2), RDZV_EPROTO);
+	assert_int_equal(nat_failure_decode(msg.payload, &f2), RDZV_EPROTO);
+	free(b);
+	evbuffer_free(out);
+}
+
 int
 main(void)
 {
@@ -1739,6 +1890,7 @@ main(void)
 		cmocka_unit_test(test_nat_writer_large),
 		cmocka_unit_test(test_nat_writer_failure),
 		cmocka_unit_test(test_nat_split),
+		cmocka_unit_test(test_nat_rendezvous_messages),
 	};
 
 	return (cmocka_run_group_tests(tests, setup, NULL));
