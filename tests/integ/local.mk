@@ -32,3 +32,28 @@ INTEG_TESTS += tests/integ/agent_static.py
 INTEG_TESTS += tests/integ/agent_cli2.py
 INTEG_TESTS += tests/integ/tstore_hosted_ops.py
 INTEG_TESTS += tests/integ/storm.py
+
+# ---- the C programs these scripts start: built by make check ----
+# -no-install: a real binary (no libtool wrapper), so torchrun --no_python
+# and the tests run and signal the program itself.
+# worker_check: on librdzvworker's public API, started as N ranks by
+# worker_*.py, agent_progress.py, auth.py and tls_clients.py.
+check_PROGRAMS += tests/integ/worker_check
+tests_integ_worker_check_SOURCES = tests/integ/worker_check.c
+tests_integ_worker_check_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/libworker
+tests_integ_worker_check_LDFLAGS = -no-install
+tests_integ_worker_check_LDADD = libworker/librdzvworker.la -lm
+EXTRA_DIST += tests/integ/worker_lib.py
+# dp_check: the data-parallel helpers (rdzv_dp_*) on 1 to 5 ranks, for
+# dp_train.py.
+check_PROGRAMS += tests/integ/dp_check
+tests_integ_dp_check_SOURCES = tests/integ/dp_check.c
+tests_integ_dp_check_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/libworker
+tests_integ_dp_check_LDFLAGS = -no-install
+tests_integ_dp_check_LDADD = libworker/librdzvworker.la
+# client_check: every call of common/client.h against a running rdzvd,
+# for client_lib.py.
+check_PROGRAMS += tests/integ/client_check
+tests_integ_client_check_SOURCES = tests/integ/client_check.c
+tests_integ_client_check_LDADD = common/libcommon.la $(LIBEVENT_LIBS) $(LIBBSD_LIBS)
+# ---- end of the C programs ----
