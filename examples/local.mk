@@ -5,13 +5,6 @@
 # -no-install: a real binary (no libtool wrapper), so torchrun --no_python
 # and the tests run and signal the program itself.
 EXTRA_DIST += examples/mlp_cuda.cu
-# The data-parallel helpers' multi-rank check (run by tests/integ/dp_train.py)
-# lives with the example's rules: one owner for both.
-check_PROGRAMS += tests/integ/dp_check
-tests_integ_dp_check_SOURCES = tests/integ/dp_check.c
-tests_integ_dp_check_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/libworker
-tests_integ_dp_check_LDFLAGS = -no-install
-tests_integ_dp_check_LDADD = libworker/librdzvworker.la
 if HAVE_EXAMPLES
 noinst_PROGRAMS += examples/ddp_mlp
 examples_ddp_mlp_SOURCES = examples/ddp_mlp.c examples/idx.c examples/idx.h \

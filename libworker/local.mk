@@ -29,11 +29,3 @@ libworker_librdzvworker_la_CFLAGS += $(NCCL_CFLAGS)
 libworker_librdzvworker_la_LIBADD += $(NCCL_LIBS)
 endif
 EXTRA_DIST += libworker/rdzvworker.pc.in libworker/librdzvworker.sym
-
-# The program tests/integ/worker_*.py start as N ranks.
-check_PROGRAMS += tests/integ/worker_check
-tests_integ_worker_check_SOURCES = tests/integ/worker_check.c
-tests_integ_worker_check_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/libworker
-tests_integ_worker_check_LDFLAGS = -no-install
-tests_integ_worker_check_LDADD = libworker/librdzvworker.la -lm
-EXTRA_DIST += tests/integ/worker_lib.py

@@ -1,11 +1,12 @@
 """compatlib: helpers shared by the tests in tests/compat/.
 
 Owns what those tests need beyond tests/lib/rdzvtest.py (which starts and
-stops rdzvd, speaks the raw TCPStore dialects and parses /metrics): a
-choice of server so each test can be validated against torch's own
-TCPStore server, process groups for torch children (torchrun agents and
-their workers) that are always ended, and a byte-logging TCP proxy that
-records what torch sent and what came back.
+stops rdzvd and torch's own TCPStore server (TorchServer), starts and ends
+process groups (spawn, end, end_all), speaks the raw TCPStore dialects,
+parses /metrics and runs the tests: main(globals(), sections=True)): the
+choice of torch, a choice of server so each test can be validated against
+torch's own TCPStore server, and a byte-logging TCP proxy that records
+what torch sent and what came back.
 
 Which PyTorch: a test runs under the python that runs it (TORCH_PYTHON,
 Debian's torch 1.13, by default); torch 2.x tests call use_torch2() first,
@@ -22,11 +23,8 @@ Which server the tests talk to is chosen by RDZV_COMPAT_SERVER:
 """
 
 import os
-import select
-import signal
 import socket
 import struct
-import subprocess
 import sys
 import threading
 import time
@@ -92,57 +90,12 @@ def server_kind():
 	return k
 
 
-# ---- process groups ---------------------------------------------------------
-#
-# torch children start children of their own (torchrun's workers; gloo has
-# none but a stuck interpreter may), so each is started as the leader of a
-# new session and ended with killpg on its own pid: only groups we created
-# are ever signalled.
-
-_groups = []
-_glock = threading.Lock()
-
-
-def spawn(args, **kw):
-	kw["start_new_session"] = True
-	kw.setdefault("stdin", subprocess.DEVNULL)
-	p = subprocess.Popen(args, **kw)
-	with _glock:
-		_groups.append(p)
-	return p
-
-
-def end(p, sig=signal.SIGKILL):
-	"""Signals the group p leads (even if p itself is gone), then reaps p."""
-	try:
-		os.killpg(p.pid, sig)
-	except (ProcessLookupError, PermissionError):
-		pass
-	try:
-		p.wait(timeout=10)
-	except subprocess.TimeoutExpired:
-		pass
-
-
-def end_all():
-	with _glock:
-		ps = list(_groups)
-		del _groups[:]
-	for p in ps:
-		end(p)
-
-
-# rdzvtest's runner, watchdog and signal handlers call its module-level
-# _cleanup() and then _exit; make that end our groups too.
-_rdzvtest_cleanup = rdzvtest._cleanup
-
-
-def _cleanup_both():
-	end_all()
-	_rdzvtest_cleanup()
-
-
-rdzvtest._cleanup = _cleanup_both
+# The names these tests used before rdzvtest held the one runner, process
+# group starter and TorchServer; kept so tests written against them run.
+spawn = rdzvtest.spawn
+end = rdzvtest.end
+end_all = rdzvtest.end_all
+TorchServer = rdzvtest.TorchServer
 
 
 # ---- servers ----------------------------------------------------------------
@@ -197,59 +150,10 @@ class RdzvdServer:
 		log("rdzvd restarted: pid %d port %d" % (self.d.pid, self.port))
 
 
-_TORCH_SERVER = r"""
-import sys
-import torch.distributed as dist
-kw = {"wait_for_workers": False}
-if sys.argv[2] != "default":
-    kw["use_libuv"] = sys.argv[2] == "libuv"
-s = dist.TCPStore("127.0.0.1", int(sys.argv[1]), None, True, **kw)
-print(s.port, flush=True)
-sys.stdin.read()
-"""
-
-
-class TorchServer:
-	"""torch's own TCPStore server in a helper process that holds the
-	master TCPStore and nothing else; with no world_size it never touches
-	"init/", so a fresh store has 0 keys, as rdzvd's does.  python picks
-	the torch (TORCH_PY, 1.13, by default; TORCH2_PY for 2.13); backend
-	"libuv" or "classic" picks a 2.x server ("default": the torch's own
-	default, libuv in 2.x; 1.13 has only the classic one)."""
-	kind = "torch"
-	has_metrics = False
-
-	def __init__(self, port=0, python=None, backend="default"):
-		self.proc = spawn([python or TORCH_PY, "-c", _TORCH_SERVER,
-		    str(port), backend], stdin=subprocess.PIPE,
-		    stdout=subprocess.PIPE)
-		r, _, _ = select.select([self.proc.stdout], [], [], 60)
-		line = self.proc.stdout.readline() if r else b""
-		check(line.strip().isdigit(), "torch server did not start: %r" %
-		    line)
-		self.port = int(line)
-
-	def raw(self, timeout=10.0):
-		return rdzvtest.TCPStore113(rdzvtest.connect("127.0.0.1",
-		    self.port, timeout))
-
-	def log_text(self):
-		return ""
-
-	def diagnostics(self):
-		return "(torch server)"
-
-	def stop(self):
-		end(self.proc)
-		return 0
-
-	kill9 = stop
-
-
 def make_server(**kw):
 	"""The server under test, per RDZV_COMPAT_SERVER; kw go to rdzvd."""
 	if server_kind() == "torch":
-		s = TorchServer()
+		s = rdzvtest.TorchServer()
 	else:
 		s = RdzvdServer(**kw)
 	log("%s serving on 127.0.0.1:%d" % (s.kind, s.port))
@@ -267,65 +171,9 @@ def poll_metric(srv, name, want, timeout=5.0, **labels):
 		time.sleep(0.05)
 
 
-# ---- runner -----------------------------------------------------------------
-
 def run_sections(namespace, server=None, per_test=60.0, total=110.0):
-	"""Runs the test_* functions of namespace in definition order, like
-	rdzvtest.main(), except that processes and servers outlive a section:
-	the sections of one file share a server and build on each other, so
-	the first failure stops the file.  Prints "ok NAME" / "FAIL NAME" with
-	the traceback and the server's log tail; exits 0, or 1 on a failure
-	or a deadline (per section, and a watchdog for the whole file)."""
-	import traceback
-	names = [n for n, f in namespace.items()
-	    if n.startswith("test_") and callable(f)]
-	start = time.monotonic()
-	done = threading.Event()
-
-	def watchdog():
-		if not done.wait(total + 10):
-			print("FAIL watchdog: file ran past %.0f s" % (total + 10),
-			    flush=True)
-			rdzvtest._cleanup()
-			os._exit(1)
-	threading.Thread(target=watchdog, daemon=True).start()
-
-	def alarm(signo, frm):
-		raise rdzvtest.Deadline("section deadline passed")
-	signal.signal(signal.SIGALRM, alarm)
-	failed = None
-	passed = skipped = 0
-	for name in names:
-		left = total - (time.monotonic() - start)
-		t0 = time.monotonic()
-		signal.setitimer(signal.ITIMER_REAL, max(0.1, min(per_test, left)))
-		try:
-			try:
-				namespace[name]()
-			finally:
-				signal.setitimer(signal.ITIMER_REAL, 0)
-		except rdzvtest.Skip as e:
-			print("skip %s: %s" % (name, e), flush=True)
-			skipped += 1
-			continue
-		except (Exception, rdzvtest.Deadline):
-			print("FAIL %s (%.2fs)" % (name, time.monotonic() - t0),
-			    flush=True)
-			traceback.print_exc(file=sys.stdout)
-			srv = server() if callable(server) else server
-			if srv is not None:
-				print("--- %s ---\n%s" % (srv.kind, srv.diagnostics()))
-			failed = name
-			break
-		passed += 1
-		print("ok %s (%.2fs)" % (name, time.monotonic() - t0), flush=True)
-	done.set()
-	print("# %d passed, %d skipped, %s in %.1fs" % (passed, skipped,
-	    "failed at " + failed if failed else "none failed",
-	    time.monotonic() - start), flush=True)
-	sys.stdout.flush()
-	rdzvtest._cleanup()
-	os._exit(1 if failed else 0)
+	"""rdzvtest.main(namespace, sections=True), under its old name."""
+	rdzvtest.main(namespace, per_test, total, sections=True, server=server)
 
 
 # ---- capture proxy ----------------------------------------------------------

@@ -19,6 +19,7 @@ attempt_1 (as after a restart) and its keys are checked by name.
 
 import json
 import os
+import subprocess
 import time
 
 import rdzvtest
@@ -74,20 +75,19 @@ def run_group(port, n, attempt, tag, python=None, delay=None):
 		logf = open(os.path.join(d, "rank%d.log" % r), "w")
 		code = "import time; time.sleep(%r)\n%s" % (
 		    (delay or {}).get(r, 0), WORKER)
-		procs.append((cl.spawn([python or cl.TORCH_PY, "-c", code, out],
-		    env=env,
-		    stdout=logf, stderr=logf), out, logf))
+		procs.append((rdzvtest.spawn([python or cl.TORCH_PY, "-c", code,
+		    out], env=env, stdout=logf, stderr=logf), out, logf))
 	t0 = time.monotonic()
 	deadline = t0 + 60
 	results = []
 	for r, (p, out, logf) in enumerate(procs):
 		try:
 			rc = p.wait(timeout=max(0.1, deadline - time.monotonic()))
-		except cl.subprocess.TimeoutExpired:
+		except subprocess.TimeoutExpired:
 			rc = None
 		logf.close()
 		if rc != 0:
-			cl.end_all()
+			rdzvtest.end_all()
 			with open(logf.name) as f:
 				text = f.read()
 			raise AssertionError("%s rank %d: exit %s\n%s" %
@@ -254,4 +254,5 @@ def test_three_ranks_direct():
 
 if __name__ == "__main__":
 	SRV = cl.make_server()
-	cl.run_sections(globals(), SRV, per_test=80, total=150)
+	rdzvtest.main(globals(), per_test=80, total=150, sections=True,
+	    server=SRV)

@@ -20,6 +20,7 @@ import subprocess
 import sys
 import threading
 
+import rdzvtest
 import compatlib as cl
 from compatlib import check, log
 
@@ -182,7 +183,7 @@ def run_against(kind):
 	msgs = []
 	for name, fn in CHECKS:
 		if kind == "torch":
-			srv = cl.TorchServer(python=sys.executable)
+			srv = rdzvtest.TorchServer(python=sys.executable)
 		else:
 			srv = cl.RdzvdServer()
 		try:
@@ -200,6 +201,7 @@ def test_torch_server():
 	state["torch"] = run_against("torch")
 
 
+@rdzvtest.needs("test_torch_server")
 def test_rdzvd():
 	msgs = run_against("rdzvd")
 	log("wait timeout: torch %r, rdzvd %r" % (state["torch"], msgs))
@@ -211,11 +213,11 @@ def test_rdzvd():
 def test_torch2():
 	"""The same file under torch 2.13 (skipped when already there)."""
 	if INNER or V2:
-		raise cl.rdzvtest.Skip("this run is the torch 2.x one")
+		raise rdzvtest.Skip("this run is the torch 2.x one")
 	if not os.access(cl.TORCH2_PY, os.X_OK):
 		cl._no_torch("no torch 2.x python at %s" % cl.TORCH2_PY)
 	env = dict(os.environ, RDZV_STORE_SEM_INNER="1")
-	p = cl.spawn([cl.TORCH2_PY, os.path.abspath(__file__)], env=env,
+	p = rdzvtest.spawn([cl.TORCH2_PY, os.path.abspath(__file__)], env=env,
 	    stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
 	out, _ = p.communicate(timeout=150)
 	for line in out.decode(errors="replace").splitlines():
@@ -227,4 +229,4 @@ def test_torch2():
 state = {}
 
 if __name__ == "__main__":
-	cl.run_sections(globals(), server=None, per_test=170, total=280)
+	rdzvtest.main(globals(), per_test=170, total=280, sections=True)

@@ -176,7 +176,8 @@ state = {}
 
 
 def test_servers():
-	state["torch"] = cl.TorchServer(python=cl.TORCH2_PY, backend="libuv")
+	state["torch"] = rdzvtest.TorchServer(python=cl.TORCH2_PY,
+	    backend="libuv")
 	state["rdzvd"] = cl.RdzvdServer()
 	state["native"], state["round"] = round_port(state["rdzvd"])
 	log("torch %d, rdzvd %d, round %d" % (state["torch"].port,
@@ -184,6 +185,7 @@ def test_servers():
 	check(state["round"] != state["rdzvd"].port, "round port is the main")
 
 
+@rdzvtest.needs("test_servers")
 def test_side_by_side():
 	ref = scenario(state["torch"].port)
 	d = dict(ref)
@@ -228,6 +230,7 @@ def test_side_by_side():
 		log("%s: %d calls, same as torch's server" % (name, len(got)))
 
 
+@rdzvtest.needs("test_servers")
 def test_blocking_pop_consumers():
 	for name, port in (("torch", state["torch"].port),
 	    ("rdzvd", state["rdzvd"].port), ("rdzvd round", state["round"])):
@@ -240,5 +243,5 @@ def test_blocking_pop_consumers():
 
 
 if __name__ == "__main__":
-	cl.run_sections(globals(), server=lambda: state.get("rdzvd"),
-	    per_test=90, total=200)
+	rdzvtest.main(globals(), per_test=90, total=200, sections=True,
+	    server=lambda: state.get("rdzvd"))

@@ -15,6 +15,7 @@ torch's own TCPStore server, which is how this test was validated.
 
 import datetime
 import os
+import subprocess
 import time
 
 import rdzvtest
@@ -354,8 +355,9 @@ def run_processes(srv, c, ctr):
 	if r.check([b"init/"]) == 0:
 		init0 = int(r.get(b"init/"))
 	N = 3
-	procs = [cl.spawn([cl.TORCH_PY, "-c", WORKER, str(srv.port), str(N),
-	    "w%d" % i], stdout=cl.subprocess.PIPE, text=True) for i in range(N)]
+	procs = [rdzvtest.spawn([cl.TORCH_PY, "-c", WORKER, str(srv.port),
+	    str(N), "w%d" % i], stdout=subprocess.PIPE, text=True)
+	    for i in range(N)]
 	# Each TCPStore(world_size=N, is_master=False) adds 1 to "init/".
 	t = time.monotonic() + 30
 	while time.monotonic() < t:
@@ -396,8 +398,8 @@ def run_processes(srv, c, ctr):
 	# keys (released only by the second), a get (which waits first), and
 	# a wait on a key created by ADD.
 	hows = ("wait2", "get", "add")
-	ws = [cl.spawn([cl.TORCH_PY, "-c", WAITER, str(srv.port), how],
-	    stdout=cl.subprocess.PIPE, text=True) for how in hows]
+	ws = [rdzvtest.spawn([cl.TORCH_PY, "-c", WAITER, str(srv.port), how],
+	    stdout=subprocess.PIPE, text=True) for how in hows]
 	for p in ws:
 		line = p.stdout.readline()
 		check(line.strip() == "ready", "waiter said %r" % line)
@@ -444,22 +446,27 @@ def test_basic():
 	C = run_basic(SRV, CTR)
 
 
+@rdzvtest.needs("test_basic")
 def test_raw_ops():
 	run_raw(SRV, C, CTR)
 
 
+@rdzvtest.needs("test_basic")
 def test_wait_timeout():
 	run_wait_timeout(SRV, C, CTR)
 
 
+@rdzvtest.needs("test_basic")
 def test_large_values():
 	run_large(SRV, C, CTR)
 
 
+@rdzvtest.needs("test_basic")
 def test_prefix_store():
 	run_prefix(SRV, C, CTR)
 
 
+@rdzvtest.needs("test_basic")
 def test_processes():
 	run_processes(SRV, C, CTR)
 
@@ -503,6 +510,8 @@ def test_idle_clients():
 	check(rc == 0, "second rdzvd exited %s" % rc)
 
 
+@rdzvtest.needs("test_basic", "test_raw_ops", "test_wait_timeout",
+    "test_large_values", "test_prefix_store", "test_processes")
 def test_final_state():
 	global C
 	if not SRV.has_metrics:
@@ -527,4 +536,5 @@ def test_final_state():
 if __name__ == "__main__":
 	SRV = cl.make_server()
 	CTR = Counters(SRV)
-	cl.run_sections(globals(), SRV, per_test=40, total=110)
+	rdzvtest.main(globals(), per_test=40, total=110, sections=True,
+	    server=SRV)

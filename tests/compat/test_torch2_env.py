@@ -116,6 +116,7 @@ def test_torch113_twice():
 	run_twice(cl.TORCH_PY, "torch 1.13", b"//worker/attempt_0/default_pg/")
 
 
+@rdzvtest.needs("test_rule")
 def test_restart():
 	c = raw2()
 	before = pg_keys(c)
@@ -147,4 +148,5 @@ if __name__ == "__main__":
 		    "each job)")
 	if not os.access(cl.TORCH_PY, os.X_OK):
 		cl._no_torch("no torch 1.13 python at %s" % cl.TORCH_PY)
-	cl.run_sections(globals(), SRV, per_test=60, total=170)
+	rdzvtest.main(globals(), per_test=60, total=170, sections=True,
+	    server=SRV)

@@ -61,6 +61,7 @@ def test_job_runs_to_the_end():
 	log("workers used the rank-0 agent's store on port %d" % port)
 
 
+@rdzvtest.needs("test_job_runs_to_the_end")
 def test_same_id_again_is_closed():
 	dt, logs = tr.run_job(SRV.port, JOB, python=cl.TORCH2_PY, expect_rc=1)
 	for a, t in enumerate(logs):
@@ -70,6 +71,7 @@ def test_same_id_again_is_closed():
 	    % (JOB, dt))
 
 
+@rdzvtest.needs("test_job_runs_to_the_end")
 def test_same_id_after_deleting_its_keys():
 	c = rdzvtest.TCPStore2(SRV.d.connect())
 	pfx = b"/torch.rendezvous." + JOB.encode()
@@ -92,4 +94,5 @@ if __name__ == "__main__":
 	SRV = cl.make_server(durability="relaxed")
 	if SRV.kind != "rdzvd":
 		rdzvtest.skip_all("the closed state is about rdzvd keeping it")
-	cl.run_sections(globals(), SRV, per_test=tr.JOB_TIMEOUT + 30, total=170)
+	rdzvtest.main(globals(), per_test=tr.JOB_TIMEOUT + 30, total=170,
+	    sections=True, server=SRV)

@@ -30,6 +30,7 @@ import glob
 import json
 import os
 import pickle
+import subprocess
 import time
 
 import rdzvtest
@@ -81,7 +82,8 @@ def run_job(port, job, python=None, expect_rc=0):
 	for a in range(NNODES):
 		logp = os.path.join(d, "agent%d.log" % a)
 		logf = open(logp, "w")
-		p = cl.spawn([python or cl.TORCH_PY, "-m", "torch.distributed.run",
+		p = rdzvtest.spawn([python or cl.TORCH_PY, "-m",
+		    "torch.distributed.run",
 		    "--nnodes", str(NNODES), "--nproc_per_node", str(NPROC),
 		    "--rdzv_backend", "c10d",
 		    "--rdzv_endpoint", "127.0.0.1:%d" % port,
@@ -96,13 +98,13 @@ def run_job(port, job, python=None, expect_rc=0):
 	for a, (p, logf, logp) in enumerate(agents):
 		try:
 			rc = p.wait(timeout=max(0.1, end - time.monotonic()))
-		except cl.subprocess.TimeoutExpired:
+		except subprocess.TimeoutExpired:
 			rc = "none (still running after %d s)" % JOB_TIMEOUT
 		logf.close()
 		with open(logp, errors="replace") as f:
 			logs.append(f.read())
 		if rc != expect_rc:
-			cl.end_all()
+			rdzvtest.end_all()
 			msg = ["job %s: agent %d exited %s" % (job, a, rc)]
 			for _, _, lp in agents:
 				with open(lp, errors="replace") as f:
@@ -203,6 +205,7 @@ def test_job_a():
 SNAP = {}
 
 
+@rdzvtest.needs("test_job_a")
 def test_strict_kill_restart_job_b():
 	if not SRV.has_metrics:
 		rdzvtest.skip("torch's server keeps nothing over a restart")
@@ -217,6 +220,7 @@ def test_strict_kill_restart_job_b():
 	SNAP.update(before)
 
 
+@rdzvtest.needs("test_strict_kill_restart_job_b")
 def test_relaxed_kill_after_window():
 	if not SRV.has_metrics:
 		rdzvtest.skip("torch's server keeps nothing over a restart")
@@ -244,4 +248,5 @@ def test_relaxed_kill_after_window():
 
 if __name__ == "__main__":
 	SRV = cl.make_server(durability="strict")
-	cl.run_sections(globals(), SRV, per_test=JOB_TIMEOUT + 30, total=160)
+	rdzvtest.main(globals(), per_test=JOB_TIMEOUT + 30, total=160,
+	    sections=True, server=SRV)

@@ -135,8 +135,8 @@ def start_row(row, launcher, tmp, port):
 		env.update({"PORT": port, "DROPIN_OUT": out, "NODE_MARK": str(i)})
 		logp = os.path.join(d, "node%d.log" % i)
 		logf = open(logp, "w")
-		procs.append((cl.spawn(["bash", "-c", line], env=env, cwd=d,
-		    stdout=logf, stderr=subprocess.STDOUT), logf, logp))
+		procs.append((rdzvtest.spawn(["bash", "-c", line], env=env,
+		    cwd=d, stdout=logf, stderr=subprocess.STDOUT), logf, logp))
 	return (row, launcher, line, procs, out, time.monotonic())
 
 
@@ -153,7 +153,7 @@ def finish_row(started):
 		except subprocess.TimeoutExpired:
 			rcs.append("timeout")
 		logf.close()
-		cl.end(p)
+		rdzvtest.end(p)
 		with open(logp, errors="replace") as f:
 			texts.append("--- node %d (exit %s) ---\n%s" % (i, rcs[-1],
 			    f.read()[-3000:]))
@@ -220,5 +220,5 @@ if __name__ == "__main__":
 		cl._no_torch("no torchrun beside %s" % sys.executable)
 	if not os.access(AGENT, os.X_OK):
 		rdzvtest.skip_all("agent/rdzv-agent not built")
-	cl.run_sections(globals(), None, per_test=2 * RUN_TIMEOUT + 10,
-	    total=600)
+	rdzvtest.main(globals(), per_test=2 * RUN_TIMEOUT + 10, total=600,
+	    sections=True)

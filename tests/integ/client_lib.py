@@ -1,5 +1,5 @@
 """The blocking native client (common/client.h), every call checked by
-bench/client_check against a real rdzvd: in plaintext, and over TLS with
+tests/integ/client_check against a real rdzvd: in plaintext, and over TLS with
 the CA in RDZV_TLS_CA (what rdzvctl and librdzvworker use)."""
 import os
 import subprocess
@@ -8,7 +8,8 @@ import rdzvtest as rt
 
 
 def prog():
-    return os.path.join(rt.top_builddir(), "bench", "client_check")
+    return os.path.join(rt.top_builddir(), "tests", "integ",
+                        "client_check")
 
 
 def run_check(d, env=None):
@@ -46,5 +47,6 @@ def test_tls():
 
 if __name__ == "__main__":
     if not os.path.exists(prog()):
-        rt.skip_all("bench/client_check not built")
+        rt.skip_all("tests/integ/client_check not built (make check "
+                    "builds it)")
     rt.main(globals(), per_test=150, total=320)

@@ -32,6 +32,34 @@ INTEG_TESTS += tests/integ/agent_static.py
 INTEG_TESTS += tests/integ/agent_cli2.py
 INTEG_TESTS += tests/integ/tstore_hosted_ops.py
 INTEG_TESTS += tests/integ/storm.py
+INTEG_TESTS += tests/integ/agent_repair.py
+# In-place repair of C workers under the fake agent (issue 12).
+INTEG_TESTS += tests/integ/repair_c.py
+EXTRA_DIST += tests/lib/fakeagent.py
+
+# ---- the C programs these scripts start: built by make check ----
+# -no-install: a real binary (no libtool wrapper), so torchrun --no_python
+# and the tests run and signal the program itself.
+# worker_check: on librdzvworker's public API, started as N ranks by
+# worker_*.py, agent_progress.py, auth.py and tls_clients.py.
+check_PROGRAMS += tests/integ/worker_check
+tests_integ_worker_check_SOURCES = tests/integ/worker_check.c
+tests_integ_worker_check_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/libworker
+tests_integ_worker_check_LDFLAGS = -no-install
+tests_integ_worker_check_LDADD = libworker/librdzvworker.la -lm
+EXTRA_DIST += tests/integ/worker_lib.py
+# dp_check: the data-parallel helpers (rdzv_dp_*) on 1 to 5 ranks, for
+# dp_train.py.
+check_PROGRAMS += tests/integ/dp_check
+tests_integ_dp_check_SOURCES = tests/integ/dp_check.c
+tests_integ_dp_check_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/libworker
+tests_integ_dp_check_LDFLAGS = -no-install
+tests_integ_dp_check_LDADD = libworker/librdzvworker.la
+# client_check: every call of common/client.h against a running rdzvd,
+# for client_lib.py.
+check_PROGRAMS += tests/integ/client_check
+tests_integ_client_check_SOURCES = tests/integ/client_check.c
+tests_integ_client_check_LDADD = common/libcommon.la $(LIBEVENT_LIBS) $(LIBBSD_LIBS)
 # repair_drv drives rdzv-agent's local repair pieces (sup.c, progress.c,
 # repair.c, logs.c, with cli.c's options) with real workers for
 # agent_repair.py, as main.c will.
@@ -43,7 +71,4 @@ tests_integ_repair_drv_CFLAGS = $(AM_CFLAGS) $(LIBEVENT_CFLAGS) \
 	$(LIBSSL_CFLAGS) $(JANSSON_CFLAGS)
 tests_integ_repair_drv_LDADD = common/libcommon.la $(LIBEVENT_LIBS) \
 	$(LIBSSL_LIBS) $(JANSSON_LIBS) $(LIBBSD_LIBS) -lm
-INTEG_TESTS += tests/integ/agent_repair.py
-# In-place repair of C workers under the fake agent (issue 12).
-INTEG_TESTS += tests/integ/repair_c.py
-EXTRA_DIST += tests/lib/fakeagent.py
+# ---- end of the C programs ----

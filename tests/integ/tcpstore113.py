@@ -217,7 +217,7 @@ def test_watch_then_requests_on_same_connection():
 
 def test_reference_server():
     """The scenarios hold against torch 1.13's own TCPStore server."""
-    srv = rt.TorchServer()
+    srv = rt.TorchServer(world_size=1)
     try:
         for i, scn in enumerate(SCENARIOS):
             try:

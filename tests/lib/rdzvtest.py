@@ -26,6 +26,10 @@ Running rdzvd
   Every process started here is tracked by pid and killed at exit, on a
   deadline, on SIGTERM/SIGINT and when a test fails: nothing is left behind,
   and nothing we did not start is ever signalled.
+    p = spawn(argv, **popen_kw)   any other process (torch children, which
+                  start their own): leads a new session, tracked as a group
+    end(p, sig=SIGKILL)   signals p's group, reaps p; end_all() ends every
+                  group spawn() started (not the servers)
 
 Clients (all take a connected socket or (host, port); every socket has a
 receive timeout so a missing reply fails instead of hanging)
@@ -34,8 +38,10 @@ receive timeout so a missing reply fails instead of hanging)
     TCPStore113       torch 1.13 dialect, raw struct encoding
     TCPStore2         torch 2.x dialect (handshake VALIDATE + PING)
     enc113(op, ...), enc2(op, ...)  raw request bytes for byte-level tests
-    TorchServer       torch 1.13's own TCPStore server in a child process,
-                      to validate client code against the reference
+    TorchServer(python=, backend=, world_size=)   torch's own TCPStore
+                      server (1.13 by default, or a 2.x one, libuv or
+                      classic) in a child process: the reference that
+                      clients and rdzvd are held to
 
 Helpers
     connect(host, port) / recv_exact(sock, n)   TCP_NODELAY, timeouts;
@@ -58,7 +64,7 @@ Helpers
     ts/u8/u32/u64/i64, nat_frame/nat_fields/nat_preamble   wire encoders
     RDZV_E* constants and ERR_NAMES (common/rdzv_err.h)
 
-Test runner convention
+Test runner convention (one runner for tests/integ and tests/compat)
     def test_something(): ...         # plain asserts
     if __name__ == "__main__":
         rdzvtest.main(globals())
@@ -66,6 +72,13 @@ Test runner convention
   "FAIL NAME" (with the traceback) or "skip NAME: reason", and exits 0 only
   if nothing failed, 77 (automake's SKIP) if everything was skipped, else 1.
   A whole file may call skip_all(reason) before main() to exit 77.
+  main(globals(), sections=True, server=SRV) (tests/compat) runs them as
+  sections of one scenario instead: they share servers and processes, the
+  first failure stops the file, and a section marked @needs("test_a")
+  builds on what test_a left.
+  One test alone: `python3 FILE.py test_a test_b` or RDZV_TEST_ONLY="test_a
+  test_b" (for make check); a section also runs the sections it needs();
+  `python3 FILE.py --list` lists them.
   Deadlines: each test gets `per_test` seconds (SIGALRM raises Deadline, a
   BaseException, so a broad `except Exception` in a test cannot swallow
   it); the whole file gets `total` seconds, enforced by a watchdog thread
@@ -76,6 +89,7 @@ Environment
                        file, i.e. an in-tree build)
     RDZV_TEST_KEEP=1   keep the temp dirs of rdzvd instances (for debugging)
     RDZV_TEST_VERBOSE=1  print rdzvd's log when a test fails (default on)
+    RDZV_TEST_ONLY     the tests to run (see main())
 """
 
 import atexit
@@ -103,6 +117,7 @@ __all__ = [
     "wait_until", "expect_closed", "still_open", "connect", "recv_exact",
     "send_all_slowly", "metric_value", "mktemp", "top_builddir",
     "top_srcdir", "make_tls_certs", "tls_wrap", "tls_client_context",
+    "spawn", "end", "end_all", "needs",
 ]
 
 # ---- error codes (common/rdzv_err.h; they travel on the wire) ----
@@ -205,15 +220,21 @@ def no_torch(reason, whole_file=True):
 
 
 # ---- process tracking and cleanup ----
+#
+# Every process started here is tracked until reaped.  Most are signalled
+# by pid; those spawn() starts (torch children, which start children of
+# their own: torchrun's workers) lead a new session and are signalled as a
+# group, with killpg on their own pid, so only groups we created are ever
+# signalled, and a worker that outlives its leader still ends.
 
-_procs = {}             # pid -> Popen, every process this module started
+_procs = {}             # pid -> (Popen, kind): "pid", "group" or "server"
 _procs_lock = threading.Lock()
 _tmpdirs = []
 
 
-def _track(p):
+def _track(p, kind="pid"):
     with _procs_lock:
-        _procs[p.pid] = p
+        _procs[p.pid] = (p, kind)
 
 
 def _untrack(p):
@@ -221,21 +242,63 @@ def _untrack(p):
         _procs.pop(p.pid, None)
 
 
+def _signal_group(p, sig):
+    try:
+        os.killpg(p.pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
 def _kill_tracked():
-    """SIGKILLs every process we started that has not been reaped."""
+    """SIGKILLs every process we started that has not been reaped, and
+    every group spawn() started (even if its leader is gone)."""
     with _procs_lock:
         procs = list(_procs.values())
         _procs.clear()
-    for p in procs:
-        if p.poll() is None:
+    for p, kind in procs:
+        if kind != "pid":
+            _signal_group(p, signal.SIGKILL)
+        elif p.poll() is None:
             try:
                 os.kill(p.pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
-            try:
-                p.wait(timeout=5)
-            except Exception:
-                pass
+        try:
+            p.wait(timeout=5)
+        except Exception:
+            pass
+
+
+def spawn(args, **kw):
+    """subprocess.Popen(args, **kw) as the leader of a new session (stdin
+    /dev/null unless given), tracked: end(p), end_all(), a failing test
+    and the exit all end its whole group."""
+    kw["start_new_session"] = True
+    kw.setdefault("stdin", subprocess.DEVNULL)
+    p = subprocess.Popen(args, **kw)
+    _track(p, "group")
+    return p
+
+
+def end(p, sig=signal.SIGKILL):
+    """Signals the group p leads (even if p itself is gone), then reaps
+    p (waiting up to 10 s)."""
+    _signal_group(p, sig)
+    try:
+        p.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        return
+    if sig == signal.SIGKILL:
+        _untrack(p)     # else a child that ignored sig ends at exit
+
+
+def end_all():
+    """end() of every group spawn() started that is still tracked (not
+    the servers: TorchServer, Rdzvd)."""
+    with _procs_lock:
+        ps = [p for p, kind in _procs.values() if kind == "group"]
+    for p in ps:
+        end(p)
 
 
 def _cleanup():
@@ -1607,43 +1670,64 @@ class TCPStore2(_TCPStoreBase):
             self.sock.settimeout(old)
 
 
-# ---- torch's own server, to validate the clients above ----
+# ---- torch's own server: the reference the clients and rdzvd are held to ----
 
-_TORCH_HOST = r"""
+_TORCH_SERVER = r"""
 import sys
-from torch.distributed import TCPStore
-s = TCPStore("127.0.0.1", int(sys.argv[1]), 1, True)
+import torch.distributed as dist
+port, backend, world = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+kw = {}
+if world == "none":
+    kw["wait_for_workers"] = False
+if backend != "default":
+    kw["use_libuv"] = backend == "libuv"
+s = dist.TCPStore("127.0.0.1", port, None if world == "none" else int(world),
+                  True, **kw)
 print(s.port, flush=True)
 sys.stdin.read()
 """
 
 
 class TorchServer:
-    """torch 1.13's reference TCPStore server in a child /usr/bin/python3
-    (dialect 1.13 only).  Without torch the test is skipped, or fails under
-    RDZV_REQUIRE_TORCH=1 (no_torch).  The hosting instance already did
-    ADD("init/", 1), so num_keys starts at 1."""
+    """torch's own TCPStore server in a helper process (spawn()) that holds
+    the master TCPStore and nothing else.  python picks the torch
+    (TORCH_PYTHON, 1.13, by default; TORCH2_PYTHON for 2.13); backend
+    "libuv" or "classic" picks a 2.x server ("default": the torch's own
+    default, libuv in 2.x; 1.13 has only the classic one).  With no
+    world_size it never touches "init/", so a fresh store has 0 keys, as
+    rdzvd's does; world_size=1 makes the hosting instance ADD("init/", 1)
+    first, as a rank 0 does, so num_keys starts at 1.
+    Without that python or its torch the test is skipped, or fails under
+    RDZV_REQUIRE_TORCH=1 (no_torch).  It has the interface of compatlib's
+    RdzvdServer: kind, has_metrics, port, raw(), log_text(),
+    diagnostics(), stop(), kill9()."""
 
-    def __init__(self, python=TORCH_PYTHON, port=0, timeout=60.0):
+    kind = "torch"
+    has_metrics = False
+
+    def __init__(self, python=TORCH_PYTHON, port=0, backend="default",
+                 world_size=None, timeout=60.0):
         if not os.path.exists(python):
             no_torch("%s not found" % python, whole_file=False)
-        self.proc = subprocess.Popen(
-            [python, "-c", _TORCH_HOST, str(port)], stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            start_new_session=True)
-        _track(self.proc)
+        self.host = "127.0.0.1"
+        self.log_path = os.path.join(mktemp("rdzv-torchserver-"), "stderr")
+        with open(self.log_path, "wb") as errf:
+            self.proc = spawn([python, "-c", _TORCH_SERVER, str(port),
+                               backend, "none" if world_size is None else
+                               str(world_size)], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, stderr=errf)
+        _track(self.proc, "server")
         r, _, _ = select.select([self.proc.stdout], [], [], timeout)
         line = self.proc.stdout.readline() if r else b""
         if not line.strip().isdigit():
-            err = b""
             self.stop()
-            err = self.proc.stderr.read()
-            if b"No module named" in err:
+            err = self.log_text()
+            if "No module named" in err:
                 no_torch("torch not importable: %s" % err[-200:],
                          whole_file=False)
-            raise AssertionError("torch TCPStore server failed: %r" % err)
+            raise AssertionError("torch TCPStore server did not start "
+                                 "(%r): %s" % (line, err[-2000:]))
         self.port = int(line)
-        self.host = "127.0.0.1"
 
     @property
     def addr(self):
@@ -1655,40 +1739,99 @@ class TorchServer:
     def tcps113(self, timeout=10.0):
         return TCPStore113(self.connect(timeout))
 
+    raw = tcps113
+
+    def log_text(self):
+        """What the server wrote on stderr."""
+        with open(self.log_path, "rb") as f:
+            return f.read().decode(errors="replace")
+
+    def diagnostics(self, tail=4000):
+        return "(torch server) stderr tail:\n" + self.log_text()[-tail:]
+
     def stop(self):
-        if self.proc.poll() is None:
-            try:
-                self.proc.stdin.close()
-            except OSError:
-                pass
-            try:
-                self.proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        _untrack(self.proc)
+        """Ends the server's process group (SIGKILL: it holds nothing to
+        save); returns 0."""
+        end(self.proc)
+        return 0
+
+    kill9 = stop
 
 
 # ---- the runner ----
+
+def needs(*names):
+    """Marks a section (main(sections=True)) as building on the state the
+    sections `names` leave behind: run alone, it runs them first."""
+    def mark(f):
+        f.needs = names
+        return f
+    return mark
+
 
 def _alarm(signo, frame):
     raise Deadline("test deadline passed")
 
 
-def main(namespace, per_test=60.0, total=170.0, only=None):
-    """Runs every test_* function in `namespace` (pass globals()) in
-    definition order.  Command-line arguments, if any, name the tests to
-    run.  Exits the process: 0 all passed, 1 a failure, 77 all skipped."""
+def _selected(namespace, only):
+    """The test_* names of namespace to run, in definition order: those in
+    `only`, else those the command line names, else those RDZV_TEST_ONLY
+    names (blank- or comma-separated; taken out of the environment so the
+    processes a test starts do not see it), else all; each with the ones
+    it needs().  --list prints the names (and what each needs) and exits
+    0; an unknown name exits 2."""
     names = [n for n, f in namespace.items()
              if n.startswith("test_") and callable(f)]
-    wanted = only or sys.argv[1:]
-    if wanted:
-        unknown = [w for w in wanted if w not in names]
-        if unknown:
-            print("no such test: %s" % " ".join(unknown), flush=True)
-            sys.exit(2)
-        names = [n for n in names if n in wanted]
+    after = {n: list(getattr(namespace[n], "needs", ())) for n in names}
+    args = sys.argv[1:]
+    if args[:1] in (["--list"], ["-l"]):
+        for n in names:
+            print(n + ("  (needs %s)" % " ".join(after[n]) if after[n]
+                       else ""))
+        sys.stdout.flush()
+        _cleanup()
+        os._exit(0)
+    env = os.environ.pop("RDZV_TEST_ONLY", "")
+    wanted = list(only or args or env.replace(",", " ").split())
+    unknown = [w for w in wanted + sum(after.values(), [])
+               if w not in names]
+    if unknown:
+        print("no such test: %s (--list names them)" % " ".join(unknown),
+              flush=True)
+        _cleanup()
+        os._exit(2)
+    if not wanted:
+        return names
+    run = set()
+    while wanted:
+        n = wanted.pop()
+        if n not in run:
+            run.add(n)
+            wanted += after[n]
+    return [n for n in names if n in run]
 
+
+def main(namespace, per_test=60.0, total=170.0, only=None, sections=False,
+         server=None):
+    """Runs the test_* functions in `namespace` (pass globals()) in
+    definition order; which ones: see _selected (`FILE.py NAME...`,
+    RDZV_TEST_ONLY=NAME, `FILE.py --list`).  Prints "ok NAME (T s)",
+    "skip NAME: reason" or "FAIL NAME (T s)" with the traceback and
+    diagnostics, then "# P passed, F failed, S skipped in T s".
+    Deadlines: per_test seconds a test (SIGALRM raises Deadline), total
+    for the file (a watchdog thread cleans up and exits 1 even if the main
+    thread is stuck).
+    Tests (default): each is on its own: what it started (Rdzvd
+    instances, tracked processes) is killed after it, a failure shows the
+    logs of the rdzvds it started (unless RDZV_TEST_VERBOSE=0) and the
+    rest still run.  Exits 0 all passed, 1 a failure, 77 all skipped.
+    sections=True (tests/compat): the functions are sections of one
+    scenario that share servers and processes and build on each other
+    (needs()): nothing is killed between them, the first failure stops
+    the file and shows server's diagnostics (server: an object with .kind
+    and .diagnostics(), or a callable returning one or None).  Exits 0
+    when nothing failed, else 1."""
+    names = _selected(namespace, only)
     start = time.monotonic()
     done = threading.Event()
 
@@ -1710,6 +1853,8 @@ def main(namespace, per_test=60.0, total=170.0, only=None):
             print("FAIL %s: file deadline (%.0fs) spent before it ran" %
                   (name, total), flush=True)
             failed += 1
+            if sections:
+                break
             continue
         ninst = len(Rdzvd.instances)
         t0 = time.monotonic()
@@ -1731,7 +1876,11 @@ def main(namespace, per_test=60.0, total=170.0, only=None):
             print("FAIL %s (%.2fs)" % (name, time.monotonic() - t0),
                   flush=True)
             traceback.print_exc(file=sys.stdout)
-            if verbose:
+            if sections:
+                srv = server() if callable(server) else server
+                if srv is not None:
+                    print("--- %s ---\n%s" % (srv.kind, srv.diagnostics()))
+            elif verbose:
                 for d in Rdzvd.instances[ninst:]:
                     print("--- rdzvd %s ---\n%s" % (d.tmpdir,
                                                    d.diagnostics()))
@@ -1739,6 +1888,12 @@ def main(namespace, per_test=60.0, total=170.0, only=None):
         if status == "ok":
             passed += 1
             print("ok %s (%.2fs)" % (name, time.monotonic() - t0), flush=True)
+        if sections:
+            if status == "FAIL":
+                print("# stopped at %s: the sections after it build on it" %
+                      name, flush=True)
+                break
+            continue
         # Nothing a test started outlives it.
         for d in Rdzvd.instances[ninst:]:
             if d.running():
@@ -1749,6 +1904,9 @@ def main(namespace, per_test=60.0, total=170.0, only=None):
     print("# %d passed, %d failed, %d skipped in %.1fs" %
           (passed, failed, skipped, time.monotonic() - start), flush=True)
     _cleanup()
+    if sections:
+        # Threads a section left (proxies, readers) must not hold the exit.
+        os._exit(1 if failed else 0)
     if failed:
         sys.exit(1)
     if skipped and not passed:
