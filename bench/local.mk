@@ -29,5 +29,5 @@ EXTRA_DIST += bench/rdzvd_ab.sh bench/tls_vs_plain.sh bench/lib.sh
 # In-place repair of C workers under the fake agent (issue 12).
 EXTRA_DIST += bench/repair_c.py
 # In-place repair of a torch DDP job through rdzv.repair, under the fake
-# agent (tests/lib/fakeagent_torch.py).
+# agent (tests/lib/fakeagent.py).
 EXTRA_DIST += bench/repair_torch.py

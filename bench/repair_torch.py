@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """repair_torch.py: how long a torch DDP job (gloo) takes to repair in
 place through rdzv.repair after a SIGKILL, under the fake agent of
-tests/lib/fakeagent_torch.py (the real agent does not repair yet).
+tests/lib/fakeagent.py (the real agent does not repair yet).
 
     RDZV_TOP_BUILDDIR=build python3 bench/repair_torch.py [--runs 5]
         [--python /root/.cache/rdzv/torch-2.13/bin/python] [--world 4]
@@ -31,7 +31,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "tests", "lib"))
 
 import rdzvtest  # noqa: E402
-import fakeagent_torch as fa  # noqa: E402
+import fakeagent as fa  # noqa: E402
 
 EXAMPLE = os.path.join(HERE, "..", "examples", "torch_ddp_repair.py")
 
@@ -71,9 +71,10 @@ def main():
 	    help="seconds of sleep in each step (default 0.02)")
 	a = ap.parse_args()
 	d = rdzvtest.Rdzvd(tmpdir=rdzvtest.mktemp("rdzv-bench-repair-"))
-	ag = fa.TorchFakeAgent([a.python, EXAMPLE, "--epochs", "1000",
+	ag = fa.FakeAgent([a.python, EXAMPLE, "--epochs", "1000",
 	    "--limit", "8000", "--hidden", "32", "--log-steps",
-	    "--step-delay", a.step_delay], a.world, d.port)
+	    "--step-delay", a.step_delay], a.world, "127.0.0.1:%d" % d.port,
+	    env=fa.torch_env(d.port))
 	rows = []
 	try:
 		ag.start()

@@ -13,7 +13,8 @@ COMPAT_TESTS = \
 	tests/compat/test_repair_torch.py \
 	tests/compat/test_repair_torch2.py
 TESTS += $(COMPAT_TESTS)
-EXTRA_DIST += $(COMPAT_TESTS) tests/compat/compatlib.py \
-	tests/lib/fakeagent_torch.py
+EXTRA_DIST += $(COMPAT_TESTS) tests/compat/compatlib.py
+# test_repair_torch's fake agent, tests/lib/fakeagent.py, is listed in
+# tests/integ/local.mk (repair_c.py shares it).
 # compatlib.py sits next to the tests, so python finds it by the script's
 # own directory; PYTHONPATH (tests/lib) carries rdzvtest.

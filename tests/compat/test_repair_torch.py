@@ -4,7 +4,7 @@
 
 Four real workers of examples/torch_ddp_repair.py (Fashion-MNIST, a small
 MLP, SGD with momentum) run under the fake agent of tests/lib/
-fakeagent_torch.py (the channel of notes/repair-spec.md; each round's
+fakeagent.py (the channel of notes/repair-spec.md; each round's
 store is rdzvd's main port with the round's namespace as PrefixStore
 prefix).  Local rank 2 is SIGKILLed while the job trains (a worker spends
 most of a step in DDP's allreduce): the survivors must keep their PIDs,
@@ -35,7 +35,7 @@ import sys
 import rdzvtest
 import compatlib as cl
 from compatlib import check, log
-import fakeagent_torch as fa
+import fakeagent as fa
 
 EXAMPLE = os.path.join(rdzvtest.top_srcdir(), "examples",
     "torch_ddp_repair.py")
@@ -101,10 +101,14 @@ def main(torch2=False):
 	srv = rdzvtest.Rdzvd(tmpdir=rdzvtest.mktemp("rdzv-repair-torch-"))
 	st = {}
 
+	def agent(argv, n):
+		return fa.FakeAgent(argv, n, "127.0.0.1:%d" % srv.port,
+		    env=fa.torch_env(srv.port))
+
 	def test_round_messages():
 		sys.path.insert(0, os.path.join(rdzvtest.top_srcdir(), "python"))
 		from rdzv import repair
-		r = repair.parse_round(fa.ROUND_FMT.format(round=7, kind="shrink",
+		r = repair.parse_round(fa.round_message(round=7, kind="shrink",
 		    ns="job/a/b/round/7", rank=2, world=3, donor=1,
 		    master_addr="127.0.0.1", master_port=29500, local_rank=2,
 		    local_world=3) + " later=1 x")
@@ -140,12 +144,12 @@ def main(torch2=False):
 				pass
 
 	def test_start():
-		a = fa.TorchFakeAgent([sys.executable, EXAMPLE] + JOB +
-		    ["--log-steps", "--step-delay", "0.02"], WORLD, srv.port)
+		a = agent([sys.executable, EXAMPLE] + JOB +
+		    ["--log-steps", "--step-delay", "0.02"], WORLD)
 		st["a"] = a
 		a.start()
 		st["spare"] = a.spawn_replacement(2)
-		p = fa.TorchFakeAgent([sys.executable, "-c", PLAIN], 2, srv.port)
+		p = agent([sys.executable, "-c", PLAIN], 2)
 		st["plain"] = p
 		p.start()
 		st["ref"] = reference()
@@ -225,7 +229,7 @@ def main(torch2=False):
 		    "job._watch()\n"
 		    "print('watcher returned')\n" % os.path.join(
 		    rdzvtest.top_srcdir(), "python"))
-		s = fa.TorchFakeAgent([sys.executable, "-c", code], 1, srv.port)
+		s = agent([sys.executable, "-c", code], 1)
 		s.start()
 		s.wait_for(lambda: s.all_said_hello(), 60, "hello")
 		s.workers[0].sock.send(b"later verb")

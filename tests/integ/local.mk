@@ -35,6 +35,7 @@ INTEG_TESTS += tests/integ/storm.py
 INTEG_TESTS += tests/integ/agent_repair.py
 # In-place repair of C workers under the fake agent (issue 12).
 INTEG_TESTS += tests/integ/repair_c.py
+# The fake agent of repair_c.py, test_repair_torch{,2}.py and bench/repair_*.py.
 EXTRA_DIST += tests/lib/fakeagent.py
 
 # ---- the C programs these scripts start: built by make check ----

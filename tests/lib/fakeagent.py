@@ -1,6 +1,7 @@
 """fakeagent: rdzv-agent's side of in-place repair, in Python, for tests
-and benchmarks until the real agent does it (common/PROTOCOL.md "Worker
-<-> agent channel").
+and benchmarks of C workers (librdzvworker) and torch workers
+(python/rdzv/repair.py) until the real agent does it (common/PROTOCOL.md
+"Worker <-> agent channel").
 
 It starts N workers of one host the way rdzv-agent does (each with its
 own SOCK_SEQPACKET channel as RDZV_PROGRESS_FD, RANK/WORLD_SIZE/LOCAL_*,
@@ -22,8 +23,19 @@ repair=1", "ready"), and drives repairs by hand:
     a.restart()                       # or: the old way, all stopped, n new
     a.close()
 
-Workers are tracked by rdzvtest, so a failing test leaves none behind.
-Times are time.monotonic().  Public: FakeAgent, Worker, ROUND_FMT.
+Torch workers get env=torch_env(port) (MASTER_ADDR/MASTER_PORT of rdzvd's
+main port and torchrun's variables); a round's store is then that port
+with the round's namespace as PrefixStore prefix (the helper builds
+PrefixStore(ns + "/", TCPStore(master_addr, master_port)) for every
+round, the first one from RDZV_NAMESPACE).  A replacement spawned before
+its rank is killed is an early spare: it starts up while the others run,
+kill() puts it in the rank's place, and it is a member only from the grow
+round on (Worker.joined).
+
+Workers' stdout and stderr go to files, readable while they run
+(Worker.output()).  Workers are tracked by rdzvtest, so a failing test
+leaves none behind.  Times are time.monotonic().  Public: FakeAgent,
+Worker, round_message, torch_env.
 """
 
 import os
@@ -36,13 +48,6 @@ import time
 
 import rdzvtest as rt
 
-# The agent -> worker round message; every field is required but
-# master_addr/master_port (the torch helper's store) and the local ones.
-ROUND_FMT = ("round round={round} kind={kind} ns={ns} rank={rank} "
-             "world={world} donor={donor} master_addr={master_addr} "
-             "master_port={master_port} local_rank={local_rank} "
-             "local_world={local_world}")
-
 # Launcher variables a test's own environment must not leak into workers.
 _LAUNCH_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE",
                 "MASTER_ADDR", "MASTER_PORT", "RDZV_ENDPOINT",
@@ -50,16 +55,37 @@ _LAUNCH_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE",
                 "RDZV_PROGRESS_FD", "RDZV_REPLACEMENT")
 
 
+def round_message(round, kind, ns, rank, world, donor, master_addr,
+                  master_port, local_rank, local_world):
+    """The agent -> worker round message (every field; the workers of one
+    host have local_rank < local_world)."""
+    return ("round round=%d kind=%s ns=%s rank=%d world=%d donor=%d "
+            "master_addr=%s master_port=%d local_rank=%d local_world=%d" % (
+                round, kind, ns, rank, world, donor, master_addr,
+                master_port, local_rank, local_world))
+
+
+def torch_env(port):
+    """What torchrun gives its workers beside RANK and the like, for
+    torch workers whose store is rdzvd's main port."""
+    return {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
+            "TORCHELASTIC_USE_AGENT_STORE": "True",
+            "TORCHELASTIC_RESTART_COUNT": "0", "OMP_NUM_THREADS": "1",
+            "GLOO_SOCKET_IFNAME": "lo"}
+
+
 class Worker:
     """One worker process and what it said on its channel."""
 
-    def __init__(self, local_rank, rank, proc, sock, replacement):
+    def __init__(self, local_rank, rank, proc, sock, replacement, logs):
         self.local_rank = local_rank
         self.rank = rank                # global rank in the current round
         self.proc = proc
         self.pid = proc.pid
         self.sock = sock                # the agent's end of the channel
         self.replacement = replacement
+        self.joined = not replacement   # a member of the current round
+        self.logs = logs                # (stdout path, stderr path)
         self.hello = None               # {"repair": "1"} once it said hello
         self.ready = None               # time it said "ready"
         self.steps = []                 # [(time, step)] as reported
@@ -72,6 +98,14 @@ class Worker:
     def alive(self):
         return self.proc.poll() is None
 
+    def output(self):
+        """(stdout, stderr) so far."""
+        out = []
+        for p in self.logs:
+            with open(p, errors="replace") as f:
+                out.append(f.read())
+        return tuple(out)
+
 
 class FakeAgent:
     """N workers of argv on this host, under a hand-driven agent."""
@@ -79,9 +113,10 @@ class FakeAgent:
     def __init__(self, argv, n, endpoint, job=None, env=None, master=None):
         """endpoint: rdzvd's "host:port" (the native store); job: the job
         id in the namespaces (default "fake-<pid>-<k>"); env: extra
-        variables for every worker; master: optional (addr, port) put in
-        round messages as master_addr/master_port (the torch helper's
-        round store), else 127.0.0.1 and rdzvd's port."""
+        variables for every worker (torch_env() for torch workers);
+        master: optional (addr, port) put in round messages as
+        master_addr/master_port (the torch helper's round store), else
+        rdzvd's host and port."""
         FakeAgent._count += 1
         self.argv = list(argv)
         self.n = n
@@ -90,10 +125,13 @@ class FakeAgent:
         self.env = dict(env or {})
         host, port = endpoint.rsplit(":", 1)
         self.master = master or (host, int(port))
+        self.dir = rt.mktemp("rdzv-fakeagent-")
         self.round = 0
         self.workers = {}               # local_rank -> current Worker
+        self.early = {}                 # local_rank -> early replacement
         self.gone = []                  # workers killed or replaced
         self.sent = []                  # [(time, worker, text)]
+        self._spawned = 0
         self._cv = threading.Condition()
         self._sel = selectors.DefaultSelector()
         self._wake_r, self._wake_w = os.pipe()
@@ -126,24 +164,23 @@ class FakeAgent:
                   "RDZV_PROGRESS_FD": str(theirs.fileno())})
         if replacement:
             e["RDZV_REPLACEMENT"] = "1"
-        p = subprocess.Popen(self.argv, env=e, stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True,
-                             pass_fds=(theirs.fileno(),))
+        self._spawned += 1
+        logs = tuple(os.path.join(self.dir, "w%d-l%d.%s" % (
+            self._spawned, local_rank, x)) for x in ("out", "err"))
+        with open(logs[0], "w") as o, open(logs[1], "w") as er:
+            p = subprocess.Popen(self.argv, env=e, stdout=o, stderr=er,
+                                 stdin=subprocess.DEVNULL,
+                                 pass_fds=(theirs.fileno(),))
         rt._track(p)
         theirs.close()
-        w = Worker(local_rank, rank, p, mine, replacement)
-        # The pipes are drained in the background so no worker blocks.
-        w.out, w.err = [], []
-        for f, acc in ((p.stdout, w.out), (p.stderr, w.err)):
-            threading.Thread(target=lambda f=f, acc=acc: acc.append(
-                f.read()), daemon=True).start()
+        w = Worker(local_rank, rank, p, mine, replacement, logs)
         with self._cv:
             self._sel.register(mine, selectors.EVENT_READ, w)
         os.write(self._wake_w, b"x")
         return w
 
     def start(self):
-        """Starts the n workers in round 0."""
+        """Starts the n workers in the current round."""
         for r in range(self.n):
             self.workers[r] = self._spawn(r, r, self.n)
 
@@ -205,7 +242,7 @@ class FakeAgent:
                     return t
             return None
         self.wait_for(lambda: all(first(w) is not None for w in ws),
-                      timeout, "step %d from %s" % (step, [
+                      timeout, "step %d from local ranks %s" % (step, [
                           w.local_rank for w in ws]))
         with self._cv:
             return max(first(w) for w in ws)
@@ -225,36 +262,40 @@ class FakeAgent:
             return all(w.hello is not None and w.hello.get("repair") == "1"
                        for w in self.workers.values())
 
-    def wait_ready(self, w, timeout=60.0):
+    def wait_ready(self, w, timeout=90.0):
+        """Waits for w's "ready"; returns the time it came."""
         self.wait_for(lambda: w.ready is not None, timeout,
                       "ready from local rank %d" % w.local_rank)
         return w.ready
 
     # ---- failures and repairs ----
 
-    def kill(self, local_rank, sig=signal.SIGKILL):
-        """Sends sig to a worker and waits for it to die; returns the
-        time the signal was sent."""
-        w = self.workers[local_rank]
-        t = time.monotonic()
+    def _end(self, w, sig):
         os.kill(w.pid, sig)
         w.proc.wait(30)
         rt._untrack(w.proc)
-        del self.workers[local_rank]
         self.gone.append(w)
+
+    def kill(self, local_rank, sig=signal.SIGKILL):
+        """Sends sig to a worker and waits for it to die (as the agent
+        learns of a death); its early replacement, if any, takes its
+        place.  Returns the time the signal was sent."""
+        w = self.workers.pop(local_rank)
+        t = time.monotonic()
+        self._end(w, sig)
+        if local_rank in self.early:
+            self.workers[local_rank] = self.early.pop(local_rank)
         return t
 
-    def _send_round(self, kind, members, donor=0):
+    def _send_round(self, kind, members, donor):
         self.round += 1
         world = len(members)
         now = None
         for rank, w in enumerate(members):
             w.rank = rank
-            text = ROUND_FMT.format(
-                round=self.round, kind=kind, ns=self.ns(), rank=rank,
-                world=world, donor=donor, master_addr=self.master[0],
-                master_port=self.master[1], local_rank=rank,
-                local_world=world)
+            text = round_message(self.round, kind, self.ns(), rank, world,
+                                 donor, self.master[0], self.master[1],
+                                 rank, world)
             w.sock.send(text.encode())
             now = time.monotonic()
             with self._cv:
@@ -262,37 +303,47 @@ class FakeAgent:
         return now
 
     def shrink(self, donor=0):
-        """Round kind=shrink to the survivors, renumbered in their old
-        rank order; returns the time the last message went."""
-        members = sorted(self.workers.values(), key=lambda w: w.rank)
+        """Round kind=shrink to the members that are left (not a
+        replacement that has not joined), renumbered in their old rank
+        order; returns the time the last message went."""
+        members = sorted((w for w in self.workers.values() if w.joined),
+                         key=lambda w: w.rank)
         return self._send_round("shrink", members, donor)
 
     def spawn_replacement(self, local_rank):
-        """Starts a replacement for a dead local rank, with the stale
-        environment of the worker it replaces plus RDZV_REPLACEMENT=1."""
-        old = [w for w in self.gone if w.local_rank == local_rank][-1]
+        """Starts a replacement for local_rank, with the stale environment
+        of the worker it replaces plus RDZV_REPLACEMENT=1.  Called before
+        that rank is killed it starts as an early spare (see kill())."""
+        old = self.workers.get(local_rank) or [
+            w for w in self.gone if w.local_rank == local_rank][-1]
         w = self._spawn(local_rank, old.rank, self.n, replacement=True)
-        self.workers[local_rank] = w
+        if local_rank in self.workers:
+            self.early[local_rank] = w
+        else:
+            self.workers[local_rank] = w
         return w
 
     def grow(self, donor=0):
-        """Round kind=grow to every current worker: the survivors keep
-        their order, the replacements come after them; returns the time
-        the last message went."""
-        old = sorted((w for w in self.workers.values()
-                      if not w.replacement or w.steps),
+        """Round kind=grow to every current worker: the members keep their
+        order, the replacements come after them (by local rank) and are
+        members from now on; returns the time the last message went."""
+        old = sorted((w for w in self.workers.values() if w.joined),
                      key=lambda w: w.rank)
-        new = sorted((w for w in self.workers.values() if w not in old),
+        new = sorted((w for w in self.workers.values() if not w.joined),
                      key=lambda w: w.local_rank)
+        for w in new:
+            w.joined = True
         return self._send_round("grow", old + new, donor)
 
     def restart(self, sig=signal.SIGKILL):
-        """What the agent does without repair: stops every worker (sig)
-        and starts n fresh ones in a new round (no RDZV_REPLACEMENT);
-        returns the time the first signal went."""
+        """What the agent does without repair: stops every worker (sig),
+        spares included, and starts n fresh ones in a new round (no
+        RDZV_REPLACEMENT); returns the time the first signal went."""
         t = time.monotonic()
-        for lr in sorted(self.workers):
-            self.kill(lr, sig)
+        for w in list(self.workers.values()) + list(self.early.values()):
+            self._end(w, sig)
+        self.workers.clear()
+        self.early.clear()
         self.round += 1
         self.start()
         return t
@@ -306,19 +357,18 @@ class FakeAgent:
 
     def wait(self, timeout=120.0):
         """Waits for every current worker to exit; returns {local_rank:
-        (rc, stdout, stderr)} (rc None if it had to be killed)."""
+        (rc, stdout, stderr)}, rc None if it had to be killed."""
         end = time.monotonic() + timeout
         res = {}
         for lr, w in sorted(self.workers.items()):
+            rc = None
             try:
-                w.proc.wait(max(0.1, end - time.monotonic()))
+                rc = w.proc.wait(max(0.1, end - time.monotonic()))
             except subprocess.TimeoutExpired:
                 w.proc.kill()
                 w.proc.wait()
             rt._untrack(w.proc)
-            self.wait_for(lambda: len(w.out) == 1 and len(w.err) == 1, 30,
-                          "output of local rank %d" % lr)
-            res[lr] = (w.proc.returncode, w.out[0], w.err[0])
+            res[lr] = (rc,) + w.output()
         return res
 
     def describe(self):
@@ -330,7 +380,9 @@ class FakeAgent:
 
     def close(self):
         """Kills what still runs and closes the channels."""
-        for w in list(self.workers.values()) + self.gone:
+        ws = list(self.workers.values()) + list(self.early.values()) + \
+            self.gone
+        for w in ws:
             if w.alive():
                 w.proc.kill()
                 w.proc.wait()
@@ -338,7 +390,7 @@ class FakeAgent:
         self._stop = True
         os.write(self._wake_w, b"x")
         self._thread.join(5)
-        for w in list(self.workers.values()) + self.gone:
+        for w in ws:
             w.sock.close()
         os.close(self._wake_r)
         os.close(self._wake_w)
