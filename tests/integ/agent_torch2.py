@@ -119,7 +119,9 @@ def test_ddp_through_worker_sigkill_and_rdzvd_kill9():
                                      b.output()[-3000:])
         out = a.output() + b.output()
         assert "signal 9" in out or "SIGKILL" in out, out[-3000:]
-        assert not running(s.tmp, 2), "a worker restarted after rdzvd's"
+        assert not running(s.tmp, 2), ("a worker restarted after rdzvd's",
+                                       job_status(d, "torch2"),
+                                       out[-4000:])
         for rank in range(4):
             assert not os.path.exists(os.path.join(s.tmp, "result.0.%d" %
                                                    rank))
