@@ -134,13 +134,14 @@ http_json(struct evhttp_request *req, char *text)
 	evhttp_send_reply(req, HTTP_OK, "OK", NULL);
 }
 
-/* /api/status, /api/jobs, /api/jobs/JOB and /api/jobs/JOB/events. */
+/* /api/status, /api/jobs, /api/jobs/JOB, /api/jobs/JOB/events and
+ * /api/jobs/JOB/history. */
 static void
 http_api(struct evhttp_request *req, const char *path)
 {
 	char		*job, *slash;
 	size_t		 len;
-	int		 events = 0;
+	int		 events = 0, history = 0;
 
 	if (strcmp(path, "/api/status") == 0) {
 		http_json(req, docs_status());
@@ -162,8 +163,13 @@ http_api(struct evhttp_request *req, const char *path)
 	    "/events") == 0) {
 		*slash = '\0';
 		events = 1;
+	} else if (slash != NULL && strcmp(slash, "/history") == 0) {
+		*slash = '\0';
+		history = 1;
 	}
-	if (events)
+	if (history)
+		http_json(req, docs_history(slice_str(job)));
+	else if (events)
 		http_json(req, docs_events(slice_str(job), -1));
 	else
 		http_json(req, docs_job(slice_str(job)));
