@@ -25,7 +25,8 @@
  * only each rank's latest step, so the past cannot be rebuilt from
  * them).  Rows live in the reserved namespace "\0hist/<job>", written
  * through kv like the rendezvous rows:
- *   "s%020seq"  -> {"t": wall ms, "step", "ranks", "rate"}  (newest
+ *   "s%020seq"  -> {"t": wall ms, "step", "ranks", "rate", "newest":
+ *                   the newest report's unix ms}  (newest
  *                   HIST_SAMPLES_MAX kept; one row per sample)
  *   "r%020evseq" -> {"ms": recovery}  (a mark's recovery, once known)
  * Marks themselves come back from the job's event rows.
@@ -48,6 +49,7 @@
 #define HIST_SAMPLES_MAX	1440	/* per job */
 #define HIST_MARKS_MAX		256	/* per job */
 #define HIST_TEXT_MAX		120	/* bytes of a mark's event text */
+#define HIST_RATE_WINDOW_MS	5000	/* steps/s averaged over this */
 #define HIST_NS_PREFIX		"\0hist/"
 #define HIST_NS_PREFIX_LEN	6
 
@@ -84,14 +86,17 @@ struct hist_job {
 	size_t			 nm, mhead;
 	int64_t			 ev_after;	/* last event seq read */
 	int64_t			 counts[HK_COUNT];
-	int64_t			 world, newest_ms;
+	int64_t			 world, newest_ms; /* newest report */
 	int			 seen;		/* in this tick's job list */
+	int			 open;		/* forming or running */
 	UT_hash_handle		 hh;
 };
 
 static struct hist_job	*hjobs;
 static struct event	*hist_timer;
 static int64_t		 hist_interval_ms;
+
+static void	hist_free_job(struct hist_job *);
 
 static void
 hist_ns(const char *id, char *buf, size_t sz, struct slice *ns)
@@ -260,6 +265,39 @@ hist_read_events(struct hist_job *hj, json_t *recov)
 }
 
 /*
+ * smp's steps/s.  Workers publish their step about once a second, so
+ * the samples between two reports repeat a step: the rate is taken from
+ * the time each step was first seen, from the oldest sample within the
+ * last HIST_RATE_WINDOW_MS (or two intervals, if longer) to the first
+ * sample showing smp's step, over samples with reports and no step
+ * going back (a restart).  0 when the step did not move in the window.
+ */
+static double
+hist_rate(struct hist_job *hj, const struct hist_sample *smp)
+{
+	struct hist_sample	*o = NULL, *p;
+	int64_t			 w = HIST_RATE_WINDOW_MS, step = smp->step;
+	int64_t			 tfirst = smp->t;
+	size_t			 i;
+
+	if (w < 2 * hist_interval_ms)
+		w = 2 * hist_interval_ms;
+	for (i = hj->n; i-- > 0; ) {
+		p = hist_at(hj, i);
+		if (p->ranks == 0 || p->step > step || p->t < smp->t - w)
+			break;
+		if (p->step == smp->step)
+			tfirst = p->t;
+		o = p;
+		step = p->step;
+	}
+	if (o == NULL || o->step == smp->step || o->t >= tfirst)
+		return 0;
+	return (double)(smp->step - o->step) * 1000.0 /
+	    (double)(tfirst - o->t);
+}
+
+/*
  * Samples one job: its running round's ranks (from rz_job_doc's members'
  * rank_base and local_world_size) read through docs_progress_get.
  */
@@ -323,19 +361,16 @@ hist_sample_job(struct hist_job *hj, const char *state, int64_t wall)
 	prev = hj->n > 0 ? hist_at(hj, hj->n - 1) : NULL;
 	smp.ranks = n;
 	smp.step = n > 0 ? lo : (prev != NULL ? prev->step : 0);
-	if (n > 0 && prev != NULL && prev->ranks > 0 && smp.step >= prev->step &&
-	    smp.t > prev->t)
-		smp.rate = (double)(smp.step - prev->step) * 1000.0 /
-		    (double)(smp.t - prev->t);
+	smp.rate = n > 0 ? hist_rate(hj, &smp) : 0;
 	if (hist_push(hj, &smp) != 0)
 		return;
 	first = hj->next_seq - HIST_SAMPLES_MAX;
 	if (first >= 0)
 		hist_del_row(hj->id, 's', first);
 	hist_put_row(hj->id, 's', hj->next_seq++, json_pack(
-	    "{s:I, s:I, s:I, s:f}", "t", (json_int_t)smp.t, "step",
+	    "{s:I, s:I, s:I, s:f, s:I}", "t", (json_int_t)smp.t, "step",
 	    (json_int_t)smp.step, "ranks", (json_int_t)smp.ranks, "rate",
-	    smp.rate));
+	    smp.rate, "newest", (json_int_t)hj->newest_ms));
 }
 
 static void
@@ -367,8 +402,9 @@ history_tick(void)
 		hj->seen = 1;
 		hj->world = json_integer_value(json_object_get(j, "world_size"));
 		hist_read_events(hj, NULL);
-		if (strcmp(state, "running") == 0 ||
-		    strcmp(state, "forming") == 0)
+		hj->open = strcmp(state, "running") == 0 ||
+		    strcmp(state, "forming") == 0;
+		if (hj->open)
 			hist_sample_job(hj, state, wall);
 	}
 	json_decref(jobs);
@@ -424,7 +460,7 @@ hist_load_row_cb(void *arg, struct slice key)
 	struct slice		 v;
 	json_t			*row;
 	char			 kbuf[32];
-	int64_t			 seq;
+	int64_t			 seq, ms;
 
 	if (key.len != 21 || kv_get(server.kv, hl->ns, key, &v) != 0 ||
 	    (row = json_loadb((const char *)v.p, v.len, 0, NULL)) == NULL)
@@ -437,6 +473,9 @@ hist_load_row_cb(void *arg, struct slice key)
 		smp.step = json_integer_value(json_object_get(row, "step"));
 		smp.ranks = json_integer_value(json_object_get(row, "ranks"));
 		smp.rate = json_number_value(json_object_get(row, "rate"));
+		ms = json_integer_value(json_object_get(row, "newest"));
+		if (ms > hl->hj->newest_ms)
+			hl->hj->newest_ms = ms;
 		if (hist_push(hl->hj, &smp) == 0 && seq >= hl->hj->next_seq)
 			hl->hj->next_seq = seq + 1;
 	} else if (kbuf[0] == 'r')
@@ -589,8 +628,8 @@ history_metrics(struct evbuffer *out)
 		const char	*name, *type, *help;
 	} series[] = {
 		{ "rdzvd_job_steps_per_second", "gauge",
-		  "Training steps per second of the job's slowest rank, "
-		  "over the last history interval." },
+		  "Training steps per second of the job's slowest rank over "
+		  "the last 5 s (0 once closed)." },
 		{ "rdzvd_job_last_progress_age_seconds", "gauge",
 		  "Seconds since the job's newest progress report (-1: none)." },
 		{ "rdzvd_job_world_size", "gauge",
@@ -614,7 +653,8 @@ history_metrics(struct evbuffer *out)
 		HASH_ITER(hh, hjobs, hj, tmp) {
 			switch (i) {
 			case 0:
-				v = hj->n > 0 ? hist_at(hj, hj->n - 1)->rate : 0;
+				v = hj->open && hj->n > 0 ?
+				    hist_at(hj, hj->n - 1)->rate : 0;
 				break;
 			case 1:
 				v = hj->newest_ms == 0 ? -1 :
