@@ -330,5 +330,30 @@ def test_page_fifty_jobs_and_restart():
     assert jobs == {"bulk-%02d" % i for i in range(50)}, jobs
 
 
+def test_purged_job_vanishes():
+    """--job-retention bounds the per-job series: a purged job's history,
+    metrics and rows go with it, also across a restart."""
+    d = rt.Rdzvd(["--history-interval-ms", str(HIST_MS),
+                  "--job-retention", "1"])
+    a = Agent(d, "short", lws=1, nodes=(1, 1), lease_ms=60000)
+    a.join()
+    p = a.push()
+    n = d.native(ns=p["store_ns"])
+    n.set("progress/0", "7 %d" % int(time.time() * 1000))
+    poll("samples", lambda: len(api(d, "/api/jobs/short/history")[
+        "samples"]) >= 2)
+    assert 'rdzvd_job_world_size{job="short"} 1' in d.metrics_text()
+    a.succeeded(p["round"])
+    poll("purge", lambda: api(d, "/api/jobs/short/history", True) is None)
+    assert 'job="short"' not in d.metrics_text()
+    # No rows left behind: nothing but the rendezvous' own counters.
+    keys = api(d, "/api/status")["keys"]
+    d.restart()
+    assert api(d, "/api/jobs/short/history", True) is None
+    assert api(d, "/api/status")["keys"] == keys
+    assert 'job="short"' not in d.metrics_text()
+    assert keys == 0, keys
+
+
 if __name__ == "__main__":
     rt.main(globals())
