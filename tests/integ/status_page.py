@@ -277,6 +277,8 @@ def test_job_life_chart():
     dom = p.stdout.decode(errors="replace")
     check_chart(dom, api(d, "/api/jobs/%s/history" % job))
     check_metrics(d, job, 1, 1)
+    assert d.stop() == 0, d.diagnostics()
+    assert "Sanitizer" not in d.log_text(), d.diagnostics()
 
 
 def test_page_no_job():
@@ -353,6 +355,9 @@ def test_purged_job_vanishes():
     assert api(d, "/api/status")["keys"] == keys
     assert 'job="short"' not in d.metrics_text()
     assert keys == 0, keys
+    # A clean exit (under --enable-asan: nothing leaked or overrun).
+    assert d.stop() == 0, d.diagnostics()
+    assert "Sanitizer" not in d.log_text(), d.diagnostics()
 
 
 if __name__ == "__main__":
