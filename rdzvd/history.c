@@ -220,7 +220,7 @@ hist_classify(const char *text)
 
 /* Reads hj's events after the last one seen into marks.  recov (when
  * loading, else NULL): the recovery rows by key; a mark without one is
- * unknown, but for the newest, which may still be pending. */
+ * still pending if no report newer than it was seen, else unknown. */
 static void
 hist_read_events(struct hist_job *hj, json_t *recov)
 {
@@ -257,7 +257,7 @@ hist_read_events(struct hist_job *hj, json_t *recov)
 			snprintf(key, sizeof key, "r%020" PRId64, mk->evseq);
 			if ((r = json_object_get(recov, key)) != NULL)
 				mk->recovery = json_integer_value(r);
-			else if (i + 1 < json_array_size(evs))
+			else if (hj->newest_ms > mk->t)
 				mk->recovery = -2;
 		}
 	}
@@ -309,10 +309,13 @@ hist_sample_job(struct hist_job *hj, const char *state, int64_t wall)
 	json_t			*doc, *members, *m, *base;
 	const char		*ns = NULL;
 	int64_t			 r, lws, step, ms, lo = 0, n = 0, first;
-	size_t			 i, k;
+	size_t			 i, k, pending = 0;
 
 	memset(&smp, 0, sizeof smp);
 	smp.t = wall;
+	for (k = 0; k < hj->nm; k++)
+		if (hist_mark_at(hj, k)->recovery == -1)
+			pending++;
 	doc = rz_job_doc(server.rz, slice_str(hj->id), mono_ms());
 	if (doc != NULL)
 		ns = json_string_value(json_object_get(doc, "store_ns"));
@@ -336,7 +339,7 @@ hist_sample_job(struct hist_job *hj, const char *state, int64_t wall)
 					hj->newest_ms = ms;
 				n++;
 				/* Recovery: the earliest report after a mark. */
-				for (k = 0; k < hj->nm; k++) {
+				for (k = 0; pending > 0 && k < hj->nm; k++) {
 					mk = hist_mark_at(hj, k);
 					if (mk->recovery == -1 && ms > mk->t)
 						mk->recovery = -3 - (ms - mk->t);

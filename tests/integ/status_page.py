@@ -207,7 +207,7 @@ def test_job_life_chart():
                      "--rdzv_backend", "c10d", "--rdzv_endpoint",
                      "127.0.0.1:%d" % d.port, "--rdzv_id", job,
                      "--max_restarts", "1", "--grace", "1"],
-                    program=[prog, "progress", "180", s.tmp])
+                    program=[prog, "progress", "120", s.tmp])
         # Training (reports reach the store at most once a second).
         poll("progress", lambda: any(x["step"] >= 40 for x in (api(
             d, "/api/jobs/%s/history" % job, True) or
@@ -266,16 +266,13 @@ def test_job_life_chart():
     assert blue > 100 and red > 100, (blue, red)
     print("# screenshot kept: %s (%d rate, %d failure-mark pixels)"
           % (shot, blue, red))
-    # After an rdzvd restart: the same samples and marks, the same chart.
+    # After an rdzvd restart: the same samples and marks (the page after
+    # a restart is drawn in test_page_fifty_jobs_and_restart).
     before = len(hist["samples"])
     d.restart()
     after = api(d, "/api/jobs/%s/history" % job)
     assert after["samples"][:before] == hist["samples"], "samples lost"
     assert after["marks"] == hist["marks"]
-    url = "http://127.0.0.1:%d/#%s" % (d.http_port, job)
-    p = chromium(["--dump-dom", url])
-    dom = p.stdout.decode(errors="replace")
-    check_chart(dom, api(d, "/api/jobs/%s/history" % job))
     check_metrics(d, job, 1, 1)
     assert d.stop() == 0, d.diagnostics()
     assert "Sanitizer" not in d.log_text(), d.diagnostics()
