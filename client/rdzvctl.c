@@ -1,6 +1,6 @@
 /*
  * rdzvctl.c: the operator's command line for rdzvd: status, jobs,
- * members, events, kv, close and evict.
+ * members, events, top, kv, close and evict.
  *
  * Owns option parsing (global options anywhere on the line, each
  * command's own options checked against it), one function per command,
@@ -19,6 +19,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include <jansson.h>
 
@@ -33,12 +35,16 @@
 #define CTL_FOLLOW_WAIT_MS	10000	/* rdzvd holds an ADMIN_EVENTS this long */
 #define CTL_CLOSE_REASON	"closed with rdzvctl"
 #define CTL_VALUE_MAX		((size_t)64 << 20)	/* kv set VALUE from stdin */
+#define CTL_TOP_PERIOD_MS	1000	/* top: one view a second */
+#define CTL_TOP_STALL_MS	5000	/* top: no new step this long: 0/s */
+#define CTL_TOP_EVENTS		8	/* top: events shown on a terminal */
 
 /* Command options; each command lists the ones it takes. */
 #define OPT_NS		0x01
 #define OPT_REASON	0x02
 #define OPT_FOLLOW	0x04
 #define OPT_AFTER	0x08
+#define OPT_COUNT	0x10
 
 struct ctl {
 	struct ctl_opts	 o;
@@ -48,6 +54,7 @@ struct ctl {
 	const char	*reason;
 	int		 follow;
 	int64_t		 after;
+	int64_t		 count;		/* top: views, 0 until closed */
 	const char	*cmd;
 	char		 errmsg[256];
 };
@@ -65,6 +72,7 @@ static int	cmd_status(struct ctl *, int, char **);
 static int	cmd_jobs(struct ctl *, int, char **);
 static int	cmd_members(struct ctl *, int, char **);
 static int	cmd_events(struct ctl *, int, char **);
+static int	cmd_top(struct ctl *, int, char **);
 static int	cmd_kv(struct ctl *, int, char **);
 static int	cmd_close(struct ctl *, int, char **);
 static int	cmd_evict(struct ctl *, int, char **);
@@ -97,6 +105,17 @@ static const struct cmd cmds[] = {
 	  "                 one event object per line\n"
 	  "  --after SEQ    only events after sequence number SEQ\n",
 	  OPT_FOLLOW | OPT_AFTER, 1, 1, cmd_events },
+	{ "top", "top JOB [--count N]",
+	  "A live view of one job, redrawn in place every second: state,\n"
+	  "round, world size, restarts, progress (the lowest step the\n"
+	  "running round's ranks reported, how many reported, the oldest\n"
+	  "report's age), steps per second (from when that step last\n"
+	  "moved; 0 after 5 s without), the slowest node and the latest\n"
+	  "events.  Ends when the job closes (exit 0) or when interrupted.\n"
+	  "When stdout is not a terminal: one plain line per view, and each\n"
+	  "new event on a line of its own.  No --json (use members, events).\n"
+	  "  --count N      stop after N views\n",
+	  OPT_COUNT, 1, 1, cmd_top },
 	{ "kv", "kv get|set|del|list [--ns NS] [KEY [VALUE]]",
 	  "The key-value store, in namespace NS (default: the empty one,\n"
 	  "which unmodified PyTorch clients see; a round's store is\n"
@@ -657,6 +676,179 @@ cmd_events(struct ctl *ctl, int argc, char **argv)
 	return CTL_EXIT_OK;
 }
 
+/* What `top` remembers between views. */
+struct top_state {
+	int64_t	 last_ev;		/* highest event seq seen */
+	char	*ev[CTL_TOP_EVENTS];	/* newest last, malloc'ed */
+	int64_t	 step, step_ms;		/* lowest step, when it last moved */
+	double	 rate;
+	int	 have_step;
+};
+
+static int64_t
+top_now_ms(void)
+{
+	struct timespec	ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Takes the new events of arr: kept for the screen, or printed at once
+ * when plain. */
+static void
+top_events(struct top_state *ts, json_t *arr, int tty)
+{
+	json_t	*ev;
+	char	 tbuf[64], line[512];
+	size_t	 i;
+
+	json_array_foreach(arr, i, ev) {
+		if (jint(ev, "seq") > ts->last_ev)
+			ts->last_ev = jint(ev, "seq");
+		ctl_fmt_time(tbuf, sizeof tbuf, jint(ev, "time_ms"));
+		snprintf(line, sizeof line, "%s  %s", tbuf, jstr(ev, "text"));
+		if (!tty) {
+			printf("event %s\n", line);
+			continue;
+		}
+		free(ts->ev[0]);
+		memmove(ts->ev, ts->ev + 1, sizeof ts->ev - sizeof ts->ev[0]);
+		ts->ev[CTL_TOP_EVENTS - 1] = strdup(line);
+	}
+}
+
+/*
+ * One view of doc (ADMIN_JOB's): the lowest step over the running
+ * round's members, its rate (updated in ts), the slowest member.
+ */
+static void
+top_view(struct top_state *ts, json_t *doc, int tty)
+{
+	json_t		*members, *m, *p, *slow = NULL;
+	char		 age[32], stepbuf[64], ratebuf[32];
+	int64_t		 lo = 0, n = 0, oldest = 0, now = top_now_ms();
+	size_t		 i;
+	int		 k;
+
+	members = json_object_get(doc, "members");
+	json_array_foreach(members, i, m) {
+		p = json_object_get(m, "progress");
+		if (!json_is_object(p) || jint(p, "ranks_reporting") <= 0)
+			continue;
+		if (n == 0 || jint(p, "min_step") < lo) {
+			lo = jint(p, "min_step");
+			slow = m;
+		}
+		if (jint(p, "oldest_report_ms_ago") > oldest)
+			oldest = jint(p, "oldest_report_ms_ago");
+		n += jint(p, "ranks_reporting");
+	}
+	if (n > 0 && ts->have_step && lo > ts->step)
+		ts->rate = (double)(lo - ts->step) * 1000.0 /
+		    (double)(now > ts->step_ms ? now - ts->step_ms : 1);
+	if (n == 0 || !ts->have_step || lo != ts->step) {
+		ts->step = lo;
+		ts->step_ms = now;
+		ts->have_step = n > 0;
+	}
+	if (n == 0 || now - ts->step_ms > CTL_TOP_STALL_MS)
+		ts->rate = 0;
+	if (n > 0)
+		snprintf(stepbuf, sizeof stepbuf, "step %" PRId64 " (%" PRId64
+		    " rank%s, %s ago)", lo, n, n == 1 ? "" : "s",
+		    ctl_fmt_duration(age, sizeof age, oldest));
+	else
+		snprintf(stepbuf, sizeof stepbuf, "no progress reported");
+	snprintf(ratebuf, sizeof ratebuf, "%.1f steps/s", ts->rate);
+	if (!tty) {
+		printf("job %s %s round %" PRId64 " world %" PRId64
+		    " restarts %" PRId64 "/%" PRId64 " %s %s", jstr(doc, "job"),
+		    jstr(doc, "state"), jint(doc, "round"),
+		    jint(doc, "world_size"), jint(doc, "restarts"),
+		    jint(doc, "max_restarts"), stepbuf, ratebuf);
+		if (slow != NULL)
+			printf(" slowest node %" PRId64 " (%s)",
+			    jint(slow, "node_id"), jstr(slow, "host"));
+		putchar('\n');
+		fflush(stdout);
+		return;
+	}
+	/* Home, clear: one screen, redrawn in place. */
+	printf("\033[H\033[2J");
+	printf("\033[1mjob %s\033[0m  %s  round %" PRId64 "  world size %"
+	    PRId64 "  restarts %" PRId64 "/%" PRId64 "\n\n", jstr(doc, "job"),
+	    jstr(doc, "state"), jint(doc, "round"), jint(doc, "world_size"),
+	    jint(doc, "restarts"), jint(doc, "max_restarts"));
+	printf("  progress  %s\n  rate      %s\n", stepbuf, ratebuf);
+	if (slow != NULL)
+		printf("  slowest   node %" PRId64 " on %s (rank %" PRId64
+		    ")\n", jint(slow, "node_id"), jstr(slow, "host"),
+		    jint(slow, "group_rank"));
+	printf("\n  recent events\n");
+	for (k = 0; k < CTL_TOP_EVENTS; k++)
+		if (ts->ev[k] != NULL)
+			printf("  %s\n", ts->ev[k]);
+	fflush(stdout);
+}
+
+static int
+cmd_top(struct ctl *ctl, int argc, char **argv)
+{
+	struct top_state	 ts;
+	struct timespec		 pause = { CTL_TOP_PERIOD_MS / 1000,
+				    (CTL_TOP_PERIOD_MS % 1000) * 1000000L };
+	json_t			*doc;
+	char			*text, what[300];
+	const char		*st;
+	size_t			 len;
+	int64_t			 views = 0;
+	int			 rv, tty = isatty(STDOUT_FILENO), closed, k;
+
+	if (ctl->json)
+		return usage_error("top has no --json: `rdzvctl --json "
+		    "members JOB` and `events JOB --follow` give the same");
+	memset(&ts, 0, sizeof ts);
+	ts.last_ev = -1;
+	snprintf(what, sizeof what, "job \"%s\"", argv[0]);
+	for (;;) {
+		if ((rv = ctl_request(ctl, what, "`rdzvctl jobs` lists them",
+		    &text, &len, NAT_OP_ADMIN_EVENTS, "bii", argv[0],
+		    ts.last_ev, (int64_t)0)) != 0)
+			break;
+		if ((doc = ctl_parse(ctl, text, len)) == NULL) {
+			free(text);
+			rv = CTL_EXIT_SERVER;
+			break;
+		}
+		free(text);
+		top_events(&ts, doc, tty);
+		json_decref(doc);
+		if ((rv = ctl_request(ctl, what, "`rdzvctl jobs` lists them",
+		    &text, &len, NAT_OP_ADMIN_JOB, "b", argv[0])) != 0)
+			break;
+		doc = ctl_parse(ctl, text, len);
+		free(text);
+		if (doc == NULL) {
+			rv = CTL_EXIT_SERVER;
+			break;
+		}
+		top_view(&ts, doc, tty);
+		st = jstr(doc, "state");
+		closed = strcmp(st, "succeeded") == 0 ||
+		    strcmp(st, "failed") == 0;
+		json_decref(doc);
+		if (closed || (ctl->count > 0 && ++views >= ctl->count)) {
+			rv = CTL_EXIT_OK;
+			break;
+		}
+		nanosleep(&pause, NULL);
+	}
+	for (k = 0; k < CTL_TOP_EVENTS; k++)
+		free(ts.ev[k]);
+	return rv;
+}
+
 /* Reads all of stdin (kv set KEY -). */
 static int
 ctl_read_stdin(char **buf, size_t *len)
@@ -935,7 +1127,7 @@ cmd_evict(struct ctl *ctl, int argc, char **argv)
 /* ---- the command line ---- */
 
 enum {
-	O_TOKEN_FILE = 256, O_NS, O_REASON, O_AFTER, O_TLS_CA
+	O_TOKEN_FILE = 256, O_NS, O_REASON, O_AFTER, O_TLS_CA, O_COUNT
 };
 
 static const struct option longopts[] = {
@@ -950,6 +1142,7 @@ static const struct option longopts[] = {
 	{ "reason",	required_argument,	NULL,	O_REASON },
 	{ "follow",	no_argument,		NULL,	'f' },
 	{ "after",	required_argument,	NULL,	O_AFTER },
+	{ "count",	required_argument,	NULL,	O_COUNT },
 	{ NULL,		0,			NULL,	0 }
 };
 
@@ -960,6 +1153,7 @@ opt_name(unsigned bit)
 	case OPT_NS:		return "--ns";
 	case OPT_REASON:	return "--reason";
 	case OPT_FOLLOW:	return "--follow";
+	case OPT_COUNT:		return "--count";
 	}
 	return "--after";
 }
@@ -1050,6 +1244,13 @@ main(int argc, char **argv)
 				    "sequence number", optarg, errstr);
 			ctl.given |= OPT_AFTER;
 			break;
+		case O_COUNT:
+			ctl.count = strtonum(optarg, 1, LLONG_MAX, &errstr);
+			if (errstr != NULL)
+				return usage_error("--count \"%s\" is %s: a "
+				    "number of views", optarg, errstr);
+			ctl.given |= OPT_COUNT;
+			break;
 		case ':':
 			return usage_error("%s needs a value",
 			    argv[optind - 1]);
@@ -1082,7 +1283,7 @@ main(int argc, char **argv)
 		usage_global(stderr);
 		return CTL_EXIT_USAGE;
 	}
-	for (bit = 1; bit <= OPT_AFTER; bit <<= 1)
+	for (bit = 1; bit <= OPT_COUNT; bit <<= 1)
 		if ((ctl.given & bit) && !(cmd->opts & bit))
 			return usage_error("%s is not an option of %s",
 			    opt_name(bit), cmd->name);

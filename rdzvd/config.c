@@ -85,6 +85,8 @@ static const struct opt opts[] = {
 	{ "job-retention", 0, OT_SECONDS, OFF(job_retention_ms),
 	  RDZVD_RETENTION_MAX, "SECONDS",
 	  "forget a job this long after it closed; 0 = never (604800)" },
+	{ "history-interval-ms", 0, OT_UINT, OFF(history_interval_ms),
+	  3600000, "N", "sample each job's progress every N ms (10000)" },
 	{ "token-file", 0, OT_STR, OFF(token_file), 0, "FILE",
 	  "require this shared secret from native clients" },
 	{ "tcpstore-allow", 0, OT_STR, OFF(tcpstore_allow), 0, "CIDR,...",
@@ -406,6 +408,7 @@ config_defaults(struct rdzvd_config *cfg)
 	cfg->last_call_ms = 1000;
 	cfg->lease_ms = 5000;
 	cfg->job_retention_ms = RDZVD_DEFAULT_RETENTION * 1000LL;
+	cfg->history_interval_ms = 10000;
 }
 
 /*

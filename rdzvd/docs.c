@@ -2,7 +2,7 @@
  * docs.c: the JSON documents of common/PROTOCOL.md "Operators", one
  * builder each, which the native ADMIN_* ops (proto_native.c) and HTTP's
  * /api/ (http.c) both serve: rdzvd's status, the job list, one job's
- * detail, a job's events.  The rendezvous (rdzv.c) gives what only it
+ * detail, a job's events, a job's history.  The rendezvous (rdzv.c) gives what only it
  * sees as jansson documents; this file adds what the daemon knows and
  * writes them out, all in one form.
  *
@@ -113,6 +113,21 @@ docs_progress_parse(struct slice v, int64_t *step, int64_t *ms)
 	return 0;
 }
 
+int
+docs_progress_get(struct slice ns, int64_t rank, int64_t *step, int64_t *ms)
+{
+	struct slice	 key, v;
+	char		 kbuf[48];
+	int		 k;
+
+	k = snprintf(kbuf, sizeof kbuf, "progress/%" PRId64, rank);
+	key.p = (const uint8_t *)kbuf;
+	key.len = (size_t)k;
+	if (kv_get(server.kv, ns, key, &v) != 0)
+		return -1;
+	return docs_progress_parse(v, step, ms);
+}
+
 /*
  * The "progress" of the member whose ranks are base .. base + lws - 1 in
  * namespace ns at wall-clock time wall: one lookup per rank, no more.
@@ -122,17 +137,10 @@ static json_t *
 docs_member_progress(struct slice ns, int64_t base, int64_t lws,
     int64_t wall)
 {
-	struct slice	 key, v;
-	char		 kbuf[48];
 	int64_t		 r, step, ms, age, n = 0, lo = 0, hi = 0, oldest = 0;
-	int		 k;
 
 	for (r = 0; r < lws; r++) {
-		k = snprintf(kbuf, sizeof kbuf, "progress/%" PRId64, base + r);
-		key.p = (const uint8_t *)kbuf;
-		key.len = (size_t)k;
-		if (kv_get(server.kv, ns, key, &v) != 0 ||
-		    docs_progress_parse(v, &step, &ms) != 0)
+		if (docs_progress_get(ns, base + r, &step, &ms) != 0)
 			continue;
 		if (n == 0 || step < lo)
 			lo = step;
@@ -198,4 +206,63 @@ char *
 docs_events(struct slice job, int64_t after)
 {
 	return docs_text(rz_events_doc(server.rz, job, after));
+}
+
+/* Appends to ranks one {"rank", "step", "age_ms"} per reporting rank of
+ * the running round in job doc jd; returns the slowest one's rank or -1. */
+static int64_t
+docs_add_ranks(json_t *ranks, json_t *jd, int64_t wall)
+{
+	json_t		*members, *m, *base;
+	const char	*ns;
+	int64_t		 r, lws, step, ms, slow = -1, slow_step = 0, slow_ms = 0;
+	size_t		 i;
+
+	ns = json_string_value(json_object_get(jd, "store_ns"));
+	if (ns == NULL || *ns == '\0' ||
+	    !json_is_array(members = json_object_get(jd, "members")))
+		return -1;
+	json_array_foreach(members, i, m) {
+		if (!json_is_integer(base = json_object_get(m, "rank_base")))
+			continue;
+		lws = json_integer_value(json_object_get(m,
+		    "local_world_size"));
+		for (r = json_integer_value(base); lws-- > 0; r++) {
+			if (docs_progress_get(slice_str(ns), r, &step, &ms) != 0)
+				continue;
+			json_array_append_new(ranks, json_pack("{s:I, s:I, "
+			    "s:I}", "rank", (json_int_t)r, "step",
+			    (json_int_t)step, "age_ms", (json_int_t)(wall > ms ?
+			    wall - ms : 0)));
+			if (slow < 0 || step < slow_step ||
+			    (step == slow_step && ms < slow_ms)) {
+				slow = r;
+				slow_step = step;
+				slow_ms = ms;
+			}
+		}
+	}
+	return slow;
+}
+
+char *
+docs_history(struct slice job)
+{
+	json_t	*doc, *jd, *ranks;
+	int64_t	 slow = -1;
+
+	if ((doc = history_doc(job)) == NULL)
+		return NULL;
+	if ((ranks = json_array()) == NULL) {
+		json_decref(doc);
+		return NULL;
+	}
+	if ((jd = rz_job_doc(server.rz, job, mono_ms())) != NULL) {
+		slow = docs_add_ranks(ranks, jd, round_wall_ms());
+		json_decref(jd);
+	}
+	json_object_set_new(doc, "ranks", ranks);
+	json_object_set_new(doc, "slowest", slow >= 0 ? json_integer(slow) :
+	    json_null());
+	return docs_text(doc);
 }

@@ -45,7 +45,15 @@ http_metrics_cb(struct evhttp_request *req, void *arg)
 	evhttp_send_reply(req, HTTP_OK, "OK", NULL);
 }
 
-/* The status page: static HTML whose script reads /api/ every 2 s. */
+/*
+ * The status page: static HTML whose script reads /api/ every 2 s.  For
+ * each job shown, a chart the script draws as inline SVG (no external
+ * resources): steps/s of /api/jobs/JOB/history's samples, its marks as
+ * vertical lines on the same time axis (data-t: the mark's time; the
+ * recovery as a bar from it and in its title), then the same facts as
+ * tables: marks with recovery times, ranks with last step and age, the
+ * slowest one picked out.
+ */
 static const char status_page[] =
 "<!doctype html>\n<html lang=en><head><meta charset=utf-8>\n"
 "<title>rdzvd</title>\n<style>\n"
@@ -56,6 +64,14 @@ static const char status_page[] =
 "th{background:#eee}.running{color:#070}.failed{color:#b00}\n"
 ".forming{color:#a60}.succeeded{color:#036}#err{color:#b00}\n"
 "pre{background:#f6f6f6;padding:6px;max-height:18em;overflow:auto}\n"
+"svg.chart{background:#fbfbfb;border:1px solid #ccc}\n"
+".chart .rate{fill:none;stroke:#1565c0;stroke-width:1.5}\n"
+".chart .axis{stroke:#999}.chart text{font-size:11px;fill:#555}\n"
+".mark{stroke-width:2}.mark.failure{stroke:#c62828}\n"
+".mark.restart{stroke:#ef6c00}.mark.repair{stroke:#6a1b9a}\n"
+".mark.rescale{stroke:#00838f}\n"
+".mark.rdzvd_restart{stroke:#455a64;stroke-dasharray:4 3}\n"
+".rec{fill:#ffab91}tr.slow td{background:#fde0dc;font-weight:bold}\n"
 "</style></head><body>\n"
 "<h1>rdzvd <span id=ver></span></h1><div id=summary></div>"
 "<div id=err></div>\n<h2>Jobs</h2><div id=jobs>loading&hellip;</div>\n"
@@ -70,6 +86,41 @@ static const char status_page[] =
 ".join('')+'</tr>').join('')+'</table>'}\n"
 "function secs(ms){return (ms<10000?(ms/1000).toFixed(1):"
 "String(Math.round(ms/1000)))+' s'}\n"
+"function chart(h){const W=900,H=170,L=50,R=10,T=10,B=22,w=W-L-R,hh=H-T-B;\n"
+"const s=h.samples,m=h.marks;\n"
+"if(!s.length&&!m.length)return '<p>no progress reported yet</p>';\n"
+"const ts=s.map(x=>x.time_ms).concat(m.map(x=>x.time_ms));\n"
+"const t0=Math.min(...ts),t1=Math.max(t0+1000,...ts);\n"
+"const top=Math.max(1,...s.map(x=>x.steps_per_s))*1.1;\n"
+"const X=t=>(L+(t-t0)/(t1-t0)*w).toFixed(1),Y=v=>(T+hh-v/top*hh).toFixed(1);\n"
+"let g='<svg class=chart width='+W+' height='+H+' data-t0='+t0+' data-t1='+t1+\n"
+"' data-left='+L+' data-width='+w+' role=img aria-label=\"steps per second\">';\n"
+"g+='<line class=axis x1='+L+' y1='+(T+hh)+' x2='+(L+w)+' y2='+(T+hh)+\n"
+"'></line><line class=axis x1='+L+' y1='+T+' x2='+L+' y2='+(T+hh)+'></line>';\n"
+"g+='<text x=2 y='+(T+10)+'>'+top.toFixed(top<10?1:0)+'</text><text x=2 y='+\n"
+"(T+hh)+'>0 /s</text><text x='+L+' y='+(H-6)+'>'+\n"
+"new Date(t0).toLocaleTimeString()+'</text><text x='+(L+w-60)+' y='+(H-6)+\n"
+"'>'+new Date(t1).toLocaleTimeString()+'</text>';\n"
+"if(s.length)g+='<polyline class=rate points=\"'+s.map(x=>X(x.time_ms)+','+\n"
+"Y(x.steps_per_s)).join(' ')+'\"></polyline>';\n"
+"for(const k of m){const x=X(k.time_ms);\n"
+"if(k.recovery_ms!=null)g+='<rect class=rec x='+x+' y='+T+' width='+\n"
+"Math.max(1,k.recovery_ms/(t1-t0)*w).toFixed(1)+' height=5></rect>';\n"
+"g+='<line class=\"mark '+k.kind+'\" data-t='+k.time_ms+' x1='+x+' x2='+x+\n"
+"' y1='+T+' y2='+(T+hh)+'><title>'+esc(k.kind+': '+k.text+\n"
+"(k.recovery_ms!=null?' (recovered in '+secs(k.recovery_ms)+')':''))+\n"
+"'</title></line>'}\n"
+"return g+'</svg>'}\n"
+"function hist(name,h){let t='<h2>'+esc(name)+': progress</h2>'+chart(h);\n"
+"if(h.marks.length)t+=table(['time','mark','recovery','event'],\n"
+"h.marks.slice(-20).map(k=>[new Date(k.time_ms).toISOString(),k.kind,\n"
+"k.recovery_ms==null?'&mdash;':k.recovery_ms<1000?k.recovery_ms+' ms':\n"
+"secs(k.recovery_ms),esc(k.text)]));\n"
+"if(h.ranks.length)t+=table(['rank','last step','reported'],\n"
+"h.ranks.slice(0,256).map(r=>[r.rank===h.slowest?r.rank+' (slowest)':r.rank,\n"
+"r.step,secs(r.age_ms)+' ago'])).replace(/<tr><td>(\\d+ \\(slowest\\))/,\n"
+"'<tr class=slow><td>$1');\n"
+"return t}\n"
 "function prog(p){if(!p)return '&mdash;';const n=p.ranks_reporting;\n"
 "return (p.min_step===p.max_step?'step '+p.max_step:'steps '+p.min_step+"
 "'-'+p.max_step)+' ('+n+(n===1?' rank':' ranks')+'), '+"
@@ -90,6 +141,8 @@ static const char status_page[] =
 "'forming'||location.hash==='#'+encodeURIComponent(j.job))){\n"
 "const x=await get('/api/jobs/'+encodeURIComponent(j.job));\n"
 "const ev=await get('/api/jobs/'+encodeURIComponent(j.job)+'/events');\n"
+"const h=await get('/api/jobs/'+encodeURIComponent(j.job)+'/history');\n"
+"d+=hist(j.job,h);\n"
 "d+='<h2>'+esc(j.job)+': members</h2>'+table(['node','state','rank',"
 "'host','pid','workers','last heartbeat','progress'],x.members.map(m=>["
 "m.node_id,m.state,m.group_rank,esc(m.host),m.pid,m.local_world_size,"
@@ -134,13 +187,14 @@ http_json(struct evhttp_request *req, char *text)
 	evhttp_send_reply(req, HTTP_OK, "OK", NULL);
 }
 
-/* /api/status, /api/jobs, /api/jobs/JOB and /api/jobs/JOB/events. */
+/* /api/status, /api/jobs, /api/jobs/JOB, /api/jobs/JOB/events and
+ * /api/jobs/JOB/history. */
 static void
 http_api(struct evhttp_request *req, const char *path)
 {
 	char		*job, *slash;
 	size_t		 len;
-	int		 events = 0;
+	int		 events = 0, history = 0;
 
 	if (strcmp(path, "/api/status") == 0) {
 		http_json(req, docs_status());
@@ -162,8 +216,13 @@ http_api(struct evhttp_request *req, const char *path)
 	    "/events") == 0) {
 		*slash = '\0';
 		events = 1;
+	} else if (slash != NULL && strcmp(slash, "/history") == 0) {
+		*slash = '\0';
+		history = 1;
 	}
-	if (events)
+	if (history)
+		http_json(req, docs_history(slice_str(job)));
+	else if (events)
 		http_json(req, docs_events(slice_str(job), -1));
 	else
 		http_json(req, docs_job(slice_str(job)));

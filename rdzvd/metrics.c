@@ -163,4 +163,5 @@ metrics_write(struct evbuffer *out)
 	evbuffer_add_printf(out, "rdzvd_commit_seconds_sum %.6f\n"
 	    "rdzvd_commit_seconds_count %" PRIu64 "\n",
 	    (double)st.commit_usec_sum / 1e6, st.commits);
+	history_metrics(out);
 }

@@ -61,6 +61,7 @@ struct rdzvd_config {
 	unsigned		 last_call_ms;	/* rendezvous defaults */
 	unsigned		 lease_ms;
 	int64_t			 job_retention_ms; /* closed jobs; 0: kept */
+	unsigned		 history_interval_ms; /* progress samples */
 	char			*token_file;	/* native protocol secret */
 	char			*tcpstore_allow; /* CIDRs, with a token */
 	char			*tls_cert;	/* PEM chain; NULL: no TLS */
@@ -361,6 +362,34 @@ char	*docs_jobs(void);
 char	*docs_job(struct slice job);
 /* ADMIN_EVENTS, /api/jobs/JOB/events: the events after seq `after`. */
 char	*docs_events(struct slice job, int64_t after);
+/*
+ * /api/jobs/JOB/history: history_doc's samples and marks, and "ranks":
+ * [{"rank", "step", "age_ms"}] for each rank of the running round that
+ * reported, with "slowest": the rank with the lowest step (the oldest
+ * report among equals), or null.
+ */
+char	*docs_history(struct slice job);
+/* Rank rank's report in namespace ns ("progress/<rank>" = "<step>
+ * <unix_ms>"): 0, or -1 when absent or malformed. */
+int	docs_progress_get(struct slice ns, int64_t rank, int64_t *step,
+	    int64_t *ms);
+
+/* ---- history.c: each job's progress over time ---- */
+
+/* Loads the persisted samples (after round_init) and starts sampling
+ * every cfg->history_interval_ms. */
+int	history_init(void);
+void	history_fini(void);
+/* Samples every open job now (the timer's work). */
+void	history_tick(void);
+/* Forgets job's history and its rows (the job was purged). */
+void	history_drop(const char *job);
+/* {"job", "interval_ms", "samples_max", "samples": [{"time_ms", "step",
+ * "ranks", "steps_per_s"}], "marks": [{"time_ms", "kind", "text",
+ * "recovery_ms"}], "counts": {kind: n}}, or NULL for an unknown job. */
+struct json_t	*history_doc(struct slice job);
+/* The per-job series of /metrics, one label job="..." each. */
+void	history_metrics(struct evbuffer *out);
 
 /* ---- http.c: /healthz and /metrics ---- */
 

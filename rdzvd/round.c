@@ -214,6 +214,7 @@ round_apply(struct conn *c, const struct round_req *r, int rc,
 		    round_secs(a, sizeof a, round_wall_ms() - pg->closed_ms),
 		    round_secs(b, sizeof b, server.cfg->job_retention_ms),
 		    (long long)pg->keys);
+		history_drop(pg->job);
 	}
 	if (ob->lost > 0)
 		log_warnx("rendezvous: out of memory, %d pushes or ports lost",

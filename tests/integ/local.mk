@@ -73,3 +73,5 @@ tests_integ_repair_drv_CFLAGS = $(AM_CFLAGS) $(LIBEVENT_CFLAGS) \
 tests_integ_repair_drv_LDADD = common/libcommon.la $(LIBEVENT_LIBS) \
 	$(LIBSSL_LIBS) $(JANSSON_LIBS) $(LIBBSD_LIBS) -lm
 # ---- end of the C programs ----
+# status_page.py keeps its chart's screenshot here (a CI artifact).
+CLEANFILES += tests/integ/status_page_job.png

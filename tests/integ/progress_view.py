@@ -4,7 +4,9 @@
 status page show, per member of the running round, how many of its ranks
 reported, their lowest and highest step and the oldest report's age.
 Malformed values and ranks outside a member are not counted; a member
-with no report, a standby and the next round show none."""
+with no report, a standby and the next round show none.  `rdzvctl top`
+shows the same live, as plain lines off a terminal and redrawn in place
+on one (a pty)."""
 import json
 import os
 import re
@@ -192,6 +194,89 @@ def test_status_page_progress_column():
     assert dom.count("<td>\u2014</td>") == 2, dom[-3000:]
     assert '<div id="err"></div>' in dom, dom[-3000:]
     assert job.a.node_id is not None
+
+
+def ctl_path():
+    p = os.path.join(rt.top_builddir(), "client", "rdzvctl")
+    if not os.access(p, os.X_OK):
+        rt.skip("client/rdzvctl is not built")
+    return p
+
+
+def test_rdzvctl_top_plain():
+    d = rt.Rdzvd()
+    job = Job(d)
+    rb = job.base[job.b.node_id]
+    top = subprocess.Popen([ctl_path(), "-e", "127.0.0.1:%d" % d.port, "top",
+                            JOB, "--count", "4"], stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True)
+    # b's ranks are the slowest (a's lowest is 1180); they move 40 steps
+    # every 0.25 s.
+    step = 50
+    while top.poll() is None and step < 1100:
+        step += 40
+        for r in (rb, rb + 1):
+            job.n.set("progress/%d" % r, "%d %d" % (step, now_ms()))
+        time.sleep(0.25)
+    out, err = top.communicate(timeout=20)
+    assert top.returncode == 0, (out, err)
+    views = [l for l in out.splitlines() if l.startswith("job ")]
+    assert len(views) == 4, out
+    assert "\033" not in out, out          # plain: no escapes
+    assert re.match(r"job prog-demo running round 1 world 6 restarts 0/3 "
+                    r"step \d+ \(4 ranks, ", views[0]), views[0]
+    # Slowest: b's ranks, whatever their step.
+    assert all("slowest node %d " % job.b.node_id in v for v in views), out
+    rates = [float(re.search(r" ([0-9.]+) steps/s", v).group(1))
+             for v in views]
+    # About 160 steps/s; the first view has no rate yet.
+    assert rates[0] == 0 and max(rates) > 50, rates
+    assert re.search(r"^event .*round 1 running", out, re.M), out
+
+
+def test_rdzvctl_top_tty_and_close():
+    import pty
+    d = rt.Rdzvd()
+    job = Job(d)
+    ctl(d, "close", JOB)
+    pid, fd = pty.fork()
+    if pid == 0:
+        os.execv(ctl_path(), [ctl_path(), "-e", "127.0.0.1:%d" % d.port,
+                              "top", JOB])
+    out = b""
+    while True:
+        try:
+            chunk = os.read(fd, 65536)
+        except OSError:
+            break
+        if not chunk:
+            break
+        out += chunk
+    _, status = os.waitpid(pid, 0)
+    text = out.decode(errors="replace")
+    # A closed job: one view, then exit 0.
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, text
+    assert text.count("\033[H\033[2J") == 1, text
+    assert "job prog-demo" in text and "failed" in text, text
+    assert "recent events" in text and "closed with rdzvctl" in text, text
+    assert job.a.node_id is not None
+
+
+def test_rdzvctl_top_usage():
+    d = rt.Rdzvd()
+    r = subprocess.run([ctl_path(), "-e", "127.0.0.1:%d" % d.port, "top",
+                        "nosuch", "--count", "1"], capture_output=True,
+                       text=True, timeout=20)
+    assert r.returncode == 1 and "nosuch" in r.stderr, r
+    r = subprocess.run([ctl_path(), "top", JOB, "--count", "0"],
+                       capture_output=True, text=True, timeout=20)
+    assert r.returncode == 2 and "--count" in r.stderr, r
+    r = subprocess.run([ctl_path(), "members", JOB, "--count", "2"],
+                       capture_output=True, text=True, timeout=20)
+    assert r.returncode == 2 and "--count is not an option" in r.stderr, r
+    r = subprocess.run([ctl_path(), "top", "-h"], capture_output=True,
+                       text=True, timeout=20)
+    assert r.returncode == 0 and "--count N" in r.stdout, r
 
 
 if __name__ == "__main__":
