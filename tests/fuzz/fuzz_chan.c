@@ -6,7 +6,8 @@
  * breaks the grammar worked out plainly here (1..RDZV_CHAN_MSG_MAX bytes
  * of printable ASCII, single spaces between non-empty words, a step of
  * 1..RDZV_CHAN_NUM_MAX digits within INT64_MAX), take any other unknown
- * verb, and name a known verb right.  What it decodes, chan_format() must
+ * verb, name a known verb right, take a hello's repair from its last
+ * repair= word, and decode a round only when every field is named.  What it decodes, chan_format() must
  * write again without a refusal (no longer than the input, but for a
  * hello that did not say repair=), and that text must decode to the very
  * same message.
@@ -72,6 +73,9 @@ fuzz_parse(const uint8_t *data, size_t size)
 	    "stop" };
 	static const enum chan_verb codes[] = { CHAN_HELLO, CHAN_READY,
 	    CHAN_ROUND, CHAN_STOP };
+	static const char *const rkeys[] = { " round=", " kind=", " ns=",
+	    " rank=", " world=", " donor=", " master_addr=", " master_port=",
+	    " local_rank=", " local_world=" };
 	struct chan_msg	m;
 	char		buf[RDZV_CHAN_MSG_MAX + 1];
 	uint64_t	v = 0;
@@ -117,10 +121,24 @@ fuzz_parse(const uint8_t *data, size_t size)
 			abort();
 		return;
 	}
-	/* repair=1 can only come from those very bytes. */
-	if (m.verb == CHAN_HELLO && m.repair &&
-	    memmem(data, size, " repair=1", 9) == NULL)
-		abort();
+	/* A round names every one of its fields. */
+	for (i = 0; m.verb == CHAN_ROUND && i < sizeof rkeys / sizeof rkeys[0];
+	    i++)
+		if (memmem(data, size, rkeys[i], strlen(rkeys[i])) == NULL)
+			abort();
+	/* A hello says what its last repair= word says (0 without one). */
+	if (m.verb == CHAN_HELLO) {
+		const uint8_t	*p, *last = NULL;
+
+		for (p = data; (p = memmem(p, size - (size_t)(p - data),
+		    " repair=", 8)) != NULL; p++)
+			last = p + 8;
+		for (v = 0; last != NULL && last < data + size && *last != ' ';
+		    last++)
+			v = v * 10 + (*last - '0');
+		if ((uint64_t)m.repair != v)
+			abort();
+	}
 	n = fuzz_back(&m, buf, sizeof buf);
 	if ((size_t)n > size && (m.verb != CHAN_HELLO ||
 	    memmem(data, size, " repair=", 8) != NULL))
@@ -171,11 +189,18 @@ fuzz_word_ok(const char *s, size_t size)
 	return (1);
 }
 
-/* Copies len bytes into dst (size bytes, zeroed): a NUL only if room. */
+/*
+ * Copies len bytes into dst (size bytes, zeroed): a NUL only if there is
+ * room or one among them, nothing past it (the string is what counts).
+ */
 static void
 fuzz_fill(char *dst, size_t size, const uint8_t *src, size_t len)
 {
-	memcpy(dst, src, len < size ? len : size);
+	size_t	n = len < size ? len : size;
+
+	memcpy(dst, src, n);
+	n = strnlen(dst, size);
+	memset(dst + n, 0, size - n);
 }
 
 static void
