@@ -9,7 +9,8 @@
  * event-driven state machine (main.c).  cli.c turns torchrun's command
  * line, PET_* and SLURM_* variables into a struct agent_config.
  * progress.c is the two-way channel to each worker (steps, "hello",
- * "ready" in; repair rounds and "stop" out), repair.c its messages.
+ * "ready" in; repair rounds and "stop" out); common/chan.c has its
+ * messages.
  */
 #ifndef AGENT_H
 #define AGENT_H
@@ -23,6 +24,7 @@
 #include <time.h>
 
 struct event_base;
+struct chan_msg;
 
 #define AGENT_NPROC_MAX		4096	/* local workers, a sanity bound */
 #define AGENT_MSG_MAX		4096	/* bytes of a failure message sent */
@@ -305,66 +307,6 @@ void	logs_summary_end(FILE *f);
 int	logs_error_to_parent(const char *program, const char *host,
 	    const struct logs_failure *first, const char *job_msg);
 
-/* ---- repair.c: the messages of the worker <-> agent channel ---- */
-
-#define REPAIR_MSG_MAX		512	/* bytes of one message */
-
-enum repair_verb {
-	REPAIR_MSG_UNKNOWN,	/* a verb this agent does not know: ignored */
-	REPAIR_MSG_PROGRESS,	/* "<digits>": the worker's step */
-	REPAIR_MSG_HELLO,	/* "hello [repair=1]" */
-	REPAIR_MSG_READY,	/* "ready": a replacement can join */
-};
-
-/* A worker's message, decoded. */
-struct repair_msg {
-	enum repair_verb verb;
-	uint64_t	 step;		/* PROGRESS: 0..INT64_MAX */
-	int		 repair;	/* HELLO: said repair=1 */
-};
-
-/*
- * Decodes one datagram of len bytes (no NUL needed).  Returns 0 with *m
- * filled (REPAIR_MSG_UNKNOWN for a verb it does not know; key=value words
- * it does not know are skipped), or RDZV_EPROTO when the message breaks
- * the channel's grammar: empty, over REPAIR_MSG_MAX, a byte outside
- * printable ASCII, an empty word (two spaces, a leading or trailing one),
- * a step that is not all digits or is over INT64_MAX.
- */
-int	repair_parse(const char *buf, size_t len, struct repair_msg *m);
-
-enum repair_kind {
-	REPAIR_SHRINK,		/* survivors go on without the dead rank */
-	REPAIR_GROW,		/* a replacement joins; the donor sends */
-};
-
-/* A repair round as one worker hears it ("round ..."). */
-struct repair_round {
-	int64_t		 round;
-	enum repair_kind kind;
-	const char	*ns;		/* the native store scope of the round */
-	int64_t		 rank;		/* the worker's new global rank */
-	int64_t		 world;
-	int64_t		 donor;		/* global rank holding the state */
-	const char	*master_addr;	/* the round's TCPStore */
-	int		 master_port;
-	int		 local_rank;
-	int		 local_world;
-};
-
-/*
- * Formats r as the channel's message "round round=R kind=K ns=NS rank=r
- * world=W donor=d master_addr=A master_port=P local_rank=l
- * local_world=n" into buf (NUL-terminated).  Returns its length;
- * RDZV_EINVAL when ns or master_addr is empty or holds a space or a byte
- * outside printable ASCII, or a number is out of range (round < 0; rank,
- * donor outside 0..world-1; local_rank outside 0..local_world-1; port
- * outside 0..65535); RDZV_ETOOBIG when it would pass REPAIR_MSG_MAX or
- * len (buf is then "").
- */
-int	repair_format_round(char *buf, size_t len,
-	    const struct repair_round *r);
-
 /* ---- progress.c: the channel to each worker (steps, repair) ---- */
 
 /* The fd number a worker finds its progress socket at. */
@@ -428,24 +370,19 @@ int	progress_all_can_repair(void);
 /* Whether local_rank's current worker said "ready": 1 or 0. */
 int	progress_ready(int local_rank);
 /*
- * Sends msg (one channel message, 1 to REPAIR_MSG_MAX bytes, no NUL) to
+ * Formats m (chan_format: a "round" or "stop") and sends it to
  * local_rank's worker without blocking; a worker not spawned yet finds it
- * queued.  Returns 0; RDZV_EINVAL (empty), RDZV_ETOOBIG (too long),
- * RDZV_ENOTFOUND (no such rank or its socket is closed), RDZV_ECONN (the
- * worker is gone), RDZV_EBUSY (its queue is full: it reads none) or
- * RDZV_EIO.
+ * queued.  Returns 0; chan_format's RDZV_EINVAL or RDZV_ETOOBIG (nothing
+ * sent); RDZV_ENOTFOUND (no such rank or its socket is closed),
+ * RDZV_ECONN (the worker is gone), RDZV_EBUSY (its queue is full: it
+ * reads none) or RDZV_EIO.
  */
-int	progress_send(int local_rank, const char *msg);
+int	progress_send(int local_rank, const struct chan_msg *m);
 /*
- * Formats r (repair_format_round) and sends it to local_rank.  Returns 0,
- * repair_format_round's error (nothing sent) or progress_send's.
+ * Sends m (a "stop") to every local rank with an open socket; returns how
+ * many took it, or chan_format's RDZV_EINVAL / RDZV_ETOOBIG for a bad m.
  */
-int	progress_send_round(int local_rank, const struct repair_round *r);
-/*
- * Sends msg ("stop") to every local rank with an open socket; returns how
- * many took it, or RDZV_EINVAL / RDZV_ETOOBIG for a bad msg.
- */
-int	progress_send_all(const char *msg);
+int	progress_send_all(const struct chan_msg *m);
 
 /* ---- rdzv.c: the asynchronous connection to rdzvd ---- */
 

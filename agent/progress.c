@@ -7,8 +7,8 @@
  * A worker sends its step as one decimal datagram (librdzvworker's
  * rdzv_report_progress(), at most every 100 ms), "hello repair=1" when it
  * can repair in place, and "ready" when it is a replacement done with its
- * start-up; the agent sends it "round ..." and "stop" (repair.c has the
- * grammar).  The agent keeps the last step of each local rank and when
+ * start-up; the agent sends it "round ..." and "stop" (common/chan.c
+ * has the grammar).  The agent keeps the last step of each local rank and when
  * it came, for the failure summary and the --progress_timeout watchdog,
  * and which workers can repair; "hello" and "ready" are passed to the
  * main loop through a deferred event.  A worker that never links the
@@ -30,6 +30,7 @@
 #include <event2/event.h>
 
 #include "agent.h"
+#include "chan.h"
 #include "log.h"
 #include "mono.h"
 #include "rdzv_err.h"
@@ -62,10 +63,10 @@ static int			 progress_nranks;
 static void
 progress_handle(struct progress_rank *p, const char *buf, size_t len)
 {
-	struct repair_msg	m;
-	int			r = (int)(p - progress_ranks);
+	struct chan_msg	m;
+	int		r = (int)(p - progress_ranks);
 
-	if (repair_parse(buf, len, &m) != 0) {
+	if (chan_parse(buf, len, &m) != 0) {
 		/* A local worker's bug, not an attack: say so once. */
 		if (!p->warned)
 			log_warnx("worker %d sent a malformed message on its "
@@ -76,22 +77,23 @@ progress_handle(struct progress_rank *p, const char *buf, size_t len)
 		return;
 	}
 	switch (m.verb) {
-	case REPAIR_MSG_PROGRESS:
+	case CHAN_PROGRESS:
 		p->seen = 1;
 		p->step = m.step;
 		p->when = mono_ms();
 		break;
-	case REPAIR_MSG_HELLO:
+	case CHAN_HELLO:
 		p->can_repair = m.repair;
 		p->notes |= PROGRESS_NOTE_HELLO;
 		log_debug("worker %d: hello, repair=%d", r, m.repair);
 		break;
-	case REPAIR_MSG_READY:
+	case CHAN_READY:
 		p->ready = 1;
 		p->notes |= PROGRESS_NOTE_READY;
 		log_debug("worker %d: ready", r);
 		break;
 	default:
+		/* A verb for a newer agent, or one only an agent says. */
 		log_debug("worker %d: unknown message ignored", r);
 		return;
 	}
@@ -103,7 +105,7 @@ static void
 progress_read_cb(evutil_socket_t fd, short ev, void *arg)
 {
 	struct progress_rank	*p = arg;
-	char			 buf[REPAIR_MSG_MAX + 1];
+	char			 buf[RDZV_CHAN_MSG_MAX + 1];
 	ssize_t			 n;
 
 	/* Drain everything queued, in order: hello comes before steps. */
@@ -324,17 +326,13 @@ progress_ready(int local_rank)
 	return (p->ready);
 }
 
-int
-progress_send(int local_rank, const char *msg)
+/* Sends the datagram msg (len bytes) to local_rank; as progress_send. */
+static int
+progress_send_raw(int local_rank, const char *msg, size_t len)
 {
 	struct progress_rank	*p;
-	size_t			 len = strlen(msg);
 	ssize_t			 n;
 
-	if (len == 0)
-		return (RDZV_EINVAL);
-	if (len > REPAIR_MSG_MAX)
-		return (RDZV_ETOOBIG);
 	if (local_rank < 0 || local_rank >= progress_nranks)
 		return (RDZV_ENOTFOUND);
 	p = &progress_ranks[local_rank];
@@ -367,28 +365,27 @@ progress_send(int local_rank, const char *msg)
 }
 
 int
-progress_send_round(int local_rank, const struct repair_round *r)
+progress_send(int local_rank, const struct chan_msg *m)
 {
-	char	buf[REPAIR_MSG_MAX + 1];
-	int	rv;
+	char	buf[RDZV_CHAN_MSG_MAX + 1];
+	int	n;
 
-	if ((rv = repair_format_round(buf, sizeof buf, r)) < 0)
-		return (rv);
-	return (progress_send(local_rank, buf));
+	if ((n = chan_format(buf, sizeof buf, m)) < 0)
+		return (n);
+	return (progress_send_raw(local_rank, buf, (size_t)n));
 }
 
 int
-progress_send_all(const char *msg)
+progress_send_all(const struct chan_msg *m)
 {
-	size_t	len = strlen(msg);
-	int	i, n = 0;
+	char	buf[RDZV_CHAN_MSG_MAX + 1];
+	int	i, len, n = 0;
 
-	if (len == 0)
-		return (RDZV_EINVAL);
-	if (len > REPAIR_MSG_MAX)
-		return (RDZV_ETOOBIG);
+	if ((len = chan_format(buf, sizeof buf, m)) < 0)
+		return (len);
 	for (i = 0; i < progress_nranks; i++)
-		if (progress_ranks[i].fd != -1 && progress_send(i, msg) == 0)
+		if (progress_ranks[i].fd != -1 &&
+		    progress_send_raw(i, buf, (size_t)len) == 0)
 			n++;
 	return (n);
 }

@@ -367,16 +367,13 @@ rdzv_finalize(struct rdzv_comm *c)
 }
 
 void
-comm_take_round(struct rdzv_comm *c, const struct chan_round *m)
+comm_take_round(struct rdzv_comm *c, const struct chan_msg *m)
 {
-	if (m->ns[0] != '\0') {
-		strlcpy(c->env.ns, m->ns, sizeof c->env.ns);
-		if (c->env.store != WENV_STORE_NATIVE &&
-		    c->env.endpoint[0] != '\0')
-			c->env.store = WENV_STORE_NATIVE;
-	}
-	if (m->master_addr[0] != '\0' && m->master_port > 0 &&
-	    (m->ns[0] == '\0' || c->env.store != WENV_STORE_NATIVE)) {
+	/* chan_parse() leaves no round without ns and master_addr. */
+	strlcpy(c->env.ns, m->ns, sizeof c->env.ns);
+	if (c->env.store != WENV_STORE_NATIVE && c->env.endpoint[0] != '\0')
+		c->env.store = WENV_STORE_NATIVE;
+	if (c->env.store != WENV_STORE_NATIVE) {
 		strlcpy(c->env.master_addr, m->master_addr,
 		    sizeof c->env.master_addr);
 		c->env.master_port = m->master_port;
@@ -389,7 +386,8 @@ comm_take_round(struct rdzv_comm *c, const struct chan_round *m)
 	c->env.local_rank = c->local_rank = m->local_rank;
 	c->env.local_size = c->local_size = m->local_world;
 	c->round.round = m->round;
-	c->round.kind = m->kind;
+	c->round.kind = m->kind == CHAN_GROW ? RDZV_ROUND_GROW :
+	    RDZV_ROUND_SHRINK;
 	c->round.donor = m->donor;
 	c->round.rank = m->rank;
 	c->round.size = m->world;
@@ -406,7 +404,7 @@ comm_clear(struct rdzv_comm *c)
 }
 
 int
-comm_rebuild(struct rdzv_comm *c, const struct chan_round *m)
+comm_rebuild(struct rdzv_comm *c, const struct chan_msg *m)
 {
 	char	msg[RDZV_ERRMSG_MAX];
 	int	rc, saved, old_rank = c->rank, old_size = c->size, shrink;
@@ -414,7 +412,7 @@ comm_rebuild(struct rdzv_comm *c, const struct chan_round *m)
 	/* Nothing of the old round may run or touch a buffer any more. */
 	queue_stop(c);
 	c->qstop = 0;
-	shrink = m->kind == RDZV_ROUND_SHRINK && c->ops->shrink != NULL &&
+	shrink = m->kind == CHAN_SHRINK && c->ops->shrink != NULL &&
 	    m->world > 1;
 	if (!shrink && c->ops->fini != NULL)
 		c->ops->fini(c);
@@ -455,10 +453,6 @@ comm_rebuild(struct rdzv_comm *c, const struct chan_round *m)
 		    m->round, c->ops->name, c->errmsg[0] != '\0' ? c->errmsg :
 		    rdzv_strerror(rc));
 	c->init_timeout_ms = saved;
-	if (c->local_rank < 0)
-		c->local_rank = 0;
-	if (c->local_size < 0)
-		c->local_size = 1;
 	return (rc);
 }
 
@@ -1117,6 +1111,7 @@ int
 rdzv_report_progress(struct rdzv_comm *c, uint64_t step)
 {
 	struct timespec	ts;
+	struct chan_msg	m;
 	char		key[128], val[64];
 	int64_t		now;
 	int		n;
@@ -1128,9 +1123,15 @@ rdzv_report_progress(struct rdzv_comm *c, uint64_t step)
 	if (c->progress_fd != -1 && (c->progress_sent_ms == 0 ||
 	    now - c->progress_sent_ms >= PROGRESS_AGENT_MS)) {
 		c->progress_sent_ms = now;
-		n = snprintf(val, sizeof val, "%llu", (unsigned long long)step);
-		/* Never blocks: a report the agent has no room for is lost. */
-		(void)send(c->progress_fd, val, n, MSG_DONTWAIT | MSG_NOSIGNAL);
+		memset(&m, 0, sizeof m);
+		m.verb = CHAN_PROGRESS;
+		m.step = step;
+		/* Never blocks: a report the agent has no room for is lost.
+		 * A step over INT64_MAX, which the agent would refuse, is
+		 * not sent. */
+		if ((n = chan_format(val, sizeof val, &m)) > 0)
+			(void)send(c->progress_fd, val, (size_t)n,
+			    MSG_DONTWAIT | MSG_NOSIGNAL);
 	}
 	if (c->store == NULL || c->env.store != WENV_STORE_NATIVE)
 		return (0);

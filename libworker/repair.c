@@ -42,16 +42,27 @@
 /* ---- messages ---- */
 
 /*
- * Sends one message to the agent, waiting at most a second for room (an
- * agent that reads nothing must not hold rdzv_init).  0 or RDZV_EIO.
+ * Says verb (CHAN_HELLO, with repair=1, or CHAN_READY) to the agent,
+ * waiting at most a second for room (an agent that reads nothing must
+ * not hold rdzv_init).  0 or RDZV_EIO.
  */
 static int
-repair_send(struct rdzv_comm *c, const char *msg)
+repair_say(struct rdzv_comm *c, enum chan_verb verb)
 {
+	struct chan_msg	m;
+	char		buf[RDZV_CHAN_MSG_MAX + 1];
+	int		n;
+
+	memset(&m, 0, sizeof m);
+	m.verb = verb;
+	m.repair = 1;
+	if ((n = chan_format(buf, sizeof buf, &m)) < 0)
+		return (comm_note(c, n, "a channel message of verb %d: %s",
+		    verb, rdzv_strerror(n)));
 	(void)net_poll1(c->progress_fd, POLLOUT, mono_ms() + 1000);
-	if (send(c->progress_fd, msg, strlen(msg), MSG_NOSIGNAL |
+	if (send(c->progress_fd, buf, (size_t)n, MSG_NOSIGNAL |
 	    MSG_DONTWAIT) == -1) {
-		comm_note(c, RDZV_EIO, "telling the agent \"%s\": %s", msg,
+		comm_note(c, RDZV_EIO, "telling the agent \"%s\": %s", buf,
 		    strerror(errno));
 		return (RDZV_EIO);
 	}
@@ -64,16 +75,16 @@ repair_send(struct rdzv_comm *c, const char *msg)
 static void
 repair_heard(struct rdzv_comm *c, const char *buf, size_t len)
 {
-	struct chan_round	m;
-	int			verb, brk = 0;
+	struct chan_msg	m;
+	int		brk = 0;
 
-	verb = chan_parse(buf, len, &m);
-	if (verb < 0) {
+	if (chan_parse(buf, len, &m) != 0) {
 		comm_log(c, RDZV_LOG_WARN, "rank %d: the agent sent a "
 		    "malformed message (%zu bytes): ignored", c->rank, len);
 		return;
 	}
-	if (verb == CHAN_MSG_IGNORE) {
+	if (m.verb != CHAN_ROUND && m.verb != CHAN_STOP) {
+		/* A verb for a newer worker, or one only a worker says. */
 		comm_log(c, RDZV_LOG_DEBUG, "rank %d: agent message with an "
 		    "unknown verb ignored", c->rank);
 		return;
@@ -85,7 +96,7 @@ repair_heard(struct rdzv_comm *c, const char *buf, size_t len)
 	 * for it.
 	 */
 	pthread_mutex_lock(&c->rlock);
-	if (verb == CHAN_MSG_ROUND) {
+	if (m.verb == CHAN_ROUND) {
 		/* A newer announcement replaces one not yet taken. */
 		c->pend = m;
 		c->pend_set = 1;
@@ -93,13 +104,13 @@ repair_heard(struct rdzv_comm *c, const char *buf, size_t len)
 	} else
 		c->rstopped = 1;
 	pthread_cond_broadcast(&c->rcond);
-	if (verb == CHAN_MSG_STOP)
+	if (m.verb == CHAN_STOP)
 		comm_fail(c, RDZV_ECLOSED, "the agent stopped the repair: the "
 		    "job restarts");
 	else if (brk)
 		/* The call in flight returns now, not when its step ends. */
 		comm_fail(c, RDZV_EREPAIR, "repair round %d (%s): rank %d "
-		    "of %d", m.round, m.kind == RDZV_ROUND_GROW ? "grow" :
+		    "of %d", m.round, m.kind == CHAN_GROW ? "grow" :
 		    "shrink", m.rank, m.world);
 	pthread_mutex_unlock(&c->rlock);
 }
@@ -113,7 +124,7 @@ repair_main(void *arg)
 {
 	struct rdzv_comm	*c = arg;
 	struct pollfd		 pfd[2];
-	char			 buf[RDZV_CHANNEL_MSG_MAX + 1];
+	char			 buf[RDZV_CHAN_MSG_MAX + 1];
 	ssize_t			 n;
 
 	pfd[0].fd = c->progress_fd;
@@ -139,10 +150,10 @@ repair_main(void *arg)
 			continue;
 		if (n <= 0)
 			break;
-		if ((size_t)n > RDZV_CHANNEL_MSG_MAX) {
+		if ((size_t)n > RDZV_CHAN_MSG_MAX) {
 			comm_log(c, RDZV_LOG_WARN, "rank %d: the agent sent "
 			    "%zd bytes, over %d: ignored", c->rank, n,
-			    RDZV_CHANNEL_MSG_MAX);
+			    RDZV_CHAN_MSG_MAX);
 			continue;
 		}
 		repair_heard(c, buf, (size_t)n);
@@ -227,7 +238,7 @@ repair_start(struct rdzv_comm *c)
 		return (0);
 	if (pipe2(c->wwake, O_CLOEXEC | O_NONBLOCK) == -1)
 		return (comm_note(c, RDZV_EIO, "pipe: %s", strerror(errno)));
-	if ((rc = repair_send(c, "hello repair=1")) != 0)
+	if ((rc = repair_say(c, CHAN_HELLO)) != 0)
 		return (rc);
 	if (pthread_create(&c->wthread, NULL, repair_main, c) != 0)
 		return (comm_note(c, RDZV_ENOMEM, "cannot start the repair "
@@ -239,7 +250,7 @@ repair_start(struct rdzv_comm *c)
 	if (v == NULL || strcmp(v, "1") != 0)
 		return (0);
 	/* A replacement: its RANK, WORLD_SIZE and scope are stale. */
-	if ((rc = repair_send(c, "ready")) != 0)
+	if ((rc = repair_say(c, CHAN_READY)) != 0)
 		return (rc);
 	pthread_mutex_lock(&c->rlock);
 	if (!repair_wait_locked(c, mono_ms() + c->repair_timeout_ms)) {
@@ -317,8 +328,8 @@ rdzv_comm_round(const struct rdzv_comm *c, struct rdzv_round *r)
 int
 rdzv_comm_repair(struct rdzv_comm *c, int timeout_ms)
 {
-	struct chan_round	m;
-	int64_t			deadline;
+	struct chan_msg	m;
+	int64_t		deadline;
 	int			rc;
 
 	if (c == NULL)
@@ -352,7 +363,7 @@ rdzv_comm_repair(struct rdzv_comm *c, int timeout_ms)
 		if (rc == 0)
 			comm_log(c, RDZV_LOG_INFO, "repaired in round %d (%s):"
 			    " rank %d of %d, donor %d", m.round, m.kind ==
-			    RDZV_ROUND_GROW ? "grow" : "shrink", c->rank,
+			    CHAN_GROW ? "grow" : "shrink", c->rank,
 			    c->size, m.donor);
 		return (rc);
 	}

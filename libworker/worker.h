@@ -18,10 +18,10 @@
  *   cpu_coll.c	the cpu backend's collective algorithms
  *   shm.c	shared-memory segments and the same-host collective arena
  *   nccl.c	the nccl backend (HAVE_NCCL)
- *   chan.c	the agent channel's messages, decoded (pure)
  *   repair.c	in-place repair: hello and ready, the watcher thread,
  *		waiting for a round, rdzv_comm_repair
  *   dp.c, sampler.c, ckpt.c  the data-parallel helpers
+ * The agent channel's messages are common/chan.c's.
  */
 #ifndef RDZV_WORKER_INTERNAL_H
 #define RDZV_WORKER_INTERNAL_H
@@ -33,13 +33,14 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "chan.h"
+#include "hostport.h"
 #include "mono.h"
 #include "rdzv_worker.h"
 
 #define RDZV_TIMEOUT_DEFAULT_MS		300000
 #define RDZV_INIT_TIMEOUT_DEFAULT_MS	600000
 #define RDZV_ERRMSG_MAX			512
-#define RDZV_HOST_MAX			256
 #define RDZV_NS_MAX			1024
 
 /* ---- env.c ---- */
@@ -161,41 +162,6 @@ float		half_to_float(uint16_t);
 uint16_t	float_to_half(float);
 float		bf16_to_float(uint16_t);
 uint16_t	float_to_bf16(float);
-
-/* ---- chan.c ---- */
-
-#define RDZV_CHANNEL_MSG_MAX		512	/* one datagram, either way */
-
-/* An agent -> worker message (common/PROTOCOL.md "Worker <-> agent
- * channel"). */
-enum chan_verb {
-	CHAN_MSG_IGNORE = 0,	/* unknown verb: ignored */
-	CHAN_MSG_ROUND = 1,
-	CHAN_MSG_STOP = 2,
-};
-struct chan_round {
-	int		 round;
-	enum rdzv_round_kind kind;
-	char		 ns[RDZV_NS_MAX];		/* "" if not given */
-	char		 master_addr[RDZV_HOST_MAX];	/* "" if not given */
-	int		 master_port;			/* 0 if not given */
-	int		 rank;
-	int		 world;
-	int		 donor;
-	int		 local_rank;			/* -1 if not given */
-	int		 local_world;			/* -1 if not given */
-};
-
-/*
- * Decodes one datagram of len bytes (not NUL-terminated) into *m.
- * Returns a chan_verb (IGNORE for an unknown verb; unknown key=value
- * words are skipped), or RDZV_EPROTO for a malformed message: over
- * RDZV_CHANNEL_MSG_MAX, a word without '=', a bad number, an empty or
- * too long value, a round without round, kind, rank, world, donor or a
- * store (ns, or master_addr and master_port), rank or donor not below
- * world.  Pure: no I/O.
- */
-int	chan_parse(const char *buf, size_t len, struct chan_round *m);
 
 /* ---- repair.c ---- */
 
@@ -378,7 +344,7 @@ struct rdzv_comm {
 	struct rdzv_round round;	/* the round the communicator is in */
 	pthread_mutex_t	 rlock;		/* guards what follows */
 	pthread_cond_t	 rcond;		/* a round or a stop arrived */
-	struct chan_round pend;		/* the latest round announced */
+	struct chan_msg	 pend;		/* the latest round announced */
 	int		 pend_set;
 	int		 rstopped;	/* "stop", or the agent went away */
 	int		 rgaveup;	/* a wait timed out: do not wait again */
@@ -410,9 +376,9 @@ int	comm_broken(const struct rdzv_comm *);
  * store scope and bootstraps again.  Returns 0 or the bootstrap's code
  * (the communicator is then broken).
  */
-int	comm_rebuild(struct rdzv_comm *, const struct chan_round *m);
+int	comm_rebuild(struct rdzv_comm *, const struct chan_msg *m);
 /* Sets c's identity and store from round m (no I/O). */
-void	comm_take_round(struct rdzv_comm *, const struct chan_round *m);
+void	comm_take_round(struct rdzv_comm *, const struct chan_msg *m);
 /* Absolute deadline for a call's timeout_ms (negative: the default). */
 int64_t	comm_deadline(const struct rdzv_comm *, int timeout_ms);
 /* Milliseconds left until deadline, at least 0, at most INT_MAX. */

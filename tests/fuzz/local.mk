@@ -4,9 +4,9 @@
 # through a small check_*.sh wrapper per target (tests/fuzz/run-fuzzer.sh).
 # The seeds are committed; tests/fuzz/make-corpus.py writes them again.
 FUZZ_TARGETS = tests/fuzz/fuzz_tcps113 tests/fuzz/fuzz_tcps2 tests/fuzz/fuzz_native \
-	tests/fuzz/fuzz_repair tests/fuzz/fuzz_handshake tests/fuzz/fuzz_chan
+	tests/fuzz/fuzz_handshake tests/fuzz/fuzz_chan
 FUZZ_TESTS = tests/fuzz/check_tcps113.sh tests/fuzz/check_tcps2.sh tests/fuzz/check_native.sh \
-	tests/fuzz/check_repair.sh tests/fuzz/check_handshake.sh tests/fuzz/check_chan.sh
+	tests/fuzz/check_handshake.sh tests/fuzz/check_chan.sh
 EXTRA_DIST += tests/fuzz/README tests/fuzz/corpus tests/fuzz/run-fuzzer.sh \
 	tests/fuzz/make-corpus.py $(FUZZ_TESTS)
 if ENABLE_FUZZING
@@ -28,18 +28,12 @@ tests_fuzz_fuzz_native_SOURCES = tests/fuzz/fuzz_native.c
 tests_fuzz_fuzz_native_CFLAGS = $(FUZZ_CFLAGS_ALL)
 tests_fuzz_fuzz_native_LDFLAGS = $(FUZZ_LDFLAGS)
 tests_fuzz_fuzz_native_LDADD = $(FUZZ_LDADD)
-tests_fuzz_fuzz_repair_SOURCES = tests/fuzz/fuzz_repair.c agent/repair.c
-tests_fuzz_fuzz_repair_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/agent
-tests_fuzz_fuzz_repair_CFLAGS = $(FUZZ_CFLAGS_ALL)
-tests_fuzz_fuzz_repair_LDFLAGS = $(FUZZ_LDFLAGS)
-tests_fuzz_fuzz_repair_LDADD = $(FUZZ_LDADD)
 tests_fuzz_fuzz_handshake_SOURCES = tests/fuzz/fuzz_handshake.c
 tests_fuzz_fuzz_handshake_CFLAGS = $(FUZZ_CFLAGS_ALL)
 tests_fuzz_fuzz_handshake_LDFLAGS = $(FUZZ_LDFLAGS)
 tests_fuzz_fuzz_handshake_LDADD = $(FUZZ_LDADD)
-# The worker <-> agent channel's decoder, built from its own source.
-tests_fuzz_fuzz_chan_SOURCES = tests/fuzz/fuzz_chan.c libworker/chan.c
-tests_fuzz_fuzz_chan_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/libworker
+# The worker <-> agent channel's codec (common/chan.c), both ways.
+tests_fuzz_fuzz_chan_SOURCES = tests/fuzz/fuzz_chan.c
 tests_fuzz_fuzz_chan_CFLAGS = $(FUZZ_CFLAGS_ALL)
 tests_fuzz_fuzz_chan_LDFLAGS = $(FUZZ_LDFLAGS)
 tests_fuzz_fuzz_chan_LDADD = $(FUZZ_LDADD)

@@ -220,25 +220,6 @@ def native():
     return c
 
 
-def repair():
-    """Datagrams a worker sends rdzv-agent (agent/repair.c); the first
-    byte also cuts a round message's namespace from its address."""
-    c = {}
-    for name, m in (('step', b'1234'), ('step-max', b'9223372036854775807'),
-                    ('step-over', b'9223372036854775808'),
-                    ('step-junk', b'12x'), ('hello', b'hello repair=1'),
-                    ('hello-plain', b'hello'),
-                    ('hello-more', b'hello v=2 repair=1 nccl=1'),
-                    ('ready', b'ready'), ('unknown', b'stats a=1 b'),
-                    ('double-space', b'hello  repair=1'),
-                    ('tab', b'hello\trepair=1'), ('nul', b'ready\0'),
-                    ('round', b'\x0ejob/j1/round/7127.0.0.1'),
-                    ('round-space', b'\x0ejob/a b/round127.0.0.1'),
-                    ('long', b'hello repair=1 ' + b'x' * 498)):
-        c[name] = m
-    return c
-
-
 # fuzz_handshake: byte 0 bit 0 gives the client a token, byte 1 picks
 # where to cut, then rdzvd's bytes.  The client's nonce is fixed (byte i
 # is i * 7 + 1) so that rdzvd's right answer can be written here.
@@ -279,24 +260,69 @@ def handshake():
     return c
 
 
+def chan_fmt_round(rnd, kind, rank, world, donor, port, lrank, lworld,
+                   ns, addr):
+    """An input whose format half (fuzz_chan.c fuzz_format) reads as this
+    round, into a buffer of 513 bytes; small numbers (-2..61) take one
+    byte, others five."""
+    def num(v):
+        if -2 <= v <= 61:
+            return bytes([v + 2])
+        return b'\x80' + struct.pack('>I', v & 0xffffffff)
+    tail = ns + addr
+    cut = next(b for b in range(256) if b * 4 % (len(tail) + 1) == len(ns))
+    return (bytes([4, 0x02, 0x01]) + num(rnd) + bytes([kind]) + num(rank) +
+            num(world) + num(donor) + num(port) + b'\x00' + num(lrank) +
+            num(lworld) + bytes([cut]) + tail)
+
+
 def chan():
-    """Agent -> worker datagrams (common/PROTOCOL.md "Worker <-> agent
-    channel"): each seed is one whole message."""
+    """Datagrams of the worker <-> agent channel (common/PROTOCOL.md
+    "Worker <-> agent channel"), both ways: each seed is one whole
+    message for the parse half; fuzz_format reads the same bytes as a
+    message to write (the fmt-* seeds are made for it)."""
     c = {}
+    # Worker -> agent.
+    for name, m in (('step', b'1234'), ('step-max', b'9223372036854775807'),
+                    ('step-over', b'9223372036854775808'),
+                    ('step-zeros', b'00000000000000000042'),
+                    ('step-junk', b'12x'), ('step-key', b'17 t=3'),
+                    ('hello', b'hello repair=1'),
+                    ('hello-plain', b'hello'),
+                    ('hello-more', b'hello v=2 repair=1 nccl=1'),
+                    ('hello-bad', b'hello repair=11'),
+                    ('ready', b'ready'), ('unknown', b'stats a=1 b'),
+                    ('double-space', b'hello  repair=1'),
+                    ('tab', b'hello\trepair=1'), ('nul', b'ready\0'),
+                    ('long', b'hello repair=1 x=' + b'x' * 495)):
+        c[name] = m
+    # Agent -> worker.
     c['round-grow'] = (b'round round=2 kind=grow ns=job/j1/round/2 rank=3 '
                        b'world=4 donor=0 master_addr=127.0.0.1 '
                        b'master_port=29500 local_rank=1 local_world=2')
     c['round-shrink'] = (b'round round=1 kind=shrink ns=job/a/b/round/1 '
-                         b'rank=0 world=3 donor=1')
-    c['round-tcpstore'] = (b'round round=7 kind=grow rank=1 world=2 donor=0 '
-                           b'master_addr=::1 master_port=1')
-    c['round-unknown-key'] = (b'round round=1 kind=shrink ns=x rank=0 world=1 '
-                              b'donor=0 future=yes')
+                         b'rank=0 world=3 donor=1 master_addr=::1 '
+                         b'master_port=1 local_rank=0 local_world=1')
+    c['round-unknown-key'] = (b'round round=1 kind=shrink ns=x rank=0 '
+                              b'world=1 donor=0 master_addr=h '
+                              b'master_port=9 local_rank=0 local_world=1 '
+                              b'future=yes')
     c['stop'] = b'stop'
     c['unknown-verb'] = b'rewind to=3'
-    c['bad-rank'] = b'round round=1 kind=grow ns=x rank=2 world=2 donor=0'
+    c['bad-rank'] = (b'round round=1 kind=grow ns=x rank=2 world=2 donor=0 '
+                     b'master_addr=h master_port=9 local_rank=0 '
+                     b'local_world=1')
     c['bad-number'] = b'round round=1 kind=grow ns=x rank=+1 world=2 donor=0'
     c['no-store'] = b'round round=1 kind=grow rank=0 world=2 donor=0'
+    # For the format half.
+    c['fmt-round'] = chan_fmt_round(3, 2, 1, 2, 0, 29403, 0, 1,
+                                    b'job/x/round/3', b'127.0.0.1')
+    c['fmt-round-space'] = chan_fmt_round(3, 1, 0, 1, 0, 29403, 0, 1,
+                                          b'job/a b/round/3', b'::1')
+    c['fmt-round-long'] = chan_fmt_round(70, 1, 0, 1, 0, 65535, 100, 200,
+                                         b'n' * 420, b'h' * 40)
+    c['fmt-progress'] = bytes([1, 0x02, 0x01, 1]) + struct.pack('>Q', 1 << 62)
+    c['fmt-hello'] = bytes([2, 0x02, 0x01, 3])
     return c
 
 
@@ -306,7 +332,6 @@ def main():
     for target, seeds in (('fuzz_tcps113', tcps113()),
                           ('fuzz_tcps2', tcps2()),
                           ('fuzz_native', native()),
-                          ('fuzz_repair', repair()),
                           ('fuzz_handshake', handshake()),
                           ('fuzz_chan', chan())):
         d = os.path.join(top, target)

@@ -1,6 +1,6 @@
 """rdzv-agent's local side of in-place recovery (issue 12), with real
 worker processes: the two-way worker <-> agent channel (agent/progress.c,
-agent/repair.c) and the respawn of one local rank alone (agent/sup.c).
+common/chan.c) and the respawn of one local rank alone (agent/sup.c).
 
 tests/integ/repair_drv drives those files as the agent's main loop will
 (see its header); the workers below are plain Python speaking the

@@ -1,6 +1,6 @@
 /*
  * repair_drv.c: drives rdzv-agent's local repair pieces (agent/sup.c,
- * agent/progress.c, agent/repair.c) with real worker processes, as the
+ * agent/progress.c, common/chan.c) with real worker processes, as the
  * agent's main loop will once rdzvd opens repair rounds; for
  * tests/integ/agent_repair.py, which checks what the workers saw, and
  * routes their output through agent/logs.c as the agent does.
@@ -43,6 +43,7 @@
 #include <event2/event.h>
 
 #include "agent.h"
+#include "chan.h"
 #include "log.h"
 #include "rdzv_err.h"
 
@@ -129,25 +130,35 @@ drv_free_env(char **e)
 
 /* Sends round rnd to local rank r as global rank of world. */
 static int
-drv_round(int r, int rnd, enum repair_kind kind, int rank, int world,
+drv_round(int r, int rnd, enum chan_kind kind, int rank, int world,
     int donor)
 {
-	struct repair_round	rr;
-	char			ns[64];
+	struct chan_msg	rr;
 
-	snprintf(ns, sizeof ns, "job/t/round/%d", rnd);
 	memset(&rr, 0, sizeof rr);
+	rr.verb = CHAN_ROUND;
 	rr.round = rnd;
 	rr.kind = kind;
-	rr.ns = ns;
+	snprintf(rr.ns, sizeof rr.ns, "job/t/round/%d", rnd);
 	rr.rank = rank;
 	rr.world = world;
 	rr.donor = donor;
-	rr.master_addr = "127.0.0.1";
+	strlcpy(rr.master_addr, "127.0.0.1", sizeof rr.master_addr);
 	rr.master_port = 29400 + rnd;
 	rr.local_rank = r;
 	rr.local_world = drv.nproc;
-	return (progress_send_round(r, &rr));
+	return (progress_send(r, &rr));
+}
+
+/* Sends "stop" to local rank r, or to every rank when r is -1. */
+static int
+drv_stop_msg(int r)
+{
+	struct chan_msg	m;
+
+	memset(&m, 0, sizeof m);
+	m.verb = CHAN_STOP;
+	return (r == -1 ? progress_send_all(&m) : progress_send(r, &m));
 }
 
 static void
@@ -174,7 +185,7 @@ drv_note_cb(int r, enum progress_note note, void *arg)
 	drv.grown = 1;
 	/* Every rank, the replacement included: round 3 of nproc ranks. */
 	for (i = 0; i < drv.nproc; i++) {
-		rv = drv_round(i, 3, REPAIR_GROW, i, drv.nproc,
+		rv = drv_round(i, 3, CHAN_GROW, i, drv.nproc,
 		    drv.kill == 0 ? 1 : 0);
 		drv_say("grow %d rv=%d", i, rv);
 	}
@@ -184,7 +195,7 @@ drv_note_cb(int r, enum progress_note note, void *arg)
 static void
 drv_replace(int k)
 {
-	struct repair_round	bad;
+	struct chan_msg		bad;
 	char			msg[AGENT_MSG_MAX], stack[8192], stamp[64];
 	char			moved[4096];
 	pid_t			pid;
@@ -195,11 +206,11 @@ drv_replace(int k)
 	for (i = 0, n = 0; i < drv.nproc; i++) {
 		if (i == k)
 			continue;
-		rv = drv_round(i, 2, REPAIR_SHRINK, n++, drv.nproc - 1, 0);
+		rv = drv_round(i, 2, CHAN_SHRINK, n++, drv.nproc - 1, 0);
 		drv_say("shrink %d rv=%d", i, rv);
 	}
 	/* The dead worker's socket: nobody reads it any more. */
-	drv_say("send-dead rv=%d", progress_send(k, "stop"));
+	drv_say("send-dead rv=%d", drv_stop_msg(k));
 	if ((rv = progress_rearm(k)) != 0) {
 		drv_fail("progress_rearm");
 		return;
@@ -208,12 +219,14 @@ drv_replace(int k)
 	    progress_ready(k));
 	/* A namespace with a space is refused and nothing goes out. */
 	memset(&bad, 0, sizeof bad);
-	bad.kind = REPAIR_GROW;
-	bad.ns = "job/a b/round/3";
+	bad.verb = CHAN_ROUND;
+	bad.kind = CHAN_GROW;
+	strlcpy(bad.ns, "job/a b/round/3", sizeof bad.ns);
 	bad.world = 1;
-	bad.master_addr = "127.0.0.1";
+	strlcpy(bad.master_addr, "127.0.0.1", sizeof bad.master_addr);
+	bad.master_port = 29403;
 	bad.local_world = 1;
-	drv_say("bad-ns rv=%d", progress_send_round(k, &bad));
+	drv_say("bad-ns rv=%d", progress_send(k, &bad));
 	/* The predecessor's error, read before its file moves aside. */
 	rv = logs_read_error(k, msg, sizeof msg, stack, sizeof stack, stamp,
 	    sizeof stamp);
@@ -295,7 +308,7 @@ drv_stop(void)
 		drv_say("errfile-end rv=%d msg=%s", rv, msg);
 	}
 	drv.stopped = 1;
-	drv_say("stop n=%d", progress_send_all("stop"));
+	drv_say("stop n=%d", drv_stop_msg(-1));
 }
 
 /* The deadline; and, every 20 ms, whether the workers are there yet. */

@@ -42,13 +42,13 @@ tests_unit_test_rdzv_SOURCES = tests/unit/test_rdzv.c
 tests_unit_test_rdzv_CFLAGS = $(UNIT_CFLAGS)
 tests_unit_test_rdzv_LDADD = $(UNIT_LDADD) $(JANSSON_LIBS) $(SQLITE3_LIBS)
 endif
-# rdzv-agent's channel messages (agent/repair.c: pure, no I/O).
+# The worker <-> agent channel's messages (common/chan.c: pure, no I/O).
 if HAVE_CMOCKA
-check_PROGRAMS += tests/unit/test_repair
-TESTS += tests/unit/test_repair
-tests_unit_test_repair_SOURCES = tests/unit/test_repair.c agent/repair.c
-tests_unit_test_repair_CFLAGS = $(UNIT_CFLAGS) -I$(top_srcdir)/agent
-tests_unit_test_repair_LDADD = $(UNIT_LDADD)
+check_PROGRAMS += tests/unit/test_chan
+TESTS += tests/unit/test_chan
+tests_unit_test_chan_SOURCES = tests/unit/test_chan.c
+tests_unit_test_chan_CFLAGS = $(AM_CFLAGS) $(CMOCKA_CFLAGS)
+tests_unit_test_chan_LDADD = common/libcommon.la $(CMOCKA_LIBS) $(LIBBSD_LIBS)
 endif
 if HAVE_CMOCKA
 check_PROGRAMS += tests/unit/test_common

@@ -1,5 +1,0 @@
-#!/bin/bash
-# make check: runs fuzz_repair over a copy of its seed corpus for
-# RDZV_FUZZ_SECONDS (default 20); fails on any crash.
-exec bash "${RDZV_TOP_SRCDIR:-$(dirname "$0")/../..}/tests/fuzz/run-fuzzer.sh" \
-    fuzz_repair "${RDZV_FUZZ_SECONDS:-20}"
