@@ -667,12 +667,12 @@ agent_repair_round(const struct rdzv_round *r)
 		rr.kind = r->kind == NAT_KIND_GROW ? REPAIR_GROW :
 		    REPAIR_SHRINK;
 		rr.ns = r->store_ns;
-		rr.rank = r->rank_base + idx++;
+		rr.rank = r->rank_base + idx;
 		rr.world = r->world_size;
 		rr.donor = r->donor;
 		rr.master_addr = ag.cfg.ep_host;
 		rr.master_port = (int)r->store_port;
-		rr.local_rank = l;
+		rr.local_rank = idx++;	/* among the live, as its rank */
 		rr.local_world = nlive;
 		if ((rv = progress_send_round(l, &rr)) != 0)
 			log_warnx("worker %d: round %lld not sent: %s", l,
