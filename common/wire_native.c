@@ -586,7 +586,7 @@ nat_joined_put(struct evbuffer *out, uint32_t id, const struct nat_joined *r)
 	return (nat_frame_close(&w, nat_put_i64s(&w, v, 3)));
 }
 
-/* FAILURE: b job, six integers, b message, optional i repair (0/1). */
+/* FAILURE: b job, six integers, b message, optional i repair (1). */
 int
 nat_failure_decode(struct slice payload, struct nat_failure *f)
 {
@@ -600,8 +600,9 @@ nat_failure_decode(struct slice payload, struct nat_failure *f)
 	    nat_get_i64s(&rd, v, sizeof(v) / sizeof(v[0])) != 0 ||
 	    nat_get_bytes(&rd, &f->message) != 0)
 		return (RDZV_EPROTO);
+	/* Written only as 1 (absent: 0), so that a frame decodes one way. */
 	if (rd.left > 0 && (nat_get_i64(&rd, &f->repair) != 0 ||
-	    (f->repair != 0 && f->repair != 1)))
+	    f->repair != 1))
 		return (RDZV_EPROTO);
 	return (nat_rd_end(&rd));
 }
