@@ -150,4 +150,4 @@ def test_not_repairable_restarts():
 
 
 if __name__ == "__main__":
-    rt.main(globals(), per_test=60.0, total=150.0)
+    rt.main(globals(), per_test=120.0, total=240.0)
