@@ -82,6 +82,8 @@ struct agent_config {
 	int		 join_timeout_ms;
 	int		 reconnect_timeout_ms;
 	int		 close_ms;	/* how long LEAVE waits for its reply */
+	int		 max_repairs;	/* --rdzv_conf max_repairs; -1 rdzvd's */
+	int		 repair_timeout_ms; /* --rdzv_conf repair_timeout */
 
 	/* torchrun 2.x: the console, signals and devices. */
 	char		*ranks_filter;	/* --local_ranks_filter "0,2", or NULL */
@@ -398,6 +400,9 @@ struct rdzv_round {
 	int64_t		 restart_count;
 	int64_t		 max_restarts;
 	int64_t		 store_port;
+	int64_t		 kind;		/* enum nat_round_kind */
+	int64_t		 donor;		/* repair rounds: the donor rank */
+	int64_t		 live_local;	/* repair rounds: bit l live */
 	char		 store_ns[1025];
 	char		 message[AGENT_MSG_MAX];
 };
@@ -424,10 +429,17 @@ const char	*rdzv_instance(void);
 int64_t	rdzv_node_id(void);
 /*
  * Reports a worker failure of round (kept and sent again after a
- * reconnect until rdzvd acknowledges it).
+ * reconnect until rdzvd acknowledges it); repair: the agent is starting
+ * a replacement for local_rank (rdzvd answers with a shrink round, or
+ * STOP when the job cannot repair).
  */
 void	rdzv_report_failure(int64_t round, int local_rank, int64_t rank,
-	    int exit_code, int signo, const char *message);
+	    int exit_code, int signo, int repair, const char *message);
+/* Reports that local_rank's replacement said "ready" (READY). */
+void	rdzv_report_ready(int64_t round, int local_rank);
+/* Whether every local worker can repair, as HEARTBEAT tells rdzvd (a
+ * change to 1 is sent at once). */
+void	rdzv_set_repairable(int on);
 /* Reports that every local worker of round exited 0. */
 void	rdzv_report_succeeded(int64_t round);
 /* Sends LEAVE; cbs->left runs on the reply or after timeout_ms. */

@@ -170,6 +170,10 @@ cli_usage(FILE *f)
 "                              heartbeat_interval; default lease/4, or 1\n"
 "                              when rdzvd picks the lease: give every\n"
 "                              agent of a job the same keys)\n"
+"                            max_repairs=N  repairs the job may make, not\n"
+"                              counted as restarts (default 1000; 0 never)\n"
+"                            repair_timeout=S  a replacement not ready in\n"
+"                              S seconds restarts the job (default 60)\n"
 "                            join_timeout=S  give up when no round starts\n"
 "                              within S seconds (default 600)\n"
 "                            reconnect_timeout=S  give up when rdzvd stays\n"
@@ -444,6 +448,11 @@ cli_conf_key(struct agent_config *cfg, const char *k, const char *v)
 		return (cli_int(name + 2, v, 1, 1000, &cli_keep_alive_n));
 	if (strcmp(k, "close_timeout") == 0)
 		return (cli_seconds(name, v, &cfg->close_ms));
+	/* In-place repair (README "Repair or restart"): the job's own. */
+	if (strcmp(k, "max_repairs") == 0)
+		return (cli_int(name + 2, v, 0, INT_MAX, &cfg->max_repairs));
+	if (strcmp(k, "repair_timeout") == 0)
+		return (cli_seconds(name, v, &cfg->repair_timeout_ms));
 	if (strcmp(k, "is_host") == 0) {
 		if ((b = cli_bool(v)) == -1) {
 			fprintf(stderr, "rdzv-agent: %s: \"%s\" is not a "
@@ -1311,6 +1320,7 @@ cli_parse(struct agent_config *cfg, int argc, char **argv)
 	cfg->grace_ms = 30000;
 	cfg->last_call_ms = -1;
 	cfg->lease_ms = -1;
+	cfg->max_repairs = cfg->repair_timeout_ms = -1;
 	cfg->heartbeat_ms = -1;
 	cfg->join_timeout_ms = 600000;
 	cfg->reconnect_timeout_ms = 300000;

@@ -53,6 +53,7 @@
 #include <event2/event.h>
 
 #include "agent.h"
+#include "chan.h"
 #include "hostport.h"
 #include "log.h"
 #include "mono.h"
@@ -121,11 +122,14 @@ static struct {
 	struct event		*join_ev;
 	struct event		*watch_ev;	/* --progress_timeout */
 	int64_t			*hung_at;	/* per local rank; 0: not */
+	int			 pending;	/* local rank being replaced in
+						 * place, its READY not sent; -1 */
 } ag;
 
 static const int agent_signals[4] = { SIGTERM, SIGINT, SIGHUP, SIGQUIT };
 
 static void	agent_begin_stop(void);
+static int	agent_respawn(int);
 static void	agent_arm_join_timer(void);
 
 /* Moves the agent to state s: the only place ag.state changes. */
@@ -415,6 +419,8 @@ agent_start_round(const struct rdzv_round *r)
 	    (long long)r->rank_base + ag.cfg.nproc - 1,
 	    (long long)r->world_size, (long long)r->restart_count);
 	memset(ag.hung_at, 0, ag.cfg.nproc * sizeof *ag.hung_at);
+	ag.pending = -1;
+	rdzv_set_repairable(0);		/* until every new worker says so */
 	if ((rv = progress_attempt(ag.cfg.nproc)) != 0)
 		log_warnx("workers cannot report progress this round: %s",
 		    rdzv_strerror(rv));
@@ -422,7 +428,7 @@ agent_start_round(const struct rdzv_round *r)
 	    r->rank_base)) != 0) {
 		log_warnx("cannot prepare the log directory: %s",
 		    rdzv_strerror(rv));
-		rdzv_report_failure(r->round, 0, r->rank_base, 127, 0,
+		rdzv_report_failure(r->round, 0, r->rank_base, 127, 0, 0,
 		    "rdzv-agent could not create its log directory");
 		ag.failed_now = 1;
 		agent_begin_stop();
@@ -438,7 +444,7 @@ agent_start_round(const struct rdzv_round *r)
 		agent_free_env(env);
 		if (rv != 0) {
 			rdzv_report_failure(r->round, i, r->rank_base + i,
-			    127, 0, "rdzv-agent could not fork the worker");
+			    127, 0, 0, "rdzv-agent could not fork the worker");
 			ag.failed_now = 1;
 			agent_begin_stop();
 			return;
@@ -583,7 +589,6 @@ agent_exit_cb(const struct sup_exit *x, void *arg)
 		strlcpy(f->stamp, stamp, sizeof f->stamp);
 		f->has_errfile = rv == 0 || rv == RDZV_EPROTO;
 	}
-	ag.failed_now = 1;
 	if (WIFSIGNALED(x->status)) {
 		signo = WTERMSIG(x->status);
 		code = -signo;
@@ -592,9 +597,109 @@ agent_exit_cb(const struct sup_exit *x, void *arg)
 		code = WEXITSTATUS(x->status);
 	}
 	/* rdzvd words the exit code or signal itself. */
+	if (agent_respawn(x->local_rank) == 0) {
+		rdzv_report_failure(ag.cur.round, x->local_rank,
+		    ag.cur.rank_base + x->local_rank, code, signo, 1, report);
+		return;
+	}
+	ag.failed_now = 1;
 	rdzv_report_failure(ag.cur.round, x->local_rank,
-	    ag.cur.rank_base + x->local_rank, code, signo, report);
+	    ag.cur.rank_base + x->local_rank, code, signo, 0, report);
 	agent_begin_stop();
+}
+
+/*
+ * In-place recovery of local rank l, whose worker just died (a failure,
+ * or killed by the watchdog): when every local worker said it can repair
+ * and no replacement is pending here, starts a replacement for l alone
+ * (no other worker is signalled); rdzvd then answers the FAILURE with a
+ * shrink round, or STOP.  Returns 0 when it did, -1 (restart as before).
+ */
+static int
+agent_respawn(int l)
+{
+	char	moved[4096];
+	pid_t	pid;
+	int	out_fd, err_fd, rv;
+
+	if (ag.pending >= 0 || !progress_all_can_repair())
+		return (-1);
+	if ((rv = logs_rearm(l, &out_fd, &err_fd, moved, sizeof moved)) != 0 ||
+	    (rv = progress_rearm(l)) != 0 ||
+	    (rv = sup_respawn(l, out_fd, err_fd, progress_child_fd(l),
+	    &pid)) != 0) {
+		log_warnx("worker %d cannot be replaced in place: %s; the "
+		    "job restarts", l, rdzv_strerror(rv));
+		return (-1);
+	}
+	logs_spawned(l);
+	progress_spawned(l);
+	ag.hung_at[l] = 0;
+	ag.pending = l;
+	log_info("worker %d (rank %lld): replacement pid %ld started; the "
+	    "others go on", l, (long long)(ag.cur.rank_base + l), (long)pid);
+	return (0);
+}
+
+/*
+ * A repair round for this node (kind shrink or grow): each live local
+ * worker, the replacement too once it is in, hears its new rank over
+ * its channel; no process is started or signalled.
+ */
+static void
+agent_repair_round(const struct rdzv_round *r)
+{
+	struct chan_msg		rr;
+	int			l, idx = 0, nlive = 0, rv;
+
+	for (l = 0; l < ag.cfg.nproc && l < 64; l++)
+		if (r->live_local & (1LL << l))
+			nlive++;
+	log_info("round %lld: repair (%s): ranks from %lld of %lld, donor "
+	    "%lld", (long long)r->round, r->kind == NAT_KIND_GROW ? "grow" :
+	    "shrink", (long long)r->rank_base, (long long)r->world_size,
+	    (long long)r->donor);
+	ag.cur = *r;
+	for (l = 0; l < ag.cfg.nproc && l < 64; l++) {
+		if (!(r->live_local & (1LL << l)))
+			continue;
+		memset(&rr, 0, sizeof rr);
+		rr.verb = CHAN_ROUND;
+		rr.round = (int)r->round;
+		rr.kind = r->kind == NAT_KIND_GROW ? CHAN_GROW : CHAN_SHRINK;
+		if (strlcpy(rr.ns, r->store_ns, sizeof rr.ns) >= sizeof rr.ns ||
+		    strlcpy(rr.master_addr, ag.cfg.ep_host,
+		    sizeof rr.master_addr) >= sizeof rr.master_addr) {
+			log_warnx("worker %d: round %lld not sent: namespace or "
+			    "address too long", l, (long long)r->round);
+			continue;
+		}
+		rr.rank = (int)(r->rank_base + idx);
+		rr.world = (int)r->world_size;
+		rr.donor = (int)r->donor;
+		rr.master_port = (int)r->store_port;
+		rr.local_rank = idx++;	/* among the live, as its rank */
+		rr.local_world = nlive;
+		if ((rv = progress_send(l, &rr)) != 0)
+			log_warnx("worker %d: round %lld not sent: %s", l,
+			    (long long)r->round, rdzv_strerror(rv));
+	}
+}
+
+/* A worker said hello or ready on its channel. */
+static void
+agent_note_cb(int l, enum progress_note note, void *arg)
+{
+	if (note == PROGRESS_HELLO) {
+		rdzv_set_repairable(progress_all_can_repair());
+		return;
+	}
+	if (note == PROGRESS_READY && l == ag.pending &&
+	    ag.state == AS_RUNNING) {
+		log_info("worker %d: its replacement is ready", l);
+		ag.pending = -1;
+		rdzv_report_ready(ag.cur.round, l);
+	}
 }
 
 /* Workers gone for good: LEAVE (at once a no-op once rdzv is shut). */
@@ -674,6 +779,14 @@ agent_round_cb(const struct rdzv_round *r, void *arg)
 			    (long long)r->round);
 			return;
 		}
+		if (r->kind != NAT_KIND_NORMAL) {
+			if (ag.state == AS_RUNNING && r->round > ag.cur.round)
+				agent_repair_round(r);
+			else
+				log_warnx("repair round %lld ignored: no "
+				    "workers running here", (long long)r->round);
+			return;
+		}
 		if (sup_live() > 0) {
 			ag.next = *r;
 			ag.have_next = 1;
@@ -703,6 +816,10 @@ agent_round_cb(const struct rdzv_round *r, void *arg)
 			agent_arm_join_timer();
 		}
 		ag.have_next = 0;
+		/* A repair that escalated: repairing workers exit now. */
+		if (r->state == RDZV_ROUND_STOP)
+			(void)progress_send_all(&(struct chan_msg){
+			    .verb = CHAN_STOP });
 		if (sup_live() > 0 || ag.state == AS_STOPPING) {
 			if (ag.state != AS_STOPPING)
 				agent_begin_stop();
@@ -1031,6 +1148,7 @@ main(int argc, char **argv)
 	if (ag.join_ev == NULL)
 		fatalx("evtimer_new");
 	progress_init(ag.base);
+	progress_set_cb(agent_note_cb, NULL);
 	if ((ag.hung_at = calloc(ag.cfg.nproc, sizeof *ag.hung_at)) == NULL ||
 	    (ag.others = calloc(ag.cfg.nproc, sizeof *ag.others)) == NULL)
 		fatalx("out of memory");

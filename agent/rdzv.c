@@ -104,13 +104,14 @@ static const unsigned rc_next[RC_NSTATES] = {
 
 /* A report that must reach rdzvd even across a reconnect. */
 struct rdzv_report {
-	uint16_t		 op;		/* FAILURE or SUCCEEDED */
+	uint16_t		 op;		/* FAILURE, SUCCEEDED or READY */
 	uint32_t		 id;		/* request id when sent, else 0 */
 	int64_t			 round;
 	int64_t			 local_rank;
 	int64_t			 rank;
 	int64_t			 exit_code;
 	int64_t			 signo;
+	int			 repair;	/* FAILURE: respawning it */
 	char			*message;
 	TAILQ_ENTRY(rdzv_report) entry;
 };
@@ -133,6 +134,7 @@ static uint32_t				 rc_join_id, rc_hb_id, rc_leave_id;
 static int				 rc_ever_joined;
 static int				 rc_leaving;	/* LEAVE asked for */
 static int				 rc_backoff_ms;
+static int				 rc_repairable;	/* HEARTBEAT says */
 static int64_t				 rc_down_since;	/* first failure */
 static int64_t				 rc_last_rx;	/* mono_ms() */
 static struct event			*rc_retry_ev, *rc_hb_ev, *rc_leave_ev,
@@ -249,9 +251,16 @@ rdzv_send_join(void)
 	rdzv_put_i64(&wr, rc_cfg->max_restarts);
 	rdzv_put_i64(&wr, rc_cfg->last_call_ms);
 	rdzv_put_i64(&wr, rc_cfg->lease_ms);
-	/* Static: group rank = node rank (an optional last field). */
+	/* Static: group rank = node rank (an optional last field), then
+	 * the repair limits (optional, after a rank of -1 if none). */
 	if (rc_cfg->rdzv_mode == AGENT_RDZV_STATIC)
 		rdzv_put_i64(&wr, rc_cfg->node_rank);
+	if (rc_cfg->max_repairs >= 0 || rc_cfg->repair_timeout_ms >= 0) {
+		if (rc_cfg->rdzv_mode != AGENT_RDZV_STATIC)
+			rdzv_put_i64(&wr, -1);
+		rdzv_put_i64(&wr, rc_cfg->max_repairs);
+		rdzv_put_i64(&wr, rc_cfg->repair_timeout_ms);
+	}
 	rdzv_end(&wr);
 	rdzv_set_state(RC_JOINING);
 	log_debug("JOIN %s as instance %s", rc_cfg->rdzv_id, rc_instance);
@@ -272,7 +281,10 @@ rdzv_send_report(struct rdzv_report *r)
 		rdzv_put_i64(&wr, r->exit_code);
 		rdzv_put_i64(&wr, r->signo);
 		rdzv_put_str(&wr, r->message);
-	}
+		if (r->repair)
+			rdzv_put_i64(&wr, 1);
+	} else if (r->op == NAT_OP_READY)
+		rdzv_put_i64(&wr, r->local_rank);
 	rdzv_end(&wr);
 }
 
@@ -331,6 +343,9 @@ rdzv_round_push(const struct nat_msg *m)
 	r.restart_count = p.restart_count;
 	r.max_restarts = p.max_restarts;
 	r.store_port = p.store_port;
+	r.kind = p.kind;
+	r.donor = p.donor;
+	r.live_local = p.live_local;
 	ns = p.store_ns;
 	msg = p.message;
 	if (!slice_eq(p.job, slice_str(rc_cfg->rdzv_id))) {
@@ -471,7 +486,8 @@ rdzv_reply(const struct nat_msg *m)
 			continue;
 		if (code != 0)
 			log_warnx("%s for round %lld: %s: %s",
-			    r->op == NAT_OP_FAILURE ? "FAILURE" : "SUCCEEDED",
+			    r->op == NAT_OP_FAILURE ? "FAILURE" :
+			    r->op == NAT_OP_READY ? "READY" : "SUCCEEDED",
 			    (long long)r->round, rdzv_strerror((int)code), msg);
 		TAILQ_REMOVE(&rc_reports, r, entry);
 		free(r->message);
@@ -883,6 +899,7 @@ rdzv_hb_cb(evutil_socket_t fd, short ev, void *arg)
 		rc_hb_id = rdzv_begin(&wr, NAT_OP_HEARTBEAT);
 		rdzv_put_str(&wr, rc_cfg->rdzv_id);
 		rdzv_put_i64(&wr, rc_node_id);
+		rdzv_put_i64(&wr, rc_repairable);
 		rdzv_end(&wr);
 	}
 	rdzv_timer(rc_hb_ev, rc_hb_ms);
@@ -1028,8 +1045,36 @@ rdzv_queue(struct rdzv_report *r)
 }
 
 void
+rdzv_set_repairable(int on)
+{
+	on = on != 0;
+	if (on == rc_repairable)
+		return;
+	rc_repairable = on;
+	/* rdzvd must know before a failure comes: tell it now. */
+	if (rc_state == RC_JOINED && rc_hb_id == 0)
+		rdzv_hb_cb(-1, 0, NULL);
+}
+
+void
+rdzv_report_ready(int64_t round, int local_rank)
+{
+	struct rdzv_report	*r;
+
+	if (rc_state == RC_CLOSED)
+		return;
+	if ((r = calloc(1, sizeof *r)) == NULL ||
+	    (r->message = strdup("")) == NULL)
+		fatalx("out of memory");
+	r->op = NAT_OP_READY;
+	r->round = round;
+	r->local_rank = local_rank;
+	rdzv_queue(r);
+}
+
+void
 rdzv_report_failure(int64_t round, int local_rank, int64_t rank,
-    int exit_code, int signo, const char *message)
+    int exit_code, int signo, int repair, const char *message)
 {
 	struct rdzv_report	*r;
 
@@ -1044,6 +1089,7 @@ rdzv_report_failure(int64_t round, int local_rank, int64_t rank,
 	r->rank = rank;
 	r->exit_code = exit_code;
 	r->signo = signo;
+	r->repair = repair;
 	rdzv_queue(r);
 }
 

@@ -176,19 +176,23 @@ enum nat_op {
 	NAT_OP_JOIN = 21,	/* b job, b instance, b host, b addr, i pid,
 				 * i local_world_size, i min_nodes, i max_nodes,
 				 * i max_restarts, i last_call_ms, i lease_ms
-				 * [, i node_rank: the group rank wanted]
+				 * [, i node_rank: the group rank wanted, -1
+				 * none [, i max_repairs, i repair_timeout_ms]]
 				 * -> i node_id, i restart_count, i lease_ms
 				 *    (the job's) | ECLOSED */
-	NAT_OP_HEARTBEAT = 22,	/* b job, i node_id -> i round | ENOTFOUND */
+	NAT_OP_HEARTBEAT = 22,	/* b job, i node_id [, i repairable]
+				 * -> i round | ENOTFOUND */
 	NAT_OP_LEAVE = 23,	/* b job, i node_id -> - */
 	NAT_OP_FAILURE = 24,	/* b job, i node_id, i round, i local_rank,
-				 * i rank, i exit_code, i signal, b message -> - */
+				 * i rank, i exit_code, i signal, b message
+				 * [, i repair: the agent respawns it] -> - */
 	NAT_OP_SUCCEEDED = 25,	/* b job, i node_id, i round -> - */
 	NAT_OP_ROUND = 26,	/* push: b job, i round, i state (enum
 				 * rdzv_round_state), i node_id, i group_rank,
 				 * i group_world_size, i world_size, i rank_base,
 				 * i restart_count, i max_restarts, b store_ns,
-				 * i store_port, b message */
+				 * i store_port, b message [, i kind (enum
+				 * nat_round_kind), i donor, i live_local] */
 	NAT_OP_JOB_STATUS = 27,	/* b job -> b text (one line per member) */
 
 	/* Operators (rdzvctl); replies are JSON documents, see PROTOCOL.md. */
@@ -205,7 +209,10 @@ enum nat_op {
 	NAT_OP_AUTH_CHALLENGE = 34, /* push: b server_nonce (32 bytes) */
 	NAT_OP_AUTH = 35,	/* b client_nonce (32), b mac (32)
 				 * -> b server_mac (32) | EAUTH + close */
-	NAT_OP_MAX = 35,
+	/* Repair (PROTOCOL.md "Repair rounds"). */
+	NAT_OP_READY = 36,	/* b job, i node_id, i round, i local_rank
+				 * -> - (that local rank's replacement is up) */
+	NAT_OP_MAX = 36,
 };
 
 /* Preamble flags (byte 5 of the server's preamble). */
@@ -224,6 +231,14 @@ enum rdzv_round_state {
 	RDZV_ROUND_DONE = 4,	/* every member succeeded: job closed, exit 0 */
 	RDZV_ROUND_FAILED = 5,	/* restarts exhausted or job closed: exit 1;
 				 * message names the first failure */
+};
+
+/* What kind of RUNNING round a ROUND push gives (a repair round's
+ * workers are not restarted: the agent passes the round to them). */
+enum nat_round_kind {
+	NAT_KIND_NORMAL = 0,	/* a round formed anew: (re)start workers */
+	NAT_KIND_SHRINK = 1,	/* a worker died: survivors go on without it */
+	NAT_KIND_GROW = 2,	/* its replacement joins; the donor sends */
 };
 
 /* A decoded frame; payload points into the caller's buffer. */
@@ -327,7 +342,10 @@ struct nat_join {
 	int64_t		min_nodes, max_nodes, max_restarts;
 	int64_t		last_call_ms, lease_ms;	/* < 0: defaults */
 	int64_t		rank;	/* the group rank wanted (static), or -1:
-				 * encoded only when >= 0 */
+				 * encoded only when >= 0 or a field
+				 * below is */
+	int64_t		max_repairs;	/* < 0: rdzvd's default */
+	int64_t		repair_timeout_ms;	/* < 0: rdzvd's default */
 };
 int	nat_join_decode(struct slice payload, struct nat_join *);
 int	nat_join_put(struct evbuffer *out, uint32_t id,
@@ -345,6 +363,8 @@ struct nat_failure {
 	struct slice	job;
 	int64_t		node_id, round, local_rank, rank, exit_code, signo;
 	struct slice	message;
+	int64_t		repair;		/* 1: the agent respawns local_rank
+					 * (encoded only when 1) */
 };
 int	nat_failure_decode(struct slice payload, struct nat_failure *);
 int	nat_failure_put(struct evbuffer *out, uint32_t id,
@@ -365,8 +385,22 @@ struct nat_round {
 	struct slice	store_ns;
 	int64_t		store_port;
 	struct slice	message;
+	/* Trailing, encoded only for a repair round (kind != NORMAL), so an
+	 * older agent decodes every other push: */
+	int64_t		kind;		/* enum nat_round_kind */
+	int64_t		donor;		/* global rank holding the state */
+	int64_t		live_local;	/* bit l: local rank l is live */
 };
 int	nat_round_decode(struct slice payload, struct nat_round *);
 int	nat_round_put(struct evbuffer *out, const struct nat_round *);
+
+/* READY: a replacement for local_rank on node_id is up (a repair). */
+struct nat_ready {
+	struct slice	job;
+	int64_t		node_id, round, local_rank;
+};
+int	nat_ready_decode(struct slice payload, struct nat_ready *);
+int	nat_ready_put(struct evbuffer *out, uint32_t id,
+	    const struct nat_ready *);
 
 #endif /* RDZV_WIRE_H */

@@ -509,8 +509,9 @@ nat_frame_close(struct nat_wr *w, int rc)
 }
 
 /*
- * JOIN: b job, b instance, b host, b addr, then the integers; an optional
- * last i node_rank (a static rendezvous), absent meaning -1.
+ * JOIN: b job, b instance, b host, b addr, then the integers; optional
+ * trailing i node_rank (a static rendezvous; absent or -1: none), then
+ * i max_repairs and i repair_timeout_ms (absent: -1, the defaults).
  */
 int
 nat_join_decode(struct slice payload, struct nat_join *j)
@@ -528,8 +529,11 @@ nat_join_decode(struct slice payload, struct nat_join *j)
 	    nat_get_bytes(&rd, &j->addr) != 0 ||
 	    nat_get_i64s(&rd, v, sizeof(v) / sizeof(v[0])) != 0)
 		return (RDZV_EPROTO);
-	j->rank = -1;
+	j->rank = j->max_repairs = j->repair_timeout_ms = -1;
 	if (rd.left > 0 && nat_get_i64(&rd, &j->rank) != 0)
+		return (RDZV_EPROTO);
+	if (rd.left > 0 && (nat_get_i64(&rd, &j->max_repairs) != 0 ||
+	    nat_get_i64(&rd, &j->repair_timeout_ms) != 0))
 		return (RDZV_EPROTO);
 	return (nat_rd_end(&rd));
 }
@@ -549,8 +553,12 @@ nat_join_put(struct evbuffer *out, uint32_t id, const struct nat_join *j)
 	    nat_put_slice(&w, j->host) != 0 ||
 	    nat_put_slice(&w, j->addr) != 0 ||
 	    nat_put_i64s(&w, v, sizeof(v) / sizeof(v[0])) != 0;
-	if (rc == 0 && j->rank >= 0)
-		rc = nat_put_i64(&w, j->rank);
+	if (rc == 0 && (j->rank >= 0 || j->max_repairs >= 0 ||
+	    j->repair_timeout_ms >= 0))
+		rc = nat_put_i64(&w, j->rank >= 0 ? j->rank : -1);
+	if (rc == 0 && (j->max_repairs >= 0 || j->repair_timeout_ms >= 0))
+		rc = nat_put_i64(&w, j->max_repairs) != 0 ||
+		    nat_put_i64(&w, j->repair_timeout_ms) != 0;
 	return (nat_frame_close(&w, rc));
 }
 
@@ -578,7 +586,7 @@ nat_joined_put(struct evbuffer *out, uint32_t id, const struct nat_joined *r)
 	return (nat_frame_close(&w, nat_put_i64s(&w, v, 3)));
 }
 
-/* FAILURE: b job, six integers, b message. */
+/* FAILURE: b job, six integers, b message, optional i repair (1). */
 int
 nat_failure_decode(struct slice payload, struct nat_failure *f)
 {
@@ -591,6 +599,10 @@ nat_failure_decode(struct slice payload, struct nat_failure *f)
 	if (nat_get_bytes(&rd, &f->job) != 0 ||
 	    nat_get_i64s(&rd, v, sizeof(v) / sizeof(v[0])) != 0 ||
 	    nat_get_bytes(&rd, &f->message) != 0)
+		return (RDZV_EPROTO);
+	/* Written only as 1 (absent: 0), so that a frame decodes one way. */
+	if (rd.left > 0 && (nat_get_i64(&rd, &f->repair) != 0 ||
+	    f->repair != 1))
 		return (RDZV_EPROTO);
 	return (nat_rd_end(&rd));
 }
@@ -605,10 +617,16 @@ nat_failure_put(struct evbuffer *out, uint32_t id, const struct nat_failure *f)
 	nat_frame_begin(&w, out, NAT_OP_FAILURE, 0, id);
 	return (nat_frame_close(&w, nat_put_slice(&w, f->job) != 0 ||
 	    nat_put_i64s(&w, v, sizeof(v) / sizeof(v[0])) != 0 ||
-	    nat_put_slice(&w, f->message) != 0));
+	    nat_put_slice(&w, f->message) != 0 ||
+	    (f->repair && nat_put_i64(&w, 1) != 0)));
 }
 
-/* ROUND push: b job, nine integers, b store_ns, i store_port, b message. */
+/*
+ * ROUND push: b job, nine integers, b store_ns, i store_port, b message,
+ * then for a repair round only i kind, i donor, i live_local (absent: a
+ * NORMAL round, donor -1, live_local 0), so a push of any other round is
+ * what an agent older than repair rounds decodes.
+ */
 int
 nat_round_decode(struct slice payload, struct nat_round *r)
 {
@@ -624,6 +642,12 @@ nat_round_decode(struct slice payload, struct nat_round *r)
 	    nat_get_bytes(&rd, &r->store_ns) != 0 ||
 	    nat_get_i64(&rd, &r->store_port) != 0 ||
 	    nat_get_bytes(&rd, &r->message) != 0)
+		return (RDZV_EPROTO);
+	r->donor = -1;
+	if (rd.left > 0 && (nat_get_i64(&rd, &r->kind) != 0 ||
+	    nat_get_i64(&rd, &r->donor) != 0 ||
+	    nat_get_i64(&rd, &r->live_local) != 0 ||
+	    (r->kind != NAT_KIND_SHRINK && r->kind != NAT_KIND_GROW)))
 		return (RDZV_EPROTO);
 	return (nat_rd_end(&rd));
 }
@@ -641,5 +665,34 @@ nat_round_put(struct evbuffer *out, const struct nat_round *r)
 	    nat_put_i64s(&w, v, sizeof(v) / sizeof(v[0])) != 0 ||
 	    nat_put_slice(&w, r->store_ns) != 0 ||
 	    nat_put_i64(&w, r->store_port) != 0 ||
-	    nat_put_slice(&w, r->message) != 0));
+	    nat_put_slice(&w, r->message) != 0 ||
+	    (r->kind != NAT_KIND_NORMAL && (nat_put_i64(&w, r->kind) != 0 ||
+	    nat_put_i64(&w, r->donor) != 0 ||
+	    nat_put_i64(&w, r->live_local) != 0))));
+}
+
+/* READY: b job, i node_id, i round, i local_rank. */
+int
+nat_ready_decode(struct slice payload, struct nat_ready *r)
+{
+	struct nat_rd	 rd;
+	int64_t *const	 v[] = { &r->node_id, &r->round, &r->local_rank };
+
+	memset(r, 0, sizeof(*r));
+	nat_rd_init(&rd, payload);
+	if (nat_get_bytes(&rd, &r->job) != 0 || nat_get_i64s(&rd, v, 3) != 0)
+		return (RDZV_EPROTO);
+	return (nat_rd_end(&rd));
+}
+
+int
+nat_ready_put(struct evbuffer *out, uint32_t id, const struct nat_ready *r)
+{
+	struct nat_wr		 w;
+	const int64_t *const	 v[] = { &r->node_id, &r->round,
+	    &r->local_rank };
+
+	nat_frame_begin(&w, out, NAT_OP_READY, 0, id);
+	return (nat_frame_close(&w, nat_put_slice(&w, r->job) != 0 ||
+	    nat_put_i64s(&w, v, 3) != 0));
 }

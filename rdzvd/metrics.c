@@ -28,6 +28,7 @@ static const char *op_names[OPK_COUNT] = {
 	[OPK_HEARTBEAT] = "heartbeat", [OPK_LEAVE] = "leave",
 	[OPK_FAILURE] = "failure", [OPK_SUCCEEDED] = "succeeded",
 	[OPK_JOB_STATUS] = "job_status", [OPK_ADMIN] = "admin",
+	[OPK_READY] = "ready",
 };
 
 static const char *err_names[ERRK_COUNT] = {
@@ -86,6 +87,10 @@ metrics_write(struct evbuffer *out)
 	    "# HELP rdzvd_restarts_total Failure restarts since start.\n"
 	    "# TYPE rdzvd_restarts_total counter\nrdzvd_restarts_total %" PRId64
 	    "\n"
+	    "# HELP rdzvd_repairs_total Repair rounds (shrink and grow) "
+	    "since start.\n"
+	    "# TYPE rdzvd_repairs_total counter\nrdzvd_repairs_total %" PRId64
+	    "\n"
 	    "# HELP rdzvd_lease_expiries_total Nodes dropped for a lapsed "
 	    "lease since start.\n"
 	    "# TYPE rdzvd_lease_expiries_total counter\n"
@@ -95,7 +100,8 @@ metrics_write(struct evbuffer *out)
 	    "# TYPE rdzvd_jobs_purged_total counter\n"
 	    "rdzvd_jobs_purged_total %" PRId64 "\n",
 	    rz.jobs_forming, rz.jobs_running, rz.jobs_closed, rz.nodes,
-	    rz.rounds_total, rz.restarts_total, rz.lease_expiries_total,
+	    rz.rounds_total, rz.restarts_total, rz.repairs_total,
+	    rz.lease_expiries_total,
 	    rz.jobs_purged_total);
 	evbuffer_add_printf(out,
 	    "# HELP rdzvd_up Whether rdzvd is serving.\n"

@@ -808,7 +808,8 @@ native_admin_close(struct nat_req *r)
 	return 0;
 }
 
-/* ADMIN_EVICT, LEAVE and HEARTBEAT: a node id; SUCCEEDED: and a round. */
+/* ADMIN_EVICT, LEAVE and HEARTBEAT: a node id (HEARTBEAT: and maybe
+ * repairable); SUCCEEDED: and a round. */
 static int
 native_node_op(struct nat_req *r)
 {
@@ -817,21 +818,33 @@ native_node_op(struct nat_req *r)
 	native_round_req(r, &rq);
 	if (nat_get_i64(&r->rd, &rq.node_id) != 0 ||
 	    (rq.op == NAT_OP_SUCCEEDED &&
-	    nat_get_i64(&r->rd, &rq.round) != 0) || native_end(r) != 0)
+	    nat_get_i64(&r->rd, &rq.round) != 0))
+		return RDZV_EPROTO;
+	rq.repairable = -1;
+	if (rq.op == NAT_OP_HEARTBEAT && r->rd.left > 0 &&
+	    nat_get_i64(&r->rd, &rq.repairable) != 0)
+		return RDZV_EPROTO;
+	if (native_end(r) != 0)
 		return RDZV_EPROTO;
 	round_request(r->c, &rq);
 	return 0;
 }
 
-/* JOIN and FAILURE: the whole payload is the op's message. */
+/* JOIN, FAILURE and READY: the whole payload is the op's message. */
 static int
 native_join_failure(struct nat_req *r)
 {
 	struct round_req	rq;
+	int			rc;
 
 	native_round_req(r, &rq);
-	if (rq.op == NAT_OP_JOIN ? nat_join_decode(r->m->payload, &rq.join) :
-	    nat_failure_decode(r->m->payload, &rq.failure))
+	if (rq.op == NAT_OP_JOIN)
+		rc = nat_join_decode(r->m->payload, &rq.join);
+	else if (rq.op == NAT_OP_READY)
+		rc = nat_ready_decode(r->m->payload, &rq.ready);
+	else
+		rc = nat_failure_decode(r->m->payload, &rq.failure);
+	if (rc != 0)
 		return RDZV_EPROTO;
 	round_request(r->c, &rq);
 	return 0;
@@ -889,6 +902,7 @@ static const struct nat_handler native_handlers[NAT_OP_MAX + 1] = {
 	[NAT_OP_ADMIN_EVICT] = { OPK_ADMIN, NF_JOB, native_node_op },
 	[NAT_OP_AUTH_CHALLENGE] = { OPK_ADMIN, NF_PUSH, NULL },
 	[NAT_OP_AUTH] = { OPK_ADMIN, 0, NULL },
+	[NAT_OP_READY] = { OPK_READY, 0, native_join_failure },
 };
 
 /*

@@ -43,6 +43,9 @@ struct rz_node {
 						 * set as the round forms */
 	int64_t			 lease_end;
 	int			 succeeded;
+	int			 repairable;	/* HEARTBEAT said so (this round) */
+	int64_t			 dead_local;	/* bit l: local rank l died,
+						 * its replacement not in */
 	void			*conn;
 };
 TAILQ_HEAD(rz_nodes, rz_node);
@@ -75,6 +78,11 @@ struct rz_job {
 	TAILQ_ENTRY(rz_job)	 closed_entry;	/* on rz->closed, once closed */
 	int			 purging;	/* in this rz_purge's batch */
 	int64_t			 purged_keys;
+	/* Repair (rdzv.h): this round's kind and donor, repairs made, and
+	 * the replacement awaited (pend_node 0: none) with its deadline. */
+	int64_t			 max_repairs, repair_timeout_ms, repairs;
+	int64_t			 kind, donor;
+	int64_t			 pend_node, pend_local, pend_deadline;
 };
 TAILQ_HEAD(rz_jobs, rz_job);
 
@@ -96,6 +104,13 @@ static void	rz_round_end(struct rz *, struct rz_outbox *, struct rz_job *,
 static int	rz_round_form(struct rz *, struct rz_outbox *, struct rz_job *,
 		    int64_t now);
 static int64_t	rz_sweep_job(struct rz *, struct rz_job *);
+static const char *rz_repair_refused(struct rz_job *, struct rz_node *,
+		    int64_t, char *, size_t);
+static void	rz_repair_shrink(struct rz *, struct rz_outbox *,
+		    struct rz_job *, struct rz_node *, int64_t, const char *,
+		    int64_t);
+static void	rz_restart(struct rz *, struct rz_outbox *, struct rz_job *,
+		    int64_t, const char *, const char *);
 
 /* ---- the outbox ---- */
 
@@ -309,7 +324,7 @@ rz_save_job(struct rz *rz, struct rz_job *j)
 {
 	rz_put_row(rz, ns_jobs, slice_str(j->id), json_pack(
 	    "{s:I, s:I, s:I, s:I, s:I, s:i, s:I, s:I, s:I, s:I, s:I, s:i, "
-	    "s:I, s:I, s:o}",
+	    "s:I, s:I, s:o, s:o}",
 	    "min", (json_int_t)j->min, "max", (json_int_t)j->max,
 	    "max_restarts", (json_int_t)j->max_restarts,
 	    "last_call_ms", (json_int_t)j->last_call_ms,
@@ -321,7 +336,13 @@ rz_save_job(struct rz *rz, struct rz_job *j)
 	    "next_event", (json_int_t)j->next_event, "port", j->port,
 	    "world", (json_int_t)j->world_size,
 	    "closed_ms", (json_int_t)j->closed_ms,
-	    "failure", rz_json_text(j->failure)));
+	    "failure", rz_json_text(j->failure), "repair", json_pack(
+	    "{s:I, s:I, s:I, s:I, s:I, s:I, s:I}",
+	    "max", (json_int_t)j->max_repairs,
+	    "timeout_ms", (json_int_t)j->repair_timeout_ms,
+	    "count", (json_int_t)j->repairs, "kind", (json_int_t)j->kind,
+	    "donor", (json_int_t)j->donor, "pend_node", (json_int_t)j->pend_node,
+	    "pend_local", (json_int_t)j->pend_local)));
 }
 
 static void
@@ -335,13 +356,15 @@ rz_save_node(struct rz *rz, struct rz_job *j, struct rz_node *nd)
 	k = snprintf(key, sizeof key, "%" PRId64, nd->id);
 	rz_put_row(rz, ns, (struct slice){ (const uint8_t *)key, (size_t)k },
 	    json_pack("{s:s, s:s, s:s, s:I, s:I, s:i, s:I, s:I, s:I, s:i, "
-	    "s:I}",
+	    "s:I, s:I, s:i}",
 	    "instance", nd->instance, "host", nd->host, "addr", nd->addr,
 	    "pid", (json_int_t)nd->pid, "lws", (json_int_t)nd->lws,
 	    "state", (int)nd->state, "group_rank", (json_int_t)nd->group_rank,
 	    "prev_rank", (json_int_t)nd->prev_rank,
 	    "join_seq", (json_int_t)nd->join_seq, "succeeded", nd->succeeded,
-	    "want_rank", (json_int_t)nd->want_rank));
+	    "want_rank", (json_int_t)nd->want_rank,
+	    "dead_local", (json_int_t)nd->dead_local,
+	    "repairable", nd->repairable));
 }
 
 static void
@@ -429,17 +452,28 @@ rz_group_rank_cmp(const void *a, const void *b)
 	    x->group_rank > y->group_rank;
 }
 
+/* The workers of nd that are live (not dead awaiting a replacement). */
+static int64_t
+rz_live(const struct rz_node *nd)
+{
+	return nd->lws - __builtin_popcountll((unsigned long long)
+	    nd->dead_local);
+}
+
 /*
- * Sets each member's rank base (the global rank of its first worker: the
- * workers of the members ranked before it) and j->members, in one pass
- * over the members in group rank order (a job loaded from its rows).
- * Returns 0 or RDZV_ENOMEM.
+ * Sets each member's rank base (the global rank of its first live
+ * worker: the live workers of the members ranked before it),
+ * j->members, j->world_size and j->donor (the new rank of the first
+ * live worker in rank order that is not the pending replacement: the
+ * lowest surviving old rank), in one pass over the members in group
+ * rank order (a job loaded from its rows, a repair round).  Returns 0 or
+ * RDZV_ENOMEM.
  */
 static int
 rz_rank_bases(struct rz_job *j)
 {
 	struct rz_node	**v, *nd;
-	int64_t		  n = 0, i, base = 0;
+	int64_t		  n = 0, i, l, k, base = 0;
 
 	if ((v = reallocarray(NULL, (size_t)j->nnodes + 1, sizeof *v)) == NULL)
 		return RDZV_ENOMEM;
@@ -447,11 +481,21 @@ rz_rank_bases(struct rz_job *j)
 		if (nd->state == RZN_MEMBER)
 			v[n++] = nd;
 	qsort(v, (size_t)n, sizeof *v, rz_group_rank_cmp);
+	j->donor = -1;
 	for (i = 0; i < n; i++) {
-		v[i]->rank_base = base;
-		base += v[i]->lws;
+		nd = v[i];
+		nd->rank_base = base;
+		for (l = k = 0; j->donor < 0 && l < nd->lws; l++) {
+			if (nd->dead_local & (1LL << l))
+				continue;
+			if (nd->id != j->pend_node || l != j->pend_local)
+				j->donor = base + k;
+			k++;
+		}
+		base += rz_live(nd);
 	}
 	j->members = n;
+	j->world_size = base;
 	free(v);
 	return 0;
 }
@@ -490,6 +534,12 @@ rz_push_node(struct rz_outbox *ob, struct rz_job *j, struct rz_node *nd,
 		p->store_ns = slice_str(j->ns);
 		p->store_port = j->port;
 		op->port_pending = j->port_pending;
+		if (j->kind != NAT_KIND_NORMAL) {
+			p->kind = j->kind;
+			p->donor = j->donor;
+			p->live_local = ~nd->dead_local &
+			    (nd->lws >= 64 ? -1 : (int64_t)((1ULL << nd->lws) - 1));
+		}
 	}
 }
 
@@ -556,9 +606,16 @@ rz_round_end(struct rz *rz, struct rz_outbox *ob, struct rz_job *j,
 		rz_event(rz, j, now, "round %" PRId64 " ended: %s", j->round,
 		    why);
 	}
+	j->kind = NAT_KIND_NORMAL;
+	j->donor = -1;
+	j->pend_node = 0;
+	j->pend_local = j->pend_deadline = -1;
 	TAILQ_FOREACH(nd, &j->nodes, entry) {
 		if (nd->state == RZN_MEMBER)
 			nd->prev_rank = nd->group_rank;
+		/* Every worker starts again: none dead, none said hello. */
+		nd->dead_local = 0;
+		nd->repairable = 0;
 		nd->state = RZN_WAITING;
 		nd->group_rank = -1;
 		nd->succeeded = 0;
@@ -751,6 +808,11 @@ rz_join(struct rz *rz, const struct nat_join *r, void *conn, int64_t now,
 		j->max_restarts = r->max_restarts;
 		j->last_call_ms = last_call;
 		j->lease_ms = lease;
+		j->max_repairs = r->max_repairs >= 0 ? r->max_repairs :
+		    RZ_MAX_REPAIRS;
+		j->repair_timeout_ms = r->repair_timeout_ms > 0 ?
+		    r->repair_timeout_ms : RZ_REPAIR_TIMEOUT_MS;
+		j->donor = j->pend_local = j->pend_deadline = -1;
 		j->state = RZJ_FORMING;
 		j->next_node_id = 1;
 		TAILQ_INIT(&j->nodes);
@@ -829,8 +891,8 @@ rz_join(struct rz *rz, const struct nat_join *r, void *conn, int64_t now,
 }
 
 int
-rz_heartbeat(struct rz *rz, struct slice job, int64_t node_id, void *conn,
-    int64_t now, struct rz_outbox *ob)
+rz_heartbeat(struct rz *rz, struct slice job, int64_t node_id,
+    int64_t repairable, void *conn, int64_t now, struct rz_outbox *ob)
 {
 	struct rz_job	*j;
 	struct rz_node	*nd;
@@ -839,6 +901,10 @@ rz_heartbeat(struct rz *rz, struct slice job, int64_t node_id, void *conn,
 	    (nd = rz_find_node(j, node_id)) == NULL)
 		return RDZV_ENOTFOUND;
 	nd->lease_end = now + j->lease_ms;
+	if (repairable >= 0 && nd->repairable != (repairable == 1)) {
+		nd->repairable = repairable == 1;
+		rz_save_node(rz, j, nd);
+	}
 	/* A closed job holds no connections (see rz_close_job). */
 	if (conn != NULL && !rz_closed(j))
 		nd->conn = conn;
@@ -877,6 +943,8 @@ rz_failure(struct rz *rz, const struct nat_failure *r, int64_t now,
 	struct rz_job	*j;
 	struct rz_node	*nd;
 	char		 msg[RZ_MSG_MAX / 2], what[64];
+	char		 cause[RZ_MSG_MAX - 64], cutbuf[RZ_ID_MAX + 64];
+	const char	*why;
 	size_t		 mlen;
 
 	if ((j = rz_find_job(rz, r->job)) == NULL ||
@@ -898,21 +966,157 @@ rz_failure(struct rz *rz, const struct nat_failure *r, int64_t now,
 	if (j->state != RZJ_RUNNING || r->round != j->round ||
 	    nd->state != RZN_MEMBER)
 		return 0;
+	snprintf(cause, sizeof cause, "rank %" PRId64 " (local rank %" PRId64
+	    ") on %s: %s%s%s", r->rank, r->local_rank, nd->host, what,
+	    msg[0] ? ": " : "", msg);
+	if (r->repair) {
+		if ((why = rz_repair_refused(j, nd, r->local_rank, cutbuf,
+		    sizeof cutbuf)) == NULL) {
+			rz_repair_shrink(rz, ob, j, nd, r->local_rank, what,
+			    now);
+			return 0;
+		}
+		rz_event(rz, j, now, "repair escalated to restart: %s", why);
+	} else if (j->pend_node != 0)
+		rz_event(rz, j, now, "repair escalated to restart: a failure "
+		    "the agent does not repair");
+	rz_restart(rz, ob, j, now, cause, "a worker failed");
+	return 0;
+}
+
+/*
+ * Why a failure of local rank l on nd cannot be repaired, or NULL when
+ * it can (buf holds the text of some answers).
+ */
+static const char *
+rz_repair_refused(struct rz_job *j, struct rz_node *nd, int64_t l,
+    char *buf, size_t bufsz)
+{
+	struct rz_node	*m;
+
+	if (j->pend_node != 0)
+		return "a second failure during a repair";
+	if (j->max_repairs == 0)
+		return "repair is off (max_repairs 0)";
+	if (j->repairs >= j->max_repairs) {
+		snprintf(buf, bufsz, "max_repairs %" PRId64 " used",
+		    j->max_repairs);
+		return buf;
+	}
+	if (l < 0 || l >= nd->lws || l >= RZ_REPAIR_LWS_MAX ||
+	    (nd->dead_local & (1LL << l)))
+		return "the failed local rank is not a live one";
+	TAILQ_FOREACH(m, &j->nodes, entry) {
+		if (m->state != RZN_MEMBER)
+			continue;
+		if (!m->repairable || m->lws > RZ_REPAIR_LWS_MAX) {
+			snprintf(buf, bufsz, "node %" PRId64 " (host %s) "
+			    "cannot repair", m->id, m->host);
+			return buf;
+		}
+	}
+	if (j->world_size <= 1)
+		return "no worker would be left";
+	return NULL;
+}
+
+/*
+ * Opens a repair round of kind (SHRINK or GROW) for the members as they
+ * stand (dead_local, the pending replacement): the old round's namespace
+ * and port go, a fresh namespace and port come, rank bases and the donor
+ * are set over the live workers, every member is pushed.
+ */
+static void
+rz_repair_round(struct rz *rz, struct rz_outbox *ob, struct rz_job *j,
+    int64_t kind)
+{
+	struct rz_node	*nd;
+
+	if (j->port > 0)
+		rz_out_port_close(ob, j);
+	if (j->ns[0] != '\0')
+		kv_ns_drop(rz->kv, slice_str(j->ns));
+	j->round++;
+	snprintf(j->ns, sizeof j->ns, "job/%s/round/%" PRId64, j->id, j->round);
+	j->kind = kind;
+	/* On no memory the bases stay, the round is sent anyway: the
+	 * workers' numbering is then wrong and the next failure restarts. */
+	rz_rank_bases(j);
+	rz_out_port_open(ob, j, 0);
+	j->repairs++;
+	rz->stats.repairs_total++;
+	rz->stats.rounds_total++;
+	rz_mark(rz, j);
+	TAILQ_FOREACH(nd, &j->nodes, entry)
+		if (nd->state == RZN_MEMBER)
+			rz_push_node(ob, j, nd, RDZV_ROUND_RUNNING, NULL);
+}
+
+/* Local rank l of nd died and its agent respawns it: the survivors go
+ * on at once in a round without it. */
+static void
+rz_repair_shrink(struct rz *rz, struct rz_outbox *ob, struct rz_job *j,
+    struct rz_node *nd, int64_t l, const char *what, int64_t now)
+{
+	nd->dead_local |= 1LL << l;
+	rz_save_node(rz, j, nd);
+	j->pend_node = nd->id;
+	j->pend_local = l;
+	j->pend_deadline = now + j->repair_timeout_ms;
+	rz_repair_round(rz, ob, j, NAT_KIND_SHRINK);
+	rz_event(rz, j, now, "repair: shrink to %" PRId64 " after node %"
+	    PRId64 " local rank %" PRId64 " died (%s), round %" PRId64
+	    ", donor %" PRId64, j->world_size, nd->id, l, what, j->round,
+	    j->donor);
+}
+
+/*
+ * A restart as a plain failure makes one: the job fails when its
+ * restarts are used (failure text: cause), else every member stops and
+ * a new round forms.
+ */
+static void
+rz_restart(struct rz *rz, struct rz_outbox *ob, struct rz_job *j,
+    int64_t now, const char *cause, const char *why)
+{
 	if (j->restart_count >= j->max_restarts) {
-		snprintf(j->failure, sizeof j->failure, "rank %" PRId64
-		    " (local rank %" PRId64 ") on %s: %s%s%s; %" PRId64
-		    " restarts used of %" PRId64, r->rank, r->local_rank,
-		    nd->host, what, msg[0] ? ": " : "", msg, j->restart_count,
+		snprintf(j->failure, sizeof j->failure, "%s; %" PRId64
+		    " restarts used of %" PRId64, cause, j->restart_count,
 		    j->max_restarts);
 		rz_close_job(rz, ob, j, RZJ_FAILED, now);
-		return 0;
+		return;
 	}
 	j->restart_count++;
 	rz->stats.restarts_total++;
 	rz_event(rz, j, now, "restart %" PRId64 " of %" PRId64,
 	    j->restart_count, j->max_restarts);
-	rz_round_end(rz, ob, j, now, "a worker failed");
+	rz_round_end(rz, ob, j, now, why);
 	rz_round_form(rz, ob, j, now);
+}
+
+int
+rz_ready(struct rz *rz, const struct nat_ready *r, int64_t now,
+    struct rz_outbox *ob)
+{
+	struct rz_job	*j;
+	struct rz_node	*nd;
+
+	if ((j = rz_find_job(rz, r->job)) == NULL ||
+	    (nd = rz_find_node(j, r->node_id)) == NULL)
+		return RDZV_ENOTFOUND;
+	/* A READY of a replacement no longer awaited (the job restarted
+	 * meanwhile) is late news: nothing to do. */
+	if (j->state != RZJ_RUNNING || j->pend_node != nd->id ||
+	    j->pend_local != r->local_rank || nd->state != RZN_MEMBER)
+		return 0;
+	nd->dead_local &= ~(1LL << r->local_rank);
+	rz_save_node(rz, j, nd);
+	rz_repair_round(rz, ob, j, NAT_KIND_GROW);
+	j->pend_node = 0;
+	j->pend_local = j->pend_deadline = -1;
+	rz_event(rz, j, now, "repair: grow to %" PRId64 ", node %" PRId64
+	    " local rank %" PRId64 " back, round %" PRId64 ", donor %" PRId64,
+	    j->world_size, nd->id, r->local_rank, j->round, j->donor);
 	return 0;
 }
 
@@ -955,6 +1159,20 @@ rz_conn_gone(struct rz *rz, void *conn, struct rz_outbox *ob)
 	}
 }
 
+/* The pending replacement did not say READY in time: a restart. */
+static void
+rz_repair_timeout(struct rz *rz, struct rz_outbox *ob, struct rz_job *j,
+    int64_t now)
+{
+	char	cause[128];
+
+	snprintf(cause, sizeof cause, "node %" PRId64 " local rank %" PRId64
+	    ": its replacement was not ready within %" PRId64 " ms",
+	    j->pend_node, j->pend_local, j->repair_timeout_ms);
+	rz_event(rz, j, now, "repair escalated to restart: %s", cause);
+	rz_restart(rz, ob, j, now, cause, "a replacement was not ready");
+}
+
 void
 rz_tick(struct rz *rz, int64_t now, struct rz_outbox *ob)
 {
@@ -984,6 +1202,9 @@ rz_tick(struct rz *rz, int64_t now, struct rz_outbox *ob)
 		}
 		if (lost_member && j->state == RZJ_RUNNING)
 			rz_round_end(rz, ob, j, now, "a member's lease expired");
+		else if (j->state == RZJ_RUNNING && j->pend_node != 0 &&
+		    now >= j->pend_deadline)
+			rz_repair_timeout(rz, ob, j, now);
 		rz_round_form(rz, ob, j, now);
 	}
 }
@@ -1005,6 +1226,9 @@ rz_next_deadline(struct rz *rz)
 			continue;
 		if (j->nnodes > 0 && (best < 0 || j->lease_low < best))
 			best = j->lease_low;
+		if (j->state == RZJ_RUNNING && j->pend_node != 0 &&
+		    (best < 0 || j->pend_deadline < best))
+			best = j->pend_deadline;
 		if (j->state == RZJ_FORMING && j->nnodes >= j->min) {
 			t = j->last_join + j->last_call_ms;
 			if (best < 0 || t < best)
@@ -1484,9 +1708,27 @@ rz_load_node_cb(void *arg, struct slice key)
 	nd->join_seq = row_i64(row, "join_seq", 0);
 	nd->want_rank = row_i64(row, "want_rank", -1);
 	nd->succeeded = (int)row_i64(row, "succeeded", 0);
+	nd->dead_local = row_i64(row, "dead_local", 0);
+	nd->repairable = (int)row_i64(row, "repairable", 0);
 	nd->lease_end = ctx->now + j->lease_ms;
 	json_decref(row);
 	rz_node_add(j, nd);
+}
+
+/* A job row's "repair" object (absent in older rows: defaults); a
+ * pending replacement gets the whole timeout again from now. */
+static void
+rz_load_repair(struct rz_load_ctx *ctx, struct rz_job *j, const json_t *rp)
+{
+	j->max_repairs = row_i64(rp, "max", RZ_MAX_REPAIRS);
+	j->repair_timeout_ms = row_i64(rp, "timeout_ms", RZ_REPAIR_TIMEOUT_MS);
+	j->repairs = row_i64(rp, "count", 0);
+	j->kind = row_i64(rp, "kind", NAT_KIND_NORMAL);
+	j->donor = row_i64(rp, "donor", -1);
+	j->pend_node = row_i64(rp, "pend_node", 0);
+	j->pend_local = row_i64(rp, "pend_local", -1);
+	j->pend_deadline = j->pend_node != 0 ?
+	    ctx->now + j->repair_timeout_ms : -1;
 }
 
 static void
@@ -1523,6 +1765,7 @@ rz_load_job_cb(void *arg, struct slice key)
 	j->port = (int)row_i64(row, "port", 0);
 	j->closed_ms = row_i64(row, "closed_ms", -1);
 	row_str(row, "failure", j->failure, sizeof j->failure);
+	rz_load_repair(ctx, j, json_object_get(row, "repair"));
 	json_decref(row);
 	if (j->round > 0)
 		snprintf(j->ns, sizeof j->ns, "job/%s/round/%" PRId64, j->id,

@@ -18,11 +18,16 @@
  *   3. writes the reply to the request, then the pushes in order (so a
  *      JOIN's reply precedes the ROUND push on the same connection);
  *   4. arms its timers for .deadline and .purge_at; rz_outbox_reset().
- * A new kind of round (a repair round that shrinks or grows, naming a
- * donor rank) is new state and transitions here, its deadlines through
- * rz_next_deadline(), and new fields in struct nat_round (trailing,
- * optional fields of the ROUND push, common/wire_native.c): its pushes,
- * ports and timers travel in the same outbox, applied by the same steps.
+ * Repair rounds (PROTOCOL.md "Repair rounds") are rounds of a RUNNING
+ * job like any other, in the same outbox: a FAILURE with repair=1 in a
+ * job whose every member node said repairable (HEARTBEAT) opens a round
+ * of kind SHRINK at once (the dead local rank left out, ranks renumbered
+ * over the live workers, a fresh namespace and port, a donor named); the
+ * READY of its replacement opens one of kind GROW.  A second failure
+ * while a replacement is pending, a READY not in by the job's repair
+ * timeout (an rz_tick deadline), a node that cannot repair or the job's
+ * max_repairs used escalate to a restart as a plain FAILURE does.
+ * Repairs count against max_repairs, never against max_restarts.
  *
  * Rows: the machine writes its own durable rows through kv (the pure
  * core that journals to sqlite): node and event rows as the transition
@@ -47,6 +52,8 @@
  * Job states (one job per rdzv_id):
  *
  *   FORMING --max live nodes, or >= min and last call over--> RUNNING
+ *   RUNNING --FAILURE repair=1, repairable--> RUNNING (round SHRINK)
+ *   RUNNING --READY of the pending replacement--> RUNNING (round GROW)
  *   RUNNING --FAILURE (restarts left) / lease lapse / LEAVE /
  *             new node below max--> FORMING   (members get STOP)
  *   RUNNING --FAILURE, no restarts left--> FAILED   (all get FAILED)
@@ -81,6 +88,9 @@ struct rz_job;
 #define RZ_ID_MAX	256	/* bytes in a job id, instance, host, addr */
 #define RZ_MSG_MAX	4096	/* bytes of a failure message kept */
 #define RZ_EVENTS_KEPT	10000	/* events kept per job */
+#define RZ_MAX_REPAIRS	1000	/* a job's repairs, unless JOIN says */
+#define RZ_REPAIR_TIMEOUT_MS 60000	/* for a replacement's READY */
+#define RZ_REPAIR_LWS_MAX 63	/* local ranks a live_local mask holds */
 
 struct rz_hooks {
 	/* Wall-clock ms since the epoch, for the event log and retention. */
@@ -159,11 +169,14 @@ int		 rz_load(struct rz *, int64_t now_ms, struct rz_outbox *);
  * caller's connection, remembered for pushes. */
 int	rz_join(struct rz *, const struct nat_join *, void *conn,
 	    int64_t now_ms, struct rz_outbox *);
-int	rz_heartbeat(struct rz *, struct slice job, int64_t node_id, void *conn,
-	    int64_t now_ms, struct rz_outbox *);
+/* repairable: 1 or 0 as the agent said it, -1 not said (kept). */
+int	rz_heartbeat(struct rz *, struct slice job, int64_t node_id,
+	    int64_t repairable, void *conn, int64_t now_ms, struct rz_outbox *);
 int	rz_leave(struct rz *, struct slice job, int64_t node_id, int64_t now_ms,
 	    struct rz_outbox *);
 int	rz_failure(struct rz *, const struct nat_failure *, int64_t now_ms,
+	    struct rz_outbox *);
+int	rz_ready(struct rz *, const struct nat_ready *, int64_t now_ms,
 	    struct rz_outbox *);
 int	rz_succeeded(struct rz *, struct slice job, int64_t node_id,
 	    int64_t round, int64_t now_ms, struct rz_outbox *);
@@ -220,6 +233,7 @@ struct rz_stats {
 	int64_t	jobs_running, jobs_forming, jobs_closed;
 	int64_t	nodes, rounds_total, restarts_total, lease_expiries_total;
 	int64_t	jobs_purged_total;	/* closed jobs forgotten */
+	int64_t	repairs_total;		/* repair rounds, shrink and grow */
 };
 void	rz_get_stats(struct rz *, struct rz_stats *);
 

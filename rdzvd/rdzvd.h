@@ -89,7 +89,7 @@ enum op_kind {
 	OPK_QUEUE_PUSH, OPK_QUEUE_POP, OPK_QUEUE_LEN, OPK_LIST_KEYS,
 	OPK_BARRIER, OPK_CANCEL, OPK_PING, OPK_WATCH, OPK_VALIDATE,
 	OPK_JOIN, OPK_HEARTBEAT, OPK_LEAVE, OPK_FAILURE, OPK_SUCCEEDED,
-	OPK_JOB_STATUS, OPK_ADMIN,
+	OPK_JOB_STATUS, OPK_ADMIN, OPK_READY,
 	OPK_COUNT
 };
 
@@ -325,7 +325,9 @@ struct round_req {
 	uint32_t		 id;
 	struct slice		 job;
 	int64_t			 node_id, round;
+	int64_t			 repairable;	/* HEARTBEAT: -1 not said */
 	struct slice		 reason;	/* ADMIN_CLOSE */
+	struct nat_ready	 ready;		/* READY */
 	struct nat_join		 join;		/* JOIN */
 	struct nat_failure	 failure;	/* FAILURE */
 };

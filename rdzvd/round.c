@@ -237,8 +237,8 @@ round_request(struct conn *c, const struct round_req *r)
 		reply = round_reply_join;
 		break;
 	case NAT_OP_HEARTBEAT:
-		rc = rz_heartbeat(server.rz, r->job, r->node_id, c, now,
-		    &outbox);
+		rc = rz_heartbeat(server.rz, r->job, r->node_id,
+		    r->repairable, c, now, &outbox);
 		reply = round_reply_heartbeat;
 		break;
 	case NAT_OP_LEAVE:
@@ -246,6 +246,9 @@ round_request(struct conn *c, const struct round_req *r)
 		break;
 	case NAT_OP_FAILURE:
 		rc = rz_failure(server.rz, &r->failure, now, &outbox);
+		break;
+	case NAT_OP_READY:
+		rc = rz_ready(server.rz, &r->ready, now, &outbox);
 		break;
 	case NAT_OP_SUCCEEDED:
 		rc = rz_succeeded(server.rz, r->job, r->node_id, r->round, now,

@@ -143,6 +143,10 @@ def _channel():
 	if s.family != socket.AF_UNIX or s.type != socket.SOCK_SEQPACKET:
 		s.close()
 		return None
+	# rdzv-agent hands the worker's end over O_NONBLOCK (a worker must
+	# never block sending to it); the watcher thread blocks in recv(),
+	# and every send here says MSG_DONTWAIT.
+	s.setblocking(True)
 	return s
 
 

@@ -164,6 +164,7 @@ def native():
         33: [fb('job'), fi(1)],
         34: [fb(bytes(32))],
         35: [fb(bytes(range(32))), fb(bytes(32))],
+        36: [fb('job'), fi(1), fi(3), fi(1)],
     }
     rep = {
         1: [fb('ping')], 2: [], 3: [v], 4: [fi(6)], 5: [v], 6: [],
@@ -183,7 +184,7 @@ def native():
              25: 'succeeded', 26: 'round', 27: 'job-status',
              28: 'admin-status', 29: 'admin-jobs', 30: 'admin-job',
              31: 'admin-events', 32: 'admin-close', 33: 'admin-evict',
-             34: 'auth-challenge', 35: 'auth'}
+             34: 'auth-challenge', 35: 'auth', 36: 'ready'}
     c = {}
     for op, fields in req.items():
         push = op in (20, 26, 34)
@@ -213,7 +214,16 @@ def native():
     c['preamble-tls-flag'] = b'RDZV' + bytes([1, 2, 0, 0]) + \
         frame(2, req[2])
     c['trunc'] = (PRE + frame(2, req[2]))[:-2]
-    c['bad-op'] = PRE + nhdr(0, 36, 0, 1)
+    c['bad-op'] = PRE + nhdr(0, 37, 0, 1)
+    # Repair rounds' trailing fields (PROTOCOL.md "Repair rounds").
+    c['req-join-repairs'] = PRE + frame(21, req[21] + [fi(-1), fi(1000),
+                                                       fi(60000)])
+    c['req-heartbeat-repairable'] = PRE + frame(22, req[22] + [fi(1)])
+    c['req-failure-repair'] = PRE + frame(24, req[24] + [fi(1)])
+    c['req-round-shrink'] = PRE + frame(26, req[26] + [fi(1), fi(0), fi(5)],
+                                        PUSH, 0)
+    c['req-round-grow'] = PRE + frame(26, req[26] + [fi(2), fi(1), fi(7)],
+                                      PUSH, 0)
     c['bad-len'] = PRE + u32(7) + struct.pack('<HHI', 1, 0, 1)
     c['toobig'] = PRE + u32(1 << 20) + struct.pack('<HHI', 2, 0, 1)
     c['bad-field'] = PRE + frame(2, [ns, k, b'b' + u32(99) + b'short'])

@@ -152,6 +152,9 @@ class FakeAgent:
     def _spawn(self, local_rank, rank, world, replacement=False):
         mine, theirs = socket.socketpair(socket.AF_UNIX,
                                          socket.SOCK_SEQPACKET)
+        # As rdzv-agent leaves it (agent/progress.c): the worker's end is
+        # O_NONBLOCK, so a worker waits for messages with poll().
+        theirs.setblocking(False)
         e = {k: v for k, v in os.environ.items() if k not in _LAUNCH_VARS}
         e.setdefault("RDZV_BACKEND", "cpu")
         e.update(self.env)

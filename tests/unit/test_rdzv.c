@@ -7,7 +7,9 @@
  * purged id, retention carried across a reload, the sweep of dead
  * rounds' namespaces, group rank = node rank for a static JOIN, and
  * the outbox each event fills (a JOIN that forms a round, a FAILURE, a
- * lease expiry), drained here as rdzvd's round.c drains it.
+ * lease expiry), drained here as rdzvd's round.c drains it; repair
+ * rounds (shrink on a repairable FAILURE, grow on READY, the donor, each
+ * escalation to a restart, a reload mid-repair).
  */
 #include "config.h"
 
@@ -155,6 +157,7 @@ join_req(struct nat_join *r, const char *job, const char *inst, int64_t lo,
 	r->last_call_ms = 0;
 	r->lease_ms = 60000;
 	r->rank = -1;
+	r->max_repairs = r->repair_timeout_ms = -1;
 }
 
 /* JOIN of instance inst to job (nodes lo:hi); returns rz_join's code and
@@ -566,7 +569,7 @@ test_outbox_join_forms_round(void **state)
 	assert_int_equal(p->store_port, 5555);
 	rz_outbox_reset(&ob);
 	/* The job row went out with the port. */
-	assert_int_equal(run(f, rz_heartbeat(f->rz, slice_str("ob"), 1,
+	assert_int_equal(run(f, rz_heartbeat(f->rz, slice_str("ob"), 1, -1,
 	    &conn_a, 10, &ob)), 0);
 	{
 		char	*st = rz_status(f->rz, slice_str("ob"), 0);
@@ -658,7 +661,7 @@ test_outbox_lease_expiry(void **state)
 
 	assert_int_equal(run(f, join_keep(f, "i1", 1, &conn_a)), 0);
 	assert_int_equal(run(f, join_keep(f, "i2", 1, &conn_b)), 0);
-	assert_int_equal(run(f, rz_heartbeat(f->rz, slice_str("ob"), 1,
+	assert_int_equal(run(f, rz_heartbeat(f->rz, slice_str("ob"), 1, -1,
 	    &conn_a, 600, &ob)), 0);
 	rz_tick(f->rz, 999, &ob);
 	assert_int_equal(ob.npush, 0);
@@ -676,7 +679,7 @@ test_outbox_lease_expiry(void **state)
 	assert_int_equal(ob.deadline, 1600);
 	drain(f->rz);
 	/* A heartbeat from the lost node: it must JOIN again. */
-	assert_int_equal(run(f, rz_heartbeat(f->rz, slice_str("ob"), 2,
+	assert_int_equal(run(f, rz_heartbeat(f->rz, slice_str("ob"), 2, -1,
 	    &conn_b, 1001, &ob)), RDZV_ENOTFOUND);
 }
 
@@ -768,6 +771,304 @@ test_legacy_rows_load(void **state)
 	}
 }
 
+/* ---- repair rounds ---- */
+
+/* Two nodes of two workers in job "ob", both repairable when rep (the
+ * second only when rep2), the round formed and drained. */
+static void
+repair_job(struct fx *f, int rep1, int rep2)
+{
+	assert_int_equal(run(f, join_keep(f, "i1", 2, &conn_a)), 0);
+	assert_int_equal(run(f, join_keep(f, "i2", 2, &conn_b)), 0);
+	assert_int_equal(run(f, rz_heartbeat(f->rz, slice_str("ob"), 1, rep1,
+	    &conn_a, 10, &ob)), 0);
+	assert_int_equal(run(f, rz_heartbeat(f->rz, slice_str("ob"), 2, rep2,
+	    &conn_b, 10, &ob)), 0);
+}
+
+/* A FAILURE of local rank l on node (round), with repair asked. */
+static int
+fail_repair(struct fx *f, int64_t node, int64_t round, int64_t l,
+    int64_t now)
+{
+	struct nat_failure	fr;
+
+	memset(&fr, 0, sizeof fr);
+	fr.job = slice_str("ob");
+	fr.node_id = node;
+	fr.round = round;
+	fr.local_rank = l;
+	fr.rank = (node - 1) * 2 + l;
+	fr.signo = 9;
+	fr.message = slice_str("");
+	fr.repair = 1;
+	return rz_failure(f->rz, &fr, now, &ob);
+}
+
+static int
+ready(struct fx *f, int64_t node, int64_t round, int64_t l, int64_t now)
+{
+	struct nat_ready	r;
+
+	memset(&r, 0, sizeof r);
+	r.job = slice_str("ob");
+	r.node_id = node;
+	r.round = round;
+	r.local_rank = l;
+	return rz_ready(f->rz, &r, now, &ob);
+}
+
+/* The job's events hold text. */
+static int
+event_has(struct fx *f, const char *text)
+{
+	json_t	*ev = rz_events_doc(f->rz, slice_str("ob"), -1);
+	char	*s = json_dumps(ev, 0);
+	int	 found = s != NULL && strstr(s, text) != NULL;
+
+	free(s);
+	json_decref(ev);
+	return found;
+}
+
+/* Asserts push i is a RUNNING repair round push of kind for node. */
+static void
+assert_repair_push(size_t i, int64_t kind, int64_t round, int64_t node,
+    int64_t world, int64_t base, int64_t donor, int64_t live)
+{
+	struct nat_round	*p = &ob.push[i].round;
+
+	assert_int_equal(p->state, RDZV_ROUND_RUNNING);
+	assert_int_equal(p->kind, kind);
+	assert_int_equal(p->round, round);
+	assert_int_equal(p->node_id, node);
+	assert_int_equal(p->world_size, world);
+	assert_int_equal(p->rank_base, base);
+	assert_int_equal(p->donor, donor);
+	assert_int_equal(p->live_local, live);
+	assert_int_equal(p->restart_count, 0);
+}
+
+/*
+ * A repairable job: a worker's FAILURE with repair=1 opens a SHRINK
+ * round at once (no STOP, no restart counted, the old port closed and a
+ * fresh one with a fresh namespace, ranks over the live workers, the
+ * dead rank out of live_local, the lowest survivor donor), with the
+ * replacement's deadline armed; its READY opens a GROW round with every
+ * worker back.  Echoes and stale READYs change nothing.
+ */
+static void
+test_repair_shrink_grow(void **state)
+{
+	struct fx	*f = *state;
+	struct rz_stats	 st;
+
+	repair_job(f, 1, 1);
+	assert_int_equal(fail_repair(f, 2, 1, 1, 100), 0);
+	assert_int_equal(ob.npush, 2);
+	assert_repair_push(0, NAT_KIND_SHRINK, 2, 1, 3, 0, 0, 3);
+	assert_repair_push(1, NAT_KIND_SHRINK, 2, 2, 3, 2, 0, 1);
+	assert_int_equal(ob.nport, 2);
+	assert_false(ob.port[0].open);
+	assert_true(ob.port[1].open);
+	assert_string_equal(ob.port[1].ns, "job/ob/round/2");
+	assert_int_equal(ob.port[1].want, 0);
+	assert_true(ob.push[0].port_pending && ob.push[1].port_pending);
+	ob.port[1].port = 6000;		/* what the adapter got */
+	rz_settle(f->rz, &ob);
+	assert_int_equal(ob.push[0].round.store_port, 6000);
+	assert_int_equal(ob.push[1].round.store_port, 6000);
+	assert_int_equal(ob.deadline, 1000);	/* a lease is sooner */
+	drain(f->rz);
+	assert_true(event_has(f, "repair: shrink to 3 after node 2 local "
+	    "rank 1 died (signal 9), round 2, donor 0"));
+	/* The old round's echo from the other node: nothing. */
+	assert_int_equal(fail_repair(f, 1, 1, 0, 101), 0);
+	assert_int_equal(ob.npush + ob.nport, 0);
+	drain(f->rz);
+	/* A READY for another local rank: nothing. */
+	assert_int_equal(ready(f, 2, 2, 0, 150), 0);
+	assert_int_equal(ob.npush + ob.nport, 0);
+	drain(f->rz);
+
+	assert_int_equal(ready(f, 2, 2, 1, 200), 0);
+	assert_int_equal(ob.npush, 2);
+	assert_repair_push(0, NAT_KIND_GROW, 3, 1, 4, 0, 0, 3);
+	assert_repair_push(1, NAT_KIND_GROW, 3, 2, 4, 2, 0, 3);
+	assert_int_equal(ob.nport, 2);
+	assert_string_equal(ob.port[1].ns, "job/ob/round/3");
+	rz_settle(f->rz, &ob);
+	assert_int_equal(ob.deadline, 1000);	/* the leases again */
+	drain(f->rz);
+	assert_true(event_has(f, "repair: grow to 4, node 2 local rank 1 "
+	    "back, round 3, donor 0"));
+	rz_get_stats(f->rz, &st);
+	assert_int_equal(st.repairs_total, 2);
+	assert_int_equal(st.restarts_total, 0);
+	/* A second READY is late news. */
+	assert_int_equal(ready(f, 2, 3, 1, 210), 0);
+	assert_int_equal(ob.npush, 0);
+	drain(f->rz);
+}
+
+/*
+ * The donor is the lowest surviving old rank: with global rank 0 dead
+ * it is the next live worker, new rank 0 in the shrink round; in the
+ * grow round rank 0 is the replacement, so the donor is rank 1.
+ */
+static void
+test_repair_donor(void **state)
+{
+	struct fx	*f = *state;
+
+	repair_job(f, 1, 1);
+	assert_int_equal(fail_repair(f, 1, 1, 0, 100), 0);
+	assert_int_equal(ob.npush, 2);
+	assert_repair_push(0, NAT_KIND_SHRINK, 2, 1, 3, 0, 0, 2);
+	assert_repair_push(1, NAT_KIND_SHRINK, 2, 2, 3, 1, 0, 3);
+	drain(f->rz);
+	assert_int_equal(ready(f, 1, 2, 0, 200), 0);
+	assert_repair_push(0, NAT_KIND_GROW, 3, 1, 4, 0, 1, 3);
+	assert_repair_push(1, NAT_KIND_GROW, 3, 2, 4, 2, 1, 3);
+	drain(f->rz);
+}
+
+/* Asserts ob holds a restart: STOP to both members, then round 2
+ * formed anew (kind NORMAL), restart 1; and the escalation's event. */
+static void
+assert_restart(struct fx *f, int64_t round, const char *why)
+{
+	assert_int_equal(ob.npush, 4);
+	assert_int_equal(ob.push[0].round.state, RDZV_ROUND_STOP);
+	assert_int_equal(ob.push[1].round.state, RDZV_ROUND_STOP);
+	assert_int_equal(ob.push[2].round.state, RDZV_ROUND_RUNNING);
+	assert_int_equal(ob.push[2].round.kind, NAT_KIND_NORMAL);
+	assert_int_equal(ob.push[2].round.round, round);
+	assert_int_equal(ob.push[2].round.world_size, 4);
+	assert_int_equal(ob.push[2].round.restart_count, 1);
+	drain(f->rz);
+	if (why != NULL)
+		assert_true(event_has(f, why));
+}
+
+/* A node that never said repairable: the FAILURE restarts. */
+static void
+test_repair_not_repairable(void **state)
+{
+	struct fx	*f = *state;
+
+	repair_job(f, 1, -1);
+	assert_int_equal(fail_repair(f, 1, 1, 0, 100), 0);
+	assert_restart(f, 2, "repair escalated to restart: node 2 (host h) "
+	    "cannot repair");
+	/* Repairable is said again for the new round's workers. */
+	assert_int_equal(run(f, rz_heartbeat(f->rz, slice_str("ob"), 1, 1,
+	    &conn_a, 110, &ob)), 0);
+	assert_int_equal(fail_repair(f, 1, 2, 0, 120), 0);
+	assert_int_equal(ob.push[0].round.state, RDZV_ROUND_STOP);
+	drain(f->rz);
+}
+
+/* A second failure while the replacement is pending: a restart. */
+static void
+test_repair_second_failure(void **state)
+{
+	struct fx	*f = *state;
+
+	repair_job(f, 1, 1);
+	assert_int_equal(run(f, fail_repair(f, 2, 1, 1, 100)), 0);
+	assert_int_equal(fail_repair(f, 1, 2, 0, 110), 0);
+	assert_restart(f, 3, "repair escalated to restart: a second failure "
+	    "during a repair");
+}
+
+/* The replacement not READY in time: rz_tick restarts the job. */
+static void
+test_repair_ready_timeout(void **state)
+{
+	struct fx	*f = *state;
+	struct nat_join	 r;
+
+	join_req(&r, "ob", "i1", 2, 2);
+	r.local_world_size = 2;
+	r.lease_ms = 1000000;
+	r.repair_timeout_ms = 500;
+	assert_int_equal(run(f, rz_join(f->rz, &r, &conn_a, 0, &ob)), 0);
+	r.instance = slice_str("i2");
+	assert_int_equal(run(f, rz_join(f->rz, &r, &conn_b, 0, &ob)), 0);
+	assert_int_equal(run(f, rz_heartbeat(f->rz, slice_str("ob"), 1, 1,
+	    &conn_a, 10, &ob)), 0);
+	assert_int_equal(run(f, rz_heartbeat(f->rz, slice_str("ob"), 2, 1,
+	    &conn_b, 10, &ob)), 0);
+	assert_int_equal(fail_repair(f, 2, 1, 1, 100), 0);
+	rz_settle(f->rz, &ob);
+	assert_int_equal(ob.deadline, 600);
+	drain(f->rz);
+	rz_tick(f->rz, 599, &ob);
+	assert_int_equal(ob.npush, 0);
+	drain(f->rz);
+	rz_tick(f->rz, 600, &ob);
+	assert_restart(f, 3, "repair escalated to restart: node 2 local rank "
+	    "1: its replacement was not ready within 500 ms");
+	/* Its READY now is late news. */
+	assert_int_equal(ready(f, 2, 2, 1, 700), 0);
+	assert_int_equal(ob.npush, 0);
+	drain(f->rz);
+}
+
+/* max_repairs 0 (JOIN): never a repair. */
+static void
+test_repair_max_repairs(void **state)
+{
+	struct fx	*f = *state;
+	struct nat_join	 r;
+
+	join_req(&r, "ob", "i1", 2, 2);
+	r.local_world_size = 2;
+	r.lease_ms = 1000;
+	r.max_repairs = 0;
+	assert_int_equal(run(f, rz_join(f->rz, &r, &conn_a, 0, &ob)), 0);
+	r.instance = slice_str("i2");
+	assert_int_equal(run(f, rz_join(f->rz, &r, &conn_b, 0, &ob)), 0);
+	assert_int_equal(run(f, rz_heartbeat(f->rz, slice_str("ob"), 1, 1,
+	    &conn_a, 10, &ob)), 0);
+	assert_int_equal(run(f, rz_heartbeat(f->rz, slice_str("ob"), 2, 1,
+	    &conn_b, 10, &ob)), 0);
+	assert_int_equal(fail_repair(f, 2, 1, 1, 100), 0);
+	assert_restart(f, 2, "repair escalated to restart: repair is off "
+	    "(max_repairs 0)");
+}
+
+/*
+ * rdzvd restarted mid-repair: the reloaded job re-pushes the shrink
+ * round to a node that joins again (same instance), its deadline is
+ * armed again from the load, and the replacement's READY grows it.
+ */
+static void
+test_repair_reload(void **state)
+{
+	struct fx	*f = *state;
+
+	repair_job(f, 1, 1);
+	assert_int_equal(run(f, fail_repair(f, 2, 1, 1, 100)), 0);
+	rz_free(f->rz);
+	assert_non_null(f->rz = rz_new(f->kv, &hooks, 0, 60000));
+	assert_int_equal(rz_load(f->rz, 5000, &ob), 0);
+	assert_int_equal(ob.nport, 1);
+	assert_string_equal(ob.port[0].ns, "job/ob/round/2");
+	rz_settle(f->rz, &ob);
+	assert_int_equal(ob.deadline, 5000 + 1000);	/* a lease */
+	drain(f->rz);
+	assert_int_equal(join_keep(f, "i2", 2, &conn_b), 0);
+	assert_int_equal(ob.npush, 1);
+	assert_repair_push(0, NAT_KIND_SHRINK, 2, 2, 3, 2, 0, 1);
+	drain(f->rz);
+	assert_int_equal(ready(f, 2, 2, 1, 5100), 0);
+	assert_int_equal(ob.npush, 1);		/* node 1 not back yet */
+	assert_repair_push(0, NAT_KIND_GROW, 3, 2, 4, 2, 0, 3);
+	drain(f->rz);
+}
+
 int
 main(void)
 {
@@ -797,6 +1098,20 @@ main(void)
 		cmocka_unit_test_setup_teardown(test_outbox_failure_closes,
 		    setup, teardown),
 		cmocka_unit_test_setup_teardown(test_outbox_lease_expiry, setup,
+		    teardown),
+		cmocka_unit_test_setup_teardown(test_repair_shrink_grow, setup,
+		    teardown),
+		cmocka_unit_test_setup_teardown(test_repair_donor, setup,
+		    teardown),
+		cmocka_unit_test_setup_teardown(test_repair_not_repairable,
+		    setup, teardown),
+		cmocka_unit_test_setup_teardown(test_repair_second_failure,
+		    setup, teardown),
+		cmocka_unit_test_setup_teardown(test_repair_ready_timeout,
+		    setup, teardown),
+		cmocka_unit_test_setup_teardown(test_repair_max_repairs, setup,
+		    teardown),
+		cmocka_unit_test_setup_teardown(test_repair_reload, setup,
 		    teardown),
 		cmocka_unit_test_setup_teardown(test_legacy_rows_load, setup,
 		    teardown),

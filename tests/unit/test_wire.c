@@ -1269,6 +1269,7 @@ static const char *nat_fields[NAT_OP_MAX + 1] = {
 	[NAT_OP_ADMIN_EVICT] = "bi",
 	[NAT_OP_AUTH_CHALLENGE] = "b",
 	[NAT_OP_AUTH] = "bb",
+	[NAT_OP_READY] = "biii",
 };
 
 static void
@@ -1760,6 +1761,7 @@ test_nat_rendezvous_messages(void **state)
 		j.last_call_ms = -1;
 		j.lease_ms = INT64_MAX;
 		j.rank = rank;
+		j.max_repairs = j.repair_timeout_ms = -1;
 		assert_int_equal(nat_join_put(out, 77, &j), 0);
 		nat_one_frame(out, NAT_OP_JOIN, 0, 77, &msg, &b);
 		assert_int_equal(nat_join_decode(msg.payload, &j2), 0);
@@ -1850,6 +1852,77 @@ test_nat_rendezvous_messages(void **state)
 	cut = msg.payload;
 	cut.len--;
 	assert_int_equal(nat_round_decode(cut, &r2), RDZV_EPROTO);
+	free(b);
+
+	/* A repair round's trailing fields; a repair FAILURE; READY; a JOIN
+	 * with max_repairs (its rank written as -1). */
+	r.kind = NAT_KIND_SHRINK;
+	r.donor = 3;
+	r.live_local = 5;
+	assert_int_equal(nat_round_put(out, &r), 0);
+	nat_one_frame(out, NAT_OP_ROUND, NAT_F_PUSH, 0, &msg, &b);
+	assert_int_equal(nat_round_decode(msg.payload, &r2), 0);
+	assert_int_equal(r2.kind, NAT_KIND_SHRINK);
+	assert_int_equal(r2.donor, 3);
+	assert_int_equal(r2.live_local, 5);
+	assert_int_equal(r2.store_port, 29500);
+	cut = msg.payload;
+	cut.len -= 9;		/* kind and donor without live_local */
+	assert_int_equal(nat_round_decode(cut, &r2), RDZV_EPROTO);
+	cut.len -= 18;		/* a push from before repair rounds */
+	assert_int_equal(nat_round_decode(cut, &r2), 0);
+	assert_int_equal(r2.kind, NAT_KIND_NORMAL);
+	assert_int_equal(r2.donor, -1);
+	free(b);
+	r.kind = 7;		/* not a kind: refused */
+	assert_int_equal(nat_round_put(out, &r), 0);
+	nat_one_frame(out, NAT_OP_ROUND, NAT_F_PUSH, 0, &msg, &b);
+	assert_int_equal(nat_round_decode(msg.payload, &r2), RDZV_EPROTO);
+	free(b);
+
+	f.repair = 1;
+	assert_int_equal(nat_failure_put(out, 3, &f), 0);
+	nat_one_frame(out, NAT_OP_FAILURE, 0, 3, &msg, &b);
+	assert_int_equal(nat_failure_decode(msg.payload, &f2), 0);
+	assert_int_equal(f2.repair, 1);
+	cut = msg.payload;
+	cut.len -= 9;
+	assert_int_equal(nat_failure_decode(cut, &f2), 0);
+	assert_int_equal(f2.repair, 0);
+	free(b);
+
+	{
+		struct nat_ready	rd, rd2;
+
+		rd.job = slice_str("job/r");
+		rd.node_id = 4;
+		rd.round = 9;
+		rd.local_rank = 1;
+		assert_int_equal(nat_ready_put(out, 12, &rd), 0);
+		nat_one_frame(out, NAT_OP_READY, 0, 12, &msg, &b);
+		assert_int_equal(nat_ready_decode(msg.payload, &rd2), 0);
+		assert_true(slice_is(rd2.job, "job/r"));
+		assert_int_equal(rd2.node_id, 4);
+		assert_int_equal(rd2.round, 9);
+		assert_int_equal(rd2.local_rank, 1);
+		cut = msg.payload;
+		cut.len--;
+		assert_int_equal(nat_ready_decode(cut, &rd2), RDZV_EPROTO);
+		free(b);
+	}
+
+	j.rank = -1;
+	j.max_repairs = 0;
+	j.repair_timeout_ms = 2500;
+	assert_int_equal(nat_join_put(out, 78, &j), 0);
+	nat_one_frame(out, NAT_OP_JOIN, 0, 78, &msg, &b);
+	assert_int_equal(nat_join_decode(msg.payload, &j2), 0);
+	assert_int_equal(j2.rank, -1);
+	assert_int_equal(j2.max_repairs, 0);
+	assert_int_equal(j2.repair_timeout_ms, 2500);
+	cut = msg.payload;
+	cut.len -= 9;		/* max_repairs without the timeout */
+	assert_int_equal(nat_join_decode(cut, &j2), RDZV_EPROTO);
 	free(b);
 
 	/* A field of the wrong type. */
