@@ -19,25 +19,15 @@ import compatlib                                        # noqa: E402
 compatlib.use_torch2()
 
 import rdzvtest as rt                                   # noqa: E402
-from agent_lib import Scope, conf                       # noqa: E402
+from agent_lib import Scope, conf, job_events as events  # noqa: E402
 
 DATA = "/usr/share/datasets/fashion-mnist"
 REPORT_RE = re.compile(r"REPORT (\{.*\})$", re.M)
 STEP_RE = re.compile(r"STEP (\d+) (\d+) (\d+) ", re.M)
-OP_ADMIN_EVENTS = 31
 
 
 def example():
     return os.path.join(rt.top_srcdir(), "examples", "torch_ddp_repair.py")
-
-
-def events(d, job):
-    c = d.native()
-    try:
-        doc = c.call(OP_ADMIN_EVENTS, job, -1, 0)[0]
-    finally:
-        c.close()
-    return [e["text"] for e in json.loads(doc)]
 
 
 def test_torch_kill_repairs_in_place():

@@ -22,6 +22,7 @@ import time
 
 import rdzvtest as rt
 
+OP_ADMIN_EVENTS = 31
 OP_JOB_STATUS = 27
 
 
@@ -279,6 +280,16 @@ def job_status(d, job):
         return c.call(OP_JOB_STATUS, job)[0].decode()
     finally:
         c.close()
+
+
+def job_events(d, job):
+    """The texts of job's events (ADMIN_EVENTS), oldest first."""
+    c = d.native()
+    try:
+        doc = c.call(OP_ADMIN_EVENTS, job, -1, 0)[0]
+    finally:
+        c.close()
+    return [e["text"] for e in json.loads(doc)]
 
 
 class Scope:

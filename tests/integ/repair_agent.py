@@ -15,14 +15,13 @@ Checks:
     says the other node cannot repair.
 """
 
-import json
 import os
 import re
 import signal
 import time
 
 import rdzvtest as rt
-from agent_lib import Scope, conf
+from agent_lib import Scope, conf, job_events as events
 
 DATA = "/usr/share/datasets/fashion-mnist"
 ARGS = ["--hidden", "64", "--test-limit", "2000", "--lr", "0.1",
@@ -32,7 +31,6 @@ ACC_RE = re.compile(r"final test_acc ([0-9.]+)$", re.M)
 # Seen: within 0.02 of the failure-free run (3 or 4 ranks change the
 # global batch for part of an epoch).
 ACC_BAND = 0.03
-OP_ADMIN_EVENTS = 31
 
 
 def prog():
@@ -51,15 +49,6 @@ def args(d, job):
             "--rdzv_endpoint", "127.0.0.1:%d" % d.port, "--rdzv_id", job,
             "--max_restarts", "2", "--grace", "2",
             "--rdzv_conf", conf(0.2, 5.0), "--no_python"]
-
-
-def events(d, job):
-    c = d.native()
-    try:
-        doc = c.call(OP_ADMIN_EVENTS, job, -1, 0)[0]
-    finally:
-        c.close()
-    return [e["text"] for e in json.loads(doc)]
 
 
 def start_job(s, d, job, env_b=None):
