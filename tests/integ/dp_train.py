@@ -163,7 +163,11 @@ def test_agent_restart():
             "--max_restarts", "1", "--no_python", "--", prog()] + args + [
             "--checkpoint", ck, "--checkpoint-every", "20",
             "--exit-after", "290", "--crash-rank", "1"]
-    p = subprocess.Popen(argv, env=wl.base_env({"RDZV_TIMEOUT_MS": "10000"}),
+    # This test is about the restart from a checkpoint: with repair on
+    # (ddp_mlp's default under an agent) the crash would be repaired in
+    # place instead (tests/integ/repair_agent.py covers that).
+    p = subprocess.Popen(argv, env=wl.base_env({"RDZV_TIMEOUT_MS": "10000",
+                                                "RDZV_REPAIR": "0"}),
                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                          text=True)
     rt._track(p)
