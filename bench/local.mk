@@ -31,3 +31,6 @@ EXTRA_DIST += bench/repair_c.py
 # In-place repair of a torch DDP job through rdzv.repair, under the fake
 # agent (tests/lib/fakeagent.py).
 EXTRA_DIST += bench/repair_torch.py
+# Goodput through repeated worker failures: rdzv-agent with repair,
+# without, and torchrun 2.13 (bench/goodput.py).
+EXTRA_DIST += bench/goodput.py
