@@ -124,12 +124,15 @@ static struct {
 	int64_t			*hung_at;	/* per local rank; 0: not */
 	int			 pending;	/* local rank being replaced in
 						 * place, its READY not sent; -1 */
+	int			 fresh;		/* the last replacement, until
+						 * it reports a step; -1 */
 } ag;
 
 static const int agent_signals[4] = { SIGTERM, SIGINT, SIGHUP, SIGQUIT };
 
 static void	agent_begin_stop(void);
 static int	agent_respawn(int);
+static int	agent_fresh_moot(void);
 static void	agent_arm_join_timer(void);
 
 /* Moves the agent to state s: the only place ag.state changes. */
@@ -419,7 +422,7 @@ agent_start_round(const struct rdzv_round *r)
 	    (long long)r->rank_base + ag.cfg.nproc - 1,
 	    (long long)r->world_size, (long long)r->restart_count);
 	memset(ag.hung_at, 0, ag.cfg.nproc * sizeof *ag.hung_at);
-	ag.pending = -1;
+	ag.pending = ag.fresh = -1;
 	rdzv_set_repairable(0);		/* until every new worker says so */
 	if ((rv = progress_attempt(ag.cfg.nproc)) != 0)
 		log_warnx("workers cannot report progress this round: %s",
@@ -556,7 +559,7 @@ agent_exit_cb(const struct sup_exit *x, void *arg)
 		return;		/* stopping: expected */
 	}
 	if (WIFEXITED(x->status) && WEXITSTATUS(x->status) == 0) {
-		if (++ag.nok == ag.cfg.nproc) {
+		if (++ag.nok == ag.cfg.nproc || agent_fresh_moot()) {
 			log_info("round %lld: every local worker succeeded",
 			    (long long)ag.cur.round);
 			agent_set_state(AS_SUCCEEDED);
@@ -609,6 +612,31 @@ agent_exit_cb(const struct sup_exit *x, void *arg)
 }
 
 /*
+ * Whether training ended here before the replacement joined: every
+ * other local worker exited 0 and the replacement has not stepped (a
+ * synchronous group never finishes without its members, so nothing is
+ * left for it).  Then it is stopped and the node counts as succeeded;
+ * rdzvd, told so, grows no round for it.
+ */
+static int
+agent_fresh_moot(void)
+{
+	uint64_t	step;
+	int64_t		when;
+	int		l = ag.fresh;
+
+	if (l < 0 || ag.nok != ag.cfg.nproc - 1 ||
+	    progress_get(l, &step, &when) == 0 || sup_pid(l) <= 0)
+		return (0);
+	log_info("worker %d: training ended before its replacement joined: "
+	    "stopping the replacement", l);
+	(void)progress_send(l, &(struct chan_msg){ .verb = CHAN_STOP });
+	(void)sup_signal_rank(l, SIGTERM);
+	ag.pending = ag.fresh = -1;
+	return (1);
+}
+
+/*
  * In-place recovery of local rank l, whose worker just died (a failure,
  * or killed by the watchdog): when every local worker said it can repair
  * and no replacement is pending here, starts a replacement for l alone
@@ -635,7 +663,7 @@ agent_respawn(int l)
 	logs_spawned(l);
 	progress_spawned(l);
 	ag.hung_at[l] = 0;
-	ag.pending = l;
+	ag.pending = ag.fresh = l;
 	log_info("worker %d (rank %lld): replacement pid %ld started; the "
 	    "others go on", l, (long long)(ag.cur.rank_base + l), (long)pid);
 	return (0);
@@ -696,8 +724,14 @@ agent_note_cb(int l, enum progress_note note, void *arg)
 	}
 	if (note == PROGRESS_READY && l == ag.pending &&
 	    ag.state == AS_RUNNING) {
-		log_info("worker %d: its replacement is ready", l);
 		ag.pending = -1;
+		/* A worker here finished: the group has no step left. */
+		if (ag.nok > 0) {
+			log_info("worker %d: its replacement is ready, but "
+			    "training ended: not reported", l);
+			return;
+		}
+		log_info("worker %d: its replacement is ready", l);
 		rdzv_report_ready(ag.cur.round, l);
 	}
 }

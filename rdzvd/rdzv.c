@@ -56,6 +56,9 @@ struct rz_job {
 	int64_t			 min, max, max_restarts, last_call_ms, lease_ms;
 	enum rz_job_state	 state;
 	int64_t			 round;
+	int64_t			 base_round;	/* the round that formed this
+						 * membership; repair rounds
+						 * after it keep it */
 	int64_t			 restart_count;
 	int64_t			 last_join;	/* for the last call */
 	int64_t			 next_node_id;
@@ -337,8 +340,9 @@ rz_save_job(struct rz *rz, struct rz_job *j)
 	    "world", (json_int_t)j->world_size,
 	    "closed_ms", (json_int_t)j->closed_ms,
 	    "failure", rz_json_text(j->failure), "repair", json_pack(
-	    "{s:I, s:I, s:I, s:I, s:I, s:I, s:I}",
+	    "{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}",
 	    "max", (json_int_t)j->max_repairs,
+	    "base", (json_int_t)j->base_round,
 	    "timeout_ms", (json_int_t)j->repair_timeout_ms,
 	    "count", (json_int_t)j->repairs, "kind", (json_int_t)j->kind,
 	    "donor", (json_int_t)j->donor, "pend_node", (json_int_t)j->pend_node,
@@ -670,6 +674,7 @@ rz_round_form(struct rz *rz, struct rz_outbox *ob, struct rz_job *j,
 	members = n < j->max ? n : j->max;
 
 	j->round++;
+	j->base_round = j->round;
 	j->world_size = 0;
 	snprintf(j->ns, sizeof j->ns, "job/%s/round/%" PRId64, j->id, j->round);
 	for (i = 0; i < n; i++) {
@@ -1130,13 +1135,26 @@ rz_succeeded(struct rz *rz, struct slice job, int64_t node_id, int64_t round,
 	if ((j = rz_find_job(rz, job)) == NULL ||
 	    (nd = rz_find_node(j, node_id)) == NULL)
 		return RDZV_ENOTFOUND;
-	if (j->state != RZJ_RUNNING || round != j->round ||
-	    nd->state != RZN_MEMBER || nd->succeeded)
+	/* A node whose workers finished before it heard of a repair
+	 * round reports the round before it: same members, so it counts. */
+	if (j->state != RZJ_RUNNING || round < j->base_round ||
+	    round > j->round || nd->state != RZN_MEMBER || nd->succeeded)
 		return 0;
 	nd->succeeded = 1;
 	rz_save_node(rz, j, nd);
 	rz_event(rz, j, now, "node %" PRId64 " succeeded round %" PRId64,
 	    nd->id, round);
+	/* Training ended in the smaller group: no round grows for the
+	 * awaited replacement (its agent stops it), and no timeout. */
+	if (j->pend_node != 0) {
+		rz_event(rz, j, now, "repair: no grow: node %" PRId64
+		    " finished before the replacement of node %" PRId64
+		    " local rank %" PRId64 " was ready", nd->id, j->pend_node,
+		    j->pend_local);
+		j->pend_node = 0;
+		j->pend_local = j->pend_deadline = -1;
+		rz_mark(rz, j);
+	}
 	TAILQ_FOREACH(nd, &j->nodes, entry)
 		if (nd->state == RZN_MEMBER && !nd->succeeded)
 			return 0;
@@ -1723,6 +1741,7 @@ rz_load_repair(struct rz_load_ctx *ctx, struct rz_job *j, const json_t *rp)
 	j->max_repairs = row_i64(rp, "max", RZ_MAX_REPAIRS);
 	j->repair_timeout_ms = row_i64(rp, "timeout_ms", RZ_REPAIR_TIMEOUT_MS);
 	j->repairs = row_i64(rp, "count", 0);
+	j->base_round = row_i64(rp, "base", j->round);
 	j->kind = row_i64(rp, "kind", NAT_KIND_NORMAL);
 	j->donor = row_i64(rp, "donor", -1);
 	j->pend_node = row_i64(rp, "pend_node", 0);

@@ -12,7 +12,11 @@ Checks:
     hello): a SIGKILL of a worker that can restarts the whole job as
     before (STOP, restart 1, every worker new, no repair round); an
     escalation event, when rdzvd hears the repairable failure first,
-    says the other node cannot repair.
+    says the other node cannot repair;
+  - a worker dies 3 steps before the end: the survivors finish in the
+    smaller group before the replacement is ready; rdzvd grows no round
+    ("repair: no grow"), the replacement's agent stops it, the job
+    succeeds (it used to hang waiting for a grow round).
 """
 
 import os
@@ -138,5 +142,37 @@ def test_not_repairable_restarts():
     d.stop()
 
 
+def test_late_kill_finishes_shrunk():
+    """A death just before the end: the shrunk group finishes, no grow."""
+    need_data()
+    d = rt.Rdzvd()
+    # 6400 samples, global batch 64: 100 steps an epoch, 200 in all;
+    # rank 3 (node b's local rank 1) dies after 197.
+    late = prog() + ["--limit", "6400", "--exit-after", "197",
+                     "--crash-rank", "3"]
+    with Scope("repair-agent-") as s:
+        a = s.agent(args(d, "late"), program=late)
+        b = s.agent(args(d, "late"), program=late)
+        for x in (a, b):
+            rc = x.wait(90)
+            assert rc == 0, (rc, x.output()[-3000:])
+        out = a.output() + b.output()
+    ev = events(d, "late")
+    print("  " + "\n  ".join(t for t in ev if "repair" in t))
+    assert "SIGKILL to myself after 197 steps" in out, out[-3000:]
+    assert any(t.startswith("repair: shrink to 3") for t in ev), ev
+    # The survivors were done before the replacement could join.
+    assert any(t.startswith("repair: no grow: node ") for t in ev) or \
+        "training ended before its replacement joined" in out, ev
+    assert not any(t.startswith("repair: grow") or
+                   t.startswith("restart ") for t in ev), ev
+    hashes = {int(r): h for r, h in HASH_RE.findall(out)}
+    assert sorted(hashes) == [0, 1, 2] and len(set(hashes.values())) == 1, \
+        hashes
+    assert ACC_RE.search(out), out[-3000:]
+    assert d.metric("rdzvd_restarts_total") == 0
+    d.stop()
+
+
 if __name__ == "__main__":
-    rt.main(globals(), per_test=120.0, total=240.0)
+    rt.main(globals(), per_test=120.0, total=300.0)

@@ -1016,6 +1016,45 @@ test_repair_ready_timeout(void **state)
 	drain(f->rz);
 }
 
+/*
+ * Training ends during a repair: a node whose workers finished in the
+ * shrink round reports SUCCEEDED, which ends the wait for the
+ * replacement (no grow for a READY after it, no timeout); a SUCCEEDED of
+ * the round before the repair (sent before its agent heard of the
+ * shrink) counts too; the job is DONE when both did.
+ */
+static void
+test_repair_ends_in_shrink(void **state)
+{
+	struct fx	*f = *state;
+
+	repair_job(f, 1, 1);
+	assert_int_equal(run(f, fail_repair(f, 2, 1, 1, 100)), 0);
+	/* Round 1 formed this membership: its SUCCEEDED counts. */
+	assert_int_equal(rz_succeeded(f->rz, slice_str("ob"), 1, 1, 150, &ob),
+	    0);
+	assert_int_equal(ob.npush, 0);
+	drain(f->rz);
+	assert_true(event_has(f, "node 1 succeeded round 1"));
+	assert_true(event_has(f, "repair: no grow: node 1 finished before "
+	    "the replacement of node 2 local rank 1 was ready"));
+	/* The replacement's READY after it: no grow round. */
+	assert_int_equal(ready(f, 2, 2, 1, 200), 0);
+	assert_int_equal(ob.npush + ob.nport, 0);
+	drain(f->rz);
+	/* A round after the current one is no report of it. */
+	assert_int_equal(rz_succeeded(f->rz, slice_str("ob"), 2, 3, 210, &ob),
+	    0);
+	assert_int_equal(ob.npush, 0);
+	drain(f->rz);
+	assert_int_equal(rz_succeeded(f->rz, slice_str("ob"), 2, 2, 220, &ob),
+	    0);
+	assert_int_equal(ob.npush, 2);
+	assert_int_equal(ob.push[0].round.state, RDZV_ROUND_DONE);
+	drain(f->rz);
+	assert_false(event_has(f, "escalated"));
+}
+
 /* max_repairs 0 (JOIN): never a repair. */
 static void
 test_repair_max_repairs(void **state)
@@ -1108,6 +1147,8 @@ main(void)
 		cmocka_unit_test_setup_teardown(test_repair_second_failure,
 		    setup, teardown),
 		cmocka_unit_test_setup_teardown(test_repair_ready_timeout,
+		    setup, teardown),
+		cmocka_unit_test_setup_teardown(test_repair_ends_in_shrink,
 		    setup, teardown),
 		cmocka_unit_test_setup_teardown(test_repair_max_repairs, setup,
 		    teardown),
