@@ -124,6 +124,30 @@ progress_read_cb(evutil_socket_t fd, short ev, void *arg)
 	}
 }
 
+/* Reads everything p's worker sent (it may have exited just after). */
+static void
+progress_drain(struct progress_rank *p)
+{
+	if (p->ev != NULL)
+		progress_read_cb(p->fd, EV_READ, p);
+}
+
+/*
+ * Local rank local_rank's state, drained first, or NULL when there is
+ * no such rank: the one way the queries below read it.
+ */
+static struct progress_rank *
+progress_rank_read(int local_rank)
+{
+	struct progress_rank	*p;
+
+	if (local_rank < 0 || local_rank >= progress_nranks)
+		return (NULL);
+	p = &progress_ranks[local_rank];
+	progress_drain(p);
+	return (p);
+}
+
 /* Delivers the notes from the loop, so that cb never runs nested. */
 static void
 progress_note_cb_ev(evutil_socket_t fd, short ev, void *arg)
@@ -165,8 +189,7 @@ static void
 progress_close(struct progress_rank *p)
 {
 	if (p->ev != NULL) {
-		/* Read what a worker sent just before it exited. */
-		progress_read_cb(p->fd, EV_READ, p);
+		progress_drain(p);
 		event_free(p->ev);
 		p->ev = NULL;
 	}
@@ -273,13 +296,7 @@ progress_get(int local_rank, uint64_t *step, int64_t *when)
 {
 	struct progress_rank	*p;
 
-	if (local_rank < 0 || local_rank >= progress_nranks)
-		return (RDZV_ENOTFOUND);
-	p = &progress_ranks[local_rank];
-	/* A report sent just before an exit may still be queued. */
-	if (p->ev != NULL)
-		progress_read_cb(p->fd, EV_READ, p);
-	if (!p->seen)
+	if ((p = progress_rank_read(local_rank)) == NULL || !p->seen)
 		return (RDZV_ENOTFOUND);
 	*step = p->step;
 	*when = p->when;
@@ -291,13 +308,8 @@ progress_can_repair(int local_rank)
 {
 	struct progress_rank	*p;
 
-	if (local_rank < 0 || local_rank >= progress_nranks)
-		return (0);
-	p = &progress_ranks[local_rank];
-	/* A hello sent just before an exit may still be queued. */
-	if (p->ev != NULL)
-		progress_read_cb(p->fd, EV_READ, p);
-	return (p->can_repair);
+	p = progress_rank_read(local_rank);
+	return (p != NULL && p->can_repair);
 }
 
 int
@@ -318,12 +330,8 @@ progress_ready(int local_rank)
 {
 	struct progress_rank	*p;
 
-	if (local_rank < 0 || local_rank >= progress_nranks)
-		return (0);
-	p = &progress_ranks[local_rank];
-	if (p->ev != NULL)
-		progress_read_cb(p->fd, EV_READ, p);
-	return (p->ready);
+	p = progress_rank_read(local_rank);
+	return (p != NULL && p->ready);
 }
 
 /* Sends the datagram msg (len bytes) to local_rank; as progress_send. */
