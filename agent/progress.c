@@ -66,6 +66,11 @@ progress_handle(struct progress_rank *p, const char *buf, size_t len)
 	struct chan_msg	m;
 	int		r = (int)(p - progress_ranks);
 
+	if (len == 0) {
+		/* A legal datagram with no message in it, not the end. */
+		log_debug("worker %d: empty message ignored", r);
+		return;
+	}
 	if (chan_parse(buf, len, &m) != 0) {
 		/* A local worker's bug, not an attack: say so once. */
 		if (!p->warned)
@@ -110,17 +115,22 @@ progress_read_cb(evutil_socket_t fd, short ev, void *arg)
 
 	/* Drain everything queued, in order: hello comes before steps. */
 	for (;;) {
-		/* A datagram over the limit comes cut to the buffer: refused. */
-		n = recv(fd, buf, sizeof buf, MSG_DONTWAIT);
-		if (n == -1 && errno == EINTR)
-			continue;
-		if (n <= 0) {
-			/* 0: every copy of the worker's end is closed. */
-			if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK))
-				event_del(p->ev);
+		/* A datagram over the limit comes cut to the buffer: refused
+		 * by chan_parse for its length. */
+		n = chan_recv(fd, buf, sizeof buf);
+		if (n == RDZV_EBUSY)
+			return;
+		if (n < 0) {
+			/* Every copy of the worker's end is closed. */
+			if (n != RDZV_ECONN)
+				log_warn("worker %d: recv",
+				    (int)(p - progress_ranks));
+			event_del(p->ev);
 			return;
 		}
-		progress_handle(p, buf, (size_t)n);
+		/* Cut to what buf holds: still over RDZV_CHAN_MSG_MAX. */
+		progress_handle(p, buf, (size_t)n < sizeof buf ? (size_t)n :
+		    sizeof buf);
 	}
 }
 

@@ -129,6 +129,32 @@ def parse_round(text):
 	return Round(**out)
 
 
+def _chan_eof(s):
+	"""Whether a 0-byte read of the channel s was its end, not an empty
+	datagram (a legal message on SOCK_SEQPACKET): only the end comes with
+	the peer's hangup, and then with nothing queued but empty datagrams
+	(SIOCINQ counts every queued datagram's bytes).  As common/
+	chan_recv.c."""
+	import array
+	import fcntl
+	import select
+	import termios
+	p = select.poll()
+	p.register(s.fileno(), select.POLLIN | getattr(select, "POLLRDHUP", 0))
+	ev = 0
+	for _, ev in p.poll(0):
+		pass
+	if not ev & (select.POLLHUP | getattr(select, "POLLRDHUP", 0) |
+	    select.POLLERR | select.POLLNVAL):
+		return False
+	inq = array.array("i", [0])
+	try:
+		fcntl.ioctl(s.fileno(), termios.FIONREAD, inq)
+	except OSError:
+		return True
+	return inq[0] == 0
+
+
 def _channel():
 	"""The agent's end as a socket, or None: RDZV_PROGRESS_FD is trusted
 	only when it is a local SOCK_SEQPACKET socket (a wrapper may have
@@ -295,8 +321,11 @@ class Job:
 			except OSError:
 				return
 			if not msg:
-				_debug("the agent closed the channel")
-				return
+				if _chan_eof(self._chan):
+					_debug("the agent closed the channel")
+					return
+				_debug("ignoring an empty message")
+				continue
 			text = msg.decode("ascii", "replace")
 			verb = text.split(" ", 1)[0]
 			if verb == "round":

@@ -35,6 +35,9 @@ INTEG_TESTS += tests/integ/storm.py
 INTEG_TESTS += tests/integ/agent_repair.py
 # In-place repair of C workers under the fake agent (issue 12).
 INTEG_TESTS += tests/integ/repair_c.py
+# The torch helper's side of the channel (python/rdzv/repair.py): its
+# empty datagrams (no torch needed).
+INTEG_TESTS += tests/integ/repair_chan.py
 # ... and end to end: rdzvd's repair rounds through real rdzv-agents.
 INTEG_TESTS += tests/integ/repair_agent.py
 # The fake agent of repair_c.py, test_repair_torch{,2}.py and bench/repair_*.py.
