@@ -134,6 +134,15 @@ progress_read_cb(evutil_socket_t fd, short ev, void *arg)
 	}
 }
 
+/* Local rank local_rank's state, or NULL when there is no such rank. */
+static struct progress_rank *
+progress_rank(int local_rank)
+{
+	if (local_rank < 0 || local_rank >= progress_nranks)
+		return (NULL);
+	return (&progress_ranks[local_rank]);
+}
+
 /* Reads everything p's worker sent (it may have exited just after). */
 static void
 progress_drain(struct progress_rank *p)
@@ -151,10 +160,8 @@ progress_rank_read(int local_rank)
 {
 	struct progress_rank	*p;
 
-	if (local_rank < 0 || local_rank >= progress_nranks)
-		return (NULL);
-	p = &progress_ranks[local_rank];
-	progress_drain(p);
+	if ((p = progress_rank(local_rank)) != NULL)
+		progress_drain(p);
 	return (p);
 }
 
@@ -270,9 +277,8 @@ progress_rearm(int local_rank)
 {
 	struct progress_rank	*p;
 
-	if (local_rank < 0 || local_rank >= progress_nranks)
+	if ((p = progress_rank(local_rank)) == NULL)
 		return (RDZV_ENOTFOUND);
-	p = &progress_ranks[local_rank];
 	progress_close(p);
 	/* Nothing the predecessor said is the replacement's. */
 	memset(p, 0, sizeof *p);
@@ -283,9 +289,9 @@ progress_rearm(int local_rank)
 int
 progress_child_fd(int local_rank)
 {
-	if (local_rank < 0 || local_rank >= progress_nranks)
-		return (-1);
-	return (progress_ranks[local_rank].child_fd);
+	struct progress_rank	*p;
+
+	return ((p = progress_rank(local_rank)) != NULL ? p->child_fd : -1);
 }
 
 void
@@ -293,9 +299,8 @@ progress_spawned(int local_rank)
 {
 	struct progress_rank	*p;
 
-	if (local_rank < 0 || local_rank >= progress_nranks)
+	if ((p = progress_rank(local_rank)) == NULL)
 		return;
-	p = &progress_ranks[local_rank];
 	if (p->child_fd != -1)
 		close(p->child_fd);
 	p->child_fd = -1;
@@ -351,10 +356,7 @@ progress_send_raw(int local_rank, const char *msg, size_t len)
 	struct progress_rank	*p;
 	ssize_t			 n;
 
-	if (local_rank < 0 || local_rank >= progress_nranks)
-		return (RDZV_ENOTFOUND);
-	p = &progress_ranks[local_rank];
-	if (p->fd == -1)
+	if ((p = progress_rank(local_rank)) == NULL || p->fd == -1)
 		return (RDZV_ENOTFOUND);
 	do
 		n = send(p->fd, msg, len, MSG_DONTWAIT | MSG_NOSIGNAL);

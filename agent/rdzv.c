@@ -102,17 +102,18 @@ static const unsigned rc_next[RC_NSTATES] = {
 	[RC_CLOSED] = 0,
 };
 
-/* A report that must reach rdzvd even across a reconnect. */
+/*
+ * A report that must reach rdzvd even across a reconnect: the fields of
+ * its op's message but the job and node id, which are set when it is
+ * sent (a reconnect may bring a new node id).
+ */
 struct rdzv_report {
 	uint16_t		 op;		/* FAILURE, SUCCEEDED or READY */
 	uint32_t		 id;		/* request id when sent, else 0 */
 	int64_t			 round;
-	int64_t			 local_rank;
-	int64_t			 rank;
-	int64_t			 exit_code;
-	int64_t			 signo;
-	int			 repair;	/* FAILURE: respawning it */
-	char			*message;
+	struct nat_failure	 failure;	/* FAILURE */
+	struct nat_ready	 ready;		/* READY */
+	char			*message;	/* failure.message's bytes */
 	TAILQ_ENTRY(rdzv_report) entry;
 };
 TAILQ_HEAD(rdzv_reports, rdzv_report);
@@ -274,34 +275,23 @@ rdzv_send_join(void)
 static void
 rdzv_send_report(struct rdzv_report *r)
 {
-	struct nat_wr		wr;
-	struct nat_failure	f;
-	struct nat_ready	rd;
-	int			rc = 0;
+	struct nat_wr	wr;
+	int		rc = 0;
 
 	switch (r->op) {
 	case NAT_OP_FAILURE:
-		memset(&f, 0, sizeof f);
-		f.job = slice_str(rc_cfg->rdzv_id);
-		f.node_id = rc_node_id;
-		f.round = r->round;
-		f.local_rank = r->local_rank;
-		f.rank = r->rank;
-		f.exit_code = r->exit_code;
-		f.signo = r->signo;
-		f.message = slice_str(r->message);
-		f.repair = r->repair != 0;
+		r->failure.job = slice_str(rc_cfg->rdzv_id);
+		r->failure.node_id = rc_node_id;
+		r->failure.round = r->round;
 		r->id = rdzv_next_id();
-		rc = nat_failure_put(rdzv_out(), r->id, &f);
+		rc = nat_failure_put(rdzv_out(), r->id, &r->failure);
 		break;
 	case NAT_OP_READY:
-		memset(&rd, 0, sizeof rd);
-		rd.job = slice_str(rc_cfg->rdzv_id);
-		rd.node_id = rc_node_id;
-		rd.round = r->round;
-		rd.local_rank = r->local_rank;
+		r->ready.job = slice_str(rc_cfg->rdzv_id);
+		r->ready.node_id = rc_node_id;
+		r->ready.round = r->round;
 		r->id = rdzv_next_id();
-		rc = nat_ready_put(rdzv_out(), r->id, &rd);
+		rc = nat_ready_put(rdzv_out(), r->id, &r->ready);
 		break;
 	default:	/* SUCCEEDED: b job, i node_id, i round */
 		r->id = rdzv_begin(&wr, r->op);
@@ -1084,8 +1074,8 @@ rdzv_set_repairable(int on)
 }
 
 /*
- * A new report of op for round, its message a copy of at most
- * AGENT_MSG_MAX - 1 bytes of message; NULL once the link is closed for
+ * A new report of op for round, its message (NULL: none) a copy of at
+ * most AGENT_MSG_MAX - 1 bytes of message; NULL once the link is closed for
  * good (nothing more is reported).  The caller fills the rest and queues
  * it with rdzv_queue().
  */
@@ -1096,8 +1086,8 @@ rdzv_report_new(uint16_t op, int64_t round, const char *message)
 
 	if (rc_state == RC_CLOSED)
 		return (NULL);
-	if ((r = calloc(1, sizeof *r)) == NULL ||
-	    (r->message = strndup(message, AGENT_MSG_MAX - 1)) == NULL)
+	if ((r = calloc(1, sizeof *r)) == NULL || (message != NULL &&
+	    (r->message = strndup(message, AGENT_MSG_MAX - 1)) == NULL))
 		fatalx("out of memory");
 	r->op = op;
 	r->round = round;
@@ -1109,9 +1099,9 @@ rdzv_report_ready(int64_t round, int local_rank)
 {
 	struct rdzv_report	*r;
 
-	if ((r = rdzv_report_new(NAT_OP_READY, round, "")) == NULL)
+	if ((r = rdzv_report_new(NAT_OP_READY, round, NULL)) == NULL)
 		return;
-	r->local_rank = local_rank;
+	r->ready.local_rank = local_rank;
 	rdzv_queue(r);
 }
 
@@ -1123,11 +1113,12 @@ rdzv_report_failure(int64_t round, int local_rank, int64_t rank,
 
 	if ((r = rdzv_report_new(NAT_OP_FAILURE, round, message)) == NULL)
 		return;
-	r->local_rank = local_rank;
-	r->rank = rank;
-	r->exit_code = exit_code;
-	r->signo = signo;
-	r->repair = repair;
+	r->failure.local_rank = local_rank;
+	r->failure.rank = rank;
+	r->failure.exit_code = exit_code;
+	r->failure.signo = signo;
+	r->failure.message = slice_str(r->message);
+	r->failure.repair = repair != 0;
 	rdzv_queue(r);
 }
 
@@ -1136,7 +1127,7 @@ rdzv_report_succeeded(int64_t round)
 {
 	struct rdzv_report	*r;
 
-	if ((r = rdzv_report_new(NAT_OP_SUCCEEDED, round, "")) != NULL)
+	if ((r = rdzv_report_new(NAT_OP_SUCCEEDED, round, NULL)) != NULL)
 		rdzv_queue(r);
 }
 
