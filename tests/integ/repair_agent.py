@@ -186,7 +186,8 @@ def lost_node(s, d, job, nnodes, standby):
     b = s.agent(args(d, job, nnodes, 2.0), program=prog())
     try:
         rt.wait_until(lambda: len(a.children()) == 2 and
-                      len(b.children()) == 2 and "step " in a.output(),
+                      len(b.children()) == 2 and
+                      "step " in a.output() + b.output(),
                       timeout=30, what="4 workers training")
     except AssertionError:
         print(events(d, job), a.output()[-3000:], b.output()[-3000:])
