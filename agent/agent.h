@@ -359,6 +359,11 @@ void	progress_end_attempt(void);
  */
 int	progress_get(int local_rank, uint64_t *step, int64_t *when);
 /*
+ * When (mono_ms()) local_rank's worker last said "wait" (a collective of
+ * its blocked on its peers), 0 if never in this attempt.
+ */
+int64_t	progress_waited(int local_rank);
+/*
  * Whether local_rank's current worker (the one on its socket now, running
  * or just exited) said "hello repair=1": 1 or 0.
  */

@@ -6,11 +6,12 @@
  * whole and tells the agent which worker sent it without parsing a rank.
  * A worker sends its step as one decimal datagram (librdzvworker's
  * rdzv_report_progress(), at most every 100 ms), "hello repair=1" when it
- * can repair in place, and "ready" when it is a replacement done with its
- * start-up; the agent sends it "round ..." and "stop" (common/chan.c
+ * can repair in place, "ready" when it is a replacement done with its
+ * start-up, and "wait" (about once a second) while a collective call of
+ * its waits on its peers; the agent sends it "round ..." and "stop" (common/chan.c
  * has the grammar).  The agent keeps the last step of each local rank and when
  * it came, for the failure summary and the --progress_timeout watchdog,
- * and which workers can repair; "hello" and "ready" are passed to the
+ * when it last said it waits on its peers, and which workers can repair; "hello" and "ready" are passed to the
  * main loop through a deferred event.  A worker that never links the
  * library simply never says anything.  A replacement gets a fresh pair
  * (progress_rearm), so nothing its predecessor said is taken as its own.
@@ -48,6 +49,7 @@ struct progress_rank {
 	int64_t		 when;		/* mono_ms() of the last one */
 	int		 can_repair;	/* said "hello repair=1" */
 	int		 ready;		/* said "ready" */
+	int64_t		 waited;	/* mono_ms() of its last "wait" */
 	int		 notes;		/* PROGRESS_NOTE_* to deliver */
 	int		 warned;	/* a malformed message was logged */
 };
@@ -97,6 +99,9 @@ progress_handle(struct progress_rank *p, const char *buf, size_t len)
 		p->notes |= PROGRESS_NOTE_READY;
 		log_debug("worker %d: ready", r);
 		break;
+	case CHAN_WAIT:
+		p->waited = mono_ms();
+		return;
 	default:
 		/* A verb for a newer agent, or one only an agent says. */
 		log_debug("worker %d: unknown message ignored", r);
@@ -316,6 +321,16 @@ progress_get(int local_rank, uint64_t *step, int64_t *when)
 	*step = p->step;
 	*when = p->when;
 	return (0);
+}
+
+int64_t
+progress_waited(int local_rank)
+{
+	struct progress_rank	*p;
+
+	if ((p = progress_rank_read(local_rank)) == NULL)
+		return (0);
+	return (p->waited);
 }
 
 int

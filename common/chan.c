@@ -65,6 +65,7 @@ static const char *const chan_verbs[] = {
 	[CHAN_READY] = "ready",
 	[CHAN_ROUND] = "round",
 	[CHAN_STOP] = "stop",
+	[CHAN_WAIT] = "wait",
 };
 #define CHAN_NVERBS	(sizeof chan_verbs / sizeof chan_verbs[0])
 
@@ -126,6 +127,7 @@ chan_fields_ok(const struct chan_msg *m)
 	case CHAN_READY:
 	case CHAN_ROUND:
 	case CHAN_STOP:
+	case CHAN_WAIT:
 		break;
 	default:
 		return (0);

@@ -25,6 +25,7 @@ enum chan_verb {
 	CHAN_READY,		/* worker: "ready", a replacement can join */
 	CHAN_ROUND,		/* agent: "round round=R kind=K ..." */
 	CHAN_STOP,		/* agent: "stop", the repair failed */
+	CHAN_WAIT,		/* worker: "wait", blocked on its peers */
 };
 
 enum chan_kind {

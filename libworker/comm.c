@@ -140,6 +140,18 @@ comm_broken(const struct rdzv_comm *c)
 	return (__atomic_load_n(&c->err, __ATOMIC_ACQUIRE));
 }
 
+void
+comm_waiting(struct rdzv_comm *c, int on)
+{
+	int64_t	zero = 0;
+
+	if (!on)
+		__atomic_store_n(&c->wait_since, 0, __ATOMIC_RELAXED);
+	else if (__atomic_load_n(&c->wait_since, __ATOMIC_RELAXED) == 0)
+		(void)__atomic_compare_exchange_n(&c->wait_since, &zero,
+		    mono_ms(), 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED);
+}
+
 int
 comm_note(struct rdzv_comm *c, int code, const char *fmt, ...)
 {

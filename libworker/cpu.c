@@ -111,7 +111,9 @@ cpu_poll(struct cpu *cpu, int n, int64_t deadline, const char *what)
 		if ((rc = comm_broken(cpu->comm)) != 0)
 			return (RDZV_ECLOSED);
 		left = deadline_left(deadline);
+		comm_waiting(cpu->comm, 1);
 		rc = poll(cpu->pfd, (nfds_t)n, left);
+		comm_waiting(cpu->comm, 0);
 		if (rc > 0)
 			return (0);
 		if (rc == 0 && left == 0)

@@ -265,6 +265,9 @@ nccl_backoff(int64_t start_us)
 	nanosleep(&ts, NULL);
 }
 
+static int	nccl_poll_wait(struct rdzv_comm *, struct nccl *, cudaEvent_t,
+		    int64_t, const char *);
+
 /*
  * Polls until ev has completed (ev NULL: until the communicator's pending
  * non-blocking call has settled), the communicator reports an error, an
@@ -273,6 +276,18 @@ nccl_backoff(int64_t start_us)
  */
 static int
 nccl_poll(struct rdzv_comm *c, struct nccl *n, cudaEvent_t ev,
+    int64_t deadline, const char *what)
+{
+	int	rc;
+
+	rc = nccl_poll_wait(c, n, ev, deadline, what);
+	comm_waiting(c, 0);
+	return (rc);
+}
+
+/* nccl_poll's loop; the rank counts as waiting on its peers in it. */
+static int
+nccl_poll_wait(struct rdzv_comm *c, struct nccl *n, cudaEvent_t ev,
     int64_t deadline, const char *what)
 {
 	ncclResult_t	ar;
@@ -312,6 +327,7 @@ nccl_poll(struct rdzv_comm *c, struct nccl *n, cudaEvent_t ev,
 			nccl_do_abort(n);
 			return (rc);
 		}
+		comm_waiting(c, 1);
 		nccl_backoff(start);
 	}
 }

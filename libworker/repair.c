@@ -39,12 +39,15 @@
 
 #include "worker.h"
 
+/* A call blocked on its peers this long says "wait", and as often. */
+#define REPAIR_WAIT_MS	1000
+
 /* ---- messages ---- */
 
 /*
- * Says verb (CHAN_HELLO, with repair=1, or CHAN_READY) to the agent,
- * waiting at most a second for room (an agent that reads nothing must
- * not hold rdzv_init).  0 or RDZV_EIO.
+ * Says verb (CHAN_HELLO with repair=1, CHAN_READY, CHAN_WAIT) to the
+ * agent, waiting at most a second for room (an agent that reads nothing
+ * must not hold rdzv_init).  0 or RDZV_EIO.
  */
 static int
 repair_say(struct rdzv_comm *c, enum chan_verb verb)
@@ -116,8 +119,28 @@ repair_heard(struct rdzv_comm *c, const char *buf, size_t len)
 }
 
 /*
+ * Says "wait" when a call of c has waited on its peers for
+ * REPAIR_WAIT_MS, and again every REPAIR_WAIT_MS while it still does;
+ * *last: when it last did.
+ */
+static void
+repair_say_wait(struct rdzv_comm *c, int64_t *last)
+{
+	int64_t	since, now;
+
+	since = __atomic_load_n(&c->wait_since, __ATOMIC_RELAXED);
+	now = mono_ms();
+	if (since == 0 || now - since < REPAIR_WAIT_MS ||
+	    now - *last < REPAIR_WAIT_MS)
+		return;
+	*last = now;
+	(void)repair_say(c, CHAN_WAIT);
+}
+
+/*
  * The watcher thread: reads the agent's datagrams until repair_stop()
- * wakes it or the agent's end closes (then nobody waits for a round).
+ * wakes it or the agent's end closes (then nobody waits for a round);
+ * says "wait" while the program is blocked on its peers.
  */
 static void *
 repair_main(void *arg)
@@ -126,17 +149,20 @@ repair_main(void *arg)
 	struct pollfd		 pfd[2];
 	char			 buf[RDZV_CHAN_MSG_MAX + 1];
 	ssize_t			 n;
+	int64_t			 last = 0;
+	int			 rc;
 
 	pfd[0].fd = c->progress_fd;
 	pfd[0].events = POLLIN | POLLRDHUP;
 	pfd[1].fd = c->wwake[0];
 	pfd[1].events = POLLIN;
 	for (;;) {
-		if (poll(pfd, 2, -1) == -1) {
-			if (errno == EINTR)
-				continue;
+		rc = poll(pfd, 2, REPAIR_WAIT_MS / 2);
+		repair_say_wait(c, &last);
+		if (rc == 0 || (rc == -1 && errno == EINTR))
+			continue;
+		if (rc == -1)
 			break;
-		}
 		if (pfd[1].revents != 0)
 			return (NULL);
 		/* An empty datagram (0) is no message and not the end. */

@@ -196,13 +196,26 @@ peers_alive(struct cpu *cpu, const char *what)
 	    "(its connection closed)", what, j));
 }
 
-/* The barrier every rank of the arena meets at. */
+static int	shm_barrier_meet(struct cpu *, int64_t, const char *);
+
 /*
- * Returns 0 once every rank has arrived, or breaks the communicator (a
- * rank aborted, died, or the deadline passed).
+ * The barrier every rank of the arena meets at: returns 0 once every
+ * rank has arrived, or breaks the communicator (a rank aborted, died, or
+ * the deadline passed).  While it sleeps the rank counts as waiting on
+ * its peers (comm_waiting).
  */
 static int
 shm_barrier_wait(struct cpu *cpu, int64_t deadline, const char *what)
+{
+	int	rc;
+
+	rc = shm_barrier_meet(cpu, deadline, what);
+	comm_waiting(cpu->comm, 0);
+	return (rc);
+}
+
+static int
+shm_barrier_meet(struct cpu *cpu, int64_t deadline, const char *what)
 {
 	struct shm_arena	*a = cpu->shm;
 	struct shm_hdr		*h = a->hdr;
@@ -248,6 +261,7 @@ shm_barrier_wait(struct cpu *cpu, int64_t deadline, const char *what)
 		ts.tv_sec = 0;
 		ts.tv_nsec = SHM_NAP_MS * 1000000L;
 		atomic_fetch_add(&h->sleepers, 1);
+		comm_waiting(cpu->comm, 1);	/* the first nap's time */
 		futex(&h->gen, FUTEX_WAIT, g, &ts);
 		atomic_fetch_sub(&h->sleepers, 1);
 	}

@@ -352,6 +352,8 @@ struct rdzv_comm {
 	int		 wwake[2];	/* pipe: stop the watcher */
 	int		 wthread_on;
 	pthread_t	 wthread;
+	int64_t		 wait_since;	/* mono_ms() a call began waiting
+					 * on peers, 0: none (atomic) */
 };
 
 /* Logs msg at level through the user's callback, if any and enabled. */
@@ -370,6 +372,12 @@ int	comm_note(struct rdzv_comm *, int code, const char *, ...)
 	    __attribute__((format(printf, 3, 4)));
 /* 0 while usable, else the breaking code. */
 int	comm_broken(const struct rdzv_comm *);
+/*
+ * Marks c as blocked waiting on its peers (on) or not: the repair
+ * watcher then says "wait" to the agent about once a second, so its
+ * --progress_timeout watchdog tells this rank from the one it waits on.
+ */
+void	comm_waiting(struct rdzv_comm *, int on);
 /*
  * Rebuilds the communicator on round m (rdzv_comm_repair): stops the
  * queue, tears the backend and the store down, takes m's rank, size and

@@ -125,6 +125,7 @@ _VERBS = {
 		"local_world": ("int", 1, _INT_MAX, True),
 	},
 	"stop": {},
+	"wait": {},
 }
 _DIGITS = re.compile(r"[0-9]{1,%d}" % _NUM_MAX)
 
