@@ -1,0 +1,30 @@
+"""test_repair_agent_torch1: test_repair_agent_torch2's in-place repair
+under torch 1.13 (Debian's, the python running the test): a real rdzvd,
+two real rdzv-agents of two workers each running
+examples/torch_ddp_repair.py (gloo); a SIGKILLed worker brings a shrink
+round then a grow round, the survivors' PIDs never change, no restart is
+counted, and every rank ends with the same model and optimizer digest
+(issue 12).
+"""
+
+import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                "..", "integ"))
+import compatlib                                        # noqa: E402
+compatlib.require_torch()
+
+import rdzvtest as rt                                   # noqa: E402
+from agent_lib import Scope                             # noqa: E402
+
+
+def test_torch113_kill_repairs_in_place():
+    d = rt.Rdzvd()
+    with Scope("repair-torch1-") as s:
+        compatlib.repair_kill_in_place(d, s, "torch1rep")
+    d.stop()
+
+
+if __name__ == "__main__":
+    rt.main(globals(), per_test=400.0, total=420.0)
