@@ -319,6 +319,7 @@ def wire_ops_113(data):
 REPAIR_DATA = "/usr/share/datasets/fashion-mnist"
 _REPORT_RE = re.compile(r"REPORT (\{.*\})$", re.M)
 _STEP_RE = re.compile(r"STEP (\d+) (\d+) (\d+) ", re.M)
+_STEP3_RE = re.compile(r"STEP \d+ \d+ 3 ", re.M)	# in a world of 3
 
 
 def repair_agents(scope, d, job, prog_args, env_b=None, steps=8):
@@ -355,12 +356,15 @@ def repair_reports(out):
 	return [json.loads(m) for m in _REPORT_RE.findall(out)]
 
 
-def repair_kill_in_place(d, scope, job):
+def repair_kill_in_place(d, scope, job, kill9=False):
 	"""A SIGKILLed worker of a repair_agents job is repaired in place:
 	a shrink round then a grow round, the survivors' PIDs unchanged, no
 	restart, every rank (the replacement too) with the same model and
-	optimizer digest, the job succeeds."""
-	from agent_lib import job_events
+	optimizer digest, the job succeeds.  kill9: rdzvd (on a fixed port,
+	durability strict) is killed -9 and restarted once the survivors
+	step in the shrink round, while the replacement starts; the grow
+	comes all the same."""
+	from agent_lib import job_events, job_status
 	# Long enough (>= 470 steps of >= 50 ms) that the survivors are still
 	# training when the replacement, importing torch, is ready to join.
 	a, b = repair_agents(scope, d, job, ["--limit", "12000", "--epochs",
@@ -370,6 +374,16 @@ def repair_kill_in_place(d, scope, job):
 	survivors.add(other)
 	t0 = time.monotonic()
 	os.kill(victim, signal.SIGKILL)
+	if kill9:
+		rdzvtest.wait_until(lambda: len(_STEP3_RE.findall(a.output() +
+		    b.output())) >= 3, timeout=60,
+		    what="the survivors stepping in the shrink round")
+		d.kill9()
+		d.start()
+		rdzvtest.wait_until(lambda: job_status(d, job).count(
+		    " connected") == 2, timeout=30, what="both agents back")
+		log("rdzvd restarted %.1f s after the SIGKILL" %
+		    (time.monotonic() - t0))
 	rdzvtest.wait_until(lambda: any(t.startswith("repair: grow")
 	    for t in job_events(d, job)), timeout=120, what="the grow round")
 	log("SIGKILL -> grow round: %.1f s" % (time.monotonic() - t0))
@@ -391,5 +405,9 @@ def repair_kill_in_place(d, scope, job):
 	check(any(t.startswith("repair: grow to 4") for t in ev), ev)
 	check(not any(t.startswith("restart ") or "escalated" in t
 	    for t in ev), ev)
+	if kill9:
+		check(any(t.startswith("rdzvd restarted: round ") for t in ev),
+		    ev)
+		return
 	check(d.metric("rdzvd_repairs_total") == 2, "repairs_total")
 	check(d.metric("rdzvd_restarts_total") == 0, "restarts_total")

@@ -4,7 +4,9 @@ two real rdzv-agents of two workers each running
 examples/torch_ddp_repair.py (gloo); a SIGKILLed worker brings a shrink
 round then a grow round, the survivors' PIDs never change, no restart is
 counted, and every rank ends with the same model and optimizer digest
-(issue 12).
+(issue 12).  In the same run rdzvd is killed -9 and restarted on its
+database while the survivors step in the shrink round and the
+replacement starts: the repair resumes (the grow comes all the same).
 """
 
 import os
@@ -19,10 +21,11 @@ import rdzvtest as rt                                   # noqa: E402
 from agent_lib import Scope                             # noqa: E402
 
 
-def test_torch113_kill_repairs_in_place():
-    d = rt.Rdzvd()
+def test_torch113_kill_repairs_in_place_through_rdzvd_kill9():
+    port = rt.free_port()
+    d = rt.Rdzvd(["--listen", "127.0.0.1:%d" % port], durability="strict")
     with Scope("repair-torch1-") as s:
-        compatlib.repair_kill_in_place(d, s, "torch1rep")
+        compatlib.repair_kill_in_place(d, s, "torch1rep", kill9=True)
     d.stop()
 
 

@@ -12,7 +12,8 @@ worker that cannot repair).  Checks:
   - rdzvd kill -9 after the shrink, before the grow: rdzvd restarted on
     the same database (and port) resumes the repair: the replacement's
     readiness brings the grow, the survivors' PIDs never change, no
-    restart, the job succeeds.
+    restart, the job succeeds; the same when the replacement is ready
+    while rdzvd is down (its agent tells the restarted rdzvd).
 A replacement is held before it starts (so that the test can act while
 it is pending) by starting every worker through a shell that, when
 RDZV_REPLACEMENT=1, waits for a file the test creates, then execs
@@ -195,6 +196,41 @@ def test_rdzvd_kill9_resumes_repair():
     back = [i for i, t in enumerate(ev) if t.startswith("rdzvd restarted")]
     grow = [i for i, t in enumerate(ev) if t.startswith("repair: grow")]
     assert back and grow and back[0] < grow[0], ev
+    assert not any(t.startswith("restart ") or "escalated" in t
+                   for t in ev), ev
+    d.stop()
+
+
+def test_rdzvd_down_when_ready():
+    """The replacement is ready while rdzvd is down: its agent tells the
+    restarted rdzvd, which grows the job."""
+    need_data()
+    port = rt.free_port()
+    d = rt.Rdzvd(["--listen", "127.0.0.1:%d" % port], durability="strict")
+    with Scope("repair-agent2-") as s:
+        gate = os.path.join(s.tmp, "gate")
+        program, env = gated(gate, LONGER)
+        a, b = start_job(s, d, "down", program, env=env)
+        survivors = set(a.children())
+        victim, other = sorted(b.children())
+        survivors.add(other)
+        os.kill(victim, signal.SIGKILL)
+        rt.wait_until(lambda: SHRUNK_RE.search(a.output() + b.output()),
+                      timeout=30, what="the survivors in the shrink round")
+        d.kill9()
+        with open(gate, "w"):
+            pass
+        rt.wait_until(lambda: "its replacement is ready" in b.output(),
+                      timeout=30, what="the replacement ready")
+        d.start()
+        wait_event(d, "down", "repair: grow", [a, b], 60,
+                   "the grow round after the restart")
+        now = set(a.children()) | set(b.children())
+        assert survivors <= now, (survivors, now)
+        hashes, _, ev = finish(d, "down", [a, b])
+    assert sorted(hashes) == [0, 1, 2, 3], hashes
+    assert len(set(hashes.values())) == 1, hashes
+    assert sum(t.startswith("repair: grow to 4") for t in ev) == 1, ev
     assert not any(t.startswith("restart ") or "escalated" in t
                    for t in ev), ev
     d.stop()
