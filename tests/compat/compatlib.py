@@ -314,7 +314,8 @@ def wire_ops_113(data):
 # ---- rdzv-agent jobs of examples/torch_ddp_repair.py (issue 12) ----
 # test_repair_agent_torch{1,2}.py: two real rdzv-agents of two workers each
 # under a real rdzvd, the workers the example under the python running the
-# test (each file picks its torch first).
+# test (each file picks its torch first and puts tests/integ, where
+# agent_lib is, on sys.path).
 
 REPAIR_DATA = "/usr/share/datasets/fashion-mnist"
 _REPORT_RE = re.compile(r"REPORT (\{.*\})$", re.M)
