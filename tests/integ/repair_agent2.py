@@ -25,8 +25,8 @@ import re
 import signal
 
 import rdzvtest as rt
-from agent_lib import Scope, conf, job_events as events, job_status
-from repair_agent import finish, need_data, prog
+from agent_lib import Scope, job_events as events, job_status
+from repair_agent import finish, need_data, prog, start_job
 
 SHRUNK_RE = re.compile(r"repaired: round \d+ \(shrink\)")
 # The survivors must still be training when the held replacement joins
@@ -42,24 +42,6 @@ def gated(gate, extra=()):
     """The agent's program and environment: replacements wait for gate."""
     return ["/bin/sh", "-c", GATE_SH, "gate"] + prog() + list(extra), \
         {"RDZV_E2E_GATE": gate}
-
-
-def args(d, job, extra=()):
-    return ["--nnodes", "2", "--nproc_per_node", "2",
-            "--rdzv_backend", "rdzv",
-            "--rdzv_endpoint", "127.0.0.1:%d" % d.port, "--rdzv_id", job,
-            "--max_restarts", "2", "--grace", "2",
-            "--rdzv_conf", conf(0.2, 5.0), "--no_python"] + list(extra)
-
-
-def start_job(s, d, job, program, env=None, extra=()):
-    a = s.agent(args(d, job, extra), program=program, env=env)
-    b = s.agent(args(d, job, extra), program=program, env=env)
-    rt.wait_until(lambda: len(a.children()) == 2 and
-                  len(b.children()) == 2 and
-                  "step " in a.output() + b.output(),
-                  timeout=30, what="4 workers training")
-    return a, b
 
 
 def has(d, job, prefix):
@@ -91,7 +73,7 @@ def test_stopped_rank_watchdog_repairs():
     need_data()
     d = rt.Rdzvd()
     with Scope("repair-agent2-") as s:
-        a, b = start_job(s, d, "stopped", prog(),
+        a, b = start_job(s, d, "stopped",
                          extra=["--progress_timeout", "2"])
         survivors = set(a.children())
         victim, other = sorted(b.children())
@@ -130,7 +112,7 @@ def test_second_failure_escalates():
     with Scope("repair-agent2-") as s:
         gate = os.path.join(s.tmp, "gate")
         program, env = gated(gate)
-        a, b = start_job(s, d, "second", program, env=env)
+        a, b = start_job(s, d, "second", program=program, env=env)
         before = set(a.children()) | set(b.children())
         os.kill(sorted(b.children())[0], signal.SIGKILL)
         wait_event(d, "second", "repair: shrink to 3", [a, b], 30,
@@ -166,7 +148,7 @@ def test_rdzvd_kill9_resumes_repair():
     with Scope("repair-agent2-") as s:
         gate = os.path.join(s.tmp, "gate")
         program, env = gated(gate, LONGER)
-        a, b = start_job(s, d, "phoenix", program, env=env)
+        a, b = start_job(s, d, "phoenix", program=program, env=env)
         survivors = set(a.children())
         victim, other = sorted(b.children())
         survivors.add(other)
@@ -210,7 +192,7 @@ def test_rdzvd_down_when_ready():
     with Scope("repair-agent2-") as s:
         gate = os.path.join(s.tmp, "gate")
         program, env = gated(gate, LONGER)
-        a, b = start_job(s, d, "down", program, env=env)
+        a, b = start_job(s, d, "down", program=program, env=env)
         survivors = set(a.children())
         victim, other = sorted(b.children())
         survivors.add(other)
