@@ -122,14 +122,19 @@ static struct {
 	struct event		*join_ev;
 	struct event		*watch_ev;	/* --progress_timeout */
 	int64_t			*hung_at;	/* per local rank; 0: not */
-	int			 pending;	/* local rank being replaced in
-						 * place, its READY not sent; -1 */
+	uint64_t		 pending;	/* bit l: local rank l is
+						 * replaced in place, its READY
+						 * not sent */
+	int			 fresh;		/* the last replacement, until
+						 * it reports a step; -1 */
 } ag;
 
 static const int agent_signals[4] = { SIGTERM, SIGINT, SIGHUP, SIGQUIT };
 
 static void	agent_begin_stop(void);
 static int	agent_respawn(int);
+static int	agent_fresh_moot(void);
+static void	agent_take_place(const struct rdzv_round *);
 static void	agent_arm_join_timer(void);
 
 /* Moves the agent to state s: the only place ag.state changes. */
@@ -225,6 +230,21 @@ agent_gpus(int local_rank, char *out, size_t outsz)
 }
 
 /*
+ * The world size workers started in round r are told: the round's,
+ * or, started into a repair round (a standby taking a lost node's
+ * place), the one they will be in once the round grows with them (their
+ * ranks from r's rank base are already those).
+ */
+static int64_t
+agent_world(const struct rdzv_round *r)
+{
+	if (r->kind == NAT_KIND_NORMAL)
+		return (r->world_size);
+	return (r->world_size + ag.cfg.nproc -
+	    __builtin_popcountll((unsigned long long)r->live_local));
+}
+
+/*
  * The variables rdzv-agent sets for local_rank in round r (torchrun's,
  * see shared/reference/tcpstore-wire.md section 6, plus RDZV_*).
  */
@@ -234,6 +254,7 @@ agent_worker_vars(int local_rank, const struct rdzv_round *r, size_t *np)
 	char		**e = NULL, gpus[1024];
 	size_t		  n = 0, cap = 0;
 	int64_t		  rank = r->rank_base + local_rank;
+	int64_t		  world = agent_world(r);
 
 	agent_setenv(&e, &n, &cap, "LOCAL_RANK", "%d",
 	    agent_own_devices() ? 0 : local_rank);
@@ -244,12 +265,11 @@ agent_worker_vars(int local_rank, const struct rdzv_round *r, size_t *np)
 	agent_setenv(&e, &n, &cap, "ROLE_RANK", "%lld", (long long)rank);
 	agent_setenv(&e, &n, &cap, "ROLE_NAME", "%s", ag.cfg.role);
 	agent_setenv(&e, &n, &cap, "LOCAL_WORLD_SIZE", "%d", ag.cfg.nproc);
-	agent_setenv(&e, &n, &cap, "WORLD_SIZE", "%lld",
-	    (long long)r->world_size);
+	agent_setenv(&e, &n, &cap, "WORLD_SIZE", "%lld", (long long)world);
 	agent_setenv(&e, &n, &cap, "GROUP_WORLD_SIZE", "%lld",
 	    (long long)r->group_world_size);
 	agent_setenv(&e, &n, &cap, "ROLE_WORLD_SIZE", "%lld",
-	    (long long)r->world_size);
+	    (long long)world);
 	agent_setenv(&e, &n, &cap, "MASTER_ADDR", "%s", ag.cfg.ep_host);
 	agent_setenv(&e, &n, &cap, "MASTER_PORT", "%lld",
 	    (long long)r->store_port);
@@ -276,6 +296,9 @@ agent_worker_vars(int local_rank, const struct rdzv_round *r, size_t *np)
 	agent_setenv(&e, &n, &cap, "RDZV_NAMESPACE", "%s", r->store_ns);
 	agent_setenv(&e, &n, &cap, "RDZV_NODE_ID", "%lld",
 	    (long long)r->node_id);
+	/* Started into a repair round: it takes a lost node's place. */
+	if (r->kind != NAT_KIND_NORMAL)
+		agent_setenv(&e, &n, &cap, "RDZV_REPLACEMENT", "1");
 	if (agent_own_devices()) {
 		agent_gpus(local_rank, gpus, sizeof gpus);
 		agent_setenv(&e, &n, &cap, "CUDA_VISIBLE_DEVICES", "%s", gpus);
@@ -417,9 +440,10 @@ agent_start_round(const struct rdzv_round *r)
 	    (long long)r->group_rank, (long long)r->group_world_size,
 	    (long long)r->rank_base,
 	    (long long)r->rank_base + ag.cfg.nproc - 1,
-	    (long long)r->world_size, (long long)r->restart_count);
+	    (long long)agent_world(r), (long long)r->restart_count);
 	memset(ag.hung_at, 0, ag.cfg.nproc * sizeof *ag.hung_at);
-	ag.pending = -1;
+	ag.pending = 0;
+	ag.fresh = -1;
 	rdzv_set_repairable(0);		/* until every new worker says so */
 	if ((rv = progress_attempt(ag.cfg.nproc)) != 0)
 		log_warnx("workers cannot report progress this round: %s",
@@ -556,7 +580,7 @@ agent_exit_cb(const struct sup_exit *x, void *arg)
 		return;		/* stopping: expected */
 	}
 	if (WIFEXITED(x->status) && WEXITSTATUS(x->status) == 0) {
-		if (++ag.nok == ag.cfg.nproc) {
+		if (++ag.nok == ag.cfg.nproc || agent_fresh_moot()) {
 			log_info("round %lld: every local worker succeeded",
 			    (long long)ag.cur.round);
 			agent_set_state(AS_SUCCEEDED);
@@ -609,6 +633,32 @@ agent_exit_cb(const struct sup_exit *x, void *arg)
 }
 
 /*
+ * Whether training ended here before the replacement joined: every
+ * other local worker exited 0 and the replacement has not stepped (a
+ * synchronous group never finishes without its members, so nothing is
+ * left for it).  Then it is stopped and the node counts as succeeded;
+ * rdzvd, told so, grows no round for it.
+ */
+static int
+agent_fresh_moot(void)
+{
+	uint64_t	step;
+	int64_t		when;
+	int		l = ag.fresh;
+
+	if (l < 0 || ag.nok != ag.cfg.nproc - 1 ||
+	    progress_get(l, &step, &when) == 0 || sup_pid(l) <= 0)
+		return (0);
+	log_info("worker %d: training ended before its replacement joined: "
+	    "stopping the replacement", l);
+	(void)progress_send(l, &(struct chan_msg){ .verb = CHAN_STOP });
+	(void)sup_signal_rank(l, SIGTERM);
+	ag.pending = 0;
+	ag.fresh = -1;
+	return (1);
+}
+
+/*
  * In-place recovery of local rank l, whose worker just died (a failure,
  * or killed by the watchdog): when every local worker said it can repair
  * and no replacement is pending here, starts a replacement for l alone
@@ -622,7 +672,7 @@ agent_respawn(int l)
 	pid_t	pid;
 	int	out_fd, err_fd, rv;
 
-	if (ag.pending >= 0 || !progress_all_can_repair())
+	if (ag.pending != 0 || l >= 63 || !progress_all_can_repair())
 		return (-1);
 	if ((rv = logs_rearm(l, &out_fd, &err_fd, moved, sizeof moved)) != 0 ||
 	    (rv = progress_rearm(l)) != 0 ||
@@ -635,7 +685,8 @@ agent_respawn(int l)
 	logs_spawned(l);
 	progress_spawned(l);
 	ag.hung_at[l] = 0;
-	ag.pending = l;
+	ag.pending = 1ULL << l;
+	ag.fresh = l;
 	log_info("worker %d (rank %lld): replacement pid %ld started; the "
 	    "others go on", l, (long long)(ag.cur.rank_base + l), (long)pid);
 	return (0);
@@ -686,6 +737,26 @@ agent_repair_round(const struct rdzv_round *r)
 	}
 }
 
+/*
+ * A standby takes a lost node's place in repair round r (none of its
+ * workers in it yet): every worker starts as a replacement
+ * (RDZV_REPLACEMENT=1 by agent_worker_vars), says ready when it is up,
+ * and joins when the READYs of all of them grow the round.
+ */
+static void
+agent_take_place(const struct rdzv_round *r)
+{
+	log_info("round %lld: this node takes a lost node's place (group "
+	    "rank %lld): starting %d workers as replacements",
+	    (long long)r->round, (long long)r->group_rank, ag.cfg.nproc);
+	logs_end_attempt();
+	progress_end_attempt();
+	agent_start_round(r);
+	if (ag.state == AS_RUNNING)
+		ag.pending = ag.cfg.nproc >= 63 ? 0 :
+		    (1ULL << ag.cfg.nproc) - 1;
+}
+
 /* A worker said hello or ready on its channel. */
 static void
 agent_note_cb(int l, enum progress_note note, void *arg)
@@ -694,10 +765,16 @@ agent_note_cb(int l, enum progress_note note, void *arg)
 		rdzv_set_repairable(progress_all_can_repair());
 		return;
 	}
-	if (note == PROGRESS_READY && l == ag.pending &&
+	if (note == PROGRESS_READY && l < 63 && (ag.pending & (1ULL << l)) &&
 	    ag.state == AS_RUNNING) {
+		ag.pending &= ~(1ULL << l);
+		/* A worker here finished: the group has no step left. */
+		if (ag.nok > 0) {
+			log_info("worker %d: its replacement is ready, but "
+			    "training ended: not reported", l);
+			return;
+		}
 		log_info("worker %d: its replacement is ready", l);
-		ag.pending = -1;
 		rdzv_report_ready(ag.cur.round, l);
 	}
 }
@@ -782,6 +859,9 @@ agent_round_cb(const struct rdzv_round *r, void *arg)
 		if (r->kind != NAT_KIND_NORMAL) {
 			if (ag.state == AS_RUNNING && r->round > ag.cur.round)
 				agent_repair_round(r);
+			else if (r->live_local == 0 && sup_live() == 0 &&
+			    ag.state != AS_STOPPING && ag.state != AS_SUCCEEDED)
+				agent_take_place(r);
 			else
 				log_warnx("repair round %lld ignored: no "
 				    "workers running here", (long long)r->round);

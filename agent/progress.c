@@ -66,6 +66,11 @@ progress_handle(struct progress_rank *p, const char *buf, size_t len)
 	struct chan_msg	m;
 	int		r = (int)(p - progress_ranks);
 
+	if (len == 0) {
+		/* A legal datagram with no message in it, not the end. */
+		log_debug("worker %d: empty message ignored", r);
+		return;
+	}
 	if (chan_parse(buf, len, &m) != 0) {
 		/* A local worker's bug, not an attack: say so once. */
 		if (!p->warned)
@@ -110,18 +115,54 @@ progress_read_cb(evutil_socket_t fd, short ev, void *arg)
 
 	/* Drain everything queued, in order: hello comes before steps. */
 	for (;;) {
-		/* A datagram over the limit comes cut to the buffer: refused. */
-		n = recv(fd, buf, sizeof buf, MSG_DONTWAIT);
-		if (n == -1 && errno == EINTR)
-			continue;
-		if (n <= 0) {
-			/* 0: every copy of the worker's end is closed. */
-			if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK))
-				event_del(p->ev);
+		/* A datagram over the limit comes cut to the buffer: refused
+		 * by chan_parse for its length. */
+		n = chan_recv(fd, buf, sizeof buf);
+		if (n == RDZV_EBUSY)
+			return;
+		if (n < 0) {
+			/* Every copy of the worker's end is closed. */
+			if (n != RDZV_ECONN)
+				log_warn("worker %d: recv",
+				    (int)(p - progress_ranks));
+			event_del(p->ev);
 			return;
 		}
-		progress_handle(p, buf, (size_t)n);
+		/* Cut to what buf holds: still over RDZV_CHAN_MSG_MAX. */
+		progress_handle(p, buf, (size_t)n < sizeof buf ? (size_t)n :
+		    sizeof buf);
 	}
+}
+
+/* Local rank local_rank's state, or NULL when there is no such rank. */
+static struct progress_rank *
+progress_rank(int local_rank)
+{
+	if (local_rank < 0 || local_rank >= progress_nranks)
+		return (NULL);
+	return (&progress_ranks[local_rank]);
+}
+
+/* Reads everything p's worker sent (it may have exited just after). */
+static void
+progress_drain(struct progress_rank *p)
+{
+	if (p->ev != NULL)
+		progress_read_cb(p->fd, EV_READ, p);
+}
+
+/*
+ * Local rank local_rank's state, drained first, or NULL when there is
+ * no such rank: the one way the queries below read it.
+ */
+static struct progress_rank *
+progress_rank_read(int local_rank)
+{
+	struct progress_rank	*p;
+
+	if ((p = progress_rank(local_rank)) != NULL)
+		progress_drain(p);
+	return (p);
 }
 
 /* Delivers the notes from the loop, so that cb never runs nested. */
@@ -165,8 +206,7 @@ static void
 progress_close(struct progress_rank *p)
 {
 	if (p->ev != NULL) {
-		/* Read what a worker sent just before it exited. */
-		progress_read_cb(p->fd, EV_READ, p);
+		progress_drain(p);
 		event_free(p->ev);
 		p->ev = NULL;
 	}
@@ -237,9 +277,8 @@ progress_rearm(int local_rank)
 {
 	struct progress_rank	*p;
 
-	if (local_rank < 0 || local_rank >= progress_nranks)
+	if ((p = progress_rank(local_rank)) == NULL)
 		return (RDZV_ENOTFOUND);
-	p = &progress_ranks[local_rank];
 	progress_close(p);
 	/* Nothing the predecessor said is the replacement's. */
 	memset(p, 0, sizeof *p);
@@ -250,9 +289,9 @@ progress_rearm(int local_rank)
 int
 progress_child_fd(int local_rank)
 {
-	if (local_rank < 0 || local_rank >= progress_nranks)
-		return (-1);
-	return (progress_ranks[local_rank].child_fd);
+	struct progress_rank	*p;
+
+	return ((p = progress_rank(local_rank)) != NULL ? p->child_fd : -1);
 }
 
 void
@@ -260,9 +299,8 @@ progress_spawned(int local_rank)
 {
 	struct progress_rank	*p;
 
-	if (local_rank < 0 || local_rank >= progress_nranks)
+	if ((p = progress_rank(local_rank)) == NULL)
 		return;
-	p = &progress_ranks[local_rank];
 	if (p->child_fd != -1)
 		close(p->child_fd);
 	p->child_fd = -1;
@@ -273,13 +311,7 @@ progress_get(int local_rank, uint64_t *step, int64_t *when)
 {
 	struct progress_rank	*p;
 
-	if (local_rank < 0 || local_rank >= progress_nranks)
-		return (RDZV_ENOTFOUND);
-	p = &progress_ranks[local_rank];
-	/* A report sent just before an exit may still be queued. */
-	if (p->ev != NULL)
-		progress_read_cb(p->fd, EV_READ, p);
-	if (!p->seen)
+	if ((p = progress_rank_read(local_rank)) == NULL || !p->seen)
 		return (RDZV_ENOTFOUND);
 	*step = p->step;
 	*when = p->when;
@@ -291,13 +323,8 @@ progress_can_repair(int local_rank)
 {
 	struct progress_rank	*p;
 
-	if (local_rank < 0 || local_rank >= progress_nranks)
-		return (0);
-	p = &progress_ranks[local_rank];
-	/* A hello sent just before an exit may still be queued. */
-	if (p->ev != NULL)
-		progress_read_cb(p->fd, EV_READ, p);
-	return (p->can_repair);
+	p = progress_rank_read(local_rank);
+	return (p != NULL && p->can_repair);
 }
 
 int
@@ -318,12 +345,8 @@ progress_ready(int local_rank)
 {
 	struct progress_rank	*p;
 
-	if (local_rank < 0 || local_rank >= progress_nranks)
-		return (0);
-	p = &progress_ranks[local_rank];
-	if (p->ev != NULL)
-		progress_read_cb(p->fd, EV_READ, p);
-	return (p->ready);
+	p = progress_rank_read(local_rank);
+	return (p != NULL && p->ready);
 }
 
 /* Sends the datagram msg (len bytes) to local_rank; as progress_send. */
@@ -333,10 +356,7 @@ progress_send_raw(int local_rank, const char *msg, size_t len)
 	struct progress_rank	*p;
 	ssize_t			 n;
 
-	if (local_rank < 0 || local_rank >= progress_nranks)
-		return (RDZV_ENOTFOUND);
-	p = &progress_ranks[local_rank];
-	if (p->fd == -1)
+	if ((p = progress_rank(local_rank)) == NULL || p->fd == -1)
 		return (RDZV_ENOTFOUND);
 	do
 		n = send(p->fd, msg, len, MSG_DONTWAIT | MSG_NOSIGNAL);

@@ -102,17 +102,18 @@ static const unsigned rc_next[RC_NSTATES] = {
 	[RC_CLOSED] = 0,
 };
 
-/* A report that must reach rdzvd even across a reconnect. */
+/*
+ * A report that must reach rdzvd even across a reconnect: the fields of
+ * its op's message but the job and node id, which are set when it is
+ * sent (a reconnect may bring a new node id).
+ */
 struct rdzv_report {
 	uint16_t		 op;		/* FAILURE, SUCCEEDED or READY */
 	uint32_t		 id;		/* request id when sent, else 0 */
 	int64_t			 round;
-	int64_t			 local_rank;
-	int64_t			 rank;
-	int64_t			 exit_code;
-	int64_t			 signo;
-	int			 repair;	/* FAILURE: respawning it */
-	char			*message;
+	struct nat_failure	 failure;	/* FAILURE */
+	struct nat_ready	 ready;		/* READY */
+	char			*message;	/* failure.message's bytes */
 	TAILQ_ENTRY(rdzv_report) entry;
 };
 TAILQ_HEAD(rdzv_reports, rdzv_report);
@@ -195,6 +196,15 @@ rdzv_out(void)
 	return (bufferevent_get_output(rc_bev));
 }
 
+/* The next request id, never 0 (0 means "none outstanding"). */
+static uint32_t
+rdzv_next_id(void)
+{
+	if (++rc_next_id == 0)
+		rc_next_id = 1;
+	return (rc_next_id);
+}
+
 /* Starts a request frame; returns its id (0 when not connected). */
 static uint32_t
 rdzv_begin(struct nat_wr *wr, uint16_t op)
@@ -203,9 +213,7 @@ rdzv_begin(struct nat_wr *wr, uint16_t op)
 
 	if (rc_bev == NULL)
 		return (0);
-	if (++rc_next_id == 0)
-		rc_next_id = 1;
-	id = rc_next_id;
+	id = rdzv_next_id();
 	if (nat_frame_begin(wr, rdzv_out(), op, 0, id) != 0)
 		fatalx("out of memory");
 	return (id);
@@ -232,60 +240,69 @@ rdzv_put_i64(struct nat_wr *wr, int64_t v)
 		fatalx("out of memory");
 }
 
+/* JOIN, encoded by nat_join_put (common/wire_native.c owns its layout). */
 static void
 rdzv_send_join(void)
 {
-	struct nat_wr	 wr;
-	const char	*addr;
+	struct nat_join	 j;
 
-	addr = rc_cfg->local_addr != NULL ? rc_cfg->local_addr : rc_hostname;
-	rc_join_id = rdzv_begin(&wr, NAT_OP_JOIN);
-	rdzv_put_str(&wr, rc_cfg->rdzv_id);
-	rdzv_put_str(&wr, rc_instance);
-	rdzv_put_str(&wr, rc_hostname);
-	rdzv_put_str(&wr, addr);
-	rdzv_put_i64(&wr, getpid());
-	rdzv_put_i64(&wr, rc_cfg->nproc);
-	rdzv_put_i64(&wr, rc_cfg->nnodes_min);
-	rdzv_put_i64(&wr, rc_cfg->nnodes_max);
-	rdzv_put_i64(&wr, rc_cfg->max_restarts);
-	rdzv_put_i64(&wr, rc_cfg->last_call_ms);
-	rdzv_put_i64(&wr, rc_cfg->lease_ms);
-	/* Static: group rank = node rank (an optional last field), then
-	 * the repair limits (optional, after a rank of -1 if none). */
-	if (rc_cfg->rdzv_mode == AGENT_RDZV_STATIC)
-		rdzv_put_i64(&wr, rc_cfg->node_rank);
-	if (rc_cfg->max_repairs >= 0 || rc_cfg->repair_timeout_ms >= 0) {
-		if (rc_cfg->rdzv_mode != AGENT_RDZV_STATIC)
-			rdzv_put_i64(&wr, -1);
-		rdzv_put_i64(&wr, rc_cfg->max_repairs);
-		rdzv_put_i64(&wr, rc_cfg->repair_timeout_ms);
-	}
-	rdzv_end(&wr);
+	memset(&j, 0, sizeof j);
+	j.job = slice_str(rc_cfg->rdzv_id);
+	j.instance = slice_str(rc_instance);
+	j.host = slice_str(rc_hostname);
+	j.addr = slice_str(rc_cfg->local_addr != NULL ? rc_cfg->local_addr :
+	    rc_hostname);
+	j.pid = getpid();
+	j.local_world_size = rc_cfg->nproc;
+	j.min_nodes = rc_cfg->nnodes_min;
+	j.max_nodes = rc_cfg->nnodes_max;
+	j.max_restarts = rc_cfg->max_restarts;
+	j.last_call_ms = rc_cfg->last_call_ms;
+	j.lease_ms = rc_cfg->lease_ms;
+	/* Static: group rank = node rank (>= 0, checked by cli.c). */
+	j.rank = rc_cfg->rdzv_mode == AGENT_RDZV_STATIC ? rc_cfg->node_rank :
+	    -1;
+	j.max_repairs = rc_cfg->max_repairs;
+	j.repair_timeout_ms = rc_cfg->repair_timeout_ms;
+	rc_join_id = rdzv_next_id();
+	if (nat_join_put(rdzv_out(), rc_join_id, &j) != 0)
+		fatalx("out of memory");
 	rdzv_set_state(RC_JOINING);
 	log_debug("JOIN %s as instance %s", rc_cfg->rdzv_id, rc_instance);
 }
 
+/* Sends r; FAILURE and READY through their encoders in wire_native.c. */
 static void
 rdzv_send_report(struct rdzv_report *r)
 {
 	struct nat_wr	wr;
+	int		rc = 0;
 
-	r->id = rdzv_begin(&wr, r->op);
-	rdzv_put_str(&wr, rc_cfg->rdzv_id);
-	rdzv_put_i64(&wr, rc_node_id);
-	rdzv_put_i64(&wr, r->round);
-	if (r->op == NAT_OP_FAILURE) {
-		rdzv_put_i64(&wr, r->local_rank);
-		rdzv_put_i64(&wr, r->rank);
-		rdzv_put_i64(&wr, r->exit_code);
-		rdzv_put_i64(&wr, r->signo);
-		rdzv_put_str(&wr, r->message);
-		if (r->repair)
-			rdzv_put_i64(&wr, 1);
-	} else if (r->op == NAT_OP_READY)
-		rdzv_put_i64(&wr, r->local_rank);
-	rdzv_end(&wr);
+	switch (r->op) {
+	case NAT_OP_FAILURE:
+		r->failure.job = slice_str(rc_cfg->rdzv_id);
+		r->failure.node_id = rc_node_id;
+		r->failure.round = r->round;
+		r->id = rdzv_next_id();
+		rc = nat_failure_put(rdzv_out(), r->id, &r->failure);
+		break;
+	case NAT_OP_READY:
+		r->ready.job = slice_str(rc_cfg->rdzv_id);
+		r->ready.node_id = rc_node_id;
+		r->ready.round = r->round;
+		r->id = rdzv_next_id();
+		rc = nat_ready_put(rdzv_out(), r->id, &r->ready);
+		break;
+	default:	/* SUCCEEDED: b job, i node_id, i round */
+		r->id = rdzv_begin(&wr, r->op);
+		rdzv_put_str(&wr, rc_cfg->rdzv_id);
+		rdzv_put_i64(&wr, rc_node_id);
+		rdzv_put_i64(&wr, r->round);
+		rdzv_end(&wr);
+		break;
+	}
+	if (rc != 0)
+		fatalx("out of memory");
 }
 
 static void
@@ -1056,19 +1073,35 @@ rdzv_set_repairable(int on)
 		rdzv_hb_cb(-1, 0, NULL);
 }
 
+/*
+ * A new report of op for round, its message (NULL: none) a copy of at
+ * most AGENT_MSG_MAX - 1 bytes of message; NULL once the link is closed for
+ * good (nothing more is reported).  The caller fills the rest and queues
+ * it with rdzv_queue().
+ */
+static struct rdzv_report *
+rdzv_report_new(uint16_t op, int64_t round, const char *message)
+{
+	struct rdzv_report	*r;
+
+	if (rc_state == RC_CLOSED)
+		return (NULL);
+	if ((r = calloc(1, sizeof *r)) == NULL || (message != NULL &&
+	    (r->message = strndup(message, AGENT_MSG_MAX - 1)) == NULL))
+		fatalx("out of memory");
+	r->op = op;
+	r->round = round;
+	return (r);
+}
+
 void
 rdzv_report_ready(int64_t round, int local_rank)
 {
 	struct rdzv_report	*r;
 
-	if (rc_state == RC_CLOSED)
+	if ((r = rdzv_report_new(NAT_OP_READY, round, NULL)) == NULL)
 		return;
-	if ((r = calloc(1, sizeof *r)) == NULL ||
-	    (r->message = strdup("")) == NULL)
-		fatalx("out of memory");
-	r->op = NAT_OP_READY;
-	r->round = round;
-	r->local_rank = local_rank;
+	r->ready.local_rank = local_rank;
 	rdzv_queue(r);
 }
 
@@ -1078,18 +1111,14 @@ rdzv_report_failure(int64_t round, int local_rank, int64_t rank,
 {
 	struct rdzv_report	*r;
 
-	if (rc_state == RC_CLOSED)
+	if ((r = rdzv_report_new(NAT_OP_FAILURE, round, message)) == NULL)
 		return;
-	if ((r = calloc(1, sizeof *r)) == NULL ||
-	    (r->message = strndup(message, AGENT_MSG_MAX - 1)) == NULL)
-		fatalx("out of memory");
-	r->op = NAT_OP_FAILURE;
-	r->round = round;
-	r->local_rank = local_rank;
-	r->rank = rank;
-	r->exit_code = exit_code;
-	r->signo = signo;
-	r->repair = repair;
+	r->failure.local_rank = local_rank;
+	r->failure.rank = rank;
+	r->failure.exit_code = exit_code;
+	r->failure.signo = signo;
+	r->failure.message = slice_str(r->message);
+	r->failure.repair = repair != 0;
 	rdzv_queue(r);
 }
 
@@ -1098,14 +1127,8 @@ rdzv_report_succeeded(int64_t round)
 {
 	struct rdzv_report	*r;
 
-	if (rc_state == RC_CLOSED)
-		return;
-	if ((r = calloc(1, sizeof *r)) == NULL ||
-	    (r->message = strdup("")) == NULL)
-		fatalx("out of memory");
-	r->op = NAT_OP_SUCCEEDED;
-	r->round = round;
-	rdzv_queue(r);
+	if ((r = rdzv_report_new(NAT_OP_SUCCEEDED, round, NULL)) != NULL)
+		rdzv_queue(r);
 }
 
 void

@@ -2,10 +2,13 @@
  * chan.h: the messages of the worker <-> agent channel (common/PROTOCOL.md
  * "Worker <-> agent channel"), decoded and encoded in one place for both
  * ends: rdzv-agent (agent/progress.c) and librdzvworker (libworker/
- * repair.c, comm.c).  Pure: no I/O, no state.
+ * repair.c, comm.c).  chan_parse and chan_format are pure (no I/O, no
+ * state); chan_recv (chan_recv.c) is the one read both ends share.
  */
 #ifndef RDZV_CHAN_H
 #define RDZV_CHAN_H
+
+#include <sys/types.h>
 
 #include <stddef.h>
 #include <stdint.h>
@@ -76,5 +79,15 @@ int	chan_parse(const char *buf, size_t len, struct chan_msg *m);
  * fields.
  */
 int	chan_format(char *buf, size_t len, const struct chan_msg *m);
+
+/*
+ * Receives one datagram from the channel's SOCK_SEQPACKET socket fd into
+ * buf (len bytes), without blocking.  Returns the datagram's whole
+ * length (0: an empty datagram, which is a message, not the end; over
+ * len: it came cut to len bytes), RDZV_EBUSY when nothing is queued,
+ * RDZV_ECONN when the peer's end is closed and nothing but empty
+ * datagrams is left, or RDZV_EIO (errno says why).
+ */
+ssize_t	chan_recv(int fd, char *buf, size_t len);
 
 #endif /* RDZV_CHAN_H */

@@ -10,7 +10,7 @@ common_libcommon_la_SOURCES = \
 	common/auth.h common/auth.c \
 	common/tls.h common/tls.c
 common_libcommon_la_SOURCES += common/hostport.h common/hostport.c \
-	common/mono.h common/mono.c common/chan.h common/chan.c
+	common/mono.h common/mono.c common/chan.h common/chan.c common/chan_recv.c
 common_libcommon_la_CFLAGS = $(AM_CFLAGS) $(LIBEVENT_CFLAGS) $(LIBCRYPTO_CFLAGS) $(LIBSSL_CFLAGS)
 common_libcommon_la_LIBADD = $(LIBEVENT_LIBS) $(LIBBSD_LIBS) $(LIBSSL_LIBS) $(LIBCRYPTO_LIBS)
 EXTRA_DIST += common/PROTOCOL.md

@@ -139,16 +139,11 @@ repair_main(void *arg)
 		}
 		if (pfd[1].revents != 0)
 			return (NULL);
-		n = recv(c->progress_fd, buf, sizeof buf, MSG_DONTWAIT |
-		    MSG_TRUNC);
-		if (n == -1 && (errno == EINTR || errno == EAGAIN ||
-		    errno == EWOULDBLOCK))
+		/* An empty datagram (0) is no message and not the end. */
+		if ((n = chan_recv(c->progress_fd, buf, sizeof buf)) == 0 ||
+		    n == RDZV_EBUSY)
 			continue;
-		/* An empty datagram also reads as 0 bytes: only a hangup
-		 * means the agent's end is gone. */
-		if (n == 0 && (pfd[0].revents & (POLLHUP | POLLRDHUP)) == 0)
-			continue;
-		if (n <= 0)
+		if (n < 0)
 			break;
 		if ((size_t)n > RDZV_CHAN_MSG_MAX) {
 			comm_log(c, RDZV_LOG_WARN, "rank %d: the agent sent "

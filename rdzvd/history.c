@@ -209,7 +209,12 @@ hist_classify(const char *text)
 		return HK_FAILURE;
 	if (strncmp(text, "restart ", 8) == 0)
 		return HK_RESTART;
-	if (strncmp(text, "repair", 6) == 0)
+	/* A repair round opened; an escalation is marked by its restart,
+	 * and "repair: no grow" opens none. */
+	if (strncmp(text, "repair: no grow", 15) == 0 ||
+	    strncmp(text, "repair escalated", 16) == 0)
+		return -1;
+	if (strncmp(text, "repair: ", 8) == 0)
 		return HK_REPAIR;
 	if (strncmp(text, "rescale", 7) == 0)
 		return HK_RESCALE;

@@ -56,6 +56,9 @@ struct rz_job {
 	int64_t			 min, max, max_restarts, last_call_ms, lease_ms;
 	enum rz_job_state	 state;
 	int64_t			 round;
+	int64_t			 base_round;	/* the round that formed this
+						 * membership; repair rounds
+						 * after it keep it */
 	int64_t			 restart_count;
 	int64_t			 last_join;	/* for the last call */
 	int64_t			 next_node_id;
@@ -104,6 +107,12 @@ static void	rz_round_end(struct rz *, struct rz_outbox *, struct rz_job *,
 static int	rz_round_form(struct rz *, struct rz_outbox *, struct rz_job *,
 		    int64_t now);
 static int64_t	rz_sweep_job(struct rz *, struct rz_job *);
+static const char *rz_repair_refused_job(struct rz_job *, char *, size_t);
+static void	rz_repair_round(struct rz *, struct rz_outbox *,
+		    struct rz_job *, int64_t kind);
+static int	rz_repair_lost(struct rz *, struct rz_outbox *,
+		    struct rz_job *, const struct rz_node *, const char *,
+		    int64_t now);
 static const char *rz_repair_refused(struct rz_job *, struct rz_node *,
 		    int64_t, char *, size_t);
 static void	rz_repair_shrink(struct rz *, struct rz_outbox *,
@@ -337,8 +346,9 @@ rz_save_job(struct rz *rz, struct rz_job *j)
 	    "world", (json_int_t)j->world_size,
 	    "closed_ms", (json_int_t)j->closed_ms,
 	    "failure", rz_json_text(j->failure), "repair", json_pack(
-	    "{s:I, s:I, s:I, s:I, s:I, s:I, s:I}",
+	    "{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}",
 	    "max", (json_int_t)j->max_repairs,
+	    "base", (json_int_t)j->base_round,
 	    "timeout_ms", (json_int_t)j->repair_timeout_ms,
 	    "count", (json_int_t)j->repairs, "kind", (json_int_t)j->kind,
 	    "donor", (json_int_t)j->donor, "pend_node", (json_int_t)j->pend_node,
@@ -466,11 +476,12 @@ rz_live(const struct rz_node *nd)
  * j->members, j->world_size and j->donor (the new rank of the first
  * live worker in rank order that is not the pending replacement: the
  * lowest surviving old rank), in one pass over the members in group
- * rank order (a job loaded from its rows, a repair round).  Returns 0 or
- * RDZV_ENOMEM.
+ * rank order (a job loaded from its rows, a repair round); the group
+ * ranks are closed up to 0..members-1 (a lost node's gone).  Returns 0
+ * or RDZV_ENOMEM.
  */
 static int
-rz_rank_bases(struct rz_job *j)
+rz_rank_bases(struct rz *rz, struct rz_job *j)
 {
 	struct rz_node	**v, *nd;
 	int64_t		  n = 0, i, l, k, base = 0;
@@ -484,11 +495,19 @@ rz_rank_bases(struct rz_job *j)
 	j->donor = -1;
 	for (i = 0; i < n; i++) {
 		nd = v[i];
+		/* A lost node's rank is closed up: the ranks stay 0..n-1. */
+		if (nd->group_rank != i) {
+			nd->group_rank = i;
+			rz_save_node(rz, j, nd);
+		}
 		nd->rank_base = base;
 		for (l = k = 0; j->donor < 0 && l < nd->lws; l++) {
 			if (nd->dead_local & (1LL << l))
 				continue;
-			if (nd->id != j->pend_node || l != j->pend_local)
+			/* Never a replacement (pend_local -1: the whole
+			 * node's workers are). */
+			if (nd->id != j->pend_node || (j->pend_local >= 0 &&
+			    l != j->pend_local))
 				j->donor = base + k;
 			k++;
 		}
@@ -670,6 +689,7 @@ rz_round_form(struct rz *rz, struct rz_outbox *ob, struct rz_job *j,
 	members = n < j->max ? n : j->max;
 
 	j->round++;
+	j->base_round = j->round;
 	j->world_size = 0;
 	snprintf(j->ns, sizeof j->ns, "job/%s/round/%" PRId64, j->id, j->round);
 	for (i = 0; i < n; i++) {
@@ -917,7 +937,7 @@ rz_leave(struct rz *rz, struct slice job, int64_t node_id, int64_t now,
     struct rz_outbox *ob)
 {
 	struct rz_job	*j;
-	struct rz_node	*nd;
+	struct rz_node	*nd, gone;
 	int		 was_member;
 
 	if ((j = rz_find_job(rz, job)) == NULL ||
@@ -926,11 +946,13 @@ rz_leave(struct rz *rz, struct slice job, int64_t node_id, int64_t now,
 	was_member = nd->state == RZN_MEMBER;
 	rz_event(rz, j, now, "leave node %" PRId64 " host %s", nd->id, nd->host);
 	nd->conn = NULL;	/* it asked to go: no STOP for it */
+	gone = *nd;
 	rz_node_remove(rz, j, nd);
 	rz_mark(rz, j);
 	if (rz_closed(j))
 		return 0;
-	if (was_member && j->state == RZJ_RUNNING)
+	if (was_member && j->state == RZJ_RUNNING &&
+	    rz_repair_lost(rz, ob, j, &gone, "it left", now) != 0)
 		rz_round_end(rz, ob, j, now, "a member left");
 	rz_round_form(rz, ob, j, now);
 	return 0;
@@ -992,6 +1014,22 @@ static const char *
 rz_repair_refused(struct rz_job *j, struct rz_node *nd, int64_t l,
     char *buf, size_t bufsz)
 {
+	const char	*why;
+
+	if ((why = rz_repair_refused_job(j, buf, bufsz)) != NULL)
+		return why;
+	if (l < 0 || l >= nd->lws || l >= RZ_REPAIR_LWS_MAX ||
+	    (nd->dead_local & (1LL << l)))
+		return "the failed local rank is not a live one";
+	if (j->world_size <= 1)
+		return "no worker would be left";
+	return NULL;
+}
+
+/* Why the job cannot repair now, whatever failed, or NULL. */
+static const char *
+rz_repair_refused_job(struct rz_job *j, char *buf, size_t bufsz)
+{
 	struct rz_node	*m;
 
 	if (j->pend_node != 0)
@@ -1003,9 +1041,6 @@ rz_repair_refused(struct rz_job *j, struct rz_node *nd, int64_t l,
 		    j->max_repairs);
 		return buf;
 	}
-	if (l < 0 || l >= nd->lws || l >= RZ_REPAIR_LWS_MAX ||
-	    (nd->dead_local & (1LL << l)))
-		return "the failed local rank is not a live one";
 	TAILQ_FOREACH(m, &j->nodes, entry) {
 		if (m->state != RZN_MEMBER)
 			continue;
@@ -1015,9 +1050,69 @@ rz_repair_refused(struct rz_job *j, struct rz_node *nd, int64_t l,
 			return buf;
 		}
 	}
-	if (j->world_size <= 1)
-		return "no worker would be left";
 	return NULL;
+}
+
+/*
+ * Member lost (lease lapse, LEAVE; its node already removed, how says
+ * which) in a job that can repair: a STANDBY node takes its group rank
+ * in a shrink round (none of its workers live yet: its agent starts
+ * them all as replacements, and their READYs grow the round), or, with
+ * no standby and min_nodes still met, the members close ranks in a
+ * shrink round.  Returns 0 when a repair round opened, -1 when the
+ * round must end as before (the event says why).
+ */
+static int
+rz_repair_lost(struct rz *rz, struct rz_outbox *ob, struct rz_job *j,
+    const struct rz_node *lost, const char *how, int64_t now)
+{
+	struct rz_node	*m, *sb = NULL;
+	char		 buf[RZ_ID_MAX + 64];
+	const char	*why;
+	int64_t		 left = 0;
+
+	TAILQ_FOREACH(m, &j->nodes, entry) {
+		if (m->state == RZN_MEMBER)
+			left++;
+		else if (m->state == RZN_STANDBY && sb == NULL &&
+		    m->conn != NULL && m->lws <= RZ_REPAIR_LWS_MAX)
+			sb = m;		/* the first to have come */
+	}
+	if ((why = rz_repair_refused_job(j, buf, sizeof buf)) == NULL &&
+	    sb == NULL && left < j->min)
+		why = "no standby, and fewer than min_nodes would be left";
+	if (why == NULL && sb == NULL && left == 0)
+		why = "no node would be left";
+	if (why != NULL) {
+		rz_event(rz, j, now, "repair escalated to restart: node %"
+		    PRId64 " (host %s) lost (%s): %s", lost->id, lost->host,
+		    how, why);
+		return -1;
+	}
+	if (sb != NULL) {
+		sb->state = RZN_MEMBER;
+		sb->group_rank = lost->group_rank;
+		sb->succeeded = 0;
+		sb->repairable = 0;	/* its workers say so when up */
+		sb->dead_local = (int64_t)((1ULL << sb->lws) - 1);
+		rz_save_node(rz, j, sb);
+		j->pend_node = sb->id;
+		j->pend_local = -1;	/* all of its workers */
+		j->pend_deadline = now + j->repair_timeout_ms;
+	}
+	rz_repair_round(rz, ob, j, NAT_KIND_SHRINK);
+	if (sb != NULL)
+		rz_event(rz, j, now, "repair: node %" PRId64 " (host %s) "
+		    "lost (%s): standby node %" PRId64 " (host %s) takes its "
+		    "place; shrink to %" PRId64 " until its workers are ready, "
+		    "round %" PRId64 ", donor %" PRId64, lost->id, lost->host,
+		    how, sb->id, sb->host, j->world_size, j->round, j->donor);
+	else
+		rz_event(rz, j, now, "repair: shrink to %" PRId64 " after node "
+		    "%" PRId64 " (host %s) was lost (%s): %" PRId64 " nodes "
+		    "left, round %" PRId64 ", donor %" PRId64, j->world_size,
+		    lost->id, lost->host, how, left, j->round, j->donor);
+	return 0;
 }
 
 /*
@@ -1041,7 +1136,7 @@ rz_repair_round(struct rz *rz, struct rz_outbox *ob, struct rz_job *j,
 	j->kind = kind;
 	/* On no memory the bases stay, the round is sent anyway: the
 	 * workers' numbering is then wrong and the next failure restarts. */
-	rz_rank_bases(j);
+	rz_rank_bases(rz, j);
 	rz_out_port_open(ob, j, 0);
 	j->repairs++;
 	rz->stats.repairs_total++;
@@ -1105,18 +1200,29 @@ rz_ready(struct rz *rz, const struct nat_ready *r, int64_t now,
 	    (nd = rz_find_node(j, r->node_id)) == NULL)
 		return RDZV_ENOTFOUND;
 	/* A READY of a replacement no longer awaited (the job restarted
-	 * meanwhile) is late news: nothing to do. */
+	 * meanwhile, a repeat) is late news: nothing to do. */
 	if (j->state != RZJ_RUNNING || j->pend_node != nd->id ||
-	    j->pend_local != r->local_rank || nd->state != RZN_MEMBER)
+	    nd->state != RZN_MEMBER || r->local_rank < 0 ||
+	    r->local_rank >= RZ_REPAIR_LWS_MAX ||
+	    !(nd->dead_local & (1LL << r->local_rank)))
 		return 0;
 	nd->dead_local &= ~(1LL << r->local_rank);
 	rz_save_node(rz, j, nd);
+	if (nd->dead_local != 0)
+		return 0;	/* a standby's: its other workers to come */
 	rz_repair_round(rz, ob, j, NAT_KIND_GROW);
+	if (j->pend_local >= 0)
+		rz_event(rz, j, now, "repair: grow to %" PRId64 ", node %"
+		    PRId64 " local rank %" PRId64 " back, round %" PRId64
+		    ", donor %" PRId64, j->world_size, nd->id, j->pend_local,
+		    j->round, j->donor);
+	else
+		rz_event(rz, j, now, "repair: grow to %" PRId64 ", node %"
+		    PRId64 " (host %s) in with %" PRId64 " workers, round %"
+		    PRId64 ", donor %" PRId64, j->world_size, nd->id, nd->host,
+		    nd->lws, j->round, j->donor);
 	j->pend_node = 0;
 	j->pend_local = j->pend_deadline = -1;
-	rz_event(rz, j, now, "repair: grow to %" PRId64 ", node %" PRId64
-	    " local rank %" PRId64 " back, round %" PRId64 ", donor %" PRId64,
-	    j->world_size, nd->id, r->local_rank, j->round, j->donor);
 	return 0;
 }
 
@@ -1130,15 +1236,36 @@ rz_succeeded(struct rz *rz, struct slice job, int64_t node_id, int64_t round,
 	if ((j = rz_find_job(rz, job)) == NULL ||
 	    (nd = rz_find_node(j, node_id)) == NULL)
 		return RDZV_ENOTFOUND;
-	if (j->state != RZJ_RUNNING || round != j->round ||
-	    nd->state != RZN_MEMBER || nd->succeeded)
+	/* A node whose workers finished before it heard of a repair
+	 * round reports the round before it: same members, so it counts. */
+	if (j->state != RZJ_RUNNING || round < j->base_round ||
+	    round > j->round || nd->state != RZN_MEMBER || nd->succeeded)
 		return 0;
 	nd->succeeded = 1;
 	rz_save_node(rz, j, nd);
 	rz_event(rz, j, now, "node %" PRId64 " succeeded round %" PRId64,
 	    nd->id, round);
+	/* Training ended in the smaller group: no round grows for the
+	 * awaited replacement (its agent stops it), and no timeout. */
+	if (j->pend_node != 0) {
+		if (j->pend_local >= 0)
+			rz_event(rz, j, now, "repair: no grow: node %" PRId64
+			    " finished before the replacement of node %"
+			    PRId64 " local rank %" PRId64 " was ready", nd->id,
+			    j->pend_node, j->pend_local);
+		else
+			rz_event(rz, j, now, "repair: no grow: node %" PRId64
+			    " finished before the workers of node %" PRId64
+			    " were ready", nd->id, j->pend_node);
+		j->pend_node = 0;
+		j->pend_local = j->pend_deadline = -1;
+		rz_mark(rz, j);
+	}
+	/* A standby that took a lost node's place and never got its
+	 * workers in has nothing to report. */
 	TAILQ_FOREACH(nd, &j->nodes, entry)
-		if (nd->state == RZN_MEMBER && !nd->succeeded)
+		if (nd->state == RZN_MEMBER && !nd->succeeded &&
+		    rz_live(nd) > 0)
 			return 0;
 	rz_close_job(rz, ob, j, RZJ_DONE, now);
 	return 0;
@@ -1166,9 +1293,14 @@ rz_repair_timeout(struct rz *rz, struct rz_outbox *ob, struct rz_job *j,
 {
 	char	cause[128];
 
-	snprintf(cause, sizeof cause, "node %" PRId64 " local rank %" PRId64
-	    ": its replacement was not ready within %" PRId64 " ms",
-	    j->pend_node, j->pend_local, j->repair_timeout_ms);
+	if (j->pend_local >= 0)
+		snprintf(cause, sizeof cause, "node %" PRId64 " local rank %"
+		    PRId64 ": its replacement was not ready within %" PRId64
+		    " ms", j->pend_node, j->pend_local, j->repair_timeout_ms);
+	else
+		snprintf(cause, sizeof cause, "node %" PRId64 " (a standby in "
+		    "a lost node's place): its workers were not ready within %"
+		    PRId64 " ms", j->pend_node, j->repair_timeout_ms);
 	rz_event(rz, j, now, "repair escalated to restart: %s", cause);
 	rz_restart(rz, ob, j, now, cause, "a replacement was not ready");
 }
@@ -1177,8 +1309,8 @@ void
 rz_tick(struct rz *rz, int64_t now, struct rz_outbox *ob)
 {
 	struct rz_job	*j, *tmp;
-	struct rz_node	*nd, *next;
-	int		 lost_member;
+	struct rz_node	*nd, *next, gone;
+	int		 lost_member, was_member;
 
 	HASH_ITER(hh, rz->jobs, j, tmp) {
 		if (rz_closed(j))
@@ -1196,9 +1328,14 @@ rz_tick(struct rz *rz, int64_t now, struct rz_outbox *ob)
 			rz->stats.lease_expiries_total++;
 			rz_event(rz, j, now, "lease expired node %" PRId64
 			    " host %s", nd->id, nd->host);
-			if (nd->state == RZN_MEMBER)
-				lost_member = 1;
+			was_member = nd->state == RZN_MEMBER;
+			gone = *nd;
 			rz_node_remove(rz, j, nd);
+			/* A lost member is repaired, or ends the round. */
+			if (was_member && (lost_member ||
+			    j->state != RZJ_RUNNING || rz_repair_lost(rz, ob, j,
+			    &gone, "lease expired", now) != 0))
+				lost_member = 1;
 		}
 		if (lost_member && j->state == RZJ_RUNNING)
 			rz_round_end(rz, ob, j, now, "a member's lease expired");
@@ -1723,6 +1860,7 @@ rz_load_repair(struct rz_load_ctx *ctx, struct rz_job *j, const json_t *rp)
 	j->max_repairs = row_i64(rp, "max", RZ_MAX_REPAIRS);
 	j->repair_timeout_ms = row_i64(rp, "timeout_ms", RZ_REPAIR_TIMEOUT_MS);
 	j->repairs = row_i64(rp, "count", 0);
+	j->base_round = row_i64(rp, "base", j->round);
 	j->kind = row_i64(rp, "kind", NAT_KIND_NORMAL);
 	j->donor = row_i64(rp, "donor", -1);
 	j->pend_node = row_i64(rp, "pend_node", 0);
@@ -1863,7 +2001,7 @@ rz_load(struct rz *rz, int64_t now, struct rz_outbox *ob)
 	HASH_ITER(hh, rz->jobs, j, tmp) {
 		if (j->state != RZJ_RUNNING)
 			continue;
-		if (rz_rank_bases(j) != 0)
+		if (rz_rank_bases(rz, j) != 0)
 			ctx.err = RDZV_ENOMEM;
 		/* Workers were told this port: serve it again if we can
 		 * (rz_settle writes the row if it changes). */
@@ -2100,7 +2238,7 @@ rz_admin_evict(struct rz *rz, struct slice job, int64_t node_id, int64_t now,
     struct rz_outbox *ob)
 {
 	struct rz_job	*j;
-	struct rz_node	*nd;
+	struct rz_node	*nd, gone;
 	int		 was_member;
 
 	if ((j = rz_find_job(rz, job)) == NULL ||
@@ -2113,9 +2251,12 @@ rz_admin_evict(struct rz *rz, struct slice job, int64_t node_id, int64_t now,
 	    nd->id, nd->host);
 	rz_push_node(ob, j, nd, RDZV_ROUND_FAILED, "evicted by an operator");
 	was_member = nd->state == RZN_MEMBER;
+	gone = *nd;
 	rz_node_remove(rz, j, nd);
 	rz_mark(rz, j);
-	if (was_member && j->state == RZJ_RUNNING)
+	if (was_member && j->state == RZJ_RUNNING &&
+	    rz_repair_lost(rz, ob, j, &gone, "evicted by an operator",
+	    now) != 0)
 		rz_round_end(rz, ob, j, now, "a node was evicted");
 	rz_round_form(rz, ob, j, now);
 	return 0;

@@ -58,6 +58,8 @@
  *             new node below max--> FORMING   (members get STOP)
  *   RUNNING --FAILURE, no restarts left--> FAILED   (all get FAILED)
  *   RUNNING --every member SUCCEEDED--> DONE        (all get DONE)
+ *             (a SUCCEEDED of a round since the membership formed
+ *             counts, and ends the wait for a pending replacement)
  *   DONE, FAILED: closed, JOIN answers RDZV_ECLOSED.
  *   DONE, FAILED --retention passed since the close--> purged: forgotten
  *             (job, node and event rows, every kv namespace under

@@ -63,7 +63,8 @@ import sys
 import threading
 import time
 
-__all__ = ["init_process_group", "Job", "Round", "parse_round"]
+__all__ = ["init_process_group", "Job", "Round", "parse_round",
+    "parse_message"]
 
 MSG_MAX = 512			# a channel datagram, either way
 PROGRESS_EVERY = 0.1		# seconds between step reports
@@ -83,7 +84,6 @@ def _warn(fmt, *a):
 
 class Round:
 	"""One "round" message of the agent: the group to switch to."""
-	_INTS = ("round", "rank", "world", "donor", "master_port")
 
 	def __init__(self, **kw):
 		self.round = kw["round"]
@@ -94,6 +94,8 @@ class Round:
 		self.donor = kw["donor"]
 		self.master_addr = kw["master_addr"]
 		self.master_port = kw["master_port"]
+		self.local_rank = kw.get("local_rank", 0)
+		self.local_world = kw.get("local_world", 1)
 
 	def __repr__(self):
 		return "round %d %s rank %d/%d donor %d ns %s at %s:%d" % (
@@ -101,34 +103,134 @@ class Round:
 		    self.ns, self.master_addr, self.master_port)
 
 
-def parse_round(text):
-	"""A Round from the text of a "round" message; raises ValueError
-	naming what is missing or malformed.  Unknown key=value words are
-	ignored (forward compatibility)."""
-	words = text.split(" ")
-	if words[0] != "round":
-		raise ValueError("not a round message")
-	kv = {}
+# The channel's grammar, as common/chan.c has it (chan_keys[] there):
+# each verb's key=value words, (type, lo, hi, required); for "word" hi is
+# the C field's size, so a value has 1..hi-1 bytes.
+_INT_MAX = 2 ** 31 - 1
+_INT64_MAX = 2 ** 63 - 1
+_NUM_MAX = 20			# digits of a number (RDZV_CHAN_NUM_MAX)
+_HOST_MAX = 256			# RDZV_HOST_MAX, its NUL included
+_VERBS = {
+	"progress": {},
+	"hello": {"repair": ("int", 0, 1, False)},
+	"ready": {},
+	"round": {
+		"round": ("int", 0, _INT_MAX, True),
+		"kind": ("kind", 0, 0, True),
+		"ns": ("word", 0, MSG_MAX, True),
+		"rank": ("int", 0, _INT_MAX - 1, True),
+		"world": ("int", 1, _INT_MAX, True),
+		"donor": ("int", 0, _INT_MAX - 1, True),
+		"master_addr": ("word", 0, _HOST_MAX, True),
+		"master_port": ("int", 1, 65535, True),
+		"local_rank": ("int", 0, _INT_MAX - 1, True),
+		"local_world": ("int", 1, _INT_MAX, True),
+	},
+	"stop": {},
+}
+_DIGITS = re.compile(r"[0-9]{1,%d}" % _NUM_MAX)
+
+
+def _num(s, lo, hi, what):
+	if not _DIGITS.fullmatch(s) or not lo <= int(s) <= hi:
+		raise ValueError("bad %s=%r" % (what, s[:32]))
+	return int(s)
+
+
+def parse_message(data):
+	"""(verb, fields) of one channel datagram (bytes), as common/chan.c
+	chan_parse() decodes it: verb is "progress" (fields {"step": n}),
+	"hello" ({"repair": 0 or 1}), "ready", "round" (every field of a
+	Round) or "stop"; None for a verb this side does not know (ignored:
+	a newer peer's).  A key=value word a known verb does not use is
+	skipped; of a key given twice the last counts.  Raises ValueError
+	when the message breaks the grammar: empty or over MSG_MAX bytes, a
+	byte outside printable ASCII, an empty word, a word without '='
+	after a known verb, a number not 1..20 digits or out of its range, a
+	round without one of its fields or with rank, donor or local_rank not
+	below world or local_world."""
+	if not 1 <= len(data) <= MSG_MAX:
+		raise ValueError("%d bytes" % len(data))
+	if any(c < 0x20 or c > 0x7e for c in data):
+		raise ValueError("a byte outside printable ASCII")
+	words = data.decode("ascii").split(" ")
+	if "" in words:
+		raise ValueError("an empty word")
+	verb, fields = words[0], {}
+	if verb[0] in "0123456789":
+		fields["step"] = _num(verb, 0, _INT64_MAX, "step")
+		verb = "progress"
+	elif verb not in _VERBS:
+		return (None, {})
+	keys = _VERBS[verb]
+	if verb == "hello":
+		fields["repair"] = 0
 	for w in words[1:]:
 		k, eq, v = w.partition("=")
-		if eq:
-			kv[k] = v
-	out = {}
-	for k in Round._INTS + ("kind", "ns", "master_addr"):
-		if not kv.get(k):
-			raise ValueError("round message without %s" % k)
-		out[k] = kv[k]
-	for k in Round._INTS:
-		if not re.fullmatch(r"-?[0-9]{1,10}", out[k]):
-			raise ValueError("round message: bad %s=%r" % (k, out[k]))
-		out[k] = int(out[k])
-	if out["world"] < 1 or not 0 <= out["rank"] < out["world"] or \
-	    not 0 < out["master_port"] < 65536:
-		raise ValueError("round message: rank %d of %d, port %d" % (
-		    out["rank"], out["world"], out["master_port"]))
-	if out["kind"] not in ("shrink", "grow"):
-		raise ValueError("round message: unknown kind %r" % out["kind"])
-	return Round(**out)
+		if not eq:
+			raise ValueError("%r is no key=value word" % w[:32])
+		if k not in keys:
+			continue	# for a newer peer
+		typ, lo, hi, _ = keys[k]
+		if typ == "int":
+			fields[k] = _num(v, lo, hi, k)
+		elif typ == "kind":
+			if v not in ("shrink", "grow"):
+				raise ValueError("unknown kind %r" % v[:32])
+			fields[k] = v
+		else:
+			if not 0 < len(v) < hi:
+				raise ValueError("%s of %d bytes" % (k, len(v)))
+			fields[k] = v
+	for k, (_, _, _, required) in keys.items():
+		if required and k not in fields:
+			raise ValueError("%s without %s" % (verb, k))
+	if verb == "round" and (fields["rank"] >= fields["world"] or
+	    fields["donor"] >= fields["world"] or
+	    fields["local_rank"] >= fields["local_world"]):
+		raise ValueError("rank %d, donor %d of %d, local rank %d of %d" % (
+		    fields["rank"], fields["donor"], fields["world"],
+		    fields["local_rank"], fields["local_world"]))
+	return (verb, fields)
+
+
+def parse_round(text):
+	"""A Round from the text of a "round" message; raises ValueError
+	naming what is missing or malformed (parse_message's rules)."""
+	try:
+		data = text.encode("ascii")
+	except UnicodeEncodeError:
+		raise ValueError("a byte outside printable ASCII") from None
+	verb, fields = parse_message(data)
+	if verb != "round":
+		raise ValueError("not a round message")
+	return Round(**fields)
+
+
+def _chan_eof(s):
+	"""Whether a 0-byte read of the channel s was its end, not an empty
+	datagram (a legal message on SOCK_SEQPACKET): only the end comes with
+	the peer's hangup, and then with nothing queued but empty datagrams
+	(SIOCINQ counts every queued datagram's bytes).  As common/
+	chan_recv.c."""
+	import array
+	import fcntl
+	import select
+	import termios
+	p = select.poll()
+	p.register(s.fileno(), select.POLLIN | getattr(select, "POLLRDHUP", 0))
+	ev = 0
+	for _, ev in p.poll(0):
+		pass
+	if not ev & (select.POLLHUP | getattr(select, "POLLRDHUP", 0) |
+	    select.POLLERR | select.POLLNVAL):
+		return False
+	inq = array.array("i", [0])
+	try:
+		fcntl.ioctl(s.fileno(), termios.FIONREAD, inq)
+	except OSError:
+		return True
+	return inq[0] == 0
 
 
 def _channel():
@@ -289,6 +391,7 @@ class Job:
 			pass		# the agent has no room or is gone
 
 	def _watch(self):
+		warned = False
 		while True:
 			try:
 				msg = self._chan.recv(MSG_MAX + 1)
@@ -297,23 +400,28 @@ class Job:
 			except OSError:
 				return
 			if not msg:
-				_debug("the agent closed the channel")
-				return
-			text = msg.decode("ascii", "replace")
-			verb = text.split(" ", 1)[0]
+				if _chan_eof(self._chan):
+					_debug("the agent closed the channel")
+					return
+				_debug("ignoring an empty message")
+				continue
+			try:
+				verb, f = parse_message(msg)
+			except ValueError as e:
+				# The agent's bug, not an attack: say so once.
+				(_debug if warned else _warn)(
+				    "ignoring a malformed message: %s", e)
+				warned = True
+				continue
 			if verb == "round":
-				try:
-					r = parse_round(text)
-				except ValueError as e:
-					_warn("ignoring a round message: %s", e)
-					continue
+				r = Round(**f)
 				_debug("heard %r", r)
 				self._on_round(r)
 			elif verb == "stop":
 				_warn("the agent stopped the repair: exiting")
 				os._exit(1)
 			else:
-				_debug("ignoring %r", text[:64])
+				_debug("ignoring %r", msg[:64])
 
 	def _on_round(self, r):
 		with self._cv:

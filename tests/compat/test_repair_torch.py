@@ -111,13 +111,17 @@ def main(torch2=False):
 		r = repair.parse_round(fa.round_message(round=7, kind="shrink",
 		    ns="job/a/b/round/7", rank=2, world=3, donor=1,
 		    master_addr="127.0.0.1", master_port=29500, local_rank=2,
-		    local_world=3) + " later=1 x")
+		    local_world=3) + " later=1 x=")
 		check((r.round, r.kind, r.ns, r.rank, r.world, r.donor,
 		    r.master_port) == (7, "shrink", "job/a/b/round/7", 2, 3, 1,
 		    29500), "parsed %r" % r)
 		good = "round round=1 kind=grow ns=n rank=0 world=2 donor=0 " \
-		    "master_addr=h master_port=1"
-		bad = ["", "round", "stop", good.replace("kind=grow", "kind=hop"),
+		    "master_addr=h master_port=1 local_rank=0 local_world=1"
+		repair.parse_round(good)
+		# (tests/integ/repair_chan.py checks the parser against
+		# common/chan.c's on a whole corpus.)
+		bad = ["", "round", "stop", good + " x",
+		    good.replace("kind=grow", "kind=hop"),
 		    good.replace("rank=0", "rank=2"), good.replace("world=2",
 		    "world=0"), good.replace("master_port=1", "master_port=70000"),
 		    good.replace("donor=0", "donor=x"), good.replace("ns=n", "ns="),

@@ -94,5 +94,5 @@ if __name__ == "__main__":
 	SRV = cl.make_server(durability="relaxed")
 	if SRV.kind != "rdzvd":
 		rdzvtest.skip_all("the closed state is about rdzvd keeping it")
-	rdzvtest.main(globals(), per_test=tr.JOB_TIMEOUT + 30, total=170,
+	rdzvtest.main(globals(), per_test=tr.JOB_TIMEOUT + 30, total=400,
 	    sections=True, server=SRV)

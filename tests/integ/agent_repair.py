@@ -10,6 +10,8 @@ torch worker would hear:
   - every worker says "hello repair=1" (or not: W_NOHELLO=ranks), then
     reports its step (round * 1000 after a round, else 1) every 50 ms;
     W_JUNK=ranks first sends messages the agent must ignore;
+    W_EMPTY=ranks sends an empty datagram (a legal message, not the end
+    of the channel) before each of its messages;
   - a replacement (RDZV_REPLACEMENT=1) does its start-up, says "ready";
   - each records its environment, every "round" message it got, and any
     signal it got (none may come), and exits 0 on "stop";
@@ -79,6 +81,8 @@ sock = socket.socket(fileno=int(env["RDZV_PROGRESS_FD"]))
 
 def send(msg):
     try:
+        if r in ranks("W_EMPTY"):
+            sock.send(b"")
         sock.send(msg.encode())
     except BlockingIOError:
         pass    # the agent is behind: a report is dropped, never waited
@@ -225,6 +229,23 @@ def round_msg(rnd, kind, rank, world, local_rank, local_world):
                                 local_rank, local_world))
 
 
+def check_repaired(L, pids, new):
+    """repair_drv's lines L of a repair of local rank 1 of 3 (first pids
+    {rank: pid}, replacement pid new) that ran to its end: the ready
+    heard, the grow round sent to all, every rank at step 3000, and
+    everyone ended on "stop", the survivors with the pids they began
+    with."""
+    assert "ready 1 replacement=1" in L, L
+    assert [l for l in L if l.startswith("grow ")] == \
+        ["grow 0 rv=0", "grow 1 rv=0", "grow 2 rv=0"], L
+    for r in range(3):
+        assert "step %d 3000" % r in L, L
+    assert "stop n=3" in L, L
+    assert "exit 0 %d exit code 0 replacement=0" % pids[0] in L, L
+    assert "exit 2 %d exit code 0 replacement=0" % pids[2] in L, L
+    assert "exit 1 %d exit code 0 replacement=1" % new in L, L
+
+
 def test_replace_one_rank():
     """Rank 1 of 3 SIGKILLed: the survivors hear a shrink round, rank 1
     alone is respawned with the dead worker's environment plus
@@ -270,16 +291,7 @@ def test_replace_one_rank():
     assert "send-dead rv=%d" % rt.RDZV_ECONN in L, L
     assert "bad-ns rv=%d" % rt.RDZV_EINVAL in L, L
     assert "respawn-again rv=%d" % rt.RDZV_EEXIST in L, L
-    assert "ready 1 replacement=1" in L, L
-    assert [l for l in L if l.startswith("grow ")] == \
-        ["grow 0 rv=0", "grow 1 rv=0", "grow 2 rv=0"], L
-    for r in range(3):
-        assert "step %d 3000" % r in L, L
-    assert "stop n=3" in L, L
-    # Everyone ended on "stop"; the survivors with the pids they began with.
-    assert "exit 0 %d exit code 0 replacement=0" % pids[0] in L, L
-    assert "exit 2 %d exit code 0 replacement=0" % pids[2] in L, L
-    assert "exit 1 %d exit code 0 replacement=1" % new in L, L
+    check_repaired(L, pids, new)
 
     ends = d.records("end")
     assert sorted(ends) == [(0, pids[0]), (1, new), (2, pids[2])], ends
@@ -326,6 +338,27 @@ def test_hello_decides():
     ends = d.records("end")
     assert len(ends) == 3 and not any(e["rounds"] or e["sigs"]
                                       for e in ends.values()), ends
+
+
+def test_empty_datagrams():
+    """An empty datagram is a message on a SOCK_SEQPACKET channel, not
+    its end: every worker sends one before each hello, ready and step,
+    and the agent still hears them all at once (no poll of its own reads
+    them here before the grow round: until then only the socket's read
+    event does), repairs, and sees every rank's step 3000."""
+    d = Driver(["repair", "3", "1"], env={"W_EMPTY": "0,1,2"})
+    d.until(lambda l: l == "all-can-repair")
+    pids = d.pids()
+    os.kill(pids[1], signal.SIGKILL)
+    new = int(d.until(lambda l: l.startswith("respawned ")).split()[2])
+    d.until(lambda l: l.startswith("ready "))
+    err = d.finish()
+    # Nobody was taken for gone.
+    check_repaired(d.lines, pids, new)
+    ends = d.records("end")
+    assert len(ends) == 3 and all(e["rounds"] for e in ends.values()), ends
+    # Ignored quietly: a legal message, not a malformed one.
+    assert "malformed" not in err, err
 
 
 MARK = ("[rdzv-agent] local rank 1 replaced (replacement 1); the error file "

@@ -188,6 +188,37 @@ def test_agent_restart():
     assert re.search(r"final test_acc %.4f" % final_acc(ref), out), out
 
 
+def test_agent_late_failure_repair():
+    """Under rdzv-agent with repair on: a rank dies 5 steps before the
+    end, the survivor finishes them alone before the replacement is
+    ready; the agent stops the replacement it no longer needs and the
+    job succeeds (it used to wait for a grow round that could never
+    form)."""
+    agent = os.path.join(rt.top_builddir(), "agent", "rdzv-agent")
+    if not os.path.exists(agent):
+        rt.skip("agent/rdzv-agent not built")
+    args = ["--limit", "12000", "--hidden", "32", "--test-limit", "2000",
+            "--threads", "1", "--epochs", "2", "--batch", "30"]
+    argv = [agent, "--standalone", "--nproc_per_node", "2",
+            "--max_restarts", "0", "--no_python", "--", prog()] + args + [
+            "--exit-after", "395", "--crash-rank", "1"]
+    p = subprocess.Popen(argv, env=wl.base_env({"RDZV_TIMEOUT_MS": "10000"}),
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                         text=True)
+    rt._track(p)
+    try:
+        out, _ = p.communicate(timeout=150)
+    finally:
+        rt._untrack(p)
+    assert p.returncode == 0, out[-3000:]
+    assert "SIGKILL to myself" in out, out[-3000:]
+    # Repaired, not restarted (--max_restarts 0 would fail the job).
+    assert "replacement pid" in out, out[-3000:]
+    assert "training ended before its replacement joined" in out or \
+        "replacement is ready, but training ended" in out, out[-3000:]
+    assert re.search(r"final test_acc [0-9.]+", out), out[-3000:]
+
+
 def test_resume_on_fewer_ranks():
     """A checkpoint from 2 ranks resumes on 1 with the same global batch."""
     d = rt.mktemp()

@@ -35,6 +35,9 @@ INTEG_TESTS += tests/integ/storm.py
 INTEG_TESTS += tests/integ/agent_repair.py
 # In-place repair of C workers under the fake agent (issue 12).
 INTEG_TESTS += tests/integ/repair_c.py
+# The torch helper's side of the channel (python/rdzv/repair.py) against
+# common/chan.c on one corpus, and its empty datagrams (no torch needed).
+INTEG_TESTS += tests/integ/repair_chan.py
 # ... and end to end: rdzvd's repair rounds through real rdzv-agents.
 INTEG_TESTS += tests/integ/repair_agent.py
 # ... its harder cases: the watchdog, a second failure, rdzvd kill -9.
@@ -76,6 +79,11 @@ tests_integ_repair_drv_CFLAGS = $(AM_CFLAGS) $(LIBEVENT_CFLAGS) \
 	$(LIBSSL_CFLAGS) $(JANSSON_CFLAGS)
 tests_integ_repair_drv_LDADD = common/libcommon.la $(LIBEVENT_LIBS) \
 	$(LIBSSL_LIBS) $(JANSSON_LIBS) $(LIBBSD_LIBS) -lm
+# chan_dump: common/chan.c's chan_parse() over datagrams from stdin, for
+# repair_chan.py (the torch helper's parser must agree with it).
+check_PROGRAMS += tests/integ/chan_dump
+tests_integ_chan_dump_SOURCES = tests/integ/chan_dump.c
+tests_integ_chan_dump_LDADD = common/libcommon.la $(LIBEVENT_LIBS) $(LIBBSD_LIBS)
 # ---- end of the C programs ----
 # status_page.py keeps its chart's screenshot here (a CI artifact).
 CLEANFILES += tests/integ/status_page_job.png

@@ -12,7 +12,16 @@ Checks:
     hello): a SIGKILL of a worker that can restarts the whole job as
     before (STOP, restart 1, every worker new, no repair round); an
     escalation event, when rdzvd hears the repairable failure first,
-    says the other node cannot repair.
+    says the other node cannot repair;
+  - a worker dies 3 steps before the end: the survivors finish in the
+    smaller group before the replacement is ready; rdzvd grows no round
+    ("repair: no grow"), the replacement's agent stops it, the job
+    succeeds (it used to hang waiting for a grow round);
+  - an agent SIGKILLed (its workers die with it) with a standby agent
+    waiting: when its lease lapses the standby takes its place, its
+    workers start as replacements and join in a grow round; with no
+    standby and --nnodes 1:2 the survivors close ranks in a shrink round
+    and finish alone.  Neither restarts anything.
 """
 
 import os
@@ -43,12 +52,12 @@ def need_data():
                     % DATA)
 
 
-def args(d, job, extra=()):
-    return ["--nnodes", "2", "--nproc_per_node", "2",
+def args(d, job, nnodes="2", lease=5.0, extra=()):
+    return ["--nnodes", nnodes, "--nproc_per_node", "2",
             "--rdzv_backend", "rdzv",
             "--rdzv_endpoint", "127.0.0.1:%d" % d.port, "--rdzv_id", job,
             "--max_restarts", "2", "--grace", "2",
-            "--rdzv_conf", conf(0.2, 5.0), "--no_python"] + list(extra)
+            "--rdzv_conf", conf(0.2, lease), "--no_python"] + list(extra)
 
 
 def start_job(s, d, job, env_b=None, program=None, env=None, extra=()):
@@ -56,8 +65,8 @@ def start_job(s, d, job, env_b=None, program=None, env=None, extra=()):
     running program (default prog()); env goes to both, env_b to the
     second too.  Returns (a, b) once the 4 workers train."""
     program = program or prog()
-    a = s.agent(args(d, job, extra), program=program, env=env)
-    b = s.agent(args(d, job, extra), program=program,
+    a = s.agent(args(d, job, extra=extra), program=program, env=env)
+    b = s.agent(args(d, job, extra=extra), program=program,
                 env=dict(env or {}, **(env_b or {})))
     rt.wait_until(lambda: len(a.children()) == 2 and
                   len(b.children()) == 2 and
@@ -143,5 +152,109 @@ def test_not_repairable_restarts():
     d.stop()
 
 
+def test_late_kill_finishes_shrunk():
+    """A death just before the end: the shrunk group finishes, no grow."""
+    need_data()
+    d = rt.Rdzvd()
+    # 6400 samples, global batch 64: 100 steps an epoch, 200 in all;
+    # rank 3 (node b's local rank 1) dies after 197.
+    late = prog() + ["--limit", "6400", "--exit-after", "197",
+                     "--crash-rank", "3"]
+    with Scope("repair-agent-") as s:
+        a = s.agent(args(d, "late"), program=late)
+        b = s.agent(args(d, "late"), program=late)
+        for x in (a, b):
+            rc = x.wait(90)
+            assert rc == 0, (rc, x.output()[-3000:])
+        out = a.output() + b.output()
+    ev = events(d, "late")
+    print("  " + "\n  ".join(t for t in ev if "repair" in t))
+    assert "SIGKILL to myself after 197 steps" in out, out[-3000:]
+    assert any(t.startswith("repair: shrink to 3") for t in ev), ev
+    # The survivors were done before the replacement could join.
+    assert any(t.startswith("repair: no grow: node ") for t in ev) or \
+        "training ended before its replacement joined" in out, ev
+    assert not any(t.startswith("repair: grow") or
+                   t.startswith("restart ") for t in ev), ev
+    hashes = {int(r): h for r, h in HASH_RE.findall(out)}
+    assert sorted(hashes) == [0, 1, 2] and len(set(hashes.values())) == 1, \
+        hashes
+    assert ACC_RE.search(out), out[-3000:]
+    assert d.metric("rdzvd_restarts_total") == 0
+    d.stop()
+
+
+def lost_node(s, d, job, nnodes, standby):
+    """Agents a, b (and a standby c): b is SIGKILLed mid-training.
+    Returns (a, c, events, a's workers before) once a (and c) exit 0."""
+    a = s.agent(args(d, job, nnodes, 2.0), program=prog())
+    b = s.agent(args(d, job, nnodes, 2.0), program=prog())
+    try:
+        rt.wait_until(lambda: len(a.children()) == 2 and
+                      len(b.children()) == 2 and
+                      "step " in a.output() + b.output(),
+                      timeout=30, what="4 workers training")
+    except AssertionError:
+        print(events(d, job), a.output()[-3000:], b.output()[-3000:])
+        raise
+    c = None
+    if standby:
+        c = s.agent(args(d, job, nnodes, 2.0), program=prog())
+        rt.wait_until(lambda: "standby" in c.output(), timeout=30,
+                      what="the standby agent")
+    before = set(a.children())
+    os.kill(b.pid, signal.SIGKILL)
+    live = [x for x in (a, c) if x is not None]
+    for x in live:
+        rc = x.wait(90)
+        assert rc == 0, (rc, "".join(y.output()[-4000:] for y in live))
+    # Every one of a's workers lived through it.
+    out = "".join(x.output() for x in live)
+    assert "replacement pid" not in a.output(), a.output()[-3000:]
+    return out, events(d, job), before
+
+
+def test_lost_node_standby_takes_place():
+    """Agent b killed, standby c waiting: c's workers replace b's."""
+    need_data()
+    d = rt.Rdzvd()
+    with Scope("repair-agent-") as s:
+        out, ev, _ = lost_node(s, d, "sb", "2", True)
+    print("  " + "\n  ".join(t for t in ev if "repair" in t))
+    assert any(re.match(r"repair: node 2 \(host \S+\) lost \(lease "
+                        r"expired\): standby node 3 .* shrink to 2", t)
+               for t in ev), ev
+    assert any(re.match(r"repair: grow to 4, node 3 \(host \S+\) in "
+                        r"with 2 workers", t) for t in ev), ev
+    assert not any(t.startswith("restart ") or "escalated" in t
+                   for t in ev), ev
+    hashes = {int(r): h for r, h in HASH_RE.findall(out)}
+    assert sorted(hashes) == [0, 1, 2, 3], hashes
+    assert len(set(hashes.values())) == 1, hashes
+    assert ACC_RE.search(out), out[-3000:]
+    assert d.metric("rdzvd_restarts_total") == 0
+    d.stop()
+
+
+def test_lost_node_shrinks():
+    """Agent b killed, no standby, --nnodes 1:2: a finishes alone."""
+    need_data()
+    d = rt.Rdzvd()
+    with Scope("repair-agent-") as s:
+        out, ev, _ = lost_node(s, d, "shr", "1:2", False)
+    print("  " + "\n  ".join(t for t in ev if "repair" in t))
+    assert any(re.match(r"repair: shrink to 2 after node 2 \(host \S+\) "
+                        r"was lost \(lease expired\): 1 nodes left", t)
+               for t in ev), ev
+    assert not any(t.startswith("restart ") or "escalated" in t or
+                   t.startswith("repair: grow") for t in ev), ev
+    hashes = {int(r): h for r, h in HASH_RE.findall(out)}
+    assert sorted(hashes) == [0, 1] and len(set(hashes.values())) == 1, \
+        hashes
+    assert ACC_RE.search(out), out[-3000:]
+    assert d.metric("rdzvd_restarts_total") == 0
+    d.stop()
+
+
 if __name__ == "__main__":
-    rt.main(globals(), per_test=120.0, total=240.0)
+    rt.main(globals(), per_test=120.0, total=420.0)

@@ -42,7 +42,8 @@ tests_unit_test_rdzv_SOURCES = tests/unit/test_rdzv.c
 tests_unit_test_rdzv_CFLAGS = $(UNIT_CFLAGS)
 tests_unit_test_rdzv_LDADD = $(UNIT_LDADD) $(JANSSON_LIBS) $(SQLITE3_LIBS)
 endif
-# The worker <-> agent channel's messages (common/chan.c: pure, no I/O).
+# The worker <-> agent channel's messages (common/chan.c: pure, no I/O)
+# and its one read (common/chan_recv.c, on a real socket pair).
 if HAVE_CMOCKA
 check_PROGRAMS += tests/unit/test_chan
 TESTS += tests/unit/test_chan

@@ -7,6 +7,9 @@
  */
 #include "config.h"
 
+#include <sys/types.h>
+#include <sys/socket.h>
+
 #include <limits.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -14,6 +17,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -436,6 +440,46 @@ test_round_trips(void **state)
 	    "local_world=2147483647");
 }
 
+/*
+ * chan_recv on a real socket pair: an empty datagram reads as 0 (a
+ * message) while the peer is there and while a real one waits behind it
+ * after the peer is gone; the end reads as RDZV_ECONN, once only empty
+ * datagrams are left; nothing queued is RDZV_EBUSY; a datagram over the
+ * buffer gives its whole length.
+ */
+static void
+test_recv_empty_vs_eof(void **state)
+{
+	char	buf[RDZV_CHAN_MSG_MAX + 1], big[RDZV_CHAN_MSG_MAX + 100];
+	int	sv[2];
+
+	assert_int_equal(socketpair(AF_UNIX, SOCK_SEQPACKET, 0, sv), 0);
+	assert_int_equal(chan_recv(sv[0], buf, sizeof buf), RDZV_EBUSY);
+	assert_int_equal(send(sv[1], "", 0, 0), 0);
+	assert_int_equal(send(sv[1], "12", 2, 0), 2);
+	assert_int_equal(chan_recv(sv[0], buf, sizeof buf), 0);
+	assert_int_equal(chan_recv(sv[0], buf, sizeof buf), 2);
+	assert_memory_equal(buf, "12", 2);
+	assert_int_equal(chan_recv(sv[0], buf, sizeof buf), RDZV_EBUSY);
+
+	memset(big, '7', sizeof big);
+	assert_int_equal(send(sv[1], big, sizeof big, 0), (ssize_t)sizeof big);
+	assert_int_equal(chan_recv(sv[0], buf, sizeof buf), (ssize_t)sizeof big);
+
+	/* The worker says "" then its step, and exits at once. */
+	assert_int_equal(send(sv[1], "", 0, 0), 0);
+	assert_int_equal(send(sv[1], "34", 2, 0), 2);
+	assert_int_equal(send(sv[1], "", 0, 0), 0);
+	close(sv[1]);
+	assert_int_equal(chan_recv(sv[0], buf, sizeof buf), 0);
+	assert_int_equal(chan_recv(sv[0], buf, sizeof buf), 2);
+	assert_memory_equal(buf, "34", 2);
+	/* Only an empty datagram is left: that is the end. */
+	assert_int_equal(chan_recv(sv[0], buf, sizeof buf), RDZV_ECONN);
+	assert_int_equal(chan_recv(sv[0], buf, sizeof buf), RDZV_ECONN);
+	close(sv[0]);
+}
+
 int
 main(void)
 {
@@ -448,6 +492,7 @@ main(void)
 		cmocka_unit_test(test_format_round),
 		cmocka_unit_test(test_format_refuses),
 		cmocka_unit_test(test_round_trips),
+		cmocka_unit_test(test_recv_empty_vs_eof),
 	};
 
 	return (cmocka_run_group_tests(tests, NULL, NULL));

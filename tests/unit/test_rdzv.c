@@ -33,7 +33,7 @@ static int	 next_port = 40000;
 static char	 purged[64][RZ_ID_MAX + 16];	/* ids, in purge order */
 static int	 npurged;
 static int64_t	 purged_keys;
-static char	 conn_a, conn_b;	/* stand-in connections */
+static char	 conn_a, conn_b, conn_c;	/* stand-in connections */
 static int64_t	 pushed_rank[16];	/* by node id: last group rank */
 static struct rz_outbox	ob;		/* the event's, drained by run() */
 static int64_t	 last_node;		/* the last JOIN's reply */
@@ -1016,6 +1016,162 @@ test_repair_ready_timeout(void **state)
 	drain(f->rz);
 }
 
+/*
+ * Training ends during a repair: a node whose workers finished in the
+ * shrink round reports SUCCEEDED, which ends the wait for the
+ * replacement (no grow for a READY after it, no timeout); a SUCCEEDED of
+ * the round before the repair (sent before its agent heard of the
+ * shrink) counts too; the job is DONE when both did.
+ */
+static void
+test_repair_ends_in_shrink(void **state)
+{
+	struct fx	*f = *state;
+
+	repair_job(f, 1, 1);
+	assert_int_equal(run(f, fail_repair(f, 2, 1, 1, 100)), 0);
+	/* Round 1 formed this membership: its SUCCEEDED counts. */
+	assert_int_equal(rz_succeeded(f->rz, slice_str("ob"), 1, 1, 150, &ob),
+	    0);
+	assert_int_equal(ob.npush, 0);
+	drain(f->rz);
+	assert_true(event_has(f, "node 1 succeeded round 1"));
+	assert_true(event_has(f, "repair: no grow: node 1 finished before "
+	    "the replacement of node 2 local rank 1 was ready"));
+	/* The replacement's READY after it: no grow round. */
+	assert_int_equal(ready(f, 2, 2, 1, 200), 0);
+	assert_int_equal(ob.npush + ob.nport, 0);
+	drain(f->rz);
+	/* A round after the current one is no report of it. */
+	assert_int_equal(rz_succeeded(f->rz, slice_str("ob"), 2, 3, 210, &ob),
+	    0);
+	assert_int_equal(ob.npush, 0);
+	drain(f->rz);
+	assert_int_equal(rz_succeeded(f->rz, slice_str("ob"), 2, 2, 220, &ob),
+	    0);
+	assert_int_equal(ob.npush, 2);
+	assert_int_equal(ob.push[0].round.state, RDZV_ROUND_DONE);
+	drain(f->rz);
+	assert_false(event_has(f, "escalated"));
+}
+
+/* Job "ob" of nodes lo:hi, two workers each, lease 1000 ms: nodes 1, 2
+ * (conn_a, conn_b) form the round, node 3 (conn_c) is a standby when
+ * standby; the members said repairable at 10. */
+static void
+lost_job(struct fx *f, int64_t lo, int64_t hi, int standby)
+{
+	struct nat_join	r;
+
+	join_req(&r, "ob", "i1", lo, hi);
+	r.local_world_size = 2;
+	r.lease_ms = 1000;
+	assert_int_equal(run(f, rz_join(f->rz, &r, &conn_a, 0, &ob)), 0);
+	r.instance = slice_str("i2");
+	assert_int_equal(run(f, rz_join(f->rz, &r, &conn_b, 0, &ob)), 0);
+	if (standby) {
+		r.instance = slice_str("i3");
+		assert_int_equal(rz_join(f->rz, &r, &conn_c, 0, &ob), 0);
+		assert_int_equal(ob.push[0].round.state, RDZV_ROUND_STANDBY);
+		drain(f->rz);
+	}
+	assert_int_equal(run(f, rz_heartbeat(f->rz, slice_str("ob"), 1, 1,
+	    &conn_a, 10, &ob)), 0);
+	assert_int_equal(run(f, rz_heartbeat(f->rz, slice_str("ob"), 2, 1,
+	    &conn_b, 10, &ob)), 0);
+}
+
+/*
+ * A member's lease lapses with a standby waiting: no STOP, no restart;
+ * the standby takes its group rank in a shrink round with none of its
+ * workers live (its agent starts them as replacements), the survivors
+ * go on at world 2; each READY of the standby's workers clears one, the
+ * last opens the grow round of world 4 (the donor a survivor).
+ */
+static void
+test_repair_lost_standby(void **state)
+{
+	struct fx	*f = *state;
+	struct rz_stats	 st;
+
+	lost_job(f, 2, 2, 1);
+	/* Node 1 and the standby beat; node 2 goes silent. */
+	assert_int_equal(run(f, rz_heartbeat(f->rz, slice_str("ob"), 1, 1,
+	    &conn_a, 900, &ob)), 0);
+	assert_int_equal(run(f, rz_heartbeat(f->rz, slice_str("ob"), 3, 0,
+	    &conn_c, 900, &ob)), 0);
+	rz_tick(f->rz, 1010, &ob);
+	assert_int_equal(ob.npush, 2);
+	assert_ptr_equal(ob.push[0].conn, &conn_a);
+	assert_repair_push(0, NAT_KIND_SHRINK, 2, 1, 2, 0, 0, 3);
+	assert_ptr_equal(ob.push[1].conn, &conn_c);
+	assert_repair_push(1, NAT_KIND_SHRINK, 2, 3, 2, 2, 0, 0);
+	assert_int_equal(ob.push[1].round.group_rank, 1);
+	drain(f->rz);
+	assert_true(event_has(f, "repair: node 2 (host h) lost (lease "
+	    "expired): standby node 3 (host h) takes its place; shrink to 2 "
+	    "until its workers are ready, round 2, donor 0"));
+	assert_int_equal(ready(f, 3, 2, 0, 1100), 0);
+	assert_int_equal(ob.npush, 0);
+	drain(f->rz);
+	assert_int_equal(ready(f, 3, 2, 0, 1110), 0);	/* a repeat */
+	assert_int_equal(ob.npush, 0);
+	drain(f->rz);
+	assert_int_equal(ready(f, 3, 2, 1, 1120), 0);
+	assert_int_equal(ob.npush, 2);
+	assert_repair_push(0, NAT_KIND_GROW, 3, 1, 4, 0, 0, 3);
+	assert_repair_push(1, NAT_KIND_GROW, 3, 3, 4, 2, 0, 3);
+	drain(f->rz);
+	assert_true(event_has(f, "repair: grow to 4, node 3 (host h) in with "
+	    "2 workers, round 3, donor 0"));
+	rz_get_stats(f->rz, &st);
+	assert_int_equal(st.repairs_total, 2);
+	assert_int_equal(st.restarts_total, 0);
+}
+
+/*
+ * No standby, min_nodes 1 (round 1 formed with node 1 alone, round 2
+ * with both): node 1 (group rank 0) leaves, node 2 closes
+ * up to group rank 0, ranks from 0, world 2, in a shrink round; a
+ * failure now repairs again.  With min_nodes 2 the same LEAVE ends the
+ * round as before, and the event says why.
+ */
+static void
+test_repair_lost_shrink(void **state)
+{
+	struct fx	*f = *state;
+
+	lost_job(f, 1, 2, 0);
+	assert_int_equal(rz_leave(f->rz, slice_str("ob"), 1, 100, &ob), 0);
+	assert_int_equal(ob.npush, 1);
+	assert_ptr_equal(ob.push[0].conn, &conn_b);
+	assert_repair_push(0, NAT_KIND_SHRINK, 3, 2, 2, 0, 0, 3);
+	assert_int_equal(ob.push[0].round.group_rank, 0);
+	assert_int_equal(ob.push[0].round.group_world_size, 1);
+	drain(f->rz);
+	assert_true(event_has(f, "repair: shrink to 2 after node 1 (host h) "
+	    "was lost (it left): 1 nodes left, round 3, donor 0"));
+	assert_int_equal(fail_repair(f, 2, 3, 1, 200), 0);
+	assert_int_equal(ob.npush, 1);
+	assert_repair_push(0, NAT_KIND_SHRINK, 4, 2, 1, 0, 0, 1);
+	drain(f->rz);
+}
+
+static void
+test_repair_lost_below_min(void **state)
+{
+	struct fx	*f = *state;
+
+	lost_job(f, 2, 2, 0);
+	assert_int_equal(rz_leave(f->rz, slice_str("ob"), 1, 100, &ob), 0);
+	assert_int_equal(ob.npush, 1);
+	assert_int_equal(ob.push[0].round.state, RDZV_ROUND_STOP);
+	drain(f->rz);
+	assert_true(event_has(f, "repair escalated to restart: node 1 (host "
+	    "h) lost (it left): no standby, and fewer than min_nodes would be "
+	    "left"));
+}
+
 /* max_repairs 0 (JOIN): never a repair. */
 static void
 test_repair_max_repairs(void **state)
@@ -1108,6 +1264,14 @@ main(void)
 		cmocka_unit_test_setup_teardown(test_repair_second_failure,
 		    setup, teardown),
 		cmocka_unit_test_setup_teardown(test_repair_ready_timeout,
+		    setup, teardown),
+		cmocka_unit_test_setup_teardown(test_repair_ends_in_shrink,
+		    setup, teardown),
+		cmocka_unit_test_setup_teardown(test_repair_lost_standby,
+		    setup, teardown),
+		cmocka_unit_test_setup_teardown(test_repair_lost_shrink,
+		    setup, teardown),
+		cmocka_unit_test_setup_teardown(test_repair_lost_below_min,
 		    setup, teardown),
 		cmocka_unit_test_setup_teardown(test_repair_max_repairs, setup,
 		    teardown),
