@@ -24,6 +24,8 @@ death cut it off, repairs and drops it (the same batch is tried again in
 the new group).  job.rank, job.world, job.step_count, job.repairs say
 where the job is.  Without an agent's channel nothing repairs: the job is
 torch's env:// group (torchrun), or a single process with no group.
+RDZV_REPAIR=0 in the environment vetoes repair (as for librdzvworker):
+the worker never says hello, so a failure restarts the whole job.
 
 The agent's side is the worker <-> agent channel: a SOCK_SEQPACKET socket
 passed as fd RDZV_PROGRESS_FD, one ASCII message per datagram.  This
@@ -735,7 +737,8 @@ class Job:
 
 def init_process_group(backend="gloo", timeout=None):
 	"""Makes the job's default process group and returns its Job.  Under
-	an agent that passes the channel: says hello repair=1, starts the
+	an agent that passes the channel: says hello repair=1 (unless
+	RDZV_REPAIR=0), starts the
 	watcher, and joins the round of the environment (MASTER_ADDR,
 	MASTER_PORT, RDZV_NAMESPACE, RANK, WORLD_SIZE), or, in a replacement,
 	nothing yet (it joins in job.epochs()).  Without a channel: torch's
@@ -755,7 +758,10 @@ def init_process_group(backend="gloo", timeout=None):
 		# end the process first.
 		os.environ["TORCH_NCCL_ASYNC_ERROR_HANDLING"] = "0"
 		os.environ["NCCL_ASYNC_ERROR_HANDLING"] = "0"
-	job._send("hello repair=1")
+	# RDZV_REPAIR=0 vetoes, as for librdzvworker: no hello, so this
+	# worker's job restarts on a failure (steps are still reported).
+	if os.environ.get("RDZV_REPAIR") != "0":
+		job._send("hello repair=1")
 	threading.Thread(target=job._watch, name="rdzv-repair",
 	    daemon=True).start()
 	env = os.environ

@@ -22,7 +22,10 @@ Which server the tests talk to is chosen by RDZV_COMPAT_SERVER:
                    are left out, every other assertion must pass unchanged.
 """
 
+import json
 import os
+import re
+import signal
 import socket
 import struct
 import sys
@@ -306,3 +309,106 @@ def wire_ops_113(data):
 	except struct.error:
 		pass
 	return out, done
+
+
+# ---- rdzv-agent jobs of examples/torch_ddp_repair.py (issue 12) ----
+# test_repair_agent_torch{1,2}.py: two real rdzv-agents of two workers each
+# under a real rdzvd, the workers the example under the python running the
+# test (each file picks its torch first and puts tests/integ, where
+# agent_lib is, on sys.path).
+
+REPAIR_DATA = "/usr/share/datasets/fashion-mnist"
+_REPORT_RE = re.compile(r"REPORT (\{.*\})$", re.M)
+_STEP_RE = re.compile(r"STEP (\d+) (\d+) (\d+) ", re.M)
+_STEP3_RE = re.compile(r"STEP \d+ \d+ 3 ", re.M)	# in a world of 3
+
+
+def repair_agents(scope, d, job, prog_args, env_b=None, steps=8):
+	"""Starts the two agents (scope: agent_lib.Scope) of job on rdzvd d,
+	each running examples/torch_ddp_repair.py prog_args --log-steps
+	--report; env_b is added to the second one's environment.  Returns
+	(a, b) once 4 workers run and the job printed `steps` step lines.
+	No Fashion-MNIST skips the file."""
+	from agent_lib import conf
+	if not os.path.exists(os.path.join(REPAIR_DATA,
+	    "train-images-idx3-ubyte.gz")):
+		rdzvtest.skip_all("no Fashion-MNIST at %s (Debian's "
+		    "dataset-fashion-mnist)" % REPAIR_DATA)
+	argv = ["--nnodes", "2", "--nproc_per_node", "2",
+	    "--rdzv_endpoint", "127.0.0.1:%d" % d.port, "--rdzv_id", job,
+	    "--max_restarts", "2", "--grace", "2",
+	    "--rdzv_conf", conf(0.2, 5.0)]
+	prog = [os.path.join(rdzvtest.top_srcdir(), "examples",
+	    "torch_ddp_repair.py")] + list(prog_args) + ["--log-steps",
+	    "--report"]
+	env = {"PYTHON": sys.executable, "GLOO_SOCKET_IFNAME": "lo",
+	    "OMP_NUM_THREADS": "1"}
+	a = scope.agent(argv, env=env, program=prog)
+	b = scope.agent(argv, env=dict(env, **(env_b or {})), program=prog)
+	rdzvtest.wait_until(lambda: len(a.children()) == 2 and
+	    len(b.children()) == 2 and
+	    len(_STEP_RE.findall(a.output() + b.output())) >= steps,
+	    timeout=120, what="4 torch workers stepping")
+	return a, b
+
+
+def repair_reports(out):
+	"""The REPORT documents (dicts) in the workers' output."""
+	return [json.loads(m) for m in _REPORT_RE.findall(out)]
+
+
+def repair_kill_in_place(d, scope, job, kill9=False):
+	"""A SIGKILLed worker of a repair_agents job is repaired in place:
+	a shrink round then a grow round, the survivors' PIDs unchanged, no
+	restart, every rank (the replacement too) with the same model and
+	optimizer digest, the job succeeds.  kill9: rdzvd (on a fixed port,
+	durability strict) is killed -9 and restarted once the survivors
+	step in the shrink round, while the replacement starts; the grow
+	comes all the same."""
+	from agent_lib import job_events, job_status
+	# Long enough (>= 470 steps of >= 50 ms) that the survivors are still
+	# training when the replacement, importing torch, is ready to join.
+	a, b = repair_agents(scope, d, job, ["--limit", "12000", "--epochs",
+	    "5", "--batch", "32", "--hidden", "32", "--step-delay", "0.05"])
+	survivors = set(a.children())
+	victim, other = sorted(b.children())
+	survivors.add(other)
+	t0 = time.monotonic()
+	os.kill(victim, signal.SIGKILL)
+	if kill9:
+		rdzvtest.wait_until(lambda: len(_STEP3_RE.findall(a.output() +
+		    b.output())) >= 3, timeout=60,
+		    what="the survivors stepping in the shrink round")
+		d.kill9()
+		d.start()
+		rdzvtest.wait_until(lambda: job_status(d, job).count(
+		    " connected") == 2, timeout=30, what="both agents back")
+		log("rdzvd restarted %.1f s after the SIGKILL" %
+		    (time.monotonic() - t0))
+	rdzvtest.wait_until(lambda: any(t.startswith("repair: grow")
+	    for t in job_events(d, job)), timeout=120, what="the grow round")
+	log("SIGKILL -> grow round: %.1f s" % (time.monotonic() - t0))
+	now = set(a.children()) | set(b.children())
+	check(survivors <= now, (survivors, now))
+	check(victim not in now, (victim, now))
+	for x in (a, b):
+		rc = x.wait(180)
+		check(rc == 0, (rc, x.output()[-4000:]))
+	out = a.output() + b.output()
+	reports = repair_reports(out)
+	check(sorted(r["rank"] for r in reports) == [0, 1, 2, 3], out[-4000:])
+	check(len({r["digest"] for r in reports}) == 1, reports)
+	check({r["pid"] for r in reports if not r["replacement"]} <= survivors,
+	    (reports, survivors))
+	check(sum(1 for r in reports if r["replacement"]) == 1, reports)
+	ev = job_events(d, job)
+	check(any(t.startswith("repair: shrink to 3") for t in ev), ev)
+	check(any(t.startswith("repair: grow to 4") for t in ev), ev)
+	check(not any(t.startswith("restart ") or "escalated" in t
+	    for t in ev), ev)
+	if kill9:
+		check(any(t.startswith("rdzvd restarted: round ") for t in ev),
+		    ev)
+		return
+	check(d.metric("rdzvd_repairs_total") == 2, "repairs_total")
+	check(d.metric("rdzvd_restarts_total") == 0, "restarts_total")

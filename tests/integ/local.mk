@@ -40,6 +40,8 @@ INTEG_TESTS += tests/integ/repair_c.py
 INTEG_TESTS += tests/integ/repair_chan.py
 # ... and end to end: rdzvd's repair rounds through real rdzv-agents.
 INTEG_TESTS += tests/integ/repair_agent.py
+# ... its harder cases: the watchdog, a second failure, rdzvd kill -9.
+INTEG_TESTS += tests/integ/repair_agent2.py
 # The fake agent of repair_c.py, test_repair_torch{,2}.py and bench/repair_*.py.
 EXTRA_DIST += tests/lib/fakeagent.py
 

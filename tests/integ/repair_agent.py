@@ -52,17 +52,22 @@ def need_data():
                     % DATA)
 
 
-def args(d, job, nnodes="2", lease=5.0):
+def args(d, job, nnodes="2", lease=5.0, extra=()):
     return ["--nnodes", nnodes, "--nproc_per_node", "2",
             "--rdzv_backend", "rdzv",
             "--rdzv_endpoint", "127.0.0.1:%d" % d.port, "--rdzv_id", job,
             "--max_restarts", "2", "--grace", "2",
-            "--rdzv_conf", conf(0.2, lease), "--no_python"]
+            "--rdzv_conf", conf(0.2, lease), "--no_python"] + list(extra)
 
 
-def start_job(s, d, job, env_b=None):
-    a = s.agent(args(d, job), program=prog())
-    b = s.agent(args(d, job), program=prog(), env=env_b)
+def start_job(s, d, job, env_b=None, program=None, env=None, extra=()):
+    """Two agents (extra: more of their options) of two workers each
+    running program (default prog()); env goes to both, env_b to the
+    second too.  Returns (a, b) once the 4 workers train."""
+    program = program or prog()
+    a = s.agent(args(d, job, extra=extra), program=program, env=env)
+    b = s.agent(args(d, job, extra=extra), program=program,
+                env=dict(env or {}, **(env_b or {})))
     rt.wait_until(lambda: len(a.children()) == 2 and
                   len(b.children()) == 2 and
                   "step " in a.output() + b.output(),

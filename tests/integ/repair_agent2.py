@@ -1,0 +1,222 @@
+"""repair_agent2: in-place repair's harder cases end to end (issue 12): a
+real rdzvd, two real rdzv-agents of two workers each, examples/ddp_mlp
+with its default flags (repair_agent.py has the plain SIGKILL and the
+worker that cannot repair).  Checks:
+  - a SIGSTOPped worker: the agent's --progress_timeout watchdog kills
+    it, and that is repaired like any death (shrink, grow, survivors'
+    PIDs unchanged, no restart); skipped: a known gap, see the test;
+  - a second failure while a replacement is pending (a survivor on the
+    other node SIGKILLed after the shrink, before the grow): the repair
+    escalates to a full restart ("a second failure during a repair"),
+    every worker is new, the job still succeeds;
+  - rdzvd kill -9 after the shrink, before the grow: rdzvd restarted on
+    the same database (and port) resumes the repair: the replacement's
+    readiness brings the grow, the survivors' PIDs never change, no
+    restart, the job succeeds; the same when the replacement is ready
+    while rdzvd is down (its agent tells the restarted rdzvd).
+A replacement is held before it starts (so that the test can act while
+it is pending) by starting every worker through a shell that, when
+RDZV_REPLACEMENT=1, waits for a file the test creates, then execs
+ddp_mlp (same pid, same channel).
+"""
+
+import os
+import re
+import signal
+
+import rdzvtest as rt
+from agent_lib import Scope, job_events as events, job_status
+from repair_agent import finish, need_data, prog, start_job
+
+SHRUNK_RE = re.compile(r"repaired: round \d+ \(shrink\)")
+# The survivors must still be training when the held replacement joins
+# (a loaded machine, ASan): 4 epochs, not repair_agent.py's 2.
+LONGER = ["--epochs", "4"]
+# Held until GATE exists when it is a replacement; otherwise at once.
+GATE_SH = ('if [ "$RDZV_REPLACEMENT" = 1 ]; then '
+           'while [ ! -e "$RDZV_E2E_GATE" ]; do sleep 0.02; done; fi; '
+           'exec "$@"')
+
+
+def gated(gate, extra=()):
+    """The agent's program and environment: replacements wait for gate."""
+    return ["/bin/sh", "-c", GATE_SH, "gate"] + prog() + list(extra), \
+        {"RDZV_E2E_GATE": gate}
+
+
+def has(d, job, prefix):
+    return any(t.startswith(prefix) for t in events(d, job))
+
+
+def wait_event(d, job, prefix, agents, timeout, what):
+    """Polls job's events for one that starts with prefix; on timeout
+    the assertion names the events and the agents' output tails."""
+    try:
+        rt.wait_until(lambda: has(d, job, prefix), timeout=timeout,
+                      what=what)
+    except AssertionError as e:
+        raise AssertionError("%s\nevents: %s\n%s" % (e, events(d, job),
+                             "\n".join(x.output()[-3000:] for x in agents)))
+
+
+def test_stopped_rank_watchdog_repairs():
+    """SIGSTOP: the watchdog's kill is repaired in place.  Known to fail
+    today: a stopped rank stops the others too (they wait for it in
+    their allreduce, reporting no step), so every rank reaches
+    --progress_timeout within the same 100 ms and the watchdogs kill
+    survivors along with it; the second death escalates to a restart.
+    The watchdog needs to know a rank waiting on its peers from a hung
+    one (issue 12).  RDZV_TEST_KNOWN_GAPS=1 runs it."""
+    if os.environ.get("RDZV_TEST_KNOWN_GAPS") != "1":
+        rt.skip("the watchdog kills the ranks waiting on a stopped one "
+                "too (issue 12); RDZV_TEST_KNOWN_GAPS=1 runs this")
+    need_data()
+    d = rt.Rdzvd()
+    with Scope("repair-agent2-") as s:
+        a, b = start_job(s, d, "stopped",
+                         extra=["--progress_timeout", "2"])
+        survivors = set(a.children())
+        victim, other = sorted(b.children())
+        survivors.add(other)
+        os.kill(victim, signal.SIGSTOP)
+        try:
+            wait_event(d, "stopped", "repair: grow", [a, b], 60,
+                       "the grow round")
+        finally:
+            try:        # never leave a stopped process behind
+                os.kill(victim, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        now = set(a.children()) | set(b.children())
+        assert survivors <= now, (survivors, now)
+        assert victim not in now
+        hashes, _, ev = finish(d, "stopped", [a, b])
+        out = a.output() + b.output()
+    assert sorted(hashes) == [0, 1, 2, 3], hashes
+    assert len(set(hashes.values())) == 1, hashes
+    assert "reported no progress" in out, out[-3000:]
+    shrink = [t for t in ev if t.startswith("repair: shrink to 3")]
+    assert len(shrink) == 1 and "died (signal" in shrink[0], ev
+    assert sum(t.startswith("repair: grow to 4") for t in ev) == 1, ev
+    assert not any(t.startswith("restart ") or "escalated" in t
+                   for t in ev), ev
+    assert d.metric("rdzvd_repairs_total") == 2
+    assert d.metric("rdzvd_restarts_total") == 0
+    d.stop()
+
+
+def test_second_failure_escalates():
+    """A survivor dies while the replacement is pending: a restart."""
+    need_data()
+    d = rt.Rdzvd()
+    with Scope("repair-agent2-") as s:
+        gate = os.path.join(s.tmp, "gate")
+        program, env = gated(gate)
+        a, b = start_job(s, d, "second", program=program, env=env)
+        before = set(a.children()) | set(b.children())
+        os.kill(sorted(b.children())[0], signal.SIGKILL)
+        wait_event(d, "second", "repair: shrink to 3", [a, b], 30,
+                   "the shrink round")
+        # Both agents are in the shrink round: the next death is one of
+        # its own, not news of the old round's.
+        rt.wait_until(lambda: all(": repair (shrink)" in x.output()
+                                  for x in (a, b)),
+                      timeout=30, what="the agents in the shrink round")
+        assert not has(d, "second", "repair: grow")
+        os.kill(sorted(a.children())[0], signal.SIGKILL)
+        wait_event(d, "second", "restart 1 of", [a, b], 30, "a restart")
+        rt.wait_until(lambda: len(a.children()) == 2 and
+                      len(b.children()) == 2 and
+                      not (set(a.children()) | set(b.children())) & before,
+                      timeout=30, what="4 new workers")
+        hashes, _, ev = finish(d, "second", [a, b])
+    assert sorted(hashes) == [0, 1, 2, 3], hashes
+    assert len(set(hashes.values())) == 1, hashes
+    assert ("repair escalated to restart: a second failure during a "
+            "repair") in ev, ev
+    assert not any(t.startswith("repair: grow") for t in ev), ev
+    assert d.metric("rdzvd_repairs_total") == 1
+    assert d.metric("rdzvd_restarts_total") == 1
+    d.stop()
+
+
+def test_rdzvd_kill9_resumes_repair():
+    """rdzvd dies after the shrink; restarted, it grows the job."""
+    need_data()
+    port = rt.free_port()
+    d = rt.Rdzvd(["--listen", "127.0.0.1:%d" % port], durability="strict")
+    with Scope("repair-agent2-") as s:
+        gate = os.path.join(s.tmp, "gate")
+        program, env = gated(gate, LONGER)
+        a, b = start_job(s, d, "phoenix", program=program, env=env)
+        survivors = set(a.children())
+        victim, other = sorted(b.children())
+        survivors.add(other)
+        os.kill(victim, signal.SIGKILL)
+        # The survivors step on in the shrink round before rdzvd goes.
+        rt.wait_until(lambda: SHRUNK_RE.search(a.output() + b.output()),
+                      timeout=30, what="the survivors in the shrink round")
+        assert not has(d, "phoenix", "repair: grow")
+        d.kill9()
+        d.start()
+        assert d.port == port
+        rt.wait_until(lambda: job_status(d, "phoenix").count(
+                      " connected") == 2,
+                      timeout=30, what="both agents back")
+        with open(gate, "w"):
+            pass
+        wait_event(d, "phoenix", "repair: grow", [a, b], 60,
+                   "the grow round after the restart")
+        now = set(a.children()) | set(b.children())
+        assert survivors <= now, (survivors, now)
+        assert victim not in now
+        hashes, _, ev = finish(d, "phoenix", [a, b])
+    assert sorted(hashes) == [0, 1, 2, 3], hashes
+    assert len(set(hashes.values())) == 1, hashes
+    assert sum(t.startswith("repair: shrink to 3") for t in ev) == 1, ev
+    assert sum(t.startswith("repair: grow to 4") for t in ev) == 1, ev
+    back = [i for i, t in enumerate(ev) if t.startswith("rdzvd restarted")]
+    grow = [i for i, t in enumerate(ev) if t.startswith("repair: grow")]
+    assert back and grow and back[0] < grow[0], ev
+    assert not any(t.startswith("restart ") or "escalated" in t
+                   for t in ev), ev
+    d.stop()
+
+
+def test_rdzvd_down_when_ready():
+    """The replacement is ready while rdzvd is down: its agent tells the
+    restarted rdzvd, which grows the job."""
+    need_data()
+    port = rt.free_port()
+    d = rt.Rdzvd(["--listen", "127.0.0.1:%d" % port], durability="strict")
+    with Scope("repair-agent2-") as s:
+        gate = os.path.join(s.tmp, "gate")
+        program, env = gated(gate, LONGER)
+        a, b = start_job(s, d, "down", program=program, env=env)
+        survivors = set(a.children())
+        victim, other = sorted(b.children())
+        survivors.add(other)
+        os.kill(victim, signal.SIGKILL)
+        rt.wait_until(lambda: SHRUNK_RE.search(a.output() + b.output()),
+                      timeout=30, what="the survivors in the shrink round")
+        d.kill9()
+        with open(gate, "w"):
+            pass
+        rt.wait_until(lambda: "its replacement is ready" in b.output(),
+                      timeout=30, what="the replacement ready")
+        d.start()
+        wait_event(d, "down", "repair: grow", [a, b], 60,
+                   "the grow round after the restart")
+        now = set(a.children()) | set(b.children())
+        assert survivors <= now, (survivors, now)
+        hashes, _, ev = finish(d, "down", [a, b])
+    assert sorted(hashes) == [0, 1, 2, 3], hashes
+    assert len(set(hashes.values())) == 1, hashes
+    assert sum(t.startswith("repair: grow to 4") for t in ev) == 1, ev
+    assert not any(t.startswith("restart ") or "escalated" in t
+                   for t in ev), ev
+    d.stop()
+
+
+if __name__ == "__main__":
+    rt.main(globals(), per_test=120.0, total=300.0)
