@@ -533,9 +533,10 @@ agent_progress_note(int local_rank, char *msg, size_t msgsz)
  * period; its exit is an ordinary failure.  A worker that says "wait"
  * (librdzvworker and the torch helper do, about once a second, while a
  * collective of theirs is blocked on its peers) is given twice the
- * timeout: the rank they wait on (a stopped one says nothing) is killed
- * first, and they repair around it instead of dying with it; if all of
- * them only wait (a deadlock), they are killed a timeout later.
+ * timeout plus the grace: the rank they wait on (a stopped one says
+ * nothing; SIGCONT lets it take the SIGABRT) is killed first, and they
+ * repair around it instead of dying with it; if all of them only wait
+ * (a deadlock), they are killed that much later.
  */
 static void
 agent_watch_cb(evutil_socket_t fd, short ev, void *arg)
@@ -543,6 +544,7 @@ agent_watch_cb(evutil_socket_t fd, short ev, void *arg)
 	int64_t		when, waited;
 	uint64_t	step;
 	double		limit = ag.cfg.progress_timeout_ms / 1000.0;
+	double		grace = ag.cfg.grace_ms / 1000.0;
 	int		i, peers;
 
 	if (ag.state != AS_RUNNING)
@@ -558,17 +560,18 @@ agent_watch_cb(evutil_socket_t fd, short ev, void *arg)
 		if (agent_age(when) < limit)
 			continue;
 		waited = progress_waited(i);
-		if (waited != 0 && agent_age(waited) < limit &&
-		    agent_age(when) < 2 * limit)
+		peers = waited != 0 && agent_age(waited) < limit;
+		if (peers && agent_age(when) < 2 * limit + grace)
 			continue;
 		if (sup_signal_rank(i, SIGABRT) != 0)
 			continue;	/* already gone: its exit is reported */
+		/* A stopped worker takes the SIGABRT once continued. */
+		(void)sup_signal_rank(i, SIGCONT);
 		ag.hung_at[i] = mono_ms();
-		peers = waited != 0 && agent_age(waited) < limit;
 		log_warnx("worker %d (rank %lld) reported no progress for %g "
 		    "s after step %llu%s: sending SIGABRT", i,
-		    (long long)(ag.cur.rank_base + i), peers ? 2 * limit :
-		    limit, (unsigned long long)step, peers ? " (all that time "
+		    (long long)(ag.cur.rank_base + i), peers ? 2 * limit +
+		    grace : limit, (unsigned long long)step, peers ? " (all that time "
 		    "waiting on its peers)" : "");
 	}
 }

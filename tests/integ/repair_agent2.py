@@ -4,7 +4,8 @@ with its default flags (repair_agent.py has the plain SIGKILL and the
 worker that cannot repair).  Checks:
   - a SIGSTOPped worker: the agent's --progress_timeout watchdog kills
     it, and that is repaired like any death (shrink, grow, survivors'
-    PIDs unchanged, no restart); skipped: a known gap, see the test;
+    PIDs unchanged, no restart); its peers, blocked on it, say "wait"
+    on the channel and are spared;
   - a second failure while a replacement is pending (a survivor on the
     other node SIGKILLed after the shrink, before the grow): the repair
     escalates to a full restart ("a second failure during a repair"),
@@ -60,16 +61,11 @@ def wait_event(d, job, prefix, agents, timeout, what):
 
 
 def test_stopped_rank_watchdog_repairs():
-    """SIGSTOP: the watchdog's kill is repaired in place.  Known to fail
-    today: a stopped rank stops the others too (they wait for it in
-    their allreduce, reporting no step), so every rank reaches
-    --progress_timeout within the same 100 ms and the watchdogs kill
-    survivors along with it; the second death escalates to a restart.
-    The watchdog needs to know a rank waiting on its peers from a hung
-    one (issue 12).  RDZV_TEST_KNOWN_GAPS=1 runs it."""
-    if os.environ.get("RDZV_TEST_KNOWN_GAPS") != "1":
-        rt.skip("the watchdog kills the ranks waiting on a stopped one "
-                "too (issue 12); RDZV_TEST_KNOWN_GAPS=1 runs this")
+    """SIGSTOP: the watchdog's kill is repaired in place.  A stopped
+    rank stops the others too (they wait for it in their allreduce,
+    reporting no step); they say "wait", so the watchdog gives them
+    twice the timeout and kills the silent one (SIGCONT lets it take the
+    SIGABRT) at the timeout; its death is repaired."""
     need_data()
     d = rt.Rdzvd()
     with Scope("repair-agent2-") as s:
@@ -94,7 +90,9 @@ def test_stopped_rank_watchdog_repairs():
         out = a.output() + b.output()
     assert sorted(hashes) == [0, 1, 2, 3], hashes
     assert len(set(hashes.values())) == 1, hashes
-    assert "reported no progress" in out, out[-3000:]
+    # Only the stopped rank was hung; its peers only waited on it.
+    assert out.count("reported no progress") == 1, out[-3000:]
+    assert "died (signal 6)" in "".join(ev), ev
     shrink = [t for t in ev if t.startswith("repair: shrink to 3")]
     assert len(shrink) == 1 and "died (signal" in shrink[0], ev
     assert sum(t.startswith("repair: grow to 4") for t in ev) == 1, ev
