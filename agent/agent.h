@@ -364,6 +364,11 @@ int	progress_get(int local_rank, uint64_t *step, int64_t *when);
  */
 int64_t	progress_waited(int local_rank);
 /*
+ * Restarts local_rank's --progress_timeout clock (its last step stays):
+ * a repair round was just sent to it, and rebuilding takes its time.
+ */
+void	progress_touch(int local_rank);
+/*
  * Whether local_rank's current worker (the one on its socket now, running
  * or just exited) said "hello repair=1": 1 or 0.
  */

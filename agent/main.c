@@ -749,6 +749,8 @@ agent_repair_round(const struct rdzv_round *r)
 		if ((rv = progress_send(l, &rr)) != 0)
 			log_warnx("worker %d: round %lld not sent: %s", l,
 			    (long long)r->round, rdzv_strerror(rv));
+		else
+			progress_touch(l);	/* its rebuild starts now */
 	}
 }
 

@@ -323,6 +323,15 @@ progress_get(int local_rank, uint64_t *step, int64_t *when)
 	return (0);
 }
 
+void
+progress_touch(int local_rank)
+{
+	struct progress_rank	*p;
+
+	if ((p = progress_rank_read(local_rank)) != NULL && p->seen)
+		p->when = mono_ms();
+}
+
 int64_t
 progress_waited(int local_rank)
 {

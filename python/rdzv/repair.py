@@ -68,6 +68,7 @@ __all__ = ["init_process_group", "Job", "Round", "parse_round",
 
 MSG_MAX = 512			# a channel datagram, either way
 PROGRESS_EVERY = 0.1		# seconds between step reports
+WAIT_EVERY = 1.0		# "wait" while blocked in torch this long, as often
 _KEY = "rdzv_repair/begun/%d"	# boundary agreement of a grow round
 
 
@@ -377,6 +378,9 @@ class Job:
 		self._socks = {}		# the current group's sockets
 		self._store = None
 		self._reported = 0.0
+		self._main = threading.get_ident()	# the training thread
+		self._blocked = None		# (step, since) seen inside torch
+		self._waited = 0.0
 		self._batch = None		# (n, batch_size, seed, shuffle)
 		self._perm = (None, None)
 		self._advance = 0
@@ -391,10 +395,46 @@ class Job:
 		except OSError:
 			pass		# the agent has no room or is gone
 
+	def _in_torch(self):
+		"""Whether the training thread's innermost Python frame is
+		torch's own code (a collective, or the backward pass that runs
+		DDP's allreduce), not the script's."""
+		import torch
+		f = sys._current_frames().get(self._main)
+		return f is not None and f.f_code.co_filename.startswith(
+		    os.path.dirname(torch.__file__) + os.sep)
+
+	def _say_wait(self):
+		"""Says "wait" (about once a second) while the training thread
+		has been inside torch with no step done for WAIT_EVERY: blocked
+		on its peers, not hung itself, so the agent's --progress_timeout
+		watchdog gives it longer and kills the rank it waits on first
+		(a stopped rank, or one stuck in the script's own code, says
+		nothing).  A rank stuck inside torch's own computation looks
+		the same; it is killed a timeout later, as a deadlock is."""
+		now = time.monotonic()
+		if not self._joined or not self._in_torch():
+			self._blocked = None
+			return
+		if self._blocked is None or self._blocked[0] != self.step_count:
+			self._blocked = (self.step_count, now)
+			return
+		if now - self._blocked[1] >= WAIT_EVERY and \
+		    now - self._waited >= WAIT_EVERY:
+			self._waited = now
+			self._send("wait")
+
 	def _watch(self):
+		import select
 		warned = False
+		p = select.poll()
+		p.register(self._chan.fileno(), select.POLLIN)
 		while True:
 			try:
+				if not p.poll(WAIT_EVERY * 500):
+					self._say_wait()
+					continue
+				self._say_wait()
 				msg = self._chan.recv(MSG_MAX + 1)
 			except InterruptedError:
 				continue

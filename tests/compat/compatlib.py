@@ -323,12 +323,14 @@ _STEP_RE = re.compile(r"STEP (\d+) (\d+) (\d+) ", re.M)
 _STEP3_RE = re.compile(r"STEP \d+ \d+ 3 ", re.M)	# in a world of 3
 
 
-def repair_agents(scope, d, job, prog_args, env_b=None, steps=8):
-	"""Starts the two agents (scope: agent_lib.Scope) of job on rdzvd d,
-	each running examples/torch_ddp_repair.py prog_args --log-steps
-	--report; env_b is added to the second one's environment.  Returns
-	(a, b) once 4 workers run and the job printed `steps` step lines.
-	No Fashion-MNIST skips the file."""
+def repair_agents(scope, d, job, prog_args, env_b=None, steps=8,
+    agent_args=()):
+	"""Starts the two agents (scope: agent_lib.Scope) of job on rdzvd d
+	(agent_args added to their options), each running
+	examples/torch_ddp_repair.py prog_args --log-steps --report; env_b
+	is added to the second one's environment.  Returns (a, b) once 4
+	workers run and the job printed `steps` step lines.  No
+	Fashion-MNIST skips the file."""
 	from agent_lib import conf
 	if not os.path.exists(os.path.join(REPAIR_DATA,
 	    "train-images-idx3-ubyte.gz")):
@@ -337,7 +339,7 @@ def repair_agents(scope, d, job, prog_args, env_b=None, steps=8):
 	argv = ["--nnodes", "2", "--nproc_per_node", "2",
 	    "--rdzv_endpoint", "127.0.0.1:%d" % d.port, "--rdzv_id", job,
 	    "--max_restarts", "2", "--grace", "2",
-	    "--rdzv_conf", conf(0.2, 5.0)]
+	    "--rdzv_conf", conf(0.2, 5.0)] + list(agent_args)
 	prog = [os.path.join(rdzvtest.top_srcdir(), "examples",
 	    "torch_ddp_repair.py")] + list(prog_args) + ["--log-steps",
 	    "--report"]
@@ -357,24 +359,41 @@ def repair_reports(out):
 	return [json.loads(m) for m in _REPORT_RE.findall(out)]
 
 
-def repair_kill_in_place(d, scope, job, kill9=False):
+def repair_kill_in_place(d, scope, job, kill9=False, stop=False):
 	"""A SIGKILLed worker of a repair_agents job is repaired in place:
 	a shrink round then a grow round, the survivors' PIDs unchanged, no
 	restart, every rank (the replacement too) with the same model and
 	optimizer digest, the job succeeds.  kill9: rdzvd (on a fixed port,
 	durability strict) is killed -9 and restarted once the survivors
 	step in the shrink round, while the replacement starts; the grow
-	comes all the same."""
+	comes all the same.  stop: the worker is SIGSTOPped instead, and the
+	agents' --progress_timeout 10 kills it alone (its peers, blocked on
+	it inside torch, say "wait")."""
 	from agent_lib import job_events, job_status
 	# Long enough (>= 470 steps of >= 50 ms) that the survivors are still
 	# training when the replacement, importing torch, is ready to join.
+	# (stop: 3 epochs more for the watchdog's 10 s before the death.)
 	a, b = repair_agents(scope, d, job, ["--limit", "12000", "--epochs",
-	    "5", "--batch", "32", "--hidden", "32", "--step-delay", "0.05"])
+	    "8" if stop else "5", "--batch", "32", "--hidden", "32",
+	    "--step-delay", "0.05"],
+	    agent_args=["--progress_timeout", "10"] if stop else [])
 	survivors = set(a.children())
 	victim, other = sorted(b.children())
 	survivors.add(other)
 	t0 = time.monotonic()
-	os.kill(victim, signal.SIGKILL)
+	if stop:
+		os.kill(victim, signal.SIGSTOP)
+		try:
+			rdzvtest.wait_until(lambda: any(t.startswith(
+			    "repair: shrink") for t in job_events(d, job)),
+			    timeout=60, what="the watchdog's kill and the shrink")
+		finally:	# never leave a stopped process behind
+			try:
+				os.kill(victim, signal.SIGKILL)
+			except ProcessLookupError:
+				pass
+	else:
+		os.kill(victim, signal.SIGKILL)
 	if kill9:
 		rdzvtest.wait_until(lambda: len(_STEP3_RE.findall(a.output() +
 		    b.output())) >= 3, timeout=60,
@@ -387,7 +406,8 @@ def repair_kill_in_place(d, scope, job, kill9=False):
 		    (time.monotonic() - t0))
 	rdzvtest.wait_until(lambda: any(t.startswith("repair: grow")
 	    for t in job_events(d, job)), timeout=120, what="the grow round")
-	log("SIGKILL -> grow round: %.1f s" % (time.monotonic() - t0))
+	log("%s -> grow round: %.1f s" % ("SIGSTOP" if stop else "SIGKILL",
+	    time.monotonic() - t0))
 	now = set(a.children()) | set(b.children())
 	check(survivors <= now, (survivors, now))
 	check(victim not in now, (victim, now))
@@ -406,6 +426,10 @@ def repair_kill_in_place(d, scope, job, kill9=False):
 	check(any(t.startswith("repair: grow to 4") for t in ev), ev)
 	check(not any(t.startswith("restart ") or "escalated" in t
 	    for t in ev), ev)
+	if stop:
+		# Only the stopped rank was called hung.
+		check(out.count("reported no progress") == 1, out[-4000:])
+		check(any("died (signal 6)" in t for t in ev), ev)
 	if kill9:
 		check(any(t.startswith("rdzvd restarted: round ") for t in ev),
 		    ev)

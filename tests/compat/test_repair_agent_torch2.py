@@ -6,7 +6,8 @@ survivors' PIDs never change, no restart is counted, and every rank
 (the replacement too) ends with the same model and optimizer digest
 (compatlib.repair_kill_in_place).  test_repair_agent_torch1.py runs it
 under torch 1.13 (with an rdzvd kill -9 during the repair), and a job
-that cannot repair.
+that cannot repair.  A SIGSTOPped worker: the agents' --progress_timeout
+watchdog kills it alone and that is repaired the same way.
 """
 
 import os
@@ -28,5 +29,14 @@ def test_torch_kill_repairs_in_place():
     d.stop()
 
 
+def test_torch_stopped_rank_repairs_in_place():
+    """SIGSTOP: the watchdog kills the stopped rank alone (its peers,
+    blocked on it in gloo, say "wait"); that death is repaired."""
+    d = rt.Rdzvd()
+    with Scope("repair-torch-") as s:
+        compatlib.repair_kill_in_place(d, s, "torchstop", stop=True)
+    d.stop()
+
+
 if __name__ == "__main__":
-    rt.main(globals(), per_test=400.0, total=420.0)
+    rt.main(globals(), per_test=400.0, total=800.0)
