@@ -983,10 +983,20 @@ rz_failure(struct rz *rz, const struct nat_failure *r, int64_t now,
 	rz_event(rz, j, now, "failure round %" PRId64 " node %" PRId64
 	    " host %s rank %" PRId64 " local rank %" PRId64 " %s: %s",
 	    r->round, nd->id, nd->host, r->rank, r->local_rank, what, msg);
-	/* Only the first report of a round counts: the others are the
-	 * same failure seen from the survivors. */
-	if (j->state != RZJ_RUNNING || r->round != j->round ||
-	    nd->state != RZN_MEMBER)
+	/*
+	 * Only the first report of a round counts: the others are the
+	 * same failure seen from the survivors.  A repair round keeps the
+	 * membership, so a report of a round since it formed is news (its
+	 * agent had not heard of the repair round yet): a second failure
+	 * during a repair, or one to repair; but the death rdzvd already
+	 * counts (a report sent again after a reconnect) is not.
+	 */
+	if (j->state != RZJ_RUNNING || r->round < j->base_round ||
+	    r->round > j->round || nd->state != RZN_MEMBER)
+		return 0;
+	if (r->round != j->round && r->local_rank >= 0 &&
+	    r->local_rank < RZ_REPAIR_LWS_MAX &&
+	    (nd->dead_local & (1LL << r->local_rank)))
 		return 0;
 	snprintf(cause, sizeof cause, "rank %" PRId64 " (local rank %" PRId64
 	    ") on %s: %s%s%s", r->rank, r->local_rank, nd->host, what,

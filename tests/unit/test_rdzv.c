@@ -855,7 +855,7 @@ assert_repair_push(size_t i, int64_t kind, int64_t round, int64_t node,
  * fresh one with a fresh namespace, ranks over the live workers, the
  * dead rank out of live_local, the lowest survivor donor), with the
  * replacement's deadline armed; its READY opens a GROW round with every
- * worker back.  Echoes and stale READYs change nothing.
+ * worker back.  The death told again and stale READYs change nothing.
  */
 static void
 test_repair_shrink_grow(void **state)
@@ -882,8 +882,8 @@ test_repair_shrink_grow(void **state)
 	drain(f->rz);
 	assert_true(event_has(f, "repair: shrink to 3 after node 2 local "
 	    "rank 1 died (signal 9), round 2, donor 0"));
-	/* The old round's echo from the other node: nothing. */
-	assert_int_equal(fail_repair(f, 1, 1, 0, 101), 0);
+	/* The same death told again: nothing. */
+	assert_int_equal(fail_repair(f, 2, 1, 1, 101), 0);
 	assert_int_equal(ob.npush + ob.nport, 0);
 	drain(f->rz);
 	/* A READY for another local rank: nothing. */
@@ -978,6 +978,26 @@ test_repair_second_failure(void **state)
 	repair_job(f, 1, 1);
 	assert_int_equal(run(f, fail_repair(f, 2, 1, 1, 100)), 0);
 	assert_int_equal(fail_repair(f, 1, 2, 0, 110), 0);
+	assert_restart(f, 3, "repair escalated to restart: a second failure "
+	    "during a repair");
+}
+
+/*
+ * A failure reported for the round before the repair (its agent had not
+ * heard of the shrink yet) on the other node is a second failure during
+ * the repair: a restart.  The first death reported again is nothing.
+ */
+static void
+test_repair_second_failure_old_round(void **state)
+{
+	struct fx	*f = *state;
+
+	repair_job(f, 1, 1);
+	assert_int_equal(run(f, fail_repair(f, 2, 1, 1, 100)), 0);
+	assert_int_equal(fail_repair(f, 2, 1, 1, 105), 0);	/* again */
+	assert_int_equal(ob.npush, 0);
+	drain(f->rz);
+	assert_int_equal(fail_repair(f, 1, 1, 0, 110), 0);
 	assert_restart(f, 3, "repair escalated to restart: a second failure "
 	    "during a repair");
 }
@@ -1261,6 +1281,8 @@ main(void)
 		    teardown),
 		cmocka_unit_test_setup_teardown(test_repair_not_repairable,
 		    setup, teardown),
+		cmocka_unit_test_setup_teardown(
+		    test_repair_second_failure_old_round, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_repair_second_failure,
 		    setup, teardown),
 		cmocka_unit_test_setup_teardown(test_repair_ready_timeout,
