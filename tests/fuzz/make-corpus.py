@@ -301,7 +301,9 @@ def chan():
                     ('hello-plain', b'hello'),
                     ('hello-more', b'hello v=2 repair=1 nccl=1'),
                     ('hello-bad', b'hello repair=11'),
-                    ('ready', b'ready'), ('unknown', b'stats a=1 b'),
+                    ('ready', b'ready'), ('wait', b'wait'),
+                    ('wait-more', b'wait since=12'),
+                    ('unknown', b'stats a=1 b'),
                     ('double-space', b'hello  repair=1'),
                     ('tab', b'hello\trepair=1'), ('nul', b'ready\0'),
                     ('long', b'hello repair=1 x=' + b'x' * 495)):
