@@ -63,11 +63,17 @@ dump_one(const char *buf, size_t len)
 	case CHAN_STOP:
 		puts("stop");
 		break;
+	case CHAN_WAIT:
+		puts("wait");
+		break;
 	case CHAN_ROUND:
 		printf("round %d %s %s %d %d %d %s %d %d %d\n", m.round,
 		    m.kind == CHAN_GROW ? "grow" : "shrink", m.ns, m.rank,
 		    m.world, m.donor, m.master_addr, m.master_port,
 		    m.local_rank, m.local_world);
+		break;
+	default:
+		printf("verb %d\n", (int)m.verb);	/* new: say so */
 		break;
 	}
 }

@@ -155,7 +155,7 @@ def test_parser_agrees_with_c():
     seen = {c.split(" ")[0] for c in out}
     # The corpus reaches every verdict, so agreeing means something.
     assert seen == {"err", "unknown", "progress", "hello", "ready", "stop",
-                    "round"}, seen
+                    "wait", "round"}, seen
     n_ok = sum(c != "err" for c in out)
     assert n_ok > 200 and len(out) - n_ok > 200, (n_ok, len(out))
     print("  %d messages, %d accepted, %d refused: both sides agree" %
