@@ -147,6 +147,23 @@ def test_kill_and_resume():
     assert epochs(out) == [] and final_acc(out) == final_acc(ref), out
 
 
+def run_agent(argv, env=None):
+    """Runs rdzv-agent argv (a job whose rank SIGKILLs itself) to its
+    end; asserts it exited 0 after that death; returns its output."""
+    e = {"RDZV_TIMEOUT_MS": "10000"}
+    e.update(env or {})
+    p = subprocess.Popen(argv, env=wl.base_env(e), stdout=subprocess.PIPE,
+                         stderr=subprocess.STDOUT, text=True)
+    rt._track(p)
+    try:
+        out, _ = p.communicate(timeout=150)
+    finally:
+        rt._untrack(p)
+    assert p.returncode == 0, out[-3000:]
+    assert "SIGKILL to myself" in out, out[-3000:]
+    return out
+
+
 def test_agent_restart():
     """Under rdzv-agent: a rank SIGKILLs itself mid-epoch, the agent
     restarts the group in a new round, and the job resumes from its
@@ -166,17 +183,7 @@ def test_agent_restart():
     # This test is about the restart from a checkpoint: with repair on
     # (ddp_mlp's default under an agent) the crash would be repaired in
     # place instead (tests/integ/repair_agent.py covers that).
-    p = subprocess.Popen(argv, env=wl.base_env({"RDZV_TIMEOUT_MS": "10000",
-                                                "RDZV_REPAIR": "0"}),
-                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                         text=True)
-    rt._track(p)
-    try:
-        out, _ = p.communicate(timeout=150)
-    finally:
-        rt._untrack(p)
-    assert p.returncode == 0, out[-3000:]
-    assert "SIGKILL to myself" in out, out[-3000:]
+    out = run_agent(argv, {"RDZV_REPAIR": "0"})
     assert "resumed from %s: epoch 2, 4800 samples done" % ck in out, \
         out[-3000:]
     # Lines come prefixed with the local rank ("[default0]:").
@@ -202,16 +209,7 @@ def test_agent_late_failure_repair():
     argv = [agent, "--standalone", "--nproc_per_node", "2",
             "--max_restarts", "0", "--no_python", "--", prog()] + args + [
             "--exit-after", "395", "--crash-rank", "1"]
-    p = subprocess.Popen(argv, env=wl.base_env({"RDZV_TIMEOUT_MS": "10000"}),
-                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                         text=True)
-    rt._track(p)
-    try:
-        out, _ = p.communicate(timeout=150)
-    finally:
-        rt._untrack(p)
-    assert p.returncode == 0, out[-3000:]
-    assert "SIGKILL to myself" in out, out[-3000:]
+    out = run_agent(argv)
     # Repaired, not restarted (--max_restarts 0 would fail the job).
     assert "replacement pid" in out, out[-3000:]
     assert "training ended before its replacement joined" in out or \

@@ -152,6 +152,16 @@ def test_not_repairable_restarts():
     d.stop()
 
 
+def check_ended(d, out, world):
+    """The job ended in a world of `world` ranks with the same parameters
+    on each, an accuracy printed, and no restart."""
+    hashes = {int(r): h for r, h in HASH_RE.findall(out)}
+    assert sorted(hashes) == list(range(world)), hashes
+    assert len(set(hashes.values())) == 1, hashes
+    assert ACC_RE.search(out), out[-3000:]
+    assert d.metric("rdzvd_restarts_total") == 0
+
+
 def test_late_kill_finishes_shrunk():
     """A death just before the end: the shrunk group finishes, no grow."""
     need_data()
@@ -176,11 +186,7 @@ def test_late_kill_finishes_shrunk():
         "training ended before its replacement joined" in out, ev
     assert not any(t.startswith("repair: grow") or
                    t.startswith("restart ") for t in ev), ev
-    hashes = {int(r): h for r, h in HASH_RE.findall(out)}
-    assert sorted(hashes) == [0, 1, 2] and len(set(hashes.values())) == 1, \
-        hashes
-    assert ACC_RE.search(out), out[-3000:]
-    assert d.metric("rdzvd_restarts_total") == 0
+    check_ended(d, out, 3)
     d.stop()
 
 
@@ -228,11 +234,7 @@ def test_lost_node_standby_takes_place():
                         r"with 2 workers", t) for t in ev), ev
     assert not any(t.startswith("restart ") or "escalated" in t
                    for t in ev), ev
-    hashes = {int(r): h for r, h in HASH_RE.findall(out)}
-    assert sorted(hashes) == [0, 1, 2, 3], hashes
-    assert len(set(hashes.values())) == 1, hashes
-    assert ACC_RE.search(out), out[-3000:]
-    assert d.metric("rdzvd_restarts_total") == 0
+    check_ended(d, out, 4)
     d.stop()
 
 
@@ -248,11 +250,7 @@ def test_lost_node_shrinks():
                for t in ev), ev
     assert not any(t.startswith("restart ") or "escalated" in t or
                    t.startswith("repair: grow") for t in ev), ev
-    hashes = {int(r): h for r, h in HASH_RE.findall(out)}
-    assert sorted(hashes) == [0, 1] and len(set(hashes.values())) == 1, \
-        hashes
-    assert ACC_RE.search(out), out[-3000:]
-    assert d.metric("rdzvd_restarts_total") == 0
+    check_ended(d, out, 2)
     d.stop()
 
 

@@ -138,22 +138,29 @@ def test_second_failure_escalates():
     d.stop()
 
 
+def gated_kill(s, d, job):
+    """A gated job (replacements wait for the returned gate file) whose
+    node b loses a worker to SIGKILL; returns (a, b, gate, survivors,
+    victim) once the survivors step on in the shrink round."""
+    gate = os.path.join(s.tmp, "gate")
+    program, env = gated(gate, LONGER)
+    a, b = start_job(s, d, job, program=program, env=env)
+    survivors = set(a.children())
+    victim, other = sorted(b.children())
+    survivors.add(other)
+    os.kill(victim, signal.SIGKILL)
+    rt.wait_until(lambda: SHRUNK_RE.search(a.output() + b.output()),
+                  timeout=30, what="the survivors in the shrink round")
+    return a, b, gate, survivors, victim
+
+
 def test_rdzvd_kill9_resumes_repair():
     """rdzvd dies after the shrink; restarted, it grows the job."""
     need_data()
     port = rt.free_port()
     d = rt.Rdzvd(["--listen", "127.0.0.1:%d" % port], durability="strict")
     with Scope("repair-agent2-") as s:
-        gate = os.path.join(s.tmp, "gate")
-        program, env = gated(gate, LONGER)
-        a, b = start_job(s, d, "phoenix", program=program, env=env)
-        survivors = set(a.children())
-        victim, other = sorted(b.children())
-        survivors.add(other)
-        os.kill(victim, signal.SIGKILL)
-        # The survivors step on in the shrink round before rdzvd goes.
-        rt.wait_until(lambda: SHRUNK_RE.search(a.output() + b.output()),
-                      timeout=30, what="the survivors in the shrink round")
+        a, b, gate, survivors, victim = gated_kill(s, d, "phoenix")
         assert not has(d, "phoenix", "repair: grow")
         d.kill9()
         d.start()
@@ -188,15 +195,7 @@ def test_rdzvd_down_when_ready():
     port = rt.free_port()
     d = rt.Rdzvd(["--listen", "127.0.0.1:%d" % port], durability="strict")
     with Scope("repair-agent2-") as s:
-        gate = os.path.join(s.tmp, "gate")
-        program, env = gated(gate, LONGER)
-        a, b = start_job(s, d, "down", program=program, env=env)
-        survivors = set(a.children())
-        victim, other = sorted(b.children())
-        survivors.add(other)
-        os.kill(victim, signal.SIGKILL)
-        rt.wait_until(lambda: SHRUNK_RE.search(a.output() + b.output()),
-                      timeout=30, what="the survivors in the shrink round")
+        a, b, gate, survivors, victim = gated_kill(s, d, "down")
         d.kill9()
         with open(gate, "w"):
             pass
