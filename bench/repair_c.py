@@ -133,6 +133,7 @@ def real(a, build, src):
         return jobs.PART_RE.search(s) or jobs.END_RE.search(s)
 
     figs = {}		# (side, figure) -> [seconds]
+    failed = {}		# side -> jobs that did not recover
     tmp = tempfile.mkdtemp(prefix="repair-c-")
     d = rt.Rdzvd()
     n = 0
@@ -173,8 +174,14 @@ def real(a, build, src):
                         row["all"] = row["survivors"] = \
                             job.wait_line(progress, t)[0]
                     row = {k: v - t_kill for k, v in row.items()}
-                    rp, rs = job.rounds()
+                except AssertionError as e:
+                    # A job that does not recover: counted, not timed.
+                    print("rep %d %-8s did not recover: %s" % (
+                        rep + 1, side, str(e).splitlines()[0]), flush=True)
+                    failed[side] = failed.get(side, 0) + 1
+                    continue
                 finally:
+                    rp, rs = job.rounds()
                     job.stop(jd)
                 for k, v in row.items():
                     figs.setdefault((side, k), []).append(v)
@@ -196,6 +203,9 @@ def real(a, build, src):
                 med[(side, k)] = statistics.median(v)
                 print("%-8s %-9s median %.3f s [%.3f %.3f] of %d" % (
                     side, k, med[(side, k)], min(v), max(v), len(v)))
+    for side, k in failed.items():
+        print("%-8s %d job(s) did not recover within 120 s (left out "
+              "above)" % (side, k))
     for other in ("restart", "torchrun"):
         for k in ("survivors", "all"):
             if ("repair", k) in med and (other, k) in med:
