@@ -176,8 +176,9 @@ def real(a, build, src):
                     row = {k: v - t_kill for k, v in row.items()}
                 except AssertionError as e:
                     # A job that does not recover: counted, not timed.
-                    print("rep %d %-8s did not recover: %s" % (
-                        rep + 1, side, str(e).splitlines()[0]), flush=True)
+                    print("rep %d %-8s did not recover: %s (output: %s)"
+                          % (rep + 1, side, str(e).splitlines()[0], jd),
+                          flush=True)
                     failed[side] = failed.get(side, 0) + 1
                     continue
                 finally:
@@ -194,7 +195,8 @@ def real(a, build, src):
                           os.getloadavg()[0]), flush=True)
     finally:
         d.stop()
-        shutil.rmtree(tmp, ignore_errors=True)
+        if not failed:
+            shutil.rmtree(tmp, ignore_errors=True)
     med = {}
     for side in sides:
         for k in ("survivors", "grow", "all"):

@@ -229,9 +229,9 @@ def real(a):
 					row = {k: v - tk for k, v in row.items()}
 				except AssertionError as e:
 					# A job that does not recover: counted, not timed.
-					print("# run %d %-8s did not recover: %s" % (run + 1,
-					    side, str(e).splitlines()[0]), file=sys.stderr,
-					    flush=True)
+					print("# run %d %-8s did not recover: %s (output: "
+					    "%s)" % (run + 1, side, str(e).splitlines()[0], jd),
+					    file=sys.stderr, flush=True)
 					figs.setdefault((side, "failed"), []).append(1)
 					continue
 				finally:
@@ -249,7 +249,8 @@ def real(a):
 				loads.append(os.getloadavg()[0])
 	finally:
 		d.stop()
-		shutil.rmtree(tmp, ignore_errors=True)
+		if not any(k[1] == "failed" for k in figs):
+			shutil.rmtree(tmp, ignore_errors=True)
 
 	def cell(side, k):
 		v = figs.get((side, k))
