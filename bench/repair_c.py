@@ -34,8 +34,10 @@ stepping is every rank stepping):
                  replacement said ready (its own start: exec, reading the
                  data set, rdzv_init) and rdzvd opened the grow round;
   (b) all        repair: the first progress line after rank 0's
-                 "repaired: round R (grow)", every rank, the replacement
-                 included, stepping together, target <= 1 s.  restart and
+                 "repaired: round R (grow)" (or, when the replacement is
+                 rank 0, its "ddp_mlp: world 4" line after the grow
+                 round): every rank, the replacement included, stepping
+                 together, target <= 1 s.  restart and
                  torchrun: the first progress line after the new rank
                  0's "ddp_mlp: world 4" line (no checkpoint: the job
                  starts over; a real restart also reloads one).
@@ -166,9 +168,12 @@ def real(a, build, src):
                         row["survivors"] = job.wait_line(progress, t)[0]
                         row["grow"] = job.wait_line(
                             lambda s: "repair (grow)" in s, t_kill)[0]
+                        # Rank 0 of the grow round: a survivor says
+                        # "repaired", the replacement its first line.
                         t, _ = job.wait_line(
-                            lambda s: "repaired: round" in s and
-                            "(grow)" in s, t_kill)
+                            lambda s: "ddp_mlp: world 4" in s or
+                            ("repaired: round" in s and "(grow)" in s),
+                            row["grow"])
                         row["all"] = job.wait_line(progress, t)[0]
                     else:
                         row["all"] = row["survivors"] = \
