@@ -3,10 +3,10 @@ rdzv's in-place repair beside a full restart and torchrun, in one run.
 
     python3 bench/goodput.py BUILDDIR [--seconds 180] [--every 30,10]
         [--reps 1] [--sides repair,restart,torchrun] [--seed 1]
-        [--torchrun PATH] [--python PATH] [--keep]
+        [--paired] [--torchrun PATH] [--python PATH] [--keep]
 
-A job of 2 nodes x 2 workers on this host: two launchers, each with
---nproc_per_node 2.  The sides, C workers (examples/ddp_mlp, the real
+A job of 2 nodes x 2 workers on this host (bench/jobs.py): two
+launchers, each with --nproc_per_node 2.  The sides, C workers (examples/ddp_mlp, the real
 Fashion-MNIST, C_ARGS below plus a fresh --checkpoint per job: it saves
 at every epoch end and a restarted job resumes from it):
 
@@ -68,6 +68,15 @@ Two figures per job:
             failure-free job, is the metric's own noise (printed as
             "no failure: lost at the Ns cell's kill times").
 
+--paired: every job runs at the same time as a failure-free twin (the
+same side and program, its own job name and checkpoint), which sees the
+same load from the rest of the machine; paired goodput = steps / the
+twin's steps, median [min max] over --reps.  Both jobs share the two
+cores: while one stalls the other gets more of them, which makes a loss
+look up to twice as large on an idle machine (less on a loaded one).
+With --paired, --every 0 (named in the list) is a control: two
+failure-free jobs side by side, whose ratio is the pairing's own noise.
+
 The cells are interleaved (every side runs a cell before any side runs
 the next, and the order of the sides rotates per repetition) so that load
 falls on all of them alike.  One line per job as it ends, then a table.
@@ -80,10 +89,8 @@ import re
 import shutil
 import signal
 import statistics
-import subprocess
 import sys
 import tempfile
-import threading
 import time
 
 C_ARGS = ["--hidden", "64", "--batch", "16", "--threads", "1",
@@ -92,123 +99,46 @@ C_ARGS = ["--hidden", "64", "--batch", "16", "--threads", "1",
 TORCH_ARGS = ["--hidden", "64", "--batch", "16", "--limit", "6400",
               "--lr", "0.05", "--epochs", "100000", "--log-steps"]
 TORCH_STEPS = 100		# global steps per epoch of TORCH_ARGS at 4
-TORCHRUN = "/root/.cache/rdzv/torch-2.13/bin/torchrun"
 PYTHON = "/root/.cache/rdzv/torch-2.13/bin/python"
-PART_RE = re.compile(r"epoch (\d+)\s+\d+% step (\d+)/(\d+)")
-END_RE = re.compile(r"epoch (\d+) loss ")
 STEP_RE = re.compile(r"STEP 0 (\d+) (\d+) [0-9.]+")
-# rdzv-agent's round lines (each agent prints every round).
-SHRINK_RE = re.compile(r"rdzv-agent\[\d+\]: round (\d+): repair \(shrink\)")
-RESTART_RE = re.compile(r"rdzv-agent\[\d+\]: round \d+: group rank 0 .* "
-                        r"restart (\d+)$")
 SIDES = ("repair", "restart", "torchrun", "torch-repair", "torch-torchrun")
 
 
-class Job:
-    """One job of one side: two launchers, their output read with the
-    monotonic time of each line."""
-
-    def __init__(self, side, argv_of, env, d):
-        self.side = side
-        self.c = not side.startswith("torch-")
-        self.d = d
-        self.lines = []		# (t, text)
-        self.lock = threading.Lock()
-        self.procs = []
-        self.t0 = time.monotonic()
-        for i in range(2):
-            argv = argv_of(i)
-            p = subprocess.Popen(argv, stdin=subprocess.DEVNULL,
-                                 stdout=subprocess.PIPE,
-                                 stderr=subprocess.STDOUT,
-                                 start_new_session=True, env=env, cwd=d)
-            self.procs.append(p)
-            th = threading.Thread(target=self.read, args=(p, i),
-                                  daemon=True)
-            th.start()
-
-    def read(self, p, i):
-        with open(os.path.join(self.d, "agent%d.out" % i), "wb") as log:
-            for raw in p.stdout:
-                t = time.monotonic()
-                log.write(raw)
-                with self.lock:
-                    self.lines.append((t, raw.decode(errors="replace")))
-
-    def workers(self):
-        """Live workers whose parent is one of the launchers."""
-        return agent_lib.children([p.pid for p in self.procs],
-                                  "ddp_mlp" if self.c else None)
-
-    def curve(self):
-        """p(t): [(t, steps)] in arrival order, see the header."""
-        with self.lock:
-            lines = list(self.lines)
-        out = []
-        if self.c:
-            per = None
-            for t, s in lines:
-                m = PART_RE.search(s)
-                if m and per is None and m.group(1) == "1":
-                    per = int(m.group(3))
-            if per is None:
-                return []
-            for t, s in lines:
-                m = PART_RE.search(s)
-                if m:
-                    out.append((t, per * (int(m.group(1)) - 1 +
-                                          int(m.group(2)) / int(m.group(3)))))
-                    continue
-                m = END_RE.search(s)
-                if m:
-                    out.append((t, per * float(m.group(1))))
-            return out
-        p, last = 0.0, None
+def curve(lines, c):
+    """p(t): [(t, steps)] in arrival order from a job's lines, C workers'
+    (c) or torch workers', see the header."""
+    out = []
+    if c:
+        per = None
         for t, s in lines:
-            m = STEP_RE.search(s)
-            if not m:
+            m = jobs.PART_RE.search(s)
+            if m and per is None and m.group(1) == "1":
+                per = int(m.group(3))
+        if per is None:
+            return []
+        for t, s in lines:
+            m = jobs.PART_RE.search(s)
+            if m:
+                out.append((t, per * (int(m.group(1)) - 1 +
+                                      int(m.group(2)) / int(m.group(3)))))
                 continue
-            step, world = int(m.group(1)), int(m.group(2))
-            if last is None or step < last:
-                p = float(step)
-            else:
-                p += (step - last) * world / 4.0
-            last = step
-            out.append((t, p))
+            m = jobs.END_RE.search(s)
+            if m:
+                out.append((t, per * float(m.group(1))))
         return out
-
-    def rounds(self):
-        """(shrink rounds, restarts) rdzv-agent printed, or
-        (None, None) under torchrun."""
-        if self.side.endswith("torchrun"):
-            return None, None
-        with self.lock:
-            lines = [s.rstrip("\n") for _, s in self.lines]
-        rep = len({m.group(1) for m in map(SHRINK_RE.search, lines) if m})
-        rst = max([int(m.group(1)) for m in map(RESTART_RE.search, lines)
-                   if m] or [0])
-        return rep, rst
-
-    def stop(self, marker):
-        ws = self.workers()
-        for p in self.procs:
-            if p.poll() is None:
-                os.killpg(p.pid, signal.SIGTERM)
-        end = time.monotonic() + 5
-        for p in self.procs:
-            try:
-                p.wait(timeout=max(0.1, end - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                os.killpg(p.pid, signal.SIGKILL)
-                p.wait()
-        # Workers live in sessions of their own: those seen before, and
-        # whatever still runs with this job's directory in its command
-        # line (ddp_mlp's --checkpoint).
-        for pid in set(ws) | set(agent_lib.marked_pids(marker)):
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except OSError:
-                pass
+    p, last = 0.0, None
+    for t, s in lines:
+        m = STEP_RE.search(s)
+        if not m:
+            continue
+        step, world = int(m.group(1)), int(m.group(2))
+        if last is None or step < last:
+            p = float(step)
+        else:
+            p += (step - last) * world / 4.0
+        last = step
+        out.append((t, p))
+    return out
 
 
 def at(curve, t):
@@ -236,7 +166,7 @@ def lost(curve, kills, every, end):
 
 
 def main():
-    global agent_lib
+    global jobs
     ap = argparse.ArgumentParser()
     ap.add_argument("build")
     ap.add_argument("--seconds", type=float, default=180.0)
@@ -244,9 +174,14 @@ def main():
     ap.add_argument("--reps", type=int, default=1)
     ap.add_argument("--sides", default="repair,restart,torchrun")
     ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--torchrun", default=TORCHRUN)
+    ap.add_argument("--torchrun", help="torch 2.13's torchrun (default: "
+                    "bench/jobs.py's TORCHRUN)")
     ap.add_argument("--python", default=PYTHON,
                     help="the torch sides' python (torch 2.13)")
+    ap.add_argument("--paired", action="store_true",
+                    help="run each job beside a failure-free twin (a "
+                    "cell of --every 0 is then a control, left out "
+                    "unless named)")
     ap.add_argument("--keep", action="store_true",
                     help="keep the jobs' directories (agent output)")
     a = ap.parse_args()
@@ -254,10 +189,11 @@ def main():
     src = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
     os.environ.setdefault("RDZV_TOP_BUILDDIR", build)
     os.environ.setdefault("RDZV_TOP_SRCDIR", src)
-    sys.path.insert(0, os.path.join(src, "tests", "lib"))
-    sys.path.insert(0, os.path.join(src, "tests", "integ"))
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import jobs
     import rdzvtest as rt
-    import agent_lib
+
+    a.torchrun = a.torchrun or jobs.TORCHRUN
 
     sides = a.sides.split(",")
     for side in sides:
@@ -271,11 +207,12 @@ def main():
         elif side.startswith("torch-") and not os.access(a.python, os.X_OK):
             print("goodput: no python at %s: %s left out" % (a.python, side))
             sides.remove(side)
-    every = [0.0] + [float(x) for x in a.every.split(",") if x]
+    every = [float(x) for x in a.every.split(",") if x]
+    if not a.paired or not every:
+        every = [0.0] + [x for x in every if x > 0]
     cprog = [os.path.join(build, "examples", "ddp_mlp")] + C_ARGS
     tprog = [a.python, os.path.join(src, "examples",
                                     "torch_ddp_repair.py")] + TORCH_ARGS
-    agent = os.path.join(build, "agent", "rdzv-agent")
     rng = random.Random(a.seed)
     tmp = tempfile.mkdtemp(prefix="goodput-")
     d = rt.Rdzvd()
@@ -284,6 +221,7 @@ def main():
     losses = {}		# (side, every) -> [seconds lost per kill]
     inj = {}		# (side, every) -> [in-job goodput]
     floor = {}		# (side, every) -> [lost at no kill]
+    pr = {}		# (side, every) -> [steps / twin's steps] (--paired)
     njob = 0
     try:
         for rep in range(a.reps):
@@ -292,51 +230,34 @@ def main():
                 for side in order:
                     njob += 1
                     name = "%s-%g-%d" % (side, ev, njob)
-                    jd = os.path.join(tmp, name)
-                    os.makedirs(jd)
+                    c = not side.startswith("torch-")
                     env = dict(os.environ)
-                    if side.startswith("torch-"):
-                        wprog = tprog
+                    if not c:
                         env.update({"OMP_NUM_THREADS": "1",
                                     "GLOO_SOCKET_IFNAME": "lo"})
-                    else:
-                        wprog = cprog + ["--checkpoint",
-                                         os.path.join(jd, "ckpt")]
-                    if side.endswith("torchrun"):
-                        port = rt.free_port()
-
-                        def argv_of(i, port=port, name=name, wprog=wprog):
-                            return [a.torchrun, "--nnodes", "2",
-                                    "--nproc_per_node", "2",
-                                    "--rdzv_backend", "c10d",
-                                    "--rdzv_endpoint",
-                                    "127.0.0.1:%d" % port,
-                                    "--rdzv_id", name,
-                                    "--max_restarts", "1000",
-                                    "--no_python"] + wprog
-                    else:
-                        if side == "restart":
-                            env["RDZV_REPAIR"] = "0"
-
-                        def argv_of(i, name=name, wprog=wprog):
-                            return [agent, "--nnodes", "2",
-                                    "--nproc_per_node", "2",
-                                    "--rdzv_backend", "rdzv",
-                                    "--rdzv_endpoint",
-                                    "127.0.0.1:%d" % d.port,
-                                    "--rdzv_id", name,
-                                    "--max_restarts", "1000",
-                                    "--no_python"] + wprog
                     load = os.getloadavg()[0]
-                    job = Job(side, argv_of, env, jd)
+                    started = []	# the job, then its twin (--paired)
+                    for jn in [name] + ([name + "-twin"] if a.paired
+                                        else []):
+                        jd = os.path.join(tmp, jn)
+                        os.makedirs(jd)
+                        wprog = cprog + ["--checkpoint",
+                                         os.path.join(jd, "ckpt")] \
+                            if c else tprog
+                        started.append((jobs.Job(
+                            side.replace("torch-", ""), wprog, jd, jn,
+                            d.port, build, env=env, torchrun=a.torchrun,
+                            worker="ddp_mlp" if c else None), jd))
+                    job, jd = started[0]
                     end = job.t0 + a.seconds
+                    tend = started[-1][0].t0 + a.seconds
                     tk = []
                     nxt = job.t0 + ev if ev > 0 else end + 1
                     while True:
                         now = time.monotonic()
-                        if now >= end:
+                        if now >= max(end, tend):
                             break
-                        if now >= nxt:
+                        if now >= nxt and now < end:
                             nxt += ev
                             ws = job.workers()
                             if ws:
@@ -345,7 +266,16 @@ def main():
                         time.sleep(min(0.05, max(0.0, min(end, nxt) -
                                                  time.monotonic())))
                     time.sleep(0.2)	# lines in flight at the end
-                    cv = job.curve()
+                    twin = ""
+                    if a.paired:
+                        tj, tjd = started[1]
+                        ts = at(curve(tj.lines, c), tend)
+                        tj.stop(tjd)
+                        if ts > 0:
+                            pr.setdefault((side, ev), []).append(
+                                at(curve(job.lines, c), end) / ts)
+                        twin = " twin %7.0f" % ts
+                    cv = curve(job.lines, c)
                     rep_n, rst_n = job.rounds()
                     job.stop(jd)
                     steps = at(cv, end)
@@ -365,10 +295,10 @@ def main():
                     kills.setdefault((side, ev), []).append(len(tk))
                     losses.setdefault((side, ev), []).extend(ls)
                     inj.setdefault((side, ev), []).append(g)
-                    print("rep %d %-14s every %-4g kills %2d steps %7.0f "
+                    print("rep %d %-14s every %-4g kills %2d steps %7.0f%s "
                           "first step %5.1fs lost/kill %s in-job %5.1f%% "
                           "repairs %s restarts %s load %.1f->%.1f"
-                          % (rep + 1, side, ev, len(tk), steps,
+                          % (rep + 1, side, ev, len(tk), steps, twin,
                              t1 - job.t0,
                              ",".join("%.2f" % x for x in ls) or "-",
                              100 * g, "-" if rep_n is None else rep_n,
@@ -389,11 +319,14 @@ def main():
                       "(the metric's noise): median %.2fs [%.2f %.2f] of %d"
                       % (side, ev, statistics.median(fl), min(fl), max(fl),
                          len(fl)))
-        base = statistics.median(res[(side, 0.0)])
+        base = statistics.median(res[(side, 0.0)]) \
+            if (side, 0.0) in res else None
         for ev in every:
             xs = res[(side, ev)]
             med = statistics.median(xs)
             g = med / base if base else float("nan")
+            if base is None:
+                g = float("nan")
             ls = losses[(side, ev)]
             print("%-14s every %-4s kills %-8s steps %7.0f [%.0f %.0f]  "
                   "goodput %5.1f%%  lost %s  in-job %5.1f%%"
@@ -403,6 +336,13 @@ def main():
                      "%.2fs [%.2f %.2f]" % (statistics.median(ls), min(ls),
                                             max(ls)) if ls else "-",
                      100 * statistics.median(inj[(side, ev)])), flush=True)
+            if pr.get((side, ev)):
+                xs = pr[(side, ev)]
+                print("%-14s every %-4s paired goodput (steps / the twin's "
+                      "steps): median %5.1f%% [%.1f %.1f] of %d"
+                      % (side, "-" if ev == 0 else "%gs" % ev,
+                         100 * statistics.median(xs), 100 * min(xs),
+                         100 * max(xs), len(xs)), flush=True)
     if a.keep:
         print("jobs' output kept in %s" % tmp)
     else:
