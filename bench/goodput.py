@@ -3,7 +3,8 @@ rdzv's in-place repair beside a full restart and torchrun, in one run.
 
     python3 bench/goodput.py BUILDDIR [--seconds 180] [--every 30,10]
         [--reps 1] [--sides repair,restart,torchrun] [--seed 1]
-        [--paired] [--torchrun PATH] [--python PATH] [--keep]
+        [--paired] [--from-first-step] [--torchrun PATH] [--python PATH]
+        [--keep]
 
 A job of 2 nodes x 2 workers on this host (bench/jobs.py): two
 launchers, each with --nproc_per_node 2.  The sides, C workers (examples/ddp_mlp, the real
@@ -30,7 +31,9 @@ Every launcher gets --max_restarts 1000.  Each job runs for a window of
 --seconds wall-clock seconds from the launch of its agents; a cell is a
 side and a failure interval (0: no failure; N: a SIGKILL of one worker,
 chosen at random among the job's live workers, at N, 2N, ... seconds
-while inside the window).  At the end of the window the job is stopped.
+while inside the window; with --from-first-step, N, 2N, ... seconds
+after the job's first progress line, for programs whose start takes
+longer than N).  At the end of the window the job is stopped.
 
 Progress p(t), in global steps of the 4-worker job (4 x --batch
 samples), from rank 0's lines as they arrive (monotonic time of this
@@ -178,6 +181,9 @@ def main():
                     "bench/jobs.py's TORCHRUN)")
     ap.add_argument("--python", default=PYTHON,
                     help="the torch sides' python (torch 2.13)")
+    ap.add_argument("--from-first-step", action="store_true",
+                    help="the kills at N, 2N, ... s after the job's first "
+                    "progress line instead of its launch")
     ap.add_argument("--paired", action="store_true",
                     help="run each job beside a failure-free twin (a "
                     "cell of --every 0 is then a control, left out "
@@ -253,10 +259,23 @@ def main():
                     tend = started[-1][0].t0 + a.seconds
                     tk = []
                     nxt = job.t0 + ev if ev > 0 else end + 1
+                    seen, first = 0, None
+                    if a.from_first_step and ev > 0:
+                        nxt = end + 1
                     while True:
                         now = time.monotonic()
                         if now >= max(end, tend):
                             break
+                        if a.from_first_step and ev > 0 and first is None:
+                            new = job.lines_from(seen)
+                            seen += len(new)
+                            for t, s in new:
+                                if (jobs.PART_RE.search(s) or
+                                        jobs.END_RE.search(s)) if c \
+                                        else STEP_RE.search(s):
+                                    first = t
+                                    nxt = t + ev
+                                    break
                         if now >= nxt and now < end:
                             nxt += ev
                             ws = job.workers()

@@ -14,6 +14,7 @@ prefixed "[defaultN]:" by the launcher) is read line by line with the
 monotonic time of this process at arrival.
 
     job.lines            [(t, text)] so far (a copy)
+    job.lines_from(i)    the same from the i-th line on
     job.wait_line(pred, since, timeout)
                          the first (t, text) with t > since and pred(text)
     job.workers()        live workers (children of the launchers; named
@@ -109,6 +110,11 @@ class Job:
     def lines(self):
         with self.lock:
             return list(self._lines)
+
+    def lines_from(self, i):
+        """The lines from the i-th on (i from 0, in arrival order)."""
+        with self.lock:
+            return self._lines[i:]
 
     def wait_line(self, pred, since, timeout=120.0):
         """The first (t, text) that arrived after since with pred(text)
