@@ -26,11 +26,11 @@ bench_tlsload_SOURCES = bench/tlsload.c
 bench_tlsload_CFLAGS = $(AM_CFLAGS) $(LIBSSL_CFLAGS)
 bench_tlsload_LDADD = common/libcommon.la $(LIBSSL_LIBS) $(LIBCRYPTO_LIBS) $(LIBEVENT_LIBS) $(LIBBSD_LIBS)
 EXTRA_DIST += bench/rdzvd_ab.sh bench/tls_vs_plain.sh bench/lib.sh
-# In-place repair of C workers under the fake agent (issue 12).
-EXTRA_DIST += bench/repair_c.py
-# In-place repair of a torch DDP job through rdzv.repair, under the fake
-# agent (tests/lib/fakeagent.py).
-EXTRA_DIST += bench/repair_torch.py
+# In-place repair of C workers and of a torch DDP job through rdzv.repair
+# (issue 12), under rdzv-agent beside a full restart and torchrun 2.13
+# (or the fake agent of tests/lib/fakeagent.py); bench/jobs.py starts
+# their 2 x 2 jobs, goodput.py's too.
+EXTRA_DIST += bench/repair_c.py bench/repair_torch.py bench/jobs.py
 # Goodput through repeated worker failures: rdzv-agent with repair,
 # without, and torchrun 2.13 (bench/goodput.py).
 EXTRA_DIST += bench/goodput.py

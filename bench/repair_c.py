@@ -1,57 +1,70 @@
-"""repair_c.py: how long an in-place repair of C workers takes.
+"""repair_c.py: how long an in-place repair of C workers takes, under
+the real rdzv-agent, beside rdzv's full restart and torchrun 2.13.
 
-    python3 bench/repair_c.py BUILDDIR [--reps N] [--procs P] [-- DDP_MLP_ARGS]
+    python3 bench/repair_c.py BUILDDIR [--reps 5]
+        [--sides repair,restart,torchrun] [--torchrun PATH]
+        [--fake [--procs P]] [-- DDP_MLP_ARGS]
 
-Each repetition starts examples/ddp_mlp (its default flags but
---threads 1; the real Fashion-MNIST) as P workers (default 4) on this
-host under the fake agent of tests/lib/fakeagent.py, with a real rdzvd
-(its defaults) as the store.  The real rdzv-agent does not drive repairs
-yet: these figures leave out its own reaction (it sees the exit through
-SIGCHLD, as the fake agent sees it through waitpid).  Once every worker
-reported step 20, the fake agent SIGKILLs local rank P/2, waits for it,
-sends the survivors a "round kind=shrink" message, starts a replacement
-(RDZV_REPLACEMENT=1), waits for its "ready" and sends everyone a "round
-kind=grow" message.  Times, from the SIGKILL, on the monotonic clock of
-this process:
+Each repetition runs one job per side, the sides in a rotating order
+(interleaved, so that load falls on all of them alike).  A job is 2
+nodes x 2 workers on this host (bench/jobs.py): examples/ddp_mlp
+--threads 1 --limit 2048 --test-limit 256 --epochs 100000 (its defaults:
+hidden 128, batch 64 per rank; it still reads and decompresses the whole
+Fashion-MNIST at its start, then trains on 2048 samples, so that rank 0
+prints a progress line every 2 steps) under:
 
-  survivors  the last survivor's first step reported after the shrink
-             round (each worker reports the first step of a new round at
-             once), i.e. the survivors stepping again, target <= 0.1 s;
-  ready      the replacement said "ready" (its own start: exec, loading
-             the data set, rdzv_init);
-  all        the last of every rank, the replacement included, reporting
-             a step after the grow round: every rank stepping together,
-             target <= 1 s;
-  join       all - ready: what the grow round itself costs;
-  restart    beside it, in the same repetition: SIGKILL of one worker,
-             then what the agent does without repair (every worker
-             stopped, P fresh ones started in a new round), until all P
-             report a step: the survivors' loss with a restart (it
-             leaves out reloading a checkpoint: ddp_mlp runs without
-             one here).
+  repair    two rdzv-agents against one rdzvd: a dead worker is repaired
+            in place (shrink round for the survivors, a replacement, a
+            grow round when it is ready);
+  restart   the same with RDZV_REPAIR=0: every worker is restarted;
+  torchrun  two torchrun 2.13 agents (c10d rendezvous), --no_python with
+            the same ddp_mlp: every worker is restarted.
 
-Prints one line per repetition and a median [min max] line per figure.
+Once rank 0 printed 20 progress lines, one worker (local rank rep mod 4
+of the sorted pids) gets SIGKILL.  Times from the SIGKILL, on this
+process's monotonic clock, from the arrival of rank 0's lines through
+the launchers' output (a step needs every rank's allreduce, so rank 0
+stepping is every rank stepping):
+
+  (a) survivors  repair: the first progress line after rank 0's
+                 "repaired: round R (shrink)": the survivors stepping
+                 again, target <= 0.1 s.  restart and torchrun: nothing
+                 steps before every worker is new, so (a) = (b);
+  grow           repair: the agents' "round R: repair (grow)" line: the
+                 replacement said ready (its own start: exec, reading the
+                 data set, rdzv_init) and rdzvd opened the grow round;
+  (b) all        repair: the first progress line after rank 0's
+                 "repaired: round R (grow)" (or, when the replacement is
+                 rank 0, its "ddp_mlp: world 4" line after the grow
+                 round): every rank, the replacement included, stepping
+                 together, target <= 1 s.  restart and
+                 torchrun: the first progress line after the new rank
+                 0's "ddp_mlp: world 4" line (no checkpoint: the job
+                 starts over; a real restart also reloads one).
+
+A line's resolution is 2 steps (a few ms) plus the launcher's relay of
+the line.  Prints one line per job, then median [min max] per side and
+figure, and the ratios of the medians.
+
+--fake: the earlier measurement, without rdzv-agent: P workers (default
+4) under the fake agent of tests/lib/fakeagent.py (it sees the death by
+waitpid and sends the round messages itself, so rdzvd's and the agent's
+hops are left out) with the times from the workers' step reports on
+the agent channel; beside it, a full restart of the P by the fake agent.
 """
 
 import argparse
 import os
+import shutil
+import signal
 import statistics
 import sys
+import tempfile
 import time
 
 
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("build")
-    ap.add_argument("--reps", type=int, default=5)
-    ap.add_argument("--procs", type=int, default=4)
-    ap.add_argument("rest", nargs="*")
-    a = ap.parse_args()
-    build = os.path.abspath(a.build)
-    src = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
-    os.environ.setdefault("RDZV_TOP_BUILDDIR", build)
-    os.environ.setdefault("RDZV_TOP_SRCDIR", src)
-    sys.path.insert(0, os.path.join(src, "tests", "lib"))
+def fake(a, build):
+    """The fake agent's measurement (the header's --fake)."""
     import fakeagent
     import rdzvtest as rt
 
@@ -102,6 +115,134 @@ def main():
     for k, v in figs.items():
         print("%-9s median %.3f s [%.3f %.3f] of %d" % (
             k, statistics.median(v), min(v), max(v), len(v)))
+
+
+def real(a, build, src):
+    """One job per side per repetition, under the real launchers."""
+    import jobs
+    import rdzvtest as rt
+
+    prog = [os.path.join(build, "examples", "ddp_mlp"), "--threads", "1",
+            "--limit", "2048", "--test-limit", "256", "--epochs", "100000"] + \
+        (a.rest or [])
+    a.torchrun = a.torchrun or jobs.TORCHRUN
+    sides = a.sides.split(",")
+    if "torchrun" in sides and not os.access(a.torchrun, os.X_OK):
+        print("repair_c: no torchrun at %s: left out" % a.torchrun)
+        sides.remove("torchrun")
+
+    def progress(s):
+        return jobs.PART_RE.search(s) or jobs.END_RE.search(s)
+
+    figs = {}		# (side, figure) -> [seconds]
+    failed = {}		# side -> jobs that did not recover
+    tmp = tempfile.mkdtemp(prefix="repair-c-")
+    d = rt.Rdzvd()
+    n = 0
+    try:
+        for rep in range(a.reps):
+            order = sides[rep % len(sides):] + sides[:rep % len(sides)]
+            for side in order:
+                n += 1
+                name = "%s-%d" % (side, n)
+                jd = os.path.join(tmp, name)
+                os.makedirs(jd)
+                load = os.getloadavg()[0]
+                job = jobs.Job(side, prog + ["--seed", str(n)], jd, name,
+                               d.port, build, torchrun=a.torchrun,
+                               worker="ddp_mlp")
+                try:
+                    t = job.t0
+                    for _ in range(20):
+                        t, _ = job.wait_line(progress, t)
+                    ws = job.workers()
+                    assert len(ws) == 4, (side, ws)
+                    t_kill = time.monotonic()
+                    os.kill(ws[rep % 4], signal.SIGKILL)
+                    row = {}
+                    t, s = job.wait_line(
+                        lambda s: "ddp_mlp: world 4" in s or
+                        ("repaired: round" in s and "(shrink)" in s),
+                        t_kill)
+                    if "repaired" in s:
+                        row["survivors"] = job.wait_line(progress, t)[0]
+                        row["grow"] = job.wait_line(
+                            lambda s: "repair (grow)" in s, t_kill)[0]
+                        # Rank 0 of the grow round: a survivor says
+                        # "repaired", the replacement its first line.
+                        t, _ = job.wait_line(
+                            lambda s: "ddp_mlp: world 4" in s or
+                            ("repaired: round" in s and "(grow)" in s),
+                            row["grow"])
+                        row["all"] = job.wait_line(progress, t)[0]
+                    else:
+                        row["all"] = row["survivors"] = \
+                            job.wait_line(progress, t)[0]
+                    row = {k: v - t_kill for k, v in row.items()}
+                except AssertionError as e:
+                    # A job that does not recover: counted, not timed.
+                    print("rep %d %-8s did not recover: %s (output: %s)"
+                          % (rep + 1, side, str(e).splitlines()[0], jd),
+                          flush=True)
+                    failed[side] = failed.get(side, 0) + 1
+                    continue
+                finally:
+                    rp, rs = job.rounds()
+                    job.stop(jd)
+                for k, v in row.items():
+                    figs.setdefault((side, k), []).append(v)
+                print("rep %d %-8s %s  repairs %s restarts %s  load "
+                      "%.1f->%.1f" % (rep + 1, side, "  ".join(
+                          "%s %.3f s" % (k, row[k]) for k in
+                          ("survivors", "grow", "all") if k in row),
+                          "-" if rp is None else rp,
+                          "-" if rs is None else rs, load,
+                          os.getloadavg()[0]), flush=True)
+    finally:
+        d.stop()
+        if not failed:
+            shutil.rmtree(tmp, ignore_errors=True)
+    med = {}
+    for side in sides:
+        for k in ("survivors", "grow", "all"):
+            v = figs.get((side, k))
+            if v:
+                med[(side, k)] = statistics.median(v)
+                print("%-8s %-9s median %.3f s [%.3f %.3f] of %d" % (
+                    side, k, med[(side, k)], min(v), max(v), len(v)))
+    for side, k in failed.items():
+        print("%-8s %d job(s) did not recover within 120 s (left out "
+              "above)" % (side, k))
+    for other in ("restart", "torchrun"):
+        for k in ("survivors", "all"):
+            if ("repair", k) in med and (other, k) in med:
+                print("%s / repair, %s: %.1fx" % (other, k,
+                      med[(other, k)] / med[("repair", k)]))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("build")
+    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--sides", default="repair,restart,torchrun")
+    ap.add_argument("--torchrun", help="torch 2.13's torchrun (default: "
+                    "bench/jobs.py's TORCHRUN)")
+    ap.add_argument("--fake", action="store_true",
+                    help="the fake agent instead of rdzv-agent")
+    ap.add_argument("--procs", type=int, default=4,
+                    help="workers under the fake agent")
+    ap.add_argument("rest", nargs="*")
+    a = ap.parse_args()
+    build = os.path.abspath(a.build)
+    src = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
+    os.environ.setdefault("RDZV_TOP_BUILDDIR", build)
+    os.environ.setdefault("RDZV_TOP_SRCDIR", src)
+    sys.path.insert(0, os.path.join(src, "tests", "lib"))
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    if a.fake:
+        fake(a, build)
+    else:
+        real(a, build, src)
 
 
 if __name__ == "__main__":

@@ -1,30 +1,58 @@
 #!/usr/bin/env python3
 """repair_torch.py: how long a torch DDP job (gloo) takes to repair in
-place through rdzv.repair after a SIGKILL, under the fake agent of
-tests/lib/fakeagent.py (the real agent does not repair yet).
+place through rdzv.repair after a SIGKILL, under the real rdzv-agent,
+beside rdzv's full restart and torchrun 2.13.
 
     RDZV_TOP_BUILDDIR=build python3 bench/repair_torch.py [--runs 5]
-        [--python /root/.cache/rdzv/torch-2.13/bin/python] [--world 4]
-        [--step-delay 0.02]
+        [--python /root/.cache/rdzv/torch-2.13/bin/python]
+        [--sides repair,restart,torchrun] [--step-delay 0.02]
+        [--fake [--world 4]]
 
-One job of --world workers of examples/torch_ddp_repair.py (a small MLP
-on Fashion-MNIST, by default 20 ms of sleep per step so the kill lands
-in any part of it) runs on rdzvd; --runs times the agent SIGKILLs one worker (local
-ranks in turn, replacements included), sends the survivors a shrink round
-at once, starts the replacement, and sends a grow round when it says
-ready.  Per run, from the SIGKILL (CLOCK_MONOTONIC, which the workers'
-STEP lines also print):
-  (a) survivors   every survivor has committed a step in the group of N-1
-  ready           the replacement said ready (its python + torch start-up)
-  (b) all         every rank, the replacement too, committed a step in
-                  the group of N again
-Medians with min-max; one markdown table on stdout.
+Each run starts one job per side, the sides in a rotating order
+(interleaved, so that load falls on all of them alike): 2 nodes x 2
+workers on this host (bench/jobs.py) of examples/torch_ddp_repair.py (a
+small MLP on Fashion-MNIST, --log-steps, by default 20 ms of sleep per
+step so the kill lands in any part of it) under:
+
+  repair    two rdzv-agents against one rdzvd: rdzv.repair shrinks the
+            group, the agent starts a replacement that joins in a grow
+            round;
+  restart   the same with the workers' RDZV_PROGRESS_FD unset (rdzv.repair
+            does not read RDZV_REPAIR=0; without the agent channel it
+            never says it can repair): every worker restarts (from step
+            0: the program keeps no checkpoint);
+  torchrun  two torchrun 2.13 agents (c10d rendezvous): every worker
+            restarts.
+
+Once rank 0 committed step 10, one worker (local rank run mod 4 of the
+sorted pids) gets SIGKILL.  Times from the SIGKILL, all on
+CLOCK_MONOTONIC (the workers' "STEP rank step world time" lines print
+it):
+  (a) survivors   repair: every rank of the group of 3 committed a step
+                  in it; restart and torchrun: nothing steps before every
+                  worker is new, so (a) = (b)
+  ready           repair: the agent's "its replacement is ready" line
+                  arrived (the replacement's python, torch and data start)
+  (b) all         repair: every rank of the group of 4, the replacement
+                  too, committed a step in it after the shrink; restart
+                  and torchrun: every rank committed a step of the new
+                  job (a step number below the one at the kill)
+Medians with min-max and the ratios; one markdown table on stdout.
+
+--fake: the earlier measurement, without rdzv-agent: one job of --world
+workers under the fake agent of tests/lib/fakeagent.py (it sees the
+death by waitpid and sends the round messages itself: rdzvd's and the
+agent's hops are left out), --runs kills in the one job.
 """
 
 import argparse
 import os
+import re
+import shutil
+import signal
 import statistics
 import sys
+import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -32,8 +60,10 @@ sys.path.insert(0, os.path.join(HERE, "..", "tests", "lib"))
 
 import rdzvtest  # noqa: E402
 import fakeagent as fa  # noqa: E402
+import jobs  # noqa: E402
 
 EXAMPLE = os.path.join(HERE, "..", "examples", "torch_ddp_repair.py")
+STEP_RE = re.compile(r"STEP (\d+) (\d+) (\d+) ([0-9.]+)$")
 
 
 def steps(w):
@@ -62,14 +92,8 @@ def fmt(xs):
 	return "%.3f (%.3f-%.3f)" % (statistics.median(xs), min(xs), max(xs))
 
 
-def main():
-	ap = argparse.ArgumentParser()
-	ap.add_argument("--runs", type=int, default=5)
-	ap.add_argument("--world", type=int, default=4)
-	ap.add_argument("--python", default=rdzvtest.TORCH2_PYTHON)
-	ap.add_argument("--step-delay", default="0.02",
-	    help="seconds of sleep in each step (default 0.02)")
-	a = ap.parse_args()
+def fake(a):
+	"""The fake agent's measurement (the header's --fake)."""
 	d = rdzvtest.Rdzvd(tmpdir=rdzvtest.mktemp("rdzv-bench-repair-"))
 	ag = fa.FakeAgent([a.python, EXAMPLE, "--epochs", "1000",
 	    "--limit", "8000", "--hidden", "32", "--log-steps",
@@ -113,6 +137,169 @@ def main():
 	    % (a.world, fmt([r[2] for r in rows])))
 	print("| ready -> every rank stepping (the join itself) | %s |"
 	    % fmt([r[3] for r in rows]))
+
+
+def job_steps(job):
+	"""[(time, rank, step, world)] of the job's STEP lines so far."""
+	out = []
+	for _, s in job.lines:
+		m = STEP_RE.search(s.rstrip("\n"))
+		if m:
+			out.append((float(m.group(4)), int(m.group(1)),
+			    int(m.group(2)), int(m.group(3))))
+	return out
+
+
+def firsts(job, pred, ranks, what, timeout=180.0):
+	"""{rank: time of its first STEP (t, rank, step, world) with pred}
+	once every rank in ranks has one."""
+	end = time.monotonic() + timeout
+	while True:
+		got = {}
+		for st in job_steps(job):
+			if st[1] in ranks and st[1] not in got and pred(st):
+				got[st[1]] = st[0]
+		if len(got) == len(ranks):
+			return got
+		if time.monotonic() > end:
+			raise AssertionError("%s: %s: ranks %s only after %.0f s:\n%s"
+			    % (job.side, what, sorted(got), timeout,
+			    "".join(s for _, s in job.lines[-30:])))
+		time.sleep(0.05)
+
+
+def real(a):
+	"""One job per side per run, under the real launchers."""
+	build = rdzvtest.top_builddir()
+	prog = [a.python, EXAMPLE, "--epochs", "100000", "--limit", "8000",
+	    "--hidden", "32", "--log-steps", "--step-delay", a.step_delay]
+	env = dict(os.environ, OMP_NUM_THREADS="1", GLOO_SOCKET_IFNAME="lo")
+	sides = a.sides.split(",")
+	if "torchrun" in sides and not os.access(a.torchrun, os.X_OK):
+		print("# no torchrun at %s: left out" % a.torchrun,
+		    file=sys.stderr)
+		sides.remove("torchrun")
+	tmp = tempfile.mkdtemp(prefix="repair-torch-")
+	d = rdzvtest.Rdzvd(tmpdir=rdzvtest.mktemp("rdzv-bench-repair-"))
+	figs = {}		# (side, figure) -> [seconds]
+	loads = []
+	n = 0
+	try:
+		for run in range(a.runs):
+			order = sides[run % len(sides):] + sides[:run % len(sides)]
+			for side in order:
+				n += 1
+				name = "%s-%d" % (side, n)
+				jd = os.path.join(tmp, name)
+				os.makedirs(jd)
+				loads.append(os.getloadavg()[0])
+				# rdzv.repair does not read RDZV_REPAIR: without the
+				# agent channel a worker never says hello, and the
+				# agent restarts the job.
+				wprog = ["env", "-u", "RDZV_PROGRESS_FD"] + prog \
+				    if side == "restart" else prog
+				job = jobs.Job(side, wprog, jd, name, d.port, build,
+				    env=env, torchrun=a.torchrun)
+				try:
+					job.wait_line(lambda s: re.search(
+					    r"STEP 0 (\d\d+) ", s) is not None,
+					    job.t0, timeout=300)
+					ws = job.workers()
+					assert len(ws) == 4, (side, ws)
+					at = max(st[2] for st in job_steps(job))
+					tk = time.monotonic()
+					os.kill(ws[run % 4], signal.SIGKILL)
+					row = {}
+					if side == "repair":
+						ta = firsts(job, lambda st: st[0] > tk and
+						    st[3] == 3, range(3), "a step in 3")
+						t3 = min(ta.values())
+						row["survivors"] = max(ta.values())
+						row["ready"] = job.wait_line(lambda s:
+						    "replacement is ready" in s, tk,
+						    timeout=300)[0]
+						row["all"] = max(firsts(job, lambda st:
+						    st[0] > t3 and st[3] == 4, range(4),
+						    "a step in 4").values())
+					else:
+						row["all"] = row["survivors"] = max(firsts(
+						    job, lambda st: st[0] > tk and
+						    st[2] < at, range(4),
+						    "a step of the new job").values())
+					row = {k: v - tk for k, v in row.items()}
+				except AssertionError as e:
+					# A job that does not recover: counted, not timed.
+					print("# run %d %-8s did not recover: %s (output: "
+					    "%s)" % (run + 1, side, str(e).splitlines()[0], jd),
+					    file=sys.stderr, flush=True)
+					figs.setdefault((side, "failed"), []).append(1)
+					continue
+				finally:
+					rp, rs = job.rounds()
+					job.stop(jd)
+				for k, v in row.items():
+					figs.setdefault((side, k), []).append(v)
+				print("# run %d %-8s %s  repairs %s restarts %s  load "
+				    "%.1f->%.1f" % (run + 1, side, "  ".join(
+				    "%s %.3f s" % (k, row[k]) for k in ("survivors",
+				    "ready", "all") if k in row),
+				    "-" if rp is None else rp,
+				    "-" if rs is None else rs, loads[-1],
+				    os.getloadavg()[0]), file=sys.stderr, flush=True)
+				loads.append(os.getloadavg()[0])
+	finally:
+		d.stop()
+		if not any(k[1] == "failed" for k in figs):
+			shutil.rmtree(tmp, ignore_errors=True)
+
+	def cell(side, k):
+		v = figs.get((side, k))
+		return fmt(v) if v else "-"
+
+	def ratio(side, k):
+		v, r = figs.get((side, k)), figs.get(("repair", k))
+		if not v or not r:
+			return "-"
+		return "%.1fx" % (statistics.median(v) / statistics.median(r))
+
+	print("| torch %s gloo, 2 x 2 workers, rdzv-agent, %d runs, %s s "
+	    "sleep per step, load %.1f-%.1f | %s |" % (os.path.basename(
+	    os.path.dirname(os.path.dirname(a.python))), a.runs,
+	    a.step_delay, min(loads), max(loads), " | ".join(
+	    "%s: median (min-max) s" % s for s in sides)))
+	print("| --- |" + " --- |" * len(sides))
+	for k, what in (("survivors", "(a) SIGKILL -> every survivor "
+	    "stepping again"), ("ready", "SIGKILL -> the replacement is "
+	    "ready (its own start-up)"), ("all", "(b) SIGKILL -> every "
+	    "rank, the replacement or the new workers too, stepping")):
+		print("| %s | %s |" % (what, " | ".join(cell(s, k)
+		    for s in sides)))
+	for s in sides:
+		if figs.get((s, "failed")):
+			print("| %s: %d job(s) did not recover within 180 s (left "
+			    "out above) |" % (s, len(figs[(s, "failed")])))
+		if s != "repair":
+			print("| %s / repair: (a) %s, (b) %s |" % (s,
+			    ratio(s, "survivors"), ratio(s, "all")))
+
+
+def main():
+	ap = argparse.ArgumentParser()
+	ap.add_argument("--runs", type=int, default=5)
+	ap.add_argument("--python", default=rdzvtest.TORCH2_PYTHON)
+	ap.add_argument("--sides", default="repair,restart,torchrun")
+	ap.add_argument("--torchrun", default=jobs.TORCHRUN)
+	ap.add_argument("--step-delay", default="0.02",
+	    help="seconds of sleep in each step (default 0.02)")
+	ap.add_argument("--fake", action="store_true",
+	    help="the fake agent instead of rdzv-agent")
+	ap.add_argument("--world", type=int, default=4,
+	    help="workers under the fake agent")
+	a = ap.parse_args()
+	if a.fake:
+		fake(a)
+	else:
+		real(a)
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@
     write_worker(tmp)        the worker program (python, no torch) below
     starts(tmp)              what every worker start recorded, oldest first
     wait_starts(tmp, pred)   polls starts() until pred(list) holds
+    children(parents, name)  live pids whose parent is one of parents
     marked_pids(marker)      pids whose command line holds marker (/proc)
     assert_gone(marker, t)   no such process within t seconds
     job_status(d, job)       rdzvd's JOB_STATUS text
@@ -180,19 +181,28 @@ class Agent:
 
     def children(self):
         """Pids whose parent is this agent (its workers)."""
-        out = []
-        for pid in os.listdir("/proc"):
-            if not pid.isdigit():
-                continue
-            try:
-                with open("/proc/%s/stat" % pid) as f:
-                    st = f.read()
-            except OSError:
-                continue
-            fields = st[st.rfind(")") + 2:].split()
-            if fields[0] != "Z" and int(fields[1]) == self.pid:
-                out.append(int(pid))
-        return out
+        return children([self.pid])
+
+
+def children(parents, name=None):
+    """Live pids whose parent is one of parents (and whose command name,
+    /proc/PID/stat's, is name when given), sorted."""
+    parents = set(parents)
+    out = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open("/proc/%s/stat" % pid) as f:
+                st = f.read()
+        except OSError:
+            continue
+        fields = st[st.rfind(")") + 2:].split()
+        if (fields[0] not in ("Z", "X") and int(fields[1]) in parents and
+                (name is None or
+                 st[st.find("(") + 1:st.rfind(")")] == name)):
+            out.append(int(pid))
+    return sorted(out)
 
 
 def starts(tmp):
