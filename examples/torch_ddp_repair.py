@@ -20,6 +20,7 @@ import gzip
 import hashlib
 import json
 import os
+import signal
 import struct
 import sys
 import time
@@ -98,6 +99,10 @@ def main():
 	    help="print 'STEP rank step world time' after each step")
 	ap.add_argument("--report", action="store_true",
 	    help="end with a line 'REPORT {json}'")
+	ap.add_argument("--crash-before-ddp", type=int, default=-1,
+	    metavar="RANK", help="tests: rank RANK (not a replacement) "
+	    "SIGKILLs itself just before job.ddp(), while its peers are in "
+	    "DDP's first broadcast")
 	a = ap.parse_args()
 	torch.manual_seed(a.seed)
 	torch.set_num_threads(1)
@@ -105,6 +110,10 @@ def main():
 	job = repair.init_process_group("gloo")			# rdzv
 	x, y = load("train", a.limit)
 	tx, ty = load("t10k", 0)
+	if a.crash_before_ddp == job.rank and not job.replacement:
+		print("rank %d: SIGKILL to myself before DDP()" % job.rank,
+		    flush=True)
+		os.kill(os.getpid(), signal.SIGKILL)
 	model = job.ddp(Net(a.hidden))				# rdzv
 	opt = job.track(torch.optim.SGD(model.parameters(), lr=a.lr,	# rdzv
 	    momentum=0.9))

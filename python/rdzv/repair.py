@@ -693,16 +693,22 @@ class Job:
 				self._reported = now
 				self._send(str(self.step_count))
 			return False
+		return self._recover(e, "step %d" % self.step_count)
+
+	def _recover(self, e, what):
+		"""Main thread: e, raised by what, is a peer's death (a gloo or
+		NCCL communication error) in a job that repairs: aborts the
+		group, waits for the agent's round and repairs in it.  True once
+		repaired; False (raise e) otherwise."""
 		if self._chan is None or not self._joined or \
 		    not isinstance(e, Exception) or not _comm_error(e):
 			return False
-		_debug("step %d cut off: %s", self.step_count,
-		    str(e).splitlines()[0][:160])
+		_debug("%s cut off: %s", what, str(e).splitlines()[0][:160])
 		self._abort()
 		r = self._wait_round()
 		if r is None:
 			_warn("no round from the agent within %.0f s of a failed "
-			    "step", self.repair_timeout)
+			    "%s", self.repair_timeout, what)
 			return False
 		self._repair(r)
 		return True
@@ -715,7 +721,13 @@ class Job:
 		import torch.distributed as dist
 		self._module, self._ddp_kw = module, kw
 		if dist.is_available() and dist.is_initialized():
-			self._ddp = self._wrap()
+			# DDP's constructor broadcasts the parameters: a peer that
+			# dies then is repaired as in a step (_repair wraps again).
+			try:
+				self._ddp = self._wrap()
+			except Exception as e:
+				if not self._recover(e, "DistributedDataParallel()"):
+					raise
 		return _Model(self)
 
 	def track(self, *objs):

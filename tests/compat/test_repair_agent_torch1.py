@@ -9,7 +9,9 @@ database while the survivors step in the shrink round and the
 replacement starts: the repair resumes (the grow comes all the same).
 One agent's workers cannot repair (RDZV_REPAIR=0: the helper never says
 hello): a SIGKILL of a worker that can restarts the whole job (restart
-1, every worker new, no repair round) and it succeeds.
+1, every worker new, no repair round) and it succeeds.  A worker that
+dies while its peers are in DistributedDataParallel's constructor is
+repaired there too.
 """
 
 import os
@@ -70,5 +72,31 @@ def test_torch113_not_repairable_restarts():
     d.stop()
 
 
+def test_torch113_death_in_ddp_constructor_repairs():
+    """Rank 3 dies just before DDP(), its peers in DDP's first broadcast:
+    they repair there as in a step (no restart), and every rank ends
+    with the same digest."""
+    d = rt.Rdzvd()
+    job = "torch1ddp"
+    with Scope("repair-torch1-") as s:
+        a, b = compatlib.repair_agents(
+            s, d, job, ["--limit", "6000", "--epochs", "3", "--batch", "32",
+                        "--hidden", "32", "--step-delay", "0.02",
+                        "--crash-before-ddp", "3"])
+        for x in (a, b):
+            rc = x.wait(180)
+            assert rc == 0, (rc, x.output()[-4000:])
+        out = a.output() + b.output()
+    assert "rank 3: SIGKILL to myself before DDP()" in out, out[-4000:]
+    reports = compatlib.repair_reports(out)
+    assert sorted(r["rank"] for r in reports) == [0, 1, 2, 3], reports
+    assert len({r["digest"] for r in reports}) == 1, reports
+    ev = events(d, job)
+    assert any(t.startswith("repair: shrink to 3") for t in ev), ev
+    assert not any(t.startswith("restart ") or "escalated" in t
+                   for t in ev), ev
+    d.stop()
+
+
 if __name__ == "__main__":
-    rt.main(globals(), per_test=400.0, total=600.0)
+    rt.main(globals(), per_test=400.0, total=800.0)
