@@ -113,7 +113,8 @@ if [ -n "$pythondir" ]; then
 	got=$(cd / && PYTHONPATH="$D$pythondir" "$PYTHON" -c '
 from rdzv import repair
 r = repair.parse_round("round round=3 kind=grow ns=job/x/round/3 rank=1 "
-    "world=4 donor=0 master_addr=h master_port=29500 future=1")
+    "world=4 donor=0 master_addr=h master_port=29500 local_rank=1 "
+    "local_world=2 future=1")
 print(repair.__file__, r.rank, r.world, r.kind)') ||
 		fail "rdzv.repair does not import from $pythondir"
 	case "$got" in

@@ -89,6 +89,7 @@ class Worker:
         self.hello = None               # {"repair": "1"} once it said hello
         self.ready = None               # time it said "ready"
         self.steps = []                 # [(time, step)] as reported
+        self.waits = []                 # times it said "wait"
         self.other = []                 # [(time, text)] anything else
         self.closed = None              # time its end of the channel closed
 
@@ -219,6 +220,8 @@ class FakeAgent:
             w.hello = dict(x.split("=", 1) for x in words[1:] if "=" in x)
         elif words[0] == "ready":
             w.ready = now
+        elif text == "wait":             # blocked on its peers
+            w.waits.append(now)
         else:
             w.other.append((now, text))
 
