@@ -70,9 +70,9 @@ static void
 fuzz_parse(const uint8_t *data, size_t size)
 {
 	static const char *const verbs[] = { "hello", "ready", "round",
-	    "stop" };
+	    "stop", "wait" };
 	static const enum chan_verb codes[] = { CHAN_HELLO, CHAN_READY,
-	    CHAN_ROUND, CHAN_STOP };
+	    CHAN_ROUND, CHAN_STOP, CHAN_WAIT };
 	static const char *const rkeys[] = { " round=", " kind=", " ns=",
 	    " rank=", " world=", " donor=", " master_addr=", " master_port=",
 	    " local_rank=", " local_world=" };
@@ -215,7 +215,7 @@ fuzz_format(const uint8_t *data, size_t size)
 	int		 n, ok, wn = 0;
 
 	memset(&m, 0, sizeof m);
-	m.verb = (enum chan_verb)(fuzz_byte(&in) % 7);
+	m.verb = (enum chan_verb)(fuzz_byte(&in) % 8);	/* 7: none */
 	out = fuzz_byte(&in);
 	out = (out << 8 | fuzz_byte(&in)) % (sizeof buf + 1);
 	switch (m.verb) {
@@ -237,9 +237,10 @@ fuzz_format(const uint8_t *data, size_t size)
 		break;
 	case CHAN_READY:
 	case CHAN_STOP:
+	case CHAN_WAIT:
 		ok = 1;
 		wn = snprintf(want, sizeof want, "%s", m.verb == CHAN_READY ?
-		    "ready" : "stop");
+		    "ready" : m.verb == CHAN_STOP ? "stop" : "wait");
 		break;
 	case CHAN_ROUND:
 		m.round = fuzz_int(&in);
