@@ -147,12 +147,10 @@ def test_kill_and_resume():
     assert epochs(out) == [] and final_acc(out) == final_acc(ref), out
 
 
-def run_agent(argv, env=None):
-    """Runs rdzv-agent argv (a job whose rank SIGKILLs itself) to its
-    end; asserts it exited 0 after that death; returns its output."""
-    e = {"RDZV_TIMEOUT_MS": "10000"}
-    e.update(env or {})
-    p = subprocess.Popen(argv, env=wl.base_env(e), stdout=subprocess.PIPE,
+def launch(argv, env):
+    """Runs launcher argv (rdzv-agent, torchrun) with env to its end;
+    asserts it exited 0; returns its output."""
+    p = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE,
                          stderr=subprocess.STDOUT, text=True)
     rt._track(p)
     try:
@@ -160,6 +158,15 @@ def run_agent(argv, env=None):
     finally:
         rt._untrack(p)
     assert p.returncode == 0, out[-3000:]
+    return out
+
+
+def run_agent(argv, env=None):
+    """Runs rdzv-agent argv (a job whose rank SIGKILLs itself) to its
+    end; asserts it exited 0 after that death; returns its output."""
+    e = {"RDZV_TIMEOUT_MS": "10000"}
+    e.update(env or {})
+    out = launch(argv, wl.base_env(e))
     assert "SIGKILL to myself" in out, out[-3000:]
     return out
 
@@ -257,15 +264,7 @@ def test_torchrun():
             "--nproc_per_node", "2", "--master_port", str(port),
             "--redirects", "9:1", "--tee", "9:1", "--no_python", prog()]
     argv += SMALL + ["--epochs", "1", "--batch", "30"]
-    env = wl.base_env()
-    p = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE,
-                         stderr=subprocess.STDOUT, text=True)
-    rt._track(p)
-    try:
-        out, _ = p.communicate(timeout=150)
-    finally:
-        rt._untrack(p)
-    assert p.returncode == 0, out[-3000:]
+    out = launch(argv, wl.base_env())
     assert re.search(r"epoch 1 loss [0-9.]+ train_acc [0-9.]+ test_acc "
                      r"0\.[0-9]{4}", out), out[-3000:]
 
