@@ -163,6 +163,14 @@ def test_abort_from_another_thread():
     assert "finalized" in out, out
 
 
+def test_abort_and_reinit():
+    """The repair path's backend half: rdzv_abort from another thread
+    (the watcher), then a new communicator, three times over."""
+    out, err = run(["reinit", "3"], env(lib=fake()))
+    assert "reinit ok 3" in out, (out, err)
+    assert err.count("nccl 2.") >= 4, err
+
+
 def test_ordered_after_the_default_stream():
     """The caller's kernel on the default stream fills the send buffer
     late: the allreduce must read the filled buffer."""

@@ -18,6 +18,11 @@
  *                                    that needs more staging), abort
  *                                    (rdzv_abort from another thread
  *                                    after MS)
+ *   gpu_fake_check reinit N          N times: a communicator, a checked
+ *                                    allreduce, rdzv_abort from another
+ *                                    thread (a repair's watcher), the
+ *                                    next call failing, finalize; then
+ *                                    a last one works: "reinit ok N"
  *   gpu_fake_check order             a device buffer the caller's default
  *                                    stream fills late (fakegpu's hook):
  *                                    the allreduce must see the fill
@@ -242,6 +247,44 @@ hang(const char *mode, int ms)
 }
 
 static int
+reinit(int times)
+{
+	struct rdzv_comm	*c;
+	struct aborter		 a;
+	pthread_t		 t;
+	int32_t			 h[N], r[N];
+	int			 i, k, rc;
+
+	for (i = 0; i < N; i++)
+		h[i] = i;
+	for (k = 0; k <= times; k++) {
+		c = start();
+		memset(r, 0, sizeof r);
+		rc = rdzv_allreduce(c, h, r, N, RDZV_I32, RDZV_SUM, 30000);
+		if (rc != 0 || memcmp(h, r, sizeof h) != 0) {
+			printf("reinit: allreduce %d returned %d\n", k, rc);
+			return (1);
+		}
+		if (k < times) {
+			a.c = c;
+			a.ms = 0;
+			pthread_create(&t, NULL, abort_cb, &a);
+			pthread_join(t, NULL);
+			rc = rdzv_allreduce(c, h, r, N, RDZV_I32, RDZV_SUM,
+			    30000);
+			if (rc == 0) {
+				printf("reinit: a call after the abort "
+				    "succeeded\n");
+				return (1);
+			}
+		}
+		rdzv_finalize(c);
+	}
+	printf("reinit ok %d\n", times);
+	return (0);
+}
+
+static int
 order(void)
 {
 	struct rdzv_comm	*c = start();
@@ -277,7 +320,7 @@ main(int argc, char **argv)
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	if (argc < 2) {
 		fprintf(stderr, "usage: gpu_fake_check backend|coll|"
-		    "hang MODE MS|order\n");
+		    "hang MODE MS|reinit N|order\n");
 		return (1);
 	}
 	if (strcmp(argv[1], "backend") == 0) {
@@ -304,6 +347,8 @@ main(int argc, char **argv)
 		return (hang(argv[2], atoi(argv[3])));
 	if (strcmp(argv[1], "order") == 0)
 		return (order());
+	if (strcmp(argv[1], "reinit") == 0 && argc == 3)
+		return (reinit(atoi(argv[2])));
 	fprintf(stderr, "unknown command %s\n", argv[1]);
 	return (1);
 }
