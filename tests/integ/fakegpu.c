@@ -414,6 +414,38 @@ cudaStreamCreateWithFlags(cudaStream_t *st, unsigned int flags)
 }
 
 cudaError_t
+cudaStreamCreate(cudaStream_t *st)
+{
+	return (cudaStreamCreateWithFlags(st, 0));
+}
+
+static int
+fk_stream_idle(void *arg)
+{
+	return (((struct fstream *)arg)->head == NULL);
+}
+
+cudaError_t
+cudaStreamSynchronize(cudaStream_t st)
+{
+	pthread_mutex_lock(&fk_lock);
+	fk_block(fk_stream_idle, fk_stream(st), "cudaStreamSynchronize");
+	pthread_mutex_unlock(&fk_lock);
+	return (cudaSuccess);
+}
+
+cudaError_t
+cudaMemset(void *p, int byte, size_t len)
+{
+	fake_gpu_fill(p, byte, 0);
+	pthread_mutex_lock(&fk_lock);
+	fk_block(fk_stream_idle, &fk_legacy, "cudaMemset");
+	pthread_mutex_unlock(&fk_lock);
+	(void)len;
+	return (cudaSuccess);
+}
+
+cudaError_t
 cudaStreamDestroy(cudaStream_t st)
 {
 	(void)st;	/* released once idle on a GPU: kept here */
@@ -538,6 +570,12 @@ ncclCommInitRankConfig(ncclComm_t *comm, int nranks, ncclUniqueId id,
 		return (ncclInProgress);
 	}
 	return (ncclSuccess);
+}
+
+ncclResult_t
+ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId id, int rank)
+{
+	return (ncclCommInitRankConfig(comm, nranks, id, rank, NULL));
 }
 
 ncclResult_t

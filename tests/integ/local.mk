@@ -72,7 +72,8 @@ tests_integ_libfakegpu_la_CFLAGS = $(AM_CFLAGS) $(CUDA_CFLAGS) $(NCCL_CFLAGS) -p
 # -rpath: a shared module, though never installed.
 tests_integ_libfakegpu_la_LDFLAGS = -module -avoid-version -shared -rpath /nowhere
 endif
-INTEG_TESTS += tests/integ/gpu_fake.py tests/integ/repair_nccl_abort.py
+INTEG_TESTS += tests/integ/gpu_fake.py tests/integ/repair_nccl_abort.py \
+	tests/integ/gpu_check_script.sh
 # dp_check: the data-parallel helpers (rdzv_dp_*) on 1 to 5 ranks, for
 # dp_train.py.
 check_PROGRAMS += tests/integ/dp_check
