@@ -18,6 +18,7 @@
  *   cpu_coll.c	the cpu backend's collective algorithms
  *   shm.c	shared-memory segments and the same-host collective arena
  *   nccl.c	the nccl backend (HAVE_NCCL)
+ *   gpulib.c	libcudart and libnccl, loaded at run time (HAVE_CUDA; gpulib.h)
  *   repair.c	in-place repair: hello and ready, the watcher thread,
  *		waiting for a round, rdzv_comm_repair
  *   dp.c, sampler.c, ckpt.c  the data-parallel helpers
