@@ -16,7 +16,9 @@
  *                               buffer, rdzv on a host buffer
  *   nccl_vs_rdzv busbw MAXB     "RESULT busbw BYTES raw_gbs R rdzv_gbs D"
  *                               from 1 MiB to MAXB bytes (device buffers,
- *                               nccl-tests' bus bandwidth: 2(n-1)/n)
+ *                               nccl-tests' bus bandwidth: 2(n-1)/n; raw
+ *                               queues 10 calls and synchronizes once,
+ *                               rdzv makes 10 blocking calls)
  */
 #include "config.h"
 
@@ -133,6 +135,8 @@ raw_comm(const char *tag)
 		fclose(f);
 	}
 	CK(n_init(&comm, size, id, rank));
+	if (rank == 0)		/* every rank read it: init is collective */
+		(void)unlink(path);
 	return (comm);
 }
 
@@ -161,6 +165,43 @@ cmp_d(const void *a, const void *b)
 	return (x < y ? -1 : x > y);
 }
 
+/* One float sum all-reduce in place: raw NCCL (buf NULL) or rdzv on buf. */
+struct call {
+	ncclComm_t		 comm;
+	cudaStream_t		 st;
+	struct rdzv_comm	*c;
+	void			*d;
+	size_t			 n;
+};
+
+static void
+one_call(const struct call *x, void *buf)
+{
+	if (buf == NULL) {
+		CK(n_ar(x->d, x->d, x->n, ncclFloat32, ncclSum, x->comm,
+		    x->st));
+		CK(c_sync(x->st));
+	} else
+		CK(rdzv_allreduce(x->c, buf, buf, x->n, RDZV_F32, RDZV_SUM,
+		    60000));
+}
+
+/* The median time of reps calls, in microseconds (ts: reps slots). */
+static double
+median_us(const struct call *x, void *buf, int reps, double *ts)
+{
+	double	t0;
+	int	k;
+
+	for (k = 0; k < reps; k++) {
+		t0 = now_us();
+		one_call(x, buf);
+		ts[k] = now_us() - t0;
+	}
+	qsort(ts, (size_t)reps, sizeof *ts, cmp_d);
+	return (ts[reps / 2]);
+}
+
 int
 main(int argc, char **argv)
 {
@@ -168,6 +209,7 @@ main(int argc, char **argv)
 	struct rdzv_comm	*c;
 	ncclComm_t		 comm;
 	cudaStream_t		 st;
+	struct call		 x;
 	double			 t0, raw, dv, hs, *ts;
 	size_t			 bytes, n, sizes[] = { 8, 65536, 1 << 20 }, i;
 	int			 reps, ndev, k;
@@ -222,31 +264,10 @@ main(int argc, char **argv)
 			CK(c_malloc(&d, bytes));
 			CK(c_memset(d, 0, bytes));
 			h = calloc(1, bytes);
-			for (k = 0; k < reps; k++) {
-				t0 = now_us();
-				CK(n_ar(d, d, n, ncclFloat32, ncclSum, comm,
-				    st));
-				CK(c_sync(st));
-				ts[k] = now_us() - t0;
-			}
-			qsort(ts, (size_t)reps, sizeof *ts, cmp_d);
-			raw = ts[reps / 2];
-			for (k = 0; k < reps; k++) {
-				t0 = now_us();
-				CK(rdzv_allreduce(c, d, d, n, RDZV_F32,
-				    RDZV_SUM, 60000));
-				ts[k] = now_us() - t0;
-			}
-			qsort(ts, (size_t)reps, sizeof *ts, cmp_d);
-			dv = ts[reps / 2];
-			for (k = 0; k < reps; k++) {
-				t0 = now_us();
-				CK(rdzv_allreduce(c, h, h, n, RDZV_F32,
-				    RDZV_SUM, 60000));
-				ts[k] = now_us() - t0;
-			}
-			qsort(ts, (size_t)reps, sizeof *ts, cmp_d);
-			hs = ts[reps / 2];
+			x = (struct call){ comm, st, c, d, n };
+			raw = median_us(&x, NULL, reps, ts);
+			dv = median_us(&x, d, reps, ts);
+			hs = median_us(&x, h, reps, ts);
 			printf("RESULT call %zu raw_us %.1f dev_us %.1f "
 			    "host_us %.1f\n", bytes, raw, dv, hs);
 			free(h);
