@@ -135,7 +135,8 @@ raw_comm(const char *tag)
 		fclose(f);
 	}
 	CK(n_init(&comm, size, id, rank));
-	if (rank == 0)		/* every rank read it: init is collective */
+	/* Every rank has read it: init is collective. */
+	if (rank == 0)
 		(void)unlink(path);
 	return (comm);
 }
@@ -211,7 +212,8 @@ main(int argc, char **argv)
 	cudaStream_t		 st;
 	struct call		 x;
 	double			 t0, raw, dv, hs, *ts;
-	size_t			 bytes, n, sizes[] = { 8, 65536, 1 << 20 }, i;
+	size_t			 sizes[] = { 8, 65536, 1 << 20 };
+	size_t			 bytes, n, i;
 	int			 reps, ndev, k;
 
 	if (argc < 2) {

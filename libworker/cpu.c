@@ -278,8 +278,8 @@ p2p_done(struct rdzv_request *r, int rc)
 	struct p2p_stage	*st = r->be;
 
 	if (rc == 0 && st != NULL && r->kind == REQ_RECV &&
-	    cudart.cudaMemcpy(st->dev, st->host, r->count, cudaMemcpyHostToDevice) !=
-	    cudaSuccess)
+	    cudart.cudaMemcpy(st->dev, st->host, r->count,
+	    cudaMemcpyHostToDevice) != cudaSuccess)
 		rc = RDZV_EIO;
 #endif
 	comm_complete(r, rc);
@@ -811,8 +811,8 @@ stage_in(struct rdzv_comm *c, struct stage *s, const void *p, size_t len,
 	if ((s->host = malloc(len)) == NULL)
 		return (RDZV_ENOMEM);
 	s->dev = (void *)p;
-	if (copy && cudart.cudaMemcpy(s->host, p, len, cudaMemcpyDeviceToHost) !=
-	    cudaSuccess) {
+	if (copy && cudart.cudaMemcpy(s->host, p, len, cudaMemcpyDeviceToHost)
+	    != cudaSuccess) {
 		free(s->host);
 		s->host = NULL;
 		return (comm_fail(c, RDZV_EIO, "cudaMemcpy to host failed"));

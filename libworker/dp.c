@@ -80,8 +80,8 @@ dp_copy(struct dp_bucket *b, void *dst, const void *src, size_t len)
 {
 #ifdef HAVE_CUDA
 	if (b->flat_dev) {
-		if (cudart.cudaMemcpy(dst, src, len, cudaMemcpyDeviceToDevice) !=
-		    cudaSuccess)
+		if (cudart.cudaMemcpy(dst, src, len, cudaMemcpyDeviceToDevice)
+		    != cudaSuccess)
 			return (RDZV_EIO);
 		return (0);
 	}
@@ -126,7 +126,8 @@ dp_bucket_setup(struct rdzv_dp *dp, struct dp_bucket *b)
 	b->flat_dev = dp_is_device(p[b->lo].grad);
 #ifdef HAVE_CUDA
 	if (b->flat_dev) {
-		if (cudart.cudaMalloc(&b->flat, b->count * b->esize) != cudaSuccess) {
+		if (cudart.cudaMalloc(&b->flat, b->count * b->esize) !=
+		    cudaSuccess) {
 			b->flat = NULL;
 			return (RDZV_ENOMEM);
 		}

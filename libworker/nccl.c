@@ -94,14 +94,14 @@ struct nccl {
 	ncclComm_t	 comm;
 	cudaStream_t	 stream;
 	cudaEvent_t	 ev;		/* completion of blocking calls */
-	cudaEvent_t	 caller;	/* the caller's default-stream work */
+	cudaEvent_t	 caller;	/* the caller's work, waited for */
 	int		 dev;
 	pthread_mutex_t	 lock;		/* held while using comm */
 	int		 abort_req;	/* atomic: an abort is wanted */
 	int		 aborted;	/* atomic: ncclCommAbort was called */
 	int		 keep;		/* repair on: a broken comm is kept ... */
 	int		 kept;		/* ... for ncclCommShrink (under lock) */
-	struct nccl_buf	*stage;		/* for host buffers, under lock */
+	struct nccl_buf	*stage;		/* host buffers', under lock */
 	struct nccl_bufq pool;		/* iallreduce buffers to reuse */
 	struct nccl_bufq retired;	/* to free once no kernel can run */
 	struct nccl_reqq reqs;		/* iallreduce requests alive */
@@ -118,7 +118,7 @@ struct nccl {
 struct nccl_req {
 	struct nccl	*n;
 	cudaEvent_t	 ev;
-	struct nccl_buf	*buf;		/* staging of host buffers */
+	struct nccl_buf	*buf;		/* host buffers' staging */
 	void		*hostr;		/* host result buffer, if staged */
 	size_t		 count;
 	size_t		 bytes;
@@ -483,7 +483,7 @@ struct xfer {
 	size_t		 sbytes, rbytes;
 	const void	*ds;
 	void		*dr;
-	void		*hr;		/* pinned twin of dr when staged */
+	void		*hr;		/* dr's pinned twin */
 	int		 stage_r;	/* copy dr back to r at the end */
 };
 
@@ -564,12 +564,14 @@ nccl_int_avg(struct rdzv_comm *c, void *r, size_t count, enum rdzv_dtype dt)
 	}
 	if ((h = malloc(bytes)) == NULL)
 		return (comm_fail(c, RDZV_ENOMEM, "nccl: integer average"));
-	if (cudart.cudaMemcpy(h, r, bytes, cudaMemcpyDeviceToHost) != cudaSuccess) {
+	if (cudart.cudaMemcpy(h, r, bytes, cudaMemcpyDeviceToHost) !=
+	    cudaSuccess) {
 		free(h);
 		return (comm_fail(c, RDZV_EIO, "nccl: integer average"));
 	}
 	reduce_avg_finish(h, count, dt, c->size);
-	if (cudart.cudaMemcpy(r, h, bytes, cudaMemcpyHostToDevice) != cudaSuccess) {
+	if (cudart.cudaMemcpy(r, h, bytes, cudaMemcpyHostToDevice) !=
+	    cudaSuccess) {
 		free(h);
 		return (comm_fail(c, RDZV_EIO, "nccl: integer average"));
 	}
@@ -672,8 +674,8 @@ nccl_allgather(struct rdzv_comm *c, const void *s, void *r, size_t count,
 		rc = nccl_cuda(c, n, cudart.cudaMemcpyAsync(slot, x.dr, bytes,
 		    cudaMemcpyDeviceToDevice, n->stream), "allgather");
 	if (rc == 0)
-		rc = nccl_settle(c, n, libnccl.ncclAllGather(x.ds == x.dr ? slot :
-		    x.ds, x.dr, count, nccl_type(dt), n->comm, n->stream),
+		rc = nccl_settle(c, n, libnccl.ncclAllGather(x.ds == x.dr ? slot
+		    : x.ds, x.dr, count, nccl_type(dt), n->comm, n->stream),
 		    deadline, "ncclAllGather");
 	return (nccl_xfer_out(c, n, &x, rc, deadline, "allgather"));
 }
@@ -697,9 +699,9 @@ nccl_reduce_scatter(struct rdzv_comm *c, const void *s, void *r,
 		    "reduce_scatter"));
 	/* In place, NCCL writes our block's slot; ours wants the start. */
 	slot = (char *)x.dr + bytes * (size_t)c->rank;
-	rc = nccl_settle(c, n, libnccl.ncclReduceScatter(x.ds, x.ds == x.dr ? slot :
-	    x.dr, count, nccl_type(dt), nccl_op(op, dt), n->comm, n->stream),
-	    deadline, "ncclReduceScatter");
+	rc = nccl_settle(c, n, libnccl.ncclReduceScatter(x.ds, x.ds == x.dr ?
+	    slot : x.dr, count, nccl_type(dt), nccl_op(op, dt), n->comm,
+	    n->stream), deadline, "ncclReduceScatter");
 	if (rc == 0 && x.ds == x.dr && c->rank > 0)
 		rc = nccl_cuda(c, n, cudart.cudaMemcpyAsync(x.dr, slot, bytes,
 		    cudaMemcpyDeviceToDevice, n->stream), "reduce_scatter");
@@ -746,7 +748,8 @@ nccl_p2p_coll(struct rdzv_comm *c, const void *s, void *r, size_t count,
 		return (nccl_xfer_out(c, n, &x, rc, deadline, what));
 	sp = x.ds;
 	rp = x.dr;
-	if ((rc = nccl_settle(c, n, libnccl.ncclGroupStart(), deadline, what)) != 0)
+	if ((rc = nccl_settle(c, n, libnccl.ncclGroupStart(), deadline, what))
+	    != 0)
 		return (nccl_xfer_out(c, n, &x, rc, deadline, what));
 	for (p = 0; p < c->size && rc == 0; p++) {
 		if (p == me)
@@ -754,26 +757,26 @@ nccl_p2p_coll(struct rdzv_comm *c, const void *s, void *r, size_t count,
 		switch (kind) {
 		case GATHER:
 			if (me == root)
-				nr = libnccl.ncclRecv(rp + bytes * (size_t)p, count, t,
-				    p, n->comm, n->stream);
+				nr = libnccl.ncclRecv(rp + bytes * (size_t)p,
+				    count, t, p, n->comm, n->stream);
 			else if (p == root)
 				nr = libnccl.ncclSend(sp, count, t, p, n->comm,
 				    n->stream);
 			break;
 		case SCATTER:
 			if (me == root)
-				nr = libnccl.ncclSend(sp + bytes * (size_t)p, count, t,
-				    p, n->comm, n->stream);
+				nr = libnccl.ncclSend(sp + bytes * (size_t)p,
+				    count, t, p, n->comm, n->stream);
 			else if (p == root)
 				nr = libnccl.ncclRecv(rp, count, t, p, n->comm,
 				    n->stream);
 			break;
 		default:
-			nr = libnccl.ncclSend(sp + bytes * (size_t)p, count, t, p,
-			    n->comm, n->stream);
+			nr = libnccl.ncclSend(sp + bytes * (size_t)p, count, t,
+			    p, n->comm, n->stream);
 			if (nr == ncclSuccess || nr == ncclInProgress)
-				nr = libnccl.ncclRecv(rp + bytes * (size_t)p, count, t,
-				    p, n->comm, n->stream);
+				nr = libnccl.ncclRecv(rp + bytes * (size_t)p,
+				    count, t, p, n->comm, n->stream);
 			break;
 		}
 		/* Inside a group, InProgress settles at ncclGroupEnd. */
@@ -826,8 +829,8 @@ nccl_barrier(struct rdzv_comm *c, int64_t deadline)
 
 	if ((rc = nccl_enter(c, n)) != 0)
 		return (rc);
-	rc = nccl_settle(c, n, libnccl.ncclAllReduce(n->one, n->one, 1, ncclInt32,
-	    ncclMax, n->comm, n->stream), deadline, "barrier");
+	rc = nccl_settle(c, n, libnccl.ncclAllReduce(n->one, n->one, 1,
+	    ncclInt32, ncclMax, n->comm, n->stream), deadline, "barrier");
 	return (nccl_xfer_out(c, n, NULL, rc, deadline, "barrier"));
 }
 
@@ -981,8 +984,8 @@ nccl_p2p(struct rdzv_comm *c, struct rdzv_request *first)
 		if (rc == 0 && nb > 0)
 			rc = nccl_p2p_stage(c, n, batch, nb, off);
 		if (rc == 0 && nb > 0) {
-			rc = nccl_settle(c, n, libnccl.ncclGroupStart(), deadline,
-			    "p2p");
+			rc = nccl_settle(c, n, libnccl.ncclGroupStart(),
+			    deadline, "p2p");
 			for (i = 0; i < nb && rc == 0; i++) {
 				struct rdzv_request *q = batch[i];
 				ncclResult_t	 nr;
@@ -1408,17 +1411,16 @@ nccl_init(struct rdzv_comm *c)
 		    "may refuse it", lr, n->dev, ndev);
 	c->device = n->dev;
 	if (cudart.cudaSetDevice(n->dev) != cudaSuccess ||
-	    cudart.cudaStreamCreateWithFlags(&n->stream, cudaStreamNonBlocking) !=
-	    cudaSuccess ||
-	    cudart.cudaEventCreateWithFlags(&n->ev, cudaEventDisableTiming) !=
-	    cudaSuccess ||
-	    cudart.cudaEventCreateWithFlags(&n->caller,
+	    cudart.cudaStreamCreateWithFlags(&n->stream, cudaStreamNonBlocking)
+	    != cudaSuccess || cudart.cudaEventCreateWithFlags(&n->ev,
 	    cudaEventDisableTiming) != cudaSuccess ||
-	    cudart.cudaMalloc((void **)&n->one, sizeof *n->one) != cudaSuccess ||
-	    cudart.cudaMemcpy(n->one, &one, sizeof one, cudaMemcpyHostToDevice) !=
-	    cudaSuccess) {
+	    cudart.cudaEventCreateWithFlags(&n->caller, cudaEventDisableTiming)
+	    != cudaSuccess || cudart.cudaMalloc((void **)&n->one, sizeof
+	    *n->one) != cudaSuccess || cudart.cudaMemcpy(n->one, &one, sizeof
+	    one, cudaMemcpyHostToDevice) != cudaSuccess) {
 		rc = comm_fail(c, RDZV_EIO, "nccl: setting up device %d: %s",
-		    n->dev, cudart.cudaGetErrorString(cudart.cudaGetLastError()));
+		    n->dev,
+		    cudart.cudaGetErrorString(cudart.cudaGetLastError()));
 		goto fail;
 	}
 
@@ -1445,12 +1447,12 @@ nccl_init(struct rdzv_comm *c)
 	pthread_mutex_lock(&n->lock);
 #ifdef HAVE_NCCL_SCALABLE
 	if (nid > 1)
-		nr = libnccl.ncclCommInitRankScalable(&n->comm, c->size, c->rank, nid,
-		    ids, &cfg);
+		nr = libnccl.ncclCommInitRankScalable(&n->comm, c->size,
+		    c->rank, nid, ids, &cfg);
 	else
 #endif
-		nr = libnccl.ncclCommInitRankConfig(&n->comm, c->size, ids[0], c->rank,
-		    &cfg);
+		nr = libnccl.ncclCommInitRankConfig(&n->comm, c->size, ids[0],
+		    c->rank, &cfg);
 	if (n->comm == NULL) {
 		pthread_mutex_unlock(&n->lock);
 		rc = comm_fail(c, RDZV_EIO, "nccl: ncclCommInitRank: %s",
@@ -1520,8 +1522,8 @@ nccl_fini(struct rdzv_comm *c)
 	if (n->comm != NULL && !__atomic_load_n(&n->aborted,
 	    __ATOMIC_SEQ_CST) && comm_broken(c) == 0) {
 		deadline = comm_deadline(c, -1);
-		rc = nccl_settle(c, n, libnccl.ncclCommFinalize(n->comm), deadline,
-		    "ncclCommFinalize");
+		rc = nccl_settle(c, n, libnccl.ncclCommFinalize(n->comm),
+		    deadline, "ncclCommFinalize");
 		if (rc == 0 && !__atomic_load_n(&n->aborted,
 		    __ATOMIC_SEQ_CST))
 			(void)libnccl.ncclCommDestroy(n->comm);

@@ -99,7 +99,8 @@ struct rdzv_request;	/* an operation in progress (isend, irecv, iallreduce) */
 
 enum rdzv_backend {
 	RDZV_BACKEND_AUTO = 0,	/* nccl when this rank has a GPU of its own (no other
-				   rank of its host maps to it) and NCCL loads, else cpu */
+				   rank of its host maps to it) and NCCL loads,
+				    else cpu */
 	RDZV_BACKEND_CPU = 1,	/* TCP ring + shared memory between ranks of one host */
 	RDZV_BACKEND_NCCL = 2,	/* NCCL over CUDA device buffers */
 };
@@ -145,8 +146,10 @@ struct rdzv_options {
 	int	timeout_ms;		/* default for every call: 300000 (env RDZV_TIMEOUT_MS) */
 	int	init_timeout_ms;	/* bootstrap (store, peers): 600000 (env RDZV_INIT_TIMEOUT_MS) */
 	int	device;			/* CUDA device, -1 = LOCAL_RANK when the launcher gave
-					   each worker its own GPUs (RDZV_LOCAL_RANK set), else
-					   the local rank modulo visible devices */
+					   each worker its own GPUs
+					    (RDZV_LOCAL_RANK set), else
+					   the local rank modulo visible devices
+					    */
 	rdzv_log_fn	log;		/* NULL: the library stays silent */
 	void	*log_arg;
 	enum rdzv_log_level log_level;	/* most verbose level passed to log (WARN) */

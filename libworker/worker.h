@@ -18,7 +18,7 @@
  *   cpu_coll.c	the cpu backend's collective algorithms
  *   shm.c	shared-memory segments and the same-host collective arena
  *   nccl.c	the nccl backend (HAVE_NCCL)
- *   gpulib.c	libcudart and libnccl, loaded at run time (HAVE_CUDA; gpulib.h)
+ *   gpulib.c	libcudart and libnccl, loaded when run (HAVE_CUDA)
  *   repair.c	in-place repair: hello and ready, the watcher thread,
  *		waiting for a round, rdzv_comm_repair
  *   dp.c, sampler.c, ckpt.c  the data-parallel helpers
@@ -58,9 +58,9 @@ struct wenv {
 	int		size;
 	int		local_rank;	/* -1 when unknown (worked out from peers) */
 	int		local_size;	/* -1 when unknown */
-	int		dev_index;	/* LOCAL_RANK when the launcher gave each
-					 * worker its own devices (RDZV_LOCAL_RANK
-					 * set), else -1 */
+	/* LOCAL_RANK when the launcher gave each worker its own devices
+	 * (RDZV_LOCAL_RANK set), else -1. */
+	int		dev_index;
 	int		restart_count;
 	const char	*source;	/* "rdzv-agent", "torchrun", "openmpi", ... */
 	enum wenv_store	store;

@@ -208,7 +208,8 @@ fk_block(int (*done)(void *), void *arg, const char *what)
 		fk_progress();
 		if (done(arg))
 			return;
-		if (!said && fk_ms() - start > fk_env("FAKE_GPU_SAY_MS", 3000)) {
+		if (!said && fk_ms() - start > fk_env("FAKE_GPU_SAY_MS", 3000))
+		    {
 			fprintf(stderr, "fakegpu: %s blocked behind a kernel "
 			    "that does not end (as on a GPU)\n", what);
 			said = 1;
