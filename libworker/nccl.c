@@ -409,9 +409,9 @@ nccl_enter(struct rdzv_comm *c, struct nccl *n)
 	return (0);
 }
 
-/* A staging pair of len bytes, or NULL after comm_fail. */
+/* A staging pair of len bytes, or NULL after comm_fail (under n->lock). */
 static struct nccl_buf *
-nccl_buf_new(struct rdzv_comm *c, size_t len)
+nccl_buf_new(struct rdzv_comm *c, struct nccl *n, size_t len)
 {
 	struct nccl_buf	*b;
 
@@ -430,9 +430,9 @@ nccl_buf_new(struct rdzv_comm *c, size_t len)
 	if (cudart.cudaHostAlloc(&b->host, len, cudaHostAllocPortable) !=
 	    cudaSuccess) {
 		(void)cudart.cudaGetLastError();
-		/* Nothing of ours uses it yet: freeing cannot wait on us. */
-		cudart.cudaFree(b->dev);
-		free(b);
+		/* cudaFree would wait for every kernel on the device. */
+		b->host = NULL;
+		TAILQ_INSERT_TAIL(&n->retired, b, entry);
 		comm_fail(c, RDZV_ENOMEM, "nccl: cannot allocate %zu bytes of "
 		    "pinned host memory to stage host buffers", len);
 		return (NULL);
@@ -463,7 +463,7 @@ nccl_stage(struct rdzv_comm *c, struct nccl *n, size_t len)
 	/* Doubling bounds what retired buffers hold to twice the largest. */
 	if (n->stage != NULL && want < 2 * n->stage->len)
 		want = 2 * n->stage->len;
-	if ((b = nccl_buf_new(c, want)) == NULL)
+	if ((b = nccl_buf_new(c, n, want)) == NULL)
 		return (comm_broken(c) != 0 ? comm_broken(c) : RDZV_ENOMEM);
 	if (n->stage != NULL)
 		TAILQ_INSERT_TAIL(&n->retired, n->stage, entry);
@@ -1073,7 +1073,7 @@ nccl_pool_get(struct rdzv_comm *c, struct nccl *n, size_t len)
 			TAILQ_REMOVE(&n->pool, b, entry);
 			return (b);
 		}
-	return (nccl_buf_new(c, nccl_align(len)));
+	return (nccl_buf_new(c, n, nccl_align(len)));
 }
 
 /*

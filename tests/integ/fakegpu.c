@@ -49,15 +49,18 @@ ncclResult_t	ncclGroupEnd(void);
 
 enum op_kind { OP_COPY, OP_KERNEL, OP_RECORD, OP_WAIT, OP_FILL };
 
+/* Communicators and events live until exit (queued work may name them). */
 struct fcomm {
-	int	aborted;
-	int	calls;
-	int	hang_at;
-	int	init_polls;
+	int		 aborted;
+	int		 calls;
+	int		 hang_at;
+	int		 init_polls;
+	struct fcomm	*next;
 };
 
 struct fevent {
-	int	complete;
+	int		 complete;
+	struct fevent	*next;
 };
 
 struct op {
@@ -90,6 +93,8 @@ static pthread_mutex_t	 fk_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct fstream	 fk_legacy;
 static struct fstream	*fk_streams = &fk_legacy;
 static struct alloc	*fk_allocs;
+static struct fcomm	*fk_comms;
+static struct fevent	*fk_events;
 
 static int64_t
 fk_ms(void)
@@ -475,6 +480,10 @@ cudaEventCreateWithFlags(cudaEvent_t *ev, unsigned int flags)
 	if ((e = calloc(1, sizeof *e)) == NULL)
 		return (cudaErrorMemoryAllocation);
 	e->complete = 1;
+	pthread_mutex_lock(&fk_lock);
+	e->next = fk_events;
+	fk_events = e;
+	pthread_mutex_unlock(&fk_lock);
 	*ev = (cudaEvent_t)e;
 	return (cudaSuccess);
 }
@@ -565,6 +574,10 @@ ncclCommInitRankConfig(ncclComm_t *comm, int nranks, ncclUniqueId id,
 	if ((c = calloc(1, sizeof *c)) == NULL)
 		return (ncclSystemError);
 	c->hang_at = fk_env("FAKE_NCCL_HANG", 0);
+	pthread_mutex_lock(&fk_lock);
+	c->next = fk_comms;
+	fk_comms = c;
+	pthread_mutex_unlock(&fk_lock);
 	*comm = (ncclComm_t)c;
 	if (cfg != NULL && cfg->blocking == 0) {
 		c->init_polls = 3;
