@@ -13,12 +13,14 @@
 #       libcudart+libnccl (tests/integ/fakegpu.c), which proves the script
 #       and its programs run and parse, nothing about a GPU: its figures
 #       mean nothing.
-#   scripts/gpu-check.sh --bundle [BUILD]
-#       here, before carrying BUILD to a GPU machine: copies into
-#       BUILD/gpu-check-bundle the shared libraries its programs need that
-#       a bare CUDA image may lack (libevent, libbsd, OpenSSL, ...; used
-#       there only where missing) and a Fashion-MNIST subset (6000 + 2000
-#       samples) for the training check; a few MiB.
+#   scripts/gpu-check.sh --bundle [BUILD [DEST]]
+#       here, for a GPU machine that cannot build: copies into DEST
+#       (default ./build-gpucheck, about 50 MiB) what the checks run, laid
+#       out as in BUILD (the programs, librdzvworker, the stand-in
+#       libraries), the shared libraries they need that a bare CUDA image
+#       may lack (libevent, libbsd, OpenSSL, OpenBLAS, ...; used there only
+#       where missing) and a Fashion-MNIST subset (6000 + 2000 samples).
+#       Carry DEST and run "scripts/gpu-check.sh build-gpucheck" there.
 #
 # NCCL and the CUDA runtime are the GPU machine's own: librdzvworker loads
 # them at run time; this script looks for libnccl.so.2 (ldconfig, CUDA,
@@ -42,6 +44,7 @@ while [ $# -gt 0 ]; do
 	esac
 	shift
 done
+dest=${2:-$top/build-gpucheck}
 B=$(cd "${1:-$top/build}" 2>/dev/null && pwd) || {
 	echo "gpu-check.sh: no build directory ${1:-$top/build}: configure one (README) or name it" >&2
 	exit 2
@@ -55,7 +58,15 @@ DATA_FULL=/usr/share/datasets/fashion-mnist
 
 if [ $bundle -eq 1 ]; then
 	set -e
-	rm -rf "$BUNDLE"
+	progs="tests/integ/gpu_fake_check tests/integ/worker_check bench/nccl_vs_rdzv examples/ddp_mlp"
+	rm -rf "$dest"
+	for x in $progs libworker/.libs/librdzvworker.so.0 tests/integ/.libs/libfakegpu.so config.h; do
+		[ -e "$B/$x" ] || continue
+		mkdir -p "$dest/$(dirname "$x")"
+		cp -L "$B/$x" "$dest/$x"
+	done
+	ln -s librdzvworker.so.0 "$dest/libworker/.libs/librdzvworker.so"
+	BUNDLE=$dest/gpu-check-bundle
 	mkdir -p "$BUNDLE/lib" "$BUNDLE/data"
 	for x in "$B/libworker/.libs/librdzvworker.so" "$B/examples/ddp_mlp"; do
 		[ -e "$x" ] || continue
@@ -81,8 +92,8 @@ if [ $bundle -eq 1 ]; then
 	        with gzip.open("%s/%s-%s.gz" % (dst, name, kind), "wb", 9) as f:
 	            f.write(out)
 	EOF
-	du -sh "$BUNDLE"
-	echo "gpu-check.sh: carry $B (with gpu-check-bundle) to the GPU machine"
+	du -sh "$dest"
+	echo "gpu-check.sh: carry $dest; there: scripts/gpu-check.sh $(basename "$dest")"
 	exit 0
 fi
 
@@ -146,7 +157,7 @@ losses() { sed -n 's/^epoch [0-9]* loss \([0-9.]*\).*/\1/p' "$1" | tr '\n' ' '; 
 # ---------------------------------------------------------------- build
 
 P=$B/tests/integ/gpu_fake_check
-if [ ! -x "$P" ] || [ ! -x "$B/tests/integ/worker_check" ]; then
+if [ -f "$B/Makefile" ] && { [ ! -x "$P" ] || [ ! -x "$B/tests/integ/worker_check" ]; }; then
 	t 400 "$L/build.log" make -C "$B" -j"$(nproc)" all \
 	    tests/integ/gpu_fake_check tests/integ/worker_check
 fi
