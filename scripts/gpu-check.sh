@@ -292,9 +292,11 @@ else
 		say nccl-found FAIL "$(grep -h 'init failed' "$L/nccl-own.log" | cut -c1-300)"
 	fi
 
-	ranks 1 60 "$L/boot" "$B/bench/nccl_vs_rdzv" boot
+	# One rank per GPU, at most 8, for the bootstrap and per-call times.
+	nr=$((ngpu < 8 ? ngpu : 8))
+	ranks $nr 90 "$L/boot" "$B/bench/nccl_vs_rdzv" boot
 	r=$(grep -h '^RESULT boot' "$L/boot.0.log")
-	[ -n "$r" ] && say nccl-bootstrap PASS "1 rank: ${r#RESULT boot }" ||
+	[ -n "$r" ] && say nccl-bootstrap PASS "$nr rank(s), rank 0: ${r#RESULT boot }" ||
 	    say nccl-bootstrap FAIL "$(tail1 "$L/boot.0.log" 2)"
 
 	t 120 "$L/coll.log" "$P" coll
@@ -302,9 +304,9 @@ else
 	    say nccl-collectives PASS "every collective, host and device buffers, 1 rank" ||
 	    say nccl-collectives FAIL "$(grep -h FAIL "$L/coll.log" | head -3 | tr '\n' ' ') $(tail1 "$L/coll.log")"
 
-	ranks 1 90 "$L/calls" "$B/bench/nccl_vs_rdzv" calls 100
+	ranks $nr 120 "$L/calls" "$B/bench/nccl_vs_rdzv" calls 100
 	r=$(grep -h '^RESULT call' "$L/calls.0.log" | sed 's/^RESULT call //' | tr '\n' ';')
-	[ -n "$r" ] && say nccl-overhead PASS "median per call, bytes raw/rdzv-dev/rdzv-host: $r" ||
+	[ -n "$r" ] && say nccl-overhead PASS "$nr rank(s), median per call, bytes raw/rdzv-dev/rdzv-host: $r" ||
 	    say nccl-overhead FAIL "$(tail1 "$L/calls.0.log" 2)"
 
 	t 120 "$L/reinit.log" "$P" reinit 3
