@@ -94,6 +94,8 @@ mkdir -p "$work"
 work=$(cd "$work" && pwd)
 
 export RDZV_TOP_BUILDDIR=$build RDZV_TOP_SRCDIR=$top RDZV_DEMO_DIR=$work
+# Nothing written into the source tree (read-only under make distcheck).
+export PYTHONDONTWRITEBYTECODE=1
 rc=0
 if [ $store = 1 ]; then
 	"${TORCH_PYTHON:-/usr/bin/python3}" "$top/scripts/demo_store.py" || rc=1
