@@ -181,8 +181,8 @@ class Sections:
         if ok:
             say("  ok: " + claim)
         else:
-            say("  FAILED: %s%s" % (claim, " (%s)" % str(detail)[:800] if detail
-                                    else ""))
+            say("  FAILED: %s%s" % (claim, " (%s)" % str(detail)[:800]
+                                    if detail else ""))
             self.failed.append(claim)
         return ok
 
@@ -299,15 +299,18 @@ class Part(Sections):
                    "new: %s" % sorted(new))
         evs = demo.events(job)
         texts = [e["text"] for e in evs]
+        told = [t for t in texts if t.startswith(("failure", "repair",
+                                                  "restart"))]
         t_shrink = event_time(evs, "repair: shrink to 3")
         t_grow = event_time(evs, "repair: grow to 4")
         self.check(any(t.startswith("repair: shrink to 3") and
                        "died (signal 9)" in t for t in texts),
-                   "rdzvd opened a shrink round of 3 for the death", texts)
+                   "rdzvd opened a shrink round of 3 for the death",
+                   "its events: %s" % told)
         self.check(t_grow is not None, "then a grow round of 4 for the "
-                   "replacement", texts)
+                   "replacement")
         self.check(not any(t.startswith("restart ") or "escalated" in t
-                           for t in texts), "no restart", texts)
+                           for t in texts), "no restart")
         demo.ctl("events", job, match=r"EVENT|failure|repair")
         if t_shrink and t_grow:
             say("SIGKILL -> shrink round: %.0f ms; shrink -> grow round "
