@@ -1,11 +1,19 @@
 """demo_lib: what the demo's training parts share.
 
-    Demo(work)          rdzvd on a fixed port and status page, for every
-                        part; d.ctl(...) / d.ctl_json(...) run rdzvctl
-                        (the command line printed, so the user can too)
-    Part(demo, title)   one part of the story: its agents, the lines they
-                        print (relayed, filtered), its claims (check()),
-                        its verdict (PASS, or what did not happen)
+    Demo(work)          rdzvd on fixed ports (main and status page) for
+                        every part; demo.ctl(...) runs rdzvctl and prints
+                        the command line (so the user can run it too),
+                        demo.ctl_json(...), .events(job), .steps(job) read
+                        its --json output
+    Sections(demo)      numbered parts of the story: begin(n, title),
+                        check(ok, claim) prints "ok: claim" or "FAILED:
+                        claim (detail)", end_section() the part's verdict
+                        (PASS part N, or FAIL part N and what failed)
+    Part(demo, job, show)  Sections of one job: its two agents (agent()),
+                        their lines relayed as they come when show(line),
+                        pids(), kill_worker_repaired(), finish_agents()
+    run_part(demo, job, show, body)   body(part); what it waits for and
+                        never comes fails the running part
     workers(agent)      an agent's worker pids (/proc)
 
 The processes come from the test suite's own harness (tests/lib/
@@ -173,6 +181,7 @@ class Sections:
         self.end_section()
         self.section = (number, title)
         self.failed = []
+        self.t0 = time.monotonic()
         say()
         say("== part %d: %s" % (number, title))
 
@@ -193,11 +202,12 @@ class Sections:
             self.failed.append(str(err))
             say("  FAILED: %s" % err)
         number, title = self.section
+        took = time.monotonic() - self.t0
         if self.failed:
             say("FAIL part %d (%s): %s; its files: %s" % (
                 number, title, "; ".join(self.failed), self.where))
         else:
-            say("PASS part %d: %s" % (number, title))
+            say("PASS part %d: %s (%.0f s)" % (number, title, took))
         self.demo.verdicts.append((number, title, not self.failed))
         self.section = None
 
