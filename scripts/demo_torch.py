@@ -15,10 +15,11 @@ import demo_lib as dl
 from demo_lib import PartFailed, say, wait_for, workers
 
 PROG = os.path.join(dl.TOP_SRCDIR, "examples", "torch_ddp_repair.py")
-# 12000 samples, 4 x 32 a step, 6 epochs: about 560 steps of >= 50 ms,
-# so the survivors still train when the replacement (python, import
-# torch, the data) is ready to join.
-ARGS = ["--limit", "12000", "--epochs", "6", "--batch", "32",
+# 12000 samples, 4 x 32 a step, 8 epochs: about 750 steps of >= 50 ms
+# (37 s or more), so the survivors still train when the replacement
+# (python, import torch, the data) is ready to join: 5 to 21 s seen on a
+# 2-core machine, idle to loaded.
+ARGS = ["--limit", "12000", "--epochs", "8", "--batch", "32",
         "--hidden", "32", "--step-delay", "0.05", "--log-steps", "--report"]
 # The agents' lines, rank 0's per-epoch line and the helper's own lines;
 # not the per-step STEP lines nor the final REPORTs (summed up below).
