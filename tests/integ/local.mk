@@ -87,3 +87,7 @@ tests_integ_chan_dump_LDADD = common/libcommon.la $(LIBEVENT_LIBS) $(LIBBSD_LIBS
 # ---- end of the C programs ----
 # status_page.py keeps its chart's screenshot here (a CI artifact).
 CLEANFILES += tests/integ/status_page_job.png
+# Under a real Slurm (scripts/slurm-cluster.sh: slurmctld, slurmd nodes,
+# munge, in namespaces of their own; needs root): sbatch, srun, steps.
+INTEG_TESTS += tests/integ/slurm_jobs.py
+EXTRA_DIST += tests/integ/slurm_lib.py scripts/slurm-cluster.sh
