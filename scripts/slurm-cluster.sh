@@ -203,6 +203,8 @@ AccountingStorageType=accounting_storage/none
 JobCompType=jobcomp/filetxt
 JobCompLoc=$dir/log/jobcomp.txt
 SchedulerType=sched/builtin
+# Pending jobs (a requeued one past its BeginTime) looked at every second.
+SchedulerParameters=sched_interval=1
 SelectType=select/linear
 MpiDefault=none
 ReturnToService=2

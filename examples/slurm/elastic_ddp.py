@@ -6,13 +6,14 @@ LOCAL_RANK, MASTER_ADDR, MASTER_PORT).
     rdzv-agent --nnodes=2 --nproc_per_node=1 ... elastic_ddp.py \\
         --epochs 3 --checkpoint ckpt.pt
 
-With --checkpoint it resumes from the file when it exists and saves it at
-the end of every epoch.  SIGUSR1 (Slurm's preemption or time-limit notice,
-scancel --signal=USR1 or #SBATCH --signal=USR1@N, which rdzv-agent
-forwards to every worker) makes every rank agree, at the next step, to
-save a checkpoint there; training then goes on until the job is stopped or
-ends, and a requeued run resumes from that step.  Rank 0 prints one line
-per epoch and "final test_acc X" at the end."""
+With --checkpoint it resumes from the file when it exists, and saves it
+when SIGUSR1 comes and at the end.  SIGUSR1 is Slurm's notice of a
+preemption or of the time limit (scancel --signal=USR1, #SBATCH
+--signal=USR1@N), which rdzv-agent forwards to every worker: every rank
+agrees, at the next step, to save a checkpoint there; training goes on
+until the job is stopped or ends, and a requeued run resumes from that
+step.  Rank 0 prints one line per epoch and "final test_acc X" at the
+end."""
 
 import signal
 
@@ -49,7 +50,7 @@ def read_idx(path):
     if len(body) != n:
         raise SystemExit("%s: %d bytes of data, the header says %d" %
                          (path, len(body), n))
-    return torch.tensor(bytearray(body), dtype=torch.uint8).reshape(dims)
+    return torch.frombuffer(bytearray(body), dtype=torch.uint8).reshape(dims)
 
 
 def load(data, split, limit):
@@ -127,13 +128,13 @@ def main():
             total += torch.tensor([loss.item(), 1.0])
             step += 1
         epoch, step = epoch + 1, 0
-        if a.checkpoint:
-            save(epoch, 0)
         if rank == 0 and total[1] > 0:
             print("epoch %d loss %.4f steps %d time %.1fs" %
                   (epoch, total[0] / total[1], int(total[1]),
                    time.monotonic() - t0), flush=True)
 
+    if a.checkpoint:
+        save(epoch, 0)      # a requeue of the finished job trains no more
     if rank == 0:
         tx, ty = load(a.data, "test", a.test_limit)
         with torch.no_grad():

@@ -91,3 +91,5 @@ CLEANFILES += tests/integ/status_page_job.png
 # munge, in namespaces of their own; needs root): sbatch, srun, steps.
 INTEG_TESTS += tests/integ/slurm_jobs.py
 EXTRA_DIST += tests/integ/slurm_lib.py scripts/slurm-cluster.sh
+# ... preemption (scancel --signal=USR1) and scontrol requeue.
+INTEG_TESTS += tests/integ/slurm_preempt.py

@@ -85,6 +85,14 @@ class Cluster:
 
     def down(self):
         if self.up:
+            if os.environ.get("RDZV_TEST_KEEP") == "1":
+                keep = rt.mktemp("rdzv-slurm-kept-")
+                for d in ("shared", "log"):
+                    shutil.copytree(os.path.join(self.dir, d),
+                                    os.path.join(keep, d), symlinks=True,
+                                    ignore_dangling_symlinks=True)
+                print("slurm_lib: the cluster's shared directory and logs "
+                      "are in %s" % keep, flush=True)
             subprocess.run(["bash", self.script, "down", "--dir", self.dir],
                            stdout=subprocess.DEVNULL, timeout=120)
             self.up = False
