@@ -93,3 +93,6 @@ INTEG_TESTS += tests/integ/slurm_jobs.py
 EXTRA_DIST += tests/integ/slurm_lib.py scripts/slurm-cluster.sh
 # ... preemption (scancel --signal=USR1) and scontrol requeue.
 INTEG_TESTS += tests/integ/slurm_preempt.py
+# ... a node lost mid-job (its agent killed, or set DOWN): repaired,
+# COMPLETED.
+INTEG_TESTS += tests/integ/slurm_nodeloss.py
