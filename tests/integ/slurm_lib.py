@@ -222,12 +222,18 @@ class Cluster:
 
     def agent_pids(self, jid, node):
         """The rdzv-agent processes of job jid on node (SLURMD_NODENAME
-        in their environment): processes this cluster started."""
+        in their environment) in this cluster's network namespace:
+        processes this cluster started (another cluster, of a test run
+        beside this one, has its own job jid and node)."""
+        with open(os.path.join(self.dir, "run", "ns.pid")) as f:
+            netns = os.readlink("/proc/%d/ns/net" % int(f.read()))
         pids = []
         for p in os.listdir("/proc"):
             if not p.isdigit():
                 continue
             try:
+                if os.readlink("/proc/%s/ns/net" % p) != netns:
+                    continue
                 with open("/proc/%s/cmdline" % p, "rb") as f:
                     argv0 = f.read().split(b"\0")[0]
                 if not argv0.endswith(b"rdzv-agent"):
