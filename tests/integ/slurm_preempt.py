@@ -4,9 +4,10 @@ the agents (rdzvd, in the same job, ignores it), each rank checkpoints at
 one agreed step, scontrol requeue brings the job back, and the requeued
 run (rdzv job JOBID.1.r1: not the old run's, whose keys it must not
 read) resumes from that checkpoint and ends COMPLETED with the model
-trained."""
+trained.  And #SBATCH --signal=USR1@N reaches every worker too."""
 import os
 import re
+import sys
 
 import rdzvtest as rt
 import slurm_lib as sl
@@ -34,7 +35,44 @@ def requeue_now(jid):
     C.run(["scontrol", "update", "JobId=%d" % jid, "StartTime=now+5"])
 
 
+# A worker that waits for SIGUSR1 (up to 100 s) and says so.
+WAITER = r"""import os, signal, sys, time
+got = []
+signal.signal(signal.SIGUSR1, lambda s, f: got.append(time.time()))
+print("rank %s: waiting" % os.environ["RANK"], flush=True)
+end = time.monotonic() + 100
+while not got and time.monotonic() < end:
+    time.sleep(0.05)
+print("rank %s: %s" % (os.environ["RANK"], "SIGUSR1" if got else "nothing"),
+      flush=True)
+sys.exit(0 if got else 1)
+"""
+AT_N = None
+
+
+def submit_at_n():
+    """#SBATCH --signal=USR1@110 with a time limit of 2 minutes: the notice
+    is due 10 s after the start, and comes when slurmctld next looks at
+    time limits (every 30 s).  On one node, two workers, beside the
+    other test's job (it has 2 of the 3 nodes), so that the wait costs
+    nothing."""
+    global AT_N
+    if AT_N is None:
+        with open(os.path.join(C.shared, "waiter.py"), "w") as f:
+            f.write(WAITER)
+        with open(os.path.join(C.shared, "at_n.sbatch"), "w") as f:
+            f.write("#!/bin/bash\n#SBATCH --signal=USR1@110\n"
+                    "#SBATCH --time=2\n"
+                    "exec bash %s \"$@\"\n" % sbatch_script())
+        # Its own port: the nodes share one network stack here.
+        AT_N = C.sbatch(["--nodes=1", "at_n.sbatch", "waiter.py"],
+                        env={"PYTHON": sys.executable, "RDZV_NPROC": "2",
+                             "RDZV_PORT": "29410"})
+    return AT_N
+
+
 def test_usr1_checkpoint_requeue():
+    submit_at_n()
     C.copy(os.path.join(rt.top_srcdir(), "examples", "slurm",
                         "elastic_ddp.py"))
     ck = os.path.join(C.shared, "ck.pt")
@@ -69,6 +107,17 @@ def test_usr1_checkpoint_requeue():
             r, ck, epoch, step) in out, out
     assert sl.final_acc(out) >= MIN_ACC, out[-3000:]
     assert out.count("job %d.1.r1 succeeded" % jid) == 2, out
+
+
+def test_signal_at_n():
+    """#SBATCH --signal=USR1@N reaches both workers: the job ends
+    COMPLETED when they have it."""
+    jid = submit_at_n()
+    C.wait_state(jid, "COMPLETED", timeout=120)
+    out = C.out(jid)
+    assert "signal 10 (SIGUSR1): forwarded to 2 workers" in out, out
+    for r in (0, 1):
+        assert "rank %d: SIGUSR1" % r in out, out
 
 
 if __name__ == "__main__":
