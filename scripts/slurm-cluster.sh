@@ -13,7 +13,8 @@
 # a network namespace made here, whose loopback alone carries its traffic:
 # nK is 127.0.1.K there, slurmctld is 127.0.0.1, and a job's ports (29400
 # for a torchrun script) meet nothing outside.  A mount namespace of the
-# cluster's own gives /etc/hosts those names.  DIR/shared stands in for the
+# cluster's own gives /etc/hosts those names (and /etc/nsswitch.conf no
+# DNS).  DIR/shared stands in for the
 # shared filesystem; DIR/bin holds the Slurm commands (entering the
 # namespaces) and rdzv's programs, and is on every job's PATH when the
 # submitting shell has it on its own (sbatch exports the environment).
@@ -171,6 +172,12 @@ munged --socket="$dir/munge/munge.socket" --key-file="$dir/etc/munge.key" \
 	die "munged did not start: see $dir/log/munged.log"
 chmod 755 "$dir/etc"
 
+# Names from that file only: a lookup of anything else fails at once
+# rather than asking a DNS server the namespace cannot reach.
+if [ -f /etc/nsswitch.conf ]; then
+	sed 's/^hosts:.*/hosts: files/' /etc/nsswitch.conf \
+		>"$dir/etc/nsswitch.conf" || die "cannot read /etc/nsswitch.conf"
+fi
 {
 	echo "127.0.0.1 localhost ctl"
 	for i in $(seq 1 "$nodes"); do echo "127.0.1.$i n$i"; done
@@ -250,6 +257,9 @@ setsid unshare --net --mount --propagation slave -- sh -c '
 		i=$((i + 1))
 	done
 	mount --bind "$1/etc/hosts" /etc/hosts || exit 1
+	if [ -f "$1/etc/nsswitch.conf" ]; then
+		mount --bind "$1/etc/nsswitch.conf" /etc/nsswitch.conf || exit 1
+	fi
 	echo $$ >"$1/run/ns.pid.tmp" && mv "$1/run/ns.pid.tmp" "$1/run/ns.pid"
 	exec sleep infinity' sh "$dir" "$nodes" </dev/null >"$dir/log/holder.log" 2>&1 &
 for _ in $(seq 1 100); do
