@@ -23,8 +23,8 @@
 # slurmctld, slurmd, slurm-client and munge (scripts/deps.sh).  down
 # cancels every job, stops the daemons and ends every process left in the
 # cluster's network namespace (only ever processes this script's cluster
-# started), then removes DIR.  Exit status 0, or 1 with the reason on
-# stderr.
+# started), then removes what up made in DIR (DIR/shared too).  Exit
+# status 0, or 1 with the reason on stderr.
 set -uo pipefail
 
 top=$(cd "$(dirname "$0")/.." && pwd)
@@ -119,7 +119,9 @@ down() {
 	if [ -S "$dir/munge/munge.socket" ]; then
 		munged --socket="$dir/munge/munge.socket" --stop >/dev/null 2>&1
 	fi
-	rm -rf "$dir"
+	# What up made, no more: DIR may have been given.
+	rm -rf "$dir"/{etc,run,log,spool,ctld,munge,bin,shared}
+	rmdir "$dir" 2>/dev/null
 }
 
 if [ "$cmd" = down ]; then
