@@ -1,7 +1,8 @@
 """A node lost under a real Slurm (scripts/slurm-cluster.sh), mid-job, in
 an rdzv.sbatch job of examples/ddp_mlp on two nodes (--nnodes 1:2): the
 second node's rdzv-agent SIGKILLed, or the node set DOWN in a --no-kill
-job.  rdzvd repairs in place (the survivor goes on alone from where it
+job; and on three nodes for --nnodes 2:2, a member's agent killed and the
+standby taking its place.  rdzvd repairs in place (the survivor goes on alone from where it
 was), training ends, and the Slurm job ends COMPLETED although srun's
 worst task failed: rdzv.sbatch asks rdzvd what became of the job."""
 import os
@@ -78,6 +79,29 @@ def test_node_down():
     assert "Node failure on %s" % node in C.out(jid), C.out(jid)
     # The job lost a node (RESIZING) and then completed.
     assert rows[0][0] == "RESIZING", rows
+
+
+def test_standby_takes_place():
+    """Three nodes for --nnodes 2:2: the third agent waits as a standby;
+    a member's agent SIGKILLed mid-training, the standby's workers take
+    its place (the survivor goes on alone meanwhile, then the group
+    grows back to two), COMPLETED."""
+    jid = C.sbatch(["--nodes=3", sbatch_script(), ddp_mlp()] + MLP,
+                   env=dict(ENV, RDZV_AGENT_ARGS="--no_python --nnodes 2:2"))
+    C.wait_out(jid, r"^\[default0\]:  epoch 1  25% ", timeout=120)
+    out = C.out(jid)
+    assert "standby: job %d.1 has its maximum of nodes" % jid in out, out
+    member = int(re.search(r"rdzv-agent\[(\d+)\]: round 1: group rank 1 "
+                           r"of 2", out).group(1))
+    ours = [p for n in ("n1", "n2", "n3") for p in C.agent_pids(jid, n)]
+    assert member in ours, (member, ours)
+    os.kill(member, signal.SIGKILL)
+    C.wait_state(jid, "COMPLETED", timeout=150)
+    out = C.out(jid)
+    assert "takes a lost node's place" in out, out
+    assert re.search(r"round \d+: repair \(grow\): ranks from", out), out
+    assert sl.final_acc(out) >= MIN_ACC, out[-3000:]
+    assert "rdzvd says: %d.1 succeeded" % jid in out, out
 
 
 if __name__ == "__main__":
