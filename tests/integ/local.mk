@@ -111,3 +111,12 @@ tests_integ_chan_dump_LDADD = common/libcommon.la $(LIBEVENT_LIBS) $(LIBBSD_LIBS
 CLEANFILES += tests/integ/status_page_job.png
 # ... and demo.py the demo's screenshot of the page.
 CLEANFILES += tests/integ/demo_status_page.png
+# Under a real Slurm (scripts/slurm-cluster.sh: slurmctld, slurmd nodes,
+# munge, in namespaces of their own; needs root): sbatch, srun, steps.
+INTEG_TESTS += tests/integ/slurm_jobs.py
+EXTRA_DIST += tests/integ/slurm_lib.py scripts/slurm-cluster.sh
+# ... preemption (scancel --signal=USR1) and scontrol requeue.
+INTEG_TESTS += tests/integ/slurm_preempt.py
+# ... a node lost mid-job (its agent killed, or set DOWN): repaired,
+# COMPLETED.
+INTEG_TESTS += tests/integ/slurm_nodeloss.py
