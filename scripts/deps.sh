@@ -43,6 +43,7 @@ PKGS=(
 	clang libclang-rt-14-dev
 	libopenblas-dev zlib1g-dev dataset-fashion-mnist
 	systemd procps man-db groff-base mandoc python3-yaml
+	libcurl4-openssl-dev etcd-server
 )
 
 missing=()
