@@ -1,0 +1,115 @@
+"""etcd_failover: three rdzvds (on 127.0.0.1, .2 and .3) on a
+three-member etcd (127.0.0.1-3); one leads, the others stand by.
+
+  - kill -9 the leading rdzvd: a standby leads, and every SET the old
+    leader acknowledged (a client logs each) is there;
+  - the host lost: kill -9 the leading rdzvd and the etcd member beside
+    it: the same;
+  - SIGSTOP the leader past its lease: a standby leads; SIGCONT: the old
+    leader commits nothing (a SET sent to it while it was stopped gets
+    no reply and is not stored) and exits with status 75.
+"""
+
+import os
+import signal
+
+import rdzvtest as rt
+from etcd_lib import EtcdCluster, etcd_rdzvd, skip_without_etcd
+from etcd_store import DEPOSED, AckLog, check_acked
+
+HOSTS = ["127.0.0.1", "127.0.0.2", "127.0.0.3"]
+
+
+def trio(etcd):
+    """Three rdzvds; returns (leader, [standbys]) once one leads."""
+    ds = [etcd_rdzvd(etcd, host=h, start=False) for h in HOSTS]
+    ds[0].start()
+    for d in ds[1:]:
+        d.start(wait=False)
+    # The standbys have said whom they wait for.
+    for d in ds[1:]:
+        rt.wait_until(lambda: "standing by" in d.log_text(), 20,
+                      what="standby")
+    return ds[0], ds[1:]
+
+
+def next_leader(standbys, timeout=30.0):
+    """Waits until one standby has written its port file; returns it."""
+    found = []
+
+    def ready():
+        for d in standbys:
+            if os.path.exists(d.port_file) and (
+                    not d.http or os.path.exists(d.http_port_file)):
+                found.append(d)
+                return True
+        return False
+    rt.wait_until(ready, timeout, 0.02, "a standby leading")
+    d = found[0]
+    d.wait_ready()
+    return d
+
+
+def failover(kill_member):
+    etcd = EtcdCluster(3)
+    leader, standbys = trio(etcd)
+    w = AckLog(leader)
+    rt.wait_until(lambda: len(w.acked) > 200, 30, what="writes acked")
+    leader.kill9()
+    if kill_member:
+        etcd.kill(0)        # the member on the leader's host
+    w.join()
+    new = next_leader(standbys)
+    assert new.host != leader.host
+    assert "leading" in new.log_text()
+    check_acked(new, w.acked)
+    # It takes writes of its own, and a second failover loses none.
+    w2 = AckLog(new, prefix=b"second-")
+    rt.wait_until(lambda: len(w2.acked) > 50, 30, what="writes acked")
+    new.kill9()
+    w2.join()
+    last = next_leader([d for d in standbys if d is not new])
+    check_acked(last, w.acked)
+    check_acked(last, w2.acked)
+    for d in standbys:
+        d.stop()
+
+
+def test_kill9_leader():
+    failover(kill_member=False)
+
+
+def test_host_lost():
+    failover(kill_member=True)
+
+
+def test_paused_leader_commits_nothing():
+    etcd = EtcdCluster(3)
+    leader, standbys = trio(etcd)
+    c = leader.native(timeout=30)
+    c.set(b"before", b"1")
+    leader.signal(signal.SIGSTOP)
+    try:
+        new = next_leader(standbys)
+        # Sent while the old leader sleeps: it reads it after SIGCONT.
+        c.send(rt.OP_SET, b"", b"during", b"1")
+    finally:
+        leader.signal(signal.SIGCONT)
+    assert rt.expect_closed(c.sock, 30) == b"", "a reply left the old leader"
+    rc = leader.wait(30)
+    assert rc == DEPOSED, "status %r\n%s" % (rc, leader.diagnostics())
+    assert "no longer the leader" in leader.log_text()
+    n = new.native()
+    assert n.get(b"before") == b"1"
+    try:
+        n.get(b"during")
+        raise AssertionError("the old leader committed a write")
+    except rt.RdzvError as e:
+        assert e.code == rt.RDZV_ENOTFOUND, e
+    for d in standbys:
+        d.stop()
+
+
+if __name__ == "__main__":
+    skip_without_etcd()
+    rt.main(globals(), per_test=150.0, total=500.0)
