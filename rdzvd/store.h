@@ -94,6 +94,7 @@ struct store_etcd_status {
 	int		leader;		/* 1: this rdzvd leads */
 	int64_t		term;		/* the leader key's create revision */
 	int64_t		since_ms;	/* mono_ms() when this one began to lead */
+	int64_t		failovers;	/* leaders before this one, less one */
 	char		leader_info[256];
 };
 void		 store_etcd_get_status(struct store_etcd_status *);

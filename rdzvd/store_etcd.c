@@ -22,6 +22,7 @@
  *
  * Keys under the prefix P (default "/rdzv/"):
  *   P "leader"                     leader's JSON, attached to its lease
+ *   P "elections"                  how many rdzvds have led, in decimal
  *   P "kv/" hex(ns) "/" key        a kv key's value
  *   P "q/" hex(ns) "/" hex(key) "/" %016x seq   a queue item
  * Queue sequence numbers are kept by the writer alone (head and tail per
@@ -840,6 +841,46 @@ store_etcd_campaign(struct store_etcd *se, const char *info)
 	return 1;
 }
 
+/*
+ * Counts this leadership in P "elections" (fenced, like every write) and
+ * returns how many leaderships came before it, or -1 if etcd failed.
+ */
+static int64_t
+store_etcd_count_election(struct store_etcd *se)
+{
+	json_t		*req, *resp, *kvs;
+	uint8_t		*v = NULL;
+	size_t		 vlen;
+	char		 buf[32];
+	const char	*errstr;
+	int64_t		 n = 0;
+
+	req = json_pack("{s:o}", "key", store_etcd_key(se, "elections", 9));
+	if (req == NULL || etcd_call(se->wr, "/v3/kv/range", req, &resp) != 0)
+		return -1;
+	kvs = json_object_get(resp, "kvs");
+	if (json_array_size(kvs) > 0 &&
+	    etcd_unb64(json_array_get(kvs, 0), "value", &v, &vlen) == 0) {
+		n = strtonum((char *)v, 0, INT64_MAX - 1, &errstr);
+		if (errstr != NULL)
+			n = 0;
+	}
+	free(v);
+	json_decref(resp);
+	snprintf(buf, sizeof buf, "%lld", (long long)n + 1);
+	req = json_pack("{s:O, s:[{s:{s:o, s:o}}]}", "compare", se->fence,
+	    "success", "request_put", "key", store_etcd_key(se, "elections", 9),
+	    "value", etcd_b64(buf, strlen(buf)));
+	if (req == NULL || etcd_call(se->wr, "/v3/kv/txn", req, &resp) != 0)
+		return -1;
+	if (!json_is_true(json_object_get(resp, "succeeded"))) {
+		json_decref(resp);
+		store_etcd_deposed("another rdzvd leads already");
+	}
+	json_decref(resp);
+	return n;
+}
+
 static void
 store_etcd_close(void *arg)
 {
@@ -894,6 +935,7 @@ store_open_etcd(const struct store_etcd_conf *c, enum store_durability mode,
 	pthread_condattr_t	 ca;
 	sigset_t		 all, old;
 	unsigned		 poll_ms;
+	int64_t			 before;
 	int			 rc;
 
 	if (mode != STORE_RELAXED && mode != STORE_STRICT) {
@@ -955,10 +997,16 @@ store_open_etcd(const struct store_etcd_conf *c, enum store_durability mode,
 		goto fail;
 	}
 	se->ka_started = 1;
-	log_info("etcd: leading, term %lld", (long long)se->term);
+	if ((before = store_etcd_count_election(se)) < 0) {
+		log_warnx("etcd: counting elections: %s", etcd_errmsg(se->wr));
+		goto fail;
+	}
+	log_info("etcd: leading, term %lld (%lld rdzvds led before)",
+	    (long long)se->term, (long long)before);
 	store_etcd_status_set(1, se->term, c->leader_info);
 	pthread_mutex_lock(&etcd_status_mtx);
 	etcd_status.since_ms = mono_ms();
+	etcd_status.failovers = before;
 	pthread_mutex_unlock(&etcd_status_mtx);
 
 	if (store_etcd_load(se, kv) != 0)

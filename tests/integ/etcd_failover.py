@@ -4,16 +4,24 @@ three-member etcd (127.0.0.1-3); one leads, the others stand by.
   - kill -9 the leading rdzvd: a standby leads, and every SET the old
     leader acknowledged (a client logs each) is there;
   - the host lost: kill -9 the leading rdzvd and the etcd member beside
-    it: the same;
+    it: the same; the new leader says it leads in /metrics and in
+    rdzvctl status (reached through the list of all three);
   - SIGSTOP the leader past its lease: a standby leads; SIGCONT: the old
     leader commits nothing (a SET sent to it while it was stopped gets
-    no reply and is not stored) and exits with status 75.
+    no reply and is not stored) and exits with status 75;
+  - a 2x2 job of C workers (examples/ddp_mlp under two rdzv-agents given
+    all three rdzvds, --rdzv_endpoint A,B,C): kill -9 the leading rdzvd
+    while it trains; the agents follow the new leader, no worker is
+    restarted or replaced, the job succeeds.
 """
 
 import os
+import re
 import signal
+import subprocess
 
 import rdzvtest as rt
+from agent_lib import Scope, conf, job_events
 from etcd_lib import EtcdCluster, etcd_rdzvd, skip_without_etcd
 from etcd_store import DEPOSED, AckLog, check_acked
 
@@ -63,6 +71,18 @@ def failover(kill_member):
     assert new.host != leader.host
     assert "leading" in new.log_text()
     check_acked(new, w.acked)
+    # Who leads, in /metrics and in rdzvctl status (given all three).
+    assert new.metric("rdzvd_leader") == 1
+    assert new.metric("rdzvd_leader_failovers") == 1
+    assert new.metric("rdzvd_leader_term") > 0
+    eps = ",".join(d.endpoint for d in [leader] + standbys)
+    st = subprocess.run([os.path.join(rt.top_builddir(), "client",
+                                      "rdzvctl"), "-e", eps, "status"],
+                        capture_output=True, text=True, timeout=30)
+    assert st.returncode == 0, st.stderr
+    assert re.search(r"leader +this rdzvd, term \d+, .* after 1 other",
+                     st.stdout), st.stdout
+    assert "store        " + etcd.store_arg in st.stdout, st.stdout
     # It takes writes of its own, and a second failover loses none.
     w2 = AckLog(new, prefix=b"second-")
     rt.wait_until(lambda: len(w2.acked) > 50, 30, what="writes acked")
@@ -106,6 +126,41 @@ def test_paused_leader_commits_nothing():
         raise AssertionError("the old leader committed a write")
     except rt.RdzvError as e:
         assert e.code == rt.RDZV_ENOTFOUND, e
+    for d in standbys:
+        d.stop()
+
+
+def test_job_survives_failover():
+    from repair_agent import ARGS, need_data, prog
+    need_data()
+    etcd = EtcdCluster(3)
+    leader, standbys = trio(etcd)
+    eps = ",".join(d.endpoint for d in [leader] + standbys)
+    job_args = ["--nnodes", "2", "--nproc_per_node", "2",
+                "--rdzv_backend", "rdzv", "--rdzv_endpoint", eps,
+                "--rdzv_id", "ha", "--max_restarts", "2", "--grace", "2",
+                "--rdzv_conf", conf(0.2, 5.0), "--no_python"]
+    program = prog()[:1] + ARGS[:-1] + ["4"]    # --epochs 4
+    with Scope("etcd-job-") as s:
+        a = s.agent(job_args, program=program)
+        b = s.agent(job_args, program=program)
+        rt.wait_until(lambda: len(a.children()) == 2 and
+                      len(b.children()) == 2 and
+                      "step " in a.output() + b.output(),
+                      timeout=60, what="4 workers training")
+        workers = set(a.children()) | set(b.children())
+        leader.kill9()
+        new = next_leader(standbys)
+        rt.wait_until(lambda: "rejoined job ha" in a.output() and
+                      "rejoined job ha" in b.output(), 30,
+                      what="both agents on the new leader")
+        assert workers == set(a.children()) | set(b.children())
+        for x in (a, b):
+            rc = x.wait(120)
+            assert rc == 0, (rc, x.output()[-3000:])
+        ev = job_events(new, "ha")
+    assert not any(t.startswith("restart ") or "repair" in t
+                   for t in ev), ev
     for d in standbys:
         d.stop()
 

@@ -142,13 +142,16 @@ class EtcdCluster:
 
 def etcd_rdzvd(cluster, ttl_ms=1000, durability="strict", start=True,
                host="127.0.0.1", extra=()):
-    """An rdzvd on cluster (strict by default) listening on host; with
-    start=True waits until it leads (its port file appears)."""
+    """An rdzvd on cluster (strict by default) listening on host at a port
+    chosen now (clients must know a standby's address before it listens:
+    d.endpoint); with start=True waits until it leads (its port file
+    appears)."""
     d = rt.Rdzvd(["--store", cluster.store_arg, "--leader-ttl-ms",
                   str(ttl_ms)] + list(extra), durability=durability,
                  start=False, ready_timeout=30.0)
     d.host = host
-    d.extra = ["--listen", "%s:0" % host] + d.extra
+    d.endpoint = "%s:%d" % (host, free_port(host))
+    d.extra = ["--listen", d.endpoint] + d.extra
     if start:
         d.start()
     return d
