@@ -159,12 +159,7 @@ store_wait(struct store *st)
 		/* Relaxed: hold the batch until the window since its first
 		 * mutation has passed. */
 		deadline = st->first_pending;
-		deadline.tv_sec += st->window_ms / 1000;
-		deadline.tv_nsec += (long)(st->window_ms % 1000) * 1000000;
-		if (deadline.tv_nsec >= 1000000000) {
-			deadline.tv_sec++;
-			deadline.tv_nsec -= 1000000000;
-		}
+		store_timespec_add_ms(&deadline, st->window_ms);
 		if (pthread_cond_timedwait(&st->cond, &st->mtx, &deadline) ==
 		    ETIMEDOUT)
 			return 1;
@@ -273,6 +268,41 @@ store_free(struct store *st)
 	free(st);
 }
 
+void
+store_cond_init(pthread_cond_t *cond)
+{
+	pthread_condattr_t	ca;
+
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(cond, &ca);
+	pthread_condattr_destroy(&ca);
+}
+
+void
+store_timespec_add_ms(struct timespec *ts, unsigned ms)
+{
+	ts->tv_sec += ms / 1000;
+	ts->tv_nsec += (long)(ms % 1000) * 1000000;
+	if (ts->tv_nsec >= 1000000000) {
+		ts->tv_sec++;
+		ts->tv_nsec -= 1000000000;
+	}
+}
+
+int
+store_thread_start(pthread_t *t, void *(*fn)(void *), void *arg)
+{
+	sigset_t	all, old;
+	int		rc;
+
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old);
+	rc = pthread_create(t, NULL, fn, arg);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	return rc;
+}
+
 struct store *
 store_open(const char *path, enum store_durability mode, unsigned window_ms,
     struct event_base *base, struct kv *kv,
@@ -297,8 +327,6 @@ store_start(const struct store_backend *backend, void *be,
     struct event_base *base, void (*done_cb)(void *, uint64_t), void *arg)
 {
 	struct store		*st;
-	pthread_condattr_t	 ca;
-	sigset_t		 all, old;
 	int			 rc;
 
 	if ((st = calloc(1, sizeof *st)) == NULL ||
@@ -319,10 +347,7 @@ store_start(const struct store_backend *backend, void *be,
 	atomic_init(&st->backlog, 0);
 	pthread_mutex_init(&st->mtx, NULL);
 	/* Relaxed deadlines are computed on the monotonic clock. */
-	pthread_condattr_init(&ca);
-	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-	pthread_cond_init(&st->cond, &ca);
-	pthread_condattr_destroy(&ca);
+	store_cond_init(&st->cond);
 
 	if ((st->done_ev = event_new(base, -1, 0, store_done_cb, st)) ==
 	    NULL) {
@@ -330,12 +355,7 @@ store_start(const struct store_backend *backend, void *be,
 		goto fail;
 	}
 
-	/* Signals stay with the loop's thread. */
-	sigfillset(&all);
-	pthread_sigmask(SIG_SETMASK, &all, &old);
-	rc = pthread_create(&st->thread, NULL, store_thread, st);
-	pthread_sigmask(SIG_SETMASK, &old, NULL);
-	if (rc != 0) {
+	if ((rc = store_thread_start(&st->thread, store_thread, st)) != 0) {
 		errno = rc;
 		log_warn("store: %s: pthread_create", where);
 		goto fail;

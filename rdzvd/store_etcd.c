@@ -43,7 +43,6 @@
 
 #include <errno.h>
 #include <pthread.h>
-#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -138,12 +137,7 @@ store_etcd_ka_sleep(struct store_etcd *se, unsigned ms)
 	struct timespec	ts;
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
-	ts.tv_sec += ms / 1000;
-	ts.tv_nsec += (long)(ms % 1000) * 1000000;
-	if (ts.tv_nsec >= 1000000000) {
-		ts.tv_sec++;
-		ts.tv_nsec -= 1000000000;
-	}
+	store_timespec_add_ms(&ts, ms);
 	pthread_mutex_lock(&se->ka_mtx);
 	while (!atomic_load(&se->stop) &&
 	    pthread_cond_timedwait(&se->ka_cond, &se->ka_mtx, &ts) != ETIMEDOUT)
@@ -378,6 +372,18 @@ store_etcd_queue(struct store_etcd *se, const char *stem, size_t stemlen)
 	return q;
 }
 
+/* Writes kind ("kv/" or "q/") hex(ns) "/" into buf; returns its length. */
+static size_t
+store_etcd_stem(char *buf, const char *kind, const struct store_rec *r)
+{
+	size_t	n = strlen(kind);
+
+	memcpy(buf, kind, n);
+	store_etcd_hex(buf + n, STORE_REC_NS(r), r->nslen);
+	buf[n + 2 * r->nslen] = '/';
+	return n + 2 * r->nslen + 1;
+}
+
 /* The ops of one journal record. */
 static int
 store_etcd_apply_one(struct store_etcd *se, struct etcd_txn *t,
@@ -395,20 +401,16 @@ store_etcd_apply_one(struct store_etcd *se, struct etcd_txn *t,
 	switch (r->op) {
 	case KV_J_PUT:
 	case KV_J_DEL:
-		memcpy(buf, "kv/", 3);
-		store_etcd_hex(buf + 3, STORE_REC_NS(r), r->nslen);
-		buf[3 + nh] = '/';
-		memcpy(buf + 4 + nh, STORE_REC_KEY(r), r->keylen);
-		rc = store_etcd_txn_add(se, t, buf, 4 + nh + r->keylen,
+		n = store_etcd_stem(buf, "kv/", r);
+		memcpy(buf + n, STORE_REC_KEY(r), r->keylen);
+		rc = store_etcd_txn_add(se, t, buf, n + r->keylen,
 		    STORE_REC_VAL(r), r->vallen, r->op == KV_J_PUT, 0);
 		break;
 	case KV_J_QPUSH:
 	case KV_J_QPOP:
-		memcpy(buf, "q/", 2);
-		store_etcd_hex(buf + 2, STORE_REC_NS(r), r->nslen);
-		buf[2 + nh] = '/';
-		store_etcd_hex(buf + 3 + nh, STORE_REC_KEY(r), r->keylen);
-		n = 3 + nh + 2 * r->keylen;
+		n = store_etcd_stem(buf, "q/", r);
+		store_etcd_hex(buf + n, STORE_REC_KEY(r), r->keylen);
+		n += 2 * r->keylen;
 		if ((q = store_etcd_queue(se, buf + 2, n - 2)) == NULL) {
 			rc = RDZV_ENOMEM;
 			break;
@@ -423,17 +425,13 @@ store_etcd_apply_one(struct store_etcd *se, struct etcd_txn *t,
 		    r->vallen, r->op == KV_J_QPUSH, 0);
 		break;
 	case KV_J_NSDROP:
-		memcpy(buf, "kv/", 3);
-		store_etcd_hex(buf + 3, STORE_REC_NS(r), r->nslen);
-		buf[3 + nh] = '/';
-		if ((rc = store_etcd_txn_add(se, t, buf, 4 + nh, NULL, 0, 0,
-		    1)) != 0)
+		n = store_etcd_stem(buf, "kv/", r);
+		if ((rc = store_etcd_txn_add(se, t, buf, n, NULL, 0, 0, 1)) !=
+		    0)
 			break;
-		memcpy(buf, "q/", 2);
-		store_etcd_hex(buf + 2, STORE_REC_NS(r), r->nslen);
-		buf[2 + nh] = '/';
-		if ((rc = store_etcd_txn_add(se, t, buf, 3 + nh, NULL, 0, 0,
-		    1)) != 0)
+		n = store_etcd_stem(buf, "q/", r);
+		if ((rc = store_etcd_txn_add(se, t, buf, n, NULL, 0, 0, 1)) !=
+		    0)
 			break;
 		/* Every queue of the namespace is empty now. */
 		HASH_ITER(hh, se->queues, q, q1) {
@@ -932,8 +930,6 @@ store_open_etcd(const struct store_etcd_conf *c, enum store_durability mode,
     void (*done_cb)(void *, uint64_t), void *arg)
 {
 	struct store_etcd	*se;
-	pthread_condattr_t	 ca;
-	sigset_t		 all, old;
 	unsigned		 poll_ms;
 	int64_t			 before;
 	int			 rc;
@@ -951,10 +947,7 @@ store_open_etcd(const struct store_etcd_conf *c, enum store_durability mode,
 	}
 	se->prefixlen = strlen(se->prefix);
 	pthread_mutex_init(&se->ka_mtx, NULL);
-	pthread_condattr_init(&ca);
-	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-	pthread_cond_init(&se->ka_cond, &ca);
-	pthread_condattr_destroy(&ca);
+	store_cond_init(&se->ka_cond);
 	se->ec = c->etcd;
 	se->ttl_ms = c->leader_ttl_ms;
 	if (se->ec.timeout_ms == 0)
@@ -987,11 +980,8 @@ store_open_etcd(const struct store_etcd_conf *c, enum store_durability mode,
 	if (se->fence == NULL)
 		goto fail;
 
-	sigfillset(&all);
-	pthread_sigmask(SIG_SETMASK, &all, &old);
-	rc = pthread_create(&se->ka_thread, NULL, store_etcd_keepalive, se);
-	pthread_sigmask(SIG_SETMASK, &old, NULL);
-	if (rc != 0) {
+	if ((rc = store_thread_start(&se->ka_thread, store_etcd_keepalive,
+	    se)) != 0) {
 		errno = rc;
 		log_warn("etcd: pthread_create");
 		goto fail;

@@ -12,7 +12,9 @@
 
 #include <sys/queue.h>
 
+#include <pthread.h>
 #include <stddef.h>
+#include <time.h>
 #include <stdint.h>
 
 #include "kv.h"
@@ -62,5 +64,13 @@ void	*store_sqlite_open(const char *path, enum store_durability,
 struct store *store_start(const struct store_backend *, void *be,
 	    const char *where, enum store_durability, unsigned window_ms,
 	    struct event_base *, void (*done_cb)(void *, uint64_t), void *arg);
+
+/* A condition variable whose timed waits run on CLOCK_MONOTONIC. */
+void	store_cond_init(pthread_cond_t *);
+/* ts (CLOCK_MONOTONIC) moved ms later. */
+void	store_timespec_add_ms(struct timespec *ts, unsigned ms);
+/* pthread_create with every signal blocked in the new thread: they stay
+ * with the loop's thread.  Returns pthread_create's code. */
+int	store_thread_start(pthread_t *, void *(*)(void *), void *);
 
 #endif /* RDZV_STORE_IMPL_H */
