@@ -14,6 +14,7 @@
 
 #include "hostport.h"
 #include "log.h"
+#include "mono.h"
 #include "rdzv_err.h"
 #include "etcd.h"
 
@@ -33,6 +34,8 @@ struct etcd {
 	char			*url[ETCD_ENDPOINTS_MAX];
 	size_t			 nurl;
 	size_t			 cur;		/* endpoint tried first */
+	unsigned		 budget_ms;	/* per call; 0: none */
+	int64_t			 call_end_us;	/* this call's, with a budget */
 	char			*token;		/* etcd auth token */
 	char			*answer;	/* the answer being received */
 	size_t			 alen, asize;
@@ -151,6 +154,12 @@ etcd_free(struct etcd *e)
 	free(e);
 }
 
+void
+etcd_set_budget(struct etcd *e, unsigned ms)
+{
+	e->budget_ms = ms;
+}
+
 const char *
 etcd_errmsg(const struct etcd *e)
 {
@@ -175,7 +184,19 @@ etcd_post(struct etcd *e, size_t i, const char *path, const char *body,
 	struct curl_slist	*h = e->headers, *auth = NULL;
 	char			*hdr = NULL;
 	CURLcode		 rc;
+	int64_t			 left;
+	long			 tmo = (long)e->conf.timeout_ms;
 
+	if (e->budget_ms != 0) {
+		left = (e->call_end_us - mono_us()) / 1000;
+		if (left < 1) {
+			snprintf(e->err, sizeof e->err, "%s: no time left",
+			    e->url[i]);
+			return RDZV_ECONN;
+		}
+		if (left < tmo)
+			tmo = (long)left;
+	}
 	snprintf(url, sizeof url, "%s%s", e->url[i], path);
 	e->alen = 0;
 	if (e->answer != NULL)
@@ -199,9 +220,8 @@ etcd_post(struct etcd *e, size_t i, const char *path, const char *body,
 	curl_easy_setopt(e->curl, CURLOPT_NOSIGNAL, 1L);
 	curl_easy_setopt(e->curl, CURLOPT_TCP_NODELAY, 1L);
 	curl_easy_setopt(e->curl, CURLOPT_CONNECTTIMEOUT_MS,
-	    (long)(e->conf.timeout_ms < ETCD_CONNECT_MS ? e->conf.timeout_ms :
-	    ETCD_CONNECT_MS));
-	curl_easy_setopt(e->curl, CURLOPT_TIMEOUT_MS, (long)e->conf.timeout_ms);
+	    tmo < ETCD_CONNECT_MS ? tmo : (long)ETCD_CONNECT_MS);
+	curl_easy_setopt(e->curl, CURLOPT_TIMEOUT_MS, tmo);
 	curl_easy_setopt(e->curl, CURLOPT_PROTOCOLS_STR, "http,https");
 	if (e->conf.cacert != NULL)
 		curl_easy_setopt(e->curl, CURLOPT_CAINFO, e->conf.cacert);
@@ -286,6 +306,8 @@ etcd_call(struct etcd *e, const char *path, json_t *req, json_t **resp)
 
 	*resp = NULL;
 	e->err[0] = '\0';
+	if (e->budget_ms != 0)
+		e->call_end_us = mono_us() + (int64_t)e->budget_ms * 1000;
 	body = json_dumps(req, JSON_COMPACT);
 	json_decref(req);
 	if (body == NULL) {

@@ -48,6 +48,11 @@ void		 etcd_free(struct etcd *);
  */
 int		 etcd_call(struct etcd *, const char *path, json_t *req,
 		    json_t **resp);
+/*
+ * Bounds the next calls as a whole (every endpoint tried) to ms; 0 goes
+ * back to the per-request timeout alone.
+ */
+void		 etcd_set_budget(struct etcd *, unsigned ms);
 /* Why the last call failed ("" after a success). */
 const char	*etcd_errmsg(const struct etcd *);
 /* The endpoint the next call goes to first. */

@@ -524,7 +524,8 @@ store_etcd_keepalive(void *arg)
 	struct store_etcd	*se = arg;
 	json_t			*req, *resp, *res;
 	int64_t			 t0, now, ttl, compact_at, seen_rev = 0, rev;
-	unsigned		 every = (unsigned)(se->lease_ttl * 1000 / 3);
+	int64_t			 left;
+	unsigned		 every = (unsigned)(se->lease_ttl * 1000 / 3), nap;
 	int			 rc;
 
 	compact_at = mono_us() + ETCD_COMPACT_MS * 1000LL;
@@ -534,6 +535,11 @@ store_etcd_keepalive(void *arg)
 			store_etcd_deposed("the leader lease ran out: etcd "
 			    "unreachable, or this process was paused");
 		t0 = now;
+		/* A member that does not answer must not hold this thread
+		 * past the deadline: the loop serves until it exits. */
+		left = (se->deadline_us - now) / 1000;
+		etcd_set_budget(se->ka, left < every ? (unsigned)left + 1 :
+		    every);
 		req = json_pack("{s:I}", "ID", (json_int_t)se->lease);
 		rc = req != NULL ? etcd_call(se->ka, "/v3/lease/keepalive", req,
 		    &resp) : RDZV_ENOMEM;
@@ -549,6 +555,7 @@ store_etcd_keepalive(void *arg)
 			log_warnx("etcd: leader lease keepalive failed (%lld "
 			    "ms left): %s", (long long)(se->deadline_us -
 			    mono_us()) / 1000, etcd_errmsg(se->ka));
+		etcd_set_budget(se->ka, every);
 		if (mono_us() >= compact_at) {
 			/* What the last interval wrote stays readable for
 			 * one more interval. */
@@ -567,7 +574,11 @@ store_etcd_keepalive(void *arg)
 			seen_rev = rev;
 			compact_at = mono_us() + ETCD_COMPACT_MS * 1000LL;
 		}
-		store_etcd_ka_sleep(se, rc == 0 ? every : every / 4 + 1);
+		/* Wake by the deadline, to leave the moment it passes. */
+		nap = rc == 0 ? every : every / 4 + 1;
+		left = (se->deadline_us - mono_us()) / 1000 + 1;
+		store_etcd_ka_sleep(se, left < 1 ? 1 : left < nap ?
+		    (unsigned)left : nap);
 	}
 	return NULL;
 }
