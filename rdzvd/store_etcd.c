@@ -61,7 +61,7 @@
 /* etcd's defaults: --max-txn-ops 128, --max-request-bytes 1.5 MiB. */
 #define ETCD_TXN_OPS_MAX	128
 #define ETCD_TXN_BYTES_MAX	(1024U * 1024)
-#define ETCD_RANGE_PAGE		1000
+#define ETCD_RANGE_PAGE		128	/* values up to 1 MiB: bounded answers */
 #define ETCD_COMPACT_MS		60000
 #define ETCD_UNREACHABLE_LOG_MS	5000
 #define STORE_ETCD_EXIT		75	/* EX_TEMPFAIL: restart as standby */

@@ -55,7 +55,8 @@ def test_everything_survives_kill9():
     etcd = EtcdCluster(1)
     d = etcd_rdzvd(etcd)
     c = d.native()
-    for i in range(40):
+    # More than one page (128 keys) to load.
+    for i in range(300):
         c.set(b"k%d" % i, b"v%d" % i)
     # Many ADDs to one key land in few batches: one key per etcd txn.
     ts = [threading.Thread(target=lambda: [d.native().add(b"ctr", 1)
@@ -76,8 +77,8 @@ def test_everything_survives_kill9():
 
     d2 = etcd_rdzvd(etcd)
     c = d2.native()
-    assert [c.get(b"k%d" % i) for i in range(40)] == [b"v%d" % i
-                                                     for i in range(40)]
+    assert [c.get(b"k%d" % i) for i in range(300)] == [b"v%d" % i
+                                                      for i in range(300)]
     assert c.add(b"ctr", 0) == 200
     assert c.queue_len(b"q") == 2
     assert c.queue_pop(b"q") == b"b"
