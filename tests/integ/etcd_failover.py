@@ -12,7 +12,8 @@ three-member etcd (127.0.0.1-3); one leads, the others stand by.
   - a 2x2 job of C workers (examples/ddp_mlp under two rdzv-agents given
     all three rdzvds, --rdzv_endpoint A,B,C): kill -9 the leading rdzvd
     while it trains; the agents follow the new leader, no worker is
-    restarted or replaced, the job succeeds.
+    restarted or replaced; a worker killed afterwards is repaired in
+    place by the new leader (shrink, grow, no restart); the job succeeds.
 """
 
 import os
@@ -155,12 +156,20 @@ def test_job_survives_failover():
                       "rejoined job ha" in b.output(), 30,
                       what="both agents on the new leader")
         assert workers == set(a.children()) | set(b.children())
+        # A worker dies after the failover: the new leader repairs the
+        # job in place (its replacement is told where the leader is).
+        victim = sorted(b.children())[0]
+        os.kill(victim, signal.SIGKILL)
+        rt.wait_until(lambda: any("repair: grow" in t
+                                  for t in job_events(new, "ha")),
+                      timeout=60, what="the grow round on the new leader")
+        assert workers - {victim} <= set(a.children()) | set(b.children())
         for x in (a, b):
             rc = x.wait(120)
             assert rc == 0, (rc, x.output()[-3000:])
         ev = job_events(new, "ha")
-    assert not any(t.startswith("restart ") or "repair" in t
-                   for t in ev), ev
+    assert not any(t.startswith("restart ") for t in ev), ev
+    assert any(t.startswith("repair: shrink to 3") for t in ev), ev
     for d in standbys:
         d.stop()
 
