@@ -13,7 +13,9 @@ three-member etcd (127.0.0.1-3); one leads, the others stand by.
     all three rdzvds, --rdzv_endpoint A,B,C): kill -9 the leading rdzvd
     while it trains; the agents follow the new leader, no worker is
     restarted or replaced; a worker killed afterwards is repaired in
-    place by the new leader (shrink, grow, no restart); the job succeeds.
+    place by the new leader (shrink, grow, no restart); the job succeeds;
+  - the same for an unmodified torch 2.13 DDP program (gloo, env://)
+    under the two agents: no rank restarts, every replica the same.
 """
 
 import os
@@ -170,6 +172,48 @@ def test_job_survives_failover():
         ev = job_events(new, "ha")
     assert not any(t.startswith("restart ") for t in ev), ev
     assert any(t.startswith("repair: shrink to 3") for t in ev), ev
+    for d in standbys:
+        d.stop()
+
+
+def test_torch_job_survives_failover():
+    import json
+    from agent_torch2 import PROGRAM, running
+    if not rt.has_torch(rt.TORCH2_PYTHON):
+        rt.skip("no torch 2.x at %s (TORCH2_PYTHON)" % rt.TORCH2_PYTHON)
+    etcd = EtcdCluster(3)
+    leader, standbys = trio(etcd)
+    eps = ",".join(d.endpoint for d in [leader] + standbys)
+    with Scope("etcd-torch-") as s:
+        prog = os.path.join(s.tmp, "train.py")
+        with open(prog, "w") as f:
+            f.write(PROGRAM)
+        args = ["--nnodes", "2", "--nproc-per-node", "2",
+                "--rdzv-endpoint", eps, "--rdzv-id", "torch2",
+                "--max-restarts", "2", "--grace", "1",
+                "--rdzv-conf", conf(0.2, 5.0)]
+        env = {"PYTHON": rt.TORCH2_PYTHON, "GLOO_SOCKET_IFNAME": "lo"}
+        a = s.agent(args, env=env, program=[prog, s.tmp])
+        b = s.agent(args, env=env, program=[prog, s.tmp])
+        rt.wait_until(lambda: len(running(s.tmp, 0)) == 4, timeout=90,
+                      what="4 ranks training")
+        r0 = running(s.tmp, 0)
+        leader.kill9()
+        next_leader(standbys)
+        rt.wait_until(lambda: "rejoined job torch2" in a.output() and
+                      "rejoined job torch2" in b.output(), 30,
+                      what="both agents on the new leader")
+        with open(os.path.join(s.tmp, "finish"), "w"):
+            pass
+        ra, rb = a.wait(90), b.wait(90)
+        assert ra == 0 and rb == 0, (ra, rb, a.output()[-3000:],
+                                     b.output()[-3000:])
+        assert not running(s.tmp, 1), "a rank restarted"
+        for rank in range(4):
+            with open(os.path.join(s.tmp, "result.0.%d" % rank)) as f:
+                r = json.load(f)
+            assert r["pid"] == r0[rank]["pid"], (r, r0[rank])
+            assert r["world"] == 4 and r["same"], r
     for d in standbys:
         d.stop()
 
