@@ -436,6 +436,8 @@ int	rdzv_start(struct event_base *, const struct agent_config *,
 	    const struct rdzv_cbs *, void *arg);
 /* This agent's instance id (hex) and node id (-1 before JOIN). */
 const char	*rdzv_instance(void);
+/* Host of the rdzvd last joined (of --rdzv_endpoint's list): MASTER_ADDR. */
+const char	*rdzv_master_host(void);
 int64_t	rdzv_node_id(void);
 /*
  * Reports a worker failure of round (kept and sent again after a

@@ -151,7 +151,8 @@ cli_usage(FILE *f)
 "                            workers on this node (default 1); gpu = one per\n"
 "                            GPU, cpu = one per CPU, auto = gpu if any GPU\n"
 "  --rdzv_endpoint HOST:PORT the rendezvous: rdzvd's address, or where an\n"
-"                            agent hosts it (default port 29400)\n"
+"                            agent hosts it (default port 29400);\n"
+"                            A,B,C: rdzvds of which one leads, in turn\n"
 "  --rdzv_id ID              the job's name in rdzvd (default \"none\"):\n"
 "                            printable ASCII, no spaces\n"
 "  --rdzv_backend NAME       static: node rank 0's agent hosts the\n"
@@ -1039,8 +1040,35 @@ static int
 cli_endpoint(struct agent_config *cfg)
 {
 	char	host[RDZV_HOST_MAX], ep[RDZV_HOSTPORT_MAX], why[512];
+	size_t	i, n = hostport_list_count(cfg->endpoint);
 	int	port;
 
+	/* A list: rdzvds of which one leads, each with its port. */
+	for (i = 0; n > 1 && i < n; i++) {
+		if (hostport_list_get(cfg->endpoint, i, ep, sizeof ep) != 0)
+			strlcpy(why, "too long", sizeof why);
+		else if (hostport_split(ep, 0, host, sizeof host, &port, why,
+		    sizeof why) == 0)
+			why[0] = '\0';
+		if (why[0] != '\0') {
+			fprintf(stderr, "rdzv-agent: --rdzv_endpoint %s: entry "
+			    "%zu: %s (a list is HOST:PORT,HOST:PORT,...)\n",
+			    cfg->endpoint, i + 1, why);
+			return (-1);
+		}
+		if (cfg->standalone || cfg->rdzv_mode == AGENT_RDZV_C10D) {
+			fprintf(stderr, "rdzv-agent: --rdzv_endpoint %s: a list "
+			    "of rdzvds needs --rdzv_backend rdzv\n",
+			    cfg->endpoint);
+			return (-1);
+		}
+		if (i == 0) {
+			cli_setstr(&cfg->ep_host, host);
+			cfg->ep_port = port;
+		}
+	}
+	if (n > 1)
+		return (0);
 	/* Port 0: any free port, for the agent that hosts it (torchrun's
 	 * c10d host does the same; one node only: nobody else can know). */
 	if (hostport_split(cfg->endpoint, HOSTPORT_PORT_OPT |

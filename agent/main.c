@@ -270,7 +270,7 @@ agent_worker_vars(int local_rank, const struct rdzv_round *r, size_t *np)
 	    (long long)r->group_world_size);
 	agent_setenv(&e, &n, &cap, "ROLE_WORLD_SIZE", "%lld",
 	    (long long)world);
-	agent_setenv(&e, &n, &cap, "MASTER_ADDR", "%s", ag.cfg.ep_host);
+	agent_setenv(&e, &n, &cap, "MASTER_ADDR", "%s", rdzv_master_host());
 	agent_setenv(&e, &n, &cap, "MASTER_PORT", "%lld",
 	    (long long)r->store_port);
 	agent_setenv(&e, &n, &cap, "TORCHELASTIC_RESTART_COUNT", "%lld",
@@ -734,7 +734,7 @@ agent_repair_round(const struct rdzv_round *r)
 		rr.round = (int)r->round;
 		rr.kind = r->kind == NAT_KIND_GROW ? CHAN_GROW : CHAN_SHRINK;
 		if (strlcpy(rr.ns, r->store_ns, sizeof rr.ns) >= sizeof rr.ns ||
-		    strlcpy(rr.master_addr, ag.cfg.ep_host,
+		    strlcpy(rr.master_addr, rdzv_master_host(),
 		    sizeof rr.master_addr) >= sizeof rr.master_addr) {
 			log_warnx("worker %d: round %lld not sent: namespace or "
 			    "address too long", l, (long long)r->round);

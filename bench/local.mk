@@ -26,6 +26,8 @@ bench_tlsload_SOURCES = bench/tlsload.c
 bench_tlsload_CFLAGS = $(AM_CFLAGS) $(LIBSSL_CFLAGS)
 bench_tlsload_LDADD = common/libcommon.la $(LIBSSL_LIBS) $(LIBCRYPTO_LIBS) $(LIBEVENT_LIBS) $(LIBBSD_LIBS)
 EXTRA_DIST += bench/rdzvd_ab.sh bench/tls_vs_plain.sh bench/lib.sh
+# rdzvd on etcd beside sqlite, and its failover (needs etcd).
+EXTRA_DIST += bench/etcd_ha.py
 # In-place repair of C workers and of a torch DDP job through rdzv.repair
 # (issue 12), under rdzv-agent beside a full restart and torchrun 2.13
 # (or the fake agent of tests/lib/fakeagent.py); bench/jobs.py starts

@@ -39,6 +39,7 @@ PKGS=(
 	build-essential autoconf automake libtool pkg-config
 	libevent-dev libsqlite3-dev libjansson-dev libsystemd-dev libssl-dev libbsd-dev uthash-dev
 	libcmocka-dev sqlite3 curl openssl
+	libcurl4-openssl-dev etcd-server
 	python3 python3-torch python3-pil chromium python3-prometheus-client
 	clang libclang-rt-14-dev
 	libopenblas-dev zlib1g-dev dataset-fashion-mnist

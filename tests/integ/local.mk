@@ -42,6 +42,10 @@ INTEG_TESTS += tests/integ/repair_chan.py
 INTEG_TESTS += tests/integ/repair_agent.py
 # ... its harder cases: the watchdog, a second failure, rdzvd kill -9.
 INTEG_TESTS += tests/integ/repair_agent2.py
+# rdzvd --store etcd: real etcd members on 127.0.0.1-3 (skipped without
+# etcd); etcd_lib.py starts them.
+INTEG_TESTS += tests/integ/etcd_store.py tests/integ/etcd_failover.py
+EXTRA_DIST += tests/integ/etcd_lib.py
 # The fake agent of repair_c.py, test_repair_torch{,2}.py and bench/repair_*.py.
 EXTRA_DIST += tests/lib/fakeagent.py
 
