@@ -324,13 +324,13 @@ _STEP3_RE = re.compile(r"STEP \d+ \d+ 3 ", re.M)	# in a world of 3
 
 
 def repair_agents(scope, d, job, prog_args, env_b=None, steps=8,
-    agent_args=()):
+    agent_args=(), env=None):
 	"""Starts the two agents (scope: agent_lib.Scope) of job on rdzvd d
 	(agent_args added to their options), each running
-	examples/torch_ddp_repair.py prog_args --log-steps --report; env_b
-	is added to the second one's environment.  Returns (a, b) once 4
-	workers run and the job printed `steps` step lines.  No
-	Fashion-MNIST skips the file."""
+	examples/torch_ddp_repair.py prog_args --log-steps --report; env is
+	added to both agents' environment, env_b then to the second one's.
+	Returns (a, b) once 4 workers run and the job printed `steps` step
+	lines.  No Fashion-MNIST skips the file."""
 	from agent_lib import conf
 	if not os.path.exists(os.path.join(REPAIR_DATA,
 	    "train-images-idx3-ubyte.gz")):
@@ -343,8 +343,8 @@ def repair_agents(scope, d, job, prog_args, env_b=None, steps=8,
 	prog = [os.path.join(rdzvtest.top_srcdir(), "examples",
 	    "torch_ddp_repair.py")] + list(prog_args) + ["--log-steps",
 	    "--report"]
-	env = {"PYTHON": sys.executable, "GLOO_SOCKET_IFNAME": "lo",
-	    "OMP_NUM_THREADS": "1"}
+	env = dict({"PYTHON": sys.executable, "GLOO_SOCKET_IFNAME": "lo",
+	    "OMP_NUM_THREADS": "1"}, **(env or {}))
 	a = scope.agent(argv, env=env, program=prog)
 	b = scope.agent(argv, env=dict(env, **(env_b or {})), program=prog)
 	rdzvtest.wait_until(lambda: len(a.children()) == 2 and

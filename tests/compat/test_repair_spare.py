@@ -1,0 +1,197 @@
+"""test_repair_spare: rdzv-agent's warm spare (--warm_spare, rdzv.spare)
+under a real rdzvd and two real rdzv-agents of two torch 2.13 workers
+each (examples/torch_ddp_repair.py, gloo).
+
+- A SIGKILLed worker's replacement is the agent's spare: a process that
+  was alive, idle, before the kill takes the rank (its REPORT names its
+  pid), steps with the others, and the job repairs with no restart,
+  every rank ending with the same model and optimizer digest; the agent
+  then starts a new spare.  When the job ends, no spare is left.
+- --warm_spare 0: no spare is ever started, the replacement is a new
+  process (a cold start), and the job repairs all the same.
+- An agent killed with SIGKILL, another stopped with SIGTERM: neither
+  leaves its spare running.
+- The handoff parser and the preload policy of rdzv.spare, on good and
+  bad input.
+"""
+
+import os
+import signal
+import sys
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                "..", "integ"))
+import compatlib                                        # noqa: E402
+compatlib.use_torch2()
+
+import rdzvtest as rt                                   # noqa: E402
+from agent_lib import Scope, job_events, spares         # noqa: E402
+from compatlib import check, log                        # noqa: E402
+
+sys.path.insert(0, os.path.join(rt.top_srcdir(), "python"))
+from rdzv import spare as rs                            # noqa: E402
+
+# rdzv.spare must be importable by the workers' python: the source tree's.
+ENV = {"PYTHONPATH": os.path.join(rt.top_srcdir(), "tests", "lib") + ":" +
+       os.path.join(rt.top_srcdir(), "python")}
+PROG = ["--limit", "12000", "--epochs", "5", "--batch", "32", "--hidden",
+        "32", "--step-delay", "0.05"]
+
+
+def gone(pid):
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            st = f.read()
+    except OSError:
+        return True
+    return st[st.rfind(")") + 2] in "ZX"
+
+
+def one_spare(agent):
+    """The pid of agent's idle spare once there is exactly one."""
+    got = rt.wait_until(lambda: spares([agent.pid]), timeout=120,
+                        what="agent %s's warm spare" % agent.name)
+    check(len(got) == 1, got)
+    return got[0]
+
+
+def finish(d, job, a, b):
+    """Both agents exit 0; returns (reports, output) after the common
+    checks: four ranks, one digest, one replacement, a shrink then a
+    grow and no restart."""
+    for x in (a, b):
+        rc = x.wait(180)
+        check(rc == 0, (rc, x.output()[-4000:]))
+    out = a.output() + b.output()
+    reports = compatlib.repair_reports(out)
+    check(sorted(r["rank"] for r in reports) == [0, 1, 2, 3], out[-4000:])
+    check(len({r["digest"] for r in reports}) == 1, reports)
+    check(sum(1 for r in reports if r["replacement"]) == 1, reports)
+    ev = job_events(d, job)
+    check(any(t.startswith("repair: shrink to 3") for t in ev), ev)
+    check(any(t.startswith("repair: grow to 4") for t in ev), ev)
+    check(not any(t.startswith("restart ") or "escalated" in t
+                  for t in ev), ev)
+    check(d.metric("rdzvd_restarts_total") == 0, "restarts_total")
+    return reports, out
+
+
+def test_handoff_parser():
+    """parse_handoff and program take what sup.c sends and refuse the
+    rest with a reason; preload_names keeps the script's own modules
+    out."""
+    env = [b"RANK=3", b"X=a=b", b"E="]
+    good = b"\0".join([b"rdzv-spare 1", b"4", b"/py", b"-u", b"s.py",
+                       b"--x"] + env) + b"\0"
+    argv, e = rs.parse_handoff(good)
+    check(argv == ["/py", "-u", "s.py", "--x"], argv)
+    check(e == {b"RANK": b"3", b"X": b"a=b", b"E": b""}, e)
+    check(rs.program(argv) == ("path", "s.py", ["--x"]), rs.program(argv))
+    check(rs.program(["/py", "-u", "-m", "pkg.mod", "a"]) ==
+          ("module", "pkg.mod", ["a"]), "module")
+    bad = [good[:-1], b"rdzv-spare 2\0" + good[13:], b"rdzv-spare 1\0x\0",
+           b"rdzv-spare 1\0" b"1\0/py\0", b"rdzv-spare 1\0" b"9\0/py\0s\0",
+           b"rdzv-spare 1\0" b"2\0/py\0s\0NOEQ\0",
+           b"rdzv-spare 1\0" b"2\0/py\0s\0=v\0", b"",
+           b"rdzv-spare 1\0" b"99999999999\0/py\0s\0"]
+    for data in bad:
+        try:
+            rs.parse_handoff(data)
+        except ValueError as exc:
+            log("refused %r: %s" % (data[:30], exc))
+            continue
+        raise AssertionError("accepted %r" % data)
+    for argv in (["/py"], ["/py", "-u"], ["/py", "-u", "-c", "x"],
+                 ["/py", "-m"]):
+        try:
+            rs.program(argv)
+        except ValueError:
+            continue
+        raise AssertionError("ran %r" % argv)
+    tmp = rt.mktemp("spare-parse-")
+    script = os.path.join(tmp, "train.py")
+    with open(script, "w") as f:
+        f.write("import os, json\nimport torch.nn as nn\nimport mymodel\n"
+                "from numpy import zeros\nfrom . import rel\nimport this\n"
+                "try:\n    import torchvision\nexcept ImportError:\n"
+                "    pass\ndef f():\n    import inner\n")
+    names = rs.preload_names(["/py", "-u", script], "extra1, extra2")
+    for m in ("torch", "torch.distributed", "os", "json", "torch.nn",
+              "numpy", "torchvision", "extra1", "extra2"):
+        check(m in names, (m, names))
+    for m in ("mymodel", "this", "inner", "rel"):
+        check(m not in names, (m, names))
+
+
+def test_spare_takes_the_rank():
+    d = rt.Rdzvd()
+    with Scope("repair-spare-") as s:
+        a, b = compatlib.repair_agents(s, d, "spare", PROG, env=ENV)
+        sa, sb = one_spare(a), one_spare(b)
+        survivors = set(a.children())
+        victim, other = sorted(b.children())
+        survivors.add(other)
+        check(sb not in survivors | {victim} and sa not in survivors,
+              (sa, sb, survivors))
+        t0 = time.monotonic()
+        os.kill(victim, signal.SIGKILL)
+        rt.wait_until(lambda: any(t.startswith("repair: grow") for t in
+                                  job_events(d, "spare")), timeout=120,
+                      what="the grow round")
+        log("SIGKILL -> grow round: %.1f s" % (time.monotonic() - t0))
+        # The spare is b's worker now; a new spare replaces it.
+        check(sb in b.children(), (sb, b.children()))
+        check(survivors <= set(a.children()) | set(b.children()),
+              survivors)
+        nb = one_spare(b)
+        check(nb != sb and spares([a.pid]) == [sa], (nb, sb, sa))
+        reports, out = finish(d, "spare", a, b)
+        rep = [r for r in reports if r["replacement"]][0]
+        check(rep["pid"] == sb, (rep, sb))
+        check(rep["step"] > rep["joined_step"], rep)  # it stepped
+        check({r["pid"] for r in reports if not r["replacement"]} <=
+              survivors, (reports, survivors))
+        check("(the warm spare)" in b.output(), b.output()[-3000:])
+        check("ended before it was used" not in out, out[-3000:])
+        for p in (sa, nb):
+            rt.wait_until(lambda: gone(p), timeout=10,
+                          what="spare %d gone after the job" % p)
+    d.stop()
+
+
+def test_opt_out_starts_cold():
+    d = rt.Rdzvd()
+    with Scope("repair-spare-") as s:
+        a, b = compatlib.repair_agents(s, d, "cold", PROG, env=ENV,
+                                       agent_args=["--warm_spare", "0"])
+        before = set(a.children()) | set(b.children())
+        victim = sorted(b.children())[0]
+        os.kill(victim, signal.SIGKILL)
+        rt.wait_until(lambda: any(t.startswith("repair: grow") for t in
+                                  job_events(d, "cold")), timeout=120,
+                      what="the grow round")
+        check(spares([a.pid, b.pid]) == [], "a spare under --warm_spare 0")
+        reports, out = finish(d, "cold", a, b)
+        rep = [r for r in reports if r["replacement"]][0]
+        check(rep["pid"] not in before, (rep, before))
+        check("warm spare" not in out, out[-3000:])
+    d.stop()
+
+
+def test_agent_killed_leaves_no_spare():
+    d = rt.Rdzvd()
+    with Scope("repair-spare-") as s:
+        a, b = compatlib.repair_agents(s, d, "kill", PROG, env=ENV)
+        sa, sb = one_spare(a), one_spare(b)
+        a.signal(signal.SIGKILL)
+        b.signal(signal.SIGTERM)
+        for p in (sa, sb):
+            rt.wait_until(lambda: gone(p), timeout=20,
+                          what="spare %d gone with its agent" % p)
+        b.wait(60)
+    d.stop()
+
+
+if __name__ == "__main__":
+    rt.main(globals(), per_test=300.0, total=900.0)
