@@ -42,7 +42,7 @@ __all__ = ["parse_handoff", "program", "preload_names", "main"]
 
 MAGIC = b"rdzv-spare 1"
 MSG_MAX = 160 * 1024		# the agent's SUP_SPARE_MSG_MAX
-COMM = "rdzv-spare"		# /proc/PID/comm while waiting
+COMM = "rdzv-spare"		# /proc/PID/comm once warm, until used
 # Packages whose import neither reads the rank nor starts a device.
 SAFE = {"torch", "torchvision", "torchaudio", "numpy", "rdzv"}
 # Of the standard library, those with an effect of their own at import.
@@ -204,9 +204,9 @@ def main():
 		    "RDZV_SPARE_FD", file=sys.stderr)
 		sys.exit(2)
 	fd = int(v)
-	_comm(COMM)
 	# The command line the agent gave: python -u -m rdzv.spare ARGS...
 	preload([sys.executable, "-u"] + sys.argv[1:])
+	_comm(COMM)		# warm: ps and top show it waiting
 	data, fds = _receive(fd)
 	if not data:
 		os._exit(0)		# the agent let it go unused
