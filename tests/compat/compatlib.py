@@ -359,6 +359,31 @@ def repair_reports(out):
 	return [json.loads(m) for m in _REPORT_RE.findall(out)]
 
 
+def repair_done(d, job, a, b, survivors):
+	"""The end of a repaired repair_agents job: both agents exit 0, the
+	four ranks report one digest, one of them is the replacement and
+	the others are among survivors (pids), rdzvd's events show a shrink
+	to 3, a grow to 4 and no restart.  Returns (reports, the agents'
+	output, the events)."""
+	from agent_lib import job_events
+	for x in (a, b):
+		rc = x.wait(180)
+		check(rc == 0, (rc, x.output()[-4000:]))
+	out = a.output() + b.output()
+	reports = repair_reports(out)
+	check(sorted(r["rank"] for r in reports) == [0, 1, 2, 3], out[-4000:])
+	check(len({r["digest"] for r in reports}) == 1, reports)
+	check({r["pid"] for r in reports if not r["replacement"]} <= survivors,
+	    (reports, survivors))
+	check(sum(1 for r in reports if r["replacement"]) == 1, reports)
+	ev = job_events(d, job)
+	check(any(t.startswith("repair: shrink to 3") for t in ev), ev)
+	check(any(t.startswith("repair: grow to 4") for t in ev), ev)
+	check(not any(t.startswith("restart ") or "escalated" in t
+	    for t in ev), ev)
+	return reports, out, ev
+
+
 def repair_kill_in_place(d, scope, job, kill9=False, stop=False):
 	"""A SIGKILLed worker of a repair_agents job is repaired in place:
 	a shrink round then a grow round, the survivors' PIDs unchanged, no
@@ -411,21 +436,7 @@ def repair_kill_in_place(d, scope, job, kill9=False, stop=False):
 	now = set(a.children()) | set(b.children())
 	check(survivors <= now, (survivors, now))
 	check(victim not in now, (victim, now))
-	for x in (a, b):
-		rc = x.wait(180)
-		check(rc == 0, (rc, x.output()[-4000:]))
-	out = a.output() + b.output()
-	reports = repair_reports(out)
-	check(sorted(r["rank"] for r in reports) == [0, 1, 2, 3], out[-4000:])
-	check(len({r["digest"] for r in reports}) == 1, reports)
-	check({r["pid"] for r in reports if not r["replacement"]} <= survivors,
-	    (reports, survivors))
-	check(sum(1 for r in reports if r["replacement"]) == 1, reports)
-	ev = job_events(d, job)
-	check(any(t.startswith("repair: shrink to 3") for t in ev), ev)
-	check(any(t.startswith("repair: grow to 4") for t in ev), ev)
-	check(not any(t.startswith("restart ") or "escalated" in t
-	    for t in ev), ev)
+	reports, out, ev = repair_done(d, job, a, b, survivors)
 	if stop:
 		# Only the stopped rank was called hung.
 		check(out.count("reported no progress") == 1, out[-4000:])
