@@ -7,8 +7,10 @@ each (examples/torch_ddp_repair.py, gloo).
   pid), steps with the others, and the job repairs with no restart,
   every rank ending with the same model and optimizer digest; the agent
   then starts a new spare.  When the job ends, no spare is left.
-- --warm_spare 0: no spare is ever started, the replacement is a new
-  process (a cold start), and the job repairs all the same.
+- --warm_spare 0 (as PET_WARM_SPARE=0): no spare is ever started; a
+  spare that cannot start (rdzv.spare not importable) is one log line;
+  either way the replacement is a new process (a cold start), and the
+  job repairs all the same.
 - An agent killed with SIGKILL, another stopped with SIGTERM: neither
   leaves its spare running.
 - The handoff parser and the preload policy of rdzv.spare, on good and
@@ -133,11 +135,19 @@ def test_spare_takes_the_rank():
     d.stop()
 
 
-def test_opt_out_starts_cold():
+def test_opt_out_and_a_failed_spare_start_cold():
+    """Agent a runs with PET_WARM_SPARE=0 (--warm_spare 0): it never
+    starts a spare.  Agent b's spare cannot import rdzv.spare: b says so
+    in one line, and b's replacement starts cold."""
     d = rt.Rdzvd()
     with Scope("repair-spare-") as s:
-        a, b = compatlib.repair_agents(s, d, "cold", PROG, env=ENV,
-                                       agent_args=["--warm_spare", "0"])
+        nospare = {"PET_WARM_SPARE": "1", "PYTHONPATH": os.path.join(
+            rt.top_srcdir(), "tests", "lib")}
+        a, b = compatlib.repair_agents(s, d, "cold", PROG,
+                                       env=dict(ENV, PET_WARM_SPARE="0"),
+                                       env_b=nospare)
+        rt.wait_until(lambda: "ended before it was used" in b.output(),
+                      timeout=60, what="b's spare failing")
         before = set(a.children()) | set(b.children())
         victim = sorted(b.children())[0]
         survivors = before - {victim}
@@ -145,11 +155,14 @@ def test_opt_out_starts_cold():
         rt.wait_until(lambda: any(t.startswith("repair: grow") for t in
                                   job_events(d, "cold")), timeout=120,
                       what="the grow round")
-        check(spares([a.pid, b.pid]) == [], "a spare under --warm_spare 0")
+        check(spares([a.pid, b.pid]) == [], "a spare")
         reports, out, _ = compatlib.repair_done(d, "cold", a, b, survivors)
         rep = [r for r in reports if r["replacement"]][0]
         check(rep["pid"] not in before, (rep, before))
-        check("warm spare" not in out, out[-3000:])
+        check("warm spare" not in a.output(), a.output()[-3000:])
+        check(b.output().count("warm spare") == 1 and
+              "replacement pid %d started;" % rep["pid"] in b.output(),
+              b.output()[-3000:])
     d.stop()
 
 
