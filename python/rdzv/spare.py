@@ -8,7 +8,8 @@ per node in a job whose workers can repair in place, started as
 in a session of its own, killed with the agent, stdout and stderr on
 /dev/null (it prints nothing unless it is used) and a control socket
 (SOCK_SEQPACKET) at fd RDZV_SPARE_FD.  It imports what is safe to import
-before it knows its rank (preload()), then waits.  When a local worker
+before it knows its rank (preload()), then waits, named "rdzv-spare"
+(/proc/PID/comm: ps, top) until it is used.  When a local worker
 dies, the agent sends it one datagram,
 
     "rdzv-spare 1" NUL  N NUL  argv[0] NUL ... argv[N-1] NUL  env NUL ...
