@@ -180,9 +180,15 @@ def _become(fd, argv, env, fds):
 	kind, target, args = program(argv)
 	prog = env.get(b"RDZV_PROGRESS_FD", b"")
 	prog = int(prog) if prog.isdigit() else fd
-	for want, got in zip((1, 2, prog), fds):
-		os.dup2(got, want)
+	# Above every target first: a received fd may sit where another goes.
+	import fcntl
+	high = [fcntl.fcntl(got, fcntl.F_DUPFD_CLOEXEC, max(prog, 2) + 1)
+	    for got in fds]
 	for got in fds:
+		os.close(got)
+	for want, got in zip((1, 2, prog), high):
+		os.dup2(got, want)
+	for got in high:
 		os.close(got)
 	if prog != fd:
 		os.close(fd)

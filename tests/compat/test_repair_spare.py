@@ -17,8 +17,10 @@ each (examples/torch_ddp_repair.py, gloo).
   bad input.
 """
 
+import json
 import os
 import signal
+import struct
 import sys
 import time
 
@@ -103,6 +105,103 @@ def test_handoff_parser():
         check(m in names, (m, names))
     for m in ("mymodel", "this", "inner", "rel"):
         check(m not in names, (m, names))
+
+
+SCRIPT = """import json, os, sys
+os.write(3, b"hello repair=1")
+print(json.dumps({"name": __name__, "argv": sys.argv, "rank":
+      os.environ.get("RANK"), "spare_fd": "RDZV_SPARE_FD" in os.environ,
+      "path0": sys.path[0], "comm": open("/proc/self/comm").read().strip(),
+      "torch": "torch" in sys.modules}), flush=True)
+print("to stderr", file=sys.stderr, flush=True)
+sys.exit(7)
+"""
+
+
+def hand(argv, env, cwd):
+    """Starts python -u -m rdzv.spare argv[2:] as rdzv-agent does (its
+    stdout and stderr on /dev/null, a control socket; not at fd 3 here,
+    which the spare then closes), waits
+    until it is warm, hands it argv and env with fresh pipes and a
+    channel, and returns (exit status, stdout, stderr, channel
+    datagram)."""
+    import socket
+    import subprocess
+    ctl, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    e = dict(os.environ, PYTHONPATH=ENV["PYTHONPATH"] + ":" + cwd,
+             RDZV_SPARE_FD=str(theirs.fileno()))
+    e.pop("RANK", None)
+    p = subprocess.Popen([sys.executable, "-u", "-m", "rdzv.spare"] +
+                         argv[2:], env=e, cwd=cwd,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                         pass_fds=[theirs.fileno()])
+    theirs.close()
+    try:
+        def warm():
+            with open("/proc/%d/comm" % p.pid) as f:
+                return f.read().strip() == "rdzv-spare"
+        rt.wait_until(warm, timeout=120, what="the spare warm")
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        ch, ch_theirs = socket.socketpair(socket.AF_UNIX,
+                                          socket.SOCK_SEQPACKET)
+        msg = b"\0".join([b"rdzv-spare 1", b"%d" % len(argv)] +
+                         [a.encode() for a in argv] +
+                         [k + b"=" + v for k, v in env.items()]) + b"\0"
+        ctl.sendmsg([msg], [(socket.SOL_SOCKET, socket.SCM_RIGHTS,
+                             struct.pack("3i", out_w, err_w,
+                                         ch_theirs.fileno()))])
+        for fd in (out_w, err_w):
+            os.close(fd)
+        ch_theirs.close()
+        rc = p.wait(timeout=60)
+        with os.fdopen(out_r, "rb") as f:
+            out = f.read().decode()
+        with os.fdopen(err_r, "rb") as f:
+            err = f.read().decode()
+        ch.settimeout(5)
+        said = ch.recv(512)
+        ch.close()
+        return rc, out, err, said
+    finally:
+        ctl.close()
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+
+
+def test_handoff_runs_the_program():
+    """A warm spare handed a rank runs the program as python would: a
+    script as __main__ with its argv, its directory first on sys.path,
+    the environment it was handed (no RDZV_SPARE_FD left), stdout,
+    stderr and fd 3 from the handoff, its exit status; -m MODULE too."""
+    tmp = rt.mktemp("spare-hand-")
+    sub = os.path.join(tmp, "sub")
+    os.makedirs(sub)
+    for path in (os.path.join(sub, "train.py"), os.path.join(tmp,
+                                                             "trainmod.py")):
+        with open(path, "w") as f:
+            f.write(SCRIPT)
+    env = {b"RANK": b"5", b"RDZV_PROGRESS_FD": b"3",
+           b"PATH": os.environb.get(b"PATH", b"/usr/bin")}
+    script = os.path.join(sub, "train.py")
+    rc, out, err, said = hand([sys.executable, "-u", script, "--x", "1"],
+                              env, tmp)
+    log("script: rc %d out %r err %r channel %r" % (rc, out, err, said))
+    got = json.loads(out)
+    check(rc == 7 and said == b"hello repair=1" and err == "to stderr\n",
+          (rc, err, said))
+    check(got == {"name": "__main__", "argv": [script, "--x", "1"],
+                  "rank": "5", "spare_fd": False, "path0": sub,
+                  "comm": os.path.basename(sys.executable),
+                  "torch": True}, got)
+    rc, out, err, said = hand([sys.executable, "-u", "-m", "trainmod", "y"],
+                              env, tmp)
+    got = json.loads(out)
+    check(rc == 7 and said == b"hello repair=1", (rc, err, said))
+    check(got["name"] == "__main__" and got["argv"] == [
+          os.path.join(tmp, "trainmod.py"), "y"] and got["rank"] == "5",
+          got)
 
 
 def test_spare_takes_the_rank():
