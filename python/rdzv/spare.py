@@ -118,7 +118,9 @@ def preload_names(argv, extra=""):
 	names = list(BASE)
 	try:
 		kind, target, _ = program(argv)
-		if kind == "module":
+		if kind == "module" and "." in target:
+			target = None	# finding it would run its package's code
+		elif kind == "module":
 			import importlib.util
 			spec = importlib.util.find_spec(target)
 			target = spec.origin if spec is not None else None

@@ -105,6 +105,22 @@ def test_handoff_parser():
         check(m in names, (m, names))
     for m in ("mymodel", "this", "inner", "rel"):
         check(m not in names, (m, names))
+    # -m: a top-level module is read as a script is; a dotted one is not
+    # even looked for (that would import its package).
+    pkg = os.path.join(tmp, "pkgx")
+    os.makedirs(pkg)
+    with open(os.path.join(pkg, "__init__.py"), "w") as f:
+        f.write("raise SystemExit('pkgx ran')\n")
+    with open(os.path.join(tmp, "modtrain.py"), "w") as f:
+        f.write("import json\n")
+    sys.path.insert(0, tmp)
+    try:
+        check("json" in rs.preload_names(["/py", "-u", "-m", "modtrain"]),
+              "-m modtrain")
+        check(rs.preload_names(["/py", "-u", "-m", "pkgx.train"]) ==
+              rs.BASE and "pkgx" not in sys.modules, "-m pkgx.train")
+    finally:
+        sys.path.remove(tmp)
 
 
 SCRIPT = """import json, os, sys
