@@ -34,3 +34,13 @@ EXTRA_DIST += bench/repair_c.py bench/repair_torch.py bench/jobs.py
 # Goodput through repeated worker failures: rdzv-agent with repair,
 # without, and torchrun 2.13 (bench/goodput.py).
 EXTRA_DIST += bench/goodput.py
+# librdzvworker's nccl backend beside raw NCCL (scripts/gpu-check.sh, on
+# a GPU): bootstrap, per-call time, bus bandwidth.
+if HAVE_NCCL
+noinst_PROGRAMS += bench/nccl_vs_rdzv
+bench_nccl_vs_rdzv_SOURCES = bench/nccl_vs_rdzv.c
+bench_nccl_vs_rdzv_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/libworker
+bench_nccl_vs_rdzv_CFLAGS = $(AM_CFLAGS) $(CUDA_CFLAGS) $(NCCL_CFLAGS)
+bench_nccl_vs_rdzv_LDFLAGS = -no-install
+bench_nccl_vs_rdzv_LDADD = libworker/librdzvworker.la -ldl
+endif

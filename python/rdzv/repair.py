@@ -384,6 +384,8 @@ class Job:
 		self._batch = None		# (n, batch_size, seed, shuffle)
 		self._perm = (None, None)
 		self._advance = 0
+		self._nccl_cut = False		# the group's NCCL comm aborted
+		self._tainted = False		# a step ran on it and "ended"
 
 	# ---- channel ----
 
@@ -499,14 +501,20 @@ class Job:
 	def _abort(self):
 		"""Breaks the current group so that no collective stays blocked
 		on it (watcher on a shrink, or a survivor whose step failed)."""
+		import torch
 		import torch.distributed as dist
 		if self.backend == "nccl":
+			# The communicator only, never the group: the training
+			# thread may be using the default group right now (taking
+			# it away turns its next call into a ValueError, not a
+			# communication error).  Kernels aborted this way may end
+			# without an error: _end commits no step that ends on it.
+			self._nccl_cut = True
 			try:
-				c10d = dist.distributed_c10d
-				if hasattr(c10d, "_abort_process_group"):
-					c10d._abort_process_group()
-				else:
-					c10d._get_default_group().abort()
+				pg = dist.distributed_c10d._get_default_group()
+				if hasattr(pg, "_get_backend"):
+					pg = pg._get_backend(torch.device("cuda"))
+				pg.abort()
 			except Exception as e:
 				_debug("abort: %s", e)
 			return
@@ -531,6 +539,7 @@ class Job:
 		self._socks = {fd: l for fd, l in _sockets().items()
 		    if before.get(fd) != l}
 		self._store = store
+		self._nccl_cut = False
 		self.rank, self.world = r.rank, r.world
 
 	def _device(self):
@@ -573,12 +582,15 @@ class Job:
 		import torch
 		import torch.distributed as dist
 		dev = self._device()
-		mine = torch.tensor([self.step_count if self._joined else -1],
-		    dtype=torch.int64, device=dev)
+		mine = torch.tensor([self.step_count if self._joined and
+		    not self._tainted else -1], dtype=torch.int64, device=dev)
 		all_ = [torch.zeros_like(mine) for _ in range(self.world)]
 		dist.all_gather(all_, mine)
 		steps = [int(t.item()) for t in all_]
 		top = max(steps)
+		if top < 0 and self._tainted:
+			raise RuntimeError("rdzv.repair: every rank's state may "
+			    "hold a step cut off by an NCCL abort; none to resume")
 		if top < 0 or min(steps) == top:
 			return
 		donor = r.donor if 0 <= r.donor < self.world and \
@@ -594,6 +606,7 @@ class Job:
 		dist.broadcast(buf, donor)
 		if self.rank != donor:
 			self._unpack(buf.cpu().numpy().tobytes())
+			self._tainted = False
 		_debug("state of step %d from rank %d (%d bytes), steps were %s",
 		    top, donor, int(n.item()), steps)
 
@@ -678,6 +691,14 @@ class Job:
 			self._repair(r)
 
 	def _end(self, e):
+		if self._nccl_cut:
+			# Ended on an aborted NCCL communicator: what its kernels
+			# left is garbage, so the step is dropped, and a state it
+			# may have updated is no donor's (_sync).
+			if e is None:
+				self._tainted = True
+			e = RuntimeError("nccl: the group was aborted during step "
+			    "%d" % self.step_count)
 		with self._cv:		# what the watcher's _agree() reads
 			self._in_step = False
 			if e is None:
@@ -810,6 +831,9 @@ def init_process_group(backend="gloo", timeout=None):
 		# end the process first.
 		os.environ["TORCH_NCCL_ASYNC_ERROR_HANDLING"] = "0"
 		os.environ["NCCL_ASYNC_ERROR_HANDLING"] = "0"
+		# The host waits for each collective, so that one the watcher
+		# aborts raises in DDP's backward, before the optimizer.
+		os.environ.setdefault("TORCH_NCCL_BLOCKING_WAIT", "1")
 	# RDZV_REPAIR=0 vetoes, as for librdzvworker: no hello, so this
 	# worker's job restarts on a failure (steps are still reported).
 	if os.environ.get("RDZV_REPAIR") != "0":

@@ -56,6 +56,24 @@ tests_integ_worker_check_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/libworker
 tests_integ_worker_check_LDFLAGS = -no-install
 tests_integ_worker_check_LDADD = libworker/librdzvworker.la -lm
 EXTRA_DIST += tests/integ/worker_lib.py
+# gpu_fake_check: the GPU path of librdzvworker on one rank (public API),
+# for gpu_fake.py against libfakegpu (a stand-in libcudart + libnccl that
+# the library loads as both, built where CUDA and NCCL headers are) and
+# for scripts/gpu-check.sh against a real GPU.
+check_PROGRAMS += tests/integ/gpu_fake_check
+tests_integ_gpu_fake_check_SOURCES = tests/integ/gpu_fake_check.c
+tests_integ_gpu_fake_check_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/libworker
+tests_integ_gpu_fake_check_LDFLAGS = -no-install
+tests_integ_gpu_fake_check_LDADD = libworker/librdzvworker.la -ldl -lpthread
+if HAVE_NCCL
+check_LTLIBRARIES += tests/integ/libfakegpu.la
+tests_integ_libfakegpu_la_SOURCES = tests/integ/fakegpu.c
+tests_integ_libfakegpu_la_CFLAGS = $(AM_CFLAGS) $(CUDA_CFLAGS) $(NCCL_CFLAGS) -pthread
+# -rpath: a shared module, though never installed.
+tests_integ_libfakegpu_la_LDFLAGS = -module -avoid-version -shared -rpath /nowhere
+endif
+INTEG_TESTS += tests/integ/gpu_fake.py tests/integ/repair_nccl_abort.py \
+	tests/integ/gpu_check_script.sh
 # dp_check: the data-parallel helpers (rdzv_dp_*) on 1 to 5 ranks, for
 # dp_train.py.
 check_PROGRAMS += tests/integ/dp_check
