@@ -3,7 +3,8 @@
  *
  * Owns torchrun's options in both spellings (--nproc_per_node and
  * --nproc-per-node), their PET_<OPTION> environment defaults, the Slurm
- * defaults (SLURM_JOB_ID.SLURM_STEP_ID, SLURM_NNODES), --rdzv_conf keys,
+ * defaults (SLURM_JOB_ID.SLURM_STEP_ID, .r<SLURM_RESTART_COUNT> once
+ * requeued; SLURM_NNODES), --rdzv_conf keys,
  * which rendezvous a command line means (torchrun's static and c10d
  * backends, rdzvd, --standalone), counting GPUs for --nproc_per_node
  * auto|gpu, and resolving the worker command the way torchrun does (the
@@ -144,7 +145,8 @@ cli_usage(FILE *f)
 "(static: node rank 0; c10d: the agent on the endpoint's host).  Every\n"
 "option may also come from PET_<OPTION> (e.g. PET_NPROC_PER_NODE=4); the\n"
 "command line wins.  Under Slurm, SLURM_JOB_ID.SLURM_STEP_ID is the default\n"
-"--rdzv_id and SLURM_NNODES --nnodes.\n"
+"--rdzv_id (.r<SLURM_RESTART_COUNT> added in a requeued job) and\n"
+"SLURM_NNODES --nnodes.\n"
 "Options are accepted with '_' or '-' (--nproc_per_node, --nproc-per-node).\n"
 "\n"
 "  --nnodes N|MIN:MAX        nodes in the job (default 1:1)\n"
@@ -1378,15 +1380,24 @@ cli_parse(struct agent_config *cfg, int argc, char **argv)
 	/* Slurm, then PET_*, then the command line. */
 	if ((v = getenv("SLURM_JOB_ID")) != NULL && *v != '\0') {
 		const char	*step = getenv("SLURM_STEP_ID");
+		const char	*rc = getenv("SLURM_RESTART_COUNT");
 
-		/* Every srun step is a job of its own: a second step of
-		 * the allocation must not JOIN the first one's closed job. */
+		/*
+		 * Every srun step is a job of its own: a second step of the
+		 * allocation must not JOIN the first one's closed job.  A
+		 * requeued job keeps its id and numbers its steps from 0
+		 * again: its restart count keeps it from joining the old
+		 * run's job (closed, or with the old run's rounds and keys).
+		 */
+		if (step == NULL || *step == '\0')
+			step = NULL;
+		if (rc == NULL || *rc == '\0' || strcmp(rc, "0") == 0)
+			rc = NULL;
 		free(cfg->rdzv_id);
-		if (step != NULL && *step != '\0') {
-			if (asprintf(&cfg->rdzv_id, "%s.%s", v, step) == -1)
-				fatal("asprintf");
-		} else
-			cfg->rdzv_id = cli_strdup(v);
+		if (asprintf(&cfg->rdzv_id, "%s%s%s%s%s", v,
+		    step != NULL ? "." : "", step != NULL ? step : "",
+		    rc != NULL ? ".r" : "", rc != NULL ? rc : "") == -1)
+			fatal("asprintf");
 	}
 	if ((v = getenv("SLURM_NNODES")) != NULL && *v != '\0' &&
 	    cli_nnodes(cfg, v) != 0)

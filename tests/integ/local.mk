@@ -45,6 +45,10 @@ INTEG_TESTS += tests/integ/repair_agent2.py
 # The fake agent of repair_c.py, test_repair_torch{,2}.py and bench/repair_*.py.
 EXTRA_DIST += tests/lib/fakeagent.py
 
+# The README's first command, scripts/demo.sh, against this build: its
+# story checked in every run, so a change of behaviour fails here first.
+INTEG_TESTS += tests/integ/demo.py
+
 # ---- the C programs these scripts start: built by make check ----
 # -no-install: a real binary (no libtool wrapper), so torchrun --no_python
 # and the tests run and signal the program itself.
@@ -105,3 +109,14 @@ tests_integ_chan_dump_LDADD = common/libcommon.la $(LIBEVENT_LIBS) $(LIBBSD_LIBS
 # ---- end of the C programs ----
 # status_page.py keeps its chart's screenshot here (a CI artifact).
 CLEANFILES += tests/integ/status_page_job.png
+# ... and demo.py the demo's screenshot of the page.
+CLEANFILES += tests/integ/demo_status_page.png
+# Under a real Slurm (scripts/slurm-cluster.sh: slurmctld, slurmd nodes,
+# munge, in namespaces of their own; needs root): sbatch, srun, steps.
+INTEG_TESTS += tests/integ/slurm_jobs.py
+EXTRA_DIST += tests/integ/slurm_lib.py scripts/slurm-cluster.sh
+# ... preemption (scancel --signal=USR1) and scontrol requeue.
+INTEG_TESTS += tests/integ/slurm_preempt.py
+# ... a node lost mid-job (its agent killed, or set DOWN): repaired,
+# COMPLETED.
+INTEG_TESTS += tests/integ/slurm_nodeloss.py
