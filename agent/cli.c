@@ -52,7 +52,9 @@ enum cli_id {
 	O_VERSION, O_VERBOSE,
 	/* torchrun 2.x */
 	O_RANKS_FILTER, O_PREFIX, O_DUP_STDOUT, O_DUP_STDERR, O_EVENT_LOG,
-	O_LOGS_SPECS, O_NUMA, O_SIGNALS, O_SHUTDOWN_TIMEOUT, O_VIRTUAL_LR
+	O_LOGS_SPECS, O_NUMA, O_SIGNALS, O_SHUTDOWN_TIMEOUT, O_VIRTUAL_LR,
+	/* rdzv's own */
+	O_WARM_SPARE
 };
 
 /*
@@ -106,6 +108,7 @@ static const struct cli_opt {
 	{ "signals_to_handle",	O_SIGNALS,		0, 0 },
 	{ "shutdown_timeout",	O_SHUTDOWN_TIMEOUT,	0, 0 },
 	{ "virtual_local_rank",	O_VIRTUAL_LR,		1, 0 },
+	{ "warm_spare",		O_WARM_SPARE,		0, 0 },
 };
 
 /* --numa_binding's words, in enum sup_numa_mode order. */
@@ -258,6 +261,12 @@ cli_usage(FILE *f)
 "  --event_log_handler NAME, --logs_specs NAME\n"
 "                            accepted for torchrun; ignored with one line\n"
 "                            saying why\n"
+"  --warm_spare 1|0          keep one python per node that has imported\n"
+"                            torch, waiting to become the replacement of\n"
+"                            a worker that dies in a job that repairs in\n"
+"                            place (default 1; python programs only, not\n"
+"                            --no_python or --numa_binding; costs the RSS\n"
+"                            of one idle python with torch)\n"
 "  --dry_run                 print the resolved configuration and the\n"
 "                            environment of each worker, then exit\n"
 "  -v, --verbose             debug logging\n"
@@ -871,6 +880,13 @@ cli_apply(struct agent_config *cfg, const struct cli_opt *o, const char *v)
 		return (cli_signals(cfg, v));
 	case O_SHUTDOWN_TIMEOUT:
 		return (cli_seconds("--shutdown_timeout", v, &cfg->grace_ms));
+	case O_WARM_SPARE:
+		if ((cfg->warm_spare = cli_bool(v)) == -1 || *v == '\0') {
+			fprintf(stderr, "rdzv-agent: --warm_spare: \"%s\" is "
+			    "not 1 or 0\n", v);
+			return (-1);
+		}
+		return (0);
 	case O_VIRTUAL_LR:
 		cfg->virtual_local_rank = 1;
 		return (0);
@@ -1348,6 +1364,7 @@ cli_parse(struct agent_config *cfg, int argc, char **argv)
 	cfg->monitor_interval = 5;
 	cfg->master_port = 29500;
 	cfg->grace_ms = 30000;
+	cfg->warm_spare = 1;
 	cfg->last_call_ms = -1;
 	cfg->lease_ms = -1;
 	cfg->max_repairs = cfg->repair_timeout_ms = -1;
@@ -1521,6 +1538,7 @@ cli_print(const struct agent_config *cfg, FILE *f)
 	cli_ms(f, "progress_timeout", cfg->progress_timeout_ms);
 	fprintf(f, "gpus_per_worker=%d\n", cfg->gpus_per_worker);
 	fprintf(f, "virtual_local_rank=%d\n", cfg->virtual_local_rank);
+	fprintf(f, "warm_spare=%d\n", cfg->warm_spare);
 	fprintf(f, "local_ranks_filter=%s\n", cfg->ranks_filter ?
 	    cfg->ranks_filter : "");
 	fprintf(f, "log_line_prefix_template=%s\n", cfg->prefix_tmpl ?

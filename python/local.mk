@@ -3,7 +3,7 @@
 # puts it in the site directory configure found (pythondir, of
 # TORCH_PYTHON or PYTHON=); python/pyproject.toml makes
 # `pip install ./python` do the same for any other interpreter.
-RDZV_PY = python/rdzv/__init__.py python/rdzv/repair.py
+RDZV_PY = python/rdzv/__init__.py python/rdzv/repair.py python/rdzv/spare.py
 if HAVE_PYTHON
 rdzvpydir = $(pythondir)/rdzv
 rdzvpy_PYTHON = $(RDZV_PY)
