@@ -13,6 +13,7 @@ import subprocess
 
 import demo_lib as dl
 from demo_lib import PartFailed, say, wait_for, workers
+from agent_lib import spares                            # noqa: E402
 
 PROG = os.path.join(dl.TOP_SRCDIR, "examples", "torch_ddp_repair.py")
 # 12000 samples, 4 x 32 a step, 8 epochs: about 750 steps of >= 50 ms
@@ -44,13 +45,30 @@ def torch2():
     return py, ver
 
 
+def warm(agent):
+    """Whether agent's spare has imported what it preloads: it names
+    itself rdzv-spare (/proc/PID/comm) then."""
+    for pid in spares([agent.pid]):
+        try:
+            with open("/proc/%d/comm" % pid) as f:
+                if f.read().strip() == "rdzv-spare":
+                    return True
+        except OSError:
+            pass
+    return False
+
+
 def story(part):
     demo, job = part.demo, part.job
     part.begin(5, "a PyTorch 2.x DDP program repaired in place by the "
                "rdzv.repair helper")
     py, ver = torch2()
+    # rdzv's python package on the path (what `pip install ./python` does
+    # for a virtualenv), so each agent's warm spare (python -m rdzv.spare,
+    # torch already imported) can take the dead rank's place.
     env = {"PYTHON_EXEC": py, "GLOO_SOCKET_IFNAME": "lo",
-           "OMP_NUM_THREADS": "1"}
+           "OMP_NUM_THREADS": "1",
+           "PYTHONPATH": os.path.join(dl.TOP_SRCDIR, "python")}
     prog = [PROG] + ARGS
     a = part.agent("node A", prog, env=env, no_python=False)
     b = part.agent("node B", prog, env=env, no_python=False)
@@ -61,8 +79,17 @@ def story(part):
              "4 torch workers stepping")
     say("training: %d steps logged by the workers" %
         len(STEP_RE.findall(part.output())))
+    # Each agent starts its spare once its workers said they can repair;
+    # the kill waits for both, so that the story is the same on a machine
+    # where the first steps come before the spare's python has started.
+    wait_for(lambda: all(warm(x) for x in (a, b)), 120,
+             "each agent's warm spare (python -m rdzv.spare) to have "
+             "imported torch")
+    say("warm spares: node A pid %s, node B pid %s (python, torch imported,"
+        " waiting)" % (spares([a.pid])[0], spares([b.pid])[0]))
     survivors = part.kill_worker_repaired(
-        240, "started python, imported torch, loaded its data")
+        240, "was the agent's warm spare (torch already imported), "
+        "loaded its data")
     part.finish_agents(300)
     out = part.output()
     reports = [json.loads(m) for m in REPORT_RE.findall(out)]
@@ -84,6 +111,9 @@ def story(part):
                 r["world"], r["repairs"], ", ".join(
                     "%.2f" % t for t in r["repair_times"]) or "-",
                 r["accuracy"]))
+    part.check("(the warm spare)" in out, "the replacement was the agent's "
+               "warm spare, a python that had imported torch before the kill",
+               [l for l in out.splitlines() if "replacement" in l])
     texts = [e["text"] for e in demo.events(job)]
     part.check("close succeeded" in texts, "the job succeeded", texts)
 
