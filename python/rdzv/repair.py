@@ -399,10 +399,9 @@ class Job(Watcher):
 		follows the batch (LambdaLR(opt, lambda s: f(s) *
 		job.batch_scale))."""
 		p = self._plan
-		if p is None or p.policy == "global" or self.full_world <= 0:
-			return self.world / max(self.full_world, self.world, 1)
-		return p.global_batch(self) / float(self.full_world *
-		    p.batch_size)
+		if p is not None and p.policy == "global":
+			return 1.0
+		return self.world / float(max(self.full_world, self.world, 1))
 
 	def ddp(self, module, **kw):
 		"""module wrapped in DistributedDataParallel(module, **kw),

@@ -14,7 +14,8 @@ COMPAT_TESTS = \
 	tests/compat/test_repair_torch2.py \
 	tests/compat/test_repair_agent_torch2.py \
 	tests/compat/test_repair_agent_torch1.py \
-	tests/compat/test_repair_ddp_twin.py
+	tests/compat/test_repair_ddp_twin.py \
+	tests/compat/test_repair_data.py
 TESTS += $(COMPAT_TESTS)
 EXTRA_DIST += $(COMPAT_TESTS) tests/compat/compatlib.py
 # test_repair_torch's fake agent, tests/lib/fakeagent.py, is listed in
