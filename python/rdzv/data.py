@@ -98,11 +98,24 @@ class Plan:
 			job.pos = 0
 
 
-def _unfinished(job, what):
+def _next_step(job, plan, e, what):
+	"""Before each batch of epoch e: begins the step (taking a pending
+	round); False when the epoch is over (a donor's state moved the job
+	on, or no full global batch is left).  Raises when the previous
+	batch was not trained in job.step() (the position would not move)."""
 	if job._in_step:
 		raise RuntimeError("rdzv.repair: a batch of %s was not trained "
 		    "inside `with job.step():`; the job's position moves only "
 		    "when a step commits, so wrap each step's body in it" % what)
+	job._begin()
+	if job.epoch != e:	# a donor's state moved it
+		job._in_step = False
+		return False
+	if plan.done(job):
+		job._in_step = False
+		job.epoch, job.pos = e + 1, 0
+		return False
+	return True
 
 
 def batches(job, plan):
@@ -110,16 +123,7 @@ def batches(job, plan):
 	global batch left in the current epoch."""
 	job._plan = plan
 	e = job.epoch
-	while job.epoch == e:
-		_unfinished(job, "job.batches()")
-		job._begin()
-		if job.epoch != e:	# a donor's state moved it
-			job._in_step = False
-			return
-		if plan.done(job):
-			job._in_step = False
-			job.epoch, job.pos = e + 1, 0
-			return
+	while job.epoch == e and _next_step(job, plan, e, "job.batches()"):
 		yield plan.indices(job)
 
 
@@ -177,16 +181,8 @@ class Loader:
 		job._plan = plan
 		e, it, expect = job.epoch, None, None
 		try:
-			while job.epoch == e:
-				_unfinished(job, "job.loader()")
-				job._begin()
-				if job.epoch != e:
-					job._in_step = False
-					return
-				if plan.done(job):
-					job._in_step = False
-					job.epoch, job.pos = e + 1, 0
-					return
+			while job.epoch == e and _next_step(job, plan, e,
+			    "job.loader()"):
 				now = (job.repairs, job.rank, job.world, job.pos)
 				if it is None or now != expect:
 					# A repair, or a dropped step: what the

@@ -41,12 +41,11 @@ and returns without a result (rdzv/collectives.py).  Without an agent's
 channel nothing repairs: the job is torch's env:// group (torchrun), or a
 single process with no group.
 
-The environment (rdzv-agent sets the first three):
+The environment (rdzv-agent sets the first two):
   RDZV_PROGRESS_FD        the agent's channel (rdzv/channel.py)
   RDZV_REPLACEMENT=1      this worker replaces a dead one: it joins the
                           job's next grow round in init_process_group()
-  RDZV_REPAIR_TIMEOUT_MS  how long to wait for a round (default 60000;
-                          the agent passes its repair_timeout)
+  RDZV_REPAIR_TIMEOUT_MS  how long to wait for a round (default 60000)
   RDZV_REPAIR=0           vetoes repair (as for librdzvworker): the worker
                           never says hello, so a failure restarts the job
   RDZV_REPAIR_DEBUG=1     every step of a repair on stderr; without it a
@@ -237,7 +236,6 @@ class Job(Watcher):
 		import torch.distributed as dist
 		t0 = time.monotonic()
 		lost = self._lost_since if self._lost_since is not None else t0
-		self._lost_since = None
 		old = self.world
 		self._ddp = None
 		if dist.is_initialized():
@@ -255,6 +253,7 @@ class Job(Watcher):
 			if self._freeze is r:
 				self._freeze = self._target = None
 		self.repairs += 1
+		self._lost_since = None
 		now = time.monotonic()
 		self.repair_times.append(now - t0)
 		log.info("rank %d: %s round %d, world %d -> %d, %.3f s lost, at "
@@ -263,6 +262,27 @@ class Job(Watcher):
 		    now - lost, self.step_count)
 		log.debug("%r done in %.3f s at step %d", r, self.repair_times[-1],
 		    self.step_count)
+
+	def _repair_in(self, r):
+		"""Main thread: repairs in round r and, when a peer's death cuts
+		that repair off too (its group's collectives, or DDP's in the
+		model's wrapping), in the agent's next round, until one holds.
+		Raises what is not a peer's death, or when no round comes."""
+		while True:
+			try:
+				self._repair(r)
+				return
+			except Exception as e:
+				if self._chan is None or not group.comm_error(e):
+					raise
+				if self._lost_since is None:
+					self._lost_since = time.monotonic()
+				log.debug("repair in round %d cut off: %s", r.round,
+				    str(e).splitlines()[0][:160] if str(e) else e)
+				self._abort()
+				r = self._wait_round()
+				if r is None:
+					raise
 
 	def _sync(self, r):
 		"""Every rank's committed step; where they differ, the donor's
@@ -311,7 +331,7 @@ class Job(Watcher):
 			    _KEY % r.rank, "-1")
 		except Exception as e:
 			log.warn("posting to round %d: %s", r.round, e)
-		self._repair(r)
+		self._repair_in(r)
 		self._joined = True
 
 	def _wait_round(self):
@@ -346,14 +366,17 @@ class Job(Watcher):
 				if self._freeze is r:
 					end = time.monotonic() + self.repair_timeout
 					while self._target is None and \
+					    self._freeze is r and \
 					    time.monotonic() < end:
 						self._cv.wait(end - time.monotonic())
+					if self._rounds[-1] is not r:
+						continue	# superseded: look again
 					if self._target is not None and \
 					    self.step_count < self._target:
 						self._in_step = True
 						return
 				del self._rounds[:]
-			self._repair(r)
+			self._repair_in(r)
 
 	def _end(self, e):
 		with self._cv:		# what the watcher's _agree() reads
@@ -386,7 +409,7 @@ class Job(Watcher):
 			log.warn("no round from the agent within %.0f s of a failed "
 			    "%s", self.repair_timeout, what)
 			return False
-		self._repair(r)
+		self._repair_in(r)
 		return True
 
 	# ---- what a script calls ----

@@ -10,9 +10,9 @@ so that rdzvctl members/top, the status page and the per-job metrics
 show a torch job as they show a C one.
 """
 
-import datetime
 import os
 import sys
+import threading
 import time
 
 from . import group, log
@@ -21,6 +21,7 @@ from .channel import Round, chan_eof, parse_message, MSG_MAX
 WAIT_EVERY = 1.0		# "wait" while blocked in torch this long, as often
 STORE_EVERY = 1.0		# seconds between steps written to rdzvd's store
 STORE_TIMEOUT = 2.0		# seconds a progress write may take
+AGREE_POLL = 0.02		# seconds between looks at a grow's posts
 _KEY = "rdzv_repair/begun/%d"	# boundary agreement of a grow round
 
 
@@ -100,17 +101,22 @@ class Watcher:
 		with self._cv:
 			self._rounds.append(r)
 			healthy = r.kind == "grow" and self._joined
-			if healthy:
-				self._freeze, self._target = r, None
+			# A newer round supersedes a grow still being agreed on
+			# (its replacement may be the peer that just died).
+			self._freeze, self._target = (r if healthy else None), None
 			self._cv.notify_all()
 		if healthy:
-			self._agree(r)
+			# Its own thread: the watcher must hear a round that
+			# supersedes this one while the survivors agree.
+			threading.Thread(target=self._agree, args=(r,),
+			    name="rdzv-agree", daemon=True).start()
 		elif self._joined:
 			self._abort()
 
 	def _agree(self, r):
-		"""Watcher: the step after which the survivors switch to the
-		grow round r, the largest number of steps any of them began."""
+		"""The step after which the survivors switch to the grow round
+		r, the largest number of steps any of them began; given up when
+		a newer round supersedes r."""
 		target = -1
 		try:
 			st = group.round_store(r, self.repair_timeout)
@@ -118,7 +124,16 @@ class Watcher:
 				begun = self.step_count + (1 if self._in_step else 0)
 			st.set(_KEY % r.rank, str(begun))
 			keys = [_KEY % i for i in range(r.world)]
-			st.wait(keys, datetime.timedelta(seconds=self.repair_timeout))
+			end = time.monotonic() + self.repair_timeout
+			while not st.check(keys):
+				with self._cv:
+					if self._freeze is not r:
+						log.debug("round %d superseded", r.round)
+						return
+				if time.monotonic() > end:
+					raise TimeoutError("not every rank posted within "
+					    "%.0f s" % self.repair_timeout)
+				time.sleep(AGREE_POLL)
 			target = max(int(st.get(k)) for k in keys)
 		except Exception as e:
 			log.warn("no agreement on round %d (%s): switching now",

@@ -38,7 +38,7 @@ from compatlib import check, log                        # noqa: E402
 EX = os.path.join(rt.top_srcdir(), "examples")
 PLAIN = os.path.join(EX, "torch_plain_ddp.py")
 TWIN = os.path.join(EX, "torch_repair_ddp.py")
-LIMIT, EPOCHS, BATCH = 30000, 2, 16
+LIMIT, EPOCHS, BATCH = 48000, 2, 16
 ARGS = ["--limit", str(LIMIT), "--epochs", str(EPOCHS), "--batch",
     str(BATCH), "--workers", "1", "--hidden", "32", "--log-ids"]
 TOLERANCE = 0.1			# test loss, absolute
@@ -144,30 +144,62 @@ def test_twin_three_kills():
     d = rt.Rdzvd()
     with Scope("twin-") as s:
         a, b = agents(s, d, "twin", TWIN, ["--die-at-log", "20", "3"])
-        rng = random.Random()
-        for k in range(3):
-            rt.wait_until(lambda: sum(1 for t in job_events(d, "twin")
-                if t.startswith("repair: grow")) == k, timeout=180,
-                what="grow %d" % k)
-            rt.wait_until(lambda: len(a.children()) == 2 and
-                len(b.children()) == 2, timeout=120, what="4 workers")
-            if k == 0:	# rank 3 kills itself at step 20's logging
-                rt.wait_until(lambda: any(t.startswith("repair: shrink")
-                    for t in job_events(d, "twin")), timeout=180,
-                    what="the death at the logging all_reduce")
-                continue
-            time.sleep(rng.uniform(0.5, 2.0))
-            victim = rng.choice(a.children() + b.children())
-            log("kill %d: SIGKILL pid %d" % (k, victim))
-            os.kill(victim, signal.SIGKILL)
-            rt.wait_until(lambda: sum(1 for t in job_events(d, "twin")
-                if t.startswith("repair: shrink")) == k + 1, timeout=60,
-                what="shrink %d" % (k + 1))
-        for x in (a, b):
-            check(x.wait(400) == 0, x.output()[-4000:])
+        try:
+            kill3(d, a, b)
+        except BaseException:
+            log("events: %s" % events(d))
+            log("agents' output but the COMMIT lines:\n" + "\n".join(
+                ln for ln in (a.output() + b.output()).splitlines()
+                if "COMMIT" not in ln)[-20000:])
+            raise
+        try:
+            for x in (a, b):
+                check(x.wait(400) == 0, x.output()[-4000:])
+        except BaseException:
+            log("events: %s" % events(d))
+            log("agents' output but the COMMIT lines:\n" + "\n".join(
+                ln for ln in (a.output() + b.output()).splitlines()
+                if "COMMIT" not in ln)[-20000:])
+            raise
         out = a.output() + b.output()
     ev = job_events(d, "twin")
     d.stop()
+    check_twin(ev, out)
+
+
+def events(d):
+    """The twin job's events; none before its first agent joined."""
+    try:
+        return job_events(d, "twin")
+    except rt.RdzvError:
+        return []
+
+
+def kill3(d, a, b):
+    """The three kills (module docstring), each once the job is whole."""
+    rng = random.Random()
+    for k in range(3):
+        rt.wait_until(lambda: sum(1 for t in events(d)
+            if t.startswith("repair: grow")) == k, timeout=180,
+            what="grow %d" % k)
+        rt.wait_until(lambda: len(a.children()) == 2 and
+            len(b.children()) == 2, timeout=120, what="4 workers")
+        if k == 0:	# rank 3 kills itself at step 20's logging
+            rt.wait_until(lambda: any(t.startswith("repair: shrink")
+                for t in events(d)), timeout=180,
+                what="the death at the logging all_reduce")
+            continue
+        time.sleep(rng.uniform(0.5, 2.0))
+        victim = rng.choice(a.children() + b.children())
+        log("kill %d: SIGKILL pid %d" % (k, victim))
+        os.kill(victim, signal.SIGKILL)
+        rt.wait_until(lambda: sum(1 for t in events(d)
+            if t.startswith("repair: shrink")) == k + 1, timeout=60,
+            what="shrink %d" % (k + 1))
+
+
+def check_twin(ev, out):
+    """What the module docstring says of the twin's run."""
     check(sum(1 for t in ev if t.startswith("repair: shrink")) == 3, ev)
     check(sum(1 for t in ev if t.startswith("repair: grow")) == 3, ev)
     check(not any(t.startswith("restart ") or "escalated" in t for t in ev),
@@ -178,7 +210,9 @@ def test_twin_three_kills():
         "no survivor was in the logging all_reduce: " + out[-3000:])
     check(len(re.findall(r"rdzv\.repair\[\d+\]: rank \d+: shrink round",
         out)) >= 9, out[-3000:])
-    check(len(re.findall(r"rank \d of 4 starts", out)) == 7, out[-3000:])
+    # dist.get_rank() right after init_process_group, in the replacements
+    # too (one killed before it printed is not counted).
+    check(len(re.findall(r"rank \d of \d starts", out)) >= 6, out[-3000:])
     loss = finals(out)
     log("twin through 3 kills: test loss %.4f, failure-free %.4f" % (
         loss, st["ref"]))
