@@ -87,6 +87,7 @@ __all__ = ["init_process_group", "Job", "Round", "parse_round",
     "parse_message", "MSG_MAX"]
 
 PROGRESS_EVERY = 0.1		# seconds between step reports to the agent
+WAIT_LONG = 5.0			# seconds between looks while waiting forever
 
 _channel = open_channel		# its name before the split (tests)
 
@@ -172,6 +173,8 @@ class Job(Watcher):
 		self._pending_tracked = []	# received before job.track()
 		self._tracked_applied = 0
 		self._lost_since = None		# when the step in flight was cut
+		self._building = None		# the round whose group is being made
+		self._chan_gone = False		# the watcher saw the channel end
 
 	# ---- channel ----
 
@@ -205,11 +208,24 @@ class Job(Watcher):
 	def _group(self, r):
 		"""Joins round r's process group as the default group."""
 		import torch.distributed as dist
-		store = group.round_store(r, self.repair_timeout)
-		before = group.sockets()
-		kw = {} if self.timeout is None else {"timeout": self.timeout}
-		dist.init_process_group(self.backend, store=store, rank=r.rank,
-		    world_size=r.world, **kw)
+		with self._cv:
+			self._building = r	# the watcher breaks it if superseded
+			superseded = bool(self._rounds) and \
+			    self._rounds[-1].round > r.round
+		if superseded:
+			raise ConnectionError("round %d superseded before its "
+			    "group was built" % r.round)
+		if not dist.is_initialized():
+			group.reset_names()
+		try:
+			store = group.round_store(r, self.repair_timeout)
+			before = group.sockets()
+			kw = {} if self.timeout is None else {"timeout": self.timeout}
+			dist.init_process_group(self.backend, store=store,
+			    rank=r.rank, world_size=r.world, **kw)
+		finally:
+			with self._cv:
+				self._building = None
 		self._socks = {fd: l for fd, l in group.sockets().items()
 		    if before.get(fd) != l}
 		self._store = store
@@ -322,10 +338,12 @@ class Job(Watcher):
 		there from the start; what the state holds for the model and
 		the tracked objects is loaded when the script gives them)."""
 		self._send("ready")
-		r = self._wait_round()
+		# As long as the agent wants: it starts the grow round when
+		# the others can take this rank, or stops the repair.
+		r = self._wait_round(forever=True)
 		if r is None:
-			raise RuntimeError("rdzv.repair: no round from the agent "
-			    "within %.0f s of ready" % self.repair_timeout)
+			raise RuntimeError("rdzv.repair: the agent closed the "
+			    "channel before this replacement's round came")
 		try:
 			group.round_store(r, self.repair_timeout).set(
 			    _KEY % r.rank, "-1")
@@ -334,16 +352,17 @@ class Job(Watcher):
 		self._repair_in(r)
 		self._joined = True
 
-	def _wait_round(self):
+	def _wait_round(self, forever=False):
 		"""The newest round received (waiting up to the repair timeout
-		for one), taken; None at the timeout."""
+		for one, or, forever, until the agent's end of the channel
+		closes), taken; None at the timeout or the end."""
 		end = time.monotonic() + self.repair_timeout
 		with self._cv:
 			while not self._rounds:
 				left = end - time.monotonic()
-				if left <= 0:
+				if self._chan_gone or (left <= 0 and not forever):
 					return None
-				self._cv.wait(left)
+				self._cv.wait(left if not forever else WAIT_LONG)
 			r = self._rounds[-1]
 			del self._rounds[:]
 			return r

@@ -58,6 +58,14 @@ class Watcher:
 			self._send("wait")
 
 	def _watch(self):
+		try:
+			self._watch_chan()
+		finally:
+			with self._cv:
+				self._chan_gone = True
+				self._cv.notify_all()
+
+	def _watch_chan(self):
 		import select
 		warned = False
 		p = select.poll()
@@ -104,7 +112,15 @@ class Watcher:
 			# A newer round supersedes a grow still being agreed on
 			# (its replacement may be the peer that just died).
 			self._freeze, self._target = (r if healthy else None), None
+			stale = self._building
 			self._cv.notify_all()
+		if stale is not None and stale.round < r.round:
+			# The training thread waits in the store of a round its
+			# peers have left for this one: break that wait, so it
+			# takes this round instead (rdzv.repair's _repair_in).
+			log.debug("round %d supersedes round %d being built",
+			    r.round, stale.round)
+			group.reset_port(stale.master_port)
 		if healthy:
 			# Its own thread: the watcher must hear a round that
 			# supersedes this one while the survivors agree.

@@ -147,24 +147,27 @@ def test_twin_three_kills():
         try:
             kill3(d, a, b)
         except BaseException:
-            log("events: %s" % events(d))
-            log("agents' output but the COMMIT lines:\n" + "\n".join(
-                ln for ln in (a.output() + b.output()).splitlines()
-                if "COMMIT" not in ln)[-20000:])
+            dump(d, a, b)
             raise
         try:
             for x in (a, b):
                 check(x.wait(400) == 0, x.output()[-4000:])
         except BaseException:
-            log("events: %s" % events(d))
-            log("agents' output but the COMMIT lines:\n" + "\n".join(
-                ln for ln in (a.output() + b.output()).splitlines()
-                if "COMMIT" not in ln)[-20000:])
+            dump(d, a, b)
             raise
         out = a.output() + b.output()
     ev = job_events(d, "twin")
     d.stop()
     check_twin(ev, out)
+
+
+def dump(d, a, b):
+    """What a failure needs to be understood: the events, the agents'
+    output but the sample ids."""
+    log("events: %s" % events(d))
+    log("agents' output but the COMMIT lines:\n" + "\n".join(
+        ln for ln in (a.output() + b.output()).splitlines()
+        if "COMMIT" not in ln)[-20000:])
 
 
 def events(d):
