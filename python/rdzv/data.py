@@ -23,7 +23,6 @@ so nothing a worker prefetched for a dropped or resharded step is
 trained.
 """
 
-import os
 
 from . import log
 
@@ -127,28 +126,6 @@ def batches(job, plan):
 		yield plan.indices(job)
 
 
-class _WorkerInit:
-	"""The loader's worker_init_fn: a worker process forked from the
-	trainer holds copies of the group's sockets and of the agent's
-	channel; closing them there lets a dead trainer's peers and agent see
-	its end at once, not when its workers notice it (seconds later).
-	Then the script's own worker_init_fn."""
-
-	def __init__(self, job, user):
-		self.fds = list(job._socks) + ([job._chan.fileno()] if
-		    job._chan is not None else [])
-		self.user = user
-
-	def __call__(self, wid):
-		for fd in self.fds:
-			try:
-				os.close(fd)
-			except OSError:
-				pass
-		if self.user is not None:
-			self.user(wid)
-
-
 class Loader:
 	"""What job.loader() returns: iterating it yields the DataLoader's
 	batches of this rank for every step left in the current epoch; see
@@ -168,13 +145,9 @@ class Loader:
 
 	def _make(self):
 		from torch.utils.data import DataLoader
-		kw = dict(self.kw)
-		if kw.get("num_workers", 0) > 0:
-			kw["worker_init_fn"] = _WorkerInit(self.job,
-			    kw.get("worker_init_fn"))
 		self.rebuilt += 1
 		return iter(DataLoader(self.dataset,
-		    batch_sampler=self.plan.rest(self.job), **kw))
+		    batch_sampler=self.plan.rest(self.job), **self.kw))
 
 	def __iter__(self):
 		job, plan = self.job, self.plan

@@ -529,9 +529,12 @@ def _close_in_child(job):
 	"""After a fork (a DataLoader's workers): the child closes its copies
 	of the group's sockets and of the channel, so a dead trainer's peers
 	and agent see its end at once, not when its children exit."""
-	for fd in list(job._socks):
+	for fd, link in list(job._socks.items()):
 		try:
-			os.close(fd)
+			# Only while it is the same socket: a group made and
+			# broken may have left a number the child uses now.
+			if os.readlink("/proc/self/fd/%d" % fd) == link:
+				os.close(fd)
 		except OSError:
 			pass
 	try:

@@ -382,12 +382,16 @@ def torch_surfaces(d, job, world=4):
 	    timeout=30, what="the members' min_step rising past %d" % first)
 	top = _ctl(d, "top", job, "--count", "1")
 	check(re.search(r"step \d+", top), top)
-	st, body, _ = d.http_get("/api/jobs/%s/history" % job)
-	hist = json.loads(body)
-	check(st == 200 and len(hist.get("ranks", [])) == world, hist)
-	age = rdzvtest.metric_value(d.metrics(),
-	    "rdzvd_job_last_progress_age_seconds", None, job=job)
-	check(age is not None and age >= 0, "progress age %r" % age)
+	def ranks():
+		st, body, _ = d.http_get("/api/jobs/%s/history" % job)
+		return len(json.loads(body).get("ranks", [])) if st == 200 else -1
+	rdzvtest.wait_until(lambda: ranks() == world, timeout=30,
+	    what="every rank in the status page's history")
+	def age():	# the job's series appear with its first sample
+		return rdzvtest.metric_value(d.metrics(),
+		    "rdzvd_job_last_progress_age_seconds", None, job=job)
+	rdzvtest.wait_until(lambda: (age() if age() is not None else -1) >= 0,
+	    timeout=30, what="the job's last progress age in /metrics")
 	log("torch job %s on every surface: step %d -> %d" % (job, first,
 	    progress()[1]))
 
