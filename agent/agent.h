@@ -91,6 +91,7 @@ struct agent_config {
 	sigset_t	 fwd_signals;	/* forwarded; the agent goes on */
 	int		 virtual_local_rank; /* LOCAL_RANK 0, one device each */
 	int		 numa_mode;	/* enum sup_numa_mode */
+	int		 warm_spare;	/* --warm_spare: keep a warm python */
 
 	char		*program;	/* the user's program, for messages */
 	char	       **argv;		/* the worker command, NULL-terminated */
@@ -164,14 +165,33 @@ int	sup_spawn(int local_rank, char *const argv[], char *const envp[],
  * Starts a replacement for local_rank alone (in-place recovery): the argv
  * and environment of local_rank's last sup_spawn, plus RDZV_REPLACEMENT=1,
  * with these descriptors (as sup_spawn's; a fresh progress socket from
- * progress_rearm).  No other worker is touched or signalled.  Returns 0
- * with *pid set; RDZV_EINVAL (local_rank out of range), RDZV_ENOTFOUND
+ * progress_rearm).  No other worker is touched or signalled.  The warm
+ * spare, when one runs, becomes the replacement (*warm, when not NULL,
+ * says which).  Returns 0 with *pid set; RDZV_EINVAL (local_rank out of range), RDZV_ENOTFOUND
  * (local_rank was never spawned), RDZV_EEXIST (a worker of local_rank is
  * still running: its exit must be reaped first), RDZV_EBUSY (sup_stop is
  * under way), RDZV_ENOMEM or RDZV_EIO.
  */
 int	sup_respawn(int local_rank, int out_fd, int err_fd, int prog_fd,
-	    pid_t *pid);
+	    pid_t *pid, int *warm);
+/*
+ * The warm spare: one child that is no worker (sup_live, sup_signal and
+ * sup_stop leave it alone), started like one (own session, parent-death
+ * SIGKILL) with argv and envp, stdout and stderr on /dev/null and a
+ * control socket at fd 3 (rdzv.spare, which imports torch and waits).
+ * While one runs, sup_respawn hands it the rank instead of forking (with
+ * *warm set to 1): the rank's argv, environment and descriptors in one
+ * datagram (a spare that cannot take it is killed, with one line, and
+ * the replacement starts cold).  A spare that ends unused is reaped with
+ * one line and never started again.  Returns 0; RDZV_EEXIST (one runs),
+ * RDZV_EBUSY (one died before, or a sup_stop is under way), RDZV_EINVAL
+ * or RDZV_EIO.
+ */
+int	sup_spare_start(char *const argv[], char *const envp[]);
+/* The spare's pid, 0 when none runs. */
+pid_t	sup_spare_pid(void);
+/* SIGKILLs the spare's group and reaps it (the agent is leaving). */
+void	sup_spare_stop(void);
 /* The pid of local_rank's running worker, 0 when none runs. */
 pid_t	sup_pid(int local_rank);
 /* Live workers (replacements included). */
@@ -436,6 +456,8 @@ int	rdzv_start(struct event_base *, const struct agent_config *,
 	    const struct rdzv_cbs *, void *arg);
 /* This agent's instance id (hex) and node id (-1 before JOIN). */
 const char	*rdzv_instance(void);
+/* Host of the rdzvd last joined (of --rdzv_endpoint's list): MASTER_ADDR. */
+const char	*rdzv_master_host(void);
 int64_t	rdzv_node_id(void);
 /*
  * Reports a worker failure of round (kept and sent again after a

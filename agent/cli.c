@@ -3,7 +3,8 @@
  *
  * Owns torchrun's options in both spellings (--nproc_per_node and
  * --nproc-per-node), their PET_<OPTION> environment defaults, the Slurm
- * defaults (SLURM_JOB_ID.SLURM_STEP_ID, SLURM_NNODES), --rdzv_conf keys,
+ * defaults (SLURM_JOB_ID.SLURM_STEP_ID, .r<SLURM_RESTART_COUNT> once
+ * requeued; SLURM_NNODES), --rdzv_conf keys,
  * which rendezvous a command line means (torchrun's static and c10d
  * backends, rdzvd, --standalone), counting GPUs for --nproc_per_node
  * auto|gpu, and resolving the worker command the way torchrun does (the
@@ -51,7 +52,9 @@ enum cli_id {
 	O_VERSION, O_VERBOSE,
 	/* torchrun 2.x */
 	O_RANKS_FILTER, O_PREFIX, O_DUP_STDOUT, O_DUP_STDERR, O_EVENT_LOG,
-	O_LOGS_SPECS, O_NUMA, O_SIGNALS, O_SHUTDOWN_TIMEOUT, O_VIRTUAL_LR
+	O_LOGS_SPECS, O_NUMA, O_SIGNALS, O_SHUTDOWN_TIMEOUT, O_VIRTUAL_LR,
+	/* rdzv's own */
+	O_WARM_SPARE
 };
 
 /*
@@ -105,6 +108,7 @@ static const struct cli_opt {
 	{ "signals_to_handle",	O_SIGNALS,		0, 0 },
 	{ "shutdown_timeout",	O_SHUTDOWN_TIMEOUT,	0, 0 },
 	{ "virtual_local_rank",	O_VIRTUAL_LR,		1, 0 },
+	{ "warm_spare",		O_WARM_SPARE,		0, 0 },
 };
 
 /* --numa_binding's words, in enum sup_numa_mode order. */
@@ -141,7 +145,8 @@ cli_usage(FILE *f)
 "(static: node rank 0; c10d: the agent on the endpoint's host).  Every\n"
 "option may also come from PET_<OPTION> (e.g. PET_NPROC_PER_NODE=4); the\n"
 "command line wins.  Under Slurm, SLURM_JOB_ID.SLURM_STEP_ID is the default\n"
-"--rdzv_id and SLURM_NNODES --nnodes.\n"
+"--rdzv_id (.r<SLURM_RESTART_COUNT> added in a requeued job) and\n"
+"SLURM_NNODES --nnodes.\n"
 "Options are accepted with '_' or '-' (--nproc_per_node, --nproc-per-node).\n"
 "\n"
 "  --nnodes N|MIN:MAX        nodes in the job (default 1:1)\n"
@@ -149,7 +154,8 @@ cli_usage(FILE *f)
 "                            workers on this node (default 1); gpu = one per\n"
 "                            GPU, cpu = one per CPU, auto = gpu if any GPU\n"
 "  --rdzv_endpoint HOST:PORT the rendezvous: rdzvd's address, or where an\n"
-"                            agent hosts it (default port 29400)\n"
+"                            agent hosts it (default port 29400);\n"
+"                            A,B,C: rdzvds of which one leads, in turn\n"
 "  --rdzv_id ID              the job's name in rdzvd (default \"none\"):\n"
 "                            printable ASCII, no spaces\n"
 "  --rdzv_backend NAME       static: node rank 0's agent hosts the\n"
@@ -255,6 +261,12 @@ cli_usage(FILE *f)
 "  --event_log_handler NAME, --logs_specs NAME\n"
 "                            accepted for torchrun; ignored with one line\n"
 "                            saying why\n"
+"  --warm_spare 1|0          keep one python per node that has imported\n"
+"                            torch, waiting to become the replacement of\n"
+"                            a worker that dies in a job that repairs in\n"
+"                            place (default 1; python programs only, not\n"
+"                            --no_python or --numa_binding; costs the RSS\n"
+"                            of one idle python with torch)\n"
 "  --dry_run                 print the resolved configuration and the\n"
 "                            environment of each worker, then exit\n"
 "  -v, --verbose             debug logging\n"
@@ -868,6 +880,13 @@ cli_apply(struct agent_config *cfg, const struct cli_opt *o, const char *v)
 		return (cli_signals(cfg, v));
 	case O_SHUTDOWN_TIMEOUT:
 		return (cli_seconds("--shutdown_timeout", v, &cfg->grace_ms));
+	case O_WARM_SPARE:
+		if ((cfg->warm_spare = cli_bool(v)) == -1 || *v == '\0') {
+			fprintf(stderr, "rdzv-agent: --warm_spare: \"%s\" is "
+			    "not 1 or 0\n", v);
+			return (-1);
+		}
+		return (0);
 	case O_VIRTUAL_LR:
 		cfg->virtual_local_rank = 1;
 		return (0);
@@ -1037,8 +1056,35 @@ static int
 cli_endpoint(struct agent_config *cfg)
 {
 	char	host[RDZV_HOST_MAX], ep[RDZV_HOSTPORT_MAX], why[512];
+	size_t	i, n = hostport_list_count(cfg->endpoint);
 	int	port;
 
+	/* A list: rdzvds of which one leads, each with its port. */
+	for (i = 0; n > 1 && i < n; i++) {
+		if (hostport_list_get(cfg->endpoint, i, ep, sizeof ep) != 0)
+			strlcpy(why, "too long", sizeof why);
+		else if (hostport_split(ep, 0, host, sizeof host, &port, why,
+		    sizeof why) == 0)
+			why[0] = '\0';
+		if (why[0] != '\0') {
+			fprintf(stderr, "rdzv-agent: --rdzv_endpoint %s: entry "
+			    "%zu: %s (a list is HOST:PORT,HOST:PORT,...)\n",
+			    cfg->endpoint, i + 1, why);
+			return (-1);
+		}
+		if (cfg->standalone || cfg->rdzv_mode == AGENT_RDZV_C10D) {
+			fprintf(stderr, "rdzv-agent: --rdzv_endpoint %s: a list "
+			    "of rdzvds needs --rdzv_backend rdzv\n",
+			    cfg->endpoint);
+			return (-1);
+		}
+		if (i == 0) {
+			cli_setstr(&cfg->ep_host, host);
+			cfg->ep_port = port;
+		}
+	}
+	if (n > 1)
+		return (0);
 	/* Port 0: any free port, for the agent that hosts it (torchrun's
 	 * c10d host does the same; one node only: nobody else can know). */
 	if (hostport_split(cfg->endpoint, HOSTPORT_PORT_OPT |
@@ -1318,6 +1364,7 @@ cli_parse(struct agent_config *cfg, int argc, char **argv)
 	cfg->monitor_interval = 5;
 	cfg->master_port = 29500;
 	cfg->grace_ms = 30000;
+	cfg->warm_spare = 1;
 	cfg->last_call_ms = -1;
 	cfg->lease_ms = -1;
 	cfg->max_repairs = cfg->repair_timeout_ms = -1;
@@ -1361,15 +1408,24 @@ cli_parse(struct agent_config *cfg, int argc, char **argv)
 	/* Slurm, then PET_*, then the command line. */
 	if ((v = getenv("SLURM_JOB_ID")) != NULL && *v != '\0') {
 		const char	*step = getenv("SLURM_STEP_ID");
+		const char	*rc = getenv("SLURM_RESTART_COUNT");
 
-		/* Every srun step is a job of its own: a second step of
-		 * the allocation must not JOIN the first one's closed job. */
+		/*
+		 * Every srun step is a job of its own: a second step of the
+		 * allocation must not JOIN the first one's closed job.  A
+		 * requeued job keeps its id and numbers its steps from 0
+		 * again: its restart count keeps it from joining the old
+		 * run's job (closed, or with the old run's rounds and keys).
+		 */
+		if (step == NULL || *step == '\0')
+			step = NULL;
+		if (rc == NULL || *rc == '\0' || strcmp(rc, "0") == 0)
+			rc = NULL;
 		free(cfg->rdzv_id);
-		if (step != NULL && *step != '\0') {
-			if (asprintf(&cfg->rdzv_id, "%s.%s", v, step) == -1)
-				fatal("asprintf");
-		} else
-			cfg->rdzv_id = cli_strdup(v);
+		if (asprintf(&cfg->rdzv_id, "%s%s%s%s%s", v,
+		    step != NULL ? "." : "", step != NULL ? step : "",
+		    rc != NULL ? ".r" : "", rc != NULL ? rc : "") == -1)
+			fatal("asprintf");
 	}
 	if ((v = getenv("SLURM_NNODES")) != NULL && *v != '\0' &&
 	    cli_nnodes(cfg, v) != 0)
@@ -1482,6 +1538,7 @@ cli_print(const struct agent_config *cfg, FILE *f)
 	cli_ms(f, "progress_timeout", cfg->progress_timeout_ms);
 	fprintf(f, "gpus_per_worker=%d\n", cfg->gpus_per_worker);
 	fprintf(f, "virtual_local_rank=%d\n", cfg->virtual_local_rank);
+	fprintf(f, "warm_spare=%d\n", cfg->warm_spare);
 	fprintf(f, "local_ranks_filter=%s\n", cfg->ranks_filter ?
 	    cfg->ranks_filter : "");
 	fprintf(f, "log_line_prefix_template=%s\n", cfg->prefix_tmpl ?

@@ -27,6 +27,13 @@
  * reconnect) changes nothing; one for another round while workers run
  * stops them first and spawns the new round when they are gone.
  *
+ * The warm spare (--warm_spare, python programs): once every local worker
+ * said it can repair, and again after a grow round took a replacement in,
+ * agent_spare_want() has sup.c start one python that imports torch and
+ * waits; a local worker's death then hands it the rank (sup_respawn)
+ * instead of starting a cold python.  It is no worker: it never counts
+ * toward a round's exits, and it is killed when the agent leaves.
+ *
  * Before JOINING, the agent may host the rendezvous itself, an embedded
  * rdzvd on its event loop (agent_rendezvous): --standalone; node rank 0
  * of a static rendezvous; under c10d the agent on the endpoint's host
@@ -245,6 +252,22 @@ agent_world(const struct rdzv_round *r)
 }
 
 /*
+ * The defaults torchrun sets only when the user has not; a worker and
+ * the warm spare (which loads the libraries that read them) get them.
+ */
+static void
+agent_default_vars(char ***e, size_t *n, size_t *cap)
+{
+	if (getenv("NCCL_ASYNC_ERROR_HANDLING") == NULL)
+		agent_setenv(e, n, cap, "NCCL_ASYNC_ERROR_HANDLING", "1");
+	if (getenv("TORCH_NCCL_ASYNC_ERROR_HANDLING") == NULL)
+		agent_setenv(e, n, cap, "TORCH_NCCL_ASYNC_ERROR_HANDLING",
+		    "1");
+	if (getenv("OMP_NUM_THREADS") == NULL && ag.cfg.nproc > 1)
+		agent_setenv(e, n, cap, "OMP_NUM_THREADS", "1");
+}
+
+/*
  * The variables rdzv-agent sets for local_rank in round r (torchrun's,
  * see shared/reference/tcpstore-wire.md section 6, plus RDZV_*).
  */
@@ -270,7 +293,7 @@ agent_worker_vars(int local_rank, const struct rdzv_round *r, size_t *np)
 	    (long long)r->group_world_size);
 	agent_setenv(&e, &n, &cap, "ROLE_WORLD_SIZE", "%lld",
 	    (long long)world);
-	agent_setenv(&e, &n, &cap, "MASTER_ADDR", "%s", ag.cfg.ep_host);
+	agent_setenv(&e, &n, &cap, "MASTER_ADDR", "%s", rdzv_master_host());
 	agent_setenv(&e, &n, &cap, "MASTER_PORT", "%lld",
 	    (long long)r->store_port);
 	agent_setenv(&e, &n, &cap, "TORCHELASTIC_RESTART_COUNT", "%lld",
@@ -303,27 +326,19 @@ agent_worker_vars(int local_rank, const struct rdzv_round *r, size_t *np)
 		agent_gpus(local_rank, gpus, sizeof gpus);
 		agent_setenv(&e, &n, &cap, "CUDA_VISIBLE_DEVICES", "%s", gpus);
 	}
-	/* Defaults torchrun sets only when the user has not. */
-	if (getenv("NCCL_ASYNC_ERROR_HANDLING") == NULL)
-		agent_setenv(&e, &n, &cap, "NCCL_ASYNC_ERROR_HANDLING", "1");
-	if (getenv("TORCH_NCCL_ASYNC_ERROR_HANDLING") == NULL)
-		agent_setenv(&e, &n, &cap, "TORCH_NCCL_ASYNC_ERROR_HANDLING",
-		    "1");
-	if (getenv("OMP_NUM_THREADS") == NULL && ag.cfg.nproc > 1)
-		agent_setenv(&e, &n, &cap, "OMP_NUM_THREADS", "1");
+	agent_default_vars(&e, &n, &cap);
 	*np = n;
 	return (e);
 }
 
-/* The whole environment: the agent's, less what we set, plus ours. */
+/* The whole environment: the agent's, less what vars set, plus vars. */
 static char **
-agent_worker_env(int local_rank, const struct rdzv_round *r)
+agent_merge_env(char **vars, size_t nv)
 {
 	extern char	**environ;
-	char		**vars, **e;
-	size_t		  nv, ne = 0, i;
+	char		**e;
+	size_t		  ne = 0, i;
 
-	vars = agent_worker_vars(local_rank, r, &nv);
 	for (i = 0; environ[i] != NULL; i++)
 		;
 	if ((e = calloc(i + nv + 1, sizeof *e)) == NULL)
@@ -340,6 +355,17 @@ agent_worker_env(int local_rank, const struct rdzv_round *r)
 	e[ne] = NULL;
 	free(vars);	/* the strings now belong to e */
 	return (e);
+}
+
+/* A worker's whole environment. */
+static char **
+agent_worker_env(int local_rank, const struct rdzv_round *r)
+{
+	char	**vars;
+	size_t	  nv;
+
+	vars = agent_worker_vars(local_rank, r, &nv);
+	return (agent_merge_env(vars, nv));
 }
 
 /* Frees what agent_worker_env allocated (our strings only). */
@@ -361,6 +387,47 @@ agent_free_env(char **e)
 			free(e[i]);
 	}
 	free(e);
+}
+
+/*
+ * Starts the warm spare when one is wanted and none runs: --warm_spare,
+ * a python program (the spare runs python -u -m rdzv.spare PROGRAM
+ * ARGS...: it pre-imports what is safe and waits), no --numa_binding
+ * (the spare could not take a rank's CPUs and memory node), workers
+ * running that can all repair, and no replacement of theirs still
+ * starting (it would share the CPU with the spare's imports).
+ */
+static void
+agent_spare_want(void)
+{
+	char	**argv, **vars = NULL, **env;
+	size_t	  n = 0, cap = 0;
+	int	  i, rv;
+
+	if (!ag.cfg.warm_spare || ag.cfg.no_python || ag.cfg.argc < 3 ||
+	    ag.cfg.numa_mode != SUP_NUMA_NONE || sup_spare_pid() != 0 ||
+	    ag.state != AS_RUNNING || ag.pending != 0 ||
+	    !progress_all_can_repair())
+		return;
+	/* cli_command's python -u [-m] PROGRAM ARGS... */
+	if ((argv = calloc(ag.cfg.argc + 3, sizeof *argv)) == NULL)
+		fatalx("out of memory");
+	argv[0] = ag.cfg.argv[0];
+	argv[1] = "-u";
+	argv[2] = "-m";
+	argv[3] = "rdzv.spare";
+	for (i = 2; i < ag.cfg.argc; i++)
+		argv[i + 2] = ag.cfg.argv[i];
+	agent_default_vars(&vars, &n, &cap);
+	agent_setenv(&vars, &n, &cap, "RDZV_SPARE_FD", "%d",
+	    PROGRESS_CHILD_FD);
+	env = agent_merge_env(vars, n);
+	rv = sup_spare_start(argv, env);
+	agent_free_env(env);
+	free(argv);
+	if (rv != 0 && rv != RDZV_EBUSY)
+		log_warnx("cannot start the warm spare: %s; replacements "
+		    "start cold", rdzv_strerror(rv));
 }
 
 /* Seconds from t (mono_ms) to now. */
@@ -685,14 +752,14 @@ agent_respawn(int l)
 {
 	char	moved[4096];
 	pid_t	pid;
-	int	out_fd, err_fd, rv;
+	int	out_fd, err_fd, rv, warm;
 
 	if (ag.pending != 0 || l >= 63 || !progress_all_can_repair())
 		return (-1);
 	if ((rv = logs_rearm(l, &out_fd, &err_fd, moved, sizeof moved)) != 0 ||
 	    (rv = progress_rearm(l)) != 0 ||
 	    (rv = sup_respawn(l, out_fd, err_fd, progress_child_fd(l),
-	    &pid)) != 0) {
+	    &pid, &warm)) != 0) {
 		log_warnx("worker %d cannot be replaced in place: %s; the "
 		    "job restarts", l, rdzv_strerror(rv));
 		return (-1);
@@ -702,8 +769,9 @@ agent_respawn(int l)
 	ag.hung_at[l] = 0;
 	ag.pending = 1ULL << l;
 	ag.fresh = l;
-	log_info("worker %d (rank %lld): replacement pid %ld started; the "
-	    "others go on", l, (long long)(ag.cur.rank_base + l), (long)pid);
+	log_info("worker %d (rank %lld): replacement pid %ld started%s; the "
+	    "others go on", l, (long long)(ag.cur.rank_base + l), (long)pid,
+	    warm ? " (the warm spare)" : "");
 	return (0);
 }
 
@@ -734,7 +802,7 @@ agent_repair_round(const struct rdzv_round *r)
 		rr.round = (int)r->round;
 		rr.kind = r->kind == NAT_KIND_GROW ? CHAN_GROW : CHAN_SHRINK;
 		if (strlcpy(rr.ns, r->store_ns, sizeof rr.ns) >= sizeof rr.ns ||
-		    strlcpy(rr.master_addr, ag.cfg.ep_host,
+		    strlcpy(rr.master_addr, rdzv_master_host(),
 		    sizeof rr.master_addr) >= sizeof rr.master_addr) {
 			log_warnx("worker %d: round %lld not sent: namespace or "
 			    "address too long", l, (long long)r->round);
@@ -752,6 +820,9 @@ agent_repair_round(const struct rdzv_round *r)
 		else
 			progress_touch(l);	/* its rebuild starts now */
 	}
+	/* A replacement is in: the next one may have a spare again. */
+	if (r->kind == NAT_KIND_GROW)
+		agent_spare_want();
 }
 
 /*
@@ -780,6 +851,7 @@ agent_note_cb(int l, enum progress_note note, void *arg)
 {
 	if (note == PROGRESS_HELLO) {
 		rdzv_set_repairable(progress_all_can_repair());
+		agent_spare_want();
 		return;
 	}
 	if (note == PROGRESS_READY && l < 63 && (ag.pending & (1ULL << l)) &&
@@ -818,6 +890,7 @@ agent_leave(int sig, int code)
 	agent_set_state(AS_LEAVING);
 	ag.have_next = 0;
 	ag.exit_code = code;
+	sup_spare_stop();
 	sup_stop(sig, ag.cfg.grace_ms, agent_leave_stopped, NULL);
 }
 
@@ -1275,6 +1348,7 @@ main(int argc, char **argv)
 	}
 	event_base_dispatch(ag.base);
 
+	sup_spare_stop();
 	rdzv_shutdown();
 	logs_end_attempt();
 	progress_end_attempt();

@@ -63,6 +63,7 @@
 #include "agent.h"
 #include "auth.h"
 #include "handshake.h"
+#include "hostport.h"
 #include "log.h"
 #include "mono.h"
 #include "rdzv_err.h"
@@ -71,6 +72,7 @@
 
 #define RDZV_CONNECT_MS		5000	/* one connect + preamble attempt */
 #define RDZV_BACKOFF_MIN_MS	20
+#define RDZV_NEXT_EP_MS		5	/* to the next rdzvd of a list */
 #define RDZV_BACKOFF_MAX_MS	1000
 #define RDZV_DEFAULT_LEASE_MS	5000	/* when rdzvd chooses the lease */
 
@@ -124,9 +126,18 @@ static const struct rdzv_cbs		*rc_cbs;
 static void				*rc_arg;
 static enum rdzv_state			 rc_state = RC_IDLE;
 static struct bufferevent		*rc_bev;
-static struct addrinfo			*rc_addrs;
+/* --rdzv_endpoint A,B,C: rdzvds of which one leads; tried in turn. */
+#define RDZV_EP_MAX	16
+static struct rdzv_ep {
+	char		 host[256];
+	char		 port[16];
+	struct addrinfo	*addrs;		/* resolved on first use */
+} rc_eps[RDZV_EP_MAX];
+static size_t				 rc_nep;
+static size_t				 rc_ep;		/* being tried */
+static size_t				 rc_joined_ep;	/* last joined */
+static size_t				 rc_pass;	/* quick tries left */
 static int				 rc_addr_next;
-static char				 rc_host[256], rc_port[16];
 static char				 rc_instance[33];
 static char				 rc_hostname[256];
 static int64_t				 rc_node_id = -1;
@@ -423,6 +434,8 @@ rdzv_joined(const struct nat_msg *m)
 	rc_node_id = node_id;
 	rdzv_set_state(RC_JOINED);
 	rc_backoff_ms = 0;
+	rc_joined_ep = rc_ep;
+	rc_pass = rc_nep - 1;
 	if (rc_ever_joined)
 		log_info("rejoined job %s as node %lld", rc_cfg->rdzv_id,
 		    (long long)node_id);
@@ -720,7 +733,7 @@ rdzv_tls_start(void)
 	char	 why[512];
 	int	 fd;
 
-	if ((ssl = rdzv_tls_client_new(rc_tls, rc_host, why,
+	if ((ssl = rdzv_tls_client_new(rc_tls, rc_eps[rc_ep].host, why,
 	    sizeof why)) == NULL) {
 		rdzv_fatal(RDZV_ETLS, why);
 		return;
@@ -868,6 +881,14 @@ rdzv_drop(const char *why)
 		rdzv_unreachable(down, why);
 		return;
 	}
+	if (rc_pass > 0) {
+		/* The other rdzvds of the list, at once: one of them may
+		 * lead now. */
+		rc_pass--;
+		rdzv_timer(rc_retry_ev, RDZV_NEXT_EP_MS);
+		return;
+	}
+	rc_pass = rc_nep - 1;
 	if (rc_backoff_ms == 0)
 		rc_backoff_ms = RDZV_BACKOFF_MIN_MS;
 	else
@@ -931,24 +952,29 @@ rdzv_leave_timeout_cb(evutil_socket_t fd, short ev, void *arg)
 }
 
 static int
-rdzv_resolve(void)
+rdzv_resolve(struct rdzv_ep *ep)
 {
 	struct addrinfo	hints;
 	int		rv;
 
-	if (rc_addrs != NULL)
+	if (ep->addrs != NULL)
 		return (0);
 	memset(&hints, 0, sizeof hints);
 	hints.ai_family = AF_UNSPEC;
 	hints.ai_socktype = SOCK_STREAM;
 	hints.ai_flags = AI_NUMERICSERV;
-	if ((rv = getaddrinfo(rc_host, rc_port, &hints, &rc_addrs)) != 0) {
-		rc_addrs = NULL;
-		log_warnx("resolving %s: %s", rc_host, gai_strerror(rv));
+	if ((rv = getaddrinfo(ep->host, ep->port, &hints, &ep->addrs)) != 0) {
+		ep->addrs = NULL;
+		log_warnx("resolving %s: %s", ep->host, gai_strerror(rv));
 		return (RDZV_ECONN);
 	}
-	rc_addr_next = 0;
 	return (0);
+}
+
+const char *
+rdzv_master_host(void)
+{
+	return (rc_eps[rc_joined_ep].host);
 }
 
 static void
@@ -959,16 +985,20 @@ rdzv_connect(void)
 
 	if (rc_state == RC_CLOSED)
 		return;
-	if (rdzv_resolve() != 0) {
-		rdzv_drop("name not resolved");
-		return;
-	}
-	/* Rotate through the addresses, one per attempt. */
-	for (ai = rc_addrs, i = 0; ai != NULL && i < rc_addr_next; i++)
-		ai = ai->ai_next;
+	/* Rotate through the endpoints' addresses, one per attempt. */
+	ai = NULL;
+	if (rdzv_resolve(&rc_eps[rc_ep]) == 0)
+		for (ai = rc_eps[rc_ep].addrs, i = 0; ai != NULL &&
+		    i < rc_addr_next; i++)
+			ai = ai->ai_next;
 	if (ai == NULL) {
-		ai = rc_addrs;
+		rc_ep = (rc_ep + 1) % rc_nep;
 		rc_addr_next = 0;
+		if (rdzv_resolve(&rc_eps[rc_ep]) != 0) {
+			rdzv_drop("name not resolved");
+			return;
+		}
+		ai = rc_eps[rc_ep].addrs;
 	}
 	rc_addr_next++;
 	fd = socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK |
@@ -994,6 +1024,38 @@ rdzv_connect(void)
 	}
 }
 
+/* Splits --rdzv_endpoint (checked by cli.c) into rc_eps. */
+static int
+rdzv_endpoints(const struct agent_config *cfg)
+{
+	char	hp[RDZV_HOSTPORT_MAX], host[RDZV_HOST_MAX];
+	int	port;
+
+	rc_nep = hostport_list_count(cfg->endpoint);
+	if (rc_nep == 1) {
+		if (strlcpy(rc_eps[0].host, cfg->ep_host,
+		    sizeof rc_eps[0].host) >= sizeof rc_eps[0].host)
+			return (RDZV_EINVAL);
+		snprintf(rc_eps[0].port, sizeof rc_eps[0].port, "%d",
+		    cfg->ep_port);
+		return (0);
+	}
+	if (rc_nep > RDZV_EP_MAX)
+		return (RDZV_EINVAL);
+	for (rc_ep = 0; rc_ep < rc_nep; rc_ep++) {
+		if (hostport_list_get(cfg->endpoint, rc_ep, hp, sizeof hp) !=
+		    0 || hostport_split(hp, 0, host, sizeof host, &port, NULL,
+		    0) != 0)
+			return (RDZV_EINVAL);
+		strlcpy(rc_eps[rc_ep].host, host, sizeof rc_eps[rc_ep].host);
+		snprintf(rc_eps[rc_ep].port, sizeof rc_eps[rc_ep].port, "%d",
+		    port);
+	}
+	rc_ep = 0;
+	rc_pass = rc_nep - 1;
+	return (0);
+}
+
 int
 rdzv_start(struct event_base *base, const struct agent_config *cfg,
     const struct rdzv_cbs *cbs, void *arg)
@@ -1008,9 +1070,8 @@ rdzv_start(struct event_base *base, const struct agent_config *cfg,
 	rc_arg = arg;
 	wire_limits_default(&rc_lim);
 	rc_lim.value_max = (size_t)64 << 20;
-	if (strlcpy(rc_host, cfg->ep_host, sizeof rc_host) >= sizeof rc_host)
+	if (rdzv_endpoints(cfg) != 0)
 		return (RDZV_EINVAL);
-	snprintf(rc_port, sizeof rc_port, "%d", cfg->ep_port);
 	if (gethostname(rc_hostname, sizeof rc_hostname) == -1)
 		strlcpy(rc_hostname, "localhost", sizeof rc_hostname);
 	rc_hostname[sizeof rc_hostname - 1] = '\0';
@@ -1144,6 +1205,7 @@ void
 rdzv_shutdown(void)
 {
 	struct rdzv_report	*r;
+	size_t			 i;
 
 	if (rc_state == RC_CLOSED)
 		return;
@@ -1165,9 +1227,12 @@ rdzv_shutdown(void)
 		evtimer_del(rc_conn_ev);
 	if (rc_leave_ev != NULL)
 		evtimer_del(rc_leave_ev);
-	if (rc_addrs != NULL)
-		freeaddrinfo(rc_addrs);
-	rc_addrs = NULL;
+	for (i = 0; i < rc_nep; i++) {
+		if (rc_eps[i].addrs != NULL)
+			freeaddrinfo(rc_eps[i].addrs);
+		rc_eps[i].addrs = NULL;
+	}
+	rc_nep = 0;
 	if (rc_tls != NULL)
 		SSL_CTX_free(rc_tls);
 	rc_tls = NULL;

@@ -15,11 +15,22 @@
  * For in-place recovery, sup_respawn starts one local rank again, alone,
  * from the argv and environment its last sup_spawn kept, with
  * RDZV_REPLACEMENT=1 added; the other workers are not touched.
+ * The warm spare (sup_spare_*) is one more child, started like a worker
+ * but counted as none: a python that has imported torch and waits on a
+ * control socket at fd 3 (rdzv.spare).  sup_respawn hands it the dead
+ * rank's launch in one SOCK_SEQPACKET datagram, "rdzv-spare 1\0", the
+ * argv count, the argv and the environment as NUL-terminated strings,
+ * with its stdout, stderr and progress socket as SCM_RIGHTS; the spare
+ * dup2()s them onto 1, 2 and 3, takes the environment and runs the
+ * program as __main__.  From then on it is that rank's worker.  A spare
+ * that dies before it is used is reaped with one log line and not
+ * started again (replacements start cold).
  */
 #include "config.h"
 
 #include <sys/types.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 
@@ -60,6 +71,17 @@ struct sup_launch {
 /* The variable a replacement worker finds set. */
 #define SUP_REPLACEMENT_VAR	"RDZV_REPLACEMENT"
 
+/* The warm spare: a started python waiting for a rank to take over. */
+struct sup_spare {
+	pid_t		 pid;		/* 0: none */
+	int		 ctl;		/* the agent's end of its socket */
+	int		 dead;		/* it died unused: never again */
+};
+/* The handoff's first string, its version. */
+#define SUP_SPARE_MAGIC		"rdzv-spare 1"
+/* A handoff datagram's bytes at most (one default socket buffer). */
+#define SUP_SPARE_MSG_MAX	(160 * 1024)
+
 static struct event_base	*sup_base;
 static struct event		*sup_chld_ev;
 static struct event		*sup_grace_ev;
@@ -72,6 +94,11 @@ static struct sup_worker	*sup_workers;
 static size_t			 sup_nworkers;
 static struct sup_launch	*sup_launches;	/* by local rank */
 static int			 sup_nlaunches;
+static struct sup_spare		 sup_spare = { 0, -1, 0 };
+
+static void	sup_spare_died(int);
+static int	sup_spare_hand(int, char *const [], char *const [], int, int,
+		    int, pid_t *);
 
 /* --numa_binding: where each local rank runs. */
 struct sup_bind {
@@ -164,10 +191,12 @@ sup_chld_cb(evutil_socket_t sig, short ev, void *arg)
 		 * The zombie still holds its pid as a group id: whatever the
 		 * worker left in its group is killed before the id is freed.
 		 */
-		if ((w = sup_find(pid)) != NULL)
+		if ((w = sup_find(pid)) != NULL || pid == sup_spare.pid)
 			(void)kill(-pid, SIGKILL);
 		if (waitpid(pid, &status, 0) == -1)
 			continue;
+		if (pid == sup_spare.pid)
+			sup_spare_died(status);
 		if (w == NULL)
 			continue;
 		x.local_rank = w->local_rank;
@@ -342,30 +371,36 @@ sup_keep(int local_rank, char *const argv[], char *const envp[])
 	return (0);
 }
 
+/* A free worker slot (pid 0), the table grown if need be; NULL: ENOMEM. */
+static struct sup_worker *
+sup_slot(void)
+{
+	struct sup_worker	*nw;
+	size_t			 i;
+
+	for (i = 0; i < sup_nworkers; i++)
+		if (sup_workers[i].pid == 0)
+			return (&sup_workers[i]);
+	nw = reallocarray(sup_workers, sup_nworkers + 8, sizeof *nw);
+	if (nw == NULL)
+		return (NULL);
+	memset(nw + sup_nworkers, 0, 8 * sizeof *nw);
+	sup_workers = nw;
+	sup_nworkers += 8;
+	return (&sup_workers[sup_nworkers - 8]);
+}
+
 /* Forks the worker of local_rank (see sup_spawn) into a free slot. */
 static int
 sup_fork(int local_rank, char *const argv[], char *const envp[], int out_fd,
     int err_fd, int prog_fd, int replacement, pid_t *pidp)
 {
-	struct sup_worker	*w = NULL, *nw;
+	struct sup_worker	*w;
 	sigset_t		 all, old;
 	pid_t			 pid, parent = getpid();
-	size_t			 i;
 
-	for (i = 0; i < sup_nworkers; i++)
-		if (sup_workers[i].pid == 0) {
-			w = &sup_workers[i];
-			break;
-		}
-	if (w == NULL) {
-		nw = reallocarray(sup_workers, sup_nworkers + 8, sizeof *nw);
-		if (nw == NULL)
-			return (RDZV_ENOMEM);
-		memset(nw + sup_nworkers, 0, 8 * sizeof *nw);
-		sup_workers = nw;
-		w = &sup_workers[sup_nworkers];
-		sup_nworkers += 8;
-	}
+	if ((w = sup_slot()) == NULL)
+		return (RDZV_ENOMEM);
 
 	/*
 	 * Signals stay blocked across fork so that no handler of the agent
@@ -421,7 +456,8 @@ sup_pid(int local_rank)
 }
 
 int
-sup_respawn(int local_rank, int out_fd, int err_fd, int prog_fd, pid_t *pidp)
+sup_respawn(int local_rank, int out_fd, int err_fd, int prog_fd, pid_t *pidp,
+    int *warm)
 {
 	static const char	 var[] = SUP_REPLACEMENT_VAR "=";
 	struct sup_launch	*l;
@@ -450,9 +486,217 @@ sup_respawn(int local_rank, int out_fd, int err_fd, int prog_fd, pid_t *pidp)
 			env[n++] = l->envp[i];
 	env[n++] = (char *)SUP_REPLACEMENT_VAR "=1";
 	env[n] = NULL;
-	rv = sup_fork(local_rank, l->argv, env, out_fd, err_fd, prog_fd, 1,
-	    pidp);
+	if (warm != NULL)
+		*warm = 0;
+	if (sup_spare.pid != 0 && sup_spare_hand(local_rank, l->argv, env,
+	    out_fd, err_fd, prog_fd, pidp) == 0) {
+		if (warm != NULL)
+			*warm = 1;
+		rv = 0;
+	} else
+		rv = sup_fork(local_rank, l->argv, env, out_fd, err_fd,
+		    prog_fd, 1, pidp);
 	free(env);
+	return (rv);
+}
+
+/* ---- the warm spare ---- */
+
+int
+sup_spare_start(char *const argv[], char *const envp[])
+{
+	sigset_t	all, old;
+	pid_t		pid, parent = getpid();
+	int		sv[2], devnull, sz = 2 * SUP_SPARE_MSG_MAX;
+
+	if (sup_spare.pid != 0)
+		return (RDZV_EEXIST);
+	if (sup_spare.dead || sup_done_fn != NULL)
+		return (RDZV_EBUSY);
+	if (argv == NULL || argv[0] == NULL || envp == NULL)
+		return (RDZV_EINVAL);
+	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) == -1)
+		return (RDZV_EIO);
+	/* One handoff datagram must fit (capped by the kernel's wmem_max). */
+	(void)setsockopt(sv[0], SOL_SOCKET, SO_SNDBUF, &sz, sizeof sz);
+	if ((devnull = open("/dev/null", O_WRONLY | O_CLOEXEC)) == -1) {
+		close(sv[0]);
+		close(sv[1]);
+		return (RDZV_EIO);
+	}
+	sigfillset(&all);
+	sigprocmask(SIG_BLOCK, &all, &old);
+	pid = fork();
+	if (pid == 0)	/* silent until used: stdout and stderr to /dev/null */
+		sup_child(parent, argv, envp, devnull, devnull, sv[1], NULL);
+	sigprocmask(SIG_SETMASK, &old, NULL);
+	close(sv[1]);
+	close(devnull);
+	if (pid == -1) {
+		log_warn("fork");
+		close(sv[0]);
+		return (RDZV_EIO);
+	}
+	sup_spare.pid = pid;
+	sup_spare.ctl = sv[0];
+	log_debug("warm spare started, pid %ld", (long)pid);
+	return (0);
+}
+
+pid_t
+sup_spare_pid(void)
+{
+	return (sup_spare.pid);
+}
+
+/* Forgets the spare (already reaped, or to be reaped unrecognized). */
+static void
+sup_spare_forget(int dead)
+{
+	if (sup_spare.ctl != -1)
+		close(sup_spare.ctl);
+	sup_spare.ctl = -1;
+	sup_spare.pid = 0;
+	sup_spare.dead = dead;
+}
+
+/* The spare exited unused (reaped by sup_chld_cb): one line, no retry. */
+static void
+sup_spare_died(int status)
+{
+	char	desc[64];
+
+	log_warnx("warm spare (pid %ld) ended before it was used (%s): "
+	    "replacements start cold (the workers' python must import "
+	    "rdzv.spare; --warm_spare 0 turns it off)", (long)sup_spare.pid,
+	    sup_describe(status, desc, sizeof desc));
+	sup_spare_forget(1);
+}
+
+void
+sup_spare_stop(void)
+{
+	pid_t	pid = sup_spare.pid;
+	int	status;
+
+	if (pid == 0)
+		return;
+	(void)sup_kill_group(pid, SIGKILL);
+	while (waitpid(pid, &status, 0) == -1 && errno == EINTR)
+		;
+	log_debug("warm spare (pid %ld) stopped", (long)pid);
+	sup_spare_forget(0);
+}
+
+/*
+ * The handoff datagram for argv and envp (see the header comment) in a
+ * new buffer; 0, RDZV_ETOOBIG (over SUP_SPARE_MSG_MAX) or RDZV_ENOMEM.
+ */
+static int
+sup_spare_msg(char *const argv[], char *const envp[], char **out,
+    size_t *lenp)
+{
+	char	 count[24], *buf, *p;
+	size_t	 len, n, i;
+
+	for (n = 0; argv[n] != NULL; n++)
+		;
+	snprintf(count, sizeof count, "%zu", n);
+	len = sizeof SUP_SPARE_MAGIC + strlen(count) + 1;
+	for (i = 0; argv[i] != NULL; i++)
+		len += strlen(argv[i]) + 1;
+	for (i = 0; envp[i] != NULL; i++)
+		len += strlen(envp[i]) + 1;
+	if (len > SUP_SPARE_MSG_MAX)
+		return (RDZV_ETOOBIG);
+	if ((buf = malloc(len)) == NULL)
+		return (RDZV_ENOMEM);
+	p = stpcpy(buf, SUP_SPARE_MAGIC) + 1;
+	p = stpcpy(p, count) + 1;
+	for (i = 0; argv[i] != NULL; i++)
+		p = stpcpy(p, argv[i]) + 1;
+	for (i = 0; envp[i] != NULL; i++)
+		p = stpcpy(p, envp[i]) + 1;
+	*out = buf;
+	*lenp = len;
+	return (0);
+}
+
+/*
+ * Hands the spare local_rank's launch (sup_respawn's argv and envp) and
+ * its descriptors (-1 for stdout or stderr: the agent's own, as a
+ * worker that inherits them); the spare becomes that rank's worker.
+ * Returns 0 with *pidp set; otherwise the spare is killed and forgotten,
+ * with one line, and the caller starts the replacement cold.
+ */
+static int
+sup_spare_hand(int local_rank, char *const argv[], char *const envp[],
+    int out_fd, int err_fd, int prog_fd, pid_t *pidp)
+{
+	union {
+		struct cmsghdr	hdr;
+		char		buf[CMSG_SPACE(3 * sizeof(int))];
+	} cm;
+	struct sup_worker	*w;
+	struct cmsghdr		*c;
+	struct msghdr		 mh;
+	struct iovec		 iov;
+	char			*msg = NULL;
+	size_t			 len;
+	ssize_t			 n;
+	pid_t			 pid = sup_spare.pid;
+	int			 fds[3], rv;
+
+	if (prog_fd < 0)
+		rv = RDZV_EINVAL;	/* no channel: nothing to repair with */
+	else if ((w = sup_slot()) == NULL)
+		rv = RDZV_ENOMEM;
+	else
+		rv = sup_spare_msg(argv, envp, &msg, &len);
+	if (rv != 0)
+		goto fail;
+	fds[0] = out_fd >= 0 ? out_fd : STDOUT_FILENO;
+	fds[1] = err_fd >= 0 ? err_fd : STDERR_FILENO;
+	fds[2] = prog_fd;
+	memset(&mh, 0, sizeof mh);
+	memset(&cm, 0, sizeof cm);
+	iov.iov_base = msg;
+	iov.iov_len = len;
+	mh.msg_iov = &iov;
+	mh.msg_iovlen = 1;
+	mh.msg_control = cm.buf;
+	mh.msg_controllen = sizeof cm.buf;
+	c = CMSG_FIRSTHDR(&mh);
+	c->cmsg_level = SOL_SOCKET;
+	c->cmsg_type = SCM_RIGHTS;
+	c->cmsg_len = CMSG_LEN(sizeof fds);
+	memcpy(CMSG_DATA(c), fds, sizeof fds);
+	/* Queued at once (the spare may still be importing): never blocks. */
+	n = sendmsg(sup_spare.ctl, &mh, MSG_DONTWAIT | MSG_NOSIGNAL);
+	free(msg);
+	if (n != (ssize_t)len) {
+		rv = n == -1 && errno == EMSGSIZE ? RDZV_ETOOBIG : RDZV_EIO;
+		goto fail;
+	}
+	/* Closing our end leaves the datagram queued for the spare. */
+	sup_spare_forget(0);
+	w->pid = pid;
+	w->local_rank = local_rank;
+	w->stopping = 0;
+	w->replacement = 1;
+	if (pidp != NULL)
+		*pidp = pid;
+	log_debug("worker %d replacement: the warm spare, pid %ld",
+	    local_rank, (long)pid);
+	return (0);
+
+fail:
+	log_warnx("warm spare (pid %ld) cannot take local rank %d (%s): it "
+	    "is stopped and the replacement starts cold", (long)pid,
+	    local_rank, rdzv_strerror(rv));
+	/* Not reaped here: sup_chld_cb reaps it as no one's. */
+	(void)sup_kill_group(pid, SIGKILL);
+	sup_spare_forget(1);
 	return (rv);
 }
 

@@ -5,11 +5,16 @@ launchers, for the repair and goodput benchmarks.
               worker=None)
 
 side is what launches it: "repair" (two rdzv-agents against the rdzvd
-on port, in-place repair where the workers can), "restart" (the same
-with RDZV_REPAIR=0 in the workers: a death restarts every worker) or
-"torchrun" (two torchrun agents, c10d rendezvous hosted by one of them
-on a free port).  Every launcher gets --nnodes 2 --nproc_per_node 2
---max_restarts 1000 --no_python prog; its output (the workers' too,
+on port, in-place repair where the workers can, with the agents' warm
+spare for a python program), "cold" (the same with --warm_spare 0: a
+replacement is a new python), "restart" (the same with RDZV_REPAIR=0 in
+the workers: a death restarts every worker) or "torchrun" (two torchrun
+agents, c10d rendezvous hosted by one of them on a free port).  Every
+launcher gets --nnodes 2 --nproc_per_node 2 --max_restarts 1000
+--no_python prog, or, with python= (a python program: rdzv-agent keeps a
+warm spare only for one), PYTHON=python in its environment and prog
+without --no_python (torchrun: python prog with --no_python, as
+before); its output (the workers' too,
 prefixed "[defaultN]:" by the launcher) is read line by line with the
 monotonic time of this process at arrival.
 
@@ -41,7 +46,7 @@ import agent_lib  # noqa: E402
 import rdzvtest as rt  # noqa: E402
 
 TORCHRUN = "/root/.cache/rdzv/torch-2.13/bin/torchrun"
-SIDES = ("repair", "restart", "torchrun")
+SIDES = ("repair", "cold", "restart", "torchrun")
 # examples/ddp_mlp's progress lines (rank 0 prints them): at every
 # quarter epoch, "epoch E P% step S/T", and at the epoch's end.
 PART_RE = re.compile(r"epoch (\d+)\s+\d+% step (\d+)/(\d+)")
@@ -52,17 +57,21 @@ RESTART_RE = re.compile(r"rdzv-agent\[\d+\]: round \d+: group rank 0 .* "
                         r"restart (\d+)$")
 
 
-def launcher_argv(side, prog, name, port, build, torchrun=TORCHRUN):
+def launcher_argv(side, prog, name, port, build, torchrun=TORCHRUN,
+                  python=None):
     """One launcher's command line for side (see the header)."""
     if side == "torchrun":
         return [torchrun, "--nnodes", "2", "--nproc_per_node", "2",
                 "--rdzv_backend", "c10d", "--rdzv_endpoint",
                 "127.0.0.1:%d" % port, "--rdzv_id", name,
-                "--max_restarts", "1000", "--no_python"] + prog
+                "--max_restarts", "1000", "--no_python"] + \
+            ([python] if python else []) + prog
     return [os.path.join(build, "agent", "rdzv-agent"), "--nnodes", "2",
             "--nproc_per_node", "2", "--rdzv_backend", "rdzv",
             "--rdzv_endpoint", "127.0.0.1:%d" % port, "--rdzv_id", name,
-            "--max_restarts", "1000", "--no_python"] + prog
+            "--max_restarts", "1000"] + \
+        (["--warm_spare", "0"] if side == "cold" else []) + \
+        ([] if python else ["--no_python"]) + prog
 
 
 class Job:
@@ -70,7 +79,7 @@ class Job:
     monotonic time of each line."""
 
     def __init__(self, side, prog, d, name, port, build, env=None,
-                 torchrun=TORCHRUN, worker=None):
+                 torchrun=TORCHRUN, worker=None, python=None):
         if side not in SIDES:
             raise ValueError("side %s: not one of %s" % (side, SIDES))
         self.side = side
@@ -83,11 +92,14 @@ class Job:
         e = dict(os.environ if env is None else env)
         if side == "restart":
             e["RDZV_REPAIR"] = "0"
+        if python:
+            e["PYTHON"] = python
         if side == "torchrun":
             port = rt.free_port()
         self.t0 = time.monotonic()
         for i in range(2):
-            argv = launcher_argv(side, prog, name, port, build, torchrun)
+            argv = launcher_argv(side, prog, name, port, build, torchrun,
+                                 python)
             p = subprocess.Popen(argv, stdin=subprocess.DEVNULL,
                                  stdout=subprocess.PIPE,
                                  stderr=subprocess.STDOUT,

@@ -26,6 +26,8 @@ bench_tlsload_SOURCES = bench/tlsload.c
 bench_tlsload_CFLAGS = $(AM_CFLAGS) $(LIBSSL_CFLAGS)
 bench_tlsload_LDADD = common/libcommon.la $(LIBSSL_LIBS) $(LIBCRYPTO_LIBS) $(LIBEVENT_LIBS) $(LIBBSD_LIBS)
 EXTRA_DIST += bench/rdzvd_ab.sh bench/tls_vs_plain.sh bench/lib.sh
+# rdzvd on etcd beside sqlite, and its failover (needs etcd).
+EXTRA_DIST += bench/etcd_ha.py
 # In-place repair of C workers and of a torch DDP job through rdzv.repair
 # (issue 12), under rdzv-agent beside a full restart and torchrun 2.13
 # (or the fake agent of tests/lib/fakeagent.py); bench/jobs.py starts
@@ -34,3 +36,13 @@ EXTRA_DIST += bench/repair_c.py bench/repair_torch.py bench/jobs.py
 # Goodput through repeated worker failures: rdzv-agent with repair,
 # without, and torchrun 2.13 (bench/goodput.py).
 EXTRA_DIST += bench/goodput.py
+# librdzvworker's nccl backend beside raw NCCL (scripts/gpu-check.sh, on
+# a GPU): bootstrap, per-call time, bus bandwidth.
+if HAVE_NCCL
+noinst_PROGRAMS += bench/nccl_vs_rdzv
+bench_nccl_vs_rdzv_SOURCES = bench/nccl_vs_rdzv.c
+bench_nccl_vs_rdzv_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/libworker
+bench_nccl_vs_rdzv_CFLAGS = $(AM_CFLAGS) $(CUDA_CFLAGS) $(NCCL_CFLAGS)
+bench_nccl_vs_rdzv_LDFLAGS = -no-install
+bench_nccl_vs_rdzv_LDADD = libworker/librdzvworker.la -ldl
+endif

@@ -5,7 +5,7 @@ beside rdzv's full restart and torchrun 2.13.
 
     RDZV_TOP_BUILDDIR=build python3 bench/repair_torch.py [--runs 5]
         [--python /root/.cache/rdzv/torch-2.13/bin/python]
-        [--sides repair,restart,torchrun] [--step-delay 0.02]
+        [--sides repair,cold,restart,torchrun] [--step-delay 0.02]
         [--fake [--world 4]]
 
 Each run starts one job per side, the sides in a rotating order
@@ -15,8 +15,12 @@ small MLP on Fashion-MNIST, --log-steps, by default 20 ms of sleep per
 step so the kill lands in any part of it) under:
 
   repair    two rdzv-agents against one rdzvd: rdzv.repair shrinks the
-            group, the agent starts a replacement that joins in a grow
-            round;
+            group, the agent hands the dead rank to its warm spare (a
+            python that has imported torch: rdzv.spare), which joins in
+            a grow round; the kill waits until both agents' spares are
+            warm, and their memory (RSS, PSS) is recorded then;
+  cold      the same with --warm_spare 0: the replacement is a new
+            python (python, import torch, the data);
   restart   the same with the workers' RDZV_PROGRESS_FD unset (rdzv.repair
             does not read RDZV_REPAIR=0; without the agent channel it
             never says it can repair): every worker restarts (from step
@@ -168,12 +172,51 @@ def firsts(job, pred, ranks, what, timeout=180.0):
 		time.sleep(0.05)
 
 
+def kib(path, key):
+	"""The value in KiB of a "Key:   N kB" line of a /proc file, or 0."""
+	try:
+		with open(path) as f:
+			for l in f:
+				if l.startswith(key + ":"):
+					return int(l.split()[1])
+	except OSError:
+		pass
+	return 0
+
+
+def warm_spares(job, timeout=120.0):
+	"""[(rss, pss)] in KiB of both agents' warm spares, once each agent
+	has one that finished its imports (/proc/PID/comm "rdzv-spare")."""
+	end = time.monotonic() + timeout
+	while True:
+		warm = []
+		for p in jobs.agent_lib.spares([x.pid for x in job.procs]):
+			try:
+				with open("/proc/%d/comm" % p) as f:
+					if f.read().strip() == "rdzv-spare":
+						warm.append(p)
+			except OSError:
+				pass
+		if len(warm) == 2:
+			return [(kib("/proc/%d/status" % p, "VmRSS"),
+			    kib("/proc/%d/smaps_rollup" % p, "Pss")) for p in warm]
+		if time.monotonic() > end:
+			raise AssertionError("repair: %d warm spares after %.0f s" %
+			    (len(warm), timeout))
+		time.sleep(0.1)
+
+
 def real(a):
 	"""One job per side per run, under the real launchers."""
 	build = rdzvtest.top_builddir()
-	prog = [a.python, EXAMPLE, "--epochs", "100000", "--limit", "8000",
+	prog = [EXAMPLE, "--epochs", "100000", "--limit", "8000",
 	    "--hidden", "32", "--log-steps", "--step-delay", a.step_delay]
-	env = dict(os.environ, OMP_NUM_THREADS="1", GLOO_SOCKET_IFNAME="lo")
+	# The spare runs python -m rdzv.spare: the source tree's rdzv.
+	pp = os.path.join(HERE, "..", "python")
+	env = dict(os.environ, OMP_NUM_THREADS="1", GLOO_SOCKET_IFNAME="lo",
+	    PYTHONPATH=pp + (":" + os.environ["PYTHONPATH"] if
+	    os.environ.get("PYTHONPATH") else ""))
+	mem = []		# (rss, pss) of each warm spare, KiB
 	sides = a.sides.split(",")
 	if "torchrun" in sides and not os.access(a.torchrun, os.X_OK):
 		print("# no torchrun at %s: left out" % a.torchrun,
@@ -196,21 +239,26 @@ def real(a):
 				# rdzv.repair does not read RDZV_REPAIR: without the
 				# agent channel a worker never says hello, and the
 				# agent restarts the job.
-				wprog = ["env", "-u", "RDZV_PROGRESS_FD"] + prog \
-				    if side == "restart" else prog
+				py = side in ("repair", "cold")
+				wprog = ["env", "-u", "RDZV_PROGRESS_FD", a.python] + \
+				    prog if side == "restart" else prog if py else \
+				    [a.python] + prog
 				job = jobs.Job(side, wprog, jd, name, d.port, build,
-				    env=env, torchrun=a.torchrun)
+				    env=env, torchrun=a.torchrun,
+				    python=a.python if py else None)
 				try:
 					job.wait_line(lambda s: re.search(
 					    r"STEP 0 (\d\d+) ", s) is not None,
 					    job.t0, timeout=300)
+					if side == "repair":
+						mem.extend(warm_spares(job))
 					ws = job.workers()
 					assert len(ws) == 4, (side, ws)
 					at = max(st[2] for st in job_steps(job))
 					tk = time.monotonic()
 					os.kill(ws[run % 4], signal.SIGKILL)
 					row = {}
-					if side == "repair":
+					if side in ("repair", "cold"):
 						ta = firsts(job, lambda st: st[0] > tk and
 						    st[3] == 3, range(3), "a step in 3")
 						t3 = min(ta.values())
@@ -258,6 +306,8 @@ def real(a):
 
 	def ratio(side, k):
 		v, r = figs.get((side, k)), figs.get(("repair", k))
+		if side == "cold" and k == "survivors":
+			return "-"	# the same path, no spare involved
 		if not v or not r:
 			return "-"
 		return "%.1fx" % (statistics.median(v) / statistics.median(r))
@@ -274,6 +324,10 @@ def real(a):
 	    "rank, the replacement or the new workers too, stepping")):
 		print("| %s | %s |" % (what, " | ".join(cell(s, k)
 		    for s in sides)))
+	if mem:
+		print("| warm spare's memory, %d spares: RSS %s MiB, PSS %s MiB "
+		    "(median (min-max)) |" % (len(mem), fmt([m[0] / 1024 for m in
+		    mem]), fmt([m[1] / 1024 for m in mem])))
 	for s in sides:
 		if figs.get((s, "failed")):
 			print("| %s: %d job(s) did not recover within 180 s (left "
@@ -287,7 +341,7 @@ def main():
 	ap = argparse.ArgumentParser()
 	ap.add_argument("--runs", type=int, default=5)
 	ap.add_argument("--python", default=rdzvtest.TORCH2_PYTHON)
-	ap.add_argument("--sides", default="repair,restart,torchrun")
+	ap.add_argument("--sides", default="repair,cold,restart,torchrun")
 	ap.add_argument("--torchrun", default=jobs.TORCHRUN)
 	ap.add_argument("--step-delay", default="0.02",
 	    help="seconds of sleep in each step (default 0.02)")

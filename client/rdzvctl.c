@@ -160,7 +160,8 @@ usage_global(FILE *f)
 "\n"
 "Options (anywhere on the line):\n"
 "  -e, --endpoint HOST:PORT  rdzvd's main port (default $RDZV_ENDPOINT,\n"
-"                            else " CTL_DEFAULT_ENDPOINT "); [IPV6]:PORT\n"
+"                            else " CTL_DEFAULT_ENDPOINT "); [IPV6]:PORT;\n"
+"                            A,B,C: rdzvds of which one leads, in turn\n"
 "      --token-file FILE     the shared token (default $RDZV_TOKEN_FILE)\n"
 "      --tls-ca FILE         connect with TLS, verifying rdzvd's certificate\n"
 "                            and host name against this CA bundle (PEM;\n"
@@ -347,7 +348,7 @@ ctl_request(struct ctl *ctl, const char *what, const char *hint,
 static int
 cmd_status(struct ctl *ctl, int argc, char **argv)
 {
-	json_t	*doc, *jobs;
+	json_t	*doc, *jobs, *ld;
 	char	*text, buf[64];
 	size_t	 len;
 	int	 rv;
@@ -362,8 +363,18 @@ cmd_status(struct ctl *ctl, int argc, char **argv)
 	printf("uptime       %s\n", ctl_fmt_duration(buf, sizeof buf,
 	    jint(doc, "uptime_s") * 1000));
 	printf("durability   %s\n", jstr(doc, "durability"));
-	printf("database     %s\n", json_is_string(json_object_get(doc, "db")) ?
-	    jstr(doc, "db") : "none (nothing persists)");
+	if ((ld = json_object_get(doc, "leader")) != NULL) {
+		printf("store        %s\n", jstr(ld, "store"));
+		printf("leader       %s, term %" PRId64 ", for %s, after %"
+		    PRId64 " other leaderships\n",
+		    json_is_true(json_object_get(ld, "leading")) ?
+		    "this rdzvd" : "another rdzvd", jint(ld, "term"),
+		    ctl_fmt_duration(buf, sizeof buf, jint(ld, "since_s") *
+		    1000), jint(ld, "failovers"));
+	} else
+		printf("database     %s\n",
+		    json_is_string(json_object_get(doc, "db")) ?
+		    jstr(doc, "db") : "none (nothing persists)");
 	printf("keys         %" PRId64 "\n", jint(doc, "keys"));
 	printf("waiters      %" PRId64 "\n", jint(doc, "waiters"));
 	printf("connections  %" PRId64 "\n", jint(doc, "connections"));

@@ -767,6 +767,9 @@ client_tls_start(struct rdzv_client *c, const char *cafile,
 }
 
 /* Words for a failure to connect that left no message of its own. */
+static struct rdzv_client *client_connect_one(const char *, int,
+		    const struct rdzv_client_opts *, int *);
+
 static void
 client_why(char *why, size_t whysz, const char *hp, int code,
     const char *msg)
@@ -798,8 +801,49 @@ rdzv_client_connect_auth(const char *host_port, int timeout_ms,
 	return (rdzv_client_connect_opts(host_port, timeout_ms, &o, err));
 }
 
+/*
+ * A list "A,B,C" (rdzvds of which one leads, the others standing by and
+ * not listening): each in turn, with an even share of what is left of
+ * timeout_ms, until one answers.  The last failure is what is reported.
+ */
 struct rdzv_client *
 rdzv_client_connect_opts(const char *host_port, int timeout_ms,
+    const struct rdzv_client_opts *o, int *err)
+{
+	struct rdzv_client	*c;
+	char			 hp[RDZV_HOSTPORT_MAX];
+	size_t			 i, n = hostport_list_count(host_port);
+	int64_t			 deadline;
+	int			 left, rv = RDZV_ECONN;
+
+	if (n == 1)
+		return (client_connect_one(host_port, timeout_ms, o, err));
+	deadline = client_deadline(timeout_ms);
+	for (i = 0; i < n; i++) {
+		if (hostport_list_get(host_port, i, hp, sizeof hp) != 0) {
+			rv = RDZV_EINVAL;
+			if (o != NULL)
+				client_why(o->why, o->whysz, host_port, rv,
+				    NULL);
+			break;
+		}
+		left = client_left_ms(deadline);
+		if (left > 0)
+			left = left / (int)(n - i) > 0 ? left / (int)(n - i) :
+			    1;
+		if ((c = client_connect_one(hp, left, o, &rv)) != NULL)
+			return (c);
+		if (rv == RDZV_EINVAL || rv == RDZV_ENOMEM)
+			break;
+	}
+	if (err != NULL)
+		*err = rv;
+	return (NULL);
+}
+
+/* Connects to one endpoint: rdzv_client_connect_opts() without lists. */
+static struct rdzv_client *
+client_connect_one(const char *host_port, int timeout_ms,
     const struct rdzv_client_opts *o, int *err)
 {
 	struct rdzv_client_opts	 none;

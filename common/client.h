@@ -38,7 +38,9 @@ struct rdzv_client;
 
 /*
  * Connects to host_port ("host:port", "1.2.3.4:port" or "[v6addr]:port";
- * names are resolved with getaddrinfo and every address is tried in turn)
+ * names are resolved with getaddrinfo and every address is tried in turn;
+ * a comma-separated list of them, rdzvds of which one leads, is tried in
+ * order, each with its share of the time left)
  * and exchanges the native preamble, all within timeout_ms.  Returns the
  * client, or NULL with *err (if err is non-NULL) set to RDZV_EINVAL (bad
  * address), RDZV_ECONN (refused, unreachable, name not found),

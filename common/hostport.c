@@ -99,3 +99,34 @@ hostport_join(char *buf, size_t sz, const char *host, int port)
 		return (RDZV_EINVAL);
 	return (0);
 }
+
+size_t
+hostport_list_count(const char *list)
+{
+	size_t	n = 1;
+
+	for (; *list != '\0'; list++)
+		if (*list == ',')
+			n++;
+	return (n);
+}
+
+int
+hostport_list_get(const char *list, size_t i, char *buf, size_t bufsz)
+{
+	const char	*end;
+	size_t		 len;
+
+	for (; i > 0; i--) {
+		if ((list = strchr(list, ',')) == NULL)
+			return (RDZV_ENOTFOUND);
+		list++;
+	}
+	end = strchr(list, ',');
+	len = end != NULL ? (size_t)(end - list) : strlen(list);
+	if (len >= bufsz)
+		return (RDZV_EINVAL);
+	memcpy(buf, list, len);
+	buf[len] = '\0';
+	return (0);
+}

@@ -2,7 +2,8 @@
  * hostport.h: "HOST:PORT" endpoints as every rdzv program reads and
  * writes them: a name or IPv4 address, or an IPv6 address in brackets
  * ("[::1]:29400").  A bare IPv6 address is refused: its last group and
- * a port cannot be told apart.
+ * a port cannot be told apart.  Where several rdzvds stand in for one, a
+ * comma-separated list of them is tried in turn.
  */
 #ifndef RDZV_HOSTPORT_H
 #define RDZV_HOSTPORT_H
@@ -33,5 +34,14 @@ int	hostport_split(const char *s, int flags, char *host, size_t hostsz,
  * does not fit.
  */
 int	hostport_join(char *buf, size_t sz, const char *host, int port);
+
+/*
+ * Endpoint lists, "A,B,C" (rdzvds of which one leads; etcd members):
+ * how many entries list has (an empty one counts), and a copy of the
+ * i-th (from 0) into buf.  Returns 0, RDZV_ENOTFOUND past the last entry,
+ * or RDZV_EINVAL when it does not fit bufsz.
+ */
+size_t	hostport_list_count(const char *list);
+int	hostport_list_get(const char *list, size_t i, char *buf, size_t bufsz);
 
 #endif /* RDZV_HOSTPORT_H */

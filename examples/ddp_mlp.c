@@ -305,7 +305,11 @@ static int
 mlp_pick_cuda(struct train *t)
 {
 #ifdef HAVE_CUDA_EXAMPLE
-	if (t->a.cuda != 0 && mlp_cuda_available(rdzv_local_rank(t->comm)))
+	/* The model on the library's device (nccl), else local rank's. */
+	int	dev = rdzv_device(t->comm) >= 0 ? rdzv_device(t->comm) :
+		    rdzv_local_rank(t->comm);
+
+	if (t->a.cuda != 0 && mlp_cuda_available(dev))
 		return (1);
 #endif
 	if (t->a.cuda == 1) {

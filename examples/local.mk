@@ -27,4 +27,5 @@ examples/mlp_cuda.$(OBJEXT): examples/mlp_cuda.cu examples/mlp.h
 	    $(top_srcdir)/examples/mlp_cuda.cu
 endif
 endif
-EXTRA_DIST += examples/slurm/README.md examples/slurm/rdzv.sbatch
+EXTRA_DIST += examples/slurm/README.md examples/slurm/rdzv.sbatch \
+	examples/slurm/torchrun_script.sh examples/slurm/elastic_ddp.py

@@ -31,7 +31,7 @@
 #include <unistd.h>
 
 #ifdef HAVE_CUDA
-#include <cuda_runtime.h>
+#include "gpulib.h"
 #endif
 
 #include "worker.h"
@@ -185,27 +185,37 @@ init_err(const struct rdzv_options *o, char *err, size_t errlen,
 		o->log(o->log_arg, RDZV_LOG_ERROR, msg);
 }
 
+/* CUDA devices this process sees; 0 without a CUDA runtime. */
 static int
-gpu_visible(void)
+gpu_count(void)
 {
 #ifdef HAVE_CUDA
 	int	n = 0;
 
-	if (cudaGetDeviceCount(&n) != cudaSuccess) {
-		(void)cudaGetLastError();
+	if (!gpulib_cudart())
+		return (0);
+	if (cudart.cudaGetDeviceCount(&n) != cudaSuccess) {
+		(void)cudart.cudaGetLastError();
 		return (0);
 	}
-	return (n > 0);
+	return (n);
 #else
 	return (0);
 #endif
 }
 
-/* Chooses the backend: explicit, else nccl with a GPU, else cpu. */
+/*
+ * Chooses the backend: the one asked for (nccl failing here, with the
+ * loader's one line, when NCCL cannot be loaded), else nccl when this
+ * rank has a GPU of its own and NCCL loads, else cpu.  Ranks sharing a
+ * GPU get cpu: NCCL refuses two ranks on one device.  The choice is each
+ * rank's from what its host shows, so hosts must be alike.
+ */
 static const struct backend_ops *
 choose_backend(struct rdzv_comm *c, char *why, size_t whylen)
 {
 	enum rdzv_backend	b = c->opts.backend;
+	int			ndev, shared = 0;
 
 	if (b == RDZV_BACKEND_AUTO)
 		b = c->env.backend;
@@ -213,6 +223,8 @@ choose_backend(struct rdzv_comm *c, char *why, size_t whylen)
 		return (&cpu_backend_ops);
 	if (b == RDZV_BACKEND_NCCL) {
 #ifdef HAVE_NCCL
+		if (gpulib_nccl(why, whylen) != 0)
+			return (NULL);
 		return (&nccl_backend_ops);
 #else
 		snprintf(why, whylen, "the nccl backend was asked for but "
@@ -220,11 +232,25 @@ choose_backend(struct rdzv_comm *c, char *why, size_t whylen)
 		return (NULL);
 #endif
 	}
+	if ((ndev = gpu_count()) <= 0)
+		return (&cpu_backend_ops);
+	if (c->opts.device < 0)
+		(void)wenv_device(&c->env, c->local_rank, c->local_size, ndev,
+		    &shared);
+	if (shared) {
+		comm_log(c, RDZV_LOG_INFO, "backend auto: %d ranks on this "
+		    "host, %d GPU%s visible to each: the cpu backend (NCCL "
+		    "wants one GPU per rank; RDZV_BACKEND=nccl to try anyway)",
+		    c->local_size > 0 ? c->local_size : c->local_rank + 1,
+		    ndev, ndev > 1 ? "s" : "");
+		return (&cpu_backend_ops);
+	}
 #ifdef HAVE_NCCL
-	if (gpu_visible())
+	if (gpulib_nccl(why, whylen) == 0)
 		return (&nccl_backend_ops);
-#else
-	(void)gpu_visible;
+	comm_log(c, RDZV_LOG_WARN, "backend auto: %s; using the cpu backend",
+	    why);
+	why[0] = '\0';
 #endif
 	return (&cpu_backend_ops);
 }

@@ -24,7 +24,7 @@
 #include <unistd.h>
 
 #ifdef HAVE_CUDA
-#include <cuda_runtime.h>
+#include "gpulib.h"
 #endif
 
 #include "cpu.h"
@@ -256,7 +256,7 @@ p2p_stage_in(struct rdzv_comm *c, struct rdzv_request *r)
 	r->be = st;
 	r->free = p2p_stage_free;
 	if (r->kind == REQ_SEND) {
-		if (cudaMemcpy(st->host, p, r->count,
+		if (cudart.cudaMemcpy(st->host, p, r->count,
 		    cudaMemcpyDeviceToHost) != cudaSuccess)
 			return (RDZV_EIO);
 		r->sbuf = st->host;
@@ -278,8 +278,8 @@ p2p_done(struct rdzv_request *r, int rc)
 	struct p2p_stage	*st = r->be;
 
 	if (rc == 0 && st != NULL && r->kind == REQ_RECV &&
-	    cudaMemcpy(st->dev, st->host, r->count, cudaMemcpyHostToDevice) !=
-	    cudaSuccess)
+	    cudart.cudaMemcpy(st->dev, st->host, r->count,
+	    cudaMemcpyHostToDevice) != cudaSuccess)
 		rc = RDZV_EIO;
 #endif
 	comm_complete(r, rc);
@@ -784,15 +784,7 @@ int
 cpu_is_device_ptr(const void *p)
 {
 #ifdef HAVE_CUDA
-	struct cudaPointerAttributes	a;
-
-	if (p == NULL)
-		return (0);
-	if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
-		(void)cudaGetLastError();	/* plain host memory */
-		return (0);
-	}
-	return (a.type == cudaMemoryTypeDevice);
+	return (gpulib_mem_type(p) == cudaMemoryTypeDevice);
 #else
 	(void)p;
 	return (0);
@@ -819,8 +811,8 @@ stage_in(struct rdzv_comm *c, struct stage *s, const void *p, size_t len,
 	if ((s->host = malloc(len)) == NULL)
 		return (RDZV_ENOMEM);
 	s->dev = (void *)p;
-	if (copy && cudaMemcpy(s->host, p, len, cudaMemcpyDeviceToHost) !=
-	    cudaSuccess) {
+	if (copy && cudart.cudaMemcpy(s->host, p, len, cudaMemcpyDeviceToHost)
+	    != cudaSuccess) {
 		free(s->host);
 		s->host = NULL;
 		return (comm_fail(c, RDZV_EIO, "cudaMemcpy to host failed"));
@@ -833,7 +825,7 @@ stage_out(struct rdzv_comm *c, struct stage *s, int copy, int rc)
 {
 	if (s->dev == NULL)
 		return (rc);
-	if (rc == 0 && copy && cudaMemcpy(s->dev, s->host, s->len,
+	if (rc == 0 && copy && cudart.cudaMemcpy(s->dev, s->host, s->len,
 	    cudaMemcpyHostToDevice) != cudaSuccess)
 		rc = comm_fail(c, RDZV_EIO, "cudaMemcpy to device failed");
 	free(s->host);

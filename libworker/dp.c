@@ -26,7 +26,7 @@
 #include <string.h>
 
 #ifdef HAVE_CUDA
-#include <cuda_runtime.h>
+#include "gpulib.h"
 #endif
 
 #include "worker.h"
@@ -63,14 +63,9 @@ static int
 dp_is_device(const void *p)
 {
 #ifdef HAVE_CUDA
-	struct cudaPointerAttributes	a;
+	int	t = gpulib_mem_type(p);
 
-	if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
-		(void)cudaGetLastError();	/* clear it: not ours to keep */
-		return (0);
-	}
-	return (a.type == cudaMemoryTypeDevice ||
-	    a.type == cudaMemoryTypeManaged);
+	return (t == cudaMemoryTypeDevice || t == cudaMemoryTypeManaged);
 #else
 	(void)p;
 	return (0);
@@ -85,8 +80,8 @@ dp_copy(struct dp_bucket *b, void *dst, const void *src, size_t len)
 {
 #ifdef HAVE_CUDA
 	if (b->flat_dev) {
-		if (cudaMemcpy(dst, src, len, cudaMemcpyDeviceToDevice) !=
-		    cudaSuccess)
+		if (cudart.cudaMemcpy(dst, src, len, cudaMemcpyDeviceToDevice)
+		    != cudaSuccess)
 			return (RDZV_EIO);
 		return (0);
 	}
@@ -103,7 +98,7 @@ dp_flat_free(struct dp_bucket *b)
 		return;
 #ifdef HAVE_CUDA
 	if (b->flat_dev) {
-		cudaFree(b->flat);
+		cudart.cudaFree(b->flat);
 		b->flat = NULL;
 		return;
 	}
@@ -131,7 +126,8 @@ dp_bucket_setup(struct rdzv_dp *dp, struct dp_bucket *b)
 	b->flat_dev = dp_is_device(p[b->lo].grad);
 #ifdef HAVE_CUDA
 	if (b->flat_dev) {
-		if (cudaMalloc(&b->flat, b->count * b->esize) != cudaSuccess) {
+		if (cudart.cudaMalloc(&b->flat, b->count * b->esize) !=
+		    cudaSuccess) {
 			b->flat = NULL;
 			return (RDZV_ENOMEM);
 		}

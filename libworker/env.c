@@ -128,6 +128,7 @@ parse_ranks(struct wenv *e, const struct lookup *l, char *err, size_t errlen)
 		e->size = 1;
 		e->local_rank = 0;
 		e->local_size = 1;
+		e->dev_index = -1;
 		return (0);
 	}
 	e->source = f->source;
@@ -142,7 +143,13 @@ parse_ranks(struct wenv *e, const struct lookup *l, char *err, size_t errlen)
 	if ((rc = num(l, f->rank, 0, e->size - 1, &e->rank, err,
 	    errlen)) != 0)
 		return (rc);
-	e->local_rank = e->local_size = -1;
+	e->local_rank = e->local_size = e->dev_index = -1;
+	/* Each worker's own devices: LOCAL_RANK indexes them (torch's
+	 * cuda:LOCAL_RANK), whatever the rank on the host. */
+	if (f == &families[0] && lk(l, "RDZV_LOCAL_RANK") != NULL &&
+	    (rc = num_opt(l, "LOCAL_RANK", 0, INT_MAX, 0, &e->dev_index, err,
+	    errlen)) != 0)
+		return (rc);
 	if (f->local_size != NULL && (rc = num_opt(l, f->local_size, 1,
 	    e->size, -1, &e->local_size, err, errlen)) != 0)
 		return (rc);
@@ -155,6 +162,30 @@ parse_ranks(struct wenv *e, const struct lookup *l, char *err, size_t errlen)
 	    &e->local_rank, err, errlen)) != 0)
 		return (rc);
 	return (0);
+}
+
+/*
+ * A launcher that gave each worker its own devices (rdzv-agent's
+ * --gpus_per_worker, --virtual_local_rank: CUDA_VISIBLE_DEVICES per
+ * worker, LOCAL_RANK their index, the rank on the host in
+ * RDZV_LOCAL_RANK) means device LOCAL_RANK, which torch in the same
+ * process uses too.  Otherwise every rank of the host sees every device:
+ * the local rank modulo their number, shared when the host has more
+ * ranks than devices (NCCL refuses two ranks on one device).
+ */
+int
+wenv_device(const struct wenv *e, int local_rank, int local_size, int ndev,
+    int *shared)
+{
+	*shared = 0;
+	if (ndev <= 0)
+		return (-1);
+	if (e->dev_index >= 0)
+		return (e->dev_index % ndev);
+	if (local_rank < 0)
+		local_rank = 0;
+	*shared = local_size > ndev || local_rank >= ndev;
+	return (local_rank % ndev);
 }
 
 static int

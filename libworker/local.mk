@@ -19,13 +19,13 @@ libworker_librdzvworker_la_CFLAGS = $(AM_CFLAGS) $(LIBEVENT_CFLAGS) -pthread
 libworker_librdzvworker_la_LDFLAGS = -version-info 0:0:0 -export-symbols $(srcdir)/libworker/librdzvworker.sym -pthread
 EXTRA_libworker_librdzvworker_la_DEPENDENCIES = libworker/librdzvworker.sym
 libworker_librdzvworker_la_LIBADD = kv/libkv.la common/libcommon.la $(LIBEVENT_LIBS) $(LIBBSD_LIBS) -lm
+# CUDA and NCCL: headers only; gpulib.c loads the libraries when run.
 if HAVE_CUDA
+libworker_librdzvworker_la_SOURCES += libworker/gpulib.h libworker/gpulib.c
 libworker_librdzvworker_la_CFLAGS += $(CUDA_CFLAGS)
-libworker_librdzvworker_la_LIBADD += $(CUDA_LIBS)
 endif
 if HAVE_NCCL
 libworker_librdzvworker_la_SOURCES += libworker/nccl.c
 libworker_librdzvworker_la_CFLAGS += $(NCCL_CFLAGS)
-libworker_librdzvworker_la_LIBADD += $(NCCL_LIBS)
 endif
 EXTRA_DIST += libworker/rdzvworker.pc.in libworker/librdzvworker.sym

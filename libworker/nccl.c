@@ -42,14 +42,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include <cuda_runtime.h>
-/* nccl.h declares a few functions with () parameter lists. */
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wstrict-prototypes"
-#include <nccl.h>
-#pragma GCC diagnostic pop
-
 #include "worker.h"
+#include "gpulib.h"
 
 #define NCCL_SCALABLE_MIN	256	/* ranks: several unique ids from here */
 #define NCCL_RANKS_PER_ID	128
@@ -70,34 +64,61 @@
 
 /* A message sent to oneself, kept until its receive comes. */
 struct nccl_self {
-	void			*buf;	/* device memory */
+	void			*buf;	/* host copy */
 	size_t			 len;
 	TAILQ_ENTRY(nccl_self)	 entry;
 };
 TAILQ_HEAD(nccl_selfq, nccl_self);
 
+/*
+ * A staging pair: device memory and its pinned host twin.  Host buffers
+ * go through pinned memory so that no copy ever blocks the calling thread
+ * (a copy into pageable memory waits for the kernel before it, which a
+ * dead peer can hold forever).  Buffers are never freed while kernels of
+ * ours may run (cudaFree waits for the whole device): replaced or
+ * abandoned ones are retired and freed after the communicator is
+ * destroyed or aborted.
+ */
+struct nccl_buf {
+	void			*dev;
+	void			*host;	/* pinned */
+	size_t			 len;
+	TAILQ_ENTRY(nccl_buf)	 entry;
+};
+TAILQ_HEAD(nccl_bufq, nccl_buf);
+
+struct nccl_req;
+TAILQ_HEAD(nccl_reqq, nccl_req);
+
 struct nccl {
 	ncclComm_t	 comm;
 	cudaStream_t	 stream;
 	cudaEvent_t	 ev;		/* completion of blocking calls */
+	cudaEvent_t	 caller;	/* the caller's work, waited for */
 	int		 dev;
 	pthread_mutex_t	 lock;		/* held while using comm */
 	int		 abort_req;	/* atomic: an abort is wanted */
 	int		 aborted;	/* atomic: ncclCommAbort was called */
 	int		 keep;		/* repair on: a broken comm is kept ... */
 	int		 kept;		/* ... for ncclCommShrink (under lock) */
-	void		*stage;		/* device scratch for host buffers */
-	size_t		 stagesz;
+	struct nccl_buf	*stage;		/* host buffers', under lock */
+	struct nccl_bufq pool;		/* iallreduce buffers to reuse */
+	struct nccl_bufq retired;	/* to free once no kernel can run */
+	struct nccl_reqq reqs;		/* iallreduce requests alive */
 	int32_t		*one;		/* device: barrier token */
 	struct nccl_selfq selfq;	/* self sends not yet received */
 	struct req_list	 selfwait;	/* self receives waiting for one */
 };
 
-/* An asynchronous all-reduce (REQ_BACKEND request). */
+/*
+ * An asynchronous all-reduce (REQ_BACKEND request).  n is NULL once the
+ * communicator is gone (finalize or a repair): the request then holds
+ * nothing of it and has failed.
+ */
 struct nccl_req {
 	struct nccl	*n;
 	cudaEvent_t	 ev;
-	void		*stage;		/* device copy of host buffers */
+	struct nccl_buf	*buf;		/* host buffers' staging */
 	void		*hostr;		/* host result buffer, if staged */
 	size_t		 count;
 	size_t		 bytes;
@@ -106,6 +127,7 @@ struct nccl_req {
 	int64_t		 deadline;
 	int		 done;
 	int		 result;
+	TAILQ_ENTRY(nccl_req) entry;	/* n->reqs */
 };
 
 static ncclDataType_t
@@ -158,16 +180,9 @@ nccl_op(enum rdzv_op op, enum rdzv_dtype dt)
 static int
 nccl_is_dev(const void *p)
 {
-	struct cudaPointerAttributes	a;
+	int	t = gpulib_mem_type(p);
 
-	if (p == NULL)
-		return (0);
-	if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
-		(void)cudaGetLastError();
-		return (0);
-	}
-	return (a.type == cudaMemoryTypeDevice ||
-	    a.type == cudaMemoryTypeManaged);
+	return (t == cudaMemoryTypeDevice || t == cudaMemoryTypeManaged);
 }
 
 static size_t
@@ -193,7 +208,7 @@ nccl_do_abort(struct nccl *n)
 		n->kept = 1;
 		return;
 	}
-	(void)ncclCommAbort(n->comm);
+	(void)libnccl.ncclCommAbort(n->comm);
 }
 
 /* Aborts a communicator nccl_do_abort kept; caller as above. */
@@ -201,7 +216,7 @@ static void
 nccl_release(struct nccl *n)
 {
 	if (n->kept && n->comm != NULL)
-		(void)ncclCommAbort(n->comm);
+		(void)libnccl.ncclCommAbort(n->comm);
 	n->kept = 0;
 }
 
@@ -243,9 +258,9 @@ nccl_fail(struct rdzv_comm *c, ncclResult_t r, const char *what)
 	}
 	if (n != NULL && n->comm != NULL &&
 	    !__atomic_load_n(&n->aborted, __ATOMIC_SEQ_CST))
-		last = ncclGetLastError(n->comm);
+		last = libnccl.ncclGetLastError(n->comm);
 	return (comm_fail(c, code, "nccl: %s: %s%s%s", what,
-	    ncclGetErrorString(r), last != NULL && *last ? ": " : "",
+	    libnccl.ncclGetErrorString(r), last != NULL && *last ? ": " : "",
 	    last != NULL ? last : ""));
 }
 
@@ -301,7 +316,7 @@ nccl_poll_wait(struct rdzv_comm *c, struct nccl *n, cudaEvent_t ev,
 			rc = comm_broken(c);
 			return (rc != 0 ? rc : RDZV_ECLOSED);
 		}
-		if (ncclCommGetAsyncError(n->comm, &ar) != ncclSuccess)
+		if (libnccl.ncclCommGetAsyncError(n->comm, &ar) != ncclSuccess)
 			ar = ncclInternalError;
 		if (ar != ncclSuccess && ar != ncclInProgress) {
 			rc = nccl_fail(c, ar, what);
@@ -309,12 +324,12 @@ nccl_poll_wait(struct rdzv_comm *c, struct nccl *n, cudaEvent_t ev,
 			return (rc);
 		}
 		if (ev != NULL) {
-			ce = cudaEventQuery(ev);
+			ce = cudart.cudaEventQuery(ev);
 			if (ce == cudaSuccess)
 				return (0);
 			if (ce != cudaErrorNotReady) {
 				rc = comm_fail(c, RDZV_EIO, "nccl: %s: %s", what,
-				    cudaGetErrorString(ce));
+				    cudart.cudaGetErrorString(ce));
 				nccl_do_abort(n);
 				return (rc);
 			}
@@ -355,12 +370,17 @@ nccl_cuda(struct rdzv_comm *c, struct nccl *n, cudaError_t e,
 	if (e == cudaSuccess)
 		return (0);
 	rc = comm_fail(c, e == cudaErrorMemoryAllocation ? RDZV_ENOMEM :
-	    RDZV_EIO, "nccl: %s: %s", what, cudaGetErrorString(e));
+	    RDZV_EIO, "nccl: %s: %s", what, cudart.cudaGetErrorString(e));
 	nccl_do_abort(n);
 	return (rc);
 }
 
-/* Starts a call: takes the lock, selects the device, checks for aborts. */
+/*
+ * Starts a call: takes the lock, selects the device, checks for aborts,
+ * and orders our stream after the work the caller queued on the legacy
+ * default stream (kernels on other streams must be complete: see
+ * rdzv_worker.h).
+ */
 static int
 nccl_enter(struct rdzv_comm *c, struct nccl *n)
 {
@@ -374,38 +394,88 @@ nccl_enter(struct rdzv_comm *c, struct nccl *n)
 		rc = comm_broken(c);
 		return (rc != 0 ? rc : RDZV_ECLOSED);
 	}
-	if (cudaSetDevice(n->dev) != cudaSuccess) {
+	if (cudart.cudaSetDevice(n->dev) != cudaSuccess) {
 		pthread_mutex_unlock(&n->lock);
 		return (comm_fail(c, RDZV_EIO, "nccl: cannot select device %d",
 		    n->dev));
 	}
+	if ((rc = nccl_cuda(c, n, cudart.cudaEventRecord(n->caller,
+	    cudaStreamLegacy), "ordering after the default stream")) != 0 ||
+	    (rc = nccl_cuda(c, n, cudart.cudaStreamWaitEvent(n->stream,
+	    n->caller, 0), "ordering after the default stream")) != 0) {
+		pthread_mutex_unlock(&n->lock);
+		return (rc);
+	}
 	return (0);
 }
 
-/* Grows the staging area to at least len bytes. */
+/* A staging pair of len bytes, or NULL after comm_fail (under n->lock). */
+static struct nccl_buf *
+nccl_buf_new(struct rdzv_comm *c, struct nccl *n, size_t len)
+{
+	struct nccl_buf	*b;
+
+	if ((b = calloc(1, sizeof *b)) == NULL) {
+		comm_fail(c, RDZV_ENOMEM, "nccl: staging");
+		return (NULL);
+	}
+	b->len = len;
+	if (cudart.cudaMalloc(&b->dev, len) != cudaSuccess) {
+		(void)cudart.cudaGetLastError();
+		free(b);
+		comm_fail(c, RDZV_ENOMEM, "nccl: cannot allocate %zu bytes of "
+		    "device memory to stage host buffers", len);
+		return (NULL);
+	}
+	if (cudart.cudaHostAlloc(&b->host, len, cudaHostAllocPortable) !=
+	    cudaSuccess) {
+		(void)cudart.cudaGetLastError();
+		/* cudaFree would wait for every kernel on the device. */
+		b->host = NULL;
+		TAILQ_INSERT_TAIL(&n->retired, b, entry);
+		comm_fail(c, RDZV_ENOMEM, "nccl: cannot allocate %zu bytes of "
+		    "pinned host memory to stage host buffers", len);
+		return (NULL);
+	}
+	return (b);
+}
+
+/* Frees b; only once no kernel of ours can be running (nccl_free). */
+static void
+nccl_buf_free(struct nccl_buf *b)
+{
+	if (b == NULL)
+		return;
+	cudart.cudaFree(b->dev);
+	cudart.cudaFreeHost(b->host);
+	free(b);
+}
+
+/* Grows the staging pair to at least len bytes (caller holds n->lock). */
 static int
 nccl_stage(struct rdzv_comm *c, struct nccl *n, size_t len)
 {
-	void	*p;
+	struct nccl_buf	*b;
+	size_t		 want = len;
 
-	if (len <= n->stagesz)
+	if (n->stage != NULL && len <= n->stage->len)
 		return (0);
-	if (cudaMalloc(&p, len) != cudaSuccess) {
-		(void)cudaGetLastError();
-		return (comm_fail(c, RDZV_ENOMEM, "nccl: cannot allocate %zu "
-		    "bytes of device memory to stage host buffers", len));
-	}
-	cudaFree(n->stage);
-	n->stage = p;
-	n->stagesz = len;
+	/* Doubling bounds what retired buffers hold to twice the largest. */
+	if (n->stage != NULL && want < 2 * n->stage->len)
+		want = 2 * n->stage->len;
+	if ((b = nccl_buf_new(c, n, want)) == NULL)
+		return (comm_broken(c) != 0 ? comm_broken(c) : RDZV_ENOMEM);
+	if (n->stage != NULL)
+		TAILQ_INSERT_TAIL(&n->retired, n->stage, entry);
+	n->stage = b;
 	return (0);
 }
 
 /*
  * The device views of a call's send and receive buffers: each is the
  * buffer itself when it is device memory, else a region of the staging
- * area (the send region filled from the host).  In place (s == r) both
- * views are one region.
+ * pair (the send region filled from the host through its pinned twin).
+ * In place (s == r) both views are one region.
  */
 struct xfer {
 	const void	*s;
@@ -413,6 +483,7 @@ struct xfer {
 	size_t		 sbytes, rbytes;
 	const void	*ds;
 	void		*dr;
+	void		*hr;		/* dr's pinned twin */
 	int		 stage_r;	/* copy dr back to r at the end */
 };
 
@@ -421,11 +492,12 @@ nccl_xfer_in(struct rdzv_comm *c, struct nccl *n, struct xfer *x)
 {
 	int	hs = x->s != NULL && x->sbytes > 0 && !nccl_is_dev(x->s);
 	int	hr = x->r != NULL && x->rbytes > 0 && !nccl_is_dev(x->r);
-	size_t	need;
+	size_t	need, roff;
 	int	rc;
 
 	x->ds = x->s;
 	x->dr = x->r;
+	x->hr = NULL;
 	x->stage_r = 0;
 	if (!hs && !hr)
 		return (0);
@@ -435,16 +507,18 @@ nccl_xfer_in(struct rdzv_comm *c, struct nccl *n, struct xfer *x)
 	if ((rc = nccl_stage(c, n, need)) != 0)
 		return (rc);
 	if (hs) {
-		x->ds = n->stage;
-		rc = nccl_cuda(c, n, cudaMemcpyAsync(n->stage, x->s,
-		    x->sbytes, cudaMemcpyHostToDevice, n->stream),
-		    "staging a host buffer");
+		memcpy(n->stage->host, x->s, x->sbytes);
+		x->ds = n->stage->dev;
+		rc = nccl_cuda(c, n, cudart.cudaMemcpyAsync(n->stage->dev,
+		    n->stage->host, x->sbytes, cudaMemcpyHostToDevice,
+		    n->stream), "staging a host buffer");
 		if (rc != 0)
 			return (rc);
 	}
 	if (hr) {
-		x->dr = x->s == x->r ? n->stage :
-		    (char *)n->stage + nccl_align(x->sbytes);
+		roff = x->s == x->r ? 0 : nccl_align(x->sbytes);
+		x->dr = (char *)n->stage->dev + roff;
+		x->hr = (char *)n->stage->host + roff;
 		x->stage_r = 1;
 	}
 	if (x->s == x->r)
@@ -453,21 +527,26 @@ nccl_xfer_in(struct rdzv_comm *c, struct nccl *n, struct xfer *x)
 }
 
 /*
- * Ends a call: copies a staged result back, waits for the stream under
- * the deadline, releases the lock.
+ * Ends a call: queues the copy of a staged result into pinned memory,
+ * waits for the stream under the deadline (abort requests and the
+ * communicator's errors seen within a millisecond), copies the result
+ * to the caller's buffer, releases the lock.
  */
 static int
 nccl_xfer_out(struct rdzv_comm *c, struct nccl *n, struct xfer *x,
     int rc, int64_t deadline, const char *what)
 {
 	if (rc == 0 && x != NULL && x->stage_r)
-		rc = nccl_cuda(c, n, cudaMemcpyAsync(x->r, x->dr, x->rbytes,
-		    cudaMemcpyDeviceToHost, n->stream), "unstaging a result");
+		rc = nccl_cuda(c, n, cudart.cudaMemcpyAsync(x->hr, x->dr,
+		    x->rbytes, cudaMemcpyDeviceToHost, n->stream),
+		    "unstaging a result");
 	if (rc == 0)
-		rc = nccl_cuda(c, n, cudaEventRecord(n->ev, n->stream),
+		rc = nccl_cuda(c, n, cudart.cudaEventRecord(n->ev, n->stream),
 		    "cudaEventRecord");
 	if (rc == 0)
 		rc = nccl_poll(c, n, n->ev, deadline, what);
+	if (rc == 0 && x != NULL && x->stage_r)
+		memcpy(x->r, x->hr, x->rbytes);
 	pthread_mutex_unlock(&n->lock);
 	return (rc);
 }
@@ -485,12 +564,14 @@ nccl_int_avg(struct rdzv_comm *c, void *r, size_t count, enum rdzv_dtype dt)
 	}
 	if ((h = malloc(bytes)) == NULL)
 		return (comm_fail(c, RDZV_ENOMEM, "nccl: integer average"));
-	if (cudaMemcpy(h, r, bytes, cudaMemcpyDeviceToHost) != cudaSuccess) {
+	if (cudart.cudaMemcpy(h, r, bytes, cudaMemcpyDeviceToHost) !=
+	    cudaSuccess) {
 		free(h);
 		return (comm_fail(c, RDZV_EIO, "nccl: integer average"));
 	}
 	reduce_avg_finish(h, count, dt, c->size);
-	if (cudaMemcpy(r, h, bytes, cudaMemcpyHostToDevice) != cudaSuccess) {
+	if (cudart.cudaMemcpy(r, h, bytes, cudaMemcpyHostToDevice) !=
+	    cudaSuccess) {
 		free(h);
 		return (comm_fail(c, RDZV_EIO, "nccl: integer average"));
 	}
@@ -513,7 +594,7 @@ nccl_allreduce(struct rdzv_comm *c, const void *s, void *r, size_t count,
 		return (rc);
 	x = (struct xfer){ .s = s, .r = r, .sbytes = bytes, .rbytes = bytes };
 	if ((rc = nccl_xfer_in(c, n, &x)) == 0)
-		rc = nccl_settle(c, n, ncclAllReduce(x.ds, x.dr, count,
+		rc = nccl_settle(c, n, libnccl.ncclAllReduce(x.ds, x.dr, count,
 		    nccl_type(dt), nccl_op(op, dt), n->comm, n->stream),
 		    deadline, "ncclAllReduce");
 	rc = nccl_xfer_out(c, n, &x, rc, deadline, "allreduce");
@@ -536,7 +617,7 @@ nccl_broadcast(struct rdzv_comm *c, void *buf, size_t count,
 	x = (struct xfer){ .s = buf, .r = buf, .sbytes = bytes,
 	    .rbytes = bytes };
 	if ((rc = nccl_xfer_in(c, n, &x)) == 0)
-		rc = nccl_settle(c, n, ncclBroadcast(x.ds, x.dr, count,
+		rc = nccl_settle(c, n, libnccl.ncclBroadcast(x.ds, x.dr, count,
 		    nccl_type(dt), root, n->comm, n->stream), deadline,
 		    "ncclBroadcast");
 	return (nccl_xfer_out(c, n, &x, rc, deadline, "broadcast"));
@@ -558,7 +639,7 @@ nccl_reduce(struct rdzv_comm *c, const void *s, void *r, size_t count,
 	x = (struct xfer){ .s = s, .r = isroot ? r : NULL, .sbytes = bytes,
 	    .rbytes = isroot ? bytes : 0 };
 	if ((rc = nccl_xfer_in(c, n, &x)) == 0)
-		rc = nccl_settle(c, n, ncclReduce(x.ds,
+		rc = nccl_settle(c, n, libnccl.ncclReduce(x.ds,
 		    isroot ? x.dr : (void *)x.ds, count, nccl_type(dt),
 		    nccl_op(op, dt), root, n->comm, n->stream), deadline,
 		    "ncclReduce");
@@ -590,11 +671,11 @@ nccl_allgather(struct rdzv_comm *c, const void *s, void *r, size_t count,
 	 */
 	slot = (char *)x.dr + bytes * (size_t)c->rank;
 	if (x.ds == x.dr && c->rank > 0)
-		rc = nccl_cuda(c, n, cudaMemcpyAsync(slot, x.dr, bytes,
+		rc = nccl_cuda(c, n, cudart.cudaMemcpyAsync(slot, x.dr, bytes,
 		    cudaMemcpyDeviceToDevice, n->stream), "allgather");
 	if (rc == 0)
-		rc = nccl_settle(c, n, ncclAllGather(x.ds == x.dr ? slot :
-		    x.ds, x.dr, count, nccl_type(dt), n->comm, n->stream),
+		rc = nccl_settle(c, n, libnccl.ncclAllGather(x.ds == x.dr ? slot
+		    : x.ds, x.dr, count, nccl_type(dt), n->comm, n->stream),
 		    deadline, "ncclAllGather");
 	return (nccl_xfer_out(c, n, &x, rc, deadline, "allgather"));
 }
@@ -618,11 +699,11 @@ nccl_reduce_scatter(struct rdzv_comm *c, const void *s, void *r,
 		    "reduce_scatter"));
 	/* In place, NCCL writes our block's slot; ours wants the start. */
 	slot = (char *)x.dr + bytes * (size_t)c->rank;
-	rc = nccl_settle(c, n, ncclReduceScatter(x.ds, x.ds == x.dr ? slot :
-	    x.dr, count, nccl_type(dt), nccl_op(op, dt), n->comm, n->stream),
-	    deadline, "ncclReduceScatter");
+	rc = nccl_settle(c, n, libnccl.ncclReduceScatter(x.ds, x.ds == x.dr ?
+	    slot : x.dr, count, nccl_type(dt), nccl_op(op, dt), n->comm,
+	    n->stream), deadline, "ncclReduceScatter");
 	if (rc == 0 && x.ds == x.dr && c->rank > 0)
-		rc = nccl_cuda(c, n, cudaMemcpyAsync(x.dr, slot, bytes,
+		rc = nccl_cuda(c, n, cudart.cudaMemcpyAsync(x.dr, slot, bytes,
 		    cudaMemcpyDeviceToDevice, n->stream), "reduce_scatter");
 	rc = nccl_xfer_out(c, n, &x, rc, deadline, "reduce_scatter");
 	if (rc == 0 && op == RDZV_AVG && nccl_is_int(dt))
@@ -667,7 +748,8 @@ nccl_p2p_coll(struct rdzv_comm *c, const void *s, void *r, size_t count,
 		return (nccl_xfer_out(c, n, &x, rc, deadline, what));
 	sp = x.ds;
 	rp = x.dr;
-	if ((rc = nccl_settle(c, n, ncclGroupStart(), deadline, what)) != 0)
+	if ((rc = nccl_settle(c, n, libnccl.ncclGroupStart(), deadline, what))
+	    != 0)
 		return (nccl_xfer_out(c, n, &x, rc, deadline, what));
 	for (p = 0; p < c->size && rc == 0; p++) {
 		if (p == me)
@@ -675,26 +757,26 @@ nccl_p2p_coll(struct rdzv_comm *c, const void *s, void *r, size_t count,
 		switch (kind) {
 		case GATHER:
 			if (me == root)
-				nr = ncclRecv(rp + bytes * (size_t)p, count, t,
-				    p, n->comm, n->stream);
+				nr = libnccl.ncclRecv(rp + bytes * (size_t)p,
+				    count, t, p, n->comm, n->stream);
 			else if (p == root)
-				nr = ncclSend(sp, count, t, p, n->comm,
+				nr = libnccl.ncclSend(sp, count, t, p, n->comm,
 				    n->stream);
 			break;
 		case SCATTER:
 			if (me == root)
-				nr = ncclSend(sp + bytes * (size_t)p, count, t,
-				    p, n->comm, n->stream);
+				nr = libnccl.ncclSend(sp + bytes * (size_t)p,
+				    count, t, p, n->comm, n->stream);
 			else if (p == root)
-				nr = ncclRecv(rp, count, t, p, n->comm,
+				nr = libnccl.ncclRecv(rp, count, t, p, n->comm,
 				    n->stream);
 			break;
 		default:
-			nr = ncclSend(sp + bytes * (size_t)p, count, t, p,
-			    n->comm, n->stream);
+			nr = libnccl.ncclSend(sp + bytes * (size_t)p, count, t,
+			    p, n->comm, n->stream);
 			if (nr == ncclSuccess || nr == ncclInProgress)
-				nr = ncclRecv(rp + bytes * (size_t)p, count, t,
-				    p, n->comm, n->stream);
+				nr = libnccl.ncclRecv(rp + bytes * (size_t)p,
+				    count, t, p, n->comm, n->stream);
 			break;
 		}
 		/* Inside a group, InProgress settles at ncclGroupEnd. */
@@ -702,9 +784,9 @@ nccl_p2p_coll(struct rdzv_comm *c, const void *s, void *r, size_t count,
 			rc = nccl_settle(c, n, nr, deadline, what);
 	}
 	if (rc == 0)
-		rc = nccl_settle(c, n, ncclGroupEnd(), deadline, what);
+		rc = nccl_settle(c, n, libnccl.ncclGroupEnd(), deadline, what);
 	else
-		(void)ncclGroupEnd();
+		(void)libnccl.ncclGroupEnd();
 	/* Our own block. */
 	if (rc == 0 && bytes > 0 && (kind == ALLTOALL || me == root)) {
 		const void	*from = kind == GATHER ? sp :
@@ -712,7 +794,7 @@ nccl_p2p_coll(struct rdzv_comm *c, const void *s, void *r, size_t count,
 		void		*to = kind == SCATTER ? (void *)rp :
 				    rp + bytes * (size_t)me;
 
-		rc = nccl_cuda(c, n, cudaMemcpyAsync(to, from, bytes,
+		rc = nccl_cuda(c, n, cudart.cudaMemcpyAsync(to, from, bytes,
 		    cudaMemcpyDeviceToDevice, n->stream), what);
 	}
 	return (nccl_xfer_out(c, n, &x, rc, deadline, what));
@@ -747,32 +829,50 @@ nccl_barrier(struct rdzv_comm *c, int64_t deadline)
 
 	if ((rc = nccl_enter(c, n)) != 0)
 		return (rc);
-	rc = nccl_settle(c, n, ncclAllReduce(n->one, n->one, 1, ncclInt32,
-	    ncclMax, n->comm, n->stream), deadline, "barrier");
+	rc = nccl_settle(c, n, libnccl.ncclAllReduce(n->one, n->one, 1,
+	    ncclInt32, ncclMax, n->comm, n->stream), deadline, "barrier");
 	return (nccl_xfer_out(c, n, NULL, rc, deadline, "barrier"));
 }
 
 /* ---- point to point ---- */
 
-/* A device buffer holding a host send's bytes, or a host receive's. */
+/*
+ * Stages a batch's host buffers in one staging pair (under n->lock):
+ * off[i] is request i's region, SIZE_MAX for device memory; a send's
+ * bytes are copied in through pinned memory.
+ */
 static int
-nccl_p2p_stage(struct rdzv_comm *c, struct nccl *n, struct rdzv_request *r,
-    void **dp)
+nccl_p2p_stage(struct rdzv_comm *c, struct nccl *n,
+    struct rdzv_request **batch, size_t nb, size_t *off)
 {
-	const void	*p = r->kind == REQ_SEND ? r->sbuf : r->rbuf;
+	struct rdzv_request	*r;
+	size_t			 i, need = 0;
+	int			 rc;
 
-	*dp = NULL;
-	if (r->count == 0 || nccl_is_dev(p))
-		return (0);
-	if (cudaMalloc(dp, r->count) != cudaSuccess) {
-		(void)cudaGetLastError();
-		*dp = NULL;
-		return (comm_fail(c, RDZV_ENOMEM, "nccl: staging %zu bytes",
-		    r->count));
+	for (i = 0; i < nb; i++) {
+		r = batch[i];
+		off[i] = SIZE_MAX;
+		if (r->count == 0 || nccl_is_dev(r->kind == REQ_SEND ?
+		    r->sbuf : r->rbuf))
+			continue;
+		off[i] = need;
+		need += nccl_align(r->count);
 	}
-	if (r->kind == REQ_SEND)
-		return (nccl_cuda(c, n, cudaMemcpyAsync(*dp, p, r->count,
-		    cudaMemcpyHostToDevice, n->stream), "staging a send"));
+	if (need == 0)
+		return (0);
+	if ((rc = nccl_stage(c, n, need)) != 0)
+		return (rc);
+	for (i = 0; i < nb; i++) {
+		r = batch[i];
+		if (off[i] == SIZE_MAX || r->kind != REQ_SEND)
+			continue;
+		memcpy((char *)n->stage->host + off[i], r->sbuf, r->count);
+		if ((rc = nccl_cuda(c, n, cudart.cudaMemcpyAsync(
+		    (char *)n->stage->dev + off[i],
+		    (char *)n->stage->host + off[i], r->count,
+		    cudaMemcpyHostToDevice, n->stream), "staging a send")) != 0)
+			return (rc);
+	}
 	return (0);
 }
 
@@ -786,14 +886,14 @@ nccl_self_send(struct rdzv_comm *c, struct nccl *n, struct rdzv_request *r)
 	if ((m = calloc(1, sizeof *m)) == NULL)
 		return (comm_fail(c, RDZV_ENOMEM, "nccl: self send"));
 	m->len = r->count;
-	if (m->len > 0 && cudaMalloc(&m->buf, m->len) != cudaSuccess) {
-		(void)cudaGetLastError();
+	/* Host memory: cudaFree would wait for every kernel on the device. */
+	if (m->len > 0 && (m->buf = malloc(m->len)) == NULL) {
 		free(m);
 		return (comm_fail(c, RDZV_ENOMEM, "nccl: self send"));
 	}
-	if (m->len > 0 && (rc = nccl_cuda(c, n, cudaMemcpy(m->buf, r->sbuf,
-	    m->len, cudaMemcpyDefault), "self send")) != 0) {
-		cudaFree(m->buf);
+	if (m->len > 0 && (rc = nccl_cuda(c, n, cudart.cudaMemcpy(m->buf,
+	    r->sbuf, m->len, cudaMemcpyDefault), "self send")) != 0) {
+		free(m->buf);
 		free(m);
 		return (rc);
 	}
@@ -819,9 +919,9 @@ nccl_self_match(struct rdzv_comm *c, struct nccl *n)
 			    "bytes from self matched a send of %zu", r->count,
 			    m->len);
 		else if (m->len > 0)
-			rc = nccl_cuda(c, n, cudaMemcpy(r->rbuf, m->buf,
+			rc = nccl_cuda(c, n, cudart.cudaMemcpy(r->rbuf, m->buf,
 			    m->len, cudaMemcpyDefault), "self receive");
-		cudaFree(m->buf);
+		free(m->buf);
 		free(m);
 		comm_complete(r, rc);
 		if (rc != 0)
@@ -841,8 +941,8 @@ nccl_p2p(struct rdzv_comm *c, struct rdzv_request *first)
 {
 	struct nccl		*n = c->be;
 	struct rdzv_request	*batch[64], *r;
-	void			*stage[64];
-	size_t			 nb, i;
+	size_t			 off[64], nb, i;
+	void			*d;
 	int64_t			 deadline;
 	int			 rc = 0, p;
 	struct pollfd		 pfd;
@@ -881,23 +981,23 @@ nccl_p2p(struct rdzv_comm *c, struct rdzv_request *first)
 		}
 		if (rc == 0)
 			rc = nccl_self_match(c, n);
-		for (i = 0; i < nb; i++)
-			stage[i] = NULL;
-		for (i = 0; i < nb && rc == 0; i++)
-			rc = nccl_p2p_stage(c, n, batch[i], &stage[i]);
+		if (rc == 0 && nb > 0)
+			rc = nccl_p2p_stage(c, n, batch, nb, off);
 		if (rc == 0 && nb > 0) {
-			rc = nccl_settle(c, n, ncclGroupStart(), deadline,
-			    "p2p");
+			rc = nccl_settle(c, n, libnccl.ncclGroupStart(),
+			    deadline, "p2p");
 			for (i = 0; i < nb && rc == 0; i++) {
 				struct rdzv_request *q = batch[i];
 				ncclResult_t	 nr;
 
+				d = off[i] == SIZE_MAX ? NULL :
+				    (char *)n->stage->dev + off[i];
 				if (q->kind == REQ_SEND)
-					nr = ncclSend(stage[i] ? stage[i] :
+					nr = libnccl.ncclSend(d != NULL ? d :
 					    q->sbuf, q->count, ncclUint8,
 					    q->peer, n->comm, n->stream);
 				else
-					nr = ncclRecv(stage[i] ? stage[i] :
+					nr = libnccl.ncclRecv(d != NULL ? d :
 					    q->rbuf, q->count, ncclUint8,
 					    q->peer, n->comm, n->stream);
 				if (nr != ncclSuccess && nr != ncclInProgress)
@@ -905,29 +1005,38 @@ nccl_p2p(struct rdzv_comm *c, struct rdzv_request *first)
 					    "p2p");
 			}
 			if (rc == 0)
-				rc = nccl_settle(c, n, ncclGroupEnd(),
+				rc = nccl_settle(c, n, libnccl.ncclGroupEnd(),
 				    deadline, "p2p");
 			else
-				(void)ncclGroupEnd();
+				(void)libnccl.ncclGroupEnd();
+			/* Staged receives: into pinned memory (never a
+			 * blocking copy), to the caller's once done. */
 			for (i = 0; i < nb && rc == 0; i++)
-				if (stage[i] != NULL &&
+				if (off[i] != SIZE_MAX &&
 				    batch[i]->kind == REQ_RECV)
-					rc = nccl_cuda(c, n, cudaMemcpyAsync(
-					    batch[i]->rbuf, stage[i],
+					rc = nccl_cuda(c, n,
+					    cudart.cudaMemcpyAsync(
+					    (char *)n->stage->host + off[i],
+					    (char *)n->stage->dev + off[i],
 					    batch[i]->count,
 					    cudaMemcpyDeviceToHost, n->stream),
 					    "unstaging a receive");
 			if (rc == 0)
-				rc = nccl_xfer_out(c, n, NULL, 0, deadline,
+				rc = nccl_cuda(c, n, cudart.cudaEventRecord(
+				    n->ev, n->stream), "cudaEventRecord");
+			if (rc == 0)
+				rc = nccl_poll(c, n, n->ev, deadline,
 				    "send/recv");
-			else
-				pthread_mutex_unlock(&n->lock);
-		} else
-			pthread_mutex_unlock(&n->lock);
-		for (i = 0; i < nb; i++) {
-			cudaFree(stage[i]);
-			comm_complete(batch[i], rc);
+			for (i = 0; i < nb && rc == 0; i++)
+				if (off[i] != SIZE_MAX &&
+				    batch[i]->kind == REQ_RECV)
+					memcpy(batch[i]->rbuf,
+					    (char *)n->stage->host + off[i],
+					    batch[i]->count);
 		}
+		pthread_mutex_unlock(&n->lock);
+		for (i = 0; i < nb; i++)
+			comm_complete(batch[i], rc);
 		if (rc != 0) {
 			r = NULL;
 			continue;	/* nccl_enter fails the rest */
@@ -953,6 +1062,25 @@ nccl_p2p(struct rdzv_comm *c, struct rdzv_request *first)
 
 /* ---- asynchronous all-reduce ---- */
 
+/* A staging pair of at least len bytes from the pool, else a new one. */
+static struct nccl_buf *
+nccl_pool_get(struct rdzv_comm *c, struct nccl *n, size_t len)
+{
+	struct nccl_buf	*b;
+
+	TAILQ_FOREACH(b, &n->pool, entry)
+		if (b->len >= len) {
+			TAILQ_REMOVE(&n->pool, b, entry);
+			return (b);
+		}
+	return (nccl_buf_new(c, n, nccl_align(len)));
+}
+
+/*
+ * rdzv_request.free: the staging pair goes back to the pool when its
+ * all-reduce is known complete, else to the retired list (its kernel may
+ * still run); both are freed only after the communicator is gone.
+ */
 static void
 nccl_req_free(struct rdzv_request *r)
 {
@@ -960,16 +1088,16 @@ nccl_req_free(struct rdzv_request *r)
 
 	if (q == NULL)
 		return;
-	/* cudaFree waits for the device: a kept communicator's stuck
-	 * kernels must be aborted first (no shrink in place then). */
-	if (q->stage != NULL && q->n != NULL) {
+	if (q->n != NULL) {
 		pthread_mutex_lock(&q->n->lock);
-		nccl_release(q->n);
+		if (q->buf != NULL)
+			TAILQ_INSERT_TAIL(q->done && q->result == 0 ?
+			    &q->n->pool : &q->n->retired, q->buf, entry);
+		TAILQ_REMOVE(&q->n->reqs, q, entry);
 		pthread_mutex_unlock(&q->n->lock);
 	}
 	if (q->ev != NULL)
-		cudaEventDestroy(q->ev);
-	cudaFree(q->stage);
+		cudart.cudaEventDestroy(q->ev);
 	free(q);
 	r->be = NULL;
 }
@@ -982,6 +1110,8 @@ nccl_req_finish(struct rdzv_request *r)
 	struct rdzv_comm *c = r->comm;
 
 	q->done = 1;
+	if (q->result == 0 && q->hostr != NULL)
+		memcpy(q->hostr, q->buf->host, q->bytes);
 	if (q->result == 0 && q->int_avg)
 		q->result = nccl_int_avg(c, q->hostr != NULL ? q->hostr :
 		    r->rbuf, q->count, q->dtype);
@@ -995,8 +1125,10 @@ nccl_req_wait(struct rdzv_request *r)
 	struct rdzv_comm *c = r->comm;
 	int		 rc;
 
-	if (q->done)
+	if (q->done || q->n == NULL) {
+		q->done = 1;
 		return (q->result);
+	}
 	if ((rc = nccl_enter(c, q->n)) != 0) {
 		q->done = 1;
 		return (q->result = rc);
@@ -1014,17 +1146,23 @@ nccl_req_test(struct rdzv_request *r)
 	cudaError_t	 ce;
 	int		 rc;
 
-	if (!q->done) {
-		ce = cudaEventQuery(q->ev);
+	if (!q->done && q->n != NULL) {
+		ce = cudart.cudaEventQuery(q->ev);
 		if (ce == cudaErrorNotReady && mono_ms() < q->deadline &&
 		    !comm_broken(c))
 			return (0);
 		/* Done, failed or late: wait() sorts out which. */
 		return ((rc = nccl_req_wait(r)) == 0 ? 1 : rc);
 	}
+	q->done = 1;
 	return (q->result == 0 ? 1 : q->result);
 }
 
+/*
+ * backend_ops.iallreduce: enqueued and returned at once, host buffers
+ * too (staged through a pinned pair of the request's own, so several can
+ * be in flight); the result reaches a host buffer in wait/test.
+ */
 static int
 nccl_iallreduce(struct rdzv_comm *c, const void *s, void *r, size_t count,
     enum rdzv_dtype dt, enum rdzv_op op, int64_t timeout_ms,
@@ -1051,7 +1189,6 @@ nccl_iallreduce(struct rdzv_comm *c, const void *s, void *r, size_t count,
 	req->wait = nccl_req_wait;
 	req->test = nccl_req_test;
 	req->free = nccl_req_free;
-	q->n = n;
 	q->count = count;
 	q->dtype = dt;
 	q->bytes = count * rdzv_dtype_size(dt);
@@ -1059,33 +1196,43 @@ nccl_iallreduce(struct rdzv_comm *c, const void *s, void *r, size_t count,
 	q->deadline = comm_deadline(c, (int)timeout_ms);
 	if ((rc = nccl_enter(c, n)) != 0)
 		goto fail;
-	rc = nccl_cuda(c, n, cudaEventCreateWithFlags(&q->ev,
+	q->n = n;
+	TAILQ_INSERT_TAIL(&n->reqs, q, entry);
+	rc = nccl_cuda(c, n, cudart.cudaEventCreateWithFlags(&q->ev,
 	    cudaEventDisableTiming), "cudaEventCreate");
-	/* Host buffers get a staging copy of their own: several requests
-	 * may be in flight at once. */
-	if (rc == 0 && (!nccl_is_dev(s) || !nccl_is_dev(r))) {
-		if (cudaMalloc(&q->stage, q->bytes) != cudaSuccess) {
-			(void)cudaGetLastError();
-			q->stage = NULL;
-			rc = comm_fail(c, RDZV_ENOMEM, "nccl: staging");
-		} else {
-			rc = nccl_cuda(c, n, cudaMemcpyAsync(q->stage, s,
-			    q->bytes, cudaMemcpyDefault, n->stream),
-			    "staging");
-			ds = dr = q->stage;
+	if (rc == 0 && q->bytes > 0 && (!nccl_is_dev(s) || !nccl_is_dev(r))) {
+		if ((q->buf = nccl_pool_get(c, n, q->bytes)) == NULL)
+			rc = comm_broken(c) != 0 ? comm_broken(c) :
+			    RDZV_ENOMEM;
+		else if (!nccl_is_dev(s)) {
+			memcpy(q->buf->host, s, q->bytes);
+			rc = nccl_cuda(c, n, cudart.cudaMemcpyAsync(
+			    q->buf->dev, q->buf->host, q->bytes,
+			    cudaMemcpyHostToDevice, n->stream), "staging");
+		} else
+			rc = nccl_cuda(c, n, cudart.cudaMemcpyAsync(
+			    q->buf->dev, s, q->bytes,
+			    cudaMemcpyDeviceToDevice, n->stream), "staging");
+		if (q->buf != NULL) {
+			ds = dr = q->buf->dev;
 			if (!nccl_is_dev(r))
 				q->hostr = r;
 		}
 	}
 	if (rc == 0)
-		rc = nccl_settle(c, n, ncclAllReduce(ds, dr, count,
+		rc = nccl_settle(c, n, libnccl.ncclAllReduce(ds, dr, count,
 		    nccl_type(dt), nccl_op(op, dt), n->comm, n->stream),
 		    q->deadline, "ncclAllReduce");
-	if (rc == 0 && q->stage != NULL)
-		rc = nccl_cuda(c, n, cudaMemcpyAsync(r, q->stage, q->bytes,
-		    cudaMemcpyDefault, n->stream), "unstaging");
+	/* Into pinned memory, or the caller's device buffer: neither copy
+	 * blocks this thread. */
+	if (rc == 0 && q->buf != NULL)
+		rc = nccl_cuda(c, n, q->hostr != NULL ?
+		    cudart.cudaMemcpyAsync(q->buf->host, q->buf->dev, q->bytes,
+		    cudaMemcpyDeviceToHost, n->stream) :
+		    cudart.cudaMemcpyAsync(r, q->buf->dev, q->bytes,
+		    cudaMemcpyDeviceToDevice, n->stream), "unstaging");
 	if (rc == 0)
-		rc = nccl_cuda(c, n, cudaEventRecord(q->ev, n->stream),
+		rc = nccl_cuda(c, n, cudart.cudaEventRecord(q->ev, n->stream),
 		    "cudaEventRecord");
 	pthread_mutex_unlock(&n->lock);
 	if (rc != 0)
@@ -1148,9 +1295,9 @@ nccl_ids(struct rdzv_comm *c, ncclUniqueId *ids, int nid, int64_t deadline)
 		maker = (int)((int64_t)i * c->size / nid);
 		if (maker != c->rank)
 			continue;
-		if ((nr = ncclGetUniqueId(&ids[i])) != ncclSuccess)
+		if ((nr = libnccl.ncclGetUniqueId(&ids[i])) != ncclSuccess)
 			return (comm_fail(c, RDZV_EIO, "nccl: ncclGetUniqueId: "
-			    "%s", ncclGetErrorString(nr)));
+			    "%s", libnccl.ncclGetErrorString(nr)));
 		snprintf(key, sizeof key, "%s/nccl/id/%d", c->keypfx, i);
 		if ((rc = wstore_set(c->store, key, &ids[i], sizeof ids[i],
 		    deadline_left(deadline))) != 0)
@@ -1181,20 +1328,33 @@ static void
 nccl_free(struct nccl *n)
 {
 	struct nccl_self	*m;
+	struct nccl_buf		*b;
 
 	if (n == NULL)
 		return;
+	/* The communicator is destroyed or aborted: no kernel of ours
+	 * runs, and freeing device memory cannot wait on one. */
 	while ((m = TAILQ_FIRST(&n->selfq)) != NULL) {
 		TAILQ_REMOVE(&n->selfq, m, entry);
-		cudaFree(m->buf);
+		free(m->buf);
 		free(m);
 	}
-	cudaFree(n->stage);
-	cudaFree(n->one);
+	while ((b = TAILQ_FIRST(&n->pool)) != NULL) {
+		TAILQ_REMOVE(&n->pool, b, entry);
+		nccl_buf_free(b);
+	}
+	while ((b = TAILQ_FIRST(&n->retired)) != NULL) {
+		TAILQ_REMOVE(&n->retired, b, entry);
+		nccl_buf_free(b);
+	}
+	nccl_buf_free(n->stage);
+	cudart.cudaFree(n->one);
 	if (n->ev != NULL)
-		cudaEventDestroy(n->ev);
+		cudart.cudaEventDestroy(n->ev);
+	if (n->caller != NULL)
+		cudart.cudaEventDestroy(n->caller);
 	if (n->stream != NULL)
-		cudaStreamDestroy(n->stream);
+		cudart.cudaStreamDestroy(n->stream);
 	pthread_mutex_destroy(&n->lock);
 	free(n);
 }
@@ -1207,12 +1367,15 @@ nccl_init(struct rdzv_comm *c)
 	ncclConfig_t	 cfg = NCCL_CONFIG_INITIALIZER;
 	ncclResult_t	 nr;
 	int64_t		 deadline, t0 = mono_us();
-	int		 ndev = 0, lr, nid = 1, rc;
+	int		 ndev = 0, lr, nid = 1, rc, shared;
 	int32_t		 one = 1;
+	char		 why[RDZV_ERRMSG_MAX];
 
 	deadline = mono_ms() + c->init_timeout_ms;
-	if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev <= 0) {
-		(void)cudaGetLastError();
+	if (gpulib_nccl(why, sizeof why) != 0)
+		return (comm_fail(c, RDZV_EINVAL, "%s", why));
+	if (cudart.cudaGetDeviceCount(&ndev) != cudaSuccess || ndev <= 0) {
+		(void)cudart.cudaGetLastError();
 		return (comm_fail(c, RDZV_EINVAL, "nccl: no CUDA device is "
 		    "visible"));
 	}
@@ -1221,6 +1384,9 @@ nccl_init(struct rdzv_comm *c)
 	pthread_mutex_init(&n->lock, NULL);
 	TAILQ_INIT(&n->selfq);
 	TAILQ_INIT(&n->selfwait);
+	TAILQ_INIT(&n->pool);
+	TAILQ_INIT(&n->retired);
+	TAILQ_INIT(&n->reqs);
 	c->be = n;
 
 	lr = c->local_rank;
@@ -1237,23 +1403,30 @@ nccl_init(struct rdzv_comm *c)
 		    "%d visible", c->opts.device, ndev);
 		goto fail;
 	}
-	n->dev = c->opts.device >= 0 ? c->opts.device : lr % ndev;
+	n->dev = c->opts.device >= 0 ? c->opts.device :
+	    wenv_device(&c->env, lr, c->local_size, ndev, &shared);
+	if (c->opts.device < 0 && shared)
+		comm_log(c, RDZV_LOG_WARN, "nccl: local rank %d shares device "
+		    "%d with another rank of this host (%d visible); NCCL "
+		    "may refuse it", lr, n->dev, ndev);
 	c->device = n->dev;
-	if (cudaSetDevice(n->dev) != cudaSuccess ||
-	    cudaStreamCreateWithFlags(&n->stream, cudaStreamNonBlocking) !=
-	    cudaSuccess ||
-	    cudaEventCreateWithFlags(&n->ev, cudaEventDisableTiming) !=
-	    cudaSuccess ||
-	    cudaMalloc((void **)&n->one, sizeof *n->one) != cudaSuccess ||
-	    cudaMemcpy(n->one, &one, sizeof one, cudaMemcpyHostToDevice) !=
-	    cudaSuccess) {
+	if (cudart.cudaSetDevice(n->dev) != cudaSuccess ||
+	    cudart.cudaStreamCreateWithFlags(&n->stream, cudaStreamNonBlocking)
+	    != cudaSuccess || cudart.cudaEventCreateWithFlags(&n->ev,
+	    cudaEventDisableTiming) != cudaSuccess ||
+	    cudart.cudaEventCreateWithFlags(&n->caller, cudaEventDisableTiming)
+	    != cudaSuccess || cudart.cudaMalloc((void **)&n->one, sizeof
+	    *n->one) != cudaSuccess || cudart.cudaMemcpy(n->one, &one, sizeof
+	    one, cudaMemcpyHostToDevice) != cudaSuccess) {
 		rc = comm_fail(c, RDZV_EIO, "nccl: setting up device %d: %s",
-		    n->dev, cudaGetErrorString(cudaGetLastError()));
+		    n->dev,
+		    cudart.cudaGetErrorString(cudart.cudaGetLastError()));
 		goto fail;
 	}
 
 #ifdef HAVE_NCCL_SCALABLE
-	if (c->size >= NCCL_SCALABLE_MIN)
+	if (c->size >= NCCL_SCALABLE_MIN &&
+	    libnccl.ncclCommInitRankScalable != NULL)
 		nid = (c->size + NCCL_RANKS_PER_ID - 1) / NCCL_RANKS_PER_ID;
 #endif
 	if ((ids = calloc((size_t)nid, sizeof *ids)) == NULL) {
@@ -1261,9 +1434,9 @@ nccl_init(struct rdzv_comm *c)
 		goto fail;
 	}
 	if (c->size == 1) {
-		if ((nr = ncclGetUniqueId(&ids[0])) != ncclSuccess) {
+		if ((nr = libnccl.ncclGetUniqueId(&ids[0])) != ncclSuccess) {
 			rc = comm_fail(c, RDZV_EIO, "nccl: ncclGetUniqueId: "
-			    "%s", ncclGetErrorString(nr));
+			    "%s", libnccl.ncclGetErrorString(nr));
 			goto fail;
 		}
 	} else if ((rc = nccl_ids(c, ids, nid, deadline)) != 0)
@@ -1274,21 +1447,21 @@ nccl_init(struct rdzv_comm *c)
 	pthread_mutex_lock(&n->lock);
 #ifdef HAVE_NCCL_SCALABLE
 	if (nid > 1)
-		nr = ncclCommInitRankScalable(&n->comm, c->size, c->rank, nid,
-		    ids, &cfg);
+		nr = libnccl.ncclCommInitRankScalable(&n->comm, c->size,
+		    c->rank, nid, ids, &cfg);
 	else
 #endif
-		nr = ncclCommInitRankConfig(&n->comm, c->size, ids[0], c->rank,
-		    &cfg);
+		nr = libnccl.ncclCommInitRankConfig(&n->comm, c->size, ids[0],
+		    c->rank, &cfg);
 	if (n->comm == NULL) {
 		pthread_mutex_unlock(&n->lock);
 		rc = comm_fail(c, RDZV_EIO, "nccl: ncclCommInitRank: %s",
-		    ncclGetErrorString(nr));
+		    libnccl.ncclGetErrorString(nr));
 		goto fail;
 	}
 	rc = nccl_settle(c, n, nr, deadline, "ncclCommInitRank");
 #ifdef HAVE_NCCL_SHRINK
-	if (rc == 0)
+	if (rc == 0 && libnccl.ncclCommShrink != NULL)
 		n->keep = c->repair;
 #endif
 	pthread_mutex_unlock(&n->lock);
@@ -1296,8 +1469,9 @@ nccl_init(struct rdzv_comm *c)
 		goto fail;
 	free(ids);
 	comm_log(c, RDZV_LOG_INFO, "nccl %d.%d.%d: rank %d of %d on device "
-	    "%d, %d unique id%s, ready in %.1f ms", NCCL_MAJOR, NCCL_MINOR,
-	    NCCL_PATCH, c->rank, c->size, n->dev, nid, nid > 1 ? "s" : "",
+	    "%d, %d unique id%s, ready in %.1f ms", libnccl.version / 10000,
+	    libnccl.version / 100 % 100, libnccl.version % 100, c->rank,
+	    c->size, n->dev, nid, nid > 1 ? "s" : "",
 	    (double)(mono_us() - t0) / 1000.0);
 	return (0);
 fail:
@@ -1319,6 +1493,7 @@ nccl_fini(struct rdzv_comm *c)
 {
 	struct nccl	*n = c->be;
 	struct rdzv_request *r;
+	struct nccl_req	*q;
 	int64_t		 deadline;
 	int		 rc;
 
@@ -1329,15 +1504,29 @@ nccl_fini(struct rdzv_comm *c)
 		comm_complete(r, RDZV_ECLOSED);
 	}
 	pthread_mutex_lock(&n->lock);
-	(void)cudaSetDevice(n->dev);
+	/* Requests outliving us (a repair re-initializes the backend) keep
+	 * nothing of ours: not done means failed. */
+	while ((q = TAILQ_FIRST(&n->reqs)) != NULL) {
+		TAILQ_REMOVE(&n->reqs, q, entry);
+		if (q->buf != NULL)
+			TAILQ_INSERT_TAIL(&n->retired, q->buf, entry);
+		q->buf = NULL;
+		q->hostr = NULL;
+		q->n = NULL;
+		if (!q->done) {
+			q->done = 1;
+			q->result = RDZV_ECLOSED;
+		}
+	}
+	(void)cudart.cudaSetDevice(n->dev);
 	if (n->comm != NULL && !__atomic_load_n(&n->aborted,
 	    __ATOMIC_SEQ_CST) && comm_broken(c) == 0) {
 		deadline = comm_deadline(c, -1);
-		rc = nccl_settle(c, n, ncclCommFinalize(n->comm), deadline,
-		    "ncclCommFinalize");
+		rc = nccl_settle(c, n, libnccl.ncclCommFinalize(n->comm),
+		    deadline, "ncclCommFinalize");
 		if (rc == 0 && !__atomic_load_n(&n->aborted,
 		    __ATOMIC_SEQ_CST))
-			(void)ncclCommDestroy(n->comm);
+			(void)libnccl.ncclCommDestroy(n->comm);
 		else
 			nccl_do_abort(n);
 	} else
@@ -1353,7 +1542,7 @@ nccl_fini(struct rdzv_comm *c)
 /*
  * backend_ops.shrink: a repair round that only drops ranks.  Every
  * member publishes its old rank in the round's store scope; the old ranks
- * missing are excluded with ncclCommShrink(NCCL_SHRINK_ABORT), which
+ * missing are excluded with libnccl.ncclCommShrink(NCCL_SHRINK_ABORT), which
  * stops what the broken parent still has in flight, and the parent is
  * then aborted.  NCCL numbers the child's ranks in the parent's order,
  * so the round's numbering must keep that order (the agent's does: rdzvd
@@ -1377,7 +1566,7 @@ nccl_shrink(struct rdzv_comm *c, int old_rank, int old_size)
 
 	if (n == NULL || n->comm == NULL || c->store == NULL ||
 	    (__atomic_load_n(&n->aborted, __ATOMIC_SEQ_CST) && !n->kept) ||
-	    c->size >= old_size)
+	    c->size >= old_size || libnccl.ncclCommShrink == NULL)
 		return (RDZV_EINVAL);
 	if ((olds = calloc((size_t)c->size, sizeof *olds)) == NULL ||
 	    (excl = calloc((size_t)old_size, sizeof *excl)) == NULL) {
@@ -1411,19 +1600,19 @@ nccl_shrink(struct rdzv_comm *c, int old_rank, int old_size)
 	}
 
 	pthread_mutex_lock(&n->lock);
-	(void)cudaSetDevice(n->dev);
+	(void)cudart.cudaSetDevice(n->dev);
 	while ((r = TAILQ_FIRST(&n->selfwait)) != NULL) {
 		TAILQ_REMOVE(&n->selfwait, r, qentry);
 		comm_complete(r, RDZV_ECLOSED);
 	}
 	parent = n->comm;
 	cfg.blocking = 0;
-	nr = ncclCommShrink(parent, excl, nexcl, &child, &cfg,
+	nr = libnccl.ncclCommShrink(parent, excl, nexcl, &child, &cfg,
 	    NCCL_SHRINK_ABORT);
 	if (child == NULL) {
 		pthread_mutex_unlock(&n->lock);
 		rc = comm_note(c, RDZV_EIO, "nccl: ncclCommShrink: %s",
-		    ncclGetErrorString(nr));
+		    libnccl.ncclGetErrorString(nr));
 		goto out;
 	}
 	/* The child is the communicator from now on, healthy. */
@@ -1432,11 +1621,11 @@ nccl_shrink(struct rdzv_comm *c, int old_rank, int old_size)
 	__atomic_store_n(&n->aborted, 0, __ATOMIC_SEQ_CST);
 	__atomic_store_n(&n->abort_req, 0, __ATOMIC_SEQ_CST);
 	rc = nccl_settle(c, n, nr, deadline, "ncclCommShrink");
-	if (rc == 0 && (ncclCommUserRank(child, &me) != ncclSuccess ||
+	if (rc == 0 && (libnccl.ncclCommUserRank(child, &me) != ncclSuccess ||
 	    me != c->rank))
 		rc = comm_fail(c, RDZV_EINVAL, "nccl: ncclCommShrink made rank "
 		    "%d, the round says %d", me, c->rank);
-	(void)ncclCommAbort(parent);
+	(void)libnccl.ncclCommAbort(parent);
 	if (rc != 0) {
 		/* Broken: fini aborts the child as well. */
 		n->keep = 0;

@@ -27,10 +27,21 @@
  *   rdzv-agent the job restarts from its last checkpoint), unless it
  *   opted into in-place repair: then the call returns RDZV_EREPAIR and
  *   the communicator is rebuilt in place (see "in-place repair").
- * - Buffers may be host memory or, in builds with CUDA, device memory
- *   (the nccl backend requires device memory; the cpu backend stages
+ * - Buffers may be host memory or, in builds with CUDA, device memory;
+ *   each backend stages the kind it does not run on (nccl: host buffers
+ *   through pinned and device memory, slower than device buffers; cpu:
  *   device buffers through host memory).  sendbuf == recvbuf is an
  *   in-place operation wherever both exist.
+ * - Device buffers and streams (nccl): a call runs on the library's own
+ *   stream, ordered after the work queued so far on the legacy default
+ *   stream; work on any other stream that writes a send buffer or reads
+ *   a receive buffer must be complete (synchronize that stream) before
+ *   the call.  A blocking call returns with its result in memory; an
+ *   iallreduce's is there once rdzv_wait/rdzv_test says it completed.
+ * - CUDA and NCCL are loaded when first needed (RDZV_CUDART_LIBRARY and
+ *   RDZV_NCCL_LIBRARY name them, else the dynamic linker's path, then the
+ *   directories the build found them in): a program starts without
+ *   them, and the cpu backend never needs them.
  * - Counts are in elements of the given dtype, not bytes.
  * - Collectives must be called in the same order with matching arguments
  *   by every rank.  A communicator may be used from one thread at a time;
@@ -87,7 +98,9 @@ struct rdzv_comm;	/* a communicator: one per process and round */
 struct rdzv_request;	/* an operation in progress (isend, irecv, iallreduce) */
 
 enum rdzv_backend {
-	RDZV_BACKEND_AUTO = 0,	/* nccl when built with it and a GPU is visible, else cpu */
+	RDZV_BACKEND_AUTO = 0,	/* nccl when this rank has a GPU of its own (no other
+				   rank of its host maps to it) and NCCL loads,
+				    else cpu */
 	RDZV_BACKEND_CPU = 1,	/* TCP ring + shared memory between ranks of one host */
 	RDZV_BACKEND_NCCL = 2,	/* NCCL over CUDA device buffers */
 };
@@ -132,7 +145,11 @@ struct rdzv_options {
 	enum rdzv_backend backend;	/* default AUTO (env RDZV_BACKEND=auto|cpu|nccl) */
 	int	timeout_ms;		/* default for every call: 300000 (env RDZV_TIMEOUT_MS) */
 	int	init_timeout_ms;	/* bootstrap (store, peers): 600000 (env RDZV_INIT_TIMEOUT_MS) */
-	int	device;			/* CUDA device, -1 = local rank modulo visible devices */
+	int	device;			/* CUDA device, -1 = LOCAL_RANK when the launcher gave
+					   each worker its own GPUs
+					    (RDZV_LOCAL_RANK set), else
+					   the local rank modulo visible devices
+					    */
 	rdzv_log_fn	log;		/* NULL: the library stays silent */
 	void	*log_arg;
 	enum rdzv_log_level log_level;	/* most verbose level passed to log (WARN) */

@@ -18,6 +18,7 @@
  *   cpu_coll.c	the cpu backend's collective algorithms
  *   shm.c	shared-memory segments and the same-host collective arena
  *   nccl.c	the nccl backend (HAVE_NCCL)
+ *   gpulib.c	libcudart and libnccl, loaded when run (HAVE_CUDA)
  *   repair.c	in-place repair: hello and ready, the watcher thread,
  *		waiting for a round, rdzv_comm_repair
  *   dp.c, sampler.c, ckpt.c  the data-parallel helpers
@@ -57,6 +58,9 @@ struct wenv {
 	int		size;
 	int		local_rank;	/* -1 when unknown (worked out from peers) */
 	int		local_size;	/* -1 when unknown */
+	/* LOCAL_RANK when the launcher gave each worker its own devices
+	 * (RDZV_LOCAL_RANK set), else -1. */
+	int		dev_index;
 	int		restart_count;
 	const char	*source;	/* "rdzv-agent", "torchrun", "openmpi", ... */
 	enum wenv_store	store;
@@ -70,6 +74,14 @@ struct wenv {
 	int		timeout_ms;	/* RDZV_TIMEOUT_MS, -1 if unset */
 	int		init_timeout_ms; /* RDZV_INIT_TIMEOUT_MS, -1 if unset */
 };
+
+/*
+ * The CUDA device, of ndev visible, for a rank that is local_rank of
+ * local_size (-1: unknown) on its host; *shared is set when another rank
+ * of the host maps to the same device.  Pure.
+ */
+int	wenv_device(const struct wenv *e, int local_rank, int local_size,
+	    int ndev, int *shared);
 
 /* Looks a variable up; returns NULL when unset. */
 typedef const char	*(*wenv_get_fn)(const char *name, void *arg);

@@ -6,7 +6,7 @@
 RDZV_PY = python/rdzv/__init__.py python/rdzv/repair.py \
 	python/rdzv/channel.py python/rdzv/collectives.py python/rdzv/data.py \
 	python/rdzv/group.py python/rdzv/log.py python/rdzv/state.py \
-	python/rdzv/watcher.py
+	python/rdzv/watcher.py python/rdzv/spare.py
 if HAVE_PYTHON
 rdzvpydir = $(pythondir)/rdzv
 rdzvpy_PYTHON = $(RDZV_PY)

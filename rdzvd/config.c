@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "etcd.h"
 #include "log.h"
 #include "rdzvd.h"
 
@@ -20,6 +21,10 @@
 #define RDZVD_DEFAULT_HTTP	"[::]:29401"
 #define RDZVD_DEFAULT_RETENTION	604800	/* seconds: a week */
 #define RDZVD_RETENTION_MAX	(100LL * 366 * 86400)
+#define RDZVD_ETCD_SCHEME	"etcd://"
+#define RDZVD_ETCD_PREFIX	"/rdzv/"
+/* A value must fit one etcd request (its default limit is 1.5 MiB). */
+#define RDZVD_ETCD_VALUE_MAX	(1024 * 1024 - 4096)
 
 enum opt_type {
 	OT_STR, OT_SIZE, OT_UINT, OT_DURABILITY, OT_LEVEL, OT_FLAG, OT_TLS,
@@ -56,6 +61,25 @@ static const struct opt opts[] = {
 	{ "durability", 0, OT_DURABILITY, OFF(durability), 0,
 	  "memory|relaxed|strict",
 	  "when a write is acknowledged (default relaxed)" },
+	{ "store", 0, OT_STR, OFF(store), 0, "etcd://HOST:PORT[,...]",
+	  "keep the state in etcd, not --db; rdzvds on one etcd elect a "
+	  "leader (values up to 1 MiB)" },
+	{ "etcd-prefix", 0, OT_STR, OFF(etcd_prefix), 0, "PREFIX",
+	  "etcd: keys start with PREFIX, one per rdzvd cluster "
+	  "(default " RDZVD_ETCD_PREFIX ")" },
+	{ "leader-ttl-ms", 0, OT_UINT, OFF(leader_ttl_ms), 3600000, "N",
+	  "etcd: a silent leader is replaced after N ms (2000; etcd rounds "
+	  "up to seconds)" },
+	{ "etcd-cacert", 0, OT_STR, OFF(etcd_cacert), 0, "FILE",
+	  "etcd: talk https, trusting this PEM CA bundle" },
+	{ "etcd-cert", 0, OT_STR, OFF(etcd_cert), 0, "FILE",
+	  "etcd: PEM client certificate (with --etcd-key)" },
+	{ "etcd-key", 0, OT_STR, OFF(etcd_key), 0, "FILE",
+	  "etcd: the client certificate's PEM private key" },
+	{ "etcd-user", 0, OT_STR, OFF(etcd_user), 0, "NAME",
+	  "etcd: authenticate as NAME (with --etcd-password-file)" },
+	{ "etcd-password-file", 0, OT_STR, OFF(etcd_password_file), 0, "FILE",
+	  "etcd: NAME's password, first line of FILE" },
 	{ "relaxed-window-ms", 0, OT_UINT, OFF(relaxed_window_ms), 60000, "N",
 	  "relaxed mode: most ms of acknowledged writes a crash loses (50)" },
 	{ "config", 'c', OT_STR, NOFIELD, 0, "FILE",
@@ -409,6 +433,9 @@ config_defaults(struct rdzvd_config *cfg)
 	cfg->lease_ms = 5000;
 	cfg->job_retention_ms = RDZVD_DEFAULT_RETENTION * 1000LL;
 	cfg->history_interval_ms = 10000;
+	if ((cfg->etcd_prefix = strdup(RDZVD_ETCD_PREFIX)) == NULL)
+		fatal("strdup");
+	cfg->leader_ttl_ms = 2000;
 }
 
 /*
@@ -444,6 +471,60 @@ config_check_tls(struct rdzvd_config *cfg)
 		    "optional");
 		return -1;
 	}
+	return 0;
+}
+
+/*
+ * --store names an etcd cluster (or nothing: sqlite at --db); the etcd
+ * options come in pairs.  A value must fit one etcd request, so
+ * --value-max is lowered to it.
+ */
+static int
+config_check_store(struct rdzvd_config *cfg)
+{
+	char	why[256];
+
+	if (cfg->store != NULL && cfg->store[0] == '\0') {
+		free(cfg->store);
+		cfg->store = NULL;
+	}
+	if (cfg->store == NULL)
+		return 0;
+	if (strncmp(cfg->store, RDZVD_ETCD_SCHEME,
+	    strlen(RDZVD_ETCD_SCHEME)) != 0) {
+		fprintf(stderr, "rdzvd: --store %s: expected "
+		    RDZVD_ETCD_SCHEME "HOST:PORT[,HOST:PORT...] (leave --store "
+		    "out to keep the state in sqlite at --db)\n", cfg->store);
+		return -1;
+	}
+	if (etcd_conf_check(cfg->store + strlen(RDZVD_ETCD_SCHEME), why,
+	    sizeof why) != 0) {
+		fprintf(stderr, "rdzvd: --store: %s\n", why);
+		return -1;
+	}
+	if (cfg->durability == STORE_MEMORY) {
+		fprintf(stderr, "rdzvd: --store %s keeps nothing with "
+		    "--durability memory: choose relaxed or strict\n",
+		    cfg->store);
+		return -1;
+	}
+	if ((cfg->etcd_cert != NULL) != (cfg->etcd_key != NULL)) {
+		fprintf(stderr, "rdzvd: --etcd-cert and --etcd-key go "
+		    "together: give both or neither\n");
+		return -1;
+	}
+	if ((cfg->etcd_user != NULL) != (cfg->etcd_password_file != NULL)) {
+		fprintf(stderr, "rdzvd: --etcd-user and --etcd-password-file "
+		    "go together: give both or neither\n");
+		return -1;
+	}
+	if (cfg->leader_ttl_ms < 1000) {
+		fprintf(stderr, "rdzvd: --leader-ttl-ms %u: etcd leases last "
+		    "whole seconds; give 1000 or more\n", cfg->leader_ttl_ms);
+		return -1;
+	}
+	if (cfg->limits.value_max > RDZVD_ETCD_VALUE_MAX)
+		cfg->limits.value_max = RDZVD_ETCD_VALUE_MAX;
 	return 0;
 }
 
@@ -526,7 +607,9 @@ config_parse(struct rdzvd_config *cfg, int argc, char **argv)
 		    "--help'\n", argv[optind]);
 		return -1;
 	}
-	return config_check_tls(cfg);
+	if (config_check_tls(cfg) != 0)
+		return -1;
+	return config_check_store(cfg);
 }
 
 void
@@ -542,4 +625,11 @@ config_free(struct rdzvd_config *cfg)
 	free(cfg->tcpstore_allow);
 	free(cfg->tls_cert);
 	free(cfg->tls_key);
+	free(cfg->store);
+	free(cfg->etcd_prefix);
+	free(cfg->etcd_cacert);
+	free(cfg->etcd_cert);
+	free(cfg->etcd_key);
+	free(cfg->etcd_user);
+	free(cfg->etcd_password_file);
 }

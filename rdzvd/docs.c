@@ -44,21 +44,25 @@ docs_text(json_t *doc)
 char *
 docs_status(void)
 {
-	struct rz_stats	 rz;
-	uint64_t	 conns = 0;
-	int		 i;
+	struct rz_stats			 rz;
+	struct store_etcd_status	 es;
+	json_t				*doc;
+	uint64_t			 conns = 0;
+	int				 i;
 
 	memset(&rz, 0, sizeof rz);
 	if (server.rz != NULL)
 		rz_get_stats(server.rz, &rz);
 	for (i = 0; i < DIALECT_COUNT; i++)
 		conns += metrics.conns[i];
-	return docs_text(json_pack("{s:s, s:I, s:s, s:s?, s:I, s:I, s:I, "
+	store_etcd_get_status(&es);
+	doc = json_pack("{s:s, s:I, s:s, s:s?, s:I, s:I, s:I, "
 	    "s:{s:I, s:I, s:I}, s:I, s:I}",
 	    "version", PACKAGE_VERSION,
 	    "uptime_s", (json_int_t)((mono_ms() - server.started_ms) / 1000),
 	    "durability", store_durability_name(server.cfg->durability),
-	    "db", server.store != NULL ? server.cfg->db : NULL,
+	    "db", server.store != NULL && server.cfg->store == NULL ?
+	    server.cfg->db : NULL,
 	    "keys", (json_int_t)kv_total_keys(server.kv),
 	    "waiters", (json_int_t)kv_total_waiters(server.kv),
 	    "connections", (json_int_t)conns,
@@ -66,7 +70,15 @@ docs_status(void)
 	    "running", (json_int_t)rz.jobs_running,
 	    "closed", (json_int_t)rz.jobs_closed,
 	    "rounds_total", (json_int_t)rz.rounds_total,
-	    "restarts_total", (json_int_t)rz.restarts_total));
+	    "restarts_total", (json_int_t)rz.restarts_total);
+	if (doc != NULL && es.enabled)
+		json_object_set_new(doc, "leader", json_pack("{s:s, s:b, s:I, "
+		    "s:I, s:I, s:s}", "store", server.cfg->store, "leading",
+		    es.leader, "term", (json_int_t)es.term,
+		    "since_s", (json_int_t)((mono_ms() - es.since_ms) / 1000),
+		    "failovers", (json_int_t)es.failovers,
+		    "info", es.leader_info));
+	return docs_text(doc);
 }
 
 char *

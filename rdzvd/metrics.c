@@ -60,6 +60,28 @@ metrics_err_name(enum err_kind k)
 	return err_names[k];
 }
 
+/* With --store etcd: whether this rdzvd leads, its term, failovers. */
+static void
+metrics_write_leader(struct evbuffer *out)
+{
+	struct store_etcd_status	es;
+
+	store_etcd_get_status(&es);
+	if (!es.enabled)
+		return;
+	evbuffer_add_printf(out,
+	    "# HELP rdzvd_leader Whether this rdzvd leads the rdzvds on its "
+	    "etcd.\n"
+	    "# TYPE rdzvd_leader gauge\nrdzvd_leader %d\n"
+	    "# HELP rdzvd_leader_term The leader key's etcd revision.\n"
+	    "# TYPE rdzvd_leader_term gauge\nrdzvd_leader_term %" PRId64 "\n"
+	    "# HELP rdzvd_leader_failovers Leaderships before this one on "
+	    "this etcd prefix.\n"
+	    "# TYPE rdzvd_leader_failovers gauge\n"
+	    "rdzvd_leader_failovers %" PRId64 "\n",
+	    es.leader, es.term, es.failovers);
+}
+
 void
 metrics_write(struct evbuffer *out)
 {
@@ -169,5 +191,6 @@ metrics_write(struct evbuffer *out)
 	evbuffer_add_printf(out, "rdzvd_commit_seconds_sum %.6f\n"
 	    "rdzvd_commit_seconds_count %" PRIu64 "\n",
 	    (double)st.commit_usec_sum / 1e6, st.commits);
+	metrics_write_leader(out);
 	history_metrics(out);
 }

@@ -93,8 +93,9 @@ main(int argc, char **argv)
 	sigs[i] = NULL;
 	log_info("rdzvd %s ready: durability %s%s%s, %zu keys", PACKAGE_VERSION,
 	    store_durability_name(cfg.durability),
-	    server.store != NULL ? ", database " : "",
-	    server.store != NULL ? cfg.db : "", (size_t)kv_total_keys(server.kv));
+	    server.store == NULL ? "" : cfg.store != NULL ? ", store " :
+	    ", database ", server.store == NULL ? "" : cfg.store != NULL ?
+	    cfg.store : cfg.db, (size_t)kv_total_keys(server.kv));
 
 #ifdef HAVE_LIBSYSTEMD
 	/* Type=notify: ready only now that the port files exist. */

@@ -67,6 +67,14 @@ struct rdzvd_config {
 	char			*tls_cert;	/* PEM chain; NULL: no TLS */
 	char			*tls_key;	/* its PEM private key */
 	enum rdzvd_tls_mode	 tls_mode;
+	char			*store;		/* etcd://...; NULL: sqlite at db */
+	char			*etcd_prefix;
+	unsigned		 leader_ttl_ms;
+	char			*etcd_cacert;
+	char			*etcd_cert;
+	char			*etcd_key;
+	char			*etcd_user;
+	char			*etcd_password_file;
 };
 
 /*

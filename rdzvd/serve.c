@@ -8,8 +8,10 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <event2/event.h>
+#include <jansson.h>
 
 #include "embed.h"
 #include "log.h"
@@ -24,6 +26,43 @@ rdzvd_store_stats(struct store_stats *st)
 		store_get_stats(server.store, st);
 	else
 		memset(st, 0, sizeof *st);
+}
+
+/*
+ * Stands by until this rdzvd leads the others on the same etcd, then
+ * loads the state from there.  What standbys show of the leader is where
+ * it listens.
+ */
+static struct store *
+serve_open_etcd(struct rdzvd_config *cfg)
+{
+	struct store_etcd_conf	 c;
+	struct store		*st;
+	char			 host[256];
+	char			*info;
+	json_t			*j;
+
+	if (gethostname(host, sizeof host) != 0)
+		strlcpy(host, "?", sizeof host);
+	host[sizeof host - 1] = '\0';
+	j = json_pack("{s:s, s:s, s:s?, s:i}", "host", host, "listen",
+	    cfg->listen, "http", cfg->http, "pid", (int)getpid());
+	info = j != NULL ? json_dumps(j, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
+	json_decref(j);
+	memset(&c, 0, sizeof c);
+	c.etcd.endpoints = cfg->store + strlen("etcd://");
+	c.etcd.cacert = cfg->etcd_cacert;
+	c.etcd.cert = cfg->etcd_cert;
+	c.etcd.key = cfg->etcd_key;
+	c.etcd.user = cfg->etcd_user;
+	c.etcd.password_file = cfg->etcd_password_file;
+	c.prefix = cfg->etcd_prefix;
+	c.leader_ttl_ms = cfg->leader_ttl_ms;
+	c.leader_info = info != NULL ? info : "{}";
+	st = store_open_etcd(&c, cfg->durability, cfg->relaxed_window_ms,
+	    server.base, server.kv, server_commit_cb, NULL);
+	free(info);
+	return st;
 }
 
 int
@@ -42,7 +81,14 @@ rdzvd_serve_start(struct event_base *base, struct rdzvd_config *cfg,
 	}
 	if (server_auth_init() != 0 || server_tls_init() != 0)
 		return -1;
-	if (cfg->durability != STORE_MEMORY) {
+	if (cfg->store != NULL) {
+		if ((server.store = serve_open_etcd(cfg)) == NULL) {
+			log_warnx("cannot use --store %s (see above)",
+			    cfg->store);
+			return -1;
+		}
+		kv_set_journal(server.kv, store_journal, server.store);
+	} else if (cfg->durability != STORE_MEMORY) {
 		server.store = store_open(cfg->db, cfg->durability,
 		    cfg->relaxed_window_ms, base, server.kv, server_commit_cb,
 		    NULL);

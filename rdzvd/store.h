@@ -1,6 +1,7 @@
 /*
- * store.h: sqlite persistence of the kv core (the only file that includes
- * sqlite3.h is store.c).
+ * store.h: persistence of the kv core, in sqlite (store_sqlite.c, the only
+ * file that includes sqlite3.h) or in etcd (store_etcd.c, which also makes
+ * one of several rdzvds the leader).
  *
  * The event loop hands mutations to store_journal() (the kv journal
  * callback), which copies them onto an in-memory pending list and returns
@@ -19,16 +20,15 @@
  *            hold each reply until store_committed() >= the mutation's
  *            sequence; synchronous=FULL.
  *
- * Schema (WAL mode):
- *   kv(ns BLOB, key BLOB, value BLOB, PRIMARY KEY(ns, key)) WITHOUT ROWID
- *   queue(ns BLOB, key BLOB, seq INTEGER, value BLOB, PRIMARY KEY(ns, key, seq))
- *   meta(name TEXT PRIMARY KEY, value) -- schema version
+ * With etcd, "durable" means committed by etcd's quorum, and a batch is
+ * one or more etcd transactions, each fenced on this rdzvd's leadership.
  */
 #ifndef RDZV_STORE_H
 #define RDZV_STORE_H
 
 #include <stdint.h>
 
+#include "etcd.h"
 #include "kv.h"
 
 struct event_base;
@@ -67,6 +67,37 @@ struct store_stats {
 struct store	*store_open(const char *path, enum store_durability,
 		    unsigned window_ms, struct event_base *base, struct kv *kv,
 		    void (*done_cb)(void *arg, uint64_t seq), void *arg);
+
+/* Where and how the etcd backend keeps the state; strings borrowed. */
+struct store_etcd_conf {
+	struct etcd_conf	 etcd;
+	const char		*prefix;	/* every key starts with it */
+	unsigned		 leader_ttl_ms;	/* leader lease */
+	const char		*leader_info;	/* JSON the standbys show */
+};
+
+/*
+ * Waits until this rdzvd leads the rdzvds on the same etcd cluster and
+ * prefix (standing by, possibly for ever, while another leads), loads the
+ * state into kv and starts the writer as store_open() does.  From then on
+ * the process exits (status 75) the moment its leadership is lost or can
+ * no longer be vouched for.  NULL on failure (cause logged).
+ */
+struct store	*store_open_etcd(const struct store_etcd_conf *,
+		    enum store_durability, unsigned window_ms,
+		    struct event_base *base, struct kv *kv,
+		    void (*done_cb)(void *arg, uint64_t seq), void *arg);
+
+/* Leadership as the etcd backend last saw it (all zero without etcd). */
+struct store_etcd_status {
+	int		enabled;
+	int		leader;		/* 1: this rdzvd leads */
+	int64_t		term;		/* the leader key's create revision */
+	int64_t		since_ms;	/* mono_ms() when this one began to lead */
+	int64_t		failovers;	/* leaders before this one, less one */
+	char		leader_info[256];
+};
+void		 store_etcd_get_status(struct store_etcd_status *);
 
 /* The kv journal callback: queues one mutation.  arg is the store. */
 void		 store_journal(void *arg, enum kv_jop, struct slice ns,

@@ -21,7 +21,7 @@ TIMEOUT = datetime.timedelta(seconds=10)
 
 
 def say(msg):
-    print(msg, flush=True)
+    print("demo | " + msg, flush=True)
 
 
 def start_rdzvd(workdir, db):
@@ -55,7 +55,11 @@ def waiter(port, q):
 
 
 def main():
-    work = tempfile.mkdtemp(prefix="rdzv-demo-")
+    say("== part 1: the store, across a kill -9 of rdzvd")
+    work = os.path.join(os.environ["RDZV_DEMO_DIR"], "store") \
+        if os.environ.get("RDZV_DEMO_DIR") else \
+        tempfile.mkdtemp(prefix="rdzv-demo-")
+    os.makedirs(work, exist_ok=True)
     db = os.path.join(work, "rdzvd.db")
     proc = None
     try:
@@ -100,9 +104,11 @@ def main():
             say("  %-12s %-22r %s" % (k, after[k],
                                        "kept" if after[k] == before[k] else "LOST"))
         if after != before:
-            say("FAILED: keys were lost across the restart")
+            say("FAIL part 1 (the store): keys were lost across the "
+                "restart; rdzvd's log: %s/rdzvd.log" % work)
             return 1
         say("every key survived kill -9 of rdzvd.")
+        say("PASS part 1: the store, across a kill -9 of rdzvd")
         return 0
     finally:
         if proc is not None and proc.poll() is None:
@@ -115,4 +121,13 @@ def main():
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except SystemExit as e:
+        if not isinstance(e.code, str):
+            raise
+        say("FAIL part 1 (the store): " + e.code)
+        sys.exit(1)
+    except Exception as e:      # a store call failed: say so, as a verdict
+        say("FAIL part 1 (the store): %s: %s" % (type(e).__name__, e))
+        sys.exit(1)

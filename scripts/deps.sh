@@ -39,10 +39,13 @@ PKGS=(
 	build-essential autoconf automake libtool pkg-config
 	libevent-dev libsqlite3-dev libjansson-dev libsystemd-dev libssl-dev libbsd-dev uthash-dev
 	libcmocka-dev sqlite3 curl openssl
+	libcurl4-openssl-dev etcd-server
 	python3 python3-torch python3-pil chromium python3-prometheus-client
 	clang libclang-rt-14-dev
 	libopenblas-dev zlib1g-dev dataset-fashion-mnist
 	systemd procps man-db groff-base mandoc python3-yaml
+	# a real Slurm on one machine: scripts/slurm-cluster.sh
+	slurmctld slurmd slurm-client munge iproute2 util-linux
 )
 
 missing=()

@@ -175,6 +175,8 @@ class Job(Watcher):
 		self._lost_since = None		# when the step in flight was cut
 		self._building = None		# the round whose group is being made
 		self._chan_gone = False		# the watcher saw the channel end
+		self._nccl_cut = False		# the group's NCCL comm aborted
+		self._tainted = False		# a step ran on it and "ended"
 
 	# ---- channel ----
 
@@ -189,14 +191,20 @@ class Job(Watcher):
 	def _abort(self):
 		"""Breaks the current group so that no collective stays blocked
 		on it (watcher on a shrink, or a survivor whose step failed)."""
+		import torch
 		import torch.distributed as dist
 		if self.backend == "nccl":
+			# The communicator only, never the group: the training
+			# thread may be using the default group right now (taking
+			# it away turns its next call into a ValueError, not a
+			# communication error).  Kernels aborted this way may end
+			# without an error: _end commits no step that ends on it.
+			self._nccl_cut = True
 			try:
-				c10d = dist.distributed_c10d
-				if hasattr(c10d, "_abort_process_group"):
-					c10d._abort_process_group()
-				else:
-					c10d._get_default_group().abort()
+				pg = dist.distributed_c10d._get_default_group()
+				if hasattr(pg, "_get_backend"):
+					pg = pg._get_backend(torch.device("cuda"))
+				pg.abort()
 			except Exception as e:
 				_debug("abort: %s", e)
 			return
@@ -229,6 +237,7 @@ class Job(Watcher):
 		self._socks = {fd: l for fd, l in group.sockets().items()
 		    if before.get(fd) != l}
 		self._store = store
+		self._nccl_cut = False
 		with self._cv:
 			self.rank, self.world, self._round = r.rank, r.world, r
 		if self.full_world < r.world and not self.replacement:
@@ -308,12 +317,15 @@ class Job(Watcher):
 		all_gather = collectives.orig("all_gather")
 		broadcast = collectives.orig("broadcast")
 		dev = self._device()
-		mine = torch.tensor([self.step_count if self._joined else -1],
-		    dtype=torch.int64, device=dev)
+		mine = torch.tensor([self.step_count if self._joined and
+		    not self._tainted else -1], dtype=torch.int64, device=dev)
 		all_ = [torch.zeros_like(mine) for _ in range(self.world)]
 		all_gather(all_, mine)
 		steps = [int(t.item()) for t in all_]
 		top = max(steps)
+		if top < 0 and self._tainted:
+			raise RuntimeError("rdzv.repair: every rank's state may "
+			    "hold a step cut off by an NCCL abort; none to resume")
 		if top < 0 or min(steps) == top:
 			return
 		donor = r.donor if 0 <= r.donor < self.world and \
@@ -329,6 +341,7 @@ class Job(Watcher):
 		broadcast(buf, donor)
 		if self.rank != donor:
 			state.unpack(self, buf.cpu().numpy().tobytes())
+			self._tainted = False
 		log.debug("state of step %d from rank %d (%d bytes), steps were %s",
 		    top, donor, int(n.item()), steps)
 
@@ -398,6 +411,14 @@ class Job(Watcher):
 			self._repair_in(r)
 
 	def _end(self, e):
+		if self._nccl_cut:
+			# Ended on an aborted NCCL communicator: what its kernels
+			# left is garbage, so the step is dropped, and a state it
+			# may have updated is no donor's (_sync).
+			if e is None:
+				self._tainted = True
+			e = RuntimeError("nccl: the group was aborted during step "
+			    "%d" % self.step_count)
 		with self._cv:		# what the watcher's _agree() reads
 			self._in_step = False
 			if e is None:
@@ -572,6 +593,9 @@ def init_process_group(backend="gloo", timeout=None):
 		# end the process first.
 		os.environ["TORCH_NCCL_ASYNC_ERROR_HANDLING"] = "0"
 		os.environ["NCCL_ASYNC_ERROR_HANDLING"] = "0"
+		# The host waits for each collective, so that one the watcher
+		# aborts raises in DDP's backward, before the optimizer.
+		os.environ.setdefault("TORCH_NCCL_BLOCKING_WAIT", "1")
 	# RDZV_REPAIR=0 vetoes, as for librdzvworker: no hello, so this
 	# worker's job restarts on a failure (steps are still reported).
 	if os.environ.get("RDZV_REPAIR") != "0":

@@ -324,13 +324,13 @@ _STEP3_RE = re.compile(r"STEP \d+ \d+ 3 ", re.M)	# in a world of 3
 
 
 def repair_agents(scope, d, job, prog_args, env_b=None, steps=8,
-    agent_args=()):
+    agent_args=(), env=None):
 	"""Starts the two agents (scope: agent_lib.Scope) of job on rdzvd d
 	(agent_args added to their options), each running
-	examples/torch_ddp_repair.py prog_args --log-steps --report; env_b
-	is added to the second one's environment.  Returns (a, b) once 4
-	workers run and the job printed `steps` step lines.  No
-	Fashion-MNIST skips the file."""
+	examples/torch_ddp_repair.py prog_args --log-steps --report; env is
+	added to both agents' environment, env_b then to the second one's.
+	Returns (a, b) once 4 workers run and the job printed `steps` step
+	lines.  No Fashion-MNIST skips the file."""
 	from agent_lib import conf
 	if not os.path.exists(os.path.join(REPAIR_DATA,
 	    "train-images-idx3-ubyte.gz")):
@@ -343,8 +343,8 @@ def repair_agents(scope, d, job, prog_args, env_b=None, steps=8,
 	prog = [os.path.join(rdzvtest.top_srcdir(), "examples",
 	    "torch_ddp_repair.py")] + list(prog_args) + ["--log-steps",
 	    "--report"]
-	env = {"PYTHON": sys.executable, "GLOO_SOCKET_IFNAME": "lo",
-	    "OMP_NUM_THREADS": "1"}
+	env = dict({"PYTHON": sys.executable, "GLOO_SOCKET_IFNAME": "lo",
+	    "OMP_NUM_THREADS": "1"}, **(env or {}))
 	a = scope.agent(argv, env=env, program=prog)
 	b = scope.agent(argv, env=dict(env, **(env_b or {})), program=prog)
 	rdzvtest.wait_until(lambda: len(a.children()) == 2 and
@@ -399,6 +399,31 @@ def torch_surfaces(d, job, world=4):
 def repair_reports(out):
 	"""The REPORT documents (dicts) in the workers' output."""
 	return [json.loads(m) for m in _REPORT_RE.findall(out)]
+
+
+def repair_done(d, job, a, b, survivors):
+	"""The end of a repaired repair_agents job: both agents exit 0, the
+	four ranks report one digest, one of them is the replacement and
+	the others are among survivors (pids), rdzvd's events show a shrink
+	to 3, a grow to 4 and no restart.  Returns (reports, the agents'
+	output, the events)."""
+	from agent_lib import job_events
+	for x in (a, b):
+		rc = x.wait(180)
+		check(rc == 0, (rc, x.output()[-4000:]))
+	out = a.output() + b.output()
+	reports = repair_reports(out)
+	check(sorted(r["rank"] for r in reports) == [0, 1, 2, 3], out[-4000:])
+	check(len({r["digest"] for r in reports}) == 1, reports)
+	check({r["pid"] for r in reports if not r["replacement"]} <= survivors,
+	    (reports, survivors))
+	check(sum(1 for r in reports if r["replacement"]) == 1, reports)
+	ev = job_events(d, job)
+	check(any(t.startswith("repair: shrink to 3") for t in ev), ev)
+	check(any(t.startswith("repair: grow to 4") for t in ev), ev)
+	check(not any(t.startswith("restart ") or "escalated" in t
+	    for t in ev), ev)
+	return reports, out, ev
 
 
 def repair_kill_in_place(d, scope, job, kill9=False, stop=False):
@@ -457,21 +482,7 @@ def repair_kill_in_place(d, scope, job, kill9=False, stop=False):
 	check(victim not in now, (victim, now))
 	if not stop and not kill9:
 		torch_surfaces(d, job)		# the grow round's steps too
-	for x in (a, b):
-		rc = x.wait(180)
-		check(rc == 0, (rc, x.output()[-4000:]))
-	out = a.output() + b.output()
-	reports = repair_reports(out)
-	check(sorted(r["rank"] for r in reports) == [0, 1, 2, 3], out[-4000:])
-	check(len({r["digest"] for r in reports}) == 1, reports)
-	check({r["pid"] for r in reports if not r["replacement"]} <= survivors,
-	    (reports, survivors))
-	check(sum(1 for r in reports if r["replacement"]) == 1, reports)
-	ev = job_events(d, job)
-	check(any(t.startswith("repair: shrink to 3") for t in ev), ev)
-	check(any(t.startswith("repair: grow to 4") for t in ev), ev)
-	check(not any(t.startswith("restart ") or "escalated" in t
-	    for t in ev), ev)
+	reports, out, ev = repair_done(d, job, a, b, survivors)
 	if stop:
 		# Only the stopped rank was called hung.
 		check(out.count("reported no progress") == 1, out[-4000:])

@@ -40,7 +40,7 @@ from compatlib import check, log
 dist = cl.require_torch()
 
 WORKER = r"""
-import datetime, json, os
+import datetime, json, os, sys
 import torch, torch.distributed as dist
 dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=40))
 r, n = dist.get_rank(), dist.get_world_size()
@@ -55,6 +55,14 @@ out = os.path.join(os.environ["COMPAT_OUT"], "rank%d.json" % r)
 with open(out + ".tmp", "w") as f:
     json.dump({"rank": r, "world": n, "sum": t.tolist(), "env": env}, f)
 os.rename(out + ".tmp", out)
+dist.destroy_process_group()
+# A torch gloo thread can still be releasing the last collective's tensors
+# when the interpreter finalizes, which aborts the process ("terminate
+# called without an active exception": a core shows pthread_exit from
+# take_gil inside a gloo work's destructor).  Torch's race, not the
+# launcher's: leave without finalizing, so every launcher sees exit 0.
+sys.stdout.flush(); sys.stderr.flush()
+os._exit(0)
 """
 
 NNODES, NPROC = 2, 2

@@ -62,6 +62,13 @@ with open(out + ".tmp", "w") as f:
     json.dump(rec, f)
 os.rename(out + ".tmp", out)
 dist.destroy_process_group()
+# A torch gloo thread can still be releasing the last collective's tensors
+# when the interpreter finalizes, which aborts the process ("terminate
+# called without an active exception": a core shows pthread_exit from
+# take_gil inside a gloo work's destructor).  Torch's race, not the
+# launcher's: leave without finalizing, so every launcher sees exit 0.
+sys.stdout.flush(); sys.stderr.flush()
+os._exit(0)
 '''
 
 # (name, nodes, per-node environment (i: the node), command line, static)

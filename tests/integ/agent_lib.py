@@ -184,9 +184,28 @@ class Agent:
         return children([self.pid])
 
 
-def children(parents, name=None):
+def is_spare(pid):
+    """Whether pid is an agent's warm spare that no rank took yet: its
+    command line runs rdzv.spare and its stdout is still /dev/null (a
+    spare that became a worker has the rank's)."""
+    try:
+        with open("/proc/%d/cmdline" % pid, "rb") as f:
+            cmd = f.read()
+        out = os.readlink("/proc/%d/fd/1" % pid)
+    except OSError:
+        return False
+    return b"\0-m\0rdzv.spare\0" in cmd and out == "/dev/null"
+
+
+def spares(parents):
+    """Live warm spares (is_spare) whose parent is one of parents."""
+    return [p for p in children(parents, spares=True) if is_spare(p)]
+
+
+def children(parents, name=None, spares=False):
     """Live pids whose parent is one of parents (and whose command name,
-    /proc/PID/stat's, is name when given), sorted."""
+    /proc/PID/stat's, is name when given), sorted; a warm spare that no
+    rank took yet (is_spare) is no worker: left out unless spares."""
     parents = set(parents)
     out = []
     for pid in os.listdir("/proc"):
@@ -200,7 +219,8 @@ def children(parents, name=None):
         fields = st[st.rfind(")") + 2:].split()
         if (fields[0] not in ("Z", "X") and int(fields[1]) in parents and
                 (name is None or
-                 st[st.find("(") + 1:st.rfind(")")] == name)):
+                 st[st.find("(") + 1:st.rfind(")")] == name) and
+                (spares or not is_spare(int(pid)))):
             out.append(int(pid))
     return sorted(out)
 

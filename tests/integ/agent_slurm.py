@@ -23,7 +23,7 @@ while args and args[0].startswith("-"):
         break
     if "=" in a:
         k, v = a.split("=", 1)
-    elif a in ("--overlap",):
+    elif a in ("--overlap", "--no-kill"):
         continue
     else:
         k, v = a, args.pop(0)

@@ -245,6 +245,11 @@ def test_slurm_steps_get_fresh_jobs():
     assert dry(["--rdzv_endpoint", "h:5"], {"SLURM_JOB_ID": "9",
                                             "SLURM_STEP_ID": "2"})[
         "rdzv_id"] == "9.2"
+    # A requeued job (same id, steps from 0 again) is not the old run's.
+    for rc, want in (("0", "9.2"), ("1", "9.2.r1"), ("12", "9.2.r12")):
+        assert dry(["--rdzv_endpoint", "h:5"], {
+            "SLURM_JOB_ID": "9", "SLURM_STEP_ID": "2",
+            "SLURM_RESTART_COUNT": rc})["rdzv_id"] == want, (rc, want)
     d.stop()
 
 

@@ -110,6 +110,16 @@ rm -f "$D/use" "$D/use.c"
 if [ -n "$pythondir" ]; then
 	check_file "$pythondir/rdzv/__init__.py"
 	check_file "$pythondir/rdzv/repair.py"
+	check_file "$pythondir/rdzv/spare.py"
+	# rdzv-agent's warm spare is python -m rdzv.spare: it runs from
+	# there and, started by hand, says what starts it and exits 2.
+	rc=0
+	got=$(cd / && PYTHONPATH="$D$pythondir" "$PYTHON" -m rdzv.spare 2>&1) ||
+		rc=$?
+	case "$rc:$got" in
+	"2:rdzv.spare: rdzv-agent starts this"*) ;;
+	*) fail "python -m rdzv.spare from $pythondir: $rc: $got" ;;
+	esac
 	got=$(cd / && PYTHONPATH="$D$pythondir" "$PYTHON" -c '
 from rdzv import repair
 r = repair.parse_round("round round=3 kind=grow ns=job/x/round/3 rank=1 "

@@ -42,8 +42,16 @@ INTEG_TESTS += tests/integ/repair_chan.py
 INTEG_TESTS += tests/integ/repair_agent.py
 # ... its harder cases: the watchdog, a second failure, rdzvd kill -9.
 INTEG_TESTS += tests/integ/repair_agent2.py
+# rdzvd --store etcd: real etcd members on 127.0.0.1-3 (skipped without
+# etcd); etcd_lib.py starts them.
+INTEG_TESTS += tests/integ/etcd_store.py tests/integ/etcd_failover.py
+EXTRA_DIST += tests/integ/etcd_lib.py
 # The fake agent of repair_c.py, test_repair_torch{,2}.py and bench/repair_*.py.
 EXTRA_DIST += tests/lib/fakeagent.py
+
+# The README's first command, scripts/demo.sh, against this build: its
+# story checked in every run, so a change of behaviour fails here first.
+INTEG_TESTS += tests/integ/demo.py
 
 # ---- the C programs these scripts start: built by make check ----
 # -no-install: a real binary (no libtool wrapper), so torchrun --no_python
@@ -56,6 +64,24 @@ tests_integ_worker_check_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/libworker
 tests_integ_worker_check_LDFLAGS = -no-install
 tests_integ_worker_check_LDADD = libworker/librdzvworker.la -lm
 EXTRA_DIST += tests/integ/worker_lib.py
+# gpu_fake_check: the GPU path of librdzvworker on one rank (public API),
+# for gpu_fake.py against libfakegpu (a stand-in libcudart + libnccl that
+# the library loads as both, built where CUDA and NCCL headers are) and
+# for scripts/gpu-check.sh against a real GPU.
+check_PROGRAMS += tests/integ/gpu_fake_check
+tests_integ_gpu_fake_check_SOURCES = tests/integ/gpu_fake_check.c
+tests_integ_gpu_fake_check_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/libworker
+tests_integ_gpu_fake_check_LDFLAGS = -no-install
+tests_integ_gpu_fake_check_LDADD = libworker/librdzvworker.la -ldl -lpthread
+if HAVE_NCCL
+check_LTLIBRARIES += tests/integ/libfakegpu.la
+tests_integ_libfakegpu_la_SOURCES = tests/integ/fakegpu.c
+tests_integ_libfakegpu_la_CFLAGS = $(AM_CFLAGS) $(CUDA_CFLAGS) $(NCCL_CFLAGS) -pthread
+# -rpath: a shared module, though never installed.
+tests_integ_libfakegpu_la_LDFLAGS = -module -avoid-version -shared -rpath /nowhere
+endif
+INTEG_TESTS += tests/integ/gpu_fake.py tests/integ/repair_nccl_abort.py \
+	tests/integ/gpu_check_script.sh
 # dp_check: the data-parallel helpers (rdzv_dp_*) on 1 to 5 ranks, for
 # dp_train.py.
 check_PROGRAMS += tests/integ/dp_check
@@ -87,3 +113,14 @@ tests_integ_chan_dump_LDADD = common/libcommon.la $(LIBEVENT_LIBS) $(LIBBSD_LIBS
 # ---- end of the C programs ----
 # status_page.py keeps its chart's screenshot here (a CI artifact).
 CLEANFILES += tests/integ/status_page_job.png
+# ... and demo.py the demo's screenshot of the page.
+CLEANFILES += tests/integ/demo_status_page.png
+# Under a real Slurm (scripts/slurm-cluster.sh: slurmctld, slurmd nodes,
+# munge, in namespaces of their own; needs root): sbatch, srun, steps.
+INTEG_TESTS += tests/integ/slurm_jobs.py
+EXTRA_DIST += tests/integ/slurm_lib.py scripts/slurm-cluster.sh
+# ... preemption (scancel --signal=USR1) and scontrol requeue.
+INTEG_TESTS += tests/integ/slurm_preempt.py
+# ... a node lost mid-job (its agent killed, or set DOWN): repaired,
+# COMPLETED.
+INTEG_TESTS += tests/integ/slurm_nodeloss.py

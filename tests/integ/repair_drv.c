@@ -242,7 +242,8 @@ drv_replace(int k)
 	rv = logs_read_error(k, msg, sizeof msg, stack, sizeof stack, stamp,
 	    sizeof stamp);
 	drv_say("errfile-new rv=%d", rv);
-	rv = sup_respawn(k, out_fd, err_fd, progress_child_fd(k), &pid);
+	rv = sup_respawn(k, out_fd, err_fd, progress_child_fd(k), &pid,
+	    NULL);
 	logs_spawned(k);
 	progress_spawned(k);
 	if (rv != 0) {
@@ -251,7 +252,7 @@ drv_replace(int k)
 	}
 	drv.respawned = 1;
 	drv_say("respawned %d %ld", k, (long)pid);
-	drv_say("respawn-again rv=%d", sup_respawn(k, -1, -1, -1, NULL));
+	drv_say("respawn-again rv=%d", sup_respawn(k, -1, -1, -1, NULL, NULL));
 }
 
 static void
@@ -391,7 +392,7 @@ main(int argc, char **argv)
 		fatalx("logs");
 	/* Before any spawn: no rank can repair, nobody is ready. */
 	drv_say("before all=%d ready=%d respawn=%d", progress_all_can_repair(),
-	    progress_ready(0), sup_respawn(0, -1, -1, -1, NULL));
+	    progress_ready(0), sup_respawn(0, -1, -1, -1, NULL, NULL));
 	for (i = 0; i < drv.nproc; i++) {
 		env = drv_env(i);
 		logs_child_fds(i, &out_fd, &err_fd);

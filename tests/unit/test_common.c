@@ -199,6 +199,34 @@ test_mono(void **state)
 	}
 }
 
+/* Endpoint lists: counted and cut at commas, entries bounded. */
+static void
+test_list(void **state)
+{
+	char	buf[16], small[4];
+
+	assert_int_equal(hostport_list_count("a:1"), 1);
+	assert_int_equal(hostport_list_count("a:1,b:2,[::1]:3"), 3);
+	assert_int_equal(hostport_list_count(""), 1);
+	assert_int_equal(hostport_list_count("a:1,"), 2);
+	assert_int_equal(hostport_list_get("a:1,b:2,[::1]:3", 0, buf,
+	    sizeof buf), 0);
+	assert_string_equal(buf, "a:1");
+	assert_int_equal(hostport_list_get("a:1,b:2,[::1]:3", 2, buf,
+	    sizeof buf), 0);
+	assert_string_equal(buf, "[::1]:3");
+	assert_int_equal(hostport_list_get("a:1,b:2", 2, buf, sizeof buf),
+	    RDZV_ENOTFOUND);
+	assert_int_equal(hostport_list_get("a:1,", 1, buf, sizeof buf), 0);
+	assert_string_equal(buf, "");
+	/* An entry that does not fit is refused, not cut. */
+	assert_int_equal(hostport_list_get("abcd:1,b:2", 0, small,
+	    sizeof small), RDZV_EINVAL);
+	assert_int_equal(hostport_list_get("abcd:1,b:2", 1, small,
+	    sizeof small), 0);
+	assert_string_equal(small, "b:2");
+}
+
 int
 main(void)
 {
@@ -206,6 +234,7 @@ main(void)
 		cmocka_unit_test(test_split_table),
 		cmocka_unit_test(test_split_sizes),
 		cmocka_unit_test(test_join),
+		cmocka_unit_test(test_list),
 		cmocka_unit_test(test_mono),
 	};
 

@@ -421,6 +421,59 @@ test_wrap_and_avg(void **state)
 	assert_int_equal(u[0], 0);
 }
 
+/*
+ * The CUDA device of a rank: its own devices' first (LOCAL_RANK) when the
+ * launcher gave each worker its own (RDZV_LOCAL_RANK set: rdzv-agent's
+ * --gpus_per_worker, where torch in the same process uses cuda:0), else
+ * the local rank modulo the devices, shared when the host has more ranks
+ * than devices.
+ */
+static void
+test_device_mapping(void **state)
+{
+	struct wenv	e;
+	char		err[256];
+	int		shared;
+
+	/* --gpus_per_worker 2: local rank 1 sees its 2 GPUs as 0 and 1. */
+	assert_int_equal(detect(&e, ENV("RANK", "1", "WORLD_SIZE", "2",
+	    "LOCAL_RANK", "0", "RDZV_LOCAL_RANK", "1", "LOCAL_WORLD_SIZE", "2",
+	    "RDZV_ENDPOINT", "h:1", "RDZV_NAMESPACE", "j/1"), err, sizeof err),
+	    0);
+	assert_int_equal(e.local_rank, 1);
+	assert_int_equal(e.dev_index, 0);
+	assert_int_equal(wenv_device(&e, e.local_rank, e.local_size, 2,
+	    &shared), 0);
+	assert_false(shared);
+
+	/* torchrun, 4 ranks on 4 GPUs: one each. */
+	assert_int_equal(detect(&e, ENV("RANK", "3", "WORLD_SIZE", "4",
+	    "LOCAL_RANK", "3", "LOCAL_WORLD_SIZE", "4", "MASTER_ADDR", "a",
+	    "MASTER_PORT", "2"), err, sizeof err), 0);
+	assert_int_equal(e.dev_index, -1);
+	assert_int_equal(wenv_device(&e, 3, 4, 4, &shared), 3);
+	assert_false(shared);
+	/* ... on 2 GPUs: shared, by every rank of the host alike. */
+	assert_int_equal(wenv_device(&e, 3, 4, 2, &shared), 1);
+	assert_true(shared);
+	assert_int_equal(wenv_device(&e, 0, 4, 2, &shared), 0);
+	assert_true(shared);
+	/* Local size unknown (worked out from peers): past the devices. */
+	assert_int_equal(wenv_device(&e, 2, -1, 2, &shared), 0);
+	assert_true(shared);
+	assert_int_equal(wenv_device(&e, 1, -1, 2, &shared), 1);
+	assert_false(shared);
+	/* No device. */
+	assert_int_equal(wenv_device(&e, 0, 1, 0, &shared), -1);
+	assert_false(shared);
+	/* A bad LOCAL_RANK beside RDZV_LOCAL_RANK is named. */
+	assert_int_equal(detect(&e, ENV("RANK", "1", "WORLD_SIZE", "2",
+	    "LOCAL_RANK", "x", "RDZV_LOCAL_RANK", "1", "LOCAL_WORLD_SIZE", "2",
+	    "RDZV_ENDPOINT", "h:1", "RDZV_NAMESPACE", "j/1"), err, sizeof err),
+	    RDZV_EINVAL);
+	assert_non_null(strstr(err, "LOCAL_RANK"));
+}
+
 int
 main(void)
 {
@@ -432,6 +485,7 @@ main(void)
 		cmocka_unit_test(test_openmpi_pmi_slurm),
 		cmocka_unit_test(test_errors_name_the_variable),
 		cmocka_unit_test(test_options),
+		cmocka_unit_test(test_device_mapping),
 		cmocka_unit_test(test_half_round_trip),
 		cmocka_unit_test(test_half_rounding),
 		cmocka_unit_test(test_bf16),

@@ -1,0 +1,167 @@
+"""etcd_ha.py: rdzvd on etcd beside rdzvd on sqlite, and its failover.
+
+    RDZV_TOP_BUILDDIR=BUILD python3 bench/etcd_ha.py [--runs 5]
+        [--ttl-ms 1000] [--seconds 3] [--lat-runs 3]
+
+Everything on loopback: a three-member etcd (127.0.0.1, .2, .3; heartbeat
+50 ms, election 500 ms, as tests/integ/etcd_lib.py starts it) and rdzvds
+on the same three addresses.
+
+failover   three rdzvds, --leader-ttl-ms TTL; a client SETs through the
+           endpoint list.  Timed from just before kill -9 of the leading
+           rdzvd (and, for "host lost", of the etcd member on its address)
+           to the first SET acknowledged by the new leader.  --runs runs
+           of each; median, min and max.
+latency    one rdzvd per backend and durability; BUILD/bench/storeload
+           --proto native --conns 1 --mix set=100 (p50/p99 of SET), and
+           bench/restart/join1000.py --n 1 run 20 times (JOIN to RUNNING
+           round push of a one-node job; median) and --n 1000 once (a
+           round of 1,000 agents); --lat-runs rounds over the four.
+Prints markdown tables.
+"""
+
+import argparse
+import os
+import re
+import statistics
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+TOP = os.path.dirname(HERE)
+sys.path[:0] = [os.path.join(TOP, "tests", "lib"),
+                os.path.join(TOP, "tests", "integ")]
+
+import rdzvtest as rt                                   # noqa: E402
+from etcd_lib import EtcdCluster, etcd_rdzvd            # noqa: E402
+
+HOSTS = ["127.0.0.1", "127.0.0.2", "127.0.0.3"]
+
+
+def first_ack(endpoints, key, deadline=30.0):
+    """Seconds until a SET of key is acknowledged by one of endpoints."""
+    end = time.monotonic() + deadline
+    while time.monotonic() < end:
+        for ep in endpoints:
+            h, p = ep.rsplit(":", 1)
+            try:
+                c = rt.NativeClient(rt.connect(h, int(p), timeout=2.0))
+                c.settimeout(5.0)
+                c.set(key, b"1")
+                c.close()
+                return
+            except (OSError, rt.PeerClosed, rt.RdzvError):
+                pass
+        time.sleep(0.005)
+    raise RuntimeError("no rdzvd acknowledged a SET in %.0f s" % deadline)
+
+
+def failover(etcd, ttl_ms, runs, host_lost):
+    ds = [etcd_rdzvd(etcd, ttl_ms=ttl_ms, host=h, start=False)
+          for h in HOSTS]
+    ds[0].start()
+    for d in ds[1:]:
+        d.start(wait=False)
+    eps = [d.endpoint for d in ds]
+    out = []
+    for r in range(runs):
+        leader = [d for d in ds if d.running() and os.path.exists(
+            d.port_file)][0]
+        first_ack(eps, b"warm-%d" % r)
+        i = ds.index(leader)
+        t0 = time.monotonic()
+        leader.kill9()
+        if host_lost:
+            etcd.kill(i)
+        first_ack(eps, b"after-%d" % r)
+        out.append(time.monotonic() - t0)
+        if host_lost:
+            etcd.start(i)
+            etcd.wait_serving()
+        leader.start(wait=False)        # back as a standby
+        time.sleep(0.5)
+    for d in ds:
+        d.stop()
+    return out
+
+
+def storeload(d, seconds):
+    exe = os.path.join(rt.top_builddir(), "bench", "storeload")
+    o = subprocess.run([exe, "--proto", "native", "--host", d.host,
+                        "--port", str(d.port), "--conns", "1",
+                        "--duration", str(seconds), "--warmup", "1",
+                        "--mix", "set=100"], capture_output=True, text=True,
+                       check=True).stdout
+    return {k: float(v) for k, v in re.findall(r"(\w+)=([0-9.]+)", o)}
+
+
+def joins(d, n, times):
+    exe = os.path.join(TOP, "bench", "restart", "join1000.py")
+    out = []
+    for i in range(times):
+        o = subprocess.run([sys.executable, exe, "--port", str(d.port),
+                            "--host", d.host, "--n", str(n), "--lws", "1",
+                            "--job", "j%d-%d-%d" % (os.getpid(), n, i)],
+                           capture_output=True, text=True, check=True).stdout
+        out.append(float(re.search(r"all_pushes_ms=([0-9.]+)", o)[1]))
+    return out
+
+
+def spread(xs, fmt="%.0f"):
+    return (fmt + " (" + fmt + "–" + fmt + ")") % (
+        statistics.median(xs), min(xs), max(xs))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--ttl-ms", type=int, default=1000)
+    ap.add_argument("--seconds", type=float, default=3.0)
+    ap.add_argument("--lat-runs", type=int, default=3)
+    a = ap.parse_args()
+
+    etcd = EtcdCluster(3)
+    print("## failover, --leader-ttl-ms %d, %d runs each\n" % (a.ttl_ms,
+                                                              a.runs))
+    print("| lost | kill -9 to first acknowledged SET, ms: median (min–max) |")
+    print("| --- | --- |")
+    for lost, hl in (("the leading rdzvd", False),
+                     ("its host (rdzvd and its etcd member)", True)):
+        xs = [x * 1000 for x in failover(etcd, a.ttl_ms, a.runs, hl)]
+        print("| %s | %s |" % (lost, spread(xs)))
+        sys.stdout.flush()
+
+    print("\n## latency, one client; %d rounds over the four rdzvds, "
+          "median (min–max)\n" % a.lat_runs)
+    print("| store | durability | SET p50 µs | SET p99 µs | "
+          "JOIN→round ms (median of 20 per round) | round of 1,000 agents "
+          "ms |")
+    print("| --- | --- | --- | --- | --- | --- |")
+    configs = [(b, dur) for b in ("sqlite", "etcd")
+               for dur in ("relaxed", "strict")]
+    res = {c: {"p50": [], "p99": [], "j1": [], "j1000": []}
+           for c in configs}
+    for _ in range(a.lat_runs):
+        for backend, dur in configs:
+            if backend == "etcd":
+                d = etcd_rdzvd(etcd, ttl_ms=a.ttl_ms, durability=dur)
+            else:
+                d = rt.Rdzvd(durability=dur)
+            s = storeload(d, a.seconds)
+            r = res[(backend, dur)]
+            r["p50"].append(s["p50_us"])
+            r["p99"].append(s["p99_us"])
+            r["j1"].append(statistics.median(joins(d, 1, 20)))
+            r["j1000"].append(joins(d, 1000, 1)[0])
+            d.stop()
+    for (backend, dur) in configs:
+        r = res[(backend, dur)]
+        print("| %s | %s | %s | %s | %s | %s |" % (
+            backend, dur, spread(r["p50"]), spread(r["p99"]),
+            spread(r["j1"], "%.2f"), spread(r["j1000"])))
+    etcd.kill_all()
+
+
+if __name__ == "__main__":
+    main()

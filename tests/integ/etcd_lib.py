@@ -1,0 +1,157 @@
+"""etcd_lib: real etcd clusters on loopback for the etcd store tests.
+
+    c = EtcdCluster(n)     members m1..mN on 127.0.0.1, .2, .3 ... with
+                           ports free on each address, fast election
+                           timings (heartbeat 50 ms, election 500 ms, so a
+                           1 s lease is allowed); waits until it serves
+    c.endpoints            "127.0.0.1:P1,127.0.0.2:P2,..." for --store
+    c.store_arg            "etcd://" + endpoints
+    c.kill(i) / c.start(i) SIGKILL member i (0-based) / start it again on
+                           its data directory
+    c.kill_all() / c.start_all()
+    c.get_prefix(prefix)   {key bytes: value bytes} through the gateway
+    c.wait_serving()       until a range request succeeds
+    skip_without_etcd()    skip the whole file when etcd is not installed
+
+Members are started with rdzvtest.spawn(), so nothing outlives the test.
+"""
+
+import base64
+import json
+import os
+import shutil
+import socket
+import subprocess
+import time
+import urllib.request
+
+import rdzvtest as rt
+
+ETCD = shutil.which("etcd") or "/usr/bin/etcd"
+
+
+def skip_without_etcd():
+    if not os.access(ETCD, os.X_OK):
+        rt.skip_all("etcd is not installed (scripts/deps.sh installs "
+                    "Debian's etcd-server)")
+
+
+def free_port(host):
+    s = socket.socket()
+    s.bind((host, 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def b64(b):
+    return base64.b64encode(b).decode()
+
+
+class EtcdCluster:
+    def __init__(self, n=1, tmpdir=None):
+        self.dir = tmpdir or rt.mktemp("etcd-")
+        self.hosts = ["127.0.0.%d" % (i + 1) for i in range(n)]
+        self.client_ports = [free_port(h) for h in self.hosts]
+        self.peer_ports = [free_port(h) for h in self.hosts]
+        self.procs = [None] * n
+        self.initial = ",".join("m%d=http://%s:%d" % (i + 1, h, p)
+                                for i, (h, p) in enumerate(
+                                    zip(self.hosts, self.peer_ports)))
+        self.start_all()
+        self.wait_serving()
+
+    @property
+    def endpoints(self):
+        return ",".join("%s:%d" % hp
+                        for hp in zip(self.hosts, self.client_ports))
+
+    @property
+    def store_arg(self):
+        return "etcd://" + self.endpoints
+
+    def start(self, i):
+        h, cp, pp = self.hosts[i], self.client_ports[i], self.peer_ports[i]
+        log = open(os.path.join(self.dir, "m%d.log" % (i + 1)), "ab")
+        argv = [ETCD, "--name", "m%d" % (i + 1),
+                "--data-dir", os.path.join(self.dir, "m%d" % (i + 1)),
+                "--listen-client-urls", "http://%s:%d" % (h, cp),
+                "--advertise-client-urls", "http://%s:%d" % (h, cp),
+                "--listen-peer-urls", "http://%s:%d" % (h, pp),
+                "--initial-advertise-peer-urls", "http://%s:%d" % (h, pp),
+                "--initial-cluster", self.initial,
+                "--initial-cluster-state", "new",
+                "--heartbeat-interval", "50", "--election-timeout", "500"]
+        self.procs[i] = rt.spawn(argv, stdout=log, stderr=log,
+                                 cwd=self.dir)
+        log.close()
+
+    def start_all(self):
+        for i in range(len(self.hosts)):
+            self.start(i)
+
+    def kill(self, i):
+        if self.procs[i] is not None:
+            rt.end(self.procs[i])
+            self.procs[i] = None
+
+    def kill_all(self):
+        for i in range(len(self.hosts)):
+            self.kill(i)
+
+    def post(self, path, body, timeout=3.0):
+        last = None
+        for h, p in zip(self.hosts, self.client_ports):
+            try:
+                req = urllib.request.Request(
+                    "http://%s:%d%s" % (h, p, path),
+                    data=json.dumps(body).encode(),
+                    headers={"Content-Type": "application/json"})
+                with urllib.request.urlopen(req, timeout=timeout) as r:
+                    return json.loads(r.read())
+            except OSError as e:
+                last = e
+        raise AssertionError("no etcd member answered %s: %s" % (path, last))
+
+    def wait_serving(self, timeout=30.0):
+        def ok():
+            try:
+                self.post("/v3/kv/range", {"key": b64(b"x")}, timeout=1.0)
+                return True
+            except AssertionError:
+                return False
+        rt.wait_until(ok, timeout, 0.1, "etcd serving")
+
+    def get_prefix(self, prefix):
+        end = prefix[:-1] + bytes([prefix[-1] + 1])
+        r = self.post("/v3/kv/range", {"key": b64(prefix),
+                                       "range_end": b64(end)})
+        return {base64.b64decode(kv["key"]):
+                base64.b64decode(kv.get("value", ""))
+                for kv in r.get("kvs", [])}
+
+    def logs(self):
+        out = []
+        for i in range(len(self.hosts)):
+            p = os.path.join(self.dir, "m%d.log" % (i + 1))
+            if os.path.exists(p):
+                with open(p, errors="replace") as f:
+                    out.append("--- m%d ---\n%s" % (i + 1, f.read()[-2000:]))
+        return "\n".join(out)
+
+
+def etcd_rdzvd(cluster, ttl_ms=1000, durability="strict", start=True,
+               host="127.0.0.1", extra=()):
+    """An rdzvd on cluster (strict by default) listening on host at a port
+    chosen now (clients must know a standby's address before it listens:
+    d.endpoint); with start=True waits until it leads (its port file
+    appears)."""
+    d = rt.Rdzvd(["--store", cluster.store_arg, "--leader-ttl-ms",
+                  str(ttl_ms)] + list(extra), durability=durability,
+                 start=False, ready_timeout=30.0)
+    d.host = host
+    d.endpoint = "%s:%d" % (host, free_port(host))
+    d.extra = ["--listen", d.endpoint] + d.extra
+    if start:
+        d.start()
+    return d
