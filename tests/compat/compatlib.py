@@ -413,7 +413,9 @@ def repair_done(d, job, a, b, survivors):
 		check(rc == 0, (rc, x.output()[-4000:]))
 	out = a.output() + b.output()
 	reports = repair_reports(out)
-	check(sorted(r["rank"] for r in reports) == [0, 1, 2, 3], out[-4000:])
+	check(sorted(r["rank"] for r in reports) == [0, 1, 2, 3], "\n".join(
+	    ln[:300] for ln in out.splitlines() if "STEP" not in ln)[-12000:] +
+	    "\nevents: %s" % job_events(d, job))
 	check(len({r["digest"] for r in reports}) == 1, reports)
 	check({r["pid"] for r in reports if not r["replacement"]} <= survivors,
 	    (reports, survivors))
