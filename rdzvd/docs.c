@@ -125,6 +125,12 @@ docs_progress_parse(struct slice v, int64_t *step, int64_t *ms)
 	return 0;
 }
 
+/*
+ * A rank's report is "progress/<rank>" as librdzvworker writes it, or
+ * "/progress/<rank>" as a torch TCPStore client (the python helper's
+ * reporter, rdzv/watcher.py) writes the same key: torch puts "/" before
+ * every key it sends.
+ */
 int
 docs_progress_get(struct slice ns, int64_t rank, int64_t *step, int64_t *ms)
 {
@@ -132,11 +138,15 @@ docs_progress_get(struct slice ns, int64_t rank, int64_t *step, int64_t *ms)
 	char		 kbuf[48];
 	int		 k;
 
-	k = snprintf(kbuf, sizeof kbuf, "progress/%" PRId64, rank);
-	key.p = (const uint8_t *)kbuf;
-	key.len = (size_t)k;
-	if (kv_get(server.kv, ns, key, &v) != 0)
-		return -1;
+	k = snprintf(kbuf, sizeof kbuf, "/progress/%" PRId64, rank);
+	key.p = (const uint8_t *)kbuf + 1;
+	key.len = (size_t)k - 1;
+	if (kv_get(server.kv, ns, key, &v) != 0) {
+		key.p = (const uint8_t *)kbuf;
+		key.len = (size_t)k;
+		if (kv_get(server.kv, ns, key, &v) != 0)
+			return -1;
+	}
 	return docs_progress_parse(v, step, ms);
 }
 

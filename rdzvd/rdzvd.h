@@ -379,7 +379,8 @@ char	*docs_events(struct slice job, int64_t after);
  * report among equals), or null.
  */
 char	*docs_history(struct slice job);
-/* Rank rank's report in namespace ns ("progress/<rank>" = "<step>
+/* Rank rank's report in namespace ns ("progress/<rank>", or a torch
+ * TCPStore client's "/progress/<rank>", = "<step>
  * <unix_ms>"): 0, or -1 when absent or malformed. */
 int	docs_progress_get(struct slice ns, int64_t rank, int64_t *step,
 	    int64_t *ms);

@@ -3,38 +3,53 @@
 A worker's death costs the survivors one step, not a restart: they keep
 their processes, rebuild the process group in a smaller round and go on;
 the agent's replacement joins at a step boundary and receives the model,
-the optimizer, the step and the sampler position from a donor.  The change
-to a DDP script (the lines marked; the body of the step is unchanged):
+the optimizer, the step and the data position from a donor.  The change
+to a plain DDP script (examples/torch_plain_ddp.py and its repairable
+twin examples/torch_repair_ddp.py differ in these lines):
 
-    from rdzv import repair                                   # +
-    job = repair.init_process_group("gloo")                   # was dist.init_process_group
-    model = job.ddp(Net())                                    # was DDP(Net())
-    opt = job.track(torch.optim.SGD(model.parameters(), lr))  # + job.track(...)
-    for epoch in job.epochs(EPOCHS):                          # was range(EPOCHS)
-        for idx in job.batches(len(train), BATCH):            # was the DistributedSampler loader
-            with job.step():                                  # +, the body indented
-                opt.zero_grad()
-                F.cross_entropy(model(x[idx]), y[idx]).backward()
-                opt.step()
+    from rdzv import repair                                 # +
+    job = repair.init_process_group("gloo")                 # was dist.init_process_group
+    loader = job.loader(train, batch_size=B, num_workers=2) # was DistributedSampler + DataLoader
+    model = job.ddp(Net())                                  # was DDP(Net())
+    opt = job.track(torch.optim.AdamW(model.parameters()))  # + job.track(...)
+    sched = job.track(LambdaLR(opt, warmup))                # + job.track(...)
+    for epoch in job.epochs(EPOCHS):                        # was range(EPOCHS)
+        for x, y in loader:
+            with job.step():                                # +, the body indented
+                ...
 
-job.batches() yields this rank's sample indices of the next global batch
-(one shuffled permutation per epoch, the same on every rank) and reshards
-when the group changes; job.step() commits the step or, when a peer's
-death cut it off, repairs and drops it (the same batch is tried again in
-the new group).  job.rank, job.world, job.step_count, job.repairs say
-where the job is.  Without an agent's channel nothing repairs: the job is
-torch's env:// group (torchrun), or a single process with no group.
-RDZV_REPAIR=0 in the environment vetoes repair (as for librdzvworker):
-the worker never says hello, so a failure restarts the whole job.
+The process group exists from init_process_group() on (dist.get_rank()
+works there, in a replacement too), but job.rank and job.world -- and
+dist.get_rank(), dist.get_world_size() -- change when the job repairs:
+read them where they are used, not once at the start.  job.step_count,
+job.epoch, job.pos, job.repairs say where the job is.
 
-The agent's side is the worker <-> agent channel: a SOCK_SEQPACKET socket
-passed as fd RDZV_PROGRESS_FD, one ASCII message per datagram.  This
-module sends "hello repair=1" at setup, the committed step as a decimal
-number (at most every 100 ms) and, in a replacement (RDZV_REPLACEMENT=1),
-"ready" once the script's own start-up is done; a watcher thread receives
-"round round=R kind=shrink|grow ns=NS rank=r world=W donor=d
-master_addr=A master_port=P ..." and "stop".  A round's store is
-PrefixStore(NS + "/", TCPStore(A, P)), a fresh namespace per round.
+job.loader() is a torch DataLoader (any of its options: num_workers,
+prefetch_factor, pin_memory, collate_fn ...) over this rank's slices of
+one permutation per epoch; its position moves only when a step commits,
+and it is rebuilt after a repair, so no sample is trained twice or
+skipped within an epoch (rdzv/data.py).  Its policy says what a shrink
+does to the global batch: "rank" (default) keeps each rank's batch (the
+global batch shrinks: job.batch_scale is world / full world, for an LR
+schedule that wants to follow it), "global" keeps the global batch.
+job.batches() yields the index lists alone.
+
+job.step() commits the step or, when a peer's death cut it off, repairs
+and drops it (the same batch is tried again in the new group).  A
+collective outside the step (a logging all_reduce) repairs the job too
+and returns without a result (rdzv/collectives.py).  Without an agent's
+channel nothing repairs: the job is torch's env:// group (torchrun), or a
+single process with no group.
+
+The environment (rdzv-agent sets the first two):
+  RDZV_PROGRESS_FD        the agent's channel (rdzv/channel.py)
+  RDZV_REPLACEMENT=1      this worker replaces a dead one: it joins the
+                          job's next grow round in init_process_group()
+  RDZV_REPAIR_TIMEOUT_MS  how long to wait for a round (default 60000)
+  RDZV_REPAIR=0           vetoes repair (as for librdzvworker): the worker
+                          never says hello, so a failure restarts the job
+  RDZV_REPAIR_DEBUG=1     every step of a repair on stderr; without it a
+                          rank says one line per repair.
 
 How a repair goes:
 - shrink (a peer died): gloo raises in every survivor within ~0.1 s (a
@@ -51,265 +66,35 @@ How a repair goes:
   -1, receives the donor's state.  Afterwards every rank holds
   bit-identical parameters (the bytes of the donor's tensors).
 - stop: the repair failed and the job restarts the old way: exit.
+
+The modules: channel (the agent's messages), watcher (the threads: rounds,
+"wait", progress to rdzvd), group (sockets, stores, errors), state (what a
+donor sends), data (the data position and loader), collectives (calls
+outside the step); this one holds the step and the repair itself.
 """
 
-import datetime
-import io
 import os
-import re
 import socket
-import struct
-import sys
 import threading
 import time
 
+from . import collectives, data, group, log, state
+from .channel import (MSG_MAX, Round, open_channel, parse_message,
+    parse_round)
+from .watcher import Watcher, _KEY
+
 __all__ = ["init_process_group", "Job", "Round", "parse_round",
-    "parse_message"]
+    "parse_message", "MSG_MAX"]
 
-MSG_MAX = 512			# a channel datagram, either way
-PROGRESS_EVERY = 0.1		# seconds between step reports
-WAIT_EVERY = 1.0		# "wait" while blocked in torch this long, as often
-_KEY = "rdzv_repair/begun/%d"	# boundary agreement of a grow round
+PROGRESS_EVERY = 0.1		# seconds between step reports to the agent
+WAIT_LONG = 5.0			# seconds between looks while waiting forever
 
-
-def _debug(fmt, *a):
-	if os.environ.get("RDZV_REPAIR_DEBUG"):
-		print("rdzv.repair[%d]: %s" % (os.getpid(), fmt % a),
-		    file=sys.stderr, flush=True)
+_channel = open_channel		# its name before the split (tests)
 
 
-def _warn(fmt, *a):
-	print("rdzv.repair[%d]: %s" % (os.getpid(), fmt % a), file=sys.stderr,
-	    flush=True)
-
-
-class Round:
-	"""One "round" message of the agent: the group to switch to."""
-
-	def __init__(self, **kw):
-		self.round = kw["round"]
-		self.kind = kw["kind"]
-		self.ns = kw["ns"]
-		self.rank = kw["rank"]
-		self.world = kw["world"]
-		self.donor = kw["donor"]
-		self.master_addr = kw["master_addr"]
-		self.master_port = kw["master_port"]
-		self.local_rank = kw.get("local_rank", 0)
-		self.local_world = kw.get("local_world", 1)
-
-	def __repr__(self):
-		return "round %d %s rank %d/%d donor %d ns %s at %s:%d" % (
-		    self.round, self.kind, self.rank, self.world, self.donor,
-		    self.ns, self.master_addr, self.master_port)
-
-
-# The channel's grammar, as common/chan.c has it (chan_keys[] there):
-# each verb's key=value words, (type, lo, hi, required); for "word" hi is
-# the C field's size, so a value has 1..hi-1 bytes.
-_INT_MAX = 2 ** 31 - 1
-_INT64_MAX = 2 ** 63 - 1
-_NUM_MAX = 20			# digits of a number (RDZV_CHAN_NUM_MAX)
-_HOST_MAX = 256			# RDZV_HOST_MAX, its NUL included
-_VERBS = {
-	"progress": {},
-	"hello": {"repair": ("int", 0, 1, False)},
-	"ready": {},
-	"round": {
-		"round": ("int", 0, _INT_MAX, True),
-		"kind": ("kind", 0, 0, True),
-		"ns": ("word", 0, MSG_MAX, True),
-		"rank": ("int", 0, _INT_MAX - 1, True),
-		"world": ("int", 1, _INT_MAX, True),
-		"donor": ("int", 0, _INT_MAX - 1, True),
-		"master_addr": ("word", 0, _HOST_MAX, True),
-		"master_port": ("int", 1, 65535, True),
-		"local_rank": ("int", 0, _INT_MAX - 1, True),
-		"local_world": ("int", 1, _INT_MAX, True),
-	},
-	"stop": {},
-	"wait": {},
-}
-_DIGITS = re.compile(r"[0-9]{1,%d}" % _NUM_MAX)
-
-
-def _num(s, lo, hi, what):
-	if not _DIGITS.fullmatch(s) or not lo <= int(s) <= hi:
-		raise ValueError("bad %s=%r" % (what, s[:32]))
-	return int(s)
-
-
-def parse_message(data):
-	"""(verb, fields) of one channel datagram (bytes), as common/chan.c
-	chan_parse() decodes it: verb is "progress" (fields {"step": n}),
-	"hello" ({"repair": 0 or 1}), "ready", "round" (every field of a
-	Round) or "stop"; None for a verb this side does not know (ignored:
-	a newer peer's).  A key=value word a known verb does not use is
-	skipped; of a key given twice the last counts.  Raises ValueError
-	when the message breaks the grammar: empty or over MSG_MAX bytes, a
-	byte outside printable ASCII, an empty word, a word without '='
-	after a known verb, a number not 1..20 digits or out of its range, a
-	round without one of its fields or with rank, donor or local_rank not
-	below world or local_world."""
-	if not 1 <= len(data) <= MSG_MAX:
-		raise ValueError("%d bytes" % len(data))
-	if any(c < 0x20 or c > 0x7e for c in data):
-		raise ValueError("a byte outside printable ASCII")
-	words = data.decode("ascii").split(" ")
-	if "" in words:
-		raise ValueError("an empty word")
-	verb, fields = words[0], {}
-	if verb[0] in "0123456789":
-		fields["step"] = _num(verb, 0, _INT64_MAX, "step")
-		verb = "progress"
-	elif verb not in _VERBS:
-		return (None, {})
-	keys = _VERBS[verb]
-	if verb == "hello":
-		fields["repair"] = 0
-	for w in words[1:]:
-		k, eq, v = w.partition("=")
-		if not eq:
-			raise ValueError("%r is no key=value word" % w[:32])
-		if k not in keys:
-			continue	# for a newer peer
-		typ, lo, hi, _ = keys[k]
-		if typ == "int":
-			fields[k] = _num(v, lo, hi, k)
-		elif typ == "kind":
-			if v not in ("shrink", "grow"):
-				raise ValueError("unknown kind %r" % v[:32])
-			fields[k] = v
-		else:
-			if not 0 < len(v) < hi:
-				raise ValueError("%s of %d bytes" % (k, len(v)))
-			fields[k] = v
-	for k, (_, _, _, required) in keys.items():
-		if required and k not in fields:
-			raise ValueError("%s without %s" % (verb, k))
-	if verb == "round" and (fields["rank"] >= fields["world"] or
-	    fields["donor"] >= fields["world"] or
-	    fields["local_rank"] >= fields["local_world"]):
-		raise ValueError("rank %d, donor %d of %d, local rank %d of %d" % (
-		    fields["rank"], fields["donor"], fields["world"],
-		    fields["local_rank"], fields["local_world"]))
-	return (verb, fields)
-
-
-def parse_round(text):
-	"""A Round from the text of a "round" message; raises ValueError
-	naming what is missing or malformed (parse_message's rules)."""
-	try:
-		data = text.encode("ascii")
-	except UnicodeEncodeError:
-		raise ValueError("a byte outside printable ASCII") from None
-	verb, fields = parse_message(data)
-	if verb != "round":
-		raise ValueError("not a round message")
-	return Round(**fields)
-
-
-def _chan_eof(s):
-	"""Whether a 0-byte read of the channel s was its end, not an empty
-	datagram (a legal message on SOCK_SEQPACKET): only the end comes with
-	the peer's hangup, and then with nothing queued but empty datagrams
-	(SIOCINQ counts every queued datagram's bytes).  As common/
-	chan_recv.c."""
-	import array
-	import fcntl
-	import select
-	import termios
-	p = select.poll()
-	p.register(s.fileno(), select.POLLIN | getattr(select, "POLLRDHUP", 0))
-	ev = 0
-	for _, ev in p.poll(0):
-		pass
-	if not ev & (select.POLLHUP | getattr(select, "POLLRDHUP", 0) |
-	    select.POLLERR | select.POLLNVAL):
-		return False
-	inq = array.array("i", [0])
-	try:
-		fcntl.ioctl(s.fileno(), termios.FIONREAD, inq)
-	except OSError:
-		return True
-	return inq[0] == 0
-
-
-def _channel():
-	"""The agent's end as a socket, or None: RDZV_PROGRESS_FD is trusted
-	only when it is a local SOCK_SEQPACKET socket (a wrapper may have
-	reused the number for something of its own)."""
-	v = os.environ.get("RDZV_PROGRESS_FD", "")
-	if not v.isdigit():
-		return None
-	try:
-		s = socket.socket(fileno=os.dup(int(v)))
-	except OSError:
-		return None
-	if s.family != socket.AF_UNIX or s.type != socket.SOCK_SEQPACKET:
-		s.close()
-		return None
-	# rdzv-agent hands the worker's end over O_NONBLOCK (a worker must
-	# never block sending to it); the watcher thread blocks in recv(),
-	# and every send here says MSG_DONTWAIT.
-	s.setblocking(True)
-	return s
-
-
-def _sockets():
-	"""{fd: "socket:[inode]"} of this process."""
-	out = {}
-	for name in os.listdir("/proc/self/fd"):
-		try:
-			link = os.readlink("/proc/self/fd/" + name)
-		except OSError:
-			continue
-		if link.startswith("socket:"):
-			out[int(name)] = link
-	return out
-
-
-def _reset(socks):
-	"""Resets the TCP connections of a broken gloo group (fds from
-	_sockets() taken around its creation): the local side's operations
-	fail at once, and with SO_LINGER 0 gloo's own close sends an RST, so
-	a peer blocked sending to us fails too instead of waiting for its
-	timeout.  gloo on 1.13 has no abort; 2.13's abort() hangs with an
-	operation in flight."""
-	now = _sockets()
-	for fd, link in socks.items():
-		if now.get(fd) != link:
-			continue	# closed (and maybe reused) since
-		try:
-			s = socket.socket(fileno=os.dup(fd))
-		except OSError:
-			continue
-		try:
-			# Connections only: gloo 2.x aborts the process when
-			# its listener fails.
-			if s.family in (socket.AF_INET, socket.AF_INET6) and \
-			    s.type == socket.SOCK_STREAM and not s.getsockopt(
-			    socket.SOL_SOCKET, socket.SO_ACCEPTCONN):
-				s.getpeername()
-				s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
-				    struct.pack("ii", 1, 0))
-				s.shutdown(socket.SHUT_RDWR)
-		except OSError:
-			pass
-		finally:
-			s.close()
-
-
-def _comm_error(e):
-	"""Whether e looks like a collective cut off by a peer (gloo's
-	"Connection closed by peer", NCCL errors, timeouts), not a bug in
-	the step itself."""
-	import torch.distributed as dist
-	if isinstance(e, getattr(dist, "DistBackendError", ())):
-		return True
-	return isinstance(e, RuntimeError) and re.search(
-	    r"(?i)gloo|nccl|connection|peer|socket|broken pipe|timed out",
-	    str(e)) is not None
+# The helpers' names before the split, for the code that still says them.
+_debug, _warn = log.debug, log.warn
+_sockets, _reset, _comm_error = group.sockets, group.reset, group.comm_error
 
 
 class _Model:
@@ -347,7 +132,7 @@ class _Step:
 		return self.job._end(e)
 
 
-class Job:
+class Job(Watcher):
 	"""A training job's group, state and sampler position; made by
 	init_process_group()."""
 
@@ -381,9 +166,15 @@ class Job:
 		self._main = threading.get_ident()	# the training thread
 		self._blocked = None		# (step, since) seen inside torch
 		self._waited = 0.0
-		self._batch = None		# (n, batch_size, seed, shuffle)
-		self._perm = (None, None)
-		self._advance = 0
+		self._plan = None		# the data.Plan steps advance
+		self._round = None		# the group's round
+		self.full_world = 0		# the job's world at its start
+		self._pending_model = None	# received before job.ddp()
+		self._pending_tracked = []	# received before job.track()
+		self._tracked_applied = 0
+		self._lost_since = None		# when the step in flight was cut
+		self._building = None		# the round whose group is being made
+		self._chan_gone = False		# the watcher saw the channel end
 		self._nccl_cut = False		# the group's NCCL comm aborted
 		self._tainted = False		# a step ran on it and "ended"
 
@@ -396,107 +187,6 @@ class Job:
 			self._chan.send(text.encode("ascii"), socket.MSG_DONTWAIT)
 		except OSError:
 			pass		# the agent has no room or is gone
-
-	def _in_torch(self):
-		"""Whether the training thread's innermost Python frame is
-		torch's own code (a collective, or the backward pass that runs
-		DDP's allreduce), not the script's."""
-		import torch
-		f = sys._current_frames().get(self._main)
-		return f is not None and f.f_code.co_filename.startswith(
-		    os.path.dirname(torch.__file__) + os.sep)
-
-	def _say_wait(self):
-		"""Says "wait" (about once a second) while the training thread
-		has been inside torch with no step done for WAIT_EVERY: blocked
-		on its peers, not hung itself, so the agent's --progress_timeout
-		watchdog gives it longer and kills the rank it waits on first
-		(a stopped rank, or one stuck in the script's own code, says
-		nothing).  A rank stuck inside torch's own computation looks
-		the same; it is killed a timeout later, as a deadlock is."""
-		now = time.monotonic()
-		if not self._joined or not self._in_torch():
-			self._blocked = None
-			return
-		if self._blocked is None or self._blocked[0] != self.step_count:
-			self._blocked = (self.step_count, now)
-			return
-		if now - self._blocked[1] >= WAIT_EVERY and \
-		    now - self._waited >= WAIT_EVERY:
-			self._waited = now
-			self._send("wait")
-
-	def _watch(self):
-		import select
-		warned = False
-		p = select.poll()
-		p.register(self._chan.fileno(), select.POLLIN)
-		while True:
-			try:
-				if not p.poll(WAIT_EVERY * 500):
-					self._say_wait()
-					continue
-				self._say_wait()
-				msg = self._chan.recv(MSG_MAX + 1)
-			except InterruptedError:
-				continue
-			except OSError:
-				return
-			if not msg:
-				if _chan_eof(self._chan):
-					_debug("the agent closed the channel")
-					return
-				_debug("ignoring an empty message")
-				continue
-			try:
-				verb, f = parse_message(msg)
-			except ValueError as e:
-				# The agent's bug, not an attack: say so once.
-				(_debug if warned else _warn)(
-				    "ignoring a malformed message: %s", e)
-				warned = True
-				continue
-			if verb == "round":
-				r = Round(**f)
-				_debug("heard %r", r)
-				self._on_round(r)
-			elif verb == "stop":
-				_warn("the agent stopped the repair: exiting")
-				os._exit(1)
-			else:
-				_debug("ignoring %r", msg[:64])
-
-	def _on_round(self, r):
-		with self._cv:
-			self._rounds.append(r)
-			healthy = r.kind == "grow" and self._joined
-			if healthy:
-				self._freeze, self._target = r, None
-			self._cv.notify_all()
-		if healthy:
-			self._agree(r)
-		elif self._joined:
-			self._abort()
-
-	def _agree(self, r):
-		"""Watcher: the step after which the survivors switch to the
-		grow round r, the largest number of steps any of them began."""
-		target = -1
-		try:
-			st = self._round_store(r)
-			with self._cv:
-				begun = self.step_count + (1 if self._in_step else 0)
-			st.set(_KEY % r.rank, str(begun))
-			keys = [_KEY % i for i in range(r.world)]
-			st.wait(keys, datetime.timedelta(seconds=self.repair_timeout))
-			target = max(int(st.get(k)) for k in keys)
-		except Exception as e:
-			_warn("no agreement on round %d (%s): switching now", r.round, e)
-		with self._cv:
-			if self._freeze is r:
-				self._target = target
-				self._cv.notify_all()
-		_debug("round %d: switch after step %d", r.round, target)
 
 	def _abort(self):
 		"""Breaks the current group so that no collective stays blocked
@@ -520,27 +210,38 @@ class Job:
 			return
 		_reset(self._socks)
 
-	# ---- groups ----
 
-	def _round_store(self, r):
-		import torch.distributed as dist
-		st = dist.TCPStore(r.master_addr, r.master_port, None, False,
-		    datetime.timedelta(seconds=self.repair_timeout))
-		return dist.PrefixStore(r.ns + "/", st)
+	# ---- groups ----
 
 	def _group(self, r):
 		"""Joins round r's process group as the default group."""
 		import torch.distributed as dist
-		store = self._round_store(r)
-		before = _sockets()
-		kw = {} if self.timeout is None else {"timeout": self.timeout}
-		dist.init_process_group(self.backend, store=store, rank=r.rank,
-		    world_size=r.world, **kw)
-		self._socks = {fd: l for fd, l in _sockets().items()
+		with self._cv:
+			self._building = r	# the watcher breaks it if superseded
+			superseded = bool(self._rounds) and \
+			    self._rounds[-1].round > r.round
+		if superseded:
+			raise ConnectionError("round %d superseded before its "
+			    "group was built" % r.round)
+		if not dist.is_initialized():
+			group.reset_names()
+		try:
+			store = group.round_store(r, self.repair_timeout)
+			before = group.sockets()
+			kw = {} if self.timeout is None else {"timeout": self.timeout}
+			dist.init_process_group(self.backend, store=store,
+			    rank=r.rank, world_size=r.world, **kw)
+		finally:
+			with self._cv:
+				self._building = None
+		self._socks = {fd: l for fd, l in group.sockets().items()
 		    if before.get(fd) != l}
 		self._store = store
 		self._nccl_cut = False
-		self.rank, self.world = r.rank, r.world
+		with self._cv:
+			self.rank, self.world, self._round = r.rank, r.world, r
+		if self.full_world < r.world and not self.replacement:
+			self.full_world = r.world
 
 	def _device(self):
 		import torch
@@ -550,20 +251,23 @@ class Job:
 
 	def _wrap(self):
 		from torch.nn.parallel import DistributedDataParallel as DDP
+		state.apply_model(self)
 		return DDP(self._module, **self._ddp_kw)
 
 	def _repair(self, r):
 		"""Main thread: leaves the old group, joins round r's, makes
 		every rank's state the donor's where the steps differ, wraps the
-		model again."""
+		model again; says one line (round, world, time lost)."""
 		import torch.distributed as dist
 		t0 = time.monotonic()
+		lost = self._lost_since if self._lost_since is not None else t0
+		old = self.world
 		self._ddp = None
 		if dist.is_initialized():
 			try:
 				dist.destroy_process_group()
 			except Exception as e:
-				_debug("destroy: %s", e)
+				log.debug("destroy: %s", e)
 		if self._module is not None:
 			self._module.zero_grad(set_to_none=True)
 		self._group(r)
@@ -574,18 +278,49 @@ class Job:
 			if self._freeze is r:
 				self._freeze = self._target = None
 		self.repairs += 1
-		self.repair_times.append(time.monotonic() - t0)
-		_debug("%r done in %.3f s at step %d", r, self.repair_times[-1],
+		self._lost_since = None
+		now = time.monotonic()
+		self.repair_times.append(now - t0)
+		log.info("rank %d: %s round %d, world %d -> %d, %.3f s lost, at "
+		    "step %d", self.rank, "joined grow" if not self._joined else
+		    r.kind, r.round, old if self._joined else 0, self.world,
+		    now - lost, self.step_count)
+		log.debug("%r done in %.3f s at step %d", r, self.repair_times[-1],
 		    self.step_count)
 
+	def _repair_in(self, r):
+		"""Main thread: repairs in round r and, when a peer's death cuts
+		that repair off too (its group's collectives, or DDP's in the
+		model's wrapping), in the agent's next round, until one holds.
+		Raises what is not a peer's death, or when no round comes."""
+		while True:
+			try:
+				self._repair(r)
+				return
+			except Exception as e:
+				if self._chan is None or not group.comm_error(e):
+					raise
+				if self._lost_since is None:
+					self._lost_since = time.monotonic()
+				log.debug("repair in round %d cut off: %s", r.round,
+				    str(e).splitlines()[0][:160] if str(e) else e)
+				self._abort()
+				r = self._wait_round()
+				if r is None:
+					raise
+
 	def _sync(self, r):
+		"""Every rank's committed step; where they differ, the donor's
+		state to all (rdzv/state.py).  Torch's own collectives: the
+		helper's are never repaired by collectives.py."""
 		import torch
-		import torch.distributed as dist
+		all_gather = collectives.orig("all_gather")
+		broadcast = collectives.orig("broadcast")
 		dev = self._device()
 		mine = torch.tensor([self.step_count if self._joined and
 		    not self._tainted else -1], dtype=torch.int64, device=dev)
 		all_ = [torch.zeros_like(mine) for _ in range(self.world)]
-		dist.all_gather(all_, mine)
+		all_gather(all_, mine)
 		steps = [int(t.item()) for t in all_]
 		top = max(steps)
 		if top < 0 and self._tainted:
@@ -595,70 +330,52 @@ class Job:
 			return
 		donor = r.donor if 0 <= r.donor < self.world and \
 		    steps[r.donor] == top else steps.index(top)
-		blob = self._pack() if self.rank == donor else b""
+		blob = state.pack(self) if self.rank == donor else b""
 		n = torch.tensor([len(blob)], dtype=torch.int64, device=dev)
-		dist.broadcast(n, donor)
+		broadcast(n, donor)
 		if self.rank == donor:
 			buf = torch.frombuffer(bytearray(blob), dtype=torch.uint8)
 		else:
 			buf = torch.empty(int(n.item()), dtype=torch.uint8)
 		buf = buf.to(dev)
-		dist.broadcast(buf, donor)
+		broadcast(buf, donor)
 		if self.rank != donor:
-			self._unpack(buf.cpu().numpy().tobytes())
+			state.unpack(self, buf.cpu().numpy().tobytes())
 			self._tainted = False
-		_debug("state of step %d from rank %d (%d bytes), steps were %s",
+		log.debug("state of step %d from rank %d (%d bytes), steps were %s",
 		    top, donor, int(n.item()), steps)
-
-	def _pack(self):
-		import torch
-		f = io.BytesIO()
-		torch.save({"step": self.step_count, "epoch": self.epoch,
-		    "pos": self.pos,
-		    "model": self._module.state_dict() if self._module else None,
-		    "tracked": [o.state_dict() for o in self._tracked]}, f)
-		return f.getvalue()
-
-	def _unpack(self, data):
-		import torch
-		f = io.BytesIO(data)
-		try:
-			st = torch.load(f, map_location="cpu", weights_only=False)
-		except TypeError:	# a torch without weights_only
-			f.seek(0)
-			st = torch.load(f, map_location="cpu")
-		if self._module is not None and st["model"] is not None:
-			self._module.load_state_dict(st["model"])
-		for o, sd in zip(self._tracked, st["tracked"]):
-			o.load_state_dict(sd)
-		self.step_count, self.epoch, self.pos = st["step"], st["epoch"], \
-		    st["pos"]
 
 	def _join(self):
 		"""A replacement: says ready, waits for its grow round, joins it
-		and receives the state."""
+		and receives the state (init_process_group, so the group is
+		there from the start; what the state holds for the model and
+		the tracked objects is loaded when the script gives them)."""
 		self._send("ready")
-		r = self._wait_round()
+		# As long as the agent wants: it starts the grow round when
+		# the others can take this rank, or stops the repair.
+		r = self._wait_round(forever=True)
 		if r is None:
-			raise RuntimeError("rdzv.repair: no round from the agent "
-			    "within %.0f s of ready" % self.repair_timeout)
+			raise RuntimeError("rdzv.repair: the agent closed the "
+			    "channel before this replacement's round came")
 		try:
-			self._round_store(r).set(_KEY % r.rank, "-1")
+			group.round_store(r, self.repair_timeout).set(
+			    _KEY % r.rank, "-1")
 		except Exception as e:
-			_warn("posting to round %d: %s", r.round, e)
-		self._repair(r)
+			log.warn("posting to round %d: %s", r.round, e)
+		self._repair_in(r)
 		self._joined = True
 
-	def _wait_round(self):
+	def _wait_round(self, forever=False):
 		"""The newest round received (waiting up to the repair timeout
-		for one), taken; None at the timeout."""
+		for one, or, forever, until the agent's end of the channel
+		closes), taken; None at the timeout or the end."""
 		end = time.monotonic() + self.repair_timeout
 		with self._cv:
 			while not self._rounds:
 				left = end - time.monotonic()
-				if left <= 0:
+				if self._chan_gone or (left <= 0 and not forever):
 					return None
-				self._cv.wait(left)
+				self._cv.wait(left if not forever else WAIT_LONG)
 			r = self._rounds[-1]
 			del self._rounds[:]
 			return r
@@ -670,7 +387,7 @@ class Job:
 		only once every step a survivor began is done)."""
 		if self._in_step:
 			return
-		if not self._joined:	# a script that does not use epochs()
+		if not self._joined:	# a Job made without init_process_group
 			self._join()
 		while True:
 			with self._cv:
@@ -681,14 +398,17 @@ class Job:
 				if self._freeze is r:
 					end = time.monotonic() + self.repair_timeout
 					while self._target is None and \
+					    self._freeze is r and \
 					    time.monotonic() < end:
 						self._cv.wait(end - time.monotonic())
+					if self._rounds[-1] is not r:
+						continue	# superseded: look again
 					if self._target is not None and \
 					    self.step_count < self._target:
 						self._in_step = True
 						return
 				del self._rounds[:]
-			self._repair(r)
+			self._repair_in(r)
 
 	def _end(self, e):
 		if self._nccl_cut:
@@ -704,11 +424,8 @@ class Job:
 			if e is None:
 				self.step_count += 1
 		if e is None:
-			self.pos += self._advance
-			if self._batch is not None and \
-			    self._batch[0] - self.pos < self.world * self._batch[1]:
-				self.epoch += 1
-				self.pos = 0
+			if self._plan is not None:
+				self._plan.commit(self)
 			now = time.monotonic()
 			if now - self._reported >= PROGRESS_EVERY:
 				self._reported = now
@@ -722,25 +439,40 @@ class Job:
 		group, waits for the agent's round and repairs in it.  True once
 		repaired; False (raise e) otherwise."""
 		if self._chan is None or not self._joined or \
-		    not isinstance(e, Exception) or not _comm_error(e):
+		    not isinstance(e, Exception) or not group.comm_error(e):
 			return False
-		_debug("%s cut off: %s", what, str(e).splitlines()[0][:160])
+		self._lost_since = time.monotonic()
+		log.debug("%s cut off: %s", what, str(e).splitlines()[0][:160])
 		self._abort()
 		r = self._wait_round()
 		if r is None:
-			_warn("no round from the agent within %.0f s of a failed "
+			log.warn("no round from the agent within %.0f s of a failed "
 			    "%s", self.repair_timeout, what)
 			return False
-		self._repair(r)
+		self._repair_in(r)
 		return True
 
 	# ---- what a script calls ----
 
+	@property
+	def batch_scale(self):
+		"""The global batch of a step now over the job's full one: 1.0
+		but while a shrink has the job short of ranks under the "rank"
+		batch policy (world / full world); for an LR schedule that
+		follows the batch (LambdaLR(opt, lambda s: f(s) *
+		job.batch_scale))."""
+		p = self._plan
+		if p is not None and p.policy == "global":
+			return 1.0
+		return self.world / float(max(self.full_world, self.world, 1))
+
 	def ddp(self, module, **kw):
 		"""module wrapped in DistributedDataParallel(module, **kw),
-		wrapped again after each repair; without a group, module."""
+		wrapped again after each repair; without a group, module.  A
+		replacement's module gets the donor's parameters first."""
 		import torch.distributed as dist
 		self._module, self._ddp_kw = module, kw
+		state.apply_model(self)
 		if dist.is_available() and dist.is_initialized():
 			# DDP's constructor broadcasts the parameters: a peer that
 			# dies then is repaired as in a step (_repair wraps again).
@@ -753,9 +485,11 @@ class Job:
 
 	def track(self, *objs):
 		"""Objects with state_dict()/load_state_dict() (optimizers, LR
-		schedulers, scalers) that a replacement receives with the model;
-		returns the first."""
+		schedulers, scalers) that a replacement receives with the model,
+		in the order they are tracked (the same on every rank); returns
+		the first."""
 		self._tracked.extend(objs)
+		state.apply_tracked(self)
 		return objs[0] if objs else None
 
 	def step(self):
@@ -766,8 +500,8 @@ class Job:
 		return _Step(self)
 
 	def epochs(self, n):
-		"""Yields epoch numbers up to n; a replacement joins here and
-		resumes at the donor's epoch."""
+		"""Yields epoch numbers up to n, from the one the job is in (a
+		replacement's is the donor's)."""
 		if not self._joined:
 			self._join()
 		while self.epoch < n:
@@ -776,54 +510,82 @@ class Job:
 			if self.epoch == e:	# the body did not use batches()
 				self.epoch, self.pos = e + 1, 0
 
-	def batches(self, n, batch_size, seed=0, shuffle=True):
+	def batches(self, n, batch_size, seed=0, shuffle=True, policy="rank"):
 		"""Yields this rank's indices (a list) of each global batch
 		left in the current epoch of a data set of n samples: the
-		epoch's permutation (seeded by seed + epoch) cut in blocks of
-		world * batch_size, block k's slice rank * batch_size on; an
-		incomplete last block is dropped.  A repair reshards from the
-		position the job reached."""
-		import torch
-		self._batch = (n, batch_size, seed, shuffle)
-		e = self.epoch
-		while self.epoch == e:
-			self._begin()
-			if self.epoch != e:	# a donor's state moved it
-				self._in_step = False
-				return
-			if n - self.pos < self.world * batch_size:
-				self._in_step = False
-				self.epoch, self.pos = e + 1, 0
-				return
-			if self._perm[0] != (e, seed, shuffle):
-				if shuffle:
-					g = torch.Generator()
-					g.manual_seed(seed + e)
-					p = torch.randperm(n, generator=g)
-				else:
-					p = torch.arange(n)
-				self._perm = ((e, seed, shuffle), p.tolist())
-			lo = self.pos + self.rank * batch_size
-			self._advance = self.world * batch_size
-			yield self._perm[1][lo:lo + batch_size]
+		epoch's permutation (seeded by seed + epoch) cut in global
+		batches (policy: see loader()), this rank's share of each; an
+		incomplete last one is dropped.  A repair reshards from the
+		position the job reached.  Each must be trained in job.step()."""
+		return data.batches(self, data.Plan(n, batch_size, seed, shuffle,
+		    policy))
+
+	def loader(self, dataset, batch_size, shuffle=True, seed=0,
+	    policy="rank", **kw):
+		"""A torch DataLoader over dataset (a map-style one: len() and
+		[i]) for this rank, in place of DistributedSampler + DataLoader:
+		iterating it yields the batches of every step left in the
+		current epoch, each to be trained inside job.step().  kw are
+		DataLoader's own options (num_workers, prefetch_factor,
+		collate_fn, pin_memory, ...) but sampler, batch_sampler,
+		shuffle and drop_last (an incomplete last global batch is
+		dropped).  The epoch's order is a permutation seeded by seed +
+		epoch (shuffle=False: the data set's order).  policy says what a
+		shrink does to the global batch: "rank" (default) keeps
+		batch_size per rank, so the global batch is world * batch_size
+		(see batch_scale); "global" keeps full_world * batch_size, each
+		rank taking an even share (a larger batch while the job is
+		short).  After a repair or a dropped step the DataLoader (and
+		its workers) is made again from the job's position: what they
+		prefetched is never trained."""
+		for k in ("sampler", "batch_sampler", "drop_last", "batch_size"):
+			if k in kw:
+				raise TypeError("rdzv.repair: job.loader() chooses %s "
+				    "itself (the job's data position); leave it out" % k)
+		return data.Loader(self, dataset, data.Plan(len(dataset),
+		    batch_size, seed, shuffle, policy), kw)
+
+
+def _close_in_child(job):
+	"""After a fork (a DataLoader's workers): the child closes its copies
+	of the group's sockets and of the channel, so a dead trainer's peers
+	and agent see its end at once, not when its children exit."""
+	for fd, link in list(job._socks.items()):
+		try:
+			# Only while it is the same socket: a group made and
+			# broken may have left a number the child uses now.
+			if os.readlink("/proc/self/fd/%d" % fd) == link:
+				os.close(fd)
+		except OSError:
+			pass
+	try:
+		job._chan.close()
+		os.close(int(os.environ.get("RDZV_PROGRESS_FD", "")))
+	except (OSError, ValueError):
+		pass
 
 
 def init_process_group(backend="gloo", timeout=None):
 	"""Makes the job's default process group and returns its Job.  Under
 	an agent that passes the channel: says hello repair=1 (unless
-	RDZV_REPAIR=0), starts the
-	watcher, and joins the round of the environment (MASTER_ADDR,
-	MASTER_PORT, RDZV_NAMESPACE, RANK, WORLD_SIZE), or, in a replacement,
-	nothing yet (it joins in job.epochs()).  Without a channel: torch's
-	env:// group when WORLD_SIZE is set (torchrun), else no group."""
+	RDZV_REPAIR=0), starts the watcher and the progress reporter, wraps
+	torch.distributed's collectives (rdzv/collectives.py) and joins the
+	round of the environment (MASTER_ADDR, MASTER_PORT, RDZV_NAMESPACE,
+	RANK, WORLD_SIZE), or, in a replacement (RDZV_REPLACEMENT=1), says
+	ready and joins the next grow round, receiving the job's position at
+	once (the model's and the tracked objects' state as the script gives
+	them to job.ddp() and job.track()).  Either way dist.get_rank() works
+	on return.  Without a channel: torch's env:// group when WORLD_SIZE
+	is set (torchrun), else no group."""
 	import torch.distributed as dist
-	chan = _channel()
+	chan = open_channel()
 	job = Job(backend, timeout, chan)
 	if chan is None:
 		if os.environ.get("WORLD_SIZE") and dist.is_available():
 			kw = {} if timeout is None else {"timeout": timeout}
 			dist.init_process_group(backend, **kw)
 			job.rank, job.world = dist.get_rank(), dist.get_world_size()
+		job.full_world = job.world
 		return job
 	if backend == "nccl":
 		# The helper aborts a broken communicator itself; torch's own
@@ -838,12 +600,18 @@ def init_process_group(backend="gloo", timeout=None):
 	# worker's job restarts on a failure (steps are still reported).
 	if os.environ.get("RDZV_REPAIR") != "0":
 		job._send("hello repair=1")
+		collectives.install(job)
 	threading.Thread(target=job._watch, name="rdzv-repair",
 	    daemon=True).start()
+	threading.Thread(target=job._report, name="rdzv-progress",
+	    daemon=True).start()
+	os.register_at_fork(after_in_child=lambda: _close_in_child(job))
 	env = os.environ
 	job.rank = int(env.get("RANK", "0"))
 	job.world = int(env.get("WORLD_SIZE", "1"))
-	if not job.replacement:
+	if job.replacement:
+		job._join()
+	else:
 		r = Round(round=int(env.get("RDZV_ROUND", "0") or 0),
 		    kind="grow", ns=env.get("RDZV_NAMESPACE", "rdzv"),
 		    rank=job.rank, world=job.world, donor=0,

@@ -354,6 +354,48 @@ def repair_agents(scope, d, job, prog_args, env_b=None, steps=8,
 	return a, b
 
 
+def _ctl(d, *args):
+	p = os.path.join(rdzvtest.top_builddir(), "client", "rdzvctl")
+	import subprocess
+	r = subprocess.run([p, "-e", "127.0.0.1:%d" % d.port] + list(args),
+	    capture_output=True, timeout=30, text=True)
+	check(r.returncode == 0, (args, r))
+	return r.stdout
+
+
+def torch_surfaces(d, job, world=4):
+	"""A torch job's steps reach every operator surface as a C job's
+	do: `rdzvctl --json members` shows every member's progress (all
+	its ranks reporting, the step rising), `rdzvctl top` a step, the
+	status page's history every rank, /metrics the job's last report."""
+	def progress():
+		doc = json.loads(_ctl(d, "--json", "members", job))
+		ps = [m.get("progress") for m in doc["members"]]
+		if any(p is None for p in ps):
+			return None
+		return (sum(p["ranks_reporting"] for p in ps),
+		    min(p["min_step"] for p in ps))
+	rdzvtest.wait_until(lambda: (progress() or (0, 0))[0] == world,
+	    timeout=30, what="every rank's progress in rdzvctl members")
+	first = progress()[1]
+	rdzvtest.wait_until(lambda: (progress() or (0, -1))[1] > first,
+	    timeout=30, what="the members' min_step rising past %d" % first)
+	top = _ctl(d, "top", job, "--count", "1")
+	check(re.search(r"step \d+", top), top)
+	def ranks():
+		st, body, _ = d.http_get("/api/jobs/%s/history" % job)
+		return len(json.loads(body).get("ranks", [])) if st == 200 else -1
+	rdzvtest.wait_until(lambda: ranks() == world, timeout=30,
+	    what="every rank in the status page's history")
+	def age():	# the job's series appear with its first sample
+		return rdzvtest.metric_value(d.metrics(),
+		    "rdzvd_job_last_progress_age_seconds", None, job=job)
+	rdzvtest.wait_until(lambda: (age() if age() is not None else -1) >= 0,
+	    timeout=30, what="the job's last progress age in /metrics")
+	log("torch job %s on every surface: step %d -> %d" % (job, first,
+	    progress()[1]))
+
+
 def repair_reports(out):
 	"""The REPORT documents (dicts) in the workers' output."""
 	return [json.loads(m) for m in _REPORT_RE.findall(out)]
@@ -371,7 +413,9 @@ def repair_done(d, job, a, b, survivors):
 		check(rc == 0, (rc, x.output()[-4000:]))
 	out = a.output() + b.output()
 	reports = repair_reports(out)
-	check(sorted(r["rank"] for r in reports) == [0, 1, 2, 3], out[-4000:])
+	check(sorted(r["rank"] for r in reports) == [0, 1, 2, 3], "\n".join(
+	    ln[:300] for ln in out.splitlines() if "STEP" not in ln)[-12000:] +
+	    "\nevents: %s" % job_events(d, job))
 	check(len({r["digest"] for r in reports}) == 1, reports)
 	check({r["pid"] for r in reports if not r["replacement"]} <= survivors,
 	    (reports, survivors))
@@ -402,6 +446,8 @@ def repair_kill_in_place(d, scope, job, kill9=False, stop=False):
 	    "8" if stop else "5", "--batch", "32", "--hidden", "32",
 	    "--step-delay", "0.05"],
 	    agent_args=["--progress_timeout", "10"] if stop else [])
+	if not stop and not kill9:
+		torch_surfaces(d, job)
 	survivors = set(a.children())
 	victim, other = sorted(b.children())
 	survivors.add(other)
@@ -436,6 +482,8 @@ def repair_kill_in_place(d, scope, job, kill9=False, stop=False):
 	now = set(a.children()) | set(b.children())
 	check(survivors <= now, (survivors, now))
 	check(victim not in now, (victim, now))
+	if not stop and not kill9:
+		torch_surfaces(d, job)		# the grow round's steps too
 	reports, out, ev = repair_done(d, job, a, b, survivors)
 	if stop:
 		# Only the stopped rank was called hung.

@@ -265,5 +265,34 @@ def test_public_error_codes_match_the_internal_ones():
     assert imin == pmin and inner[imin] == min(inner.values()), (imin, pmin)
 
 
+def test_repair_settings_documented():
+    # Every --rdzv_conf key the agent reads (agent/cli.c's strcmp(k, ...))
+    # is in rdzv-agent(1)'s list, and every RDZV_* variable of repair
+    # (the agent's worker environment, librdzvworker's, the torch
+    # helper's) is in the README and rdzv-agent(1).
+    man = open(page("rdzv-agent.1")).read()
+    readme = open(os.path.join(SRC, "README.md")).read()
+    cli = open(os.path.join(SRC, "agent", "cli.c")).read()
+    keys = set(re.findall(r'strcmp\(k, "([a-z_]+)"\)', cli))
+    assert {"max_repairs", "repair_timeout"} <= keys, keys
+    missing = [k for k in sorted(keys)
+               if not re.search(r"^\.It Cm (.*, )?%s\b" % k, man, re.M)]
+    assert not missing, "--rdzv_conf keys not in rdzv-agent(1): %s" % missing
+    names = set()
+    for d, exts in (("python/rdzv", ".py"), ("libworker", ".c"),
+                    ("agent", ".c")):
+        for f in os.listdir(os.path.join(SRC, d)):
+            if f.endswith(exts):
+                text = open(os.path.join(SRC, d, f)).read()
+                names |= set(re.findall(r'"(RDZV_(?:REPAIR|PROGRESS_FD|'
+                                        r'REPLACEMENT)[A-Z_]*)"', text))
+    assert {"RDZV_PROGRESS_FD", "RDZV_REPLACEMENT", "RDZV_REPAIR",
+            "RDZV_REPAIR_TIMEOUT_MS", "RDZV_REPAIR_DEBUG"} <= names, names
+    for n in sorted(names):
+        assert "`%s" % n in readme, "%s is not in README.md" % n
+        assert re.search(r"^\.It Ev %s\b" % n, man, re.M), \
+            "%s is not in rdzv-agent(1)'s ENVIRONMENT" % n
+
+
 if __name__ == "__main__":
     rt.main(globals())

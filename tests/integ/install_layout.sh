@@ -149,7 +149,25 @@ print(repair.__file__, r.rank, r.world, r.kind)') ||
 		    'from rdzv import repair; print(repair.__file__)')
 		[ "$got" = "$D/pip/rdzv/repair.py" ] ||
 			fail "pip's rdzv.repair: $got"
-		rm -rf "$D/pip" "$D/pysrc" "$D/pip.log"
+		rm -rf "$D/pip" "$D/pip.log"
+		# The README's one command, in a fresh virtualenv: its own pip
+		# (offline, so setuptools and wheel come from the system's).
+		if "$pip_py" -m venv --system-site-packages "$D/venv" \
+		    >"$D/venv.log" 2>&1; then
+			"$D/venv/bin/python" -m pip install -q --no-build-isolation \
+			    --no-deps --no-index "$D/pysrc" >>"$D/venv.log" 2>&1 ||
+				fail "pip install ./python in a virtualenv: $(tail -5 "$D/venv.log")"
+			got=$(cd / && "$D/venv/bin/python" -c \
+			    'from rdzv import repair; print(repair.__file__)')
+			case "$got" in
+			"$D"/venv/lib/python*/site-packages/rdzv/repair.py) ;;
+			*) fail "the virtualenv's rdzv.repair: $got" ;;
+			esac
+		else
+			echo "# $pip_py cannot make a virtualenv (python3-venv): the" \
+			    "virtualenv install not tried"
+		fi
+		rm -rf "$D/venv" "$D/venv.log" "$D/pysrc"
 	else
 		echo "# no python with pip and setuptools: pip install ./python not tried"
 	fi

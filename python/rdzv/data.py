@@ -1,0 +1,184 @@
+"""rdzv.data: the job's position in its data, and the batches from it.
+
+Owns which samples each rank trains at each step, so that a repair never
+trains a sample twice or skips one within an epoch: the epoch's order is a
+permutation every rank computes alike (seed + epoch), the job's position
+(job.pos, samples of the epoch consumed) advances only when a step
+commits, and a rank's batch is a slice of the next global batch at that
+position for the group of the moment.  A repair (a new group, or a
+donor's position) reshards from there.
+
+The global batch after a shrink is the script's choice (policy):
+  "rank"   (default) each rank keeps batch_size samples: the global batch
+           is world * batch_size, smaller while the job is short of ranks;
+           job.batch_scale (world / full world) is there to scale the LR.
+  "global" the global batch stays full_world * batch_size (the job's world
+           at its start): each rank takes an even share of it (the shares
+           differ by at most one sample), so a step trains the same
+           samples as in the failure-free run; a rank's batch grows while
+           the job is short.
+Batches() yields index lists; Loader is a torch DataLoader (workers,
+prefetch) over the same slices, rebuilt whenever a repair moved the job,
+so nothing a worker prefetched for a dropped or resharded step is
+trained.
+"""
+
+
+from . import log
+
+POLICIES = ("rank", "global")
+
+
+class Plan:
+	"""The slices of a data set of n samples cut in global batches of
+	batch_size per rank under policy; shuffle: a permutation per epoch
+	seeded by seed + epoch, else the samples in order."""
+
+	def __init__(self, n, batch_size, seed=0, shuffle=True, policy="rank"):
+		if policy not in POLICIES:
+			raise ValueError("rdzv.repair: batch policy %r: use one of "
+			    "%s" % (policy, ", ".join(POLICIES)))
+		if batch_size < 1:
+			raise ValueError("rdzv.repair: batch_size %r: use 1 or more"
+			    % (batch_size,))
+		self.n, self.batch_size = n, batch_size
+		self.seed, self.shuffle, self.policy = seed, shuffle, policy
+		self._perm = (None, None)
+
+	def global_batch(self, job):
+		"""Samples the job trains in one step in its current group."""
+		w = job.full_world if self.policy == "global" else job.world
+		return max(w, 1) * self.batch_size
+
+	def done(self, job):
+		"""Whether job's epoch has no full global batch left."""
+		return self.n - job.pos < self.global_batch(job)
+
+	def order(self, epoch):
+		"""The epoch's sample order (a list, the same on every rank)."""
+		if self._perm[0] != epoch:
+			import torch
+			if self.shuffle:
+				g = torch.Generator()
+				g.manual_seed(self.seed + epoch)
+				p = torch.randperm(self.n, generator=g)
+			else:
+				p = torch.arange(self.n)
+			self._perm = (epoch, p.tolist())
+		return self._perm[1]
+
+	def slice(self, job, pos):
+		"""(lo, hi) of job.rank's share of the global batch at pos."""
+		g = self.global_batch(job)
+		w, r = job.world, job.rank
+		return (pos + r * g // w, pos + (r + 1) * g // w)
+
+	def indices(self, job, pos=None):
+		"""job.rank's sample indices of the global batch at pos (default
+		the job's position) of the current epoch."""
+		lo, hi = self.slice(job, job.pos if pos is None else pos)
+		return self.order(job.epoch)[lo:hi]
+
+	def rest(self, job):
+		"""This rank's index lists of every global batch left in the
+		epoch from the job's position, as the group is now."""
+		out, pos, g = [], job.pos, self.global_batch(job)
+		while self.n - pos >= g:
+			out.append(self.indices(job, pos))
+			pos += g
+		return out
+
+	def commit(self, job):
+		"""A step committed: the job's position moves one global batch,
+		to the next epoch when no full one is left."""
+		job.pos += self.global_batch(job)
+		if self.done(job):
+			job.epoch += 1
+			job.pos = 0
+
+
+def _next_step(job, plan, e, what):
+	"""Before each batch of epoch e: begins the step (taking a pending
+	round); False when the epoch is over (a donor's state moved the job
+	on, or no full global batch is left).  Raises when the previous
+	batch was not trained in job.step() (the position would not move)."""
+	if job._in_step:
+		raise RuntimeError("rdzv.repair: a batch of %s was not trained "
+		    "inside `with job.step():`; the job's position moves only "
+		    "when a step commits, so wrap each step's body in it" % what)
+	job._begin()
+	if job.epoch != e:	# a donor's state moved it
+		job._in_step = False
+		return False
+	if plan.done(job):
+		job._in_step = False
+		job.epoch, job.pos = e + 1, 0
+		return False
+	return True
+
+
+def batches(job, plan):
+	"""Generator behind job.batches(): this rank's index list of each
+	global batch left in the current epoch."""
+	job._plan = plan
+	e = job.epoch
+	while job.epoch == e and _next_step(job, plan, e, "job.batches()"):
+		yield plan.indices(job)
+
+
+class Loader:
+	"""What job.loader() returns: iterating it yields the DataLoader's
+	batches of this rank for every step left in the current epoch; see
+	job.loader()."""
+
+	def __init__(self, job, dataset, plan, kw):
+		self.job, self.dataset, self.plan, self.kw = job, dataset, plan, kw
+		self.rebuilt = 0	# DataLoaders made (tests, curiosity)
+
+	def __len__(self):
+		"""Steps of a whole epoch in the current group."""
+		return self.plan.n // self.plan.global_batch(self.job)
+
+	def set_epoch(self, epoch):
+		"""Nothing: the epoch is the job's (DistributedSampler's call,
+		kept so a script may leave it)."""
+
+	def _make(self):
+		from torch.utils.data import DataLoader
+		self.rebuilt += 1
+		return iter(DataLoader(self.dataset,
+		    batch_sampler=self.plan.rest(self.job), **self.kw))
+
+	def __iter__(self):
+		job, plan = self.job, self.plan
+		job._plan = plan
+		e, it, expect = job.epoch, None, None
+		try:
+			while job.epoch == e and _next_step(job, plan, e,
+			    "job.loader()"):
+				now = (job.repairs, job.rank, job.world, job.pos)
+				if it is None or now != expect:
+					# A repair, or a dropped step: what the
+					# workers prefetched is for another cut.
+					_shutdown(it)
+					it = self._make()
+				try:
+					batch = next(it)
+				except StopIteration:
+					raise RuntimeError("rdzv.repair: the loader "
+					    "ended before the epoch's position %d of %d"
+					    % (job.pos, plan.n)) from None
+				expect = (job.repairs, job.rank, job.world,
+				    job.pos + plan.global_batch(job))
+				yield batch
+		finally:
+			_shutdown(it)
+
+
+def _shutdown(it):
+	"""Ends a DataLoader iterator's worker processes now."""
+	if it is not None and hasattr(it, "_shutdown_workers"):
+		try:
+			it._shutdown_workers()
+		except Exception as e:
+			log.debug("shutting the loader's workers down: %s", e)

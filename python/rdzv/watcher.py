@@ -1,0 +1,186 @@
+"""rdzv.watcher: the threads beside the training thread.
+
+Owns, as a mixin of repair.Job: the watcher thread that reads the agent's
+messages (a round: note it, agree on the switch step of a grow, break the
+group of a shrink; stop: exit), the "wait" it says while the training
+thread is blocked on its peers, and the reporter thread that writes the
+committed step where rdzvd reads it ("progress/<rank>" = "STEP WALL_MS"
+in the round's namespace, as librdzvworker's rdzv_report_progress does),
+so that rdzvctl members/top, the status page and the per-job metrics
+show a torch job as they show a C one.
+"""
+
+import os
+import sys
+import threading
+import time
+
+from . import group, log
+from .channel import Round, chan_eof, parse_message, MSG_MAX
+
+WAIT_EVERY = 1.0		# "wait" while blocked in torch this long, as often
+STORE_EVERY = 1.0		# seconds between steps written to rdzvd's store
+STORE_TIMEOUT = 2.0		# seconds a progress write may take
+AGREE_POLL = 0.02		# seconds between looks at a grow's posts
+_KEY = "rdzv_repair/begun/%d"	# boundary agreement of a grow round
+
+
+class Watcher:
+	"""The watcher and reporter threads' half of Job."""
+
+	def _in_torch(self):
+		"""Whether the training thread's innermost Python frame is
+		torch's own code (a collective, or the backward pass that runs
+		DDP's allreduce), not the script's."""
+		import torch
+		f = sys._current_frames().get(self._main)
+		return f is not None and f.f_code.co_filename.startswith(
+		    os.path.dirname(torch.__file__) + os.sep)
+
+	def _say_wait(self):
+		"""Says "wait" (about once a second) while the training thread
+		has been inside torch with no step done for WAIT_EVERY: blocked
+		on its peers, not hung itself, so the agent's --progress_timeout
+		watchdog gives it longer and kills the rank it waits on first
+		(a stopped rank, or one stuck in the script's own code, says
+		nothing).  A rank stuck inside torch's own computation looks
+		the same; it is killed a timeout later, as a deadlock is."""
+		now = time.monotonic()
+		if not self._joined or not self._in_torch():
+			self._blocked = None
+			return
+		if self._blocked is None or self._blocked[0] != self.step_count:
+			self._blocked = (self.step_count, now)
+			return
+		if now - self._blocked[1] >= WAIT_EVERY and \
+		    now - self._waited >= WAIT_EVERY:
+			self._waited = now
+			self._send("wait")
+
+	def _watch(self):
+		try:
+			self._watch_chan()
+		finally:
+			with self._cv:
+				self._chan_gone = True
+				self._cv.notify_all()
+
+	def _watch_chan(self):
+		import select
+		warned = False
+		p = select.poll()
+		p.register(self._chan.fileno(), select.POLLIN)
+		while True:
+			try:
+				if not p.poll(WAIT_EVERY * 500):
+					self._say_wait()
+					continue
+				self._say_wait()
+				msg = self._chan.recv(MSG_MAX + 1)
+			except InterruptedError:
+				continue
+			except OSError:
+				return
+			if not msg:
+				if chan_eof(self._chan):
+					log.debug("the agent closed the channel")
+					return
+				log.debug("ignoring an empty message")
+				continue
+			try:
+				verb, f = parse_message(msg)
+			except ValueError as e:
+				# The agent's bug, not an attack: say so once.
+				(log.debug if warned else log.warn)(
+				    "ignoring a malformed message: %s", e)
+				warned = True
+				continue
+			if verb == "round":
+				r = Round(**f)
+				log.debug("heard %r", r)
+				self._on_round(r)
+			elif verb == "stop":
+				log.warn("the agent stopped the repair: exiting")
+				os._exit(1)
+			else:
+				log.debug("ignoring %r", msg[:64])
+
+	def _on_round(self, r):
+		with self._cv:
+			self._rounds.append(r)
+			healthy = r.kind == "grow" and self._joined
+			# A newer round supersedes a grow still being agreed on
+			# (its replacement may be the peer that just died).
+			self._freeze, self._target = (r if healthy else None), None
+			stale = self._building
+			self._cv.notify_all()
+		if stale is not None and stale.round < r.round:
+			# The training thread waits in the store of a round its
+			# peers have left for this one: break that wait, so it
+			# takes this round instead (rdzv.repair's _repair_in).
+			log.debug("round %d supersedes round %d being built",
+			    r.round, stale.round)
+			group.reset_port(stale.master_port)
+		if healthy:
+			# Its own thread: the watcher must hear a round that
+			# supersedes this one while the survivors agree.
+			threading.Thread(target=self._agree, args=(r,),
+			    name="rdzv-agree", daemon=True).start()
+		elif self._joined:
+			self._abort()
+
+	def _agree(self, r):
+		"""The step after which the survivors switch to the grow round
+		r, the largest number of steps any of them began; given up when
+		a newer round supersedes r."""
+		target = -1
+		try:
+			st = group.round_store(r, self.repair_timeout)
+			with self._cv:
+				begun = self.step_count + (1 if self._in_step else 0)
+			st.set(_KEY % r.rank, str(begun))
+			keys = [_KEY % i for i in range(r.world)]
+			end = time.monotonic() + self.repair_timeout
+			while not st.check(keys):
+				with self._cv:
+					if self._freeze is not r:
+						log.debug("round %d superseded", r.round)
+						return
+				if time.monotonic() > end:
+					raise TimeoutError("not every rank posted within "
+					    "%.0f s" % self.repair_timeout)
+				time.sleep(AGREE_POLL)
+			target = max(int(st.get(k)) for k in keys)
+		except Exception as e:
+			log.warn("no agreement on round %d (%s): switching now",
+			    r.round, e)
+		with self._cv:
+			if self._freeze is r:
+				self._target = target
+				self._cv.notify_all()
+		log.debug("round %d: switch after step %d", r.round, target)
+
+	def _report(self):
+		"""Reporter thread: writes the committed step, when it moved or
+		the round changed, at most every STORE_EVERY, to the current
+		round's store on rdzvd.  Its own TCPStore client: a write that
+		waits for an rdzvd restarting blocks nobody but this thread, and
+		a failed one is tried again with a new client next time."""
+		st, at, said = None, None, None
+		while True:
+			time.sleep(STORE_EVERY)
+			with self._cv:
+				r, step = self._round, self.step_count
+			if r is None or not self._joined or (r, step) == said:
+				continue
+			try:
+				if st is None or at is not r:
+					st, at = None, None
+					st, at = group.raw_store(r, STORE_TIMEOUT), r
+				st.set("progress/%d" % r.rank, "%d %d" % (step,
+				    int(time.time() * 1000)))
+				said = (r, step)
+			except Exception as e:
+				log.debug("progress to rdzvd: %s",
+				    str(e).splitlines()[0][:160] if str(e) else e)
+				st = at = None
