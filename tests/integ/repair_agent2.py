@@ -131,7 +131,8 @@ def test_second_failure_escalates():
     assert sorted(hashes) == [0, 1, 2, 3], hashes
     assert len(set(hashes.values())) == 1, hashes
     assert ("repair escalated to restart: a second failure during a "
-            "repair") in ev, ev
+            "repair") in ev, "%s\n%s" % (ev, "\n".join(
+                x.output()[-4000:] for x in (a, b)))
     assert not any(t.startswith("repair: grow") for t in ev), ev
     assert d.metric("rdzvd_repairs_total") == 1
     assert d.metric("rdzvd_restarts_total") == 1
