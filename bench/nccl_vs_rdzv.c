@@ -274,6 +274,7 @@ main(int argc, char **argv)
 			    "host_us %.1f\n", bytes, raw, dv, hs);
 			free(h);
 		}
+		free(ts);
 	} else if (strcmp(argv[1], "busbw") == 0) {
 		size_t	maxb = (size_t)strtoull(argv[2], NULL, 0);
 
