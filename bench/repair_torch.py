@@ -33,10 +33,13 @@ sorted pids) gets SIGKILL.  Times from the SIGKILL, all on
 CLOCK_MONOTONIC (the workers' "STEP rank step world time" lines print
 it):
   (a) survivors   repair: every rank of the group of 3 committed a step
-                  in it; restart and torchrun: nothing steps before every
+                  in it (when the grow round comes before they step in
+                  it, they waited for the replacement: (a) = (b));
+                  restart and torchrun: nothing steps before every
                   worker is new, so (a) = (b)
   ready           repair: the agent's "its replacement is ready" line
-                  arrived (the replacement's python, torch and data start)
+                  arrived (the replacement says it in
+                  init_process_group: its python and torch start)
   (b) all         repair: every rank of the group of 4, the replacement
                   too, committed a step in it after the shrink; restart
                   and torchrun: every rank committed a step of the new
@@ -259,16 +262,23 @@ def real(a):
 					os.kill(ws[run % 4], signal.SIGKILL)
 					row = {}
 					if side in ("repair", "cold"):
-						ta = firsts(job, lambda st: st[0] > tk and
-						    st[3] == 3, range(3), "a step in 3")
-						t3 = min(ta.values())
-						row["survivors"] = max(ta.values())
 						row["ready"] = job.wait_line(lambda s:
 						    "replacement is ready" in s, tk,
 						    timeout=300)[0]
 						row["all"] = max(firsts(job, lambda st:
-						    st[0] > t3 and st[3] == 4, range(4),
+						    st[0] > tk and st[3] == 4, range(4),
 						    "a step in 4").values())
+						# (a): every survivor's first step in
+						# the group of 3; a grow that came first
+						# (the survivors waited for the
+						# replacement) makes (a) = (b).
+						ta = {}
+						for st in job_steps(job):
+							if tk < st[0] < row["all"] and \
+							    st[3] == 3 and st[1] not in ta:
+								ta[st[1]] = st[0]
+						row["survivors"] = max(ta.values()) if \
+						    len(ta) == 3 else row["all"]
 					else:
 						row["all"] = row["survivors"] = max(firsts(
 						    job, lambda st: st[0] > tk and
