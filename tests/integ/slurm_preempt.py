@@ -88,8 +88,10 @@ def test_usr1_checkpoint_requeue():
     assert sorted(r for r, _, _ in seen) == ["0", "1"], seen
     assert len({(e, s) for _, e, s in seen}) == 1, seen
     _, epoch, step = seen[0]
-    assert C.out(jid).count("signal 10 (SIGUSR1): forwarded to 1 worker") \
-        == 2, C.out(jid)
+    # One agent's notice can reach its worker, and so the agreement, before
+    # the other's slurmd has delivered it (seen under ASan): wait for both.
+    C.wait_out(jid, r"signal 10 \(SIGUSR1\): forwarded to 1 worker$",
+               count=2, timeout=30)
     assert C.job_state(jid) == "RUNNING", C.diagnostics(jid)
     requeue_now(jid)
     rows = C.wait_state(jid, "COMPLETED", timeout=150)
