@@ -1,5 +1,5 @@
 /*
- * test_rdzv.c: unit tests of the rendezvous state machine (rdzvd/rdzv.c)
+ * test_rdzv.c: unit tests of the rendezvous state machine (rdzvd/rdzv*.c)
  * over a real kv core, with a fake wall clock: retention (closed jobs
  * purged after it, in batches, in close order, never a running one; 0
  * keeps them), what a purge drops and what it leaves (another job's

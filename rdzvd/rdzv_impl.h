@@ -1,0 +1,150 @@
+/*
+ * rdzv_impl.h: what the files of the rendezvous state machine share, and
+ * nothing else sees (the rest of rdzvd uses rdzv.h).  One machine, one
+ * outbox, split by responsibility:
+ *
+ *	rdzv.c		the outbox, lookups, pushes, forming and ending
+ *			rounds, the ops (JOIN, HEARTBEAT, LEAVE, SUCCEEDED),
+ *			the tick, status documents, operators
+ *	rdzv_repair.c	repair rounds: a failure shrinks the round around the
+ *			dead, a READY grows it back, or the job restarts
+ *	rdzv_rows.c	the rows kept in kv (jobs, nodes, events) and loading
+ *			them after a restart
+ *	rdzv_retain.c	retention: purging closed jobs, sweeping dead rounds'
+ *			namespaces
+ */
+#ifndef RDZV_IMPL_H
+#define RDZV_IMPL_H
+
+#include <sys/queue.h>
+
+#include <stdint.h>
+
+#include <jansson.h>
+#include <uthash.h>
+
+#include "rdzv.h"
+
+enum rz_job_state { RZJ_FORMING = 1, RZJ_RUNNING, RZJ_DONE, RZJ_FAILED };
+enum rz_node_state { RZN_WAITING = 1, RZN_MEMBER, RZN_STANDBY };
+
+struct rz_node {
+	TAILQ_ENTRY(rz_node)	 entry;
+	UT_hash_handle		 hh;		/* in its job's by_instance */
+	int64_t			 id;
+	char			 instance[RZ_ID_MAX + 1];
+	char			 host[RZ_ID_MAX + 1];
+	char			 addr[RZ_ID_MAX + 1];
+	int64_t			 pid;
+	int64_t			 lws;		/* local world size */
+	enum rz_node_state	 state;
+	int64_t			 group_rank;	/* this round, or -1 */
+	int64_t			 prev_rank;	/* last round it was in, or -1 */
+	int64_t			 join_seq;	/* order of joining */
+	int64_t			 want_rank;	/* JOIN's node rank, or -1 */
+	int64_t			 rank_base;	/* member: its first rank,
+						 * set as the round forms */
+	int64_t			 lease_end;
+	int			 succeeded;
+	int			 repairable;	/* HEARTBEAT said so (this round) */
+	int64_t			 dead_local;	/* bit l: local rank l died,
+						 * its replacement not in */
+	void			*conn;
+};
+TAILQ_HEAD(rz_nodes, rz_node);
+
+struct rz_job {
+	UT_hash_handle		 hh;
+	char			 id[RZ_ID_MAX + 1];
+	int64_t			 min, max, max_restarts, last_call_ms, lease_ms;
+	enum rz_job_state	 state;
+	int64_t			 round;
+	int64_t			 base_round;	/* the round that formed this
+						 * membership; repair rounds
+						 * after it keep it */
+	int64_t			 restart_count;
+	int64_t			 last_join;	/* for the last call */
+	int64_t			 next_node_id;
+	int64_t			 next_join_seq;
+	int64_t			 next_event;
+	int64_t			 world_size;
+	int64_t			 members;	/* of the running round */
+	int			 port;		/* this round's TCPStore port */
+	int			 port_pending;	/* asked for, not yet settled */
+	int			 dirty;		/* job row to write */
+	TAILQ_ENTRY(rz_job)	 dirty_entry;	/* on rz->dirty while dirty */
+	char			 ns[RZ_ID_MAX + 64];
+	char			 failure[RZ_MSG_MAX];
+	struct rz_nodes		 nodes;
+	struct rz_node		*by_instance;	/* the nodes by instance */
+	int64_t			 nnodes;
+	int64_t			 lease_low;	/* <= every node's lease_end
+						 * (exact after a tick) */
+	int64_t			 closed_ms;	/* wall clock, once closed */
+	TAILQ_ENTRY(rz_job)	 closed_entry;	/* on rz->closed, once closed */
+	int			 purging;	/* in this rz_purge's batch */
+	int64_t			 purged_keys;
+	/* Repair (rdzv.h): this round's kind and donor, repairs made, and
+	 * the replacement awaited (pend_node 0: none) with its deadline. */
+	int64_t			 max_repairs, repair_timeout_ms, repairs;
+	int64_t			 kind, donor;
+	int64_t			 pend_node, pend_local, pend_deadline;
+};
+TAILQ_HEAD(rz_jobs, rz_job);
+
+struct rz {
+	struct kv		*kv;
+	struct rz_hooks		 hooks;
+	int64_t			 def_last_call, def_lease;
+	struct rz_job		*jobs;
+	struct rz_jobs		 closed;	/* in the order they closed */
+	struct rz_jobs		 dirty;		/* job rows to write */
+	int64_t			 retention_ms;	/* 0: closed jobs kept */
+	struct rz_stats		 stats;
+};
+
+/* The reserved namespace of job rows. */
+extern const struct slice rz_ns_jobs;
+
+/* ---- rdzv.c ---- */
+void *rz_outbox_grow(struct rz_outbox *ob, void **v, size_t *n, size_t *cap,
+    size_t sz);
+void rz_out_port_close(struct rz_outbox *ob, struct rz_job *j);
+void rz_out_port_open(struct rz_outbox *ob, struct rz_job *j, int want);
+void rz_mark(struct rz *rz, struct rz_job *j);
+struct rz_job *rz_find_job(struct rz *rz, struct slice id);
+struct rz_node *rz_find_node(struct rz_job *j, int64_t id);
+int rz_closed(const struct rz_job *j);
+int rz_rank_bases(struct rz *rz, struct rz_job *j);
+void rz_push_node(struct rz_outbox *ob, struct rz_job *j, struct rz_node *nd,
+    int state, const char *message);
+void rz_close_job(struct rz *rz, struct rz_outbox *ob, struct rz_job *j,
+    enum rz_job_state state, int64_t now);
+void rz_round_end(struct rz *rz, struct rz_outbox *ob, struct rz_job *j,
+    int64_t now, const char *why);
+int rz_round_form(struct rz *rz, struct rz_outbox *ob, struct rz_job *j,
+    int64_t now);
+void rz_node_add(struct rz_job *j, struct rz_node *nd);
+void rz_nodes_free(struct rz_job *j);
+
+/* ---- rdzv_repair.c ---- */
+int rz_repair_lost(struct rz *rz, struct rz_outbox *ob, struct rz_job *j,
+    const struct rz_node *lost, const char *how, int64_t now);
+void rz_repair_timeout(struct rz *rz, struct rz_outbox *ob, struct rz_job *j,
+    int64_t now);
+
+/* ---- rdzv_rows.c ---- */
+void rz_ns_name(char *out, size_t outsz, const char *kind,
+    const struct rz_job *j, struct slice *ns);
+json_t *rz_json_text(const char *text);
+void rz_save_job(struct rz *rz, struct rz_job *j);
+void rz_save_node(struct rz *rz, struct rz_job *j, struct rz_node *nd);
+void rz_drop_node_row(struct rz *rz, struct rz_job *j, struct rz_node *nd);
+void rz_event(struct rz *rz, struct rz_job *j, int64_t now, const char *fmt,
+    ...) __attribute__((format(printf, 4, 5)));
+int rz_event_parse(struct slice v, int64_t *ms, char **text);
+
+/* ---- rdzv_retain.c ---- */
+int64_t rz_sweep_job(struct rz *rz, struct rz_job *j);
+
+#endif /* RDZV_IMPL_H */

@@ -1,0 +1,328 @@
+/*
+ * rdzv_repair.c: repair rounds (rdzv.h).  A worker's death in a
+ * repairable job shrinks the running round around it (the survivors go on
+ * without it); its replacement's READY grows the round back; a failure
+ * that cannot be repaired, or a replacement not ready in time, restarts
+ * the job as before.
+ */
+#include "config.h"
+
+#include <sys/queue.h>
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "rdzv.h"
+#include "rdzv_err.h"
+#include "rdzv_impl.h"
+#include "wire.h"
+
+static const char *rz_repair_refused(struct rz_job *, struct rz_node *,
+		    int64_t, char *, size_t);
+static const char *rz_repair_refused_job(struct rz_job *, char *, size_t);
+static void	rz_repair_round(struct rz *, struct rz_outbox *,
+		    struct rz_job *, int64_t kind);
+static void	rz_repair_shrink(struct rz *, struct rz_outbox *,
+		    struct rz_job *, struct rz_node *, int64_t, const char *,
+		    int64_t);
+static void	rz_restart(struct rz *, struct rz_outbox *, struct rz_job *,
+		    int64_t, const char *, const char *);
+
+int
+rz_failure(struct rz *rz, const struct nat_failure *r, int64_t now,
+    struct rz_outbox *ob)
+{
+	struct rz_job	*j;
+	struct rz_node	*nd;
+	char		 msg[RZ_MSG_MAX / 2], what[64];
+	char		 cause[RZ_MSG_MAX - 64], cutbuf[RZ_ID_MAX + 64];
+	const char	*why;
+	size_t		 mlen;
+
+	if ((j = rz_find_job(rz, r->job)) == NULL ||
+	    (nd = rz_find_node(j, r->node_id)) == NULL)
+		return RDZV_ENOTFOUND;
+	mlen = r->message.len < sizeof msg - 1 ? r->message.len :
+	    sizeof msg - 1;
+	memcpy(msg, r->message.p, mlen);
+	msg[mlen] = '\0';
+	if (r->signo > 0)
+		snprintf(what, sizeof what, "signal %" PRId64, r->signo);
+	else
+		snprintf(what, sizeof what, "exit code %" PRId64, r->exit_code);
+	rz_event(rz, j, now, "failure round %" PRId64 " node %" PRId64
+	    " host %s rank %" PRId64 " local rank %" PRId64 " %s: %s",
+	    r->round, nd->id, nd->host, r->rank, r->local_rank, what, msg);
+	/*
+	 * Only the first report of a round counts: the others are the
+	 * same failure seen from the survivors.  A repair round keeps the
+	 * membership, so a report of a round since it formed is news (its
+	 * agent had not heard of the repair round yet): a second failure
+	 * during a repair, or one to repair; but the death rdzvd already
+	 * counts (a report sent again after a reconnect) is not.
+	 */
+	if (j->state != RZJ_RUNNING || r->round < j->base_round ||
+	    r->round > j->round || nd->state != RZN_MEMBER)
+		return 0;
+	if (r->round != j->round && r->local_rank >= 0 &&
+	    r->local_rank < RZ_REPAIR_LWS_MAX &&
+	    (nd->dead_local & (1LL << r->local_rank)))
+		return 0;
+	snprintf(cause, sizeof cause, "rank %" PRId64 " (local rank %" PRId64
+	    ") on %s: %s%s%s", r->rank, r->local_rank, nd->host, what,
+	    msg[0] ? ": " : "", msg);
+	if (r->repair) {
+		if ((why = rz_repair_refused(j, nd, r->local_rank, cutbuf,
+		    sizeof cutbuf)) == NULL) {
+			rz_repair_shrink(rz, ob, j, nd, r->local_rank, what,
+			    now);
+			return 0;
+		}
+		rz_event(rz, j, now, "repair escalated to restart: %s", why);
+	} else if (j->pend_node != 0)
+		rz_event(rz, j, now, "repair escalated to restart: a failure "
+		    "the agent does not repair");
+	rz_restart(rz, ob, j, now, cause, "a worker failed");
+	return 0;
+}
+
+/*
+ * Why a failure of local rank l on nd cannot be repaired, or NULL when
+ * it can (buf holds the text of some answers).
+ */
+static const char *
+rz_repair_refused(struct rz_job *j, struct rz_node *nd, int64_t l,
+    char *buf, size_t bufsz)
+{
+	const char	*why;
+
+	if ((why = rz_repair_refused_job(j, buf, bufsz)) != NULL)
+		return why;
+	if (l < 0 || l >= nd->lws || l >= RZ_REPAIR_LWS_MAX ||
+	    (nd->dead_local & (1LL << l)))
+		return "the failed local rank is not a live one";
+	if (j->world_size <= 1)
+		return "no worker would be left";
+	return NULL;
+}
+
+/* Why the job cannot repair now, whatever failed, or NULL. */
+static const char *
+rz_repair_refused_job(struct rz_job *j, char *buf, size_t bufsz)
+{
+	struct rz_node	*m;
+
+	if (j->pend_node != 0)
+		return "a second failure during a repair";
+	if (j->max_repairs == 0)
+		return "repair is off (max_repairs 0)";
+	if (j->repairs >= j->max_repairs) {
+		snprintf(buf, bufsz, "max_repairs %" PRId64 " used",
+		    j->max_repairs);
+		return buf;
+	}
+	TAILQ_FOREACH(m, &j->nodes, entry) {
+		if (m->state != RZN_MEMBER)
+			continue;
+		if (!m->repairable || m->lws > RZ_REPAIR_LWS_MAX) {
+			snprintf(buf, bufsz, "node %" PRId64 " (host %s) "
+			    "cannot repair", m->id, m->host);
+			return buf;
+		}
+	}
+	return NULL;
+}
+
+/*
+ * Member lost (lease lapse, LEAVE; its node already removed, how says
+ * which) in a job that can repair: a STANDBY node takes its group rank
+ * in a shrink round (none of its workers live yet: its agent starts
+ * them all as replacements, and their READYs grow the round), or, with
+ * no standby and min_nodes still met, the members close ranks in a
+ * shrink round.  Returns 0 when a repair round opened, -1 when the
+ * round must end as before (the event says why).
+ */
+int
+rz_repair_lost(struct rz *rz, struct rz_outbox *ob, struct rz_job *j,
+    const struct rz_node *lost, const char *how, int64_t now)
+{
+	struct rz_node	*m, *sb = NULL;
+	char		 buf[RZ_ID_MAX + 64];
+	const char	*why;
+	int64_t		 left = 0;
+
+	TAILQ_FOREACH(m, &j->nodes, entry) {
+		if (m->state == RZN_MEMBER)
+			left++;
+		else if (m->state == RZN_STANDBY && sb == NULL &&
+		    m->conn != NULL && m->lws <= RZ_REPAIR_LWS_MAX)
+			sb = m;		/* the first to have come */
+	}
+	if ((why = rz_repair_refused_job(j, buf, sizeof buf)) == NULL &&
+	    sb == NULL && left < j->min)
+		why = "no standby, and fewer than min_nodes would be left";
+	if (why == NULL && sb == NULL && left == 0)
+		why = "no node would be left";
+	if (why != NULL) {
+		rz_event(rz, j, now, "repair escalated to restart: node %"
+		    PRId64 " (host %s) lost (%s): %s", lost->id, lost->host,
+		    how, why);
+		return -1;
+	}
+	if (sb != NULL) {
+		sb->state = RZN_MEMBER;
+		sb->group_rank = lost->group_rank;
+		sb->succeeded = 0;
+		sb->repairable = 0;	/* its workers say so when up */
+		sb->dead_local = (int64_t)((1ULL << sb->lws) - 1);
+		rz_save_node(rz, j, sb);
+		j->pend_node = sb->id;
+		j->pend_local = -1;	/* all of its workers */
+		j->pend_deadline = now + j->repair_timeout_ms;
+	}
+	rz_repair_round(rz, ob, j, NAT_KIND_SHRINK);
+	if (sb != NULL)
+		rz_event(rz, j, now, "repair: node %" PRId64 " (host %s) "
+		    "lost (%s): standby node %" PRId64 " (host %s) takes its "
+		    "place; shrink to %" PRId64 " until its workers are ready, "
+		    "round %" PRId64 ", donor %" PRId64, lost->id, lost->host,
+		    how, sb->id, sb->host, j->world_size, j->round, j->donor);
+	else
+		rz_event(rz, j, now, "repair: shrink to %" PRId64 " after node "
+		    "%" PRId64 " (host %s) was lost (%s): %" PRId64 " nodes "
+		    "left, round %" PRId64 ", donor %" PRId64, j->world_size,
+		    lost->id, lost->host, how, left, j->round, j->donor);
+	return 0;
+}
+
+/*
+ * Opens a repair round of kind (SHRINK or GROW) for the members as they
+ * stand (dead_local, the pending replacement): the old round's namespace
+ * and port go, a fresh namespace and port come, rank bases and the donor
+ * are set over the live workers, every member is pushed.
+ */
+static void
+rz_repair_round(struct rz *rz, struct rz_outbox *ob, struct rz_job *j,
+    int64_t kind)
+{
+	struct rz_node	*nd;
+
+	if (j->port > 0)
+		rz_out_port_close(ob, j);
+	if (j->ns[0] != '\0')
+		kv_ns_drop(rz->kv, slice_str(j->ns));
+	j->round++;
+	snprintf(j->ns, sizeof j->ns, "job/%s/round/%" PRId64, j->id, j->round);
+	j->kind = kind;
+	/* On no memory the bases stay, the round is sent anyway: the
+	 * workers' numbering is then wrong and the next failure restarts. */
+	rz_rank_bases(rz, j);
+	rz_out_port_open(ob, j, 0);
+	j->repairs++;
+	rz->stats.repairs_total++;
+	rz->stats.rounds_total++;
+	rz_mark(rz, j);
+	TAILQ_FOREACH(nd, &j->nodes, entry)
+		if (nd->state == RZN_MEMBER)
+			rz_push_node(ob, j, nd, RDZV_ROUND_RUNNING, NULL);
+}
+
+/* Local rank l of nd died and its agent respawns it: the survivors go
+ * on at once in a round without it. */
+static void
+rz_repair_shrink(struct rz *rz, struct rz_outbox *ob, struct rz_job *j,
+    struct rz_node *nd, int64_t l, const char *what, int64_t now)
+{
+	nd->dead_local |= 1LL << l;
+	rz_save_node(rz, j, nd);
+	j->pend_node = nd->id;
+	j->pend_local = l;
+	j->pend_deadline = now + j->repair_timeout_ms;
+	rz_repair_round(rz, ob, j, NAT_KIND_SHRINK);
+	rz_event(rz, j, now, "repair: shrink to %" PRId64 " after node %"
+	    PRId64 " local rank %" PRId64 " died (%s), round %" PRId64
+	    ", donor %" PRId64, j->world_size, nd->id, l, what, j->round,
+	    j->donor);
+}
+
+/*
+ * A restart as a plain failure makes one: the job fails when its
+ * restarts are used (failure text: cause), else every member stops and
+ * a new round forms.
+ */
+static void
+rz_restart(struct rz *rz, struct rz_outbox *ob, struct rz_job *j,
+    int64_t now, const char *cause, const char *why)
+{
+	if (j->restart_count >= j->max_restarts) {
+		snprintf(j->failure, sizeof j->failure, "%s; %" PRId64
+		    " restarts used of %" PRId64, cause, j->restart_count,
+		    j->max_restarts);
+		rz_close_job(rz, ob, j, RZJ_FAILED, now);
+		return;
+	}
+	j->restart_count++;
+	rz->stats.restarts_total++;
+	rz_event(rz, j, now, "restart %" PRId64 " of %" PRId64,
+	    j->restart_count, j->max_restarts);
+	rz_round_end(rz, ob, j, now, why);
+	rz_round_form(rz, ob, j, now);
+}
+
+int
+rz_ready(struct rz *rz, const struct nat_ready *r, int64_t now,
+    struct rz_outbox *ob)
+{
+	struct rz_job	*j;
+	struct rz_node	*nd;
+
+	if ((j = rz_find_job(rz, r->job)) == NULL ||
+	    (nd = rz_find_node(j, r->node_id)) == NULL)
+		return RDZV_ENOTFOUND;
+	/* A READY of a replacement no longer awaited (the job restarted
+	 * meanwhile, a repeat) is late news: nothing to do. */
+	if (j->state != RZJ_RUNNING || j->pend_node != nd->id ||
+	    nd->state != RZN_MEMBER || r->local_rank < 0 ||
+	    r->local_rank >= RZ_REPAIR_LWS_MAX ||
+	    !(nd->dead_local & (1LL << r->local_rank)))
+		return 0;
+	nd->dead_local &= ~(1LL << r->local_rank);
+	rz_save_node(rz, j, nd);
+	if (nd->dead_local != 0)
+		return 0;	/* a standby's: its other workers to come */
+	rz_repair_round(rz, ob, j, NAT_KIND_GROW);
+	if (j->pend_local >= 0)
+		rz_event(rz, j, now, "repair: grow to %" PRId64 ", node %"
+		    PRId64 " local rank %" PRId64 " back, round %" PRId64
+		    ", donor %" PRId64, j->world_size, nd->id, j->pend_local,
+		    j->round, j->donor);
+	else
+		rz_event(rz, j, now, "repair: grow to %" PRId64 ", node %"
+		    PRId64 " (host %s) in with %" PRId64 " workers, round %"
+		    PRId64 ", donor %" PRId64, j->world_size, nd->id, nd->host,
+		    nd->lws, j->round, j->donor);
+	j->pend_node = 0;
+	j->pend_local = j->pend_deadline = -1;
+	return 0;
+}
+
+/* The pending replacement did not say READY in time: a restart. */
+void
+rz_repair_timeout(struct rz *rz, struct rz_outbox *ob, struct rz_job *j,
+    int64_t now)
+{
+	char	cause[128];
+
+	if (j->pend_local >= 0)
+		snprintf(cause, sizeof cause, "node %" PRId64 " local rank %"
+		    PRId64 ": its replacement was not ready within %" PRId64
+		    " ms", j->pend_node, j->pend_local, j->repair_timeout_ms);
+	else
+		snprintf(cause, sizeof cause, "node %" PRId64 " (a standby in "
+		    "a lost node's place): its workers were not ready within %"
+		    PRId64 " ms", j->pend_node, j->repair_timeout_ms);
+	rz_event(rz, j, now, "repair escalated to restart: %s", cause);
+	rz_restart(rz, ob, j, now, cause, "a replacement was not ready");
+}
