@@ -6,9 +6,14 @@
   - the whole etcd down: rdzvd says so in its log and exits (it cannot
     vouch for its leadership); a writer that logged every acknowledged
     SET finds each of them once etcd and a new rdzvd are back;
-  - bad --store arguments are refused with the cause and the fix.
+  - bad --store arguments are refused with the cause and the fix;
+  - etc/rdzvd-etcd.conf (the three-host layout's settings) with this
+    machine's addresses: two rdzvds on it, one leads (/readyz 200), the
+    other stands by (/readyz 503 naming the leader).
 """
 
+import os
+import re
 import threading
 
 import rdzvtest as rt
@@ -128,6 +133,46 @@ def test_bad_store_arguments():
              "--etcd-key")):
         rc, out, err = rt.run_rdzvd(["-d"] + args)
         assert rc != 0 and want in err, (args, rc, err)
+
+
+def test_three_host_config():
+    etcd = EtcdCluster(1)
+    with open(os.path.join(rt.top_srcdir(), "etc", "rdzvd-etcd.conf")) as f:
+        conf = f.read()
+    ds = []
+    for host in ("127.0.0.1", "127.0.0.2"):
+        d = etcd_rdzvd(etcd, host=host, start=False)
+        text = re.sub(r"^store = .*$", "store = " + etcd.store_arg, conf,
+                      flags=re.M)
+        text = re.sub(r"^listen = .*$", "listen = " + d.endpoint, text,
+                      flags=re.M)
+        text = re.sub(r"^http = .*$", "http = 127.0.0.1:0", text,
+                      flags=re.M)
+        # etcd_lib's members allow a 1 s lease: quicker to stop.
+        text = re.sub(r"^leader-ttl-ms = .*$", "leader-ttl-ms = 1000",
+                      text, flags=re.M)
+        path = os.path.join(d.tmpdir, "rdzvd-etcd.conf")
+        with open(path, "w") as f:
+            f.write(text)
+        d.raw = True
+        d.extra = ["--config", path, "--port-file", d.port_file,
+                   "--http-port-file", d.http_port_file, "--log-file",
+                   os.path.join(d.tmpdir, "rdzvd.log")]
+        ds.append(d)
+    ds[0].start()
+    ds[1].start(wait=False)
+    rt.wait_until(lambda: os.path.exists(ds[1].http_port_file) and
+                  "standing by" in ds[1].log_text(), 20, what="standby")
+    ds[1].http_port = ds[1]._read_port(ds[1].http_port_file)
+    st, body, _ = ds[0].http_get("/readyz")
+    assert st == 200, (st, body)
+    st, body, _ = ds[1].http_get("/readyz")
+    assert st == 503 and ds[0].endpoint.encode() in body, (st, body)
+    c = ds[0].native()
+    c.set(b"k", b"v")
+    assert c.get(b"k") == b"v"
+    for d in ds:
+        assert d.stop() == 0, d.diagnostics()
 
 
 if __name__ == "__main__":
