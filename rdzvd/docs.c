@@ -24,8 +24,9 @@
 #include "rdzv_err.h"
 #include "rdzvd.h"
 
-/* Longest "progress/<rank>" value taken: "<step> <unix_ms>", both int64. */
-#define DOCS_PROGRESS_VALUE_MAX	48
+/* Longest "progress/<rank>" value taken: "<step> <unix_ms> [<wait_ms>]",
+ * int64 each. */
+#define DOCS_PROGRESS_VALUE_MAX	64
 
 /* doc as compact ASCII JSON text (malloc'ed), and doc released; NULL
  * when doc is NULL or out of memory. */
@@ -88,40 +89,44 @@ docs_jobs(void)
 }
 
 /*
- * Parses a "progress/<rank>" value, "<step> <unix_ms>" in decimal.
- * Anyone who can reach the round's namespace may have written it, so
- * anything else (signs, blanks, a missing or extra field, overflow) is
- * refused with -1 rather than shown.
+ * Parses a "progress/<rank>" value, "<step> <unix_ms>" in decimal, and
+ * maybe " <wait_ms>" (the rank's total wait on its peers; *wait -1 when
+ * absent).  Anyone who can reach the round's namespace may have written
+ * it, so anything else (signs, blanks, a missing or extra field,
+ * overflow) is refused with -1 rather than shown.
  */
 static int
-docs_progress_parse(struct slice v, int64_t *step, int64_t *ms)
+docs_progress_parse(struct slice v, int64_t *step, int64_t *ms, int64_t *wait)
 {
-	char		 buf[DOCS_PROGRESS_VALUE_MAX + 1], *sp;
+	char		 buf[DOCS_PROGRESS_VALUE_MAX + 1], *f[3];
 	const char	*errstr;
-	size_t		 i, spaces = 0;
+	int64_t		*out[3] = { step, ms, wait };
+	size_t		 i, nf = 1;
 
 	if (v.len == 0 || v.len > DOCS_PROGRESS_VALUE_MAX)
 		return -1;
-	for (i = 0; i < v.len; i++) {
-		if (v.p[i] == ' ')
-			spaces++;
-		else if (v.p[i] < '0' || v.p[i] > '9')
-			return -1;
-	}
-	if (spaces != 1)
-		return -1;
 	memcpy(buf, v.p, v.len);
 	buf[v.len] = '\0';
-	sp = strchr(buf, ' ');
-	*sp++ = '\0';
-	if (buf[0] == '\0' || *sp == '\0')
+	f[0] = buf;
+	for (i = 0; i < v.len; i++) {
+		if (buf[i] == ' ') {
+			if (nf == 3)
+				return -1;
+			buf[i] = '\0';
+			f[nf++] = buf + i + 1;
+		} else if (buf[i] < '0' || buf[i] > '9')
+			return -1;
+	}
+	if (nf < 2)
 		return -1;
-	*step = strtonum(buf, 0, INT64_MAX, &errstr);
-	if (errstr != NULL)
-		return -1;
-	*ms = strtonum(sp, 0, INT64_MAX, &errstr);
-	if (errstr != NULL)
-		return -1;
+	*wait = -1;
+	for (i = 0; i < nf; i++) {
+		if (*f[i] == '\0')
+			return -1;
+		*out[i] = strtonum(f[i], 0, INT64_MAX, &errstr);
+		if (errstr != NULL)
+			return -1;
+	}
 	return 0;
 }
 
@@ -132,7 +137,8 @@ docs_progress_parse(struct slice v, int64_t *step, int64_t *ms)
  * every key it sends.
  */
 int
-docs_progress_get(struct slice ns, int64_t rank, int64_t *step, int64_t *ms)
+docs_progress_read(struct slice ns, int64_t rank, int64_t *step, int64_t *ms,
+    int64_t *wait)
 {
 	struct slice	 key, v;
 	char		 kbuf[48];
@@ -147,7 +153,15 @@ docs_progress_get(struct slice ns, int64_t rank, int64_t *step, int64_t *ms)
 		if (kv_get(server.kv, ns, key, &v) != 0)
 			return -1;
 	}
-	return docs_progress_parse(v, step, ms);
+	return docs_progress_parse(v, step, ms, wait);
+}
+
+int
+docs_progress_get(struct slice ns, int64_t rank, int64_t *step, int64_t *ms)
+{
+	int64_t	wait;
+
+	return docs_progress_read(ns, rank, step, ms, &wait);
 }
 
 /*

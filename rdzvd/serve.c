@@ -111,6 +111,10 @@ rdzvd_serve_start(struct event_base *base, struct rdzvd_config *cfg,
 		log_warnx("history: cannot start");
 		return -1;
 	}
+	if (stragwatch_init() != 0) {
+		log_warnx("stragglers: cannot start");
+		return -1;
+	}
 	if (http_start(http_port) != 0)
 		return -1;
 	return 0;
@@ -122,6 +126,7 @@ rdzvd_serve_stop(void)
 	server_shutdown();
 	http_stop();
 	history_fini();
+	stragwatch_fini();
 	round_fini();
 	if (server.store != NULL) {
 		/* Commits whatever is pending. */
