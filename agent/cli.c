@@ -342,21 +342,33 @@ cli_int(const char *name, const char *v, long long min, long long max,
 	return (0);
 }
 
+/* A finite decimal lo <= d < hi (hi included when incl) into *d; else
+ * says v is not `what`. */
+static int
+cli_double(const char *name, const char *v, double lo, double hi, int incl,
+    const char *what, double *d)
+{
+	char	*end;
+
+	errno = 0;
+	*d = strtod(v, &end);
+	if (errno != 0 || end == v || *end != '\0' || !isfinite(*d) ||
+	    *d < lo || *d > hi || (!incl && *d == hi)) {
+		fprintf(stderr, "rdzv-agent: %s: \"%s\" is not %s\n", name, v,
+		    what);
+		return (-1);
+	}
+	return (0);
+}
+
 /* Seconds (a decimal, maybe fractional) into milliseconds. */
 static int
 cli_seconds(const char *name, const char *v, int *ms)
 {
-	char	*end;
-	double	 d;
+	double	d;
 
-	errno = 0;
-	d = strtod(v, &end);
-	if (errno != 0 || end == v || *end != '\0' || !isfinite(d) ||
-	    d < 0 || d > 1e6) {
-		fprintf(stderr, "rdzv-agent: %s: \"%s\" is not a number of "
-		    "seconds\n", name, v);
+	if (cli_double(name, v, 0, 1e6, 1, "a number of seconds", &d) != 0)
 		return (-1);
-	}
 	*ms = (int)(d * 1000 + 0.5);
 	return (0);
 }
@@ -365,17 +377,11 @@ cli_seconds(const char *name, const char *v, int *ms)
 static int
 cli_ratio(const char *name, const char *v, int *pm)
 {
-	char	*end;
-	double	 d;
+	double	d;
 
-	errno = 0;
-	d = strtod(v, &end);
-	if (errno != 0 || end == v || *end != '\0' || !isfinite(d) ||
-	    d < 0 || d >= 1) {
-		fprintf(stderr, "rdzv-agent: %s: \"%s\" is not a fraction "
-		    "from 0 (off) to below 1\n", name, v);
+	if (cli_double(name, v, 0, 1, 0, "a fraction from 0 (off) to below 1",
+	    &d) != 0)
 		return (-1);
-	}
 	*pm = (int)(d * 1000 + 0.5);
 	if (*pm >= 1000)
 		*pm = 999;

@@ -188,35 +188,34 @@ stragwatch_speed(const char *job, int64_t round, int64_t rank)
 	return straggler_speed(sj->det, rank);
 }
 
-static void
-sw_label(struct evbuffer *out, const char *name, const char *s, double v)
-{
-	evbuffer_add_printf(out, "%s{job=\"", name);
-	history_label(out, s);
-	evbuffer_add_printf(out, "\"} %.6g\n", v);
-}
-
 void
 stragwatch_metrics(struct evbuffer *out)
 {
+	static const struct {
+		const char	*name, *type, *help;
+	} series[] = {
+		{ "rdzvd_job_stragglers", "gauge",
+		  "Ranks of the job's running round named stragglers now." },
+		{ "rdzvd_job_stragglers_named_total", "counter",
+		  "Times a rank of the job was named a straggler." },
+		{ "rdzvd_job_straggler_actions_total", "counter",
+		  "Stragglers replaced (straggler_action=replace)." },
+	};
 	struct sw_job	*sj, *tmp;
+	double		 v;
+	size_t		 i;
 
-	evbuffer_add_printf(out, "# HELP rdzvd_job_stragglers Ranks of the "
-	    "job's running round named stragglers now.\n"
-	    "# TYPE rdzvd_job_stragglers gauge\n");
-	HASH_ITER(hh, sw_jobs, sj, tmp)
-		sw_label(out, "rdzvd_job_stragglers", sj->id,
-		    (double)straggler_count(sj->det));
-	evbuffer_add_printf(out, "# HELP rdzvd_job_stragglers_named_total "
-	    "Times a rank of the job was named a straggler.\n"
-	    "# TYPE rdzvd_job_stragglers_named_total counter\n");
-	HASH_ITER(hh, sw_jobs, sj, tmp)
-		sw_label(out, "rdzvd_job_stragglers_named_total", sj->id,
-		    (double)sj->named_total);
-	evbuffer_add_printf(out, "# HELP rdzvd_job_straggler_actions_total "
-	    "Stragglers replaced (straggler_action=replace).\n"
-	    "# TYPE rdzvd_job_straggler_actions_total counter\n");
-	HASH_ITER(hh, sw_jobs, sj, tmp)
-		sw_label(out, "rdzvd_job_straggler_actions_total", sj->id,
-		    (double)sj->actions_total);
+	for (i = 0; i < sizeof series / sizeof series[0]; i++) {
+		evbuffer_add_printf(out, "# HELP %s %s\n# TYPE %s %s\n",
+		    series[i].name, series[i].help, series[i].name,
+		    series[i].type);
+		HASH_ITER(hh, sw_jobs, sj, tmp) {
+			v = i == 0 ? (double)straggler_count(sj->det) :
+			    i == 1 ? (double)sj->named_total :
+			    (double)sj->actions_total;
+			evbuffer_add_printf(out, "%s{job=\"", series[i].name);
+			history_label(out, sj->id);
+			evbuffer_add_printf(out, "\"} %.6g\n", v);
+		}
+	}
 }
