@@ -42,7 +42,7 @@ static const char *fuzz_req[NAT_OP_MAX + 1] = {
 	[NAT_OP_QUEUE_POP] = "bbi", [NAT_OP_QUEUE_LEN] = "bb",
 	[NAT_OP_LIST_KEYS] = "b", [NAT_OP_BARRIER] = "bbii",
 	[NAT_OP_CANCEL] = "i", [NAT_OP_WATCH] = "bb",
-	[NAT_OP_WATCH_EVENT] = "bbibb", [NAT_OP_JOIN] = "bbbbiiiiiii?i?ii",
+	[NAT_OP_WATCH_EVENT] = "bbibb", [NAT_OP_JOIN] = "bbbbiiiiiii?i?ii?iii",
 	[NAT_OP_HEARTBEAT] = "bi?i", [NAT_OP_LEAVE] = "bi",
 	[NAT_OP_FAILURE] = "biiiiiib?i", [NAT_OP_SUCCEEDED] = "bii",
 	[NAT_OP_ROUND] = "biiiiiiiiibib?iii", [NAT_OP_JOB_STATUS] = "b",
@@ -51,6 +51,7 @@ static const char *fuzz_req[NAT_OP_MAX + 1] = {
 	[NAT_OP_ADMIN_CLOSE] = "bb", [NAT_OP_ADMIN_EVICT] = "bi",
 	[NAT_OP_AUTH_CHALLENGE] = "b", [NAT_OP_AUTH] = "bb",
 	[NAT_OP_READY] = "biii",
+	[NAT_OP_STRAGGLER] = "biiib",
 };
 static const char *fuzz_rep[NAT_OP_MAX + 1] = {
 	[NAT_OP_PING] = "b", [NAT_OP_GET] = "b", [NAT_OP_ADD] = "i",
