@@ -1060,11 +1060,30 @@ agent_arm_join_timer(void)
 	evtimer_add(ag.join_ev, &tv);
 }
 
+/*
+ * rdzvd named local rank l a straggler in round (straggler_action=
+ * replace): it is killed, and its exit is a failure like any other
+ * (respawned, the job repairing around it).
+ */
+static void
+agent_straggler_cb(int64_t round, int l, void *arg)
+{
+	if (ag.state != AS_RUNNING || round != ag.cur.round) {
+		log_info("worker %d: straggler of round %lld not replaced: "
+		    "this node is past that round", l, (long long)round);
+		return;
+	}
+	log_warnx("worker %d (rank %lld): rdzvd names it a straggler: "
+	    "killing it to be replaced", l, (long long)(ag.cur.rank_base + l));
+	(void)sup_signal_rank(l, SIGKILL);
+}
+
 static const struct rdzv_cbs agent_rdzv_cbs = {
 	.joined = agent_joined_cb,
 	.round = agent_round_cb,
 	.fatal = agent_fatal_cb,
 	.left = agent_left_cb,
+	.straggler = agent_straggler_cb,
 };
 
 /* --dry_run: the configuration and each worker's variables. */

@@ -465,6 +465,21 @@ members_progress(struct ctl_table *t, const json_t *m)
 	    jint(p, "oldest_report_ms_ago")));
 }
 
+/* A line per rank rdzvd names a straggler now (progress.stragglers). */
+static void
+members_stragglers(const json_t *members)
+{
+	const json_t	*m, *r;
+	size_t		 i, k;
+
+	json_array_foreach(members, i, m)
+		json_array_foreach(json_object_get(json_object_get(m,
+		    "progress"), "stragglers"), k, r)
+			printf("straggler: rank %" PRId64 " on node %" PRId64
+			    " (%s)\n", (int64_t)json_integer_value(r),
+			    jint(m, "node_id"), jstr(m, "host"));
+}
+
 static int
 cmd_members(struct ctl *ctl, int argc, char **argv)
 {
@@ -524,6 +539,7 @@ cmd_members(struct ctl *ctl, int argc, char **argv)
 		members_progress(t, m);
 	}
 	ctl_table_print(t);
+	members_stragglers(members);
 	json_decref(doc);
 	return CTL_EXIT_OK;
 }

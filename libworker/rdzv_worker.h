@@ -312,8 +312,10 @@ int	rdzv_test(struct rdzv_request *req);
  * never blocking; the agent names each rank's last step in its failure
  * summary and, with --progress_timeout, stops a rank that stops
  * reporting.  It is also published in the round's store scope as key
- * "progress/<rank>" = "<step> <unix_ms>", at most once per second per
- * rank.  Calls in between only record the step; without an agent it is a
+ * "progress/<rank>" = "<step> <unix_ms> <wait_ms>", at most once per
+ * second per rank; wait_ms is the time this rank's collectives have
+ * spent waiting on their peers, all told (rdzvd tells a straggler from
+ * the ranks waiting on it by it).  Calls in between only record the step; without an agent it is a
  * no-op.  Call it once per step: it costs a clock read, and a send every
  * 100 ms.  Returns 0 or a store error (the communicator stays usable).
  */

@@ -366,6 +366,8 @@ struct rdzv_comm {
 	pthread_t	 wthread;
 	int64_t		 wait_since;	/* mono_ms() a call began waiting
 					 * on peers, 0: none (atomic) */
+	int64_t		 wait_total;	/* ms waited on peers, all told
+					 * (atomic; in progress reports) */
 };
 
 /* Logs msg at level through the user's callback, if any and enabled. */

@@ -198,4 +198,5 @@ metrics_write(struct evbuffer *out)
 	    (double)st.commit_usec_sum / 1e6, st.commits);
 	metrics_write_leader(out);
 	history_metrics(out);
+	stragwatch_metrics(out);
 }

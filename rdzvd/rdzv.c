@@ -591,6 +591,7 @@ rz_join(struct rz *rz, const struct nat_join *r, void *conn, int64_t now,
 		    RZ_MAX_REPAIRS;
 		j->repair_timeout_ms = r->repair_timeout_ms > 0 ?
 		    r->repair_timeout_ms : RZ_REPAIR_TIMEOUT_MS;
+		rz_strag_conf(j, r);
 		j->donor = j->pend_local = j->pend_deadline = -1;
 		j->state = RZJ_FORMING;
 		j->next_node_id = 1;
@@ -988,6 +989,7 @@ rz_job_doc(struct rz *rz, struct slice job, int64_t now)
 	json_object_set_new(doc, "store_port", json_integer(j->port));
 	json_object_set_new(doc, "store_ns", json_string(j->ns));
 	json_object_set_new(doc, "failure", json_string(j->failure));
+	json_object_set_new(doc, "straggler", rz_strag_doc(j));
 	return doc;
 }
 
@@ -1071,8 +1073,7 @@ rz_admin_evict(struct rz *rz, struct slice job, int64_t node_id, int64_t now,
     struct rz_outbox *ob)
 {
 	struct rz_job	*j;
-	struct rz_node	*nd, gone;
-	int		 was_member;
+	struct rz_node	*nd;
 
 	if ((j = rz_find_job(rz, job)) == NULL ||
 	    (nd = rz_find_node(j, node_id)) == NULL)
@@ -1082,15 +1083,26 @@ rz_admin_evict(struct rz *rz, struct slice job, int64_t node_id, int64_t now,
 		return RDZV_ECLOSED;
 	rz_event(rz, j, now, "evicted node %" PRId64 " host %s by an operator",
 	    nd->id, nd->host);
-	rz_push_node(ob, j, nd, RDZV_ROUND_FAILED, "evicted by an operator");
+	rz_evict(rz, ob, j, nd, now, "evicted by an operator");
+	return 0;
+}
+
+/* Drops nd from open job j (why: what its agent and the events are
+ * told): the job repairs around it or a new round forms. */
+void
+rz_evict(struct rz *rz, struct rz_outbox *ob, struct rz_job *j,
+    struct rz_node *nd, int64_t now, const char *why)
+{
+	struct rz_node	gone;
+	int		was_member;
+
+	rz_push_node(ob, j, nd, RDZV_ROUND_FAILED, why);
 	was_member = nd->state == RZN_MEMBER;
 	gone = *nd;
 	rz_node_remove(rz, j, nd);
 	rz_mark(rz, j);
 	if (was_member && j->state == RZJ_RUNNING &&
-	    rz_repair_lost(rz, ob, j, &gone, "evicted by an operator",
-	    now) != 0)
+	    rz_repair_lost(rz, ob, j, &gone, why, now) != 0)
 		rz_round_end(rz, ob, j, now, "a node was evicted");
 	rz_round_form(rz, ob, j, now);
-	return 0;
 }

@@ -93,6 +93,8 @@ struct rz_job;
 #define RZ_MAX_REPAIRS	1000	/* a job's repairs, unless JOIN says */
 #define RZ_REPAIR_TIMEOUT_MS 60000	/* for a replacement's READY */
 #define RZ_REPAIR_LWS_MAX 63	/* local ranks a live_local mask holds */
+#define RZ_STRAG_RATIO_PM 500	/* a straggler's speed, of the median */
+#define RZ_STRAG_WINDOW_MS 30000	/* ... for this long */
 
 struct rz_hooks {
 	/* Wall-clock ms since the epoch, for the event log and retention. */
@@ -107,6 +109,10 @@ struct rz_out_push {
 	struct nat_round	 round;
 	struct rz_job		*job;
 	int			 port_pending;	/* rz_settle sets store_port */
+	/* A STRAGGLER push instead (round's job, round and node_id):
+	 * the agent kills local rank straggler_local. */
+	int			 straggler;
+	int64_t			 straggler_local;
 };
 
 /* A round's TCPStore port to open (serve ns for job; want: the port to
@@ -229,6 +235,30 @@ int	rz_admin_close(struct rz *, struct slice job, struct slice reason,
 	    int64_t now_ms, struct rz_outbox *);
 int	rz_admin_evict(struct rz *, struct slice job, int64_t node_id,
 	    int64_t now_ms, struct rz_outbox *);
+
+/*
+ * Stragglers (rdzv_strag.c; the detector is rdzvd/straggler.c, fed by
+ * rdzvd/stragwatch.c).  rz_strag_each calls cb with every running job
+ * whose detection is on (its JOIN's straggler_ratio > 0).
+ */
+struct rz_strag_view {
+	const char	*job, *ns;	/* valid during the call */
+	int64_t		 round, world_size, window_ms;
+	double		 ratio;
+	int		 replace;	/* straggler_action=replace */
+};
+void	rz_strag_each(struct rz *, void (*cb)(void *,
+	    const struct rz_strag_view *), void *arg);
+/* An event: rank of round named a straggler (named 1) or cleared (0).
+ * EINVAL: the round is over. */
+int	rz_straggler_news(struct rz *, struct slice job, int64_t round,
+	    int64_t rank, int named, double speed, double median, int64_t now);
+/* Acts on straggling rank of round (straggler_action=replace): evicts
+ * its node for a standby, or asks its agent to kill it (the job then
+ * repairs).  0 when done; EBUSY when the job cannot repair now (the
+ * event says why); EINVAL: round over, action off, no such rank. */
+int	rz_straggler_replace(struct rz *, struct slice job, int64_t round,
+	    int64_t rank, int64_t now, struct rz_outbox *);
 
 /* Figures for /metrics. */
 struct rz_stats {

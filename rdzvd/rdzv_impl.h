@@ -89,6 +89,8 @@ struct rz_job {
 	int64_t			 max_repairs, repair_timeout_ms, repairs;
 	int64_t			 kind, donor;
 	int64_t			 pend_node, pend_local, pend_deadline;
+	/* Stragglers (rdzv_strag.c): JOIN's settings. */
+	int64_t			 strag_ratio_pm, strag_window_ms, strag_action;
 };
 TAILQ_HEAD(rz_jobs, rz_job);
 
@@ -125,6 +127,8 @@ void rz_round_end(struct rz *rz, struct rz_outbox *ob, struct rz_job *j,
 int rz_round_form(struct rz *rz, struct rz_outbox *ob, struct rz_job *j,
     int64_t now);
 void rz_node_add(struct rz_job *j, struct rz_node *nd);
+void rz_evict(struct rz *rz, struct rz_outbox *ob, struct rz_job *j,
+    struct rz_node *nd, int64_t now, const char *why);
 void rz_nodes_free(struct rz_job *j);
 
 /* ---- rdzv_repair.c ---- */
@@ -132,6 +136,13 @@ int rz_repair_lost(struct rz *rz, struct rz_outbox *ob, struct rz_job *j,
     const struct rz_node *lost, const char *how, int64_t now);
 void rz_repair_timeout(struct rz *rz, struct rz_outbox *ob, struct rz_job *j,
     int64_t now);
+const char *rz_repair_refused_job(struct rz_job *j, char *buf, size_t bufsz);
+
+/* ---- rdzv_strag.c ---- */
+void rz_strag_conf(struct rz_job *j, const struct nat_join *r);
+json_t *rz_strag_row(const struct rz_job *j);
+void rz_strag_load(struct rz_job *j, const json_t *row);
+json_t *rz_strag_doc(const struct rz_job *j);
 
 /* ---- rdzv_rows.c ---- */
 void rz_ns_name(char *out, size_t outsz, const char *kind,

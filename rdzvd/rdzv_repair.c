@@ -21,7 +21,6 @@
 
 static const char *rz_repair_refused(struct rz_job *, struct rz_node *,
 		    int64_t, char *, size_t);
-static const char *rz_repair_refused_job(struct rz_job *, char *, size_t);
 static void	rz_repair_round(struct rz *, struct rz_outbox *,
 		    struct rz_job *, int64_t kind);
 static void	rz_repair_shrink(struct rz *, struct rz_outbox *,
@@ -109,7 +108,7 @@ rz_repair_refused(struct rz_job *j, struct rz_node *nd, int64_t l,
 }
 
 /* Why the job cannot repair now, whatever failed, or NULL. */
-static const char *
+const char *
 rz_repair_refused_job(struct rz_job *j, char *buf, size_t bufsz)
 {
 	struct rz_node	*m;

@@ -77,7 +77,7 @@ rz_save_job(struct rz *rz, struct rz_job *j)
 {
 	rz_put_row(rz, rz_ns_jobs, slice_str(j->id), json_pack(
 	    "{s:I, s:I, s:I, s:I, s:I, s:i, s:I, s:I, s:I, s:I, s:I, s:i, "
-	    "s:I, s:I, s:o, s:o}",
+	    "s:I, s:I, s:o, s:o, s:o}",
 	    "min", (json_int_t)j->min, "max", (json_int_t)j->max,
 	    "max_restarts", (json_int_t)j->max_restarts,
 	    "last_call_ms", (json_int_t)j->last_call_ms,
@@ -89,7 +89,8 @@ rz_save_job(struct rz *rz, struct rz_job *j)
 	    "next_event", (json_int_t)j->next_event, "port", j->port,
 	    "world", (json_int_t)j->world_size,
 	    "closed_ms", (json_int_t)j->closed_ms,
-	    "failure", rz_json_text(j->failure), "repair", json_pack(
+	    "failure", rz_json_text(j->failure), "straggler",
+	    rz_strag_row(j), "repair", json_pack(
 	    "{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}",
 	    "max", (json_int_t)j->max_repairs,
 	    "base", (json_int_t)j->base_round,
@@ -407,6 +408,7 @@ rz_load_job_cb(void *arg, struct slice key)
 	j->closed_ms = row_i64(row, "closed_ms", -1);
 	row_str(row, "failure", j->failure, sizeof j->failure);
 	rz_load_repair(ctx, j, json_object_get(row, "repair"));
+	rz_strag_load(j, json_object_get(row, "straggler"));
 	json_decref(row);
 	if (j->round > 0)
 		snprintf(j->ns, sizeof j->ns, "job/%s/round/%" PRId64, j->id,

@@ -346,6 +346,8 @@ struct round_req {
 void	round_request(struct conn *c, const struct round_req *r);
 /* c is closing: its nodes get no more pushes. */
 void	round_conn_gone(struct conn *c);
+/* Acts on a straggler (rz_straggler_replace) and carries it out. */
+int	round_straggler_replace(struct slice job, int64_t round, int64_t rank);
 /* The reply to a rendezvous op with no payload, or its error (rc < 0). */
 void	round_reply_rc(struct conn *c, uint16_t op, uint32_t id, int rc);
 /* Pauses (0) or resumes (1) accepting on every round's port. */
@@ -386,6 +388,24 @@ char	*docs_history(struct slice job);
  * <unix_ms>"): 0, or -1 when absent or malformed. */
 int	docs_progress_get(struct slice ns, int64_t rank, int64_t *step,
 	    int64_t *ms);
+/* The same with the report's third field, the rank's total wait on its
+ * peers in ms (*wait -1 when the report has none). */
+int	docs_progress_read(struct slice ns, int64_t rank, int64_t *step,
+	    int64_t *ms, int64_t *wait);
+
+/* ---- stragwatch.c: naming stragglers (rdzvd/straggler.c) ---- */
+
+/* Starts judging every running job about once a second. */
+int	stragwatch_init(void);
+void	stragwatch_fini(void);
+/* Judges every running job now (the timer's work). */
+void	stragwatch_tick(void);
+/* Whether rank of job's round is named a straggler now. */
+int	stragwatch_named(const char *job, int64_t round, int64_t rank);
+/* Its steps/s of work (-1: none yet). */
+double	stragwatch_speed(const char *job, int64_t round, int64_t rank);
+/* The series of /metrics: rdzvd_job_stragglers and the totals. */
+void	stragwatch_metrics(struct evbuffer *out);
 
 /* ---- history.c: each job's progress over time ---- */
 
@@ -403,6 +423,8 @@ void	history_drop(const char *job);
 struct json_t	*history_doc(struct slice job);
 /* The per-job series of /metrics, one label job="..." each. */
 void	history_metrics(struct evbuffer *out);
+/* Writes s as a Prometheus label value: '\\', '"' and newline escaped. */
+void	history_label(struct evbuffer *out, const char *s);
 
 /* ---- http.c: /healthz, /readyz and /metrics ---- */
 

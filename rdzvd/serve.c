@@ -77,6 +77,10 @@ serve_open(int *port)
 		log_warnx("history: cannot start");
 		return -1;
 	}
+	if (stragwatch_init() != 0) {
+		log_warnx("stragglers: cannot start");
+		return -1;
+	}
 	return 0;
 }
 
@@ -182,6 +186,7 @@ rdzvd_serve_stop(void)
 	server_shutdown();
 	http_stop();
 	history_fini();
+	stragwatch_fini();
 	round_fini();
 	if (server.store != NULL) {
 		/* Commits whatever is pending. */
