@@ -826,16 +826,16 @@ agent_repair_round(const struct rdzv_round *r)
 }
 
 /*
- * A standby takes a lost node's place in repair round r (none of its
- * workers in it yet): every worker starts as a replacement
- * (RDZV_REPLACEMENT=1 by agent_worker_vars), says ready when it is up,
- * and joins when the READYs of all of them grow the round.
+ * A standby takes a lost node's place, or a node joins a running job in
+ * place, in repair round r (none of its workers in it yet): every worker
+ * starts as a replacement (RDZV_REPLACEMENT=1 by agent_worker_vars),
+ * says ready when it is up, and joins when the READYs grow the round.
  */
 static void
 agent_take_place(const struct rdzv_round *r)
 {
-	log_info("round %lld: this node takes a lost node's place (group "
-	    "rank %lld): starting %d workers as replacements",
+	log_info("round %lld: this node takes a lost node's place or joins "
+	    "in place (group rank %lld): starting %d workers as replacements",
 	    (long long)r->round, (long long)r->group_rank, ag.cfg.nproc);
 	logs_end_attempt();
 	progress_end_attempt();

@@ -21,14 +21,9 @@
 
 static const char *rz_repair_refused(struct rz_job *, struct rz_node *,
 		    int64_t, char *, size_t);
-static const char *rz_repair_refused_job(struct rz_job *, char *, size_t);
-static void	rz_repair_round(struct rz *, struct rz_outbox *,
-		    struct rz_job *, int64_t kind);
 static void	rz_repair_shrink(struct rz *, struct rz_outbox *,
 		    struct rz_job *, struct rz_node *, int64_t, const char *,
 		    int64_t);
-static void	rz_restart(struct rz *, struct rz_outbox *, struct rz_job *,
-		    int64_t, const char *, const char *);
 
 int
 rz_failure(struct rz *rz, const struct nat_failure *r, int64_t now,
@@ -109,13 +104,25 @@ rz_repair_refused(struct rz_job *j, struct rz_node *nd, int64_t l,
 }
 
 /* Why the job cannot repair now, whatever failed, or NULL. */
-static const char *
+const char *
 rz_repair_refused_job(struct rz_job *j, char *buf, size_t bufsz)
+{
+	if (j->pend_node != 0)
+		return "a second failure during a repair";
+	return rz_repair_cannot(j, buf, bufsz);
+}
+
+/*
+ * Why the job cannot open a repair round at all (repair off or used, a
+ * member that cannot repair), or NULL.  A member none of whose workers
+ * is in yet (a standby in a lost node's place, a node joining in place)
+ * is not asked: its workers say so before they are ready.
+ */
+const char *
+rz_repair_cannot(struct rz_job *j, char *buf, size_t bufsz)
 {
 	struct rz_node	*m;
 
-	if (j->pend_node != 0)
-		return "a second failure during a repair";
 	if (j->max_repairs == 0)
 		return "repair is off (max_repairs 0)";
 	if (j->repairs >= j->max_repairs) {
@@ -124,7 +131,7 @@ rz_repair_refused_job(struct rz_job *j, char *buf, size_t bufsz)
 		return buf;
 	}
 	TAILQ_FOREACH(m, &j->nodes, entry) {
-		if (m->state != RZN_MEMBER)
+		if (m->state != RZN_MEMBER || rz_live(m) == 0)
 			continue;
 		if (!m->repairable || m->lws > RZ_REPAIR_LWS_MAX) {
 			snprintf(buf, bufsz, "node %" PRId64 " (host %s) "
@@ -203,7 +210,7 @@ rz_repair_lost(struct rz *rz, struct rz_outbox *ob, struct rz_job *j,
  * and port go, a fresh namespace and port come, rank bases and the donor
  * are set over the live workers, every member is pushed.
  */
-static void
+void
 rz_repair_round(struct rz *rz, struct rz_outbox *ob, struct rz_job *j,
     int64_t kind)
 {
@@ -227,6 +234,7 @@ rz_repair_round(struct rz *rz, struct rz_outbox *ob, struct rz_job *j,
 	TAILQ_FOREACH(nd, &j->nodes, entry)
 		if (nd->state == RZN_MEMBER)
 			rz_push_node(ob, j, nd, RDZV_ROUND_RUNNING, NULL);
+	rz_elastic_opened(j);
 }
 
 /* Local rank l of nd died and its agent respawns it: the survivors go
@@ -252,7 +260,7 @@ rz_repair_shrink(struct rz *rz, struct rz_outbox *ob, struct rz_job *j,
  * restarts are used (failure text: cause), else every member stops and
  * a new round forms.
  */
-static void
+void
 rz_restart(struct rz *rz, struct rz_outbox *ob, struct rz_job *j,
     int64_t now, const char *cause, const char *why)
 {
@@ -281,6 +289,9 @@ rz_ready(struct rz *rz, const struct nat_ready *r, int64_t now,
 	if ((j = rz_find_job(rz, r->job)) == NULL ||
 	    (nd = rz_find_node(j, r->node_id)) == NULL)
 		return RDZV_ENOTFOUND;
+	/* Not the awaited replacement's: a node joining in place? */
+	if (j->state == RZJ_RUNNING && j->pend_node != nd->id)
+		return rz_elastic_ready(rz, ob, j, nd, r->local_rank, now);
 	/* A READY of a replacement no longer awaited (the job restarted
 	 * meanwhile, a repeat) is late news: nothing to do. */
 	if (j->state != RZJ_RUNNING || j->pend_node != nd->id ||

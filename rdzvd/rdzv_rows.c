@@ -370,6 +370,8 @@ rz_load_repair(struct rz_load_ctx *ctx, struct rz_job *j, const json_t *rp)
 	j->pend_local = row_i64(rp, "pend_local", -1);
 	j->pend_deadline = j->pend_node != 0 ?
 	    ctx->now + j->repair_timeout_ms : -1;
+	/* A node joining in place grows the round at its last READY. */
+	j->join_at = j->join_deadline = -1;
 }
 
 static void
