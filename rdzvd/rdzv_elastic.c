@@ -10,7 +10,8 @@
  * call has passed since the latest joined, one grow round takes them
  * all in (a fresh namespace and port, a donor named, the sampler
  * reshards).  Several nodes joining close together thus cost the
- * survivors one grow round.  A joiner whose workers are not ready within
+ * survivors one grow round.  A joiner is marked in its node row, so a
+ * restarted rdzvd still grows for it (its deadline starts again).  A joiner whose workers are not ready within
  * the job's repair timeout restarts the job, as a late replacement does.
  *
  *	join below max, repairable --> member, no worker in (push to it
@@ -98,18 +99,17 @@ rz_elastic_join(struct rz *rz, struct rz_outbox *ob, struct rz_job *j,
 
 /*
  * READY of local rank l of member nd, which is not the pending
- * replacement: a worker of a node joining in place (or of one taken in
- * before rdzvd restarted).  Always 0.
+ * replacement: a worker of a node joining in place, or late news (the
+ * wait for a replacement ended: no grow for it).  Always 0.
  */
 int
 rz_elastic_ready(struct rz *rz, struct rz_outbox *ob, struct rz_job *j,
     struct rz_node *nd, int64_t l, int64_t now)
 {
-	if (nd->state != RZN_MEMBER || l < 0 || l >= RZ_REPAIR_LWS_MAX ||
-	    !(nd->dead_local & (1LL << l)))
+	if (!nd->joining || nd->state != RZN_MEMBER || l < 0 ||
+	    l >= RZ_REPAIR_LWS_MAX || !(nd->dead_local & (1LL << l)))
 		return 0;	/* late news, a repeat */
 	nd->dead_local &= ~(1LL << l);
-	nd->joining = 1;
 	rz_save_node(rz, j, nd);
 	rz_elastic_tick(rz, ob, j, now);
 	return 0;
@@ -143,7 +143,9 @@ rz_elastic_tick(struct rz *rz, struct rz_outbox *ob, struct rz_job *j,
 	}
 	if (late != NULL) {
 		j->join_at = -1;
-		if (j->join_deadline < 0 || now < j->join_deadline)
+		if (j->join_deadline < 0)	/* loaded after a restart */
+			j->join_deadline = now + j->repair_timeout_ms;
+		if (now < j->join_deadline)
 			return;
 		snprintf(cause, sizeof cause, "node %" PRId64 " (host %s), "
 		    "joining in place: its workers were not ready within %"
@@ -193,7 +195,7 @@ rz_elastic_grow(struct rz *rz, struct rz_outbox *ob, struct rz_job *j,
  * whose workers are all ready are in it.
  */
 void
-rz_elastic_opened(struct rz_job *j)
+rz_elastic_opened(struct rz *rz, struct rz_job *j)
 {
 	struct rz_node	*nd;
 	int		 left = 0;
@@ -201,9 +203,10 @@ rz_elastic_opened(struct rz_job *j)
 	TAILQ_FOREACH(nd, &j->nodes, entry) {
 		if (!nd->joining)
 			continue;
-		if (nd->state == RZN_MEMBER && nd->dead_local == 0)
+		if (nd->state == RZN_MEMBER && nd->dead_local == 0) {
 			nd->joining = 0;
-		else
+			rz_save_node(rz, j, nd);
+		} else
 			left = 1;
 	}
 	j->join_at = -1;

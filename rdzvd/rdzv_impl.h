@@ -155,7 +155,7 @@ int rz_elastic_join(struct rz *rz, struct rz_outbox *ob, struct rz_job *j,
     struct rz_node *nd, int64_t now);
 int rz_elastic_ready(struct rz *rz, struct rz_outbox *ob, struct rz_job *j,
     struct rz_node *nd, int64_t local_rank, int64_t now);
-void rz_elastic_opened(struct rz_job *j);
+void rz_elastic_opened(struct rz *rz, struct rz_job *j);
 void rz_elastic_tick(struct rz *rz, struct rz_outbox *ob, struct rz_job *j,
     int64_t now);
 int64_t rz_elastic_deadline(const struct rz_job *j);

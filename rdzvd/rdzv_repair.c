@@ -234,7 +234,7 @@ rz_repair_round(struct rz *rz, struct rz_outbox *ob, struct rz_job *j,
 	TAILQ_FOREACH(nd, &j->nodes, entry)
 		if (nd->state == RZN_MEMBER)
 			rz_push_node(ob, j, nd, RDZV_ROUND_RUNNING, NULL);
-	rz_elastic_opened(j);
+	rz_elastic_opened(rz, j);
 }
 
 /* Local rank l of nd died and its agent respawns it: the survivors go
