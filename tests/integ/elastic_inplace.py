@@ -10,11 +10,12 @@ examples/ddp_mlp with its default flags (it repairs in place).  Checks:
     3-node run, within a band;
   - two agents joining at once (--nnodes 2:4) come in with one grow round
     to a world of 8;
-  - leaving on purpose: SIGTERM to one agent of three (--nnodes 2:3)
-    makes it LEAVE before its workers stop: rdzvd shrinks the round
-    around it at once, it exits 0, the others go on with the step count
-    continuous (no restart, no step lost: every sample of each epoch is
-    trained once, the progress lines count on) and finish.
+  - leaving on purpose: SIGTERM to one agent of three (--nnodes 2:3):
+    its workers hear "leave", finish the step in flight and exit 0 at the
+    step boundary after it (each prints where), the agent sends LEAVE
+    and exits 0, rdzvd shrinks the round around it, and the others go on
+    from exactly the sample the leavers stopped after (no restart, no
+    step lost) and finish with the same parameters.
 """
 
 import os
@@ -177,6 +178,61 @@ def test_not_repairable_rescales_by_restart():
     assert "round 1 ended: a node joined below max" in ev, ev
     assert not any(t.startswith("join: grow") for t in ev), ev
     ended(out, 6)
+    d.stop()
+
+
+LEAVE_RE = re.compile(r"rank (\d+) leaves (.*) at epoch (\d+) sample (\d+)$",
+                      re.M)
+REPAIRED_RE = re.compile(r"repaired: round \d+ \(shrink\), world (\d+), "
+                         r"epoch (\d+) at sample (\d+)$", re.M)
+
+
+def test_sigterm_leaves_in_place():
+    """SIGTERM to one agent of three: it leaves at a step boundary."""
+    need_data()
+    d = rt.Rdzvd()
+    with Scope("elastic-") as s:
+        a = s.agent(args(d, "lv", "2:3", 1.0), program=prog())
+        b = s.agent(args(d, "lv", "2:3", 1.0), program=prog())
+        c = s.agent(args(d, "lv", "2:3", 1.0), program=prog())
+        training([a, b, c])
+        before = set(a.children()) | set(b.children())
+        # A few steps in the world of 6 first.
+        rt.wait_until(lambda: "epoch 1  25%" in a.output() + b.output() +
+                      c.output(), timeout=60, what="a quarter epoch")
+        t0 = time.monotonic()
+        c.signal(signal.SIGTERM)
+        rc = c.wait(30)
+        took = time.monotonic() - t0
+        assert rc == 0, (rc, c.output()[-3000:])
+        print("  SIGTERM -> agent exit 0: %.0f ms" % (took * 1000))
+        assert before <= set(a.children()) | set(b.children()), before
+        out = finish([a, b])
+        ev = events(d, "lv")
+    left = c.output()
+    assert "leaving job lv on purpose" in left, left[-3000:]
+    # Both of its workers left at the same step boundary and the others
+    # went on from exactly there.  The first to hear "leave" at a step's
+    # end leaves there; the other may have begun the next step by then,
+    # which its peer's going cuts (it is dropped by all, never half
+    # applied: the others redo it).
+    lv = LEAVE_RE.findall(left)
+    assert sorted(int(r) for r, _, _, _ in lv) == [4, 5], left[-3000:]
+    assert "at a step boundary" in [how for _, how, _, _ in lv], lv
+    assert all(how in ("at a step boundary", "with its step cut by a "
+                       "peer leaving") for _, how, _, _ in lv), lv
+    assert len({(e, smp) for _, _, e, smp in lv}) == 1, lv
+    rep = REPAIRED_RE.findall(out)
+    assert rep and rep[0][0] == "4", out[-3000:]
+    assert rep[0][1:] == lv[0][2:], (rep, lv)
+    print("  left at epoch %s sample %s; the others went on from epoch %s "
+          "sample %s" % (lv[0][2], lv[0][3], rep[0][1], rep[0][2]))
+    print("  " + "\n  ".join(t for t in ev if "leave" in t or
+                              t.startswith("repair")))
+    assert any(re.match(r"repair: shrink to 4 after node 3 \(host \S+\) "
+                        r"was lost \(it left\)", t) for t in ev), ev
+    no_restart(d, ev)
+    ended(out, 4)
     d.stop()
 
 
