@@ -397,9 +397,19 @@ rdzv_comm_repair(struct rdzv_comm *c, int timeout_ms)
 		pthread_mutex_unlock(&c->rlock);
 		rc = comm_rebuild(c, &m);
 		pthread_mutex_lock(&c->rlock);
-		if (c->pend_set) {
-			/* A newer round superseded this one: take it. */
+		/*
+		 * A newer round superseded this one: take it.  A rebuild that
+		 * failed because a member of this round died as it formed (a
+		 * second failure during a repair) waits for the round that
+		 * shrinks around it.
+		 */
+		if (c->pend_set || (rc != 0 && !c->rstopped &&
+		    !rdzv_leave_requested(c) &&
+		    repair_wait_locked(c, deadline))) {
 			pthread_mutex_unlock(&c->rlock);
+			comm_log(c, RDZV_LOG_INFO, "rank %d: round %d "
+			    "superseded while it formed%s: taking the next",
+			    c->rank, m.round, rc != 0 ? " (it failed)" : "");
 			continue;
 		}
 		pthread_mutex_unlock(&c->rlock);

@@ -969,23 +969,81 @@ test_repair_not_repairable(void **state)
 	drain(f->rz);
 }
 
-/* A second failure while the replacement is pending: a restart. */
+/*
+ * A second failure while the first replacement is on its way shrinks
+ * again (world 2, no restart); the first replacement's READY grows to 3
+ * (it is never the donor), then the second replacement is awaited, with
+ * a deadline of its own, and its READY grows to 4.  Below one worker
+ * left, or past the timeout, it is a restart as before.
+ */
 static void
 test_repair_second_failure(void **state)
+{
+	struct fx	*f = *state;
+	struct rz_stats	 st;
+
+	repair_job(f, 1, 1);
+	assert_int_equal(run(f, fail_repair(f, 2, 1, 1, 100)), 0);
+	assert_int_equal(fail_repair(f, 1, 2, 0, 110), 0);
+	assert_int_equal(ob.npush, 2);
+	assert_repair_push(0, NAT_KIND_SHRINK, 3, 1, 2, 0, 0, 2);
+	assert_repair_push(1, NAT_KIND_SHRINK, 3, 2, 2, 1, 0, 1);
+	drain(f->rz);
+	assert_true(event_has(f, "repair: shrink to 2 after node 1 local rank "
+	    "0 died (signal 9), round 3, donor 0 (during a repair: another "
+	    "replacement on its way)"));
+	/* The first replacement (node 2's local rank 1) comes in. */
+	assert_int_equal(ready(f, 2, 3, 1, 200), 0);
+	assert_int_equal(ob.npush, 2);
+	assert_repair_push(0, NAT_KIND_GROW, 4, 1, 3, 0, 0, 2);
+	assert_repair_push(1, NAT_KIND_GROW, 4, 2, 3, 1, 0, 3);
+	drain(f->rz);
+	/* Then the second, awaited for the whole timeout from there. */
+	assert_int_equal(rz_next_deadline(f->rz), 1000);	/* a lease */
+	assert_int_equal(ready(f, 1, 4, 0, 300), 0);
+	assert_int_equal(ob.npush, 2);
+	assert_repair_push(0, NAT_KIND_GROW, 5, 1, 4, 0, 1, 3);
+	assert_repair_push(1, NAT_KIND_GROW, 5, 2, 4, 2, 1, 3);
+	drain(f->rz);
+	assert_true(event_has(f, "repair: grow to 4, node 1 local rank 0 "
+	    "back, round 5, donor 1"));
+	assert_false(event_has(f, "escalated"));
+	rz_get_stats(f->rz, &st);
+	assert_int_equal(st.restarts_total, 0);
+	assert_int_equal(st.repairs_total, 4);
+}
+
+/* Two failures pending, the second replacement never ready: once the
+ * first is in, the second's own timeout restarts the job. */
+static void
+test_repair_second_failure_timeout(void **state)
 {
 	struct fx	*f = *state;
 
 	repair_job(f, 1, 1);
 	assert_int_equal(run(f, fail_repair(f, 2, 1, 1, 100)), 0);
-	assert_int_equal(fail_repair(f, 1, 2, 0, 110), 0);
-	assert_restart(f, 3, "repair escalated to restart: a second failure "
-	    "during a repair");
+	assert_int_equal(run(f, fail_repair(f, 1, 2, 0, 110)), 0);
+	assert_int_equal(run(f, ready(f, 2, 3, 1, 200)), 0);
+	/* Both nodes alive all along (leases of 1 s). */
+	assert_int_equal(run(f, rz_heartbeat(f->rz, slice_str("ob"), 1, 1,
+	    &conn_a, 59900, &ob)), 0);
+	assert_int_equal(run(f, rz_heartbeat(f->rz, slice_str("ob"), 2, 1,
+	    &conn_b, 59900, &ob)), 0);
+	rz_tick(f->rz, 200 + 59999, &ob);
+	assert_int_equal(ob.npush, 0);
+	drain(f->rz);
+	rz_tick(f->rz, 200 + 60000, &ob);
+	assert_int_equal(ob.push[0].round.state, RDZV_ROUND_STOP);
+	drain(f->rz);
+	assert_true(event_has(f, "repair escalated to restart: node 1 local "
+	    "rank 0: its replacement was not ready within 60000 ms"));
 }
 
 /*
  * A failure reported for the round before the repair (its agent had not
  * heard of the shrink yet) on the other node is a second failure during
- * the repair: a restart.  The first death reported again is nothing.
+ * the repair: it shrinks again.  The first death reported again is
+ * nothing.
  */
 static void
 test_repair_second_failure_old_round(void **state)
@@ -998,8 +1056,13 @@ test_repair_second_failure_old_round(void **state)
 	assert_int_equal(ob.npush, 0);
 	drain(f->rz);
 	assert_int_equal(fail_repair(f, 1, 1, 0, 110), 0);
-	assert_restart(f, 3, "repair escalated to restart: a second failure "
-	    "during a repair");
+	assert_int_equal(ob.npush, 2);
+	assert_repair_push(0, NAT_KIND_SHRINK, 3, 1, 2, 0, 0, 2);
+	drain(f->rz);
+	/* The second death reported again: nothing. */
+	assert_int_equal(fail_repair(f, 1, 2, 0, 120), 0);
+	assert_int_equal(ob.npush, 0);
+	drain(f->rz);
 }
 
 /* The replacement not READY in time: rz_tick restarts the job. */
@@ -1449,6 +1512,8 @@ main(void)
 		    test_repair_second_failure_old_round, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_repair_second_failure,
 		    setup, teardown),
+		cmocka_unit_test_setup_teardown(
+		    test_repair_second_failure_timeout, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_repair_ready_timeout,
 		    setup, teardown),
 		cmocka_unit_test_setup_teardown(test_join_in_place, setup,
