@@ -222,7 +222,7 @@ rz_group_rank_cmp(const void *a, const void *b)
 }
 
 /* The workers of nd that are live (not dead awaiting a replacement). */
-static int64_t
+int64_t
 rz_live(const struct rz_node *nd)
 {
 	return nd->lws - __builtin_popcountll((unsigned long long)
@@ -386,6 +386,7 @@ rz_round_end(struct rz *rz, struct rz_outbox *ob, struct rz_job *j,
 	}
 	j->kind = NAT_KIND_NORMAL;
 	j->donor = -1;
+	rz_elastic_reset(j);
 	j->pend_node = 0;
 	j->pend_local = j->pend_deadline = -1;
 	TAILQ_FOREACH(nd, &j->nodes, entry) {
@@ -593,6 +594,7 @@ rz_join(struct rz *rz, const struct nat_join *r, void *conn, int64_t now,
 		    r->repair_timeout_ms : RZ_REPAIR_TIMEOUT_MS;
 		rz_strag_conf(j, r);
 		j->donor = j->pend_local = j->pend_deadline = -1;
+		j->join_at = j->join_deadline = -1;
 		j->state = RZJ_FORMING;
 		j->next_node_id = 1;
 		TAILQ_INIT(&j->nodes);
@@ -653,6 +655,10 @@ rz_join(struct rz *rz, const struct nat_join *r, void *conn, int64_t now,
 	rz_mark(rz, j);
 
 	if (j->state == RZJ_RUNNING) {
+		/* A repairable job grows in place instead. */
+		if (j->members < j->max &&
+		    rz_elastic_join(rz, ob, j, nd, now) == 0)
+			return 0;
 		if (j->members < j->max) {
 			rz_event(rz, j, now, "rescale: node %" PRId64
 			    " waits below max nodes", nd->id);
@@ -815,6 +821,8 @@ rz_tick(struct rz *rz, int64_t now, struct rz_outbox *ob)
 		else if (j->state == RZJ_RUNNING && j->pend_node != 0 &&
 		    now >= j->pend_deadline)
 			rz_repair_timeout(rz, ob, j, now);
+		if (j->state == RZJ_RUNNING)
+			rz_elastic_tick(rz, ob, j, now);
 		rz_round_form(rz, ob, j, now);
 	}
 }
@@ -839,6 +847,9 @@ rz_next_deadline(struct rz *rz)
 		if (j->state == RZJ_RUNNING && j->pend_node != 0 &&
 		    (best < 0 || j->pend_deadline < best))
 			best = j->pend_deadline;
+		if (j->state == RZJ_RUNNING &&
+		    (t = rz_elastic_deadline(j)) >= 0 && (best < 0 || t < best))
+			best = t;
 		if (j->state == RZJ_FORMING && j->nnodes >= j->min) {
 			t = j->last_join + j->last_call_ms;
 			if (best < 0 || t < best)

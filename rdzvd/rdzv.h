@@ -23,8 +23,12 @@
  * job whose every member node said repairable (HEARTBEAT) opens a round
  * of kind SHRINK at once (the dead local rank left out, ranks renumbered
  * over the live workers, a fresh namespace and port, a donor named); the
- * READY of its replacement opens one of kind GROW.  A second failure
- * while a replacement is pending, a READY not in by the job's repair
+ * READY of its replacement opens one of kind GROW; a second failure
+ * while a replacement is pending shrinks again.  A node that joins a
+ * running job below its maximum whose members can all repair is taken
+ * in place (rdzv_elastic.c): a member at once with none of its workers
+ * in, grown in with the other joiners once all are ready and the last
+ * call has passed.  A READY not in by the job's repair
  * timeout (an rz_tick deadline), a node that cannot repair or the job's
  * max_repairs used escalate to a restart as a plain FAILURE does.
  * Repairs count against max_repairs, never against max_restarts.
@@ -54,6 +58,9 @@
  *   FORMING --max live nodes, or >= min and last call over--> RUNNING
  *   RUNNING --FAILURE repair=1, repairable--> RUNNING (round SHRINK)
  *   RUNNING --READY of the pending replacement--> RUNNING (round GROW)
+ *   RUNNING --new node below max, repairable--> RUNNING (the joiner
+ *             alone told; round GROW once every joiner is ready and the
+ *             last call is over: rdzv_elastic.c)
  *   RUNNING --FAILURE (restarts left) / lease lapse / LEAVE /
  *             new node below max--> FORMING   (members get STOP)
  *   RUNNING --FAILURE, no restarts left--> FAILED   (all get FAILED)

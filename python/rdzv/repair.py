@@ -66,6 +66,10 @@ How a repair goes:
   -1, receives the donor's state.  Afterwards every rank holds
   bit-identical parameters (the bytes of the donor's tensors).
 - stop: the repair failed and the job restarts the old way: exit.
+- leave: this node leaves the job on purpose (SIGTERM to its agent): the
+  step in flight commits, then the process exits 0 at the step boundary
+  (job.leave_requested is True meanwhile); the others shrink around it
+  and lose no step.
 
 The modules: channel (the agent's messages), watcher (the threads: rounds,
 "wait", progress to rdzvd), group (sockets, stores, errors), state (what a
@@ -75,6 +79,7 @@ outside the step); this one holds the step and the repair itself.
 
 import os
 import socket
+import sys
 import threading
 import time
 
@@ -177,6 +182,7 @@ class Job(Watcher):
 		self._chan_gone = False		# the watcher saw the channel end
 		self._nccl_cut = False		# the group's NCCL comm aborted
 		self._tainted = False		# a step ran on it and "ended"
+		self._leave_asked = False	# "leave": go at the step's end
 
 	# ---- channel ----
 
@@ -430,8 +436,26 @@ class Job(Watcher):
 			if now - self._reported >= PROGRESS_EVERY:
 				self._reported = now
 				self._send(str(self.step_count))
+			if self._leave_asked:
+				self._leave("at a step boundary")
 			return False
 		return self._recover(e, "step %d" % self.step_count)
+
+	def _leave(self, how):
+		"""This node leaves the job on purpose (its agent got SIGTERM):
+		the process ends here, exit 0, with every step it took part in
+		committed; the others shrink around it and lose none.  Nothing
+		collective runs on the way out (the group is left as it is)."""
+		print("rank %d leaves %s at epoch %d step %d" % (self.rank, how,
+		    self.epoch, self.step_count), flush=True)
+		sys.stderr.flush()
+		os._exit(0)
+
+	@property
+	def leave_requested(self):
+		"""True once the agent asked this worker to leave: the job.step()
+		in flight is the last (it exits 0 when it commits)."""
+		return self._leave_asked
 
 	def _recover(self, e, what):
 		"""Main thread: e, raised by what, is a peer's death (a gloo or
@@ -441,6 +465,9 @@ class Job(Watcher):
 		if self._chan is None or not self._joined or \
 		    not isinstance(e, Exception) or not group.comm_error(e):
 			return False
+		if self._leave_asked:
+			# A peer of this node left first: no round comes for it.
+			self._leave("with its step cut by a peer leaving")
 		self._lost_since = time.monotonic()
 		log.debug("%s cut off: %s", what, str(e).splitlines()[0][:160])
 		self._abort()

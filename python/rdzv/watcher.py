@@ -2,7 +2,7 @@
 
 Owns, as a mixin of repair.Job: the watcher thread that reads the agent's
 messages (a round: note it, agree on the switch step of a grow, break the
-group of a shrink; stop: exit), the "wait" it says while the training
+group of a shrink; stop: exit; leave: noted for the step's end), the "wait" it says while the training
 thread is blocked on its peers, and the reporter thread that writes the
 committed step where rdzvd reads it ("progress/<rank>" = "STEP WALL_MS"
 in the round's namespace, as librdzvworker's rdzv_report_progress does),
@@ -102,6 +102,11 @@ class Watcher:
 			elif verb == "stop":
 				log.warn("the agent stopped the repair: exiting")
 				os._exit(1)
+			elif verb == "leave":
+				# Its node leaves on purpose: at the step's end.
+				log.info("the agent asks this worker to leave at the "
+				    "next step boundary")
+				self._leave_asked = True
 			else:
 				log.debug("ignoring %r", msg[:64])
 
