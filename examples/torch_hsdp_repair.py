@@ -23,6 +23,7 @@ import json
 import os
 import signal
 import sys
+import time
 
 import torch
 import torch.nn as nn
@@ -76,8 +77,12 @@ def main():
 	ap.add_argument("--die-at", type=int, nargs=2, metavar=("STEP", "RANK"),
 	    help="tests: rank RANK (not a replacement) SIGKILLs itself inside "
 	    "step STEP, after its forward")
+	ap.add_argument("--replacement-delay", type=float, default=0,
+	    metavar="S", help="tests: a replacement sleeps S seconds first")
 	a = ap.parse_args()
 	torch.set_num_threads(1)
+	if os.environ.get("RDZV_REPLACEMENT") == "1":
+		time.sleep(a.replacement_delay)
 
 	job = mesh.init_process_group("gloo", replicas=a.replicas)
 	print("START " + json.dumps({"rank": job.home, "replica": job.replica,

@@ -56,6 +56,7 @@ import datetime
 import hashlib
 import io
 import os
+import re
 import time
 
 from . import collectives, group, log
@@ -568,10 +569,17 @@ def fully_shard(module, **kw):
 def _refuse_old_torch():
 	import torch
 	try:
-		from torch.distributed.fsdp import FSDPModule
-		ok = hasattr(FSDPModule, "set_all_reduce_hook")
-	except ImportError:
-		ok = False
+		ver = tuple(int(x) for x in re.match(r"(\d+)\.(\d+)",
+		    torch.__version__).groups())
+	except (AttributeError, ValueError):
+		ver = (0, 0)
+	ok = ver >= (2, 6)
+	if ok:		# an older torch's fsdp may not even import
+		try:
+			from torch.distributed.fsdp import FSDPModule
+			ok = hasattr(FSDPModule, "set_all_reduce_hook")
+		except Exception:
+			ok = False
 	if not ok:
 		raise RuntimeError("rdzv.mesh: FSDP2/HSDP needs torch 2.6 or "
 		    "newer (fully_shard with set_all_reduce_hook); this is torch "

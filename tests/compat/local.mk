@@ -18,6 +18,8 @@ COMPAT_TESTS = \
 	tests/compat/test_repair_data.py
 # rdzv-agent's warm spare (python/rdzv/spare.py) under real agents.
 COMPAT_TESTS += tests/compat/test_repair_spare.py
+# FSDP2/HSDP replica groups (python/rdzv/mesh.py) under real agents.
+COMPAT_TESTS += tests/compat/test_repair_hsdp.py
 TESTS += $(COMPAT_TESTS)
 EXTRA_DIST += $(COMPAT_TESTS) tests/compat/compatlib.py
 # test_repair_torch's fake agent, tests/lib/fakeagent.py, is listed in
