@@ -84,6 +84,7 @@ struct agent_config {
 	int		 close_ms;	/* how long LEAVE waits for its reply */
 	int		 max_repairs;	/* --rdzv_conf max_repairs; -1 rdzvd's */
 	int		 repair_timeout_ms; /* --rdzv_conf repair_timeout */
+	int		 replicas;	/* --rdzv_conf replicas; 0 none */
 
 	/* torchrun 2.x: the console, signals and devices. */
 	char		*ranks_filter;	/* --local_ranks_filter "0,2", or NULL */

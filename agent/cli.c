@@ -180,6 +180,9 @@ cli_usage(FILE *f)
 "                              counted as restarts (default 1000; 0 never)\n"
 "                            repair_timeout=S  a replacement not ready in\n"
 "                              S seconds restarts the job (default 60)\n"
+"                            replicas=R  R replica groups of equal size\n"
+"                              (sharded training, rdzv.mesh): workers get\n"
+"                              RDZV_REPLICAS, RDZV_REPLICA, RDZV_SHARD\n"
 "                            join_timeout=S  give up when no round starts\n"
 "                              within S seconds (default 600)\n"
 "                            reconnect_timeout=S  give up when rdzvd stays\n"
@@ -465,6 +468,8 @@ cli_conf_key(struct agent_config *cfg, const char *k, const char *v)
 		return (cli_int(name + 2, v, 0, INT_MAX, &cfg->max_repairs));
 	if (strcmp(k, "repair_timeout") == 0)
 		return (cli_seconds(name, v, &cfg->repair_timeout_ms));
+	if (strcmp(k, "replicas") == 0)
+		return (cli_int(name + 2, v, 1, 1 << 20, &cfg->replicas));
 	if (strcmp(k, "is_host") == 0) {
 		if ((b = cli_bool(v)) == -1) {
 			fprintf(stderr, "rdzv-agent: %s: \"%s\" is not a "

@@ -275,6 +275,7 @@ rdzv_send_join(void)
 	    -1;
 	j.max_repairs = rc_cfg->max_repairs;
 	j.repair_timeout_ms = rc_cfg->repair_timeout_ms;
+	j.replicas = rc_cfg->replicas;
 	rc_join_id = rdzv_next_id();
 	if (nat_join_put(rdzv_out(), rc_join_id, &j) != 0)
 		fatalx("out of memory");

@@ -346,6 +346,7 @@ struct nat_join {
 				 * below is */
 	int64_t		max_repairs;	/* < 0: rdzvd's default */
 	int64_t		repair_timeout_ms;	/* < 0: rdzvd's default */
+	int64_t		replicas;	/* replica groups; < 1: none */
 };
 int	nat_join_decode(struct slice payload, struct nat_join *);
 int	nat_join_put(struct evbuffer *out, uint32_t id,

@@ -12,6 +12,8 @@
  *			them after a restart
  *	rdzv_retain.c	retention: purging closed jobs, sweeping dead rounds'
  *			namespaces
+ *	rdzv_topo.c	replica groups: which rank holds which shard, the
+ *			donor of a lost rank's shard
  */
 #ifndef RDZV_IMPL_H
 #define RDZV_IMPL_H
@@ -89,6 +91,8 @@ struct rz_job {
 	int64_t			 max_repairs, repair_timeout_ms, repairs;
 	int64_t			 kind, donor;
 	int64_t			 pend_node, pend_local, pend_deadline;
+	int64_t			 replicas;	/* replica groups (JOIN), 0:
+						 * not a sharded job */
 };
 TAILQ_HEAD(rz_jobs, rz_job);
 
@@ -132,6 +136,13 @@ int rz_repair_lost(struct rz *rz, struct rz_outbox *ob, struct rz_job *j,
     const struct rz_node *lost, const char *how, int64_t now);
 void rz_repair_timeout(struct rz *rz, struct rz_outbox *ob, struct rz_job *j,
     int64_t now);
+
+/* ---- rdzv_topo.c ---- */
+int rz_topo_form(struct rz *rz, struct rz_outbox *ob, struct rz_job *j,
+    struct rz_node **order, int64_t members, int64_t now);
+const char *rz_topo_refused(const struct rz_job *j);
+void rz_topo_lost(struct rz *rz, struct rz_job *j, const struct rz_node *nd,
+    int64_t l, int64_t now);
 
 /* ---- rdzv_rows.c ---- */
 void rz_ns_name(char *out, size_t outsz, const char *kind,

@@ -113,7 +113,10 @@ static const char *
 rz_repair_refused_job(struct rz_job *j, char *buf, size_t bufsz)
 {
 	struct rz_node	*m;
+	const char	*why;
 
+	if ((why = rz_topo_refused(j)) != NULL)
+		return why;
 	if (j->pend_node != 0)
 		return "a second failure during a repair";
 	if (j->max_repairs == 0)
@@ -241,6 +244,7 @@ rz_repair_shrink(struct rz *rz, struct rz_outbox *ob, struct rz_job *j,
 	j->pend_local = l;
 	j->pend_deadline = now + j->repair_timeout_ms;
 	rz_repair_round(rz, ob, j, NAT_KIND_SHRINK);
+	rz_topo_lost(rz, j, nd, l, now);
 	rz_event(rz, j, now, "repair: shrink to %" PRId64 " after node %"
 	    PRId64 " local rank %" PRId64 " died (%s), round %" PRId64
 	    ", donor %" PRId64, j->world_size, nd->id, l, what, j->round,

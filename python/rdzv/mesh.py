@@ -608,6 +608,12 @@ def init_process_group(backend="gloo", replicas=1, timeout=None):
 		home = int(env.get("RANK", "0"))
 	chan = open_channel()
 	job = MeshJob(backend, timeout, chan, replicas, world, home)
+	for var, mine in (("RDZV_REPLICA", job.replica), ("RDZV_SHARD",
+	    job.shard)):
+		if env.get(var, str(mine)) != str(mine):
+			raise RuntimeError("rdzv.mesh: the agent says %s=%s, this "
+			    "rank's home %d says %d: the launcher and the helper "
+			    "disagree on the topology" % (var, env[var], home, mine))
 	job._joined = not job.replacement
 	r = Round(round=int(env.get("RDZV_ROUND", "0") or 0), kind="start",
 	    ns=env.get("RDZV_NAMESPACE", "rdzv"), rank=job.home,

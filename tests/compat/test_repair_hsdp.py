@@ -80,7 +80,8 @@ def test_hsdp_kill_heals_from_peer():
         argv = ["--nnodes", "2", "--nproc_per_node", "2",
                 "--rdzv_endpoint", "127.0.0.1:%d" % d.port,
                 "--rdzv_id", "hsdp", "--max_restarts", "0", "--grace", "2",
-                "--warm_spare", "0", "--rdzv_conf", conf(0.2, 5.0)]
+                "--warm_spare", "0",
+                "--rdzv_conf", conf(0.2, 5.0, "replicas=2")]
         # The replacement sleeps 2 s before it says ready: the healthy
         # replica has that long (hundreds of steps) to show it steps on.
         prog = [_example(), "--epochs", "2", "--samples", "1024",
@@ -124,12 +125,37 @@ def test_hsdp_kill_heals_from_peer():
         healed = {int(m[0]): int(m[3]) for m in _HEALED.findall(out)}
         check(sorted(healed) == [0, 1], why)
         check(all(st > DIE_STEP for st in healed.values()), healed)
+        # rdzvd knows the topology: the lost rank's group, shard, donor.
+        check("replica group 0 lost rank 1 (shard 1 of 2): it waits for "
+              "its replacement, the other replicas step on; donor of "
+              "shard 1: rank 3" in ev, ev)
         check(any(t.startswith("repair: shrink to 3") for t in ev), ev)
         check(any(t.startswith("repair: grow to 4") for t in ev), ev)
         check(not any(t.startswith("restart ") or "escalated" in t
                       for t in ev), ev)
         compatlib.log("healed at step %s after a death at step %d; "
                       "reports %s" % (healed, DIE_STEP, reports))
+    d.stop()
+
+
+def test_replicas_must_divide_world():
+    """--rdzv_conf replicas=3 for 2 nodes x 2 workers: the job fails as
+    its round would form, before any worker starts, saying why and what
+    to change."""
+    d = rt.Rdzvd()
+    with Scope("repair-hsdp-") as s:
+        argv = ["--nnodes", "2", "--nproc_per_node", "2",
+                "--rdzv_endpoint", "127.0.0.1:%d" % d.port,
+                "--rdzv_id", "hsdp3", "--max_restarts", "0",
+                "--rdzv_conf", conf(0.2, 5.0, "replicas=3")]
+        a = s.agent(argv, program=[_example()])
+        b = s.agent(argv, program=[_example()])
+        for x in (a, b):
+            rc = x.wait(60)
+            check(rc != 0, (rc, x.output()[-3000:]))
+            check("replicas=3 does not divide the world of 4 ranks" in
+                  x.output(), x.output()[-3000:])
+            check("START" not in x.output(), x.output()[-3000:])
     d.stop()
 
 

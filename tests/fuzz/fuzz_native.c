@@ -42,7 +42,7 @@ static const char *fuzz_req[NAT_OP_MAX + 1] = {
 	[NAT_OP_QUEUE_POP] = "bbi", [NAT_OP_QUEUE_LEN] = "bb",
 	[NAT_OP_LIST_KEYS] = "b", [NAT_OP_BARRIER] = "bbii",
 	[NAT_OP_CANCEL] = "i", [NAT_OP_WATCH] = "bb",
-	[NAT_OP_WATCH_EVENT] = "bbibb", [NAT_OP_JOIN] = "bbbbiiiiiii?i?ii",
+	[NAT_OP_WATCH_EVENT] = "bbibb", [NAT_OP_JOIN] = "bbbbiiiiiii?i?ii?i",
 	[NAT_OP_HEARTBEAT] = "bi?i", [NAT_OP_LEAVE] = "bi",
 	[NAT_OP_FAILURE] = "biiiiiib?i", [NAT_OP_SUCCEEDED] = "bii",
 	[NAT_OP_ROUND] = "biiiiiiiiibib?iii", [NAT_OP_JOB_STATUS] = "b",
@@ -255,6 +255,8 @@ fuzz_message(const struct nat_msg *msg, const uint8_t *frame, size_t flen,
 		put = rc == 0 ? nat_join_put(fuzz_out, msg->id, &j) : 0;
 		base = j.job.len + j.instance.len + j.host.len + j.addr.len +
 		    4 * 5 + 7 * 9 + NAT_HDR_LEN;
+		if (rc != 0 && spec_rc == 0)
+			return;		/* replicas present, not >= 1 */
 		if (rc == 0 && (j.rank < -1 ||
 		    (j.max_repairs < 0 && j.repair_timeout_ms < 0 ?
 		    flen != base + (j.rank >= 0 ? 9 : 0) : 0)))
