@@ -21,6 +21,7 @@ so that anyone can check the replicas agree shard by shard.
 import argparse
 import json
 import os
+import shutil
 import signal
 import sys
 import time
@@ -62,6 +63,55 @@ def data(n, seq, vocab, seed):
 	return x, y
 
 
+def save(job, d):
+	"""A DCP checkpoint of the job in d/step-N (every rank writes its own
+	shards), then d/latest names it."""
+	import torch.distributed as dist
+	import torch.distributed.checkpoint as dcp
+	from torch.distributed.checkpoint.state_dict import get_state_dict
+	m, o, s = job.objects()
+	msd, osd = get_state_dict(m, o)
+	path = os.path.join(d, "step-%d" % job.step_count)
+	dcp.save({"model": msd, "optim": osd, "sched": s.state_dict(),
+	    "job": {"step": job.step_count, "epoch": job.epoch,
+	    "pos": job.pos}}, checkpoint_id=path)
+	dist.barrier()
+	if dist.get_rank() == 0:
+		try:
+			with open(os.path.join(d, "latest")) as f:
+				old = f.read()
+		except FileNotFoundError:
+			old = None
+		with open(os.path.join(d, "latest.tmp"), "w") as f:
+			f.write(path)
+		os.rename(os.path.join(d, "latest.tmp"), os.path.join(d, "latest"))
+		if old is not None and old != path:
+			shutil.rmtree(old, ignore_errors=True)
+
+
+def load(job, d):
+	"""Loads d/latest, if there is one; returns its step or -1."""
+	import torch.distributed.checkpoint as dcp
+	from torch.distributed.checkpoint.state_dict import (get_state_dict,
+	    set_state_dict)
+	try:
+		with open(os.path.join(d, "latest")) as f:
+			path = f.read()
+	except FileNotFoundError:
+		return -1
+	m, o, s = job.objects()
+	msd, osd = get_state_dict(m, o)
+	st = {"model": msd, "optim": osd, "sched": s.state_dict(),
+	    "job": {"step": 0, "epoch": 0, "pos": 0}}
+	dcp.load(st, checkpoint_id=path)
+	set_state_dict(m, o, model_state_dict=st["model"],
+	    optim_state_dict=st["optim"])
+	s.load_state_dict(st["sched"])
+	job.step_count, job.epoch, job.pos = (st["job"]["step"],
+	    st["job"]["epoch"], st["job"]["pos"])
+	return job.step_count
+
+
 def main():
 	ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
 	ap.add_argument("--replicas", type=int, default=2)
@@ -77,6 +127,9 @@ def main():
 	ap.add_argument("--die-at", type=int, nargs=2, metavar=("STEP", "RANK"),
 	    help="tests: rank RANK (not a replacement) SIGKILLs itself inside "
 	    "step STEP, after its forward")
+	ap.add_argument("--checkpoint", metavar="DIR", help="DCP checkpoints "
+	    "in DIR (one replica, plain FSDP2: where a restart resumes from)")
+	ap.add_argument("--ckpt-every", type=int, default=20, metavar="N")
 	ap.add_argument("--replacement-delay", type=float, default=0,
 	    metavar="S", help="tests: a replacement sleeps S seconds first")
 	a = ap.parse_args()
@@ -102,6 +155,15 @@ def main():
 	    weight_decay=0.01))
 	sched = job.scheduler(lambda o: torch.optim.lr_scheduler.LambdaLR(o,
 	    lambda s: min(1.0, (s + 1) / 20)))
+	if a.checkpoint and job.replicas > 1:
+		ap.error("--checkpoint is for one replica (plain FSDP2); replica "
+		    "groups heal from each other")
+	if a.checkpoint:
+		os.makedirs(a.checkpoint, exist_ok=True)
+		at = load(job, a.checkpoint)
+		if at >= 0:
+			print("rank %d: resumed from checkpoint at step %d" % (
+			    job.home, at), flush=True)
 	torch.manual_seed(a.seed + 1000 + job.home)
 	loss = torch.zeros(())
 	for epoch in job.epochs(a.epochs):
@@ -111,7 +173,8 @@ def main():
 				loss = F.cross_entropy(out.reshape(-1, a.vocab),
 				    y[idx].reshape(-1))
 				if a.die_at == [job.step_count, job.home] and \
-				    not job.replacement:
+				    not job.replacement and os.environ.get(
+				    "TORCHELASTIC_RESTART_COUNT", "0") == "0":
 					os.kill(os.getpid(), signal.SIGKILL)
 				loss.backward()
 				torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -119,6 +182,8 @@ def main():
 				sched.step()
 				opt.zero_grad()
 				loss = loss.detach()
+			if a.checkpoint and job.step_count % a.ckpt_every == 0:
+				save(job, a.checkpoint)
 			if job.step_count % 20 == 0 and job.shard == 0:
 				print("replica %d epoch %d step %d loss %.4f" % (
 				    job.replica, epoch, job.step_count, loss.item()),

@@ -84,6 +84,8 @@ rz_failure(struct rz *rz, const struct nat_failure *r, int64_t now,
 	} else if (j->pend_node != 0)
 		rz_event(rz, j, now, "repair escalated to restart: a failure "
 		    "the agent does not repair");
+	else if ((why = rz_topo_refused(j)) != NULL)
+		rz_event(rz, j, now, "no repair: %s", why);
 	rz_restart(rz, ob, j, now, cause, "a worker failed");
 	return 0;
 }

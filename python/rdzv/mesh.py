@@ -167,6 +167,7 @@ class MeshJob(Job):
 		self._factories = [None, None, None]
 		self._model = self._opt = self._sched = None
 		self.heal_times = []
+		self._repairing = False		# said hello: a death repairs
 
 	# ---- the objects a heal makes again ----
 
@@ -273,6 +274,11 @@ class MeshJob(Job):
 						out.append(_local(st[k]))
 		return out
 
+	def objects(self):
+		"""(model, optimizer, scheduler) as they are now (for a
+		checkpoint: a heal makes them again)."""
+		return self._model, self._opt, self._sched
+
 	def close(self):
 		"""Leaves the job's groups (at the end of the script)."""
 		import torch.distributed as dist
@@ -306,6 +312,8 @@ class MeshJob(Job):
 		return out
 
 	def _recover(self, e, what):
+		if not self._repairing:
+			return False	# one replica, or torchrun: no repair
 		if isinstance(e, Exception) and group.comm_error(e) and \
 		    not str(e).startswith("rdzv.mesh: a replica's"):
 			# Out of the shard group (FSDP's collectives): its peers
@@ -632,6 +640,7 @@ def init_process_group(backend="gloo", replicas=1, timeout=None):
 		return job
 	if os.environ.get("RDZV_REPAIR") != "0":
 		job._send("hello repair=1")
+		job._repairing = True
 		collectives.install(job)
 	import threading
 	threading.Thread(target=job._watch, name="rdzv-repair",

@@ -138,6 +138,54 @@ def test_hsdp_kill_heals_from_peer():
     d.stop()
 
 
+def _fsdp2_run(d, s, job, ckpt, die):
+    """examples/torch_hsdp_repair.py as plain FSDP2 (one replica of 4
+    shards over 2 agents), DCP checkpoints every 4 steps in ckpt; die:
+    (step, rank) to SIGKILL in the first attempt, or None.  Returns the
+    reports and the agents' output."""
+    argv = ["--nnodes", "2", "--nproc_per_node", "2",
+            "--rdzv_endpoint", "127.0.0.1:%d" % d.port, "--rdzv_id", job,
+            "--max_restarts", "1", "--grace", "2", "--warm_spare", "0",
+            "--rdzv_conf", conf(0.2, 5.0, "replicas=1")]
+    prog = [_example(), "--replicas", "1", "--epochs", "1", "--samples",
+            "256", "--checkpoint", ckpt, "--ckpt-every", "4"]
+    if die is not None:
+        prog += ["--die-at", str(die[0]), str(die[1])]
+    env = {"PYTHON": sys.executable, "GLOO_SOCKET_IFNAME": "lo",
+           "OMP_NUM_THREADS": "1"}
+    a = s.agent(argv, env=env, program=prog)
+    b = s.agent(argv, env=env, program=prog)
+    for x in (a, b):
+        rc = x.wait(180)
+        check(rc == 0, (rc, x.output()[-6000:]))
+    out = a.output() + b.output()
+    reports = _docs(out, "REPORT")
+    check(sorted(r["rank"] for r in reports) == [0, 1, 2, 3], out[-6000:])
+    return reports, out
+
+
+def test_fsdp2_restarts_from_checkpoint():
+    """One replica (plain FSDP2): no peer holds a lost shard, so a death
+    restarts the job (rdzvd's event says why) and it resumes from its
+    last DCP checkpoint, ending with every shard bit for bit as a run
+    without the death ends."""
+    d = rt.Rdzvd()
+    with Scope("repair-fsdp2-") as s:
+        clean, _ = _fsdp2_run(d, s, "fsdp2a", os.path.join(s.tmp, "a"), None)
+        hurt, out = _fsdp2_run(d, s, "fsdp2b", os.path.join(s.tmp, "b"),
+                               (6, 1))
+        ev = job_events(d, "fsdp2b")
+        check("no repair: one replica (plain FSDP2): no peer holds the "
+              "lost shard, so the job restarts from its checkpoint" in ev, ev)
+        check("restart 1 of 1" in ev, ev)
+        check(len(re.findall(r"rank \d: resumed from checkpoint at step 4",
+                             out)) == 4, out[-6000:])
+        want = {r["rank"]: (r["steps"], r["digest"]) for r in clean}
+        got = {r["rank"]: (r["steps"], r["digest"]) for r in hurt}
+        check(want == got, (want, got))
+    d.stop()
+
+
 def test_replicas_must_divide_world():
     """--rdzv_conf replicas=3 for 2 nodes x 2 workers: the job fails as
     its round would form, before any worker starts, saying why and what
