@@ -69,6 +69,7 @@
 #include "hostport.h"
 #include "log.h"
 #include "mono.h"
+#include "rdzv.h"		/* rz_topo_*: replica groups */
 #include "rdzv_err.h"
 #include "wire.h"
 
@@ -275,6 +276,29 @@ agent_default_vars(char ***e, size_t *n, size_t *cap)
 }
 
 /*
+ * A job of replica groups (--rdzv_conf replicas=R, which rdzvd checked
+ * against the world): where local_rank sits, by its home rank (group
+ * rank x nproc + local rank; rdzv_topo.c).
+ */
+static void
+agent_topo_vars(char ***e, size_t *n, size_t *cap, int local_rank,
+    const struct rdzv_round *r, int64_t world)
+{
+	struct rz_topo	t;
+	char		why[256];
+
+	if (ag.cfg.replicas < 1 || r->group_rank < 0 ||
+	    rz_topo_check(world, ag.cfg.replicas, why, sizeof why) != 0)
+		return;
+	rz_topo_rank(world, ag.cfg.replicas, r->group_rank * ag.cfg.nproc +
+	    local_rank, &t);
+	agent_setenv(e, n, cap, "RDZV_REPLICAS", "%lld",
+	    (long long)t.replicas);
+	agent_setenv(e, n, cap, "RDZV_REPLICA", "%lld", (long long)t.replica);
+	agent_setenv(e, n, cap, "RDZV_SHARD", "%lld", (long long)t.shard);
+}
+
+/*
  * The variables rdzv-agent sets for local_rank in round r (torchrun's,
  * see shared/reference/tcpstore-wire.md section 6, plus RDZV_*).
  */
@@ -326,6 +350,7 @@ agent_worker_vars(int local_rank, const struct rdzv_round *r, size_t *np)
 	agent_setenv(&e, &n, &cap, "RDZV_NAMESPACE", "%s", r->store_ns);
 	agent_setenv(&e, &n, &cap, "RDZV_NODE_ID", "%lld",
 	    (long long)r->node_id);
+	agent_topo_vars(&e, &n, &cap, local_rank, r, world);
 	/* Started into a repair round: it takes a lost node's place. */
 	if (r->kind != NAT_KIND_NORMAL)
 		agent_setenv(&e, &n, &cap, "RDZV_REPLACEMENT", "1");

@@ -447,6 +447,10 @@ rz_round_form(struct rz *rz, struct rz_outbox *ob, struct rz_job *j,
 		order[n++] = nd;
 	qsort(order, (size_t)n, sizeof *order, rz_rank_cmp);
 	members = n < j->max ? n : j->max;
+	if (rz_topo_form(rz, ob, j, order, members, now) != 0) {
+		free(order);
+		return 0;	/* the job failed: replicas do not fit */
+	}
 
 	j->round++;
 	j->base_round = j->round;
@@ -573,7 +577,7 @@ rz_join(struct rz *rz, const struct nat_join *r, void *conn, int64_t now,
 	if (r->local_world_size < 1 || r->local_world_size > 1 << 20 ||
 	    r->min_nodes < 1 || r->max_nodes < r->min_nodes ||
 	    r->max_nodes > 1 << 20 || r->max_restarts < 0 ||
-	    r->rank >= r->max_nodes)
+	    r->rank >= r->max_nodes || r->replicas > 1 << 20)
 		return RDZV_EINVAL;
 	last_call = r->last_call_ms >= 0 ? r->last_call_ms : rz->def_last_call;
 	lease = r->lease_ms > 0 ? r->lease_ms : rz->def_lease;
@@ -595,6 +599,7 @@ rz_join(struct rz *rz, const struct nat_join *r, void *conn, int64_t now,
 		rz_strag_conf(j, r);
 		j->donor = j->pend_local = j->pend_deadline = -1;
 		j->join_at = j->join_deadline = -1;
+		j->replicas = r->replicas > 0 ? r->replicas : 0;
 		j->state = RZJ_FORMING;
 		j->next_node_id = 1;
 		TAILQ_INIT(&j->nodes);
@@ -607,7 +612,8 @@ rz_join(struct rz *rz, const struct nat_join *r, void *conn, int64_t now,
 	} else if (rz_closed(j))
 		return RDZV_ECLOSED;
 	else if (j->min != r->min_nodes || j->max != r->max_nodes ||
-	    j->max_restarts != r->max_restarts)
+	    j->max_restarts != r->max_restarts ||
+	    j->replicas != (r->replicas > 0 ? r->replicas : 0))
 		return RDZV_EINVAL;
 
 	HASH_FIND_STR(j->by_instance, inst, nd);

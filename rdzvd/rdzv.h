@@ -267,6 +267,26 @@ int	rz_straggler_news(struct rz *, struct slice job, int64_t round,
 int	rz_straggler_replace(struct rz *, struct slice job, int64_t round,
 	    int64_t rank, int64_t now, struct rz_outbox *);
 
+/*
+ * Replica groups (rdzv_topo.c): a world of replicas x shards ranks, rank
+ * h (its home) in replica h / shards at shard h % shards.  Pure; the
+ * agent uses them for its workers' RDZV_REPLICA and RDZV_SHARD.
+ */
+struct rz_topo {
+	int64_t	replicas, shards, replica, shard;
+};
+/* 0, or RDZV_EINVAL with why filled (replicas does not divide world). */
+int	rz_topo_check(int64_t world, int64_t replicas, char *why,
+	    size_t whysz);
+/* Where home sits (world and replicas passed rz_topo_check). */
+void	rz_topo_rank(int64_t world, int64_t replicas, int64_t home,
+	    struct rz_topo *);
+/* The home rank holding home's shard in the lowest other replica none of
+ * whose ranks is dead (dead: a bitmap of homes, bit h of word h / 64),
+ * or -1. */
+int64_t	rz_topo_donor(int64_t world, int64_t replicas, int64_t home,
+	    const uint64_t *dead);
+
 /* Figures for /metrics. */
 struct rz_stats {
 	int64_t	jobs_running, jobs_forming, jobs_closed;

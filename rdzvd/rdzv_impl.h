@@ -15,6 +15,8 @@
  *			them after a restart
  *	rdzv_retain.c	retention: purging closed jobs, sweeping dead rounds'
  *			namespaces
+ *	rdzv_topo.c	replica groups: which rank holds which shard, the
+ *			donor of a lost rank's shard
  */
 #ifndef RDZV_IMPL_H
 #define RDZV_IMPL_H
@@ -101,6 +103,8 @@ struct rz_job {
 	 * taken in may open (the last call after the latest), and when
 	 * their workers must be ready by; -1: none.  Not kept in rows. */
 	int64_t			 join_at, join_deadline;
+	int64_t			 replicas;	/* replica groups (JOIN), 0:
+						 * not a sharded job */
 };
 TAILQ_HEAD(rz_jobs, rz_job);
 
@@ -170,6 +174,13 @@ void rz_elastic_tick(struct rz *rz, struct rz_outbox *ob, struct rz_job *j,
     int64_t now);
 int64_t rz_elastic_deadline(const struct rz_job *j);
 void rz_elastic_reset(struct rz_job *j);
+
+/* ---- rdzv_topo.c ---- */
+int rz_topo_form(struct rz *rz, struct rz_outbox *ob, struct rz_job *j,
+    struct rz_node **order, int64_t members, int64_t now);
+const char *rz_topo_refused(const struct rz_job *j);
+void rz_topo_lost(struct rz *rz, struct rz_job *j, const struct rz_node *nd,
+    int64_t l, int64_t now);
 
 /* ---- rdzv_rows.c ---- */
 void rz_ns_name(char *out, size_t outsz, const char *kind,

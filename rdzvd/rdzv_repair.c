@@ -80,6 +80,8 @@ rz_failure(struct rz *rz, const struct nat_failure *r, int64_t now,
 	} else if (j->pend_node != 0)
 		rz_event(rz, j, now, "repair escalated to restart: a failure "
 		    "the agent does not repair");
+	else if ((why = rz_topo_refused(j)) != NULL)
+		rz_event(rz, j, now, "no repair: %s", why);
 	rz_restart(rz, ob, j, now, cause, "a worker failed");
 	return 0;
 }
@@ -125,7 +127,13 @@ const char *
 rz_repair_cannot(struct rz_job *j, char *buf, size_t bufsz)
 {
 	struct rz_node	*m;
+	const char	*why;
 
+	if ((why = rz_topo_refused(j)) != NULL)
+		return why;
+	/* Replica groups heal one replacement at a time for now. */
+	if (j->replicas > 0 && j->pend_node != 0)
+		return "a second failure during a repair of replica groups";
 	if (j->max_repairs == 0)
 		return "repair is off (max_repairs 0)";
 	if (j->repairs >= j->max_repairs) {
@@ -263,6 +271,7 @@ rz_repair_shrink(struct rz *rz, struct rz_outbox *ob, struct rz_job *j,
 		j->pend_deadline = now + j->repair_timeout_ms;
 	}
 	rz_repair_round(rz, ob, j, NAT_KIND_SHRINK);
+	rz_topo_lost(rz, j, nd, l, now);
 	rz_event(rz, j, now, "repair: shrink to %" PRId64 " after node %"
 	    PRId64 " local rank %" PRId64 " died (%s), round %" PRId64
 	    ", donor %" PRId64 "%s", j->world_size, nd->id, l, what, j->round,

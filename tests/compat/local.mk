@@ -20,6 +20,8 @@ COMPAT_TESTS = \
 COMPAT_TESTS += tests/compat/test_repair_spare.py
 # A torch job grows and shrinks in place (nodes join, one leaves on SIGTERM).
 COMPAT_TESTS += tests/compat/test_elastic_torch2.py
+# FSDP2/HSDP replica groups (python/rdzv/mesh.py) under real agents.
+COMPAT_TESTS += tests/compat/test_repair_hsdp.py
 TESTS += $(COMPAT_TESTS)
 EXTRA_DIST += $(COMPAT_TESTS) tests/compat/compatlib.py
 # test_repair_torch's fake agent, tests/lib/fakeagent.py, is listed in

@@ -976,6 +976,131 @@ test_repair_not_repairable(void **state)
  * a deadline of its own, and its READY grows to 4.  Below one worker
  * left, or past the timeout, it is a restart as before.
  */
+ * Replica groups, pure: rank h of replicas x shards is replica h /
+ * shards, shard h % shards; a lost rank's donor is its shard in the
+ * lowest other replica with no dead rank; replicas must divide the world.
+ */
+static void
+test_topo_pure(void **state)
+{
+	struct rz_topo	t;
+	uint64_t	dead[2] = { 0, 0 };
+	char		why[256];
+
+	(void)state;
+	assert_int_equal(rz_topo_check(8, 2, why, sizeof why), 0);
+	assert_int_equal(rz_topo_check(6, 4, why, sizeof why), RDZV_EINVAL);
+	assert_non_null(strstr(why, "replicas=4 does not divide the world "
+	    "of 6 ranks"));
+	assert_int_equal(rz_topo_check(6, 0, why, sizeof why), RDZV_EINVAL);
+	rz_topo_rank(8, 2, 5, &t);
+	assert_int_equal(t.replicas, 2);
+	assert_int_equal(t.shards, 4);
+	assert_int_equal(t.replica, 1);
+	assert_int_equal(t.shard, 1);
+	/* 3 x 2: rank 1 (replica 0, shard 1) died. */
+	dead[0] = 1ULL << 1;
+	assert_int_equal(rz_topo_donor(6, 3, 1, dead), 3);
+	/* ... and rank 2 of replica 1 too: replica 2 holds shard 1. */
+	dead[0] |= 1ULL << 2;
+	assert_int_equal(rz_topo_donor(6, 3, 1, dead), 5);
+	/* Every other replica has a dead rank: none. */
+	dead[0] |= 1ULL << 4;
+	assert_int_equal(rz_topo_donor(6, 3, 1, dead), -1);
+	/* Homes past 64 use the next word. */
+	memset(dead, 0, sizeof dead);
+	dead[1] = 1ULL << (70 - 64);
+	assert_int_equal(rz_topo_donor(128, 2, 6, dead), -1);
+	assert_int_equal(rz_topo_donor(128, 2, 70, dead), 6);
+	/* One replica: no donor ever. */
+	memset(dead, 0, sizeof dead);
+	assert_int_equal(rz_topo_donor(4, 1, 2, dead), -1);
+}
+
+/* JOIN of inst to job "ob" (two nodes of lws workers, replicas). */
+static int
+join_replicas(struct fx *f, const char *inst, int64_t lws, int64_t replicas,
+    void *conn)
+{
+	struct nat_join	r;
+
+	join_req(&r, "ob", inst, 2, 2);
+	r.local_world_size = lws;
+	r.lease_ms = 1000;
+	r.replicas = replicas;
+	return rz_join(f->rz, &r, conn, 0, &ob);
+}
+
+/*
+ * A job of replica groups: a JOIN that disagrees on replicas is refused;
+ * replicas that do not divide the world fail the job as the round would
+ * form, saying why.
+ */
+static void
+test_topo_form_refused(void **state)
+{
+	struct fx	*f = *state;
+	json_t		*doc;
+	char		*s;
+
+	assert_int_equal(run(f, join_replicas(f, "i1", 2, 3, &conn_a)), 0);
+	assert_int_equal(run(f, join_replicas(f, "i2", 2, 2, &conn_b)),
+	    RDZV_EINVAL);
+	assert_int_equal(run(f, join_replicas(f, "i2", 2, 3, &conn_b)), 0);
+	assert_non_null(doc = rz_job_doc(f->rz, slice_str("ob"), 0));
+	assert_non_null(s = json_dumps(doc, 0));
+	assert_non_null(strstr(s, "\"state\": \"failed\""));
+	free(s);
+	json_decref(doc);
+	assert_true(event_has(f, "close failed: replicas=3 does not divide "
+	    "the world of 4 ranks"));
+}
+
+/*
+ * 2 replicas x 2 shards over two nodes of two workers: a death shrinks
+ * as in any repairable job, and the event names the replica group, the
+ * shard and the donor of that shard (the same shard of the other
+ * replica).  One replica (plain FSDP2): no peer holds the shard, the
+ * failure restarts the job, and the event says so.
+ */
+static void
+test_topo_repair(void **state)
+{
+	struct fx	*f = *state;
+
+	assert_int_equal(run(f, join_replicas(f, "i1", 2, 2, &conn_a)), 0);
+	assert_int_equal(run(f, join_replicas(f, "i2", 2, 2, &conn_b)), 0);
+	assert_int_equal(run(f, rz_heartbeat(f->rz, slice_str("ob"), 1, 1,
+	    &conn_a, 10, &ob)), 0);
+	assert_int_equal(run(f, rz_heartbeat(f->rz, slice_str("ob"), 2, 1,
+	    &conn_b, 10, &ob)), 0);
+	assert_int_equal(fail_repair(f, 1, 1, 1, 100), 0);
+	assert_repair_push(0, NAT_KIND_SHRINK, 2, 1, 3, 0, 0, 1);
+	drain(f->rz);
+	assert_true(event_has(f, "replica group 0 lost rank 1 (shard 1 of "
+	    "2): it waits for its replacement, the other replicas step on; "
+	    "donor of shard 1: rank 3"));
+	assert_true(event_has(f, "repair: shrink to 3"));
+}
+
+static void
+test_topo_one_replica_restarts(void **state)
+{
+	struct fx	*f = *state;
+
+	assert_int_equal(run(f, join_replicas(f, "i1", 2, 1, &conn_a)), 0);
+	assert_int_equal(run(f, join_replicas(f, "i2", 2, 1, &conn_b)), 0);
+	assert_int_equal(run(f, rz_heartbeat(f->rz, slice_str("ob"), 1, 1,
+	    &conn_a, 10, &ob)), 0);
+	assert_int_equal(run(f, rz_heartbeat(f->rz, slice_str("ob"), 2, 1,
+	    &conn_b, 10, &ob)), 0);
+	assert_int_equal(fail_repair(f, 1, 1, 1, 100), 0);
+	assert_restart(f, 2, "repair escalated to restart: one replica "
+	    "(plain FSDP2): no peer holds the lost shard, so the job "
+	    "restarts from its checkpoint");
+}
+
+/* A second failure while the replacement is pending: a restart. */
 static void
 test_repair_second_failure(void **state)
 {
@@ -1536,6 +1661,13 @@ main(void)
 		    teardown),
 		cmocka_unit_test_setup_teardown(test_repair_reload, setup,
 		    teardown),
+		cmocka_unit_test(test_topo_pure),
+		cmocka_unit_test_setup_teardown(test_topo_form_refused, setup,
+		    teardown),
+		cmocka_unit_test_setup_teardown(test_topo_repair, setup,
+		    teardown),
+		cmocka_unit_test_setup_teardown(test_topo_one_replica_restarts,
+		    setup, teardown),
 		cmocka_unit_test_setup_teardown(test_legacy_rows_load, setup,
 		    teardown),
 	};
