@@ -970,12 +970,6 @@ test_repair_not_repairable(void **state)
 }
 
 /*
- * A second failure while the first replacement is on its way shrinks
- * again (world 2, no restart); the first replacement's READY grows to 3
- * (it is never the donor), then the second replacement is awaited, with
- * a deadline of its own, and its READY grows to 4.  Below one worker
- * left, or past the timeout, it is a restart as before.
- */
  * Replica groups, pure: rank h of replicas x shards is replica h /
  * shards, shard h % shards; a lost rank's donor is its shard in the
  * lowest other replica with no dead rank; replicas must divide the world.
@@ -1100,7 +1094,13 @@ test_topo_one_replica_restarts(void **state)
 	    "restarts from its checkpoint");
 }
 
-/* A second failure while the replacement is pending: a restart. */
+/*
+ * A second failure while the first replacement is on its way shrinks
+ * again (world 2, no restart); the first replacement's READY grows to 3
+ * (it is never the donor), then the second replacement is awaited, with
+ * a deadline of its own, and its READY grows to 4.  Below one worker
+ * left, or past the timeout, it is a restart as before.
+ */
 static void
 test_repair_second_failure(void **state)
 {
