@@ -6,7 +6,9 @@ job.track()), the replacement can be the next round's donor.  What it
 sends then must be the state it received -- the model's and every
 tracked object's -- not its own empty or fresh objects' (an optimizer
 of step 0 on one rank, Adam's moments on the others: the replicas
-drift apart while every step still commits)."""
+drift apart while every step still commits).  And the step at which the
+survivors of a grow switch (watcher.switch_step): only a group whole on
+every rank keeps stepping until then."""
 
 import compatlib as cl
 
@@ -101,6 +103,22 @@ def test_donor_with_received_state():
     state.unpack(fresh, state.pack(r))
     check(same(opt5.state_dict(), opt.state_dict()), "optimizer, part")
     check(same(sched5.state_dict(), sched.state_dict()), "schedule, part")
+
+
+def test_grow_switch_step():
+    # A grow keeps the survivors' group only when every rank of one
+    # group posted "BEGUN ROUND WORLD"; "-1" are the replacements.
+    from rdzv.watcher import switch_step
+    check(switch_step([b"-1", b"10 6 3", b"12 6 3", b"11 6 3"]) == 12,
+          "a whole group of 3 and its replacement")
+    # A rank that left round 6's group for this one (a replacement that
+    # had not finished joining it, or a survivor still making it) posts
+    # -1: the one whose group looks whole must not step on in it alone.
+    check(switch_step([b"-1", b"-1", b"-1", b"10 6 3"]) is None,
+          "one survivor of 3 posted")
+    check(switch_step([b"-1", b"10 6 3", b"10 5 3", b"10 6 3"]) is None,
+          "two groups")
+    check(switch_step([b"-1"] * 4) is None, "nobody whole")
 
 
 if __name__ == "__main__":
