@@ -15,7 +15,8 @@ COMPAT_TESTS = \
 	tests/compat/test_repair_agent_torch2.py \
 	tests/compat/test_repair_agent_torch1.py \
 	tests/compat/test_repair_ddp_twin.py \
-	tests/compat/test_repair_data.py
+	tests/compat/test_repair_data.py \
+	tests/compat/test_repair_state.py
 # rdzv-agent's warm spare (python/rdzv/spare.py) under real agents.
 COMPAT_TESTS += tests/compat/test_repair_spare.py
 # A torch job grows and shrinks in place (nodes join, one leaves on SIGTERM).
