@@ -15,6 +15,12 @@
     c.get_prefix(prefix)   {key bytes: value bytes} through the gateway
     c.wait_serving()       until a range request succeeds
     skip_without_etcd()    skip the whole file when etcd is not installed
+    etcd_rdzvd(c, ...)     an rdzvd on c (see there)
+    standby_http(d)        a standby's HTTP port, once it listens
+    leader_and_standby(a, b)  starts a (it leads) and b (it stands by) and
+                           checks their /readyz: 200 and 503 naming a
+    stands_by_saying(d, s) starts d, which cannot lead, until its log
+                           says s; checks it opened no client port
 
 Members are started with rdzvtest.spawn(), so nothing outlives the test.
 """
@@ -210,3 +216,34 @@ def etcd_rdzvd(cluster, ttl_ms=1000, durability="strict", start=True,
     if start:
         d.start()
     return d
+
+
+def standby_http(d):
+    """The standby d's HTTP port, once it listens (before it leads)."""
+    rt.wait_until(lambda: os.path.exists(d.http_port_file), 20, 0.02,
+                  "the standby's http port file")
+    d.http_port = d._read_port(d.http_port_file)
+    return d
+
+
+def leader_and_standby(a, b):
+    """Starts a, which leads, then b, which stands by; their /readyz say
+    so (b's names a's address)."""
+    a.start()
+    b.start(wait=False)
+    rt.wait_until(lambda: "standing by" in b.log_text(), 20, what="standby")
+    standby_http(b)
+    st, body, _ = a.http_get("/readyz")
+    assert st == 200, (st, body)
+    st, body, _ = b.http_get("/readyz")
+    assert st == 503 and a.endpoint.encode() in body, (st, body)
+
+
+def stands_by_saying(d, says):
+    """Starts d, which cannot reach or use etcd, until its log says
+    `says`; it opened no client port; stops it."""
+    d.start(wait=False)
+    rt.wait_until(lambda: says in d.log_text(), 30,
+                  what="rdzvd saying %r" % says)
+    assert not os.path.exists(d.port_file)
+    assert d.stop() == 0, d.diagnostics()

@@ -24,7 +24,8 @@ import threading
 
 import rdzvtest as rt
 from etcd_lib import (EtcdCluster, b64, etcd_rdzvd, etcd_tls,
-                      skip_without_etcd)
+                      leader_and_standby, skip_without_etcd,
+                      stands_by_saying)
 
 DEPOSED = 75    # rdzvd's exit status when it can no longer lead
 
@@ -154,12 +155,8 @@ def test_etcd_tls():
     assert d.stop() == 0, d.diagnostics()
     # No client certificate: etcd refuses the handshake; rdzvd says so
     # and waits, leading nothing.
-    bad = etcd_rdzvd(etcd, start=False, extra=["--etcd-cacert", tls["ca"]])
-    bad.start(wait=False)
-    rt.wait_until(lambda: "cannot reach the cluster" in bad.log_text(), 30,
-                  what="rdzvd saying it cannot reach etcd")
-    assert not os.path.exists(bad.port_file)
-    assert bad.stop() == 0, bad.diagnostics()
+    stands_by_saying(etcd_rdzvd(etcd, start=False, extra=[
+        "--etcd-cacert", tls["ca"]]), "cannot reach the cluster")
 
 
 def test_etcd_auth():
@@ -185,14 +182,9 @@ def test_etcd_auth():
                for kv in r.get("kvs", [])), r
     rc = d.stop()
     assert rc == 0, (rc, d.diagnostics())
-    bad = etcd_rdzvd(etcd, start=False, extra=["--etcd-user", "root",
-                                               "--etcd-password-file",
-                                               wrong])
-    bad.start(wait=False)
-    rt.wait_until(lambda: "refused user root" in bad.log_text(), 30,
-                  what="rdzvd saying etcd refused its user")
-    assert not os.path.exists(bad.port_file)
-    assert bad.stop() == 0, bad.diagnostics()
+    stands_by_saying(etcd_rdzvd(etcd, start=False, extra=[
+        "--etcd-user", "root", "--etcd-password-file", wrong]),
+        "refused user root")
 
 
 def test_three_host_config():
@@ -219,15 +211,7 @@ def test_three_host_config():
                    "--http-port-file", d.http_port_file, "--log-file",
                    os.path.join(d.tmpdir, "rdzvd.log")]
         ds.append(d)
-    ds[0].start()
-    ds[1].start(wait=False)
-    rt.wait_until(lambda: os.path.exists(ds[1].http_port_file) and
-                  "standing by" in ds[1].log_text(), 20, what="standby")
-    ds[1].http_port = ds[1]._read_port(ds[1].http_port_file)
-    st, body, _ = ds[0].http_get("/readyz")
-    assert st == 200, (st, body)
-    st, body, _ = ds[1].http_get("/readyz")
-    assert st == 503 and ds[0].endpoint.encode() in body, (st, body)
+    leader_and_standby(*ds)
     c = ds[0].native()
     c.set(b"k", b"v")
     assert c.get(b"k") == b"v"
