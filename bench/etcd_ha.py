@@ -46,7 +46,7 @@ sys.path[:0] = [os.path.join(TOP, "tests", "lib"),
                 os.path.join(TOP, "tests", "integ")]
 
 import rdzvtest as rt                                   # noqa: E402
-from etcd_lib import EtcdCluster, etcd_rdzvd            # noqa: E402
+from etcd_lib import EtcdCluster, b64, etcd_rdzvd       # noqa: E402
 
 HOSTS = ["127.0.0.1", "127.0.0.2", "127.0.0.3"]
 
@@ -134,16 +134,11 @@ def heartbeat_us(d, times):
 
 def etcd_status(etcd):
     st = etcd.post("/v3/maintenance/status", {})
-    keys = etcd.post("/v3/kv/range", {"key": rt_b64(b"/rdzv/"),
-                                      "range_end": rt_b64(b"/rdzv0"),
+    keys = etcd.post("/v3/kv/range", {"key": b64(b"/rdzv/"),
+                                      "range_end": b64(b"/rdzv0"),
                                       "count_only": True})
     return (int(st["header"]["revision"]), int(st.get("dbSize", 0)),
             int(st.get("dbSizeInUse", 0)), int(keys.get("count", 0)))
-
-
-def rt_b64(b):
-    import base64
-    return base64.b64encode(b).decode()
 
 
 def storage(etcd, ttl_ms, seconds):

@@ -28,22 +28,6 @@
 
 static struct evhttp	*http;
 
-static void
-http_healthz_cb(struct evhttp_request *req, void *arg)
-{
-	struct evbuffer	*out = evhttp_request_get_output_buffer(req);
-
-	evhttp_add_header(evhttp_request_get_output_headers(req),
-	    "Content-Type", "text/plain; charset=utf-8");
-	if (server.draining) {
-		evbuffer_add_printf(out, "draining\n");
-		evhttp_send_reply(req, 503, "Service Unavailable", NULL);
-		return;
-	}
-	evbuffer_add_printf(out, "ok\n");
-	evhttp_send_reply(req, HTTP_OK, "OK", NULL);
-}
-
 /* "the leader is HOST (clients LISTEN, http HTTP)", from its info. */
 static void
 http_leader_text(struct evbuffer *out)
@@ -66,27 +50,43 @@ http_leader_text(struct evbuffer *out)
 	json_decref(info);
 }
 
+/*
+ * /healthz (alive: 200 unless draining) and /readyz (ready: 200 only
+ * while this rdzvd serves clients; a standby answers 503 naming the
+ * leader).
+ */
 static void
-http_readyz_cb(struct evhttp_request *req, void *arg)
+http_probe(struct evhttp_request *req, int ready)
 {
 	struct evbuffer	*out = evhttp_request_get_output_buffer(req);
 
 	evhttp_add_header(evhttp_request_get_output_headers(req),
 	    "Content-Type", "text/plain; charset=utf-8");
-	if (server.draining) {
-		evbuffer_add_printf(out, "draining\n");
-		evhttp_send_reply(req, 503, "Service Unavailable", NULL);
-		return;
-	}
-	if (server.standby) {
-		evbuffer_add_printf(out, "standing by: ");
-		http_leader_text(out);
-		evbuffer_add_printf(out, "\n");
+	if (server.draining || (ready && server.standby)) {
+		if (server.draining)
+			evbuffer_add_printf(out, "draining\n");
+		else {
+			evbuffer_add_printf(out, "standing by: ");
+			http_leader_text(out);
+			evbuffer_add_printf(out, "\n");
+		}
 		evhttp_send_reply(req, 503, "Service Unavailable", NULL);
 		return;
 	}
 	evbuffer_add_printf(out, "ok\n");
 	evhttp_send_reply(req, HTTP_OK, "OK", NULL);
+}
+
+static void
+http_healthz_cb(struct evhttp_request *req, void *arg)
+{
+	http_probe(req, 0);
+}
+
+static void
+http_readyz_cb(struct evhttp_request *req, void *arg)
+{
+	http_probe(req, 1);
 }
 
 static void
@@ -232,15 +232,23 @@ http_page_cb(struct evhttp_request *req, void *arg)
 	evhttp_send_reply(req, HTTP_OK, "OK", NULL);
 }
 
+/* {"error": why} with the HTTP status code and its reason. */
+static void
+http_json_error(struct evhttp_request *req, int code, const char *reason,
+    const char *why)
+{
+	evbuffer_add_printf(evhttp_request_get_output_buffer(req),
+	    "{\"error\":\"%s\"}\n", why);
+	evhttp_add_header(evhttp_request_get_output_headers(req),
+	    "Content-Type", "application/json");
+	evhttp_send_reply(req, code, reason, NULL);
+}
+
 static void
 http_json(struct evhttp_request *req, char *text)
 {
 	if (text == NULL) {
-		evbuffer_add_printf(evhttp_request_get_output_buffer(req),
-		    "{\"error\":\"not found\"}\n");
-		evhttp_add_header(evhttp_request_get_output_headers(req),
-		    "Content-Type", "application/json");
-		evhttp_send_reply(req, HTTP_NOTFOUND, "Not Found", NULL);
+		http_json_error(req, HTTP_NOTFOUND, "Not Found", "not found");
 		return;
 	}
 	evhttp_add_header(evhttp_request_get_output_headers(req),
@@ -265,12 +273,8 @@ http_api(struct evhttp_request *req, const char *path)
 		return;
 	}
 	if (server.standby) {
-		evhttp_add_header(evhttp_request_get_output_headers(req),
-		    "Content-Type", "application/json");
-		evbuffer_add_printf(evhttp_request_get_output_buffer(req),
-		    "{\"error\":\"this rdzvd stands by; ask the leader "
-		    "(/api/status says where it is)\"}\n");
-		evhttp_send_reply(req, 503, "Service Unavailable", NULL);
+		http_json_error(req, 503, "Service Unavailable", "this rdzvd "
+		    "stands by; ask the leader (/api/status says where it is)");
 		return;
 	}
 	if (strcmp(path, "/api/jobs") == 0) {

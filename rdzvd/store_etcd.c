@@ -992,6 +992,7 @@ static struct store_etcd *
 store_etcd_lead(const struct store_etcd_conf *c, enum store_durability mode)
 {
 	struct store_etcd	*se;
+	json_t			*req, *resp;
 	unsigned		 poll_ms;
 	int64_t			 before;
 	int			 rc;
@@ -1025,6 +1026,15 @@ store_etcd_lead(const struct store_etcd_conf *c, enum store_durability mode)
 
 	log_info("etcd: %s, prefix %s: seeking leadership (lease %u ms)",
 	    c->etcd.endpoints, se->prefix, se->ttl_ms);
+	if (se->ec.user != NULL) {
+		/* The keepalive client's first call authenticates (bcrypt
+		 * on etcd's side, can take longer than its budget): do it
+		 * now, while nothing waits on it.  A failure is retried. */
+		req = json_pack("{s:o}", "key", store_etcd_key(se, "leader", 6));
+		if (req != NULL && etcd_call(se->ka, "/v3/kv/range", req,
+		    &resp) == 0)
+			json_decref(resp);
+	}
 	for (;;) {
 		if (store_etcd_watch(se, poll_ms) != 0)
 			goto cancelled;

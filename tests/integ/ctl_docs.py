@@ -282,7 +282,7 @@ def test_k8s_ha_runs_on_etcd():
     """The ha ConfigMap and command line, with this machine's addresses
     and a real etcd: one rdzvd leads (ready), the other stands by (not
     ready, naming the leader)."""
-    from etcd_lib import ETCD, EtcdCluster, free_port
+    from etcd_lib import ETCD, EtcdCluster, free_port, leader_and_standby
     if not os.access(ETCD, os.X_OK):
         rt.skip("etcd is not installed (scripts/deps.sh installs "
                 "Debian's etcd-server)")
@@ -317,14 +317,7 @@ def test_k8s_ha_runs_on_etcd():
         d.extra = args + ["--port-file", d.port_file, "--http-port-file",
                           d.http_port_file, "--log-file", d.log_path]
         ds.append(d)
-    ds[0].start()
-    ds[1].start(wait=False)
-    rt.wait_until(lambda: os.path.exists(ds[1].http_port_file) and
-                  "standing by" in ds[1].log_text(), 20, what="standby")
-    ds[1].http_port = ds[1]._read_port(ds[1].http_port_file)
-    assert ds[0].http_get("/readyz")[0] == 200
-    st, body, _ = ds[1].http_get("/readyz")
-    assert st == 503 and ds[0].endpoint.encode() in body, (st, body)
+    leader_and_standby(*ds)
     assert ds[1].http_get("/healthz")[0] == 200
     ctl = os.path.join(BUILD, "client", "rdzvctl")
     r = run([ctl, "-e", ds[1].endpoint + "," + ds[0].endpoint,

@@ -30,7 +30,8 @@ import subprocess
 
 import rdzvtest as rt
 from agent_lib import Scope, conf, job_events
-from etcd_lib import EtcdCluster, etcd_rdzvd, skip_without_etcd
+from etcd_lib import (EtcdCluster, etcd_rdzvd, skip_without_etcd,
+                      standby_http)
 from etcd_store import DEPOSED, AckLog, check_acked
 
 HOSTS = ["127.0.0.1", "127.0.0.2", "127.0.0.3"]
@@ -47,14 +48,6 @@ def trio(etcd):
         rt.wait_until(lambda: "standing by" in d.log_text(), 20,
                       what="standby")
     return ds[0], ds[1:]
-
-
-def standby_http(d):
-    """The standby d's HTTP port, once it listens (before it leads)."""
-    rt.wait_until(lambda: os.path.exists(d.http_port_file), 20, 0.02,
-                  "the standby's http port file")
-    d.http_port = d._read_port(d.http_port_file)
-    return d
 
 
 def check_standby(d, leader):

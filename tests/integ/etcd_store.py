@@ -7,17 +7,25 @@
     vouch for its leadership); a writer that logged every acknowledged
     SET finds each of them once etcd and a new rdzvd are back;
   - bad --store arguments are refused with the cause and the fix;
+  - a secured etcd: https with client certificates (a CA made by openssl
+    now): rdzvd with --etcd-cacert/--etcd-cert/--etcd-key leads and its
+    writes are in etcd; without its certificate it cannot reach etcd and
+    says so, standing by; etcd's authentication: --etcd-user and
+    --etcd-password-file lead, a wrong password is refused and said so;
   - etc/rdzvd-etcd.conf (the three-host layout's settings) with this
     machine's addresses: two rdzvds on it, one leads (/readyz 200), the
     other stands by (/readyz 503 naming the leader).
 """
 
+import base64
 import os
 import re
 import threading
 
 import rdzvtest as rt
-from etcd_lib import EtcdCluster, etcd_rdzvd, skip_without_etcd
+from etcd_lib import (EtcdCluster, b64, etcd_rdzvd, etcd_tls,
+                      leader_and_standby, skip_without_etcd,
+                      stands_by_saying)
 
 DEPOSED = 75    # rdzvd's exit status when it can no longer lead
 
@@ -135,6 +143,50 @@ def test_bad_store_arguments():
         assert rc != 0 and want in err, (args, rc, err)
 
 
+def test_etcd_tls():
+    tls = etcd_tls()
+    etcd = EtcdCluster(1, tls=tls)
+    d = etcd_rdzvd(etcd, extra=["--etcd-cacert", tls["ca"], "--etcd-cert",
+                                tls["client_cert"], "--etcd-key",
+                                tls["client_key"]])
+    d.native().set(b"over-tls", b"1")
+    assert any(k.endswith(b"/over-tls") for k in
+               etcd.get_prefix(b"/rdzv/kv/")), "the write is not in etcd"
+    assert d.stop() == 0, d.diagnostics()
+    # No client certificate: etcd refuses the handshake; rdzvd says so
+    # and waits, leading nothing.
+    stands_by_saying(etcd_rdzvd(etcd, start=False, extra=[
+        "--etcd-cacert", tls["ca"]]), "cannot reach the cluster")
+
+
+def test_etcd_auth():
+    etcd = EtcdCluster(1)
+    etcd.post("/v3/auth/user/add", {"name": "root", "password": "rootpw"})
+    etcd.post("/v3/auth/user/grant", {"user": "root", "role": "root"})
+    etcd.post("/v3/auth/enable", {})
+    tmp = rt.mktemp("etcd-auth-")
+    good, wrong = os.path.join(tmp, "good"), os.path.join(tmp, "wrong")
+    for path, pw in ((good, "rootpw\n"), (wrong, "nope\n")):
+        with open(path, "w") as f:
+            f.write(pw)
+        os.chmod(path, 0o600)
+    d = etcd_rdzvd(etcd, extra=["--etcd-user", "root",
+                                "--etcd-password-file", good])
+    d.native().set(b"authed", b"1")
+    tok = etcd.post("/v3/auth/authenticate", {"name": "root",
+                                              "password": "rootpw"})["token"]
+    r = etcd.post("/v3/kv/range", {"key": b64(b"/rdzv/kv/"),
+                                   "range_end": b64(b"/rdzv/kv0")},
+                  headers={"Authorization": tok})
+    assert any(base64.b64decode(kv["key"]).endswith(b"/authed")
+               for kv in r.get("kvs", [])), r
+    rc = d.stop()
+    assert rc == 0, (rc, d.diagnostics())
+    stands_by_saying(etcd_rdzvd(etcd, start=False, extra=[
+        "--etcd-user", "root", "--etcd-password-file", wrong]),
+        "refused user root")
+
+
 def test_three_host_config():
     etcd = EtcdCluster(1)
     with open(os.path.join(rt.top_srcdir(), "etc", "rdzvd-etcd.conf")) as f:
@@ -159,15 +211,7 @@ def test_three_host_config():
                    "--http-port-file", d.http_port_file, "--log-file",
                    os.path.join(d.tmpdir, "rdzvd.log")]
         ds.append(d)
-    ds[0].start()
-    ds[1].start(wait=False)
-    rt.wait_until(lambda: os.path.exists(ds[1].http_port_file) and
-                  "standing by" in ds[1].log_text(), 20, what="standby")
-    ds[1].http_port = ds[1]._read_port(ds[1].http_port_file)
-    st, body, _ = ds[0].http_get("/readyz")
-    assert st == 200, (st, body)
-    st, body, _ = ds[1].http_get("/readyz")
-    assert st == 503 and ds[0].endpoint.encode() in body, (st, body)
+    leader_and_standby(*ds)
     c = ds[0].native()
     c.set(b"k", b"v")
     assert c.get(b"k") == b"v"
