@@ -72,9 +72,8 @@ def one(side, n, a, build, d, tmp):
                               ("repaired: round" in s or "ddp_mlp:" in s),
                               t_chg)
         first, _ = job.wait_line(progress, t6)
-        rp, rs = job.rounds()
         return {"lost": first - before - gap, "world6": first - t_join,
-                "gap": gap}, rs
+                "gap": gap}
     finally:
         job.stop(jd)
 
@@ -102,13 +101,13 @@ def main():
             for side in order:
                 n += 1
                 load = os.getloadavg()[0]
-                row, restarts = one(side, n, a, build, d, tmp)
+                row = one(side, n, a, build, d, tmp)
                 for k, v in row.items():
                     figs.setdefault((side, k), []).append(v)
                 print("rep %d %-8s lost %.3f s  world6 %.3f s  (step gap "
-                      "%.4f s)  restarts %s  load %.1f" % (
+                      "%.4f s)  load %.1f" % (
                           rep + 1, side, row["lost"], row["world6"],
-                          row["gap"], restarts, load), flush=True)
+                          row["gap"], load), flush=True)
     finally:
         d.stop()
         shutil.rmtree(tmp, ignore_errors=True)
