@@ -724,8 +724,13 @@ rz_leave(struct rz *rz, struct slice job, int64_t node_id, int64_t now,
 	if (rz_closed(j))
 		return 0;
 	if (was_member && j->state == RZJ_RUNNING &&
-	    rz_repair_lost(rz, ob, j, &gone, "it left", now) != 0)
+	    rz_repair_lost(rz, ob, j, &gone, "it left", now) != 0) {
 		rz_round_end(rz, ob, j, now, "a member left");
+		if (j->nnodes < j->min)
+			rz_event(rz, j, now, "below min_nodes: %" PRId64 " of %"
+			    PRId64 " nodes left, the job waits for nodes to "
+			    "join", j->nnodes, j->min);
+	}
 	rz_round_form(rz, ob, j, now);
 	return 0;
 }

@@ -126,9 +126,12 @@ def test_torch_sigterm_leaves_in_place():
     before = [st for st, w in steps if w == 6]
     compatlib.log("left after step %d; the others went on at step %d" %
                   (last, after[0]))
-    # Continuous: the first step in the world of 4 is the one after the
-    # leavers' last, and no step of the world of 6 came later.
-    compatlib.check(after and after[0] == last + 1, (last, after[:5]))
+    # Continuous: no step of the world of 6 came after the leavers'
+    # last, and the world of 4 goes on from it (a line may repeat it:
+    # the step the others had begun when the leavers went is dropped,
+    # and the line after it still printed, then done again).
+    compatlib.check(after and after[0] >= last and last + 1 in after,
+                    (last, after[:5]))
     compatlib.check(max(before) <= last, (last, max(before)))
     node = re.search(r"joined job tl as node (\d+)", left).group(1)
     compatlib.check(any(re.match(r"repair: shrink to 4 after node %s "

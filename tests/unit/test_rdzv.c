@@ -1378,6 +1378,8 @@ test_repair_lost_below_min(void **state)
 	assert_true(event_has(f, "repair escalated to restart: node 1 (host "
 	    "h) lost (it left): no standby, and fewer than min_nodes would be "
 	    "left"));
+	assert_true(event_has(f, "below min_nodes: 1 of 2 nodes left, the "
+	    "job waits for nodes to join"));
 }
 
 /* max_repairs 0 (JOIN): never a repair. */
