@@ -165,7 +165,7 @@ def main():
 			print("rank %d: resumed from checkpoint at step %d" % (
 			    job.home, at), flush=True)
 	torch.manual_seed(a.seed + 1000 + job.home)
-	loss = torch.zeros(())
+	loss = None		# a rank healed at the end never steps
 	for epoch in job.epochs(a.epochs):
 		for idx in job.batches(a.samples, a.batch, seed=a.seed):
 			with job.step():
@@ -184,13 +184,15 @@ def main():
 				loss = loss.detach()
 			if a.checkpoint and job.step_count % a.ckpt_every == 0:
 				save(job, a.checkpoint)
-			if job.step_count % 20 == 0 and job.shard == 0:
+			if job.step_count % 20 == 0 and job.shard == 0 and \
+			    loss is not None:
 				print("replica %d epoch %d step %d loss %.4f" % (
 				    job.replica, epoch, job.step_count, loss.item()),
 				    flush=True)
 	print("REPORT " + json.dumps({"rank": job.home, "replica": job.replica,
 	    "shard": job.shard, "pid": os.getpid(), "steps": job.step_count,
-	    "loss": round(loss.item(), 6), "digest": job.digest(),
+	    "loss":
+	    None if loss is None else round(loss.item(), 6), "digest": job.digest(),
 	    "repairs": job.repairs, "heals": len(job.heal_times)}), flush=True)
 	job.close()
 

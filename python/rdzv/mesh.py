@@ -287,8 +287,33 @@ class MeshJob(Job):
 			dist.destroy_process_group()
 
 	def epochs(self, n):
+		"""Yields epoch numbers up to n (see rdzv.repair); at the end,
+		while a replica is missing, waits for its heal first, so that
+		every replica ends with the job's state."""
 		self._heal_pending()
-		return super().epochs(n)
+		for e in super().epochs(n):
+			yield e
+		self._finish()
+
+	def _finish(self):
+		"""The stepping replicas are done while a replica waits for its
+		replacement: they wait for the grow round and heal it (the
+		replica's ranks then find the job's epochs done).  A replacement
+		that never comes ends the job through rdzvd's repair timeout."""
+		said = False
+		while self._repairing and self.active and \
+		    self.stepping < self.replicas:
+			if not said:
+				log.info("rank %d (replica %d shard %d): done with %d "
+				    "of %d replicas stepping: waiting to heal the "
+				    "others before the end", self.home, self.replica,
+				    self.shard, self.stepping, self.replicas)
+				said = True
+			r = self._wait_round(forever=True)
+			if r is None:
+				return
+			self._repair_in(r)
+			self._heal_pending()
 
 	def batches(self, *a, **kw):
 		self._heal_pending()
