@@ -232,18 +232,21 @@ rz_live(const struct rz_node *nd)
 /*
  * Sets each member's rank base (the global rank of its first live
  * worker: the live workers of the members ranked before it),
- * j->members, j->world_size and j->donor (the new rank of the first
- * live worker in rank order that is not the pending replacement: the
- * lowest surviving old rank), in one pass over the members in group
- * rank order (a job loaded from its rows, a repair round); the group
- * ranks are closed up to 0..members-1 (a lost node's gone).  Returns 0
- * or RDZV_ENOMEM.
+ * j->members, j->world_size and j->donor, in one pass over the members
+ * in group rank order (a job loaded from its rows, a repair round); the
+ * group ranks are closed up to 0..members-1 (a lost node's gone).  The
+ * donor is the worker that was the donor before (donor_node,
+ * donor_local) while it lives: a replacement that came in by a grow may
+ * not hold the job's state yet when the next round opens (two grows
+ * back to back), so the lowest live rank is taken only when the donor
+ * died, and never the pending replacement.  Returns 0 or RDZV_ENOMEM.
  */
 int
 rz_rank_bases(struct rz *rz, struct rz_job *j)
 {
 	struct rz_node	**v, *nd;
-	int64_t		  n = 0, i, l, k, base = 0;
+	int64_t		  n = 0, i, l, k, base = 0, kept = -1;
+	int64_t		  low = -1, low_node = 0, low_local = -1;
 
 	if ((v = reallocarray(NULL, (size_t)j->nnodes + 1, sizeof *v)) == NULL)
 		return RDZV_ENOMEM;
@@ -251,7 +254,6 @@ rz_rank_bases(struct rz *rz, struct rz_job *j)
 		if (nd->state == RZN_MEMBER)
 			v[n++] = nd;
 	qsort(v, (size_t)n, sizeof *v, rz_group_rank_cmp);
-	j->donor = -1;
 	for (i = 0; i < n; i++) {
 		nd = v[i];
 		/* A lost node's rank is closed up: the ranks stay 0..n-1. */
@@ -260,17 +262,32 @@ rz_rank_bases(struct rz *rz, struct rz_job *j)
 			rz_save_node(rz, j, nd);
 		}
 		nd->rank_base = base;
-		for (l = k = 0; j->donor < 0 && l < nd->lws; l++) {
+		for (l = k = 0; l < nd->lws; l++) {
 			if (nd->dead_local & (1LL << l))
 				continue;
 			/* Never a replacement (pend_local -1: the whole
 			 * node's workers are). */
 			if (nd->id != j->pend_node || (j->pend_local >= 0 &&
-			    l != j->pend_local))
-				j->donor = base + k;
+			    l != j->pend_local)) {
+				if (nd->id == j->donor_node &&
+				    l == j->donor_local)
+					kept = base + k;
+				if (low < 0) {
+					low = base + k;
+					low_node = nd->id;
+					low_local = l;
+				}
+			}
 			k++;
 		}
 		base += rz_live(nd);
+	}
+	if (kept >= 0)
+		j->donor = kept;
+	else {
+		j->donor = low;
+		j->donor_node = low_node;
+		j->donor_local = low_local;
 	}
 	j->members = n;
 	j->world_size = base;
@@ -386,6 +403,8 @@ rz_round_end(struct rz *rz, struct rz_outbox *ob, struct rz_job *j,
 	}
 	j->kind = NAT_KIND_NORMAL;
 	j->donor = -1;
+	j->donor_node = 0;	/* a new membership: every worker restarts */
+	j->donor_local = -1;
 	rz_elastic_reset(j);
 	j->pend_node = 0;
 	j->pend_local = j->pend_deadline = -1;
@@ -598,6 +617,8 @@ rz_join(struct rz *rz, const struct nat_join *r, void *conn, int64_t now,
 		    r->repair_timeout_ms : RZ_REPAIR_TIMEOUT_MS;
 		rz_strag_conf(j, r);
 		j->donor = j->pend_local = j->pend_deadline = -1;
+		j->donor_node = 0;
+		j->donor_local = -1;
 		j->join_at = j->join_deadline = -1;
 		j->replicas = r->replicas > 0 ? r->replicas : 0;
 		j->state = RZJ_FORMING;

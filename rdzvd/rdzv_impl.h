@@ -96,6 +96,8 @@ struct rz_job {
 	 * the replacement awaited (pend_node 0: none) with its deadline. */
 	int64_t			 max_repairs, repair_timeout_ms, repairs;
 	int64_t			 kind, donor;
+	int64_t			 donor_node, donor_local; /* who the donor
+						 * is (rz_rank_bases) */
 	int64_t			 pend_node, pend_local, pend_deadline;
 	/* Stragglers (rdzv_strag.c): JOIN's settings. */
 	int64_t			 strag_ratio_pm, strag_window_ms, strag_action;

@@ -91,14 +91,16 @@ rz_save_job(struct rz *rz, struct rz_job *j)
 	    "closed_ms", (json_int_t)j->closed_ms,
 	    "failure", rz_json_text(j->failure), "straggler",
 	    rz_strag_row(j), "repair", json_pack(
-	    "{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}",
+	    "{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}",
 	    "max", (json_int_t)j->max_repairs,
 	    "base", (json_int_t)j->base_round,
 	    "timeout_ms", (json_int_t)j->repair_timeout_ms,
 	    "count", (json_int_t)j->repairs, "kind", (json_int_t)j->kind,
 	    "donor", (json_int_t)j->donor, "pend_node", (json_int_t)j->pend_node,
 	    "pend_local", (json_int_t)j->pend_local,
-	    "replicas", (json_int_t)j->replicas)));
+	    "replicas", (json_int_t)j->replicas,
+	    "donor_node", (json_int_t)j->donor_node,
+	    "donor_local", (json_int_t)j->donor_local)));
 }
 
 void
@@ -369,6 +371,8 @@ rz_load_repair(struct rz_load_ctx *ctx, struct rz_job *j, const json_t *rp)
 	j->base_round = row_i64(rp, "base", j->round);
 	j->kind = row_i64(rp, "kind", NAT_KIND_NORMAL);
 	j->donor = row_i64(rp, "donor", -1);
+	j->donor_node = row_i64(rp, "donor_node", 0);
+	j->donor_local = row_i64(rp, "donor_local", -1);
 	j->pend_node = row_i64(rp, "pend_node", 0);
 	j->pend_local = row_i64(rp, "pend_local", -1);
 	j->replicas = row_i64(rp, "replicas", 0);

@@ -1095,6 +1095,35 @@ test_topo_one_replica_restarts(void **state)
 }
 
 /*
+ * Two grows back to back keep their donor: after two deaths the donor is
+ * node 1's local rank 1; node 1's replacement (rank 0 once in) comes in
+ * first, and when node 2's comes in the round after, the donor is still
+ * node 1's local rank 1 (rank 1), not the replacement of the grow
+ * before, which may not hold the job's state yet.
+ */
+static void
+test_repair_two_grows_keep_donor(void **state)
+{
+	struct fx	*f = *state;
+
+	repair_job(f, 1, 1);
+	assert_int_equal(run(f, fail_repair(f, 2, 1, 1, 100)), 0);
+	assert_int_equal(run(f, fail_repair(f, 1, 2, 0, 110)), 0);
+	assert_int_equal(ready(f, 1, 3, 0, 200), 0);
+	assert_int_equal(ob.npush, 2);
+	assert_repair_push(0, NAT_KIND_GROW, 4, 1, 3, 0, 1, 3);
+	assert_repair_push(1, NAT_KIND_GROW, 4, 2, 3, 2, 1, 1);
+	drain(f->rz);
+	assert_int_equal(ready(f, 2, 4, 1, 201), 0);
+	assert_int_equal(ob.npush, 2);
+	assert_repair_push(0, NAT_KIND_GROW, 5, 1, 4, 0, 1, 3);
+	assert_repair_push(1, NAT_KIND_GROW, 5, 2, 4, 2, 1, 3);
+	drain(f->rz);
+	assert_true(event_has(f, "repair: grow to 4, node 2 local rank 1 "
+	    "back, round 5, donor 1"));
+}
+
+/*
  * A second failure while the first replacement is on its way shrinks
  * again (world 2, no restart); the first replacement's READY grows to 3
  * (it is never the donor), then the second replacement is awaited, with
@@ -1641,6 +1670,8 @@ main(void)
 		    setup, teardown),
 		cmocka_unit_test_setup_teardown(
 		    test_repair_second_failure_timeout, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_repair_two_grows_keep_donor,
+		    setup, teardown),
 		cmocka_unit_test_setup_teardown(test_repair_ready_timeout,
 		    setup, teardown),
 		cmocka_unit_test_setup_teardown(test_join_in_place, setup,
