@@ -51,8 +51,14 @@ def agents(scope, d, job, prog, extra=()):
     argv = ["--nnodes", "2", "--nproc_per_node", "2",
         "--rdzv_endpoint", "127.0.0.1:%d" % d.port, "--rdzv_id", job,
         "--max_restarts", "0", "--grace", "2", "--rdzv_conf", conf(0.2, 5.0)]
+    # The workers' python finds rdzv (as an installed one would), so the
+    # agents' warm spares work: a replacement is ready within ~0.1 s of
+    # a kill, while the survivors make the group of the shrink.
     env = {"PYTHON": sys.executable, "GLOO_SOCKET_IFNAME": "lo",
-        "OMP_NUM_THREADS": "1"}
+        "OMP_NUM_THREADS": "1",
+        "PYTHONPATH": os.pathsep.join([os.path.join(rt.top_srcdir(),
+            "python")] + os.environ.get("PYTHONPATH", "").split(
+            os.pathsep)).rstrip(os.pathsep)}
     return [scope.agent(argv, env=env, program=[prog] + ARGS + list(extra))
         for _ in range(2)]
 
@@ -141,16 +147,17 @@ def check_samples(out):
 
 
 def test_twin_three_kills():
-    # Known defects, so not in every run until fixed (RDZV_TEST_TWIN_KILLS=1
-    # runs it; RDZV_TEST_SEED=N repeats a run's kill points): with
-    # RDZV_TEST_SEED=430863758 a step's samples differed from the
-    # position's (epoch 0 step 204) after the kills; with 488072071 (2
-    # epochs, a sanitizer build) the second kill came as the job ended
-    # and a rank printed no final line.
+    # Opt-in for its length, not for a known defect: with the reference
+    # run it takes 3-5 minutes (4 epochs, so that the third kill never
+    # comes as the job ends), too long for every CI leg.
+    # RDZV_TEST_TWIN_KILLS=1 runs it; RDZV_TEST_SEED=N repeats a run's
+    # kill points.  Seed 430863758 found two defects, both fixed: a grow
+    # agreed on while a rank had left the survivors' group for it (the
+    # job hung), and a replacement, donor before its script tracked its
+    # optimizer, that sent none (the replicas drifted apart).
     if os.environ.get("RDZV_TEST_TWIN_KILLS") != "1":
-        rt.skip("known defect: after random kills a step's samples can "
-                "differ from the loader's position (seed 430863758); "
-                "RDZV_TEST_TWIN_KILLS=1 runs this test")
+        rt.skip("long (3-5 minutes with its reference run); "
+                "RDZV_TEST_TWIN_KILLS=1 runs it")
     d = rt.Rdzvd()
     with Scope("twin-") as s:
         a, b = agents(s, d, "twin", TWIN, ["--die-at-log", "20", "3"])
