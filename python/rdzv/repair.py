@@ -239,7 +239,9 @@ class Job(Watcher):
 		if not dist.is_initialized():
 			group.reset_names()
 		try:
-			store = group.round_store(r, self.repair_timeout)
+			store = group.round_store(r, self.repair_timeout,
+			    lambda: not (self._rounds and
+			    self._rounds[-1].round > r.round))
 			before = group.sockets()
 			kw = {} if self.timeout is None else {"timeout": self.timeout}
 			dist.init_process_group(self.backend, store=store,
