@@ -207,6 +207,11 @@ def kill3(d, a, b):
             what="grow %d" % k)
         rt.wait_until(lambda: len(a.children()) == 2 and
             len(b.children()) == 2, timeout=120, what="4 workers")
+        if k > 0:	# the grow done: every rank committed a step in it
+            at = (len(a.output()), len(b.output()))
+            rt.wait_until(lambda: stepping4(a.output()[at[0]:] +
+                b.output()[at[1]:]), timeout=180,
+                what="4 ranks stepping after grow %d" % k)
         if k == 0:	# rank 3 kills itself at step 20's logging
             rt.wait_until(lambda: any(t.startswith("repair: shrink")
                 for t in events(d)), timeout=180,
@@ -219,6 +224,12 @@ def kill3(d, a, b):
         rt.wait_until(lambda: sum(1 for t in events(d)
             if t.startswith("repair: shrink")) == k + 1, timeout=60,
             what="shrink %d" % (k + 1))
+
+
+def stepping4(out):
+    """Whether out has a committed step of each of 4 ranks in world 4."""
+    return len({r for _, _, w, r, _, _ in _COMMIT.findall(out)
+                if w == "4"}) == 4
 
 
 def check_twin(ev, out):
