@@ -23,11 +23,36 @@ def raw_store(r, timeout):
 	    datetime.timedelta(seconds=timeout))
 
 
-def round_store(r, timeout):
+CONNECT_TRY = 2.0	# seconds of one try to reach a round's store
+
+
+def round_store(r, timeout, current=None):
 	"""Round r's store: PrefixStore(ns + "/", raw_store(r)), where its
-	group and the helper's own agreement keys live."""
+	group and the helper's own agreement keys live.  current(): whether
+	r is still the newest round; while it is, a port that refuses is
+	tried again for up to timeout seconds, else given up at once (rdzvd
+	closes a round's port when it opens the next one, and torch's client
+	would try a closed port until its timeout)."""
+	import datetime
+	import time
 	import torch.distributed as dist
-	return dist.PrefixStore(r.ns + "/", raw_store(r, timeout))
+	if current is None:
+		return dist.PrefixStore(r.ns + "/", raw_store(r, timeout))
+	end = time.monotonic() + timeout
+	while True:
+		left = end - time.monotonic()
+		try:
+			st = raw_store(r, max(min(CONNECT_TRY, left), 0.1))
+			break
+		except Exception as e:
+			if not current():
+				raise ConnectionError("round %d superseded while "
+				    "connecting to its store" % r.round) from e
+			if left <= CONNECT_TRY:
+				raise
+	if hasattr(st, "set_timeout"):
+		st.set_timeout(datetime.timedelta(seconds=timeout))
+	return dist.PrefixStore(r.ns + "/", st)
 
 
 def sockets():

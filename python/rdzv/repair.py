@@ -63,11 +63,17 @@ How a repair goes:
   steps: if they differ (a death can cut an allreduce that some survivors
   had finished), the donor's state goes to every rank.  NCCL: the watcher
   aborts the group (torch's abort API on 2.x) so no kernel stays stuck.
-- grow (a replacement is ready): the group is healthy, so no step is
-  dropped: each survivor's watcher posts how many steps it has begun in
-  the new round's store, they switch after the largest (every survivor
-  finishes the steps another has begun), and the replacement, which posts
-  -1, receives the donor's state.  Afterwards every rank holds
+- grow (a replacement is ready): when the survivors' group is whole
+  (made, synced, unbroken) on every one of them, no step is dropped: each
+  survivor's watcher posts how many steps it has begun in the new round's
+  store (with its group's round and world), they switch after the largest
+  (every survivor finishes the steps another has begun), and the
+  replacement, which posts -1, receives the donor's state.  A grow that
+  comes while a rank is still making the group of the round before (a
+  warm spare is ready within ~0.1 s of the death, during the shrink), or
+  that a rank reaches with no whole group, is repaired as a shrink is:
+  every rank that is not whole posts -1, the group is broken everywhere
+  and the ranks meet in the grow round from their committed steps.  Afterwards every rank holds
   bit-identical parameters (the bytes of the donor's tensors).
 - stop: the repair failed and the job restarts the old way: exit.
 - leave: this node leaves the job on purpose (SIGTERM to its agent): the
@@ -239,7 +245,9 @@ class Job(Watcher):
 		if not dist.is_initialized():
 			group.reset_names()
 		try:
-			store = group.round_store(r, self.repair_timeout)
+			store = group.round_store(r, self.repair_timeout,
+			    lambda: not (self._rounds and
+			    self._rounds[-1].round > r.round))
 			before = group.sockets()
 			kw = {} if self.timeout is None else {"timeout": self.timeout}
 			dist.init_process_group(self.backend, store=store,
@@ -275,7 +283,10 @@ class Job(Watcher):
 		t0 = time.monotonic()
 		lost = self._lost_since if self._lost_since is not None else t0
 		old = self.world
-		self._whole = False
+		with self._cv:
+			self._whole = False
+			if self._freeze is r:	# taken: no agreement breaks it now
+				self._freeze = self._target = None
 		self._ddp = None
 		if dist.is_initialized():
 			try:

@@ -188,19 +188,22 @@ class Watcher:
 			log.warn("no agreement on round %d (%s): switching now",
 			    r.round, e)
 		with self._cv:
+			# Under the lock: once the training thread takes r
+			# (_repair clears _freeze), its new group is not broken.
 			if self._freeze is not r:
 				return
 			if target is None:
 				self._freeze = None
+				self._abort()
 			else:
 				self._target = target
 			self._cv.notify_all()
 		if target is None:
 			log.debug("round %d: a rank's group was not whole: "
 			    "repairing from the committed steps", r.round)
-			self._abort()
-			return
-		log.debug("round %d: switch after step %d", r.round, target)
+		else:
+			log.debug("round %d: switch after step %d", r.round,
+			    target)
 
 	def _report(self):
 		"""Reporter thread: writes the committed step, when it moved or
