@@ -291,6 +291,8 @@ cli_usage(FILE *f)
 "failed (a summary in torchrun's layout names the first failure), 2 on\n"
 "a usage error, 128+N when the agent was stopped by signal N (SIGTERM,\n"
 "SIGINT, SIGHUP, SIGQUIT: forwarded to the workers' process groups).\n"
+"SIGTERM to a job whose workers repair in place makes this node leave\n"
+"at a step boundary (the others shrink around it, losing no step): 0.\n"
 "SIGUSR1 and SIGUSR2 go to each worker and the job goes on (Slurm's\n"
 "USR1@N preemption notice).\n");
 }

@@ -107,9 +107,12 @@ def main():
 	torch.manual_seed(a.seed)
 	torch.set_num_threads(1)
 
-	job = repair.init_process_group("gloo")			# rdzv
+	# The data first: a replacement (or a node joining in place) says
+	# ready in init_process_group, and the others wait for nothing of
+	# its start-up after that.
 	x, y = load("train", a.limit)
 	tx, ty = load("t10k", 0)
+	job = repair.init_process_group("gloo")			# rdzv
 	if a.crash_before_ddp == job.rank and not job.replacement:
 		print("rank %d: SIGKILL to myself before DDP()" % job.rank,
 		    flush=True)

@@ -448,8 +448,29 @@ comm_clear(struct rdzv_comm *c)
 	pthread_mutex_unlock(&c->errlock);
 }
 
+static int	comm_rebuild_on(struct rdzv_comm *, const struct chan_msg *);
+
+/* Marks whether the watcher may cut c's store (a rebuild waits on it). */
+static void
+comm_set_building(struct rdzv_comm *c, int on)
+{
+	pthread_mutex_lock(&c->rlock);
+	c->rbuilding = on;
+	pthread_mutex_unlock(&c->rlock);
+}
+
 int
 comm_rebuild(struct rdzv_comm *c, const struct chan_msg *m)
+{
+	int	rc;
+
+	rc = comm_rebuild_on(c, m);
+	comm_set_building(c, 0);
+	return (rc);
+}
+
+static int
+comm_rebuild_on(struct rdzv_comm *c, const struct chan_msg *m)
 {
 	char	msg[RDZV_ERRMSG_MAX];
 	int	rc, saved, old_rank = c->rank, old_size = c->size, shrink;
@@ -461,6 +482,7 @@ comm_rebuild(struct rdzv_comm *c, const struct chan_msg *m)
 	    m->world > 1;
 	if (!shrink && c->ops->fini != NULL)
 		c->ops->fini(c);
+	comm_set_building(c, 0);
 	wstore_close(c->store);
 	c->store = NULL;
 	/* Lock order: rlock, then errlock (repair.c breaks under rlock). */
@@ -479,6 +501,15 @@ comm_rebuild(struct rdzv_comm *c, const struct chan_msg *m)
 	    c->repair_timeout_ms, msg, sizeof msg)) != 0)
 		return (comm_fail(c, rc, "repair round %d: %s", m->round,
 		    msg));
+	/* From here a newer round cuts the store under the bootstrap (a
+	 * peer of this round died in it: it would wait for the timeout). */
+	comm_set_building(c, 1);
+	pthread_mutex_lock(&c->rlock);
+	rc = c->pend_set && c->pend.round != m->round;
+	pthread_mutex_unlock(&c->rlock);
+	if (rc)
+		return (comm_fail(c, RDZV_EREPAIR, "repair round %d: "
+		    "superseded before it formed", m->round));
 	saved = c->init_timeout_ms;
 	if (c->repair_timeout_ms < saved)
 		c->init_timeout_ms = c->repair_timeout_ms;

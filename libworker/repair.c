@@ -129,6 +129,11 @@ repair_heard(struct rdzv_comm *c, const char *buf, size_t len)
 		comm_fail(c, RDZV_EREPAIR, "repair round %d (%s): rank %d "
 		    "of %d", m.round, m.kind == CHAN_GROW ? "grow" :
 		    "shrink", m.rank, m.world);
+	/* A rebuild waiting in the store of a round its peers have left
+	 * (one died in it) returns now and takes this one. */
+	if (m.verb == CHAN_ROUND && c->rbuilding && c->store != NULL &&
+	    m.round != c->round.round)
+		wstore_cut(c->store);
 	pthread_mutex_unlock(&c->rlock);
 }
 

@@ -18,6 +18,8 @@
  */
 #include "config.h"
 
+#include <sys/socket.h>
+
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -464,6 +466,16 @@ wstore_open(struct wstore **sp, const struct wenv *e, int timeout_ms,
 fail:
 	wstore_close(s);
 	return (rc);
+}
+
+void
+wstore_cut(struct wstore *s)
+{
+	int	fd = s->kind == WENV_STORE_NATIVE ? rdzv_client_fd(s->nat) :
+		    s->fd;
+
+	if (fd >= 0)
+		(void)shutdown(fd, SHUT_RDWR);
 }
 
 void

@@ -142,6 +142,9 @@ int	wstore_add(struct wstore *, const char *key, int64_t delta,
 /* The address of this end of the store connection ("" if unknown): the
  * interface the other ranks can reach us on. */
 const char	*wstore_local_addr(const struct wstore *);
+/* Shuts the store's connection down (any thread), so that a call
+ * waiting on it in another thread returns at once with an error. */
+void		 wstore_cut(struct wstore *);
 /* Blocks in the store until every rank has called it with the same key. */
 int	wstore_barrier(struct wstore *, const char *key, int world,
 	    int timeout_ms);
@@ -362,6 +365,8 @@ struct rdzv_comm {
 	int		 rgaveup;	/* a wait timed out: do not wait again */
 	int		 rlive;		/* initialized: rounds break it */
 	int		 rleave;	/* "leave": go at a step boundary */
+	int		 rbuilding;	/* comm_rebuild bootstraps on
+					 * store: a newer round cuts it */
 	int		 wwake[2];	/* pipe: stop the watcher */
 	int		 wthread_on;
 	pthread_t	 wthread;

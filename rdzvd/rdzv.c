@@ -265,6 +265,11 @@ rz_rank_bases(struct rz *rz, struct rz_job *j)
 		for (l = k = 0; l < nd->lws; l++) {
 			if (nd->dead_local & (1LL << l))
 				continue;
+			/* A replacement coming in has no state to give. */
+			if (nd->fresh & (1LL << l)) {
+				k++;
+				continue;
+			}
 			/* Never a replacement (pend_local -1: the whole
 			 * node's workers are). */
 			if (nd->id != j->pend_node || (j->pend_local >= 0 &&
@@ -412,7 +417,7 @@ rz_round_end(struct rz *rz, struct rz_outbox *ob, struct rz_job *j,
 		if (nd->state == RZN_MEMBER)
 			nd->prev_rank = nd->group_rank;
 		/* Every worker starts again: none dead, none said hello. */
-		nd->dead_local = 0;
+		nd->dead_local = nd->fresh = 0;
 		nd->repairable = 0;
 		nd->state = RZN_WAITING;
 		nd->group_rank = -1;

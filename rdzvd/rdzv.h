@@ -24,7 +24,8 @@
  * of kind SHRINK at once (the dead local rank left out, ranks renumbered
  * over the live workers, a fresh namespace and port, a donor named); the
  * READY of its replacement opens one of kind GROW; a second failure
- * while a replacement is pending shrinks again.  A node that joins a
+ * while a replacement is pending shrinks again, and the grow then
+ * waits for every replacement on its way.  A node that joins a
  * running job below its maximum whose members can all repair is taken
  * in place (rdzv_elastic.c): a member at once with none of its workers
  * in, grown in with the other joiners once all are ready and the last

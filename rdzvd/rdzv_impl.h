@@ -57,6 +57,9 @@ struct rz_node {
 						 * its replacement not in */
 	int			 joining;	/* taken in place, its workers
 						 * not in a round yet */
+	int64_t			 fresh;		/* bit l: local rank l's
+						 * replacement is ready, not in
+						 * a round yet (never a donor) */
 	void			*conn;
 };
 TAILQ_HEAD(rz_nodes, rz_node);

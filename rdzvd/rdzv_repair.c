@@ -109,7 +109,7 @@ rz_repair_refused(struct rz_job *j, struct rz_node *nd, int64_t l,
 /*
  * Why the job cannot repair now, whatever failed, or NULL.  A failure
  * while a replacement is on its way repairs too: the round shrinks
- * again, and each replacement grows it when ready.
+ * again, and one grow takes every replacement in once all are ready.
  */
 const char *
 rz_repair_refused_job(struct rz_job *j, char *buf, size_t bufsz)
@@ -247,9 +247,11 @@ rz_repair_round(struct rz *rz, struct rz_outbox *ob, struct rz_job *j,
 	rz->stats.repairs_total++;
 	rz->stats.rounds_total++;
 	rz_mark(rz, j);
-	TAILQ_FOREACH(nd, &j->nodes, entry)
+	TAILQ_FOREACH(nd, &j->nodes, entry) {
 		if (nd->state == RZN_MEMBER)
 			rz_push_node(ob, j, nd, RDZV_ROUND_RUNNING, NULL);
+		nd->fresh = 0;	/* in the round now: donors from here on */
+	}
 	rz_elastic_opened(rz, j);
 }
 
@@ -262,14 +264,16 @@ rz_repair_shrink(struct rz *rz, struct rz_outbox *ob, struct rz_job *j,
 	int	again = j->pend_node != 0;
 
 	nd->dead_local |= 1LL << l;
+	nd->fresh &= ~(1LL << l);
 	rz_save_node(rz, j, nd);
 	/* A second failure during a repair: the first replacement stays
-	 * the one awaited first (rz_repair_next takes the others after). */
+	 * the one named; the grow waits for both, the whole timeout from
+	 * the latest death. */
 	if (!again) {
 		j->pend_node = nd->id;
 		j->pend_local = l;
-		j->pend_deadline = now + j->repair_timeout_ms;
 	}
+	j->pend_deadline = now + j->repair_timeout_ms;
 	rz_repair_round(rz, ob, j, NAT_KIND_SHRINK);
 	rz_topo_lost(rz, j, nd, l, now);
 	rz_event(rz, j, now, "repair: shrink to %" PRId64 " after node %"
@@ -309,8 +313,8 @@ rz_ready(struct rz *rz, const struct nat_ready *r, int64_t now,
 {
 	struct rz_job	*j;
 	struct rz_node	*nd, *m;
-	int64_t		 pn, pl;
-	int		 whole;
+	int64_t		 n;
+	int		 standby;
 
 	if ((j = rz_find_job(rz, r->job)) == NULL ||
 	    (nd = rz_find_node(j, r->node_id)) == NULL)
@@ -328,30 +332,41 @@ rz_ready(struct rz *rz, const struct nat_ready *r, int64_t now,
 		if (m->state == RZN_MEMBER && m->succeeded)
 			return 0;
 	nd->dead_local &= ~(1LL << r->local_rank);
+	nd->fresh |= 1LL << r->local_rank;	/* never the donor */
 	rz_save_node(rz, j, nd);
-	whole = j->pend_node == nd->id && j->pend_local < 0;
-	if (whole && nd->dead_local != 0)
-		return 0;	/* a standby's: its other workers to come */
-	/* The one coming in (never the donor); other replacements still
-	 * on their way after it are awaited next. */
-	pn = j->pend_node;
-	pl = j->pend_local;
-	j->pend_node = nd->id;
-	j->pend_local = whole ? -1 : r->local_rank;
+	/*
+	 * Every replacement on its way comes in with one grow round (a
+	 * standby's workers too): two grows back to back would catch the
+	 * first one's replacement still bootstrapping in a round the
+	 * others have already left for the second.
+	 */
+	n = 0;
+	TAILQ_FOREACH(m, &j->nodes, entry) {
+		if (m->state != RZN_MEMBER || m->joining)
+			continue;
+		if (m->dead_local != 0)
+			return 0;
+		n += __builtin_popcountll((unsigned long long)m->fresh);
+	}
+	standby = j->pend_node == nd->id && j->pend_local < 0;
 	rz_repair_round(rz, ob, j, NAT_KIND_GROW);
-	if (j->pend_local >= 0)
-		rz_event(rz, j, now, "repair: grow to %" PRId64 ", node %"
-		    PRId64 " local rank %" PRId64 " back, round %" PRId64
-		    ", donor %" PRId64, j->world_size, nd->id, j->pend_local,
-		    j->round, j->donor);
-	else
+	if (standby)
 		rz_event(rz, j, now, "repair: grow to %" PRId64 ", node %"
 		    PRId64 " (host %s) in with %" PRId64 " workers, round %"
 		    PRId64 ", donor %" PRId64, j->world_size, nd->id, nd->host,
 		    nd->lws, j->round, j->donor);
-	j->pend_node = pn;
-	j->pend_local = pl;
-	rz_repair_next(j, now);
+	else if (n == 1)
+		rz_event(rz, j, now, "repair: grow to %" PRId64 ", node %"
+		    PRId64 " local rank %" PRId64 " back, round %" PRId64
+		    ", donor %" PRId64, j->world_size, nd->id, r->local_rank,
+		    j->round, j->donor);
+	else
+		rz_event(rz, j, now, "repair: grow to %" PRId64 ", %" PRId64
+		    " replacements back in one round (failures during a "
+		    "repair), round %" PRId64 ", donor %" PRId64,
+		    j->world_size, n, j->round, j->donor);
+	j->pend_node = 0;
+	j->pend_local = j->pend_deadline = -1;
 	return 0;
 }
 
@@ -399,6 +414,7 @@ rz_repair_timeout(struct rz *rz, struct rz_outbox *ob, struct rz_job *j,
 {
 	char	cause[128];
 
+	rz_repair_next(j, now);		/* one still awaited, for its name */
 	if (j->pend_local >= 0)
 		snprintf(cause, sizeof cause, "node %" PRId64 " local rank %"
 		    PRId64 ": its replacement was not ready within %" PRId64
