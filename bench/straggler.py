@@ -26,7 +26,9 @@ time) between two reads of /api/jobs/JOB/history 4 s apart:
              (the event's wall clock; detection delay);
   replaced   replace: the throttle's start to the "repair: grow" event;
   after      replace: the 4 s from 1 s after the grow; off: the same
-             time into the throttle (still throttled).
+             time into the throttle (still throttled);
+  after/before  the two in the same job (the machine's load moves
+             both; their ratio less).
 
 Prints one line per job, then median [min max] per side and figure.
 """
@@ -95,6 +97,7 @@ def main():
                     th.stop()
         finally:
             d.stop()
+        row["after/before"] = row["after"] / max(row["before"], 1e-9)
         return row
 
     for rep in range(a.reps):
@@ -104,7 +107,7 @@ def main():
             for k, v in row.items():
                 figs.setdefault((side, k), []).append(v)
             print("rep %d %-7s " % (rep + 1, side) + "  ".join(
-                "%s %.1f" % (k, v) for k, v in row.items()), flush=True)
+                "%s %.2f" % (k, v) for k, v in row.items()), flush=True)
     for (side, k), v in sorted(figs.items()):
         print("%-7s %-9s median %8.2f [%.2f %.2f] of %d" % (
             side, k, statistics.median(v), min(v), max(v), len(v)))
