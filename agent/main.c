@@ -137,6 +137,7 @@ static struct {
 	struct event		*drain_ev;	/* leaving on purpose: SIGTERM
 						 * half-way through the grace */
 	int64_t			*hung_at;	/* per local rank; 0: not */
+	uint64_t		 strag_killed;	/* bit l: killed as a straggler */
 	uint64_t		 pending;	/* bit l: local rank l is
 						 * replaced in place, its READY
 						 * not sent */
@@ -612,7 +613,11 @@ agent_progress_note(int local_rank, char *msg, size_t msgsz)
 
 	if (progress_get(local_rank, &step, &when) != 0)
 		return;
-	if (ag.hung_at[local_rank] != 0)
+	if (local_rank < 64 && (ag.strag_killed & (1ULL << local_rank)))
+		snprintf(note, sizeof note, "%slast step %llu: killed by "
+		    "rdzv-agent as a straggler (straggler_action=replace)",
+		    sep, (unsigned long long)step);
+	else if (ag.hung_at[local_rank] != 0)
 		snprintf(note, sizeof note, "%sno progress for %g s after "
 		    "step %llu: stopped by rdzv-agent's --progress_timeout",
 		    sep, ag.cfg.progress_timeout_ms / 1000.0,
@@ -799,6 +804,7 @@ agent_respawn(int l)
 	logs_spawned(l);
 	progress_spawned(l);
 	ag.hung_at[l] = 0;
+	ag.strag_killed &= ~(1ULL << l);
 	ag.pending = 1ULL << l;
 	ag.fresh = l;
 	log_info("worker %d (rank %lld): replacement pid %ld started%s; the "
@@ -1162,7 +1168,8 @@ agent_straggler_cb(int64_t round, int l, void *arg)
 	}
 	log_warnx("worker %d (rank %lld): rdzvd names it a straggler: "
 	    "killing it to be replaced", l, (long long)(ag.cur.rank_base + l));
-	(void)sup_signal_rank(l, SIGKILL);
+	if (sup_signal_rank(l, SIGKILL) == 0 && l < 64)
+		ag.strag_killed |= 1ULL << l;
 }
 
 static const struct rdzv_cbs agent_rdzv_cbs = {

@@ -5,8 +5,9 @@ without straggler replacement, side by side.
 
 Each repetition runs one job per side, the sides alternating first: a
 real rdzvd and two rdzv-agents of two workers each running
-examples/ddp_mlp (--hidden 64 --batch 16 --threads 1) with
---rdzv_conf straggler_window=S (default 5), straggler_ratio=0.5 and
+examples/ddp_mlp (--hidden 256 --batch 64 --threads 1: a step's compute
+outweighs its allreduce) with --rdzv_conf straggler_window=S (default
+5), straggler_ratio=0.5 and
 
   off       straggler_action=off (the default): the straggler is named
             and left alone, as any launcher without straggler handling
@@ -25,7 +26,9 @@ time) between two reads of /api/jobs/JOB/history 4 s apart:
              (the event's wall clock; detection delay);
   replaced   replace: the throttle's start to the "repair: grow" event;
   after      replace: the 4 s from 1 s after the grow; off: the same
-             time into the throttle (still throttled).
+             time into the throttle (still throttled);
+  after/before  the two in the same job (the machine's load moves
+             both; their ratio less).
 
 Prints one line per job, then median [min max] per side and figure.
 """
@@ -54,17 +57,8 @@ def main():
     st.WINDOW = a.window
     figs = {}
 
-    def rates(d, job):
-        return {r["rank"]: (r["step"], time.monotonic())
-                for r in st.history(d, job)["ranks"]}
-
-    def rate(d, job, secs=4.0):
-        r0 = rates(d, job)
-        time.sleep(secs)
-        r1 = rates(d, job)
-        v = [(r1[k][0] - r0[k][0]) / (r1[k][1] - r0[k][1])
-             for k in r0 if k in r1 and r1[k][0] >= r0[k][0]]
-        return statistics.median(v) if v else 0.0
+    def rate(d, job):
+        return st.steps_per_s(d, job, 4.0)
 
     def first(d, job, prefix):
         for e in job_events(d, job, full=True):
@@ -103,6 +97,7 @@ def main():
                     th.stop()
         finally:
             d.stop()
+        row["after/before"] = row["after"] / max(row["before"], 1e-9)
         return row
 
     for rep in range(a.reps):
@@ -112,7 +107,7 @@ def main():
             for k, v in row.items():
                 figs.setdefault((side, k), []).append(v)
             print("rep %d %-7s " % (rep + 1, side) + "  ".join(
-                "%s %.1f" % (k, v) for k, v in row.items()), flush=True)
+                "%s %.2f" % (k, v) for k, v in row.items()), flush=True)
     for (side, k), v in sorted(figs.items()):
         print("%-7s %-9s median %8.2f [%.2f %.2f] of %d" % (
             side, k, statistics.median(v), min(v), max(v), len(v)))

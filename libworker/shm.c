@@ -201,8 +201,8 @@ static int	shm_barrier_meet(struct cpu *, int64_t, const char *);
 /*
  * The barrier every rank of the arena meets at: returns 0 once every
  * rank has arrived, or breaks the communicator (a rank aborted, died, or
- * the deadline passed).  While it sleeps the rank counts as waiting on
- * its peers (comm_waiting).
+ * the deadline passed).  While it spins, yields or sleeps the rank counts
+ * as waiting on its peers (comm_waiting).
  */
 static int
 shm_barrier_wait(struct cpu *cpu, int64_t deadline, const char *what)
@@ -232,6 +232,9 @@ shm_barrier_meet(struct cpu *cpu, int64_t deadline, const char *what)
 			futex(&h->gen, FUTEX_WAKE, INT_MAX, NULL);
 		return (0);
 	}
+	/* Waiting from here (spinning and yielding too): the time counts
+	 * in the total progress reports carry, as a nap's does. */
+	comm_waiting(cpu->comm, 1);
 	/* A barrier that completed counts even if a rank aborts just
 	 * after: the abort word is only looked at while still waiting. */
 	for (i = 0; i < a->spin; i++) {
@@ -261,7 +264,6 @@ shm_barrier_meet(struct cpu *cpu, int64_t deadline, const char *what)
 		ts.tv_sec = 0;
 		ts.tv_nsec = SHM_NAP_MS * 1000000L;
 		atomic_fetch_add(&h->sleepers, 1);
-		comm_waiting(cpu->comm, 1);	/* the first nap's time */
 		futex(&h->gen, FUTEX_WAIT, g, &ts);
 		atomic_fetch_sub(&h->sleepers, 1);
 	}

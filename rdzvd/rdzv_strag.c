@@ -146,6 +146,8 @@ rz_straggler_news(struct rz *rz, struct slice job, int64_t round,
 		    " (node %" PRId64 ") back to %.0f%% of the others' median, "
 		    "round %" PRId64, rank, nd != NULL ? nd->id : -1,
 		    median > 0 ? 100.0 * speed / median : 0.0, round);
+	/* No outbox to settle here: the row (its next event) now. */
+	rz_save_job(rz, j);
 	return 0;
 }
 
@@ -166,6 +168,7 @@ rz_straggler_replace(struct rz *rz, struct slice job, int64_t round,
 	    j->strag_action != NAT_STRAGGLER_REPLACE ||
 	    (nd = rz_strag_owner(j, rank, &l)) == NULL)
 		return RDZV_EINVAL;
+	rz_mark(rz, j);		/* its events: the row, once settled */
 	TAILQ_FOREACH(m, &j->nodes, entry)
 		if (m->state == RZN_STANDBY && m->conn != NULL && sb == NULL)
 			sb = m;

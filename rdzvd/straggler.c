@@ -4,7 +4,6 @@
  */
 #include "config.h"
 
-#include <float.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -124,12 +123,15 @@ straggler_report(struct straggler *s, int64_t rank, int64_t step,
 	last->wait = wait_ms;
 }
 
-/* r's steps per second of work over the reports since now - span, or
- * -1 when they span less than half of it. */
+/*
+ * r's steps per second of work from its newest report back to the
+ * newest one at least span before it (or its oldest), or -1: no report
+ * within span of now, or less than half a span between the two.
+ */
 static double
 strag_speed(struct strag_rank *r, int64_t now, int64_t span)
 {
-	struct strag_obs	*o0 = NULL, *o1, *o;
+	struct strag_obs	*o0 = NULL, *o1;
 	int64_t			 work;
 	size_t			 i;
 
@@ -141,20 +143,20 @@ strag_speed(struct strag_rank *r, int64_t now, int64_t span)
 	if (r->n < 2)
 		return -1;
 	o1 = strag_at(r, r->n - 1);
-	for (i = 0; i < r->n - 1; i++) {
-		o = strag_at(r, i);
-		if (o->t >= now - span) {
-			o0 = o;
+	for (i = r->n - 1; i-- > 0; ) {
+		o0 = strag_at(r, i);
+		if (o1->t - o0->t >= span)
 			break;
-		}
 	}
-	if (o0 == NULL || o1->t - o0->t < span / 2)
+	if (o1->t < now - span || o1->t - o0->t < span / 2)
 		return -1;
 	work = o1->t - o0->t;
 	if (o0->wait >= 0 && o1->wait >= o0->wait)
 		work -= o1->wait - o0->wait;
-	if (work <= 0)
-		return DBL_MAX;		/* it did nothing but wait */
+	/* A rank that did (almost) nothing but wait: a hundred times its
+	 * wall-clock rate, fast by any measure and still a number. */
+	if (work < (o1->t - o0->t) / 100 + 1)
+		work = (o1->t - o0->t) / 100 + 1;
 	return (double)(o1->step - o0->step) * 1000.0 / (double)work;
 }
 
@@ -197,7 +199,7 @@ straggler_judge(struct straggler *s, double ratio, int64_t window_ms,
 
 	memset(v, 0, sizeof *v);
 	v->act = -1;
-	span = window_ms / 4;
+	span = window_ms / 2;
 	if (span < STRAGGLER_SPAN_MIN_MS)
 		span = STRAGGLER_SPAN_MIN_MS;
 	for (i = 0; i < s->nr; i++) {

@@ -18,9 +18,11 @@
  *	below --not below--> fine
  *	NAMED --not below a whole window--> fine (news: cleared)
  *
- * Speeds are measured over the last window / 4 (at least 2 s) of
- * reports; a rank with no speed yet (fewer than two reports in that
- * span) is neither judged nor counted in the median; fewer than two
+ * Speeds are measured from a rank's newest report back over half a
+ * window (at least 2 s), so a rank is named about 1.25 windows after
+ * it slowed; a rank with no speed (no report within that span of now,
+ * or reports covering less than half of it) is neither judged nor
+ * counted in the median; fewer than two
  * ranks with a speed judge nobody.  A new round (ranks renumbered)
  * forgets every rank.  At most one action is offered per window, across
  * rounds: the slowest named rank, once straggler_acted() says the last

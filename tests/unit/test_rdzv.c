@@ -1368,6 +1368,142 @@ test_repair_lost_standby(void **state)
 }
 
 /*
+ * Stragglers: a two-node job of two workers each (and a standby when
+ * asked) whose JOINs say straggler_ratio 0.4, window 5 s, replace.
+ */
+static void
+strag_job(struct fx *f, int standby)
+{
+	struct nat_join	r;
+
+	join_req(&r, "ob", "i1", 2, 2);
+	r.local_world_size = 2;
+	r.straggler_ratio_pm = 400;
+	r.straggler_window_ms = 5000;
+	r.straggler_action = NAT_STRAGGLER_REPLACE;
+	assert_int_equal(run(f, rz_join(f->rz, &r, &conn_a, 0, &ob)), 0);
+	r.instance = slice_str("i2");
+	assert_int_equal(run(f, rz_join(f->rz, &r, &conn_b, 0, &ob)), 0);
+	if (standby) {
+		r.instance = slice_str("i3");
+		assert_int_equal(run(f, rz_join(f->rz, &r, &conn_c, 0, &ob)),
+		    0);
+	}
+}
+
+static void
+strag_view_cb(void *arg, const struct rz_strag_view *v)
+{
+	struct rz_strag_view	*out = arg;
+
+	*out = *v;
+}
+
+/*
+ * The job's settings (its document, what the detector is given); the
+ * event naming a straggler; replace refused (the event says why) while a
+ * node cannot repair, then a STRAGGLER push to the straggler's agent for
+ * its local rank (node 2's local rank 1 is rank 3), nothing else; a
+ * verdict of an older round or on a rank that is none refused.
+ */
+static void
+test_straggler_replace(void **state)
+{
+	struct fx		*f = *state;
+	struct rz_strag_view	 v;
+	json_t			*doc, *sc;
+
+	strag_job(f, 0);
+	doc = rz_job_doc(f->rz, slice_str("ob"), 0);
+	sc = json_object_get(doc, "straggler");
+	assert_true(json_real_value(json_object_get(sc, "ratio")) > 0.39 &&
+	    json_real_value(json_object_get(sc, "ratio")) < 0.41);
+	assert_int_equal(json_integer_value(json_object_get(sc, "window_ms")),
+	    5000);
+	assert_string_equal(json_string_value(json_object_get(sc, "action")),
+	    "replace");
+	json_decref(doc);
+	memset(&v, 0, sizeof v);
+	rz_strag_each(f->rz, strag_view_cb, &v);
+	assert_string_equal(v.job, "ob");
+	assert_int_equal(v.round, 1);
+	assert_int_equal(v.world_size, 4);
+	assert_int_equal(v.window_ms, 5000);
+	assert_true(v.replace);
+
+	assert_int_equal(rz_straggler_news(f->rz, slice_str("ob"), 1, 3, 1,
+	    10.0, 40.0, 100), 0);
+	assert_true(event_has(f, "straggler: rank 3 (node 2 host h local rank "
+	    "1) steps at 25% of the others' median (10.0 vs 40.0 steps/s of "
+	    "work) for 5 s, round 1"));
+	assert_int_equal(rz_straggler_news(f->rz, slice_str("ob"), 0, 3, 1,
+	    10.0, 40.0, 100), RDZV_EINVAL);
+
+	/* Nobody said repairable yet. */
+	assert_int_equal(run(f, rz_straggler_replace(f->rz, slice_str("ob"),
+	    1, 3, 200, &ob)), RDZV_EBUSY);
+	assert_true(event_has(f, "straggler: rank 3 not replaced: node 1 "
+	    "(host h) cannot repair"));
+	assert_int_equal(run(f, rz_heartbeat(f->rz, slice_str("ob"), 1, 1,
+	    &conn_a, 10, &ob)), 0);
+	assert_int_equal(run(f, rz_heartbeat(f->rz, slice_str("ob"), 2, 1,
+	    &conn_b, 10, &ob)), 0);
+	assert_int_equal(run(f, rz_straggler_replace(f->rz, slice_str("ob"),
+	    0, 3, 300, &ob)), RDZV_EINVAL);
+	assert_int_equal(run(f, rz_straggler_replace(f->rz, slice_str("ob"),
+	    1, 4, 300, &ob)), RDZV_EINVAL);
+	assert_int_equal(rz_straggler_replace(f->rz, slice_str("ob"), 1, 3,
+	    300, &ob), 0);
+	assert_int_equal(ob.npush, 1);
+	assert_true(ob.push[0].straggler);
+	assert_ptr_equal(ob.push[0].conn, &conn_b);
+	assert_int_equal(ob.push[0].straggler_local, 1);
+	assert_int_equal(ob.push[0].round.node_id, 2);
+	assert_int_equal(ob.push[0].round.round, 1);
+	assert_int_equal(ob.nport, 0);
+	drain(f->rz);
+	assert_true(event_has(f, "straggler: rank 3 (node 2 host h local rank "
+	    "1): its agent kills it to be replaced"));
+	/* Its death then repairs as any: a shrink round. */
+	assert_int_equal(fail_repair(f, 2, 1, 1, 400), 0);
+	assert_int_equal(ob.npush, 2);
+	assert_repair_push(1, NAT_KIND_SHRINK, 2, 2, 3, 2, 0, 1);
+	drain(f->rz);
+}
+
+/*
+ * With a standby waiting, the straggler's node is evicted (FAILED) and
+ * the standby takes its place in a shrink round, as after a lost node:
+ * no restart.
+ */
+static void
+test_straggler_standby(void **state)
+{
+	struct fx	*f = *state;
+	struct rz_stats	 st;
+
+	strag_job(f, 1);
+	assert_int_equal(run(f, rz_heartbeat(f->rz, slice_str("ob"), 1, 1,
+	    &conn_a, 10, &ob)), 0);
+	assert_int_equal(run(f, rz_heartbeat(f->rz, slice_str("ob"), 2, 1,
+	    &conn_b, 10, &ob)), 0);
+	assert_int_equal(rz_straggler_replace(f->rz, slice_str("ob"), 1, 2,
+	    300, &ob), 0);
+	assert_int_equal(ob.npush, 3);
+	assert_ptr_equal(ob.push[0].conn, &conn_b);
+	assert_int_equal(ob.push[0].round.state, RDZV_ROUND_FAILED);
+	assert_false(ob.push[0].straggler);
+	assert_ptr_equal(ob.push[2].conn, &conn_c);
+	assert_repair_push(2, NAT_KIND_SHRINK, 2, 3, 2, 2, 0, 0);
+	drain(f->rz);
+	assert_true(event_has(f, "straggler: rank 2 (node 2 host h): its node "
+	    "is evicted for standby node 3 (host h)"));
+	assert_true(event_has(f, "standby node 3 (host h) takes its place"));
+	rz_get_stats(f->rz, &st);
+	assert_int_equal(st.restarts_total, 0);
+}
+
+/*
  * No standby, min_nodes 1 (round 1 formed with node 1 alone, round 2
  * with both): node 1 (group rank 0) leaves, node 2 closes
  * up to group rank 0, ranks from 0, world 2, in a shrink round; a
@@ -1688,6 +1824,10 @@ main(void)
 		cmocka_unit_test_setup_teardown(test_repair_lost_standby,
 		    setup, teardown),
 		cmocka_unit_test_setup_teardown(test_repair_lost_shrink,
+		    setup, teardown),
+		cmocka_unit_test_setup_teardown(test_straggler_replace,
+		    setup, teardown),
+		cmocka_unit_test_setup_teardown(test_straggler_standby,
 		    setup, teardown),
 		cmocka_unit_test_setup_teardown(test_repair_lost_below_min,
 		    setup, teardown),

@@ -216,6 +216,13 @@ test_reports_and_limits(void **state)
 	assert_true(straggler_speed(s, 0) > 4.9 && straggler_speed(s, 0) < 5.1);
 	assert_true(straggler_speed(s, 1) < 0);
 	assert_int_equal(v.act, -1);
+	/* A rank that only waited: fast, and a finite figure. */
+	straggler_report(s, 1, 10, 1000, 0);
+	straggler_report(s, 1, 20, 3000, 2500);
+	straggler_judge(s, RATIO, WINDOW, 3000, &v);
+	assert_true(straggler_speed(s, 1) > 100 * straggler_speed(s, 0) / 5);
+	assert_true(straggler_speed(s, 1) < 1e6);
+	assert_false(straggler_named(s, 0) || straggler_named(s, 1));
 	/* A step back: only the new report is left, no speed. */
 	straggler_report(s, 0, 3, 4000, 0);
 	straggler_judge(s, RATIO, WINDOW, 4000, &v);
