@@ -218,6 +218,9 @@ def native():
     # Repair rounds' trailing fields (PROTOCOL.md "Repair rounds").
     c['req-join-repairs'] = PRE + frame(21, req[21] + [fi(-1), fi(1000),
                                                        fi(60000)])
+    # Replica groups (JOIN's replicas, after the repair fields).
+    c['req-join-replicas'] = PRE + frame(21, req[21] + [fi(-1), fi(-1),
+                                                        fi(-1), fi(2)])
     c['req-heartbeat-repairable'] = PRE + frame(22, req[22] + [fi(1)])
     c['req-failure-repair'] = PRE + frame(24, req[24] + [fi(1)])
     c['req-round-shrink'] = PRE + frame(26, req[26] + [fi(1), fi(0), fi(5)],
