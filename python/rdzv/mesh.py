@@ -350,6 +350,12 @@ class MeshJob(Job):
 	def _abort(self):
 		group.reset(self._rep_socks)
 
+	def _in_torch(self):
+		"""A replica waiting for its replacement is blocked on its peers
+		as a rank inside a collective is: it says "wait", so the agent's
+		--progress_timeout watchdog does not take it for hung."""
+		return not self.active or super()._in_torch()
+
 	# ---- repair ----
 
 	def _repair_in(self, r):
@@ -630,6 +636,10 @@ def init_process_group(backend="gloo", replicas=1, timeout=None):
 	repairs: a death ends the job, for its launcher to restart."""
 	import torch.distributed as dist
 	_refuse_old_torch()
+	# What the mesh and the heal use, imported before a replacement says
+	# ready: the donors wait on it from then on.
+	import torch.distributed.device_mesh  # noqa: F401
+	import torch.distributed.tensor  # noqa: F401
 	env = os.environ
 	if env.get("RDZV_REPLICAS", "").isdigit():
 		replicas = int(env["RDZV_REPLICAS"])

@@ -223,6 +223,9 @@ def native():
     # Stragglers' trailing fields (PROTOCOL.md "Stragglers").
     c['req-join-stragglers'] = PRE + frame(21, req[21] + [
         fi(-1), fi(-1), fi(-1), fi(500), fi(30000), fi(1)])
+    # Replica groups (JOIN's replicas, after the straggler fields).
+    c['req-join-replicas'] = PRE + frame(21, req[21] + [
+        fi(-1), fi(-1), fi(-1), fi(-1), fi(-1), fi(-1), fi(2)])
     c['req-heartbeat-repairable'] = PRE + frame(22, req[22] + [fi(1)])
     c['req-failure-repair'] = PRE + frame(24, req[24] + [fi(1)])
     c['req-round-shrink'] = PRE + frame(26, req[26] + [fi(1), fi(0), fi(5)],
