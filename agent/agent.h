@@ -87,6 +87,7 @@ struct agent_config {
 	/* --rdzv_conf straggler_ratio (per mille; 0 off), straggler_window,
 	 * straggler_action (enum nat_straggler_action); -1 rdzvd's. */
 	int		 strag_ratio_pm, strag_window_ms, strag_action;
+	int		 replicas;	/* --rdzv_conf replicas; 0 none */
 
 	/* torchrun 2.x: the console, signals and devices. */
 	char		*ranks_filter;	/* --local_ranks_filter "0,2", or NULL */

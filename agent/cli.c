@@ -190,6 +190,9 @@ cli_usage(FILE *f)
 "                              agent kills it and the job repairs, or a\n"
 "                              standby node takes its node's place\n"
 "                              (default off)\n"
+"                            replicas=R  R replica groups of equal size\n"
+"                              (sharded training, rdzv.mesh): workers get\n"
+"                              RDZV_REPLICAS, RDZV_REPLICA, RDZV_SHARD\n"
 "                            join_timeout=S  give up when no round starts\n"
 "                              within S seconds (default 600)\n"
 "                            reconnect_timeout=S  give up when rdzvd stays\n"
@@ -519,6 +522,8 @@ cli_conf_key(struct agent_config *cfg, const char *k, const char *v)
 		}
 		return (0);
 	}
+	if (strcmp(k, "replicas") == 0)
+		return (cli_int(name + 2, v, 1, 1 << 20, &cfg->replicas));
 	if (strcmp(k, "is_host") == 0) {
 		if ((b = cli_bool(v)) == -1) {
 			fprintf(stderr, "rdzv-agent: %s: \"%s\" is not a "

@@ -14,6 +14,11 @@
  *                                                          pending? spawn
  *   any --SIGTERM, SIGINT, SIGHUP, SIGQUIT--> LEAVING: the signal to the
  *                   workers, SIGKILL after the grace, LEAVE, exit 128+signo
+ *   RUNNING --SIGTERM, every worker can repair--> LEAVING on purpose:
+ *                   "leave" to each worker (it exits 0 at its next step
+ *                   boundary), SIGTERM half-way through the grace,
+ *                   SIGKILL at its end, then LEAVE (rdzvd shrinks the
+ *                   round around this node), exit 0
  *   any --SIGUSR1, SIGUSR2, --signals_to_handle--> the same state: the
  *                   signal to each worker (a preemption notice: they
  *                   checkpoint), supervising goes on
@@ -64,6 +69,7 @@
 #include "hostport.h"
 #include "log.h"
 #include "mono.h"
+#include "rdzv.h"		/* rz_topo_*: replica groups */
 #include "rdzv_err.h"
 #include "wire.h"
 
@@ -128,6 +134,8 @@ static struct {
 	struct event		*fwd_ev[NSIG];	/* forwarded signals */
 	struct event		*join_ev;
 	struct event		*watch_ev;	/* --progress_timeout */
+	struct event		*drain_ev;	/* leaving on purpose: SIGTERM
+						 * half-way through the grace */
 	int64_t			*hung_at;	/* per local rank; 0: not */
 	uint64_t		 strag_killed;	/* bit l: killed as a straggler */
 	uint64_t		 pending;	/* bit l: local rank l is
@@ -269,6 +277,29 @@ agent_default_vars(char ***e, size_t *n, size_t *cap)
 }
 
 /*
+ * A job of replica groups (--rdzv_conf replicas=R, which rdzvd checked
+ * against the world): where local_rank sits, by its home rank (group
+ * rank x nproc + local rank; rdzv_topo.c).
+ */
+static void
+agent_topo_vars(char ***e, size_t *n, size_t *cap, int local_rank,
+    const struct rdzv_round *r, int64_t world)
+{
+	struct rz_topo	t;
+	char		why[256];
+
+	if (ag.cfg.replicas < 1 || r->group_rank < 0 ||
+	    rz_topo_check(world, ag.cfg.replicas, why, sizeof why) != 0)
+		return;
+	rz_topo_rank(world, ag.cfg.replicas, r->group_rank * ag.cfg.nproc +
+	    local_rank, &t);
+	agent_setenv(e, n, cap, "RDZV_REPLICAS", "%lld",
+	    (long long)t.replicas);
+	agent_setenv(e, n, cap, "RDZV_REPLICA", "%lld", (long long)t.replica);
+	agent_setenv(e, n, cap, "RDZV_SHARD", "%lld", (long long)t.shard);
+}
+
+/*
  * The variables rdzv-agent sets for local_rank in round r (torchrun's,
  * see shared/reference/tcpstore-wire.md section 6, plus RDZV_*).
  */
@@ -320,6 +351,7 @@ agent_worker_vars(int local_rank, const struct rdzv_round *r, size_t *np)
 	agent_setenv(&e, &n, &cap, "RDZV_NAMESPACE", "%s", r->store_ns);
 	agent_setenv(&e, &n, &cap, "RDZV_NODE_ID", "%lld",
 	    (long long)r->node_id);
+	agent_topo_vars(&e, &n, &cap, local_rank, r, world);
 	/* Started into a repair round: it takes a lost node's place. */
 	if (r->kind != NAT_KIND_NORMAL)
 		agent_setenv(&e, &n, &cap, "RDZV_REPLACEMENT", "1");
@@ -832,16 +864,16 @@ agent_repair_round(const struct rdzv_round *r)
 }
 
 /*
- * A standby takes a lost node's place in repair round r (none of its
- * workers in it yet): every worker starts as a replacement
- * (RDZV_REPLACEMENT=1 by agent_worker_vars), says ready when it is up,
- * and joins when the READYs of all of them grow the round.
+ * A standby takes a lost node's place, or a node joins a running job in
+ * place, in repair round r (none of its workers in it yet): every worker
+ * starts as a replacement (RDZV_REPLACEMENT=1 by agent_worker_vars),
+ * says ready when it is up, and joins when the READYs grow the round.
  */
 static void
 agent_take_place(const struct rdzv_round *r)
 {
-	log_info("round %lld: this node takes a lost node's place (group "
-	    "rank %lld): starting %d workers as replacements",
+	log_info("round %lld: this node takes a lost node's place or joins "
+	    "in place (group rank %lld): starting %d workers as replacements",
 	    (long long)r->round, (long long)r->group_rank, ag.cfg.nproc);
 	logs_end_attempt();
 	progress_end_attempt();
@@ -878,6 +910,7 @@ agent_note_cb(int l, enum progress_note note, void *arg)
 static void
 agent_leave_stopped(void *arg)
 {
+	evtimer_del(ag.drain_ev);
 	logs_end_attempt();
 	progress_end_attempt();
 	rdzv_leave(ag.cfg.close_ms);
@@ -900,6 +933,58 @@ agent_leave(int sig, int code)
 	sup_stop(sig, ag.cfg.grace_ms, agent_leave_stopped, NULL);
 }
 
+/* Leaving on purpose: workers still running get SIGTERM now. */
+static void
+agent_drain_cb(evutil_socket_t fd, short ev, void *arg)
+{
+	int	l, n = 0;
+
+	for (l = 0; l < ag.cfg.nproc; l++)
+		if (sup_signal_rank(l, SIGTERM) == 0)
+			n++;
+	if (n > 0)
+		log_warnx("%d worker%s did not leave at a step boundary within "
+		    "half the grace period: SIGTERM", n, n == 1 ? "" : "s");
+}
+
+/*
+ * SIGTERM to the agent of a job that repairs in place (every local
+ * worker said it can, none is being replaced): the node leaves on
+ * purpose instead of failing.  Each worker hears "leave", finishes the
+ * step in flight and exits 0 at the step boundary after it; once they
+ * are gone the agent sends LEAVE and rdzvd shrinks the round around this
+ * node, so the others lose no step.  A worker still running half-way
+ * through the grace period gets SIGTERM, at its end SIGKILL.  Returns 0
+ * when it began, -1 when the agent must stop as before.
+ */
+static int
+agent_leave_on_purpose(void)
+{
+	struct timeval	tv;
+	int		n, half = ag.cfg.grace_ms / 2;
+
+	if (ag.state != AS_RUNNING || ag.pending != 0 || sup_live() == 0 ||
+	    !progress_all_can_repair())
+		return (-1);
+	n = progress_send_all(&(struct chan_msg){ .verb = CHAN_LEAVE });
+	if (n <= 0)
+		return (-1);
+	log_info("SIGTERM: leaving job %s on purpose: %d worker%s finish "
+	    "their step in flight (grace %g s), then rdzvd shrinks the round "
+	    "around this node", ag.cfg.rdzv_id, n, n == 1 ? "" : "s",
+	    ag.cfg.grace_ms / 1000.0);
+	agent_set_state(AS_LEAVING);
+	ag.have_next = 0;
+	ag.exit_code = 0;
+	sup_spare_stop();
+	tv.tv_sec = half / 1000;
+	tv.tv_usec = (half % 1000) * 1000;
+	evtimer_add(ag.drain_ev, &tv);
+	/* No signal: they go by themselves; SIGKILL after the grace. */
+	sup_stop(0, ag.cfg.grace_ms, agent_leave_stopped, NULL);
+	return (0);
+}
+
 static void
 agent_signal_cb(evutil_socket_t sig, short ev, void *arg)
 {
@@ -908,9 +993,11 @@ agent_signal_cb(evutil_socket_t sig, short ev, void *arg)
 		sup_kill_now();
 		return;
 	}
+	ag.signo = sig;
+	if (sig == SIGTERM && agent_leave_on_purpose() == 0)
+		return;
 	log_info("signal %d (SIG%s): stopping the workers", (int)sig,
 	    sigabbrev_np(sig) ? sigabbrev_np(sig) : "?");
-	ag.signo = sig;
 	agent_leave(sig, 128 + sig);
 }
 
@@ -1341,7 +1428,8 @@ main(int argc, char **argv)
 			fatalx("cannot watch signal %d", i);
 	}
 	ag.join_ev = evtimer_new(ag.base, agent_join_timeout_cb, NULL);
-	if (ag.join_ev == NULL)
+	ag.drain_ev = evtimer_new(ag.base, agent_drain_cb, NULL);
+	if (ag.join_ev == NULL || ag.drain_ev == NULL)
 		fatalx("evtimer_new");
 	progress_init(ag.base);
 	progress_set_cb(agent_note_cb, NULL);

@@ -278,6 +278,7 @@ rdzv_send_join(void)
 	j.straggler_ratio_pm = rc_cfg->strag_ratio_pm;
 	j.straggler_window_ms = rc_cfg->strag_window_ms;
 	j.straggler_action = rc_cfg->strag_action;
+	j.replicas = rc_cfg->replicas;
 	rc_join_id = rdzv_next_id();
 	if (nat_join_put(rdzv_out(), rc_join_id, &j) != 0)
 		fatalx("out of memory");

@@ -371,6 +371,11 @@ cmd_status(struct ctl *ctl, int argc, char **argv)
 		    "this rdzvd" : "another rdzvd", jint(ld, "term"),
 		    ctl_fmt_duration(buf, sizeof buf, jint(ld, "since_s") *
 		    1000), jint(ld, "failovers"));
+		if (json_is_string(json_object_get(ld, "listen")))
+			printf("leader at    %s (clients %s, http %s)\n",
+			    jstr(ld, "host"), jstr(ld, "listen"),
+			    json_is_string(json_object_get(ld, "http")) ?
+			    jstr(ld, "http") : "off");
 	} else
 		printf("database     %s\n",
 		    json_is_string(json_object_get(doc, "db")) ?

@@ -356,6 +356,7 @@ struct nat_join {
 	int64_t		straggler_ratio_pm;	/* of the median, per mille */
 	int64_t		straggler_window_ms;
 	int64_t		straggler_action;	/* enum nat_straggler_action */
+	int64_t		replicas;	/* replica groups; < 1: none */
 };
 enum nat_straggler_action { NAT_STRAGGLER_OFF = 0, NAT_STRAGGLER_REPLACE = 1 };
 int	nat_join_decode(struct slice payload, struct nat_join *);

@@ -513,7 +513,7 @@ nat_frame_close(struct nat_wr *w, int rc)
  * trailing i node_rank (a static rendezvous; absent or -1: none), then
  * i max_repairs and i repair_timeout_ms (absent: -1, the defaults),
  * then i straggler_ratio_pm, i straggler_window_ms and i straggler_action
- * (absent: -1).
+ * (absent: -1), then i replicas (absent: 0, not a job of replica groups).
  */
 int
 nat_join_decode(struct slice payload, struct nat_join *j)
@@ -543,6 +543,10 @@ nat_join_decode(struct slice payload, struct nat_join *j)
 	    nat_get_i64(&rd, &j->straggler_window_ms) != 0 ||
 	    nat_get_i64(&rd, &j->straggler_action) != 0))
 		return (RDZV_EPROTO);
+	/* Written only when >= 1, so that a frame decodes one way. */
+	if (rd.left > 0 && (nat_get_i64(&rd, &j->replicas) != 0 ||
+	    j->replicas < 1))
+		return (RDZV_EPROTO);
 	return (nat_rd_end(&rd));
 }
 
@@ -564,16 +568,18 @@ nat_join_put(struct evbuffer *out, uint32_t id, const struct nat_join *j)
 	    nat_put_slice(&w, j->addr) != 0 ||
 	    nat_put_i64s(&w, v, sizeof(v) / sizeof(v[0])) != 0;
 	if (rc == 0 && (j->rank >= 0 || j->max_repairs >= 0 ||
-	    j->repair_timeout_ms >= 0 || strag))
+	    j->repair_timeout_ms >= 0 || strag || j->replicas > 0))
 		rc = nat_put_i64(&w, j->rank >= 0 ? j->rank : -1);
 	if (rc == 0 && (j->max_repairs >= 0 || j->repair_timeout_ms >= 0 ||
-	    strag))
+	    strag || j->replicas > 0))
 		rc = nat_put_i64(&w, j->max_repairs) != 0 ||
 		    nat_put_i64(&w, j->repair_timeout_ms) != 0;
-	if (rc == 0 && strag)
+	if (rc == 0 && (strag || j->replicas > 0))
 		rc = nat_put_i64(&w, j->straggler_ratio_pm) != 0 ||
 		    nat_put_i64(&w, j->straggler_window_ms) != 0 ||
 		    nat_put_i64(&w, j->straggler_action) != 0;
+	if (rc == 0 && j->replicas > 0)
+		rc = nat_put_i64(&w, j->replicas);
 	return (nat_frame_close(&w, rc));
 }
 

@@ -373,6 +373,15 @@ struct rdzv_round {
 /* 1 when repair is on for this communicator (option or RDZV_REPAIR, and
  * an agent's channel), else 0. */
 int	rdzv_repair_enabled(const struct rdzv_comm *);
+/*
+ * 1 once this worker's agent asked it to leave (the node leaves the job
+ * on purpose: SIGTERM to a repairable job's agent), else 0.  The program
+ * checks it after each step: the step in flight is finished, then it
+ * exits 0 (rdzv_finalize first) and the others shrink around it with
+ * no step lost.  Until then, nothing changes; a call that breaks
+ * meanwhile (a peer of this node left first) returns its cause at once.
+ */
+int	rdzv_leave_requested(const struct rdzv_comm *);
 /* Fills *r with the current round; 0 or RDZV_EINVAL. */
 int	rdzv_comm_round(const struct rdzv_comm *, struct rdzv_round *r);
 /*

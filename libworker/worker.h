@@ -361,6 +361,7 @@ struct rdzv_comm {
 	int		 rstopped;	/* "stop", or the agent went away */
 	int		 rgaveup;	/* a wait timed out: do not wait again */
 	int		 rlive;		/* initialized: rounds break it */
+	int		 rleave;	/* "leave": go at a step boundary */
 	int		 wwake[2];	/* pipe: stop the watcher */
 	int		 wthread_on;
 	pthread_t	 wthread;

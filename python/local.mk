@@ -7,9 +7,12 @@ RDZV_PY = python/rdzv/__init__.py python/rdzv/repair.py \
 	python/rdzv/channel.py python/rdzv/collectives.py python/rdzv/data.py \
 	python/rdzv/group.py python/rdzv/log.py python/rdzv/state.py \
 	python/rdzv/watcher.py python/rdzv/spare.py
+# rdzv.mesh: FSDP2/HSDP replica groups (python/rdzv/mesh.py).
+RDZV_PY += python/rdzv/mesh.py
 if HAVE_PYTHON
 rdzvpydir = $(pythondir)/rdzv
 rdzvpy_PYTHON = $(RDZV_PY)
 endif
 EXTRA_DIST += $(RDZV_PY) python/pyproject.toml examples/torch_ddp_repair.py \
-	examples/torch_plain_ddp.py examples/torch_repair_ddp.py
+	examples/torch_plain_ddp.py examples/torch_repair_ddp.py \
+	examples/torch_hsdp_repair.py

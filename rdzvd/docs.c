@@ -47,7 +47,7 @@ docs_status(void)
 {
 	struct rz_stats			 rz;
 	struct store_etcd_status	 es;
-	json_t				*doc;
+	json_t				*doc, *info;
 	uint64_t			 conns = 0;
 	int				 i;
 
@@ -72,13 +72,22 @@ docs_status(void)
 	    "closed", (json_int_t)rz.jobs_closed,
 	    "rounds_total", (json_int_t)rz.rounds_total,
 	    "restarts_total", (json_int_t)rz.restarts_total);
-	if (doc != NULL && es.enabled)
+	if (doc != NULL && es.enabled) {
+		/* Where the leader is: its host, its client and HTTP
+		 * addresses, from what it wrote in the leader key. */
+		info = json_loads(es.leader_info, 0, NULL);
 		json_object_set_new(doc, "leader", json_pack("{s:s, s:b, s:I, "
-		    "s:I, s:I, s:s}", "store", server.cfg->store, "leading",
-		    es.leader, "term", (json_int_t)es.term,
+		    "s:I, s:I, s:s, s:O?, s:O?, s:O?}", "store",
+		    server.cfg->store, "leading", es.leader,
+		    "term", (json_int_t)es.term,
 		    "since_s", (json_int_t)((mono_ms() - es.since_ms) / 1000),
 		    "failovers", (json_int_t)es.failovers,
-		    "info", es.leader_info));
+		    "info", es.leader_info,
+		    "host", json_object_get(info, "host"),
+		    "listen", json_object_get(info, "listen"),
+		    "http", json_object_get(info, "http")));
+		json_decref(info);
+	}
 	return docs_text(doc);
 }
 

@@ -92,6 +92,11 @@ metrics_write(struct evbuffer *out)
 	uint64_t		 cum = 0;
 	int			 i;
 
+	if (server.standby) {
+		/* The leader has the rest. */
+		metrics_write_leader(out);
+		return;
+	}
 	rdzvd_store_stats(&st);
 	memset(&rz, 0, sizeof rz);
 	if (server.rz != NULL)

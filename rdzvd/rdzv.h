@@ -23,8 +23,12 @@
  * job whose every member node said repairable (HEARTBEAT) opens a round
  * of kind SHRINK at once (the dead local rank left out, ranks renumbered
  * over the live workers, a fresh namespace and port, a donor named); the
- * READY of its replacement opens one of kind GROW.  A second failure
- * while a replacement is pending, a READY not in by the job's repair
+ * READY of its replacement opens one of kind GROW; a second failure
+ * while a replacement is pending shrinks again.  A node that joins a
+ * running job below its maximum whose members can all repair is taken
+ * in place (rdzv_elastic.c): a member at once with none of its workers
+ * in, grown in with the other joiners once all are ready and the last
+ * call has passed.  A READY not in by the job's repair
  * timeout (an rz_tick deadline), a node that cannot repair or the job's
  * max_repairs used escalate to a restart as a plain FAILURE does.
  * Repairs count against max_repairs, never against max_restarts.
@@ -54,6 +58,9 @@
  *   FORMING --max live nodes, or >= min and last call over--> RUNNING
  *   RUNNING --FAILURE repair=1, repairable--> RUNNING (round SHRINK)
  *   RUNNING --READY of the pending replacement--> RUNNING (round GROW)
+ *   RUNNING --new node below max, repairable--> RUNNING (the joiner
+ *             alone told; round GROW once every joiner is ready and the
+ *             last call is over: rdzv_elastic.c)
  *   RUNNING --FAILURE (restarts left) / lease lapse / LEAVE /
  *             new node below max--> FORMING   (members get STOP)
  *   RUNNING --FAILURE, no restarts left--> FAILED   (all get FAILED)
@@ -259,6 +266,26 @@ int	rz_straggler_news(struct rz *, struct slice job, int64_t round,
  * event says why); EINVAL: round over, action off, no such rank. */
 int	rz_straggler_replace(struct rz *, struct slice job, int64_t round,
 	    int64_t rank, int64_t now, struct rz_outbox *);
+
+/*
+ * Replica groups (rdzv_topo.c): a world of replicas x shards ranks, rank
+ * h (its home) in replica h / shards at shard h % shards.  Pure; the
+ * agent uses them for its workers' RDZV_REPLICA and RDZV_SHARD.
+ */
+struct rz_topo {
+	int64_t	replicas, shards, replica, shard;
+};
+/* 0, or RDZV_EINVAL with why filled (replicas does not divide world). */
+int	rz_topo_check(int64_t world, int64_t replicas, char *why,
+	    size_t whysz);
+/* Where home sits (world and replicas passed rz_topo_check). */
+void	rz_topo_rank(int64_t world, int64_t replicas, int64_t home,
+	    struct rz_topo *);
+/* The home rank holding home's shard in the lowest other replica none of
+ * whose ranks is dead (dead: a bitmap of homes, bit h of word h / 64),
+ * or -1. */
+int64_t	rz_topo_donor(int64_t world, int64_t replicas, int64_t home,
+	    const uint64_t *dead);
 
 /* Figures for /metrics. */
 struct rz_stats {

@@ -229,6 +229,8 @@ struct server {
 	size_t			 nconns;
 	size_t			 budget_used;
 	int			 draining;
+	int			 standby;	/* --store etcd: not leading */
+	int			 failed;	/* could not lead: exit 1 */
 	uint8_t			*token;		/* NULL: no authentication */
 	size_t			 tokenlen;
 	struct acl		*tcps_allow;	/* with a token: TCPStore peers */
@@ -424,7 +426,7 @@ void	history_metrics(struct evbuffer *out);
 /* Writes s as a Prometheus label value: '\\', '"' and newline escaped. */
 void	history_label(struct evbuffer *out, const char *s);
 
-/* ---- http.c: /healthz and /metrics ---- */
+/* ---- http.c: /healthz, /readyz and /metrics ---- */
 
 /* Starts the HTTP listener on cfg->http (if set); sets *port (0 if off). */
 int	http_start(int *port);
@@ -432,9 +434,14 @@ void	http_stop(void);
 
 /* ---- serve.c: the daemon on an event base (main and embed.h) ---- */
 
-/* Starts kv, store, rendezvous and listeners on base; sets the ports. */
+/*
+ * Starts kv, store, rendezvous and listeners on base; sets the ports.
+ * With --store etcd only HTTP starts (*port is 0): the rdzvd stands by
+ * until it leads, then opens the rest and calls leading(port) on the
+ * loop; if it cannot, server.failed is set and the loop exits.
+ */
 int	rdzvd_serve_start(struct event_base *, struct rdzvd_config *,
-	    int *port, int *http_port);
+	    int *port, int *http_port, void (*leading)(int port));
 /* Closes connections, commits the store and frees everything. */
 void	rdzvd_serve_stop(void);
 /* Store figures for /metrics (zeros in memory mode). */

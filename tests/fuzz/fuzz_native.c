@@ -42,7 +42,8 @@ static const char *fuzz_req[NAT_OP_MAX + 1] = {
 	[NAT_OP_QUEUE_POP] = "bbi", [NAT_OP_QUEUE_LEN] = "bb",
 	[NAT_OP_LIST_KEYS] = "b", [NAT_OP_BARRIER] = "bbii",
 	[NAT_OP_CANCEL] = "i", [NAT_OP_WATCH] = "bb",
-	[NAT_OP_WATCH_EVENT] = "bbibb", [NAT_OP_JOIN] = "bbbbiiiiiii?i?ii?iii",
+	[NAT_OP_WATCH_EVENT] = "bbibb",
+	[NAT_OP_JOIN] = "bbbbiiiiiii?i?ii?iii?i",
 	[NAT_OP_HEARTBEAT] = "bi?i", [NAT_OP_LEAVE] = "bi",
 	[NAT_OP_FAILURE] = "biiiiiib?i", [NAT_OP_SUCCEEDED] = "bii",
 	[NAT_OP_ROUND] = "biiiiiiiiibib?iii", [NAT_OP_JOB_STATUS] = "b",
@@ -259,11 +260,15 @@ fuzz_message(const struct nat_msg *msg, const uint8_t *frame, size_t flen,
 		base = j.job.len + j.instance.len + j.host.len + j.addr.len +
 		    4 * 5 + 7 * 9 + NAT_HDR_LEN;
 		strag = j.straggler_ratio_pm >= 0 ||
-		    j.straggler_window_ms >= 0 || j.straggler_action >= 0;
+		    j.straggler_window_ms >= 0 || j.straggler_action >= 0 ||
+		    j.replicas > 0;
+		if (rc != 0 && spec_rc == 0)
+			return;		/* replicas present, not >= 1 */
 		if (rc == 0 && (j.rank < -1 || flen != base + (j.rank >= 0 ||
 		    j.max_repairs >= 0 || j.repair_timeout_ms >= 0 || strag ?
 		    9 : 0) + (j.max_repairs >= 0 || j.repair_timeout_ms >= 0 ||
-		    strag ? 18 : 0) + (strag ? 27 : 0)))
+		    strag ? 18 : 0) + (strag ? 27 : 0) +
+		    (j.replicas > 0 ? 9 : 0)))
 			return;		/* not the encoder's form */
 	} else if (msg->op == NAT_OP_JOIN && msg->flags == NAT_F_REPLY) {
 		rc = nat_joined_decode(msg->payload, &jd);

@@ -325,6 +325,7 @@ def chan():
                               b'master_port=9 local_rank=0 local_world=1 '
                               b'future=yes')
     c['stop'] = b'stop'
+    c['leave'] = b'leave'
     c['unknown-verb'] = b'rewind to=3'
     c['bad-rank'] = (b'round round=1 kind=grow ns=x rank=2 world=2 donor=0 '
                      b'master_addr=h master_port=9 local_rank=0 '

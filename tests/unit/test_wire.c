@@ -1780,8 +1780,25 @@ test_nat_rendezvous_messages(void **state)
 		cut = msg.payload;
 		cut.len--;
 		assert_int_equal(nat_join_decode(cut, &j2), RDZV_EPROTO);
+		assert_int_equal(j2.replicas, 0);
 		free(b);
 	}
+	/* Replica groups: written after the repair fields (-1 here), and
+	 * only when >= 1. */
+	j.rank = -1;
+	j.replicas = 4;
+	assert_int_equal(nat_join_put(out, 78, &j), 0);
+	nat_one_frame(out, NAT_OP_JOIN, 0, 78, &msg, &b);
+	assert_int_equal(nat_join_decode(msg.payload, &j2), 0);
+	assert_int_equal(j2.replicas, 4);
+	assert_int_equal(j2.rank, -1);
+	assert_int_equal(j2.max_repairs, -1);
+	assert_int_equal(j2.repair_timeout_ms, -1);
+	/* A replicas of 0 written anyway decodes no way: refused. */
+	((uint8_t *)msg.payload.p)[msg.payload.len - 8] = 0;	/* its low byte */
+	assert_int_equal(nat_join_decode(msg.payload, &j2), RDZV_EPROTO);
+	free(b);
+	j.replicas = 0;
 
 	jd.node_id = 5;
 	jd.restart_count = 2;
