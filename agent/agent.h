@@ -84,6 +84,9 @@ struct agent_config {
 	int		 close_ms;	/* how long LEAVE waits for its reply */
 	int		 max_repairs;	/* --rdzv_conf max_repairs; -1 rdzvd's */
 	int		 repair_timeout_ms; /* --rdzv_conf repair_timeout */
+	/* --rdzv_conf straggler_ratio (per mille; 0 off), straggler_window,
+	 * straggler_action (enum nat_straggler_action); -1 rdzvd's. */
+	int		 strag_ratio_pm, strag_window_ms, strag_action;
 	int		 replicas;	/* --rdzv_conf replicas; 0 none */
 
 	/* torchrun 2.x: the console, signals and devices. */
@@ -447,6 +450,8 @@ struct rdzv_cbs {
 	void	(*fatal)(int code, const char *msg, void *);
 	/* The LEAVE was acknowledged, or could not be sent in time. */
 	void	(*left)(void *);
+	/* A STRAGGLER push: rdzvd wants local_rank of round replaced. */
+	void	(*straggler)(int64_t round, int local_rank, void *);
 };
 
 /*

@@ -33,6 +33,7 @@
 #include "log.h"
 #include "rdzv_err.h"
 #include "tls.h"
+#include "wire.h"
 
 #define CLI_DEFAULT_PORT	29400
 /* torchrun's defaults: --master_addr, and --rdzv_conf read_timeout,
@@ -180,6 +181,15 @@ cli_usage(FILE *f)
 "                              counted as restarts (default 1000; 0 never)\n"
 "                            repair_timeout=S  a replacement not ready in\n"
 "                              S seconds restarts the job (default 60)\n"
+"                            straggler_ratio=F  a rank whose steps/s of\n"
+"                              work stay below F of the others' median\n"
+"                              is named a straggler (default 0.5; 0 off)\n"
+"                            straggler_window=S  ... for S seconds\n"
+"                              (default 30)\n"
+"                            straggler_action=off|replace  replace: its\n"
+"                              agent kills it and the job repairs, or a\n"
+"                              standby node takes its node's place\n"
+"                              (default off)\n"
 "                            replicas=R  R replica groups of equal size\n"
 "                              (sharded training, rdzv.mesh): workers get\n"
 "                              RDZV_REPLICAS, RDZV_REPLICA, RDZV_SHARD\n"
@@ -335,22 +345,49 @@ cli_int(const char *name, const char *v, long long min, long long max,
 	return (0);
 }
 
+/* A finite decimal lo <= d < hi (hi included when incl) into *d; else
+ * says v is not `what`. */
+static int
+cli_double(const char *name, const char *v, double lo, double hi, int incl,
+    const char *what, double *d)
+{
+	char	*end;
+
+	errno = 0;
+	*d = strtod(v, &end);
+	if (errno != 0 || end == v || *end != '\0' || !isfinite(*d) ||
+	    *d < lo || *d > hi || (!incl && *d == hi)) {
+		fprintf(stderr, "rdzv-agent: %s: \"%s\" is not %s\n", name, v,
+		    what);
+		return (-1);
+	}
+	return (0);
+}
+
 /* Seconds (a decimal, maybe fractional) into milliseconds. */
 static int
 cli_seconds(const char *name, const char *v, int *ms)
 {
-	char	*end;
-	double	 d;
+	double	d;
 
-	errno = 0;
-	d = strtod(v, &end);
-	if (errno != 0 || end == v || *end != '\0' || !isfinite(d) ||
-	    d < 0 || d > 1e6) {
-		fprintf(stderr, "rdzv-agent: %s: \"%s\" is not a number of "
-		    "seconds\n", name, v);
+	if (cli_double(name, v, 0, 1e6, 1, "a number of seconds", &d) != 0)
 		return (-1);
-	}
 	*ms = (int)(d * 1000 + 0.5);
+	return (0);
+}
+
+/* A fraction 0 <= v < 1 into per mille (0: off). */
+static int
+cli_ratio(const char *name, const char *v, int *pm)
+{
+	double	d;
+
+	if (cli_double(name, v, 0, 1, 0, "a fraction from 0 (off) to below 1",
+	    &d) != 0)
+		return (-1);
+	*pm = (int)(d * 1000 + 0.5);
+	if (*pm >= 1000)
+		*pm = 999;
 	return (0);
 }
 
@@ -468,6 +505,23 @@ cli_conf_key(struct agent_config *cfg, const char *k, const char *v)
 		return (cli_int(name + 2, v, 0, INT_MAX, &cfg->max_repairs));
 	if (strcmp(k, "repair_timeout") == 0)
 		return (cli_seconds(name, v, &cfg->repair_timeout_ms));
+	/* Stragglers (README "Stragglers"): the job's own, like repair. */
+	if (strcmp(k, "straggler_ratio") == 0)
+		return (cli_ratio(name, v, &cfg->strag_ratio_pm));
+	if (strcmp(k, "straggler_window") == 0)
+		return (cli_seconds(name, v, &cfg->strag_window_ms));
+	if (strcmp(k, "straggler_action") == 0) {
+		if (strcmp(v, "off") == 0)
+			cfg->strag_action = NAT_STRAGGLER_OFF;
+		else if (strcmp(v, "replace") == 0)
+			cfg->strag_action = NAT_STRAGGLER_REPLACE;
+		else {
+			fprintf(stderr, "rdzv-agent: %s: \"%s\" is neither "
+			    "off nor replace\n", name, v);
+			return (-1);
+		}
+		return (0);
+	}
 	if (strcmp(k, "replicas") == 0)
 		return (cli_int(name + 2, v, 1, 1 << 20, &cfg->replicas));
 	if (strcmp(k, "is_host") == 0) {
@@ -1373,6 +1427,7 @@ cli_parse(struct agent_config *cfg, int argc, char **argv)
 	cfg->last_call_ms = -1;
 	cfg->lease_ms = -1;
 	cfg->max_repairs = cfg->repair_timeout_ms = -1;
+	cfg->strag_ratio_pm = cfg->strag_window_ms = cfg->strag_action = -1;
 	cfg->heartbeat_ms = -1;
 	cfg->join_timeout_ms = 600000;
 	cfg->reconnect_timeout_ms = 300000;

@@ -14,6 +14,11 @@
  *                                                          pending? spawn
  *   any --SIGTERM, SIGINT, SIGHUP, SIGQUIT--> LEAVING: the signal to the
  *                   workers, SIGKILL after the grace, LEAVE, exit 128+signo
+ *   RUNNING --SIGTERM, every worker can repair--> LEAVING on purpose:
+ *                   "leave" to each worker (it exits 0 at its next step
+ *                   boundary), SIGTERM half-way through the grace,
+ *                   SIGKILL at its end, then LEAVE (rdzvd shrinks the
+ *                   round around this node), exit 0
  *   any --SIGUSR1, SIGUSR2, --signals_to_handle--> the same state: the
  *                   signal to each worker (a preemption notice: they
  *                   checkpoint), supervising goes on
@@ -129,6 +134,8 @@ static struct {
 	struct event		*fwd_ev[NSIG];	/* forwarded signals */
 	struct event		*join_ev;
 	struct event		*watch_ev;	/* --progress_timeout */
+	struct event		*drain_ev;	/* leaving on purpose: SIGTERM
+						 * half-way through the grace */
 	int64_t			*hung_at;	/* per local rank; 0: not */
 	uint64_t		 pending;	/* bit l: local rank l is
 						 * replaced in place, its READY
@@ -851,16 +858,16 @@ agent_repair_round(const struct rdzv_round *r)
 }
 
 /*
- * A standby takes a lost node's place in repair round r (none of its
- * workers in it yet): every worker starts as a replacement
- * (RDZV_REPLACEMENT=1 by agent_worker_vars), says ready when it is up,
- * and joins when the READYs of all of them grow the round.
+ * A standby takes a lost node's place, or a node joins a running job in
+ * place, in repair round r (none of its workers in it yet): every worker
+ * starts as a replacement (RDZV_REPLACEMENT=1 by agent_worker_vars),
+ * says ready when it is up, and joins when the READYs grow the round.
  */
 static void
 agent_take_place(const struct rdzv_round *r)
 {
-	log_info("round %lld: this node takes a lost node's place (group "
-	    "rank %lld): starting %d workers as replacements",
+	log_info("round %lld: this node takes a lost node's place or joins "
+	    "in place (group rank %lld): starting %d workers as replacements",
 	    (long long)r->round, (long long)r->group_rank, ag.cfg.nproc);
 	logs_end_attempt();
 	progress_end_attempt();
@@ -897,6 +904,7 @@ agent_note_cb(int l, enum progress_note note, void *arg)
 static void
 agent_leave_stopped(void *arg)
 {
+	evtimer_del(ag.drain_ev);
 	logs_end_attempt();
 	progress_end_attempt();
 	rdzv_leave(ag.cfg.close_ms);
@@ -919,6 +927,58 @@ agent_leave(int sig, int code)
 	sup_stop(sig, ag.cfg.grace_ms, agent_leave_stopped, NULL);
 }
 
+/* Leaving on purpose: workers still running get SIGTERM now. */
+static void
+agent_drain_cb(evutil_socket_t fd, short ev, void *arg)
+{
+	int	l, n = 0;
+
+	for (l = 0; l < ag.cfg.nproc; l++)
+		if (sup_signal_rank(l, SIGTERM) == 0)
+			n++;
+	if (n > 0)
+		log_warnx("%d worker%s did not leave at a step boundary within "
+		    "half the grace period: SIGTERM", n, n == 1 ? "" : "s");
+}
+
+/*
+ * SIGTERM to the agent of a job that repairs in place (every local
+ * worker said it can, none is being replaced): the node leaves on
+ * purpose instead of failing.  Each worker hears "leave", finishes the
+ * step in flight and exits 0 at the step boundary after it; once they
+ * are gone the agent sends LEAVE and rdzvd shrinks the round around this
+ * node, so the others lose no step.  A worker still running half-way
+ * through the grace period gets SIGTERM, at its end SIGKILL.  Returns 0
+ * when it began, -1 when the agent must stop as before.
+ */
+static int
+agent_leave_on_purpose(void)
+{
+	struct timeval	tv;
+	int		n, half = ag.cfg.grace_ms / 2;
+
+	if (ag.state != AS_RUNNING || ag.pending != 0 || sup_live() == 0 ||
+	    !progress_all_can_repair())
+		return (-1);
+	n = progress_send_all(&(struct chan_msg){ .verb = CHAN_LEAVE });
+	if (n <= 0)
+		return (-1);
+	log_info("SIGTERM: leaving job %s on purpose: %d worker%s finish "
+	    "their step in flight (grace %g s), then rdzvd shrinks the round "
+	    "around this node", ag.cfg.rdzv_id, n, n == 1 ? "" : "s",
+	    ag.cfg.grace_ms / 1000.0);
+	agent_set_state(AS_LEAVING);
+	ag.have_next = 0;
+	ag.exit_code = 0;
+	sup_spare_stop();
+	tv.tv_sec = half / 1000;
+	tv.tv_usec = (half % 1000) * 1000;
+	evtimer_add(ag.drain_ev, &tv);
+	/* No signal: they go by themselves; SIGKILL after the grace. */
+	sup_stop(0, ag.cfg.grace_ms, agent_leave_stopped, NULL);
+	return (0);
+}
+
 static void
 agent_signal_cb(evutil_socket_t sig, short ev, void *arg)
 {
@@ -927,9 +987,11 @@ agent_signal_cb(evutil_socket_t sig, short ev, void *arg)
 		sup_kill_now();
 		return;
 	}
+	ag.signo = sig;
+	if (sig == SIGTERM && agent_leave_on_purpose() == 0)
+		return;
 	log_info("signal %d (SIG%s): stopping the workers", (int)sig,
 	    sigabbrev_np(sig) ? sigabbrev_np(sig) : "?");
-	ag.signo = sig;
 	agent_leave(sig, 128 + sig);
 }
 
@@ -1085,11 +1147,30 @@ agent_arm_join_timer(void)
 	evtimer_add(ag.join_ev, &tv);
 }
 
+/*
+ * rdzvd named local rank l a straggler in round (straggler_action=
+ * replace): it is killed, and its exit is a failure like any other
+ * (respawned, the job repairing around it).
+ */
+static void
+agent_straggler_cb(int64_t round, int l, void *arg)
+{
+	if (ag.state != AS_RUNNING || round != ag.cur.round) {
+		log_info("worker %d: straggler of round %lld not replaced: "
+		    "this node is past that round", l, (long long)round);
+		return;
+	}
+	log_warnx("worker %d (rank %lld): rdzvd names it a straggler: "
+	    "killing it to be replaced", l, (long long)(ag.cur.rank_base + l));
+	(void)sup_signal_rank(l, SIGKILL);
+}
+
 static const struct rdzv_cbs agent_rdzv_cbs = {
 	.joined = agent_joined_cb,
 	.round = agent_round_cb,
 	.fatal = agent_fatal_cb,
 	.left = agent_left_cb,
+	.straggler = agent_straggler_cb,
 };
 
 /* --dry_run: the configuration and each worker's variables. */
@@ -1340,7 +1421,8 @@ main(int argc, char **argv)
 			fatalx("cannot watch signal %d", i);
 	}
 	ag.join_ev = evtimer_new(ag.base, agent_join_timeout_cb, NULL);
-	if (ag.join_ev == NULL)
+	ag.drain_ev = evtimer_new(ag.base, agent_drain_cb, NULL);
+	if (ag.join_ev == NULL || ag.drain_ev == NULL)
 		fatalx("evtimer_new");
 	progress_init(ag.base);
 	progress_set_cb(agent_note_cb, NULL);

@@ -275,6 +275,9 @@ rdzv_send_join(void)
 	    -1;
 	j.max_repairs = rc_cfg->max_repairs;
 	j.repair_timeout_ms = rc_cfg->repair_timeout_ms;
+	j.straggler_ratio_pm = rc_cfg->strag_ratio_pm;
+	j.straggler_window_ms = rc_cfg->strag_window_ms;
+	j.straggler_action = rc_cfg->strag_action;
 	j.replicas = rc_cfg->replicas;
 	rc_join_id = rdzv_next_id();
 	if (nat_join_put(rdzv_out(), rc_join_id, &j) != 0)
@@ -403,6 +406,27 @@ rdzv_round_push(const struct nat_msg *m)
 	    (long long)r.store_port);
 	if (rc_cbs->round != NULL)
 		rc_cbs->round(&r, rc_arg);
+}
+
+/* Decodes a STRAGGLER push and hands it to main. */
+static void
+rdzv_straggler_push(const struct nat_msg *m)
+{
+	struct nat_straggler	p;
+
+	if (nat_straggler_decode(m->payload, &p) != 0) {
+		rdzv_drop("malformed STRAGGLER push");
+		return;
+	}
+	if (!slice_eq(p.job, slice_str(rc_cfg->rdzv_id)) ||
+	    p.node_id != rc_node_id || p.local_rank < 0 ||
+	    p.local_rank >= rc_cfg->nproc) {
+		log_warnx("STRAGGLER push for another job, node or local rank "
+		    "ignored");
+		return;
+	}
+	if (rc_cbs->straggler != NULL)
+		rc_cbs->straggler(p.round, (int)p.local_rank, rc_arg);
 }
 
 static void
@@ -535,6 +559,8 @@ rdzv_frame(const struct nat_msg *m)
 	if (m->flags & NAT_F_PUSH) {
 		if (m->op == NAT_OP_ROUND)
 			rdzv_round_push(m);
+		else if (m->op == NAT_OP_STRAGGLER)
+			rdzv_straggler_push(m);
 		else
 			log_debug("push op %u ignored", m->op);
 		return;

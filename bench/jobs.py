@@ -2,7 +2,7 @@
 launchers, for the repair and goodput benchmarks.
 
     job = Job(side, prog, d, name, port, build, env=None, torchrun=PATH,
-              worker=None)
+              worker=None, nnodes="2")
 
 side is what launches it: "repair" (two rdzv-agents against the rdzvd
 on port, in-place repair where the workers can, with the agents' warm
@@ -18,6 +18,7 @@ before); its output (the workers' too,
 prefixed "[defaultN]:" by the launcher) is read line by line with the
 monotonic time of this process at arrival.
 
+    job.add()            one more launcher (a node joining; nnodes "2:3")
     job.lines            [(t, text)] so far (a copy)
     job.lines_from(i)    the same from the i-th line on
     job.wait_line(pred, since, timeout)
@@ -58,7 +59,7 @@ RESTART_RE = re.compile(r"rdzv-agent\[\d+\]: round \d+: group rank 0 .* "
 
 
 def launcher_argv(side, prog, name, port, build, torchrun=TORCHRUN,
-                  python=None):
+                  python=None, nnodes="2"):
     """One launcher's command line for side (see the header)."""
     if side == "torchrun":
         return [torchrun, "--nnodes", "2", "--nproc_per_node", "2",
@@ -66,7 +67,7 @@ def launcher_argv(side, prog, name, port, build, torchrun=TORCHRUN,
                 "127.0.0.1:%d" % port, "--rdzv_id", name,
                 "--max_restarts", "1000", "--no_python"] + \
             ([python] if python else []) + prog
-    return [os.path.join(build, "agent", "rdzv-agent"), "--nnodes", "2",
+    return [os.path.join(build, "agent", "rdzv-agent"), "--nnodes", nnodes,
             "--nproc_per_node", "2", "--rdzv_backend", "rdzv",
             "--rdzv_endpoint", "127.0.0.1:%d" % port, "--rdzv_id", name,
             "--max_restarts", "1000"] + \
@@ -79,7 +80,7 @@ class Job:
     monotonic time of each line."""
 
     def __init__(self, side, prog, d, name, port, build, env=None,
-                 torchrun=TORCHRUN, worker=None, python=None):
+                 torchrun=TORCHRUN, worker=None, python=None, nnodes="2"):
         if side not in SIDES:
             raise ValueError("side %s: not one of %s" % (side, SIDES))
         self.side = side
@@ -96,18 +97,27 @@ class Job:
             e["PYTHON"] = python
         if side == "torchrun":
             port = rt.free_port()
+        self._argv = launcher_argv(side, prog, name, port, build, torchrun,
+                                   python, nnodes)
+        self._env = e
         self.t0 = time.monotonic()
         for i in range(2):
-            argv = launcher_argv(side, prog, name, port, build, torchrun,
-                                 python)
-            p = subprocess.Popen(argv, stdin=subprocess.DEVNULL,
-                                 stdout=subprocess.PIPE,
-                                 stderr=subprocess.STDOUT,
-                                 start_new_session=True, env=e, cwd=d)
-            self.procs.append(p)
-            th = threading.Thread(target=self._read, args=(p, i),
-                                  daemon=True)
-            th.start()
+            self.add()
+
+    def add(self):
+        """Starts one more launcher of the job (a node joining it);
+        returns the monotonic time it was started."""
+        t = time.monotonic()
+        p = subprocess.Popen(self._argv, stdin=subprocess.DEVNULL,
+                             stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT,
+                             start_new_session=True, env=self._env,
+                             cwd=self.d)
+        self.procs.append(p)
+        th = threading.Thread(target=self._read,
+                              args=(p, len(self.procs) - 1), daemon=True)
+        th.start()
+        return t
 
     def _read(self, p, i):
         with open(os.path.join(self.d, "agent%d.out" % i), "wb") as log:

@@ -4,7 +4,8 @@
 #
 #   bench/rdzvd_ab.sh OLD_RDZVD NEW_RDZVD [BUILDDIR]
 #
-# Starts both binaries (durability memory, plaintext, no HTTP listener)
+# Starts both binaries (durability DURABILITY, default memory, on a sqlite
+# file each otherwise; plaintext, no HTTP listener)
 # and runs BUILDDIR's bench/storeload in load mode against each with the
 # parameters of store_vs_torch.sh, for every protocol in PROTOS and every
 # K in CONNS.  REPS repetitions are interleaved, OLD first in odd ones and
@@ -15,7 +16,8 @@
 # storeload lines go to stderr and $RESULTS_DIR (default: a temporary
 # directory, kept).
 #
-# Environment: REPS (5), DURATION (3 s), WARMUP (1 s), CONNS (16),
+# Environment: DURABILITY (memory), REPS (5), DURATION (3 s), WARMUP (1 s),
+# CONNS (16),
 # PROTOS ("tcpstore113 native"), MIX, KEYS, KEY_SIZE, VALUE_SIZE.
 set -euo pipefail
 
@@ -66,7 +68,8 @@ declare -A port pid
 start() {
 	local side=$1 bin=$2
 	"$bin" -d --listen 127.0.0.1:0 --port-file "$tmp/$side.port" \
-	    --http off --db :memory: --durability memory --log-level warn \
+	    --http off --db "$tmp/$side.db" --durability "${DURABILITY:-memory}" \
+	    --log-level warn \
 	    2> "$results/$side.log" &
 	pids+=($!)
 	pid[$side]=$!

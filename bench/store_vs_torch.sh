@@ -23,10 +23,12 @@
 # to stderr and to $RESULTS_DIR (default: a temporary directory, kept).
 #
 # Environment: REPS (3), DURATION (3 s), WARMUP (1 s), CONNS ("1 16 256"),
-# TARGETS (server:dialect pairs of phase 1), BARRIER_NS ("1000 10000"),
+# TARGETS (server:dialect pairs of phase 1), BARRIER_NS ("1000 10000"; ""
+# skips phase 2),
 # BARRIER_MODES ("seq burst"), BARRIER_REPS (3), BARRIER_TIMEOUT (30 s; a
 # server that times out is not tried again at that N and mode), BIG_N
-# (19000), BIG_SOURCES (8), BIG_REPS (3), IDLE_N (10000), MIX, KEYS,
+# (19000), BIG_SOURCES (8), BIG_REPS (3; 0 skips phase 3), IDLE_N (10000;
+# 0 skips phase 4), MIX, KEYS,
 # KEY_SIZE, VALUE_SIZE, TORCH_PYTHON (/usr/bin/python3, torch 1.13),
 # TORCH2_PYTHON (/root/.cache/rdzv/torch-2.13/bin/python).
 set -euo pipefail
@@ -43,7 +45,7 @@ REPS=${REPS:-3}
 DURATION=${DURATION:-3}
 WARMUP=${WARMUP:-1}
 CONNS=${CONNS:-"1 16 256"}
-BARRIER_NS=${BARRIER_NS:-"1000 10000"}
+BARRIER_NS=${BARRIER_NS-"1000 10000"}
 BARRIER_REPS=${BARRIER_REPS:-3}
 BARRIER_MODES=${BARRIER_MODES:-"seq burst"}
 BARRIER_TIMEOUT=${BARRIER_TIMEOUT:-30}
@@ -257,11 +259,12 @@ kill "${pid[big]}" 2>/dev/null || true
 
 # ---- 4. memory with idle connections, on a fresh rdzvd ----
 rss_kib() { awk '/^VmRSS:/ { print $2 }' "/proc/$1/status"; }
+[ "$IDLE_N" -gt 0 ] || PROTOS_IDLE=
 start_rdzvd idle relaxed "$tmp/idle.db"
 sleep 0.5
 base=$(rss_kib "${pid[idle]}")
 printf 'rss\tidle\tnone\t0\t1\t%s\tnan\tnan\tnan\n' "$base" >> "$raw"
-for proto in tcpstore113 native; do
+for proto in ${PROTOS_IDLE-tcpstore113 native}; do
 	"$storeload" --idle "$IDLE_N" --proto "$proto" --port "${port[idle]}" \
 	    > "$tmp/idle.out" 2>>"$results/storeload.err" &
 	ipid=$!

@@ -371,6 +371,11 @@ cmd_status(struct ctl *ctl, int argc, char **argv)
 		    "this rdzvd" : "another rdzvd", jint(ld, "term"),
 		    ctl_fmt_duration(buf, sizeof buf, jint(ld, "since_s") *
 		    1000), jint(ld, "failovers"));
+		if (json_is_string(json_object_get(ld, "listen")))
+			printf("leader at    %s (clients %s, http %s)\n",
+			    jstr(ld, "host"), jstr(ld, "listen"),
+			    json_is_string(json_object_get(ld, "http")) ?
+			    jstr(ld, "http") : "off");
 	} else
 		printf("database     %s\n",
 		    json_is_string(json_object_get(doc, "db")) ?
@@ -460,6 +465,21 @@ members_progress(struct ctl_table *t, const json_t *m)
 	    jint(p, "oldest_report_ms_ago")));
 }
 
+/* A line per rank rdzvd names a straggler now (progress.stragglers). */
+static void
+members_stragglers(const json_t *members)
+{
+	const json_t	*m, *r;
+	size_t		 i, k;
+
+	json_array_foreach(members, i, m)
+		json_array_foreach(json_object_get(json_object_get(m,
+		    "progress"), "stragglers"), k, r)
+			printf("straggler: rank %" PRId64 " on node %" PRId64
+			    " (%s)\n", (int64_t)json_integer_value(r),
+			    jint(m, "node_id"), jstr(m, "host"));
+}
+
 static int
 cmd_members(struct ctl *ctl, int argc, char **argv)
 {
@@ -519,6 +539,7 @@ cmd_members(struct ctl *ctl, int argc, char **argv)
 		members_progress(t, m);
 	}
 	ctl_table_print(t);
+	members_stragglers(members);
 	json_decref(doc);
 	return CTL_EXIT_OK;
 }

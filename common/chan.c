@@ -66,6 +66,7 @@ static const char *const chan_verbs[] = {
 	[CHAN_ROUND] = "round",
 	[CHAN_STOP] = "stop",
 	[CHAN_WAIT] = "wait",
+	[CHAN_LEAVE] = "leave",
 };
 #define CHAN_NVERBS	(sizeof chan_verbs / sizeof chan_verbs[0])
 
@@ -128,6 +129,7 @@ chan_fields_ok(const struct chan_msg *m)
 	case CHAN_ROUND:
 	case CHAN_STOP:
 	case CHAN_WAIT:
+	case CHAN_LEAVE:
 		break;
 	default:
 		return (0);

@@ -26,6 +26,7 @@ enum chan_verb {
 	CHAN_ROUND,		/* agent: "round round=R kind=K ..." */
 	CHAN_STOP,		/* agent: "stop", the repair failed */
 	CHAN_WAIT,		/* worker: "wait", blocked on its peers */
+	CHAN_LEAVE,		/* agent: "leave", at the next step boundary */
 };
 
 enum chan_kind {

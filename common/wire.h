@@ -177,7 +177,9 @@ enum nat_op {
 				 * i local_world_size, i min_nodes, i max_nodes,
 				 * i max_restarts, i last_call_ms, i lease_ms
 				 * [, i node_rank: the group rank wanted, -1
-				 * none [, i max_repairs, i repair_timeout_ms]]
+				 * none [, i max_repairs, i repair_timeout_ms
+				 * [, i straggler_ratio_pm, i straggler_window_ms,
+				 * i straggler_action]]]
 				 * -> i node_id, i restart_count, i lease_ms
 				 *    (the job's) | ECLOSED */
 	NAT_OP_HEARTBEAT = 22,	/* b job, i node_id [, i repairable]
@@ -212,7 +214,10 @@ enum nat_op {
 	/* Repair (PROTOCOL.md "Repair rounds"). */
 	NAT_OP_READY = 36,	/* b job, i node_id, i round, i local_rank
 				 * -> - (that local rank's replacement is up) */
-	NAT_OP_MAX = 36,
+	NAT_OP_STRAGGLER = 37,	/* push: b job, i node_id, i round,
+				 * i local_rank, b message (kill that worker:
+				 * the job repairs around it) */
+	NAT_OP_MAX = 37,
 };
 
 /* Preamble flags (byte 5 of the server's preamble). */
@@ -346,8 +351,14 @@ struct nat_join {
 				 * below is */
 	int64_t		max_repairs;	/* < 0: rdzvd's default */
 	int64_t		repair_timeout_ms;	/* < 0: rdzvd's default */
+	/* Stragglers (PROTOCOL.md "Stragglers"), < 0: rdzvd's defaults;
+	 * encoded only when one is >= 0: */
+	int64_t		straggler_ratio_pm;	/* of the median, per mille */
+	int64_t		straggler_window_ms;
+	int64_t		straggler_action;	/* enum nat_straggler_action */
 	int64_t		replicas;	/* replica groups; < 1: none */
 };
+enum nat_straggler_action { NAT_STRAGGLER_OFF = 0, NAT_STRAGGLER_REPLACE = 1 };
 int	nat_join_decode(struct slice payload, struct nat_join *);
 int	nat_join_put(struct evbuffer *out, uint32_t id,
 	    const struct nat_join *);
@@ -403,5 +414,15 @@ struct nat_ready {
 int	nat_ready_decode(struct slice payload, struct nat_ready *);
 int	nat_ready_put(struct evbuffer *out, uint32_t id,
 	    const struct nat_ready *);
+
+/* STRAGGLER push: local_rank of node_id straggles in round; its agent
+ * kills it (the job repairs around it as around any failure). */
+struct nat_straggler {
+	struct slice	job;
+	int64_t		node_id, round, local_rank;
+	struct slice	message;
+};
+int	nat_straggler_decode(struct slice payload, struct nat_straggler *);
+int	nat_straggler_put(struct evbuffer *out, const struct nat_straggler *);
 
 #endif /* RDZV_WIRE_H */

@@ -511,8 +511,9 @@ nat_frame_close(struct nat_wr *w, int rc)
 /*
  * JOIN: b job, b instance, b host, b addr, then the integers; optional
  * trailing i node_rank (a static rendezvous; absent or -1: none), then
- * i max_repairs and i repair_timeout_ms (absent: -1, the defaults), then
- * i replicas (absent: 0, not a job of replica groups).
+ * i max_repairs and i repair_timeout_ms (absent: -1, the defaults),
+ * then i straggler_ratio_pm, i straggler_window_ms and i straggler_action
+ * (absent: -1), then i replicas (absent: 0, not a job of replica groups).
  */
 int
 nat_join_decode(struct slice payload, struct nat_join *j)
@@ -531,10 +532,16 @@ nat_join_decode(struct slice payload, struct nat_join *j)
 	    nat_get_i64s(&rd, v, sizeof(v) / sizeof(v[0])) != 0)
 		return (RDZV_EPROTO);
 	j->rank = j->max_repairs = j->repair_timeout_ms = -1;
+	j->straggler_ratio_pm = j->straggler_window_ms = -1;
+	j->straggler_action = -1;
 	if (rd.left > 0 && nat_get_i64(&rd, &j->rank) != 0)
 		return (RDZV_EPROTO);
 	if (rd.left > 0 && (nat_get_i64(&rd, &j->max_repairs) != 0 ||
 	    nat_get_i64(&rd, &j->repair_timeout_ms) != 0))
+		return (RDZV_EPROTO);
+	if (rd.left > 0 && (nat_get_i64(&rd, &j->straggler_ratio_pm) != 0 ||
+	    nat_get_i64(&rd, &j->straggler_window_ms) != 0 ||
+	    nat_get_i64(&rd, &j->straggler_action) != 0))
 		return (RDZV_EPROTO);
 	/* Written only when >= 1, so that a frame decodes one way. */
 	if (rd.left > 0 && (nat_get_i64(&rd, &j->replicas) != 0 ||
@@ -550,8 +557,10 @@ nat_join_put(struct evbuffer *out, uint32_t id, const struct nat_join *j)
 	const int64_t *const	 v[] = { &j->pid, &j->local_world_size,
 	    &j->min_nodes, &j->max_nodes, &j->max_restarts, &j->last_call_ms,
 	    &j->lease_ms };
-	int			 rc;
+	int			 rc, strag;
 
+	strag = j->straggler_ratio_pm >= 0 || j->straggler_window_ms >= 0 ||
+	    j->straggler_action >= 0;
 	nat_frame_begin(&w, out, NAT_OP_JOIN, 0, id);
 	rc = nat_put_slice(&w, j->job) != 0 ||
 	    nat_put_slice(&w, j->instance) != 0 ||
@@ -559,12 +568,16 @@ nat_join_put(struct evbuffer *out, uint32_t id, const struct nat_join *j)
 	    nat_put_slice(&w, j->addr) != 0 ||
 	    nat_put_i64s(&w, v, sizeof(v) / sizeof(v[0])) != 0;
 	if (rc == 0 && (j->rank >= 0 || j->max_repairs >= 0 ||
-	    j->repair_timeout_ms >= 0 || j->replicas > 0))
+	    j->repair_timeout_ms >= 0 || strag || j->replicas > 0))
 		rc = nat_put_i64(&w, j->rank >= 0 ? j->rank : -1);
 	if (rc == 0 && (j->max_repairs >= 0 || j->repair_timeout_ms >= 0 ||
-	    j->replicas > 0))
+	    strag || j->replicas > 0))
 		rc = nat_put_i64(&w, j->max_repairs) != 0 ||
 		    nat_put_i64(&w, j->repair_timeout_ms) != 0;
+	if (rc == 0 && (strag || j->replicas > 0))
+		rc = nat_put_i64(&w, j->straggler_ratio_pm) != 0 ||
+		    nat_put_i64(&w, j->straggler_window_ms) != 0 ||
+		    nat_put_i64(&w, j->straggler_action) != 0;
 	if (rc == 0 && j->replicas > 0)
 		rc = nat_put_i64(&w, j->replicas);
 	return (nat_frame_close(&w, rc));
@@ -703,4 +716,31 @@ nat_ready_put(struct evbuffer *out, uint32_t id, const struct nat_ready *r)
 	nat_frame_begin(&w, out, NAT_OP_READY, 0, id);
 	return (nat_frame_close(&w, nat_put_slice(&w, r->job) != 0 ||
 	    nat_put_i64s(&w, v, 3) != 0));
+}
+
+/* STRAGGLER push: b job, i node_id, i round, i local_rank, b message. */
+int
+nat_straggler_decode(struct slice payload, struct nat_straggler *m)
+{
+	struct nat_rd	 rd;
+	int64_t *const	 v[] = { &m->node_id, &m->round, &m->local_rank };
+
+	memset(m, 0, sizeof(*m));
+	nat_rd_init(&rd, payload);
+	if (nat_get_bytes(&rd, &m->job) != 0 || nat_get_i64s(&rd, v, 3) != 0 ||
+	    nat_get_bytes(&rd, &m->message) != 0)
+		return (RDZV_EPROTO);
+	return (nat_rd_end(&rd));
+}
+
+int
+nat_straggler_put(struct evbuffer *out, const struct nat_straggler *m)
+{
+	struct nat_wr		 w;
+	const int64_t *const	 v[] = { &m->node_id, &m->round,
+	    &m->local_rank };
+
+	nat_frame_begin(&w, out, NAT_OP_STRAGGLER, NAT_F_PUSH, 0);
+	return (nat_frame_close(&w, nat_put_slice(&w, m->job) != 0 ||
+	    nat_put_i64s(&w, v, 3) != 0 || nat_put_slice(&w, m->message) != 0));
 }

@@ -32,6 +32,10 @@
  *	params rank R hash H
  *
  * (a hash of its parameters: equal on every rank, repaired or not).
+ * When its node leaves on purpose (SIGTERM to its agent), each of its
+ * ranks finishes the step in flight and exits 0, printing
+ *
+ *	rank R leaves at a step boundary at epoch E sample S
  */
 #include <errno.h>
 #include <getopt.h>
@@ -269,10 +273,30 @@ say(const struct train *t, const char *fmt, ...)
 	fflush(stdout);
 }
 
+/*
+ * This node leaves the job on purpose (its agent was asked to: SIGTERM):
+ * at a step boundary, with every step it took part in finished.  Every
+ * rank prints where it leaves, so the others' position after their
+ * shrink can be checked against it.
+ */
+static void __attribute__((noreturn))
+leave(struct train *t, const char *how)
+{
+	printf("rank %d leaves %s at epoch %llu sample %llu\n", t->rank, how,
+	    (unsigned long long)t->pos.epoch + 1,
+	    (unsigned long long)t->pos.done);
+	fflush(stdout);
+	rdzv_finalize(t->comm);
+	exit(0);
+}
+
 /* Reports a library failure with its code and the communicator's words. */
 static void __attribute__((noreturn))
 die(struct train *t, const char *what, int rc)
 {
+	/* A peer of this node left first and broke the step: leave too. */
+	if (t->comm != NULL && rdzv_leave_requested(t->comm))
+		leave(t, "with its step cut by a peer leaving");
 	fprintf(stderr, "ddp_mlp: rank %d: %s: %s%s%s\n", t->rank, what,
 	    rdzv_strerror(rc), t->comm != NULL && *rdzv_comm_errmsg(t->comm) ?
 	    ": " : "", t->comm != NULL ? rdzv_comm_errmsg(t->comm) : "");
@@ -486,6 +510,8 @@ recover(struct train *t)
 	int			rc;
 
 	do {
+		if (rdzv_leave_requested(t->comm))
+			leave(t, "instead of repairing");
 		if ((rc = rdzv_comm_repair(t->comm, -1)) != 0)
 			die(t, "rdzv_comm_repair", rc);
 		t->rank = rdzv_rank(t->comm);
@@ -641,6 +667,8 @@ train_epoch(struct train *t, int *stepsp)
 		t->correct += (double)right;
 		t->pos.done += (uint64_t)b * (uint64_t)t->size;
 		(*stepsp)++;
+		if (rdzv_leave_requested(t->comm))
+			leave(t, "at a step boundary");
 
 		if (t->a.checkpoint != NULL && t->a.ckpt_every > 0 &&
 		    (s0 + s + 1) % (uint64_t)t->a.ckpt_every == 0 &&

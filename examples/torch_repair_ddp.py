@@ -84,6 +84,7 @@ def main():
 		for x, y, ids in loader:
 			with job.step():
 				loss = train_step(model, opt, sched, x, y)
+			if not job.committed: continue  # a peer died: the batch comes again
 			step = job.step_count
 			if a.log_ids:
 				print("COMMIT %d %d %d %d %.6f %s" % (epoch, step,

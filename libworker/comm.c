@@ -143,11 +143,18 @@ comm_broken(const struct rdzv_comm *c)
 void
 comm_waiting(struct rdzv_comm *c, int on)
 {
-	int64_t	zero = 0;
+	int64_t	zero = 0, since;
 
-	if (!on)
-		__atomic_store_n(&c->wait_since, 0, __ATOMIC_RELAXED);
-	else if (__atomic_load_n(&c->wait_since, __ATOMIC_RELAXED) == 0)
+	if (!on) {
+		/* The wait is over: its time is added to the total that
+		 * progress reports carry (rdzvd tells a slow rank from one
+		 * waiting on it by it). */
+		since = __atomic_exchange_n(&c->wait_since, 0,
+		    __ATOMIC_RELAXED);
+		if (since != 0)
+			__atomic_add_fetch(&c->wait_total, mono_ms() - since,
+			    __ATOMIC_RELAXED);
+	} else if (__atomic_load_n(&c->wait_since, __ATOMIC_RELAXED) == 0)
 		(void)__atomic_compare_exchange_n(&c->wait_since, &zero,
 		    mono_ms(), 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED);
 }
@@ -1178,7 +1185,8 @@ rdzv_report_progress(struct rdzv_comm *c, uint64_t step)
 	c->progress_ms = now;
 	clock_gettime(CLOCK_REALTIME, &ts);
 	snprintf(key, sizeof key, "progress/%d", c->rank);
-	snprintf(val, sizeof val, "%llu %lld", (unsigned long long)step,
-	    (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000);
+	snprintf(val, sizeof val, "%llu %lld %lld", (unsigned long long)step,
+	    (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000,
+	    (long long)__atomic_load_n(&c->wait_total, __ATOMIC_RELAXED));
 	return (wstore_set(c->store, key, val, strlen(val), 1000));
 }

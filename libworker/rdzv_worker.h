@@ -312,8 +312,10 @@ int	rdzv_test(struct rdzv_request *req);
  * never blocking; the agent names each rank's last step in its failure
  * summary and, with --progress_timeout, stops a rank that stops
  * reporting.  It is also published in the round's store scope as key
- * "progress/<rank>" = "<step> <unix_ms>", at most once per second per
- * rank.  Calls in between only record the step; without an agent it is a
+ * "progress/<rank>" = "<step> <unix_ms> <wait_ms>", at most once per
+ * second per rank; wait_ms is the time this rank's collectives have
+ * spent waiting on their peers, all told (rdzvd tells a straggler from
+ * the ranks waiting on it by it).  Calls in between only record the step; without an agent it is a
  * no-op.  Call it once per step: it costs a clock read, and a send every
  * 100 ms.  Returns 0 or a store error (the communicator stays usable).
  */
@@ -371,6 +373,15 @@ struct rdzv_round {
 /* 1 when repair is on for this communicator (option or RDZV_REPAIR, and
  * an agent's channel), else 0. */
 int	rdzv_repair_enabled(const struct rdzv_comm *);
+/*
+ * 1 once this worker's agent asked it to leave (the node leaves the job
+ * on purpose: SIGTERM to a repairable job's agent), else 0.  The program
+ * checks it after each step: the step in flight is finished, then it
+ * exits 0 (rdzv_finalize first) and the others shrink around it with
+ * no step lost.  Until then, nothing changes; a call that breaks
+ * meanwhile (a peer of this node left first) returns its cause at once.
+ */
+int	rdzv_leave_requested(const struct rdzv_comm *);
 /* Fills *r with the current round; 0 or RDZV_EINVAL. */
 int	rdzv_comm_round(const struct rdzv_comm *, struct rdzv_round *r);
 /*

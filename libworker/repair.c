@@ -18,6 +18,10 @@
  *	   v
  *	healthy in round R (a newer round meanwhile: rebuild again)
  *
+ * "leave" (the node leaves on purpose) breaks nothing: the program sees
+ * rdzv_leave_requested() at its next step boundary and exits 0; a call
+ * broken meanwhile returns its cause without waiting for a round.
+ *
  * "stop", the agent's end closing, or RDZV_REPAIR_TIMEOUT_MS without a
  * round leave the call with its own cause: the program exits as it
  * would without repair and the job restarts.
@@ -84,6 +88,16 @@ repair_heard(struct rdzv_comm *c, const char *buf, size_t len)
 	if (chan_parse(buf, len, &m) != 0) {
 		comm_log(c, RDZV_LOG_WARN, "rank %d: the agent sent a "
 		    "malformed message (%zu bytes): ignored", c->rank, len);
+		return;
+	}
+	if (m.verb == CHAN_LEAVE) {
+		/* Nothing breaks: the step in flight finishes. */
+		__atomic_store_n(&c->rleave, 1, __ATOMIC_RELAXED);
+		pthread_mutex_lock(&c->rlock);
+		pthread_cond_broadcast(&c->rcond);
+		pthread_mutex_unlock(&c->rlock);
+		comm_log(c, RDZV_LOG_INFO, "rank %d: the agent asks this "
+		    "worker to leave at the next step boundary", c->rank);
 		return;
 	}
 	if (m.verb != CHAN_ROUND && m.verb != CHAN_STOP) {
@@ -317,7 +331,9 @@ repair_result(struct rdzv_comm *c, int rc)
 {
 	int	got;
 
-	if (rc >= 0 || !c->repair || comm_broken(c) == 0)
+	/* Leaving: no round will come for this node. */
+	if (rc >= 0 || !c->repair || comm_broken(c) == 0 ||
+	    rdzv_leave_requested(c))
 		return (rc);
 	pthread_mutex_lock(&c->rlock);
 	if (c->rgaveup)
@@ -327,6 +343,12 @@ repair_result(struct rdzv_comm *c, int rc)
 		c->rgaveup = 1;
 	pthread_mutex_unlock(&c->rlock);
 	return (got ? RDZV_EREPAIR : rc);
+}
+
+int
+rdzv_leave_requested(const struct rdzv_comm *c)
+{
+	return (c != NULL && __atomic_load_n(&c->rleave, __ATOMIC_RELAXED));
 }
 
 int
@@ -375,9 +397,19 @@ rdzv_comm_repair(struct rdzv_comm *c, int timeout_ms)
 		pthread_mutex_unlock(&c->rlock);
 		rc = comm_rebuild(c, &m);
 		pthread_mutex_lock(&c->rlock);
-		if (c->pend_set) {
-			/* A newer round superseded this one: take it. */
+		/*
+		 * A newer round superseded this one: take it.  A rebuild that
+		 * failed because a member of this round died as it formed (a
+		 * second failure during a repair) waits for the round that
+		 * shrinks around it.
+		 */
+		if (c->pend_set || (rc != 0 && !c->rstopped &&
+		    !rdzv_leave_requested(c) &&
+		    repair_wait_locked(c, deadline))) {
 			pthread_mutex_unlock(&c->rlock);
+			comm_log(c, RDZV_LOG_INFO, "rank %d: round %d "
+			    "superseded while it formed%s: taking the next",
+			    c->rank, m.round, rc != 0 ? " (it failed)" : "");
 			continue;
 		}
 		pthread_mutex_unlock(&c->rlock);

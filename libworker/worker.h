@@ -361,11 +361,14 @@ struct rdzv_comm {
 	int		 rstopped;	/* "stop", or the agent went away */
 	int		 rgaveup;	/* a wait timed out: do not wait again */
 	int		 rlive;		/* initialized: rounds break it */
+	int		 rleave;	/* "leave": go at a step boundary */
 	int		 wwake[2];	/* pipe: stop the watcher */
 	int		 wthread_on;
 	pthread_t	 wthread;
 	int64_t		 wait_since;	/* mono_ms() a call began waiting
 					 * on peers, 0: none (atomic) */
+	int64_t		 wait_total;	/* ms waited on peers, all told
+					 * (atomic; in progress reports) */
 };
 
 /* Logs msg at level through the user's callback, if any and enabled. */

@@ -24,8 +24,9 @@
 #include "rdzv_err.h"
 #include "rdzvd.h"
 
-/* Longest "progress/<rank>" value taken: "<step> <unix_ms>", both int64. */
-#define DOCS_PROGRESS_VALUE_MAX	48
+/* Longest "progress/<rank>" value taken: "<step> <unix_ms> [<wait_ms>]",
+ * int64 each. */
+#define DOCS_PROGRESS_VALUE_MAX	64
 
 /* doc as compact ASCII JSON text (malloc'ed), and doc released; NULL
  * when doc is NULL or out of memory. */
@@ -46,7 +47,7 @@ docs_status(void)
 {
 	struct rz_stats			 rz;
 	struct store_etcd_status	 es;
-	json_t				*doc;
+	json_t				*doc, *info;
 	uint64_t			 conns = 0;
 	int				 i;
 
@@ -71,13 +72,22 @@ docs_status(void)
 	    "closed", (json_int_t)rz.jobs_closed,
 	    "rounds_total", (json_int_t)rz.rounds_total,
 	    "restarts_total", (json_int_t)rz.restarts_total);
-	if (doc != NULL && es.enabled)
+	if (doc != NULL && es.enabled) {
+		/* Where the leader is: its host, its client and HTTP
+		 * addresses, from what it wrote in the leader key. */
+		info = json_loads(es.leader_info, 0, NULL);
 		json_object_set_new(doc, "leader", json_pack("{s:s, s:b, s:I, "
-		    "s:I, s:I, s:s}", "store", server.cfg->store, "leading",
-		    es.leader, "term", (json_int_t)es.term,
+		    "s:I, s:I, s:s, s:O?, s:O?, s:O?}", "store",
+		    server.cfg->store, "leading", es.leader,
+		    "term", (json_int_t)es.term,
 		    "since_s", (json_int_t)((mono_ms() - es.since_ms) / 1000),
 		    "failovers", (json_int_t)es.failovers,
-		    "info", es.leader_info));
+		    "info", es.leader_info,
+		    "host", json_object_get(info, "host"),
+		    "listen", json_object_get(info, "listen"),
+		    "http", json_object_get(info, "http")));
+		json_decref(info);
+	}
 	return docs_text(doc);
 }
 
@@ -88,40 +98,44 @@ docs_jobs(void)
 }
 
 /*
- * Parses a "progress/<rank>" value, "<step> <unix_ms>" in decimal.
- * Anyone who can reach the round's namespace may have written it, so
- * anything else (signs, blanks, a missing or extra field, overflow) is
- * refused with -1 rather than shown.
+ * Parses a "progress/<rank>" value, "<step> <unix_ms>" in decimal, and
+ * maybe " <wait_ms>" (the rank's total wait on its peers; *wait -1 when
+ * absent).  Anyone who can reach the round's namespace may have written
+ * it, so anything else (signs, blanks, a missing or extra field,
+ * overflow) is refused with -1 rather than shown.
  */
 static int
-docs_progress_parse(struct slice v, int64_t *step, int64_t *ms)
+docs_progress_parse(struct slice v, int64_t *step, int64_t *ms, int64_t *wait)
 {
-	char		 buf[DOCS_PROGRESS_VALUE_MAX + 1], *sp;
+	char		 buf[DOCS_PROGRESS_VALUE_MAX + 1], *f[3];
 	const char	*errstr;
-	size_t		 i, spaces = 0;
+	int64_t		*out[3] = { step, ms, wait };
+	size_t		 i, nf = 1;
 
 	if (v.len == 0 || v.len > DOCS_PROGRESS_VALUE_MAX)
 		return -1;
-	for (i = 0; i < v.len; i++) {
-		if (v.p[i] == ' ')
-			spaces++;
-		else if (v.p[i] < '0' || v.p[i] > '9')
-			return -1;
-	}
-	if (spaces != 1)
-		return -1;
 	memcpy(buf, v.p, v.len);
 	buf[v.len] = '\0';
-	sp = strchr(buf, ' ');
-	*sp++ = '\0';
-	if (buf[0] == '\0' || *sp == '\0')
+	f[0] = buf;
+	for (i = 0; i < v.len; i++) {
+		if (buf[i] == ' ') {
+			if (nf == 3)
+				return -1;
+			buf[i] = '\0';
+			f[nf++] = buf + i + 1;
+		} else if (buf[i] < '0' || buf[i] > '9')
+			return -1;
+	}
+	if (nf < 2)
 		return -1;
-	*step = strtonum(buf, 0, INT64_MAX, &errstr);
-	if (errstr != NULL)
-		return -1;
-	*ms = strtonum(sp, 0, INT64_MAX, &errstr);
-	if (errstr != NULL)
-		return -1;
+	*wait = -1;
+	for (i = 0; i < nf; i++) {
+		if (*f[i] == '\0')
+			return -1;
+		*out[i] = strtonum(f[i], 0, INT64_MAX, &errstr);
+		if (errstr != NULL)
+			return -1;
+	}
 	return 0;
 }
 
@@ -132,7 +146,8 @@ docs_progress_parse(struct slice v, int64_t *step, int64_t *ms)
  * every key it sends.
  */
 int
-docs_progress_get(struct slice ns, int64_t rank, int64_t *step, int64_t *ms)
+docs_progress_read(struct slice ns, int64_t rank, int64_t *step, int64_t *ms,
+    int64_t *wait)
 {
 	struct slice	 key, v;
 	char		 kbuf[48];
@@ -147,20 +162,32 @@ docs_progress_get(struct slice ns, int64_t rank, int64_t *step, int64_t *ms)
 		if (kv_get(server.kv, ns, key, &v) != 0)
 			return -1;
 	}
-	return docs_progress_parse(v, step, ms);
+	return docs_progress_parse(v, step, ms, wait);
+}
+
+int
+docs_progress_get(struct slice ns, int64_t rank, int64_t *step, int64_t *ms)
+{
+	int64_t	wait;
+
+	return docs_progress_read(ns, rank, step, ms, &wait);
 }
 
 /*
  * The "progress" of the member whose ranks are base .. base + lws - 1 in
- * namespace ns at wall-clock time wall: one lookup per rank, no more.
+ * namespace ns (round round of job) at wall-clock time wall: one lookup
+ * per rank, no more; "stragglers": those of its ranks named now.
  * json_null() when none of them reported; NULL when out of memory.
  */
 static json_t *
-docs_member_progress(struct slice ns, int64_t base, int64_t lws,
-    int64_t wall)
+docs_member_progress(const char *job, int64_t round, struct slice ns,
+    int64_t base, int64_t lws, int64_t wall)
 {
 	int64_t		 r, step, ms, age, n = 0, lo = 0, hi = 0, oldest = 0;
+	json_t		*strag;
 
+	if ((strag = json_array()) == NULL)
+		return NULL;
 	for (r = 0; r < lws; r++) {
 		if (docs_progress_get(ns, base + r, &step, &ms) != 0)
 			continue;
@@ -172,13 +199,18 @@ docs_member_progress(struct slice ns, int64_t base, int64_t lws,
 		age = wall > ms ? wall - ms : 0;
 		if (age > oldest)
 			oldest = age;
+		if (stragwatch_named(job, round, base + r))
+			json_array_append_new(strag, json_integer(base + r));
 		n++;
 	}
-	if (n == 0)
+	if (n == 0) {
+		json_decref(strag);
 		return json_null();
-	return json_pack("{s:I, s:I, s:I, s:I}", "ranks_reporting",
+	}
+	return json_pack("{s:I, s:I, s:I, s:I, s:o}", "ranks_reporting",
 	    (json_int_t)n, "min_step", (json_int_t)lo, "max_step",
-	    (json_int_t)hi, "oldest_report_ms_ago", (json_int_t)oldest);
+	    (json_int_t)hi, "oldest_report_ms_ago", (json_int_t)oldest,
+	    "stragglers", strag);
 }
 
 /*
@@ -190,18 +222,22 @@ static int
 docs_add_progress(json_t *doc, int64_t wall)
 {
 	json_t		*members, *m, *p, *base;
-	const char	*ns;
+	const char	*ns, *job;
+	int64_t		 round;
 	size_t		 i;
 
 	if (!json_is_array(members = json_object_get(doc, "members")))
 		return 0;
 	ns = json_string_value(json_object_get(doc, "store_ns"));
+	job = json_string_value(json_object_get(doc, "job"));
+	round = json_integer_value(json_object_get(doc, "round"));
 	json_array_foreach(members, i, m) {
 		base = json_object_get(m, "rank_base");
-		if (ns == NULL || *ns == '\0' || !json_is_integer(base))
+		if (ns == NULL || *ns == '\0' || job == NULL ||
+		    !json_is_integer(base))
 			p = json_null();
 		else
-			p = docs_member_progress(slice_str(ns),
+			p = docs_member_progress(job, round, slice_str(ns),
 			    json_integer_value(base), json_integer_value(
 			    json_object_get(m, "local_world_size")), wall);
 		if (p == NULL || json_object_set_new(m, "progress", p) != 0)
@@ -230,18 +266,25 @@ docs_events(struct slice job, int64_t after)
 	return docs_text(rz_events_doc(server.rz, job, after));
 }
 
-/* Appends to ranks one {"rank", "step", "age_ms"} per reporting rank of
- * the running round in job doc jd; returns the slowest one's rank or -1. */
+/* Appends to ranks one {"rank", "step", "age_ms", "straggler",
+ * "work_steps_per_s"} per reporting rank of the running round in job doc
+ * jd, and to strag the stragglers' ranks; returns the slowest one's rank
+ * (the lowest step) or -1. */
 static int64_t
-docs_add_ranks(json_t *ranks, json_t *jd, int64_t wall)
+docs_add_ranks(json_t *ranks, json_t *strag, json_t *jd, int64_t wall)
 {
 	json_t		*members, *m, *base;
-	const char	*ns;
+	const char	*ns, *job;
+	int64_t		 round;
+	double		 speed;
+	int		 named;
 	int64_t		 r, lws, step, ms, slow = -1, slow_step = 0, slow_ms = 0;
 	size_t		 i;
 
 	ns = json_string_value(json_object_get(jd, "store_ns"));
-	if (ns == NULL || *ns == '\0' ||
+	job = json_string_value(json_object_get(jd, "job"));
+	round = json_integer_value(json_object_get(jd, "round"));
+	if (ns == NULL || *ns == '\0' || job == NULL ||
 	    !json_is_array(members = json_object_get(jd, "members")))
 		return -1;
 	json_array_foreach(members, i, m) {
@@ -252,10 +295,16 @@ docs_add_ranks(json_t *ranks, json_t *jd, int64_t wall)
 		for (r = json_integer_value(base); lws-- > 0; r++) {
 			if (docs_progress_get(slice_str(ns), r, &step, &ms) != 0)
 				continue;
+			named = stragwatch_named(job, round, r);
+			speed = stragwatch_speed(job, round, r);
 			json_array_append_new(ranks, json_pack("{s:I, s:I, "
-			    "s:I}", "rank", (json_int_t)r, "step",
+			    "s:I, s:b, s:o}", "rank", (json_int_t)r, "step",
 			    (json_int_t)step, "age_ms", (json_int_t)(wall > ms ?
-			    wall - ms : 0)));
+			    wall - ms : 0), "straggler", named,
+			    "work_steps_per_s", speed >= 0 && speed < 1e300 ?
+			    json_real(speed) : json_null()));
+			if (named)
+				json_array_append_new(strag, json_integer(r));
 			if (slow < 0 || step < slow_step ||
 			    (step == slow_step && ms < slow_ms)) {
 				slow = r;
@@ -270,20 +319,25 @@ docs_add_ranks(json_t *ranks, json_t *jd, int64_t wall)
 char *
 docs_history(struct slice job)
 {
-	json_t	*doc, *jd, *ranks;
+	json_t	*doc, *jd, *ranks, *strag;
 	int64_t	 slow = -1;
 
 	if ((doc = history_doc(job)) == NULL)
 		return NULL;
-	if ((ranks = json_array()) == NULL) {
+	ranks = json_array();
+	strag = json_array();
+	if (ranks == NULL || strag == NULL) {
+		json_decref(ranks);
+		json_decref(strag);
 		json_decref(doc);
 		return NULL;
 	}
 	if ((jd = rz_job_doc(server.rz, job, mono_ms())) != NULL) {
-		slow = docs_add_ranks(ranks, jd, round_wall_ms());
+		slow = docs_add_ranks(ranks, strag, jd, round_wall_ms());
 		json_decref(jd);
 	}
 	json_object_set_new(doc, "ranks", ranks);
+	json_object_set_new(doc, "stragglers", strag);
 	json_object_set_new(doc, "slowest", slow >= 0 ? json_integer(slow) :
 	    json_null());
 	return docs_text(doc);

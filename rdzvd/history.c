@@ -615,9 +615,8 @@ history_doc(struct slice job)
 	    "counts", counts);
 }
 
-/* Writes s as a Prometheus label value: '\\', '"' and newline escaped. */
-static void
-hist_label(struct evbuffer *out, const char *s)
+void
+history_label(struct evbuffer *out, const char *s)
 {
 	for (; *s != '\0'; s++) {
 		if (*s == '\\' || *s == '"')
@@ -683,7 +682,7 @@ history_metrics(struct evbuffer *out)
 				break;
 			}
 			evbuffer_add_printf(out, "%s{job=\"", series[i].name);
-			hist_label(out, hj->id);
+			history_label(out, hj->id);
 			evbuffer_add_printf(out, "\"} %.6g\n", v);
 		}
 	}

@@ -1,11 +1,18 @@
 /*
  * http.c: rdzvd's HTTP listener (libevent's evhttp), read-only:
- * /healthz for liveness probes, /metrics in Prometheus text format, the
+ * /healthz for liveness probes, /readyz for readiness (200 only while
+ * this rdzvd serves clients: not while it stands by for the leader on
+ * etcd, nor while it drains), /metrics in Prometheus text format, the
  * JSON documents of PROTOCOL.md "Operators" under /api/, and a status
  * page at / that renders them and refreshes itself.
+ *
+ * A standby (--store etcd, another rdzvd leads) serves /healthz, /readyz,
+ * /metrics (rdzvd_leader 0), /api/status (who leads, and where) and the
+ * page; the rest of /api/ answers 503 with where the leader is.
  */
 #include "config.h"
 
+#include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -14,26 +21,72 @@
 #include <event2/event.h>
 #include <event2/http.h>
 #include <event2/keyvalq_struct.h>
+#include <jansson.h>
 
 #include "log.h"
 #include "rdzvd.h"
 
 static struct evhttp	*http;
 
+/* "the leader is HOST (clients LISTEN, http HTTP)", from its info. */
 static void
-http_healthz_cb(struct evhttp_request *req, void *arg)
+http_leader_text(struct evbuffer *out)
+{
+	struct store_etcd_status	 es;
+	json_t				*info;
+
+	store_etcd_get_status(&es);
+	info = json_loads(es.leader_info, 0, NULL);
+	if (info == NULL)
+		evbuffer_add_printf(out, "the leader is not known yet");
+	else
+		evbuffer_add_printf(out, "the leader is %s (clients %s, "
+		    "http %s), term %" PRId64,
+		    json_string_value(json_object_get(info, "host")),
+		    json_string_value(json_object_get(info, "listen")),
+		    json_is_string(json_object_get(info, "http")) ?
+		    json_string_value(json_object_get(info, "http")) : "off",
+		    es.term);
+	json_decref(info);
+}
+
+/*
+ * /healthz (alive: 200 unless draining) and /readyz (ready: 200 only
+ * while this rdzvd serves clients; a standby answers 503 naming the
+ * leader).
+ */
+static void
+http_probe(struct evhttp_request *req, int ready)
 {
 	struct evbuffer	*out = evhttp_request_get_output_buffer(req);
 
 	evhttp_add_header(evhttp_request_get_output_headers(req),
 	    "Content-Type", "text/plain; charset=utf-8");
-	if (server.draining) {
-		evbuffer_add_printf(out, "draining\n");
+	if (server.draining || (ready && server.standby)) {
+		if (server.draining)
+			evbuffer_add_printf(out, "draining\n");
+		else {
+			evbuffer_add_printf(out, "standing by: ");
+			http_leader_text(out);
+			evbuffer_add_printf(out, "\n");
+		}
 		evhttp_send_reply(req, 503, "Service Unavailable", NULL);
 		return;
 	}
 	evbuffer_add_printf(out, "ok\n");
 	evhttp_send_reply(req, HTTP_OK, "OK", NULL);
+}
+
+static void
+http_healthz_cb(struct evhttp_request *req, void *arg)
+{
+	http_probe(req, 0);
+}
+
+static void
+http_readyz_cb(struct evhttp_request *req, void *arg)
+{
+	http_probe(req, 1);
 }
 
 static void
@@ -117,8 +170,10 @@ static const char status_page[] =
 "k.recovery_ms==null?'&mdash;':k.recovery_ms<1000?k.recovery_ms+' ms':\n"
 "secs(k.recovery_ms),esc(k.text)]));\n"
 "if(h.ranks.length)t+=table(['rank','last step','reported'],\n"
-"h.ranks.slice(0,256).map(r=>[r.rank===h.slowest?r.rank+' (slowest)':r.rank,\n"
-"r.step,secs(r.age_ms)+' ago'])).replace(/<tr><td>(\\d+ \\(slowest\\))/,\n"
+"h.ranks.slice(0,256).map(r=>[r.straggler?r.rank+' (straggler)':\n"
+"r.rank===h.slowest?r.rank+' (slowest)':r.rank,\n"
+"r.step,secs(r.age_ms)+' ago'])).replace(\n"
+"/<tr><td>(\\d+ \\((slowest|straggler)\\))/g,\n"
 "'<tr class=slow><td>$1');\n"
 "return t}\n"
 "function prog(p){if(!p)return '&mdash;';const n=p.ranks_reporting;\n"
@@ -126,7 +181,16 @@ static const char status_page[] =
 "'-'+p.max_step)+' ('+n+(n===1?' rank':' ranks')+'), '+"
 "secs(p.oldest_report_ms_ago)+' ago'}\n"
 "async function refresh(){try{\n"
-"const st=await get('/api/status');const jobs=await get('/api/jobs');\n"
+"const st=await get('/api/status');const ld=st.leader;\n"
+"if(ld&&!ld.leading){document.getElementById('ver').textContent=st.version;\n"
+"document.getElementById('summary').innerHTML='standing by: the leader is '+"
+"esc(ld.host||'not known yet')+(ld.listen?' (clients '+esc(ld.listen)+"
+"(ld.http?', <a href=\"http://'+esc(ld.http)+'/\">its status page</a>':'')+"
+"')':'')+', term '+ld.term+', '+ld.failovers+' failovers';\n"
+"document.getElementById('jobs').textContent='on the leader';\n"
+"document.getElementById('detail').innerHTML='';\n"
+"document.getElementById('err').textContent='';return}\n"
+"const jobs=await get('/api/jobs');\n"
 "document.getElementById('ver').textContent=st.version;\n"
 "document.getElementById('summary').textContent='up '+st.uptime_s+' s, "
 "durability '+st.durability+', '+st.keys+' keys, '+st.connections+"
@@ -168,15 +232,23 @@ http_page_cb(struct evhttp_request *req, void *arg)
 	evhttp_send_reply(req, HTTP_OK, "OK", NULL);
 }
 
+/* {"error": why} with the HTTP status code and its reason. */
+static void
+http_json_error(struct evhttp_request *req, int code, const char *reason,
+    const char *why)
+{
+	evbuffer_add_printf(evhttp_request_get_output_buffer(req),
+	    "{\"error\":\"%s\"}\n", why);
+	evhttp_add_header(evhttp_request_get_output_headers(req),
+	    "Content-Type", "application/json");
+	evhttp_send_reply(req, code, reason, NULL);
+}
+
 static void
 http_json(struct evhttp_request *req, char *text)
 {
 	if (text == NULL) {
-		evbuffer_add_printf(evhttp_request_get_output_buffer(req),
-		    "{\"error\":\"not found\"}\n");
-		evhttp_add_header(evhttp_request_get_output_headers(req),
-		    "Content-Type", "application/json");
-		evhttp_send_reply(req, HTTP_NOTFOUND, "Not Found", NULL);
+		http_json_error(req, HTTP_NOTFOUND, "Not Found", "not found");
 		return;
 	}
 	evhttp_add_header(evhttp_request_get_output_headers(req),
@@ -198,6 +270,11 @@ http_api(struct evhttp_request *req, const char *path)
 
 	if (strcmp(path, "/api/status") == 0) {
 		http_json(req, docs_status());
+		return;
+	}
+	if (server.standby) {
+		http_json_error(req, 503, "Service Unavailable", "this rdzvd "
+		    "stands by; ask the leader (/api/status says where it is)");
 		return;
 	}
 	if (strcmp(path, "/api/jobs") == 0) {
@@ -255,7 +332,7 @@ http_notfound_cb(struct evhttp_request *req, void *arg)
 		return;
 	}
 	evbuffer_add_printf(evhttp_request_get_output_buffer(req),
-	    "not found: try /, /healthz, /metrics or /api/jobs\n");
+	    "not found: try /, /healthz, /readyz, /metrics or /api/jobs\n");
 	evhttp_send_reply(req, HTTP_NOTFOUND, "Not Found", NULL);
 }
 
@@ -276,6 +353,7 @@ http_start(int *port)
 	evhttp_set_max_body_size(http, 0);
 	evhttp_set_timeout(http, 10);
 	evhttp_set_cb(http, "/healthz", http_healthz_cb, NULL);
+	evhttp_set_cb(http, "/readyz", http_readyz_cb, NULL);
 	evhttp_set_cb(http, "/metrics", http_metrics_cb, NULL);
 	evhttp_set_gencb(http, http_notfound_cb, NULL);
 	if (evhttp_accept_socket_with_handle(http, fd) == NULL) {

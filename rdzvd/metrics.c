@@ -92,6 +92,11 @@ metrics_write(struct evbuffer *out)
 	uint64_t		 cum = 0;
 	int			 i;
 
+	if (server.standby) {
+		/* The leader has the rest. */
+		metrics_write_leader(out);
+		return;
+	}
 	rdzvd_store_stats(&st);
 	memset(&rz, 0, sizeof rz);
 	if (server.rz != NULL)
@@ -193,4 +198,5 @@ metrics_write(struct evbuffer *out)
 	    (double)st.commit_usec_sum / 1e6, st.commits);
 	metrics_write_leader(out);
 	history_metrics(out);
+	stragwatch_metrics(out);
 }

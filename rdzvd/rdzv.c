@@ -222,7 +222,7 @@ rz_group_rank_cmp(const void *a, const void *b)
 }
 
 /* The workers of nd that are live (not dead awaiting a replacement). */
-static int64_t
+int64_t
 rz_live(const struct rz_node *nd)
 {
 	return nd->lws - __builtin_popcountll((unsigned long long)
@@ -232,18 +232,21 @@ rz_live(const struct rz_node *nd)
 /*
  * Sets each member's rank base (the global rank of its first live
  * worker: the live workers of the members ranked before it),
- * j->members, j->world_size and j->donor (the new rank of the first
- * live worker in rank order that is not the pending replacement: the
- * lowest surviving old rank), in one pass over the members in group
- * rank order (a job loaded from its rows, a repair round); the group
- * ranks are closed up to 0..members-1 (a lost node's gone).  Returns 0
- * or RDZV_ENOMEM.
+ * j->members, j->world_size and j->donor, in one pass over the members
+ * in group rank order (a job loaded from its rows, a repair round); the
+ * group ranks are closed up to 0..members-1 (a lost node's gone).  The
+ * donor is the worker that was the donor before (donor_node,
+ * donor_local) while it lives: a replacement that came in by a grow may
+ * not hold the job's state yet when the next round opens (two grows
+ * back to back), so the lowest live rank is taken only when the donor
+ * died, and never the pending replacement.  Returns 0 or RDZV_ENOMEM.
  */
 int
 rz_rank_bases(struct rz *rz, struct rz_job *j)
 {
 	struct rz_node	**v, *nd;
-	int64_t		  n = 0, i, l, k, base = 0;
+	int64_t		  n = 0, i, l, k, base = 0, kept = -1;
+	int64_t		  low = -1, low_node = 0, low_local = -1;
 
 	if ((v = reallocarray(NULL, (size_t)j->nnodes + 1, sizeof *v)) == NULL)
 		return RDZV_ENOMEM;
@@ -251,7 +254,6 @@ rz_rank_bases(struct rz *rz, struct rz_job *j)
 		if (nd->state == RZN_MEMBER)
 			v[n++] = nd;
 	qsort(v, (size_t)n, sizeof *v, rz_group_rank_cmp);
-	j->donor = -1;
 	for (i = 0; i < n; i++) {
 		nd = v[i];
 		/* A lost node's rank is closed up: the ranks stay 0..n-1. */
@@ -260,17 +262,32 @@ rz_rank_bases(struct rz *rz, struct rz_job *j)
 			rz_save_node(rz, j, nd);
 		}
 		nd->rank_base = base;
-		for (l = k = 0; j->donor < 0 && l < nd->lws; l++) {
+		for (l = k = 0; l < nd->lws; l++) {
 			if (nd->dead_local & (1LL << l))
 				continue;
 			/* Never a replacement (pend_local -1: the whole
 			 * node's workers are). */
 			if (nd->id != j->pend_node || (j->pend_local >= 0 &&
-			    l != j->pend_local))
-				j->donor = base + k;
+			    l != j->pend_local)) {
+				if (nd->id == j->donor_node &&
+				    l == j->donor_local)
+					kept = base + k;
+				if (low < 0) {
+					low = base + k;
+					low_node = nd->id;
+					low_local = l;
+				}
+			}
 			k++;
 		}
 		base += rz_live(nd);
+	}
+	if (kept >= 0)
+		j->donor = kept;
+	else {
+		j->donor = low;
+		j->donor_node = low_node;
+		j->donor_local = low_local;
 	}
 	j->members = n;
 	j->world_size = base;
@@ -386,6 +403,9 @@ rz_round_end(struct rz *rz, struct rz_outbox *ob, struct rz_job *j,
 	}
 	j->kind = NAT_KIND_NORMAL;
 	j->donor = -1;
+	j->donor_node = 0;	/* a new membership: every worker restarts */
+	j->donor_local = -1;
+	rz_elastic_reset(j);
 	j->pend_node = 0;
 	j->pend_local = j->pend_deadline = -1;
 	TAILQ_FOREACH(nd, &j->nodes, entry) {
@@ -595,7 +615,11 @@ rz_join(struct rz *rz, const struct nat_join *r, void *conn, int64_t now,
 		    RZ_MAX_REPAIRS;
 		j->repair_timeout_ms = r->repair_timeout_ms > 0 ?
 		    r->repair_timeout_ms : RZ_REPAIR_TIMEOUT_MS;
+		rz_strag_conf(j, r);
 		j->donor = j->pend_local = j->pend_deadline = -1;
+		j->donor_node = 0;
+		j->donor_local = -1;
+		j->join_at = j->join_deadline = -1;
 		j->replicas = r->replicas > 0 ? r->replicas : 0;
 		j->state = RZJ_FORMING;
 		j->next_node_id = 1;
@@ -658,6 +682,10 @@ rz_join(struct rz *rz, const struct nat_join *r, void *conn, int64_t now,
 	rz_mark(rz, j);
 
 	if (j->state == RZJ_RUNNING) {
+		/* A repairable job grows in place instead. */
+		if (j->members < j->max &&
+		    rz_elastic_join(rz, ob, j, nd, now) == 0)
+			return 0;
 		if (j->members < j->max) {
 			rz_event(rz, j, now, "rescale: node %" PRId64
 			    " waits below max nodes", nd->id);
@@ -717,8 +745,13 @@ rz_leave(struct rz *rz, struct slice job, int64_t node_id, int64_t now,
 	if (rz_closed(j))
 		return 0;
 	if (was_member && j->state == RZJ_RUNNING &&
-	    rz_repair_lost(rz, ob, j, &gone, "it left", now) != 0)
+	    rz_repair_lost(rz, ob, j, &gone, "it left", now) != 0) {
 		rz_round_end(rz, ob, j, now, "a member left");
+		if (j->nnodes < j->min)
+			rz_event(rz, j, now, "below min_nodes: %" PRId64 " of %"
+			    PRId64 " nodes left, the job waits for nodes to "
+			    "join", j->nnodes, j->min);
+	}
 	rz_round_form(rz, ob, j, now);
 	return 0;
 }
@@ -820,6 +853,8 @@ rz_tick(struct rz *rz, int64_t now, struct rz_outbox *ob)
 		else if (j->state == RZJ_RUNNING && j->pend_node != 0 &&
 		    now >= j->pend_deadline)
 			rz_repair_timeout(rz, ob, j, now);
+		if (j->state == RZJ_RUNNING)
+			rz_elastic_tick(rz, ob, j, now);
 		rz_round_form(rz, ob, j, now);
 	}
 }
@@ -844,6 +879,9 @@ rz_next_deadline(struct rz *rz)
 		if (j->state == RZJ_RUNNING && j->pend_node != 0 &&
 		    (best < 0 || j->pend_deadline < best))
 			best = j->pend_deadline;
+		if (j->state == RZJ_RUNNING &&
+		    (t = rz_elastic_deadline(j)) >= 0 && (best < 0 || t < best))
+			best = t;
 		if (j->state == RZJ_FORMING && j->nnodes >= j->min) {
 			t = j->last_join + j->last_call_ms;
 			if (best < 0 || t < best)
@@ -994,6 +1032,7 @@ rz_job_doc(struct rz *rz, struct slice job, int64_t now)
 	json_object_set_new(doc, "store_port", json_integer(j->port));
 	json_object_set_new(doc, "store_ns", json_string(j->ns));
 	json_object_set_new(doc, "failure", json_string(j->failure));
+	json_object_set_new(doc, "straggler", rz_strag_doc(j));
 	return doc;
 }
 
@@ -1077,8 +1116,7 @@ rz_admin_evict(struct rz *rz, struct slice job, int64_t node_id, int64_t now,
     struct rz_outbox *ob)
 {
 	struct rz_job	*j;
-	struct rz_node	*nd, gone;
-	int		 was_member;
+	struct rz_node	*nd;
 
 	if ((j = rz_find_job(rz, job)) == NULL ||
 	    (nd = rz_find_node(j, node_id)) == NULL)
@@ -1088,15 +1126,26 @@ rz_admin_evict(struct rz *rz, struct slice job, int64_t node_id, int64_t now,
 		return RDZV_ECLOSED;
 	rz_event(rz, j, now, "evicted node %" PRId64 " host %s by an operator",
 	    nd->id, nd->host);
-	rz_push_node(ob, j, nd, RDZV_ROUND_FAILED, "evicted by an operator");
+	rz_evict(rz, ob, j, nd, now, "evicted by an operator");
+	return 0;
+}
+
+/* Drops nd from open job j (why: what its agent and the events are
+ * told): the job repairs around it or a new round forms. */
+void
+rz_evict(struct rz *rz, struct rz_outbox *ob, struct rz_job *j,
+    struct rz_node *nd, int64_t now, const char *why)
+{
+	struct rz_node	gone;
+	int		was_member;
+
+	rz_push_node(ob, j, nd, RDZV_ROUND_FAILED, why);
 	was_member = nd->state == RZN_MEMBER;
 	gone = *nd;
 	rz_node_remove(rz, j, nd);
 	rz_mark(rz, j);
 	if (was_member && j->state == RZJ_RUNNING &&
-	    rz_repair_lost(rz, ob, j, &gone, "evicted by an operator",
-	    now) != 0)
+	    rz_repair_lost(rz, ob, j, &gone, why, now) != 0)
 		rz_round_end(rz, ob, j, now, "a node was evicted");
 	rz_round_form(rz, ob, j, now);
-	return 0;
 }

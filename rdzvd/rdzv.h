@@ -23,8 +23,12 @@
  * job whose every member node said repairable (HEARTBEAT) opens a round
  * of kind SHRINK at once (the dead local rank left out, ranks renumbered
  * over the live workers, a fresh namespace and port, a donor named); the
- * READY of its replacement opens one of kind GROW.  A second failure
- * while a replacement is pending, a READY not in by the job's repair
+ * READY of its replacement opens one of kind GROW; a second failure
+ * while a replacement is pending shrinks again.  A node that joins a
+ * running job below its maximum whose members can all repair is taken
+ * in place (rdzv_elastic.c): a member at once with none of its workers
+ * in, grown in with the other joiners once all are ready and the last
+ * call has passed.  A READY not in by the job's repair
  * timeout (an rz_tick deadline), a node that cannot repair or the job's
  * max_repairs used escalate to a restart as a plain FAILURE does.
  * Repairs count against max_repairs, never against max_restarts.
@@ -54,6 +58,9 @@
  *   FORMING --max live nodes, or >= min and last call over--> RUNNING
  *   RUNNING --FAILURE repair=1, repairable--> RUNNING (round SHRINK)
  *   RUNNING --READY of the pending replacement--> RUNNING (round GROW)
+ *   RUNNING --new node below max, repairable--> RUNNING (the joiner
+ *             alone told; round GROW once every joiner is ready and the
+ *             last call is over: rdzv_elastic.c)
  *   RUNNING --FAILURE (restarts left) / lease lapse / LEAVE /
  *             new node below max--> FORMING   (members get STOP)
  *   RUNNING --FAILURE, no restarts left--> FAILED   (all get FAILED)
@@ -93,6 +100,8 @@ struct rz_job;
 #define RZ_MAX_REPAIRS	1000	/* a job's repairs, unless JOIN says */
 #define RZ_REPAIR_TIMEOUT_MS 60000	/* for a replacement's READY */
 #define RZ_REPAIR_LWS_MAX 63	/* local ranks a live_local mask holds */
+#define RZ_STRAG_RATIO_PM 500	/* a straggler's speed, of the median */
+#define RZ_STRAG_WINDOW_MS 30000	/* ... for this long */
 
 struct rz_hooks {
 	/* Wall-clock ms since the epoch, for the event log and retention. */
@@ -107,6 +116,10 @@ struct rz_out_push {
 	struct nat_round	 round;
 	struct rz_job		*job;
 	int			 port_pending;	/* rz_settle sets store_port */
+	/* A STRAGGLER push instead (round's job, round and node_id):
+	 * the agent kills local rank straggler_local. */
+	int			 straggler;
+	int64_t			 straggler_local;
 };
 
 /* A round's TCPStore port to open (serve ns for job; want: the port to
@@ -229,6 +242,30 @@ int	rz_admin_close(struct rz *, struct slice job, struct slice reason,
 	    int64_t now_ms, struct rz_outbox *);
 int	rz_admin_evict(struct rz *, struct slice job, int64_t node_id,
 	    int64_t now_ms, struct rz_outbox *);
+
+/*
+ * Stragglers (rdzv_strag.c; the detector is rdzvd/straggler.c, fed by
+ * rdzvd/stragwatch.c).  rz_strag_each calls cb with every running job
+ * whose detection is on (its JOIN's straggler_ratio > 0).
+ */
+struct rz_strag_view {
+	const char	*job, *ns;	/* valid during the call */
+	int64_t		 round, world_size, window_ms;
+	double		 ratio;
+	int		 replace;	/* straggler_action=replace */
+};
+void	rz_strag_each(struct rz *, void (*cb)(void *,
+	    const struct rz_strag_view *), void *arg);
+/* An event: rank of round named a straggler (named 1) or cleared (0).
+ * EINVAL: the round is over. */
+int	rz_straggler_news(struct rz *, struct slice job, int64_t round,
+	    int64_t rank, int named, double speed, double median, int64_t now);
+/* Acts on straggling rank of round (straggler_action=replace): evicts
+ * its node for a standby, or asks its agent to kill it (the job then
+ * repairs).  0 when done; EBUSY when the job cannot repair now (the
+ * event says why); EINVAL: round over, action off, no such rank. */
+int	rz_straggler_replace(struct rz *, struct slice job, int64_t round,
+	    int64_t rank, int64_t now, struct rz_outbox *);
 
 /*
  * Replica groups (rdzv_topo.c): a world of replicas x shards ranks, rank

@@ -8,6 +8,9 @@
  *			the tick, status documents, operators
  *	rdzv_repair.c	repair rounds: a failure shrinks the round around the
  *			dead, a READY grows it back, or the job restarts
+ *	rdzv_elastic.c	joining in place: a node that joins a running,
+ *			repairable job below its maximum is taken in by a
+ *			grow round instead of a restart
  *	rdzv_rows.c	the rows kept in kv (jobs, nodes, events) and loading
  *			them after a restart
  *	rdzv_retain.c	retention: purging closed jobs, sweeping dead rounds'
@@ -20,6 +23,7 @@
 
 #include <sys/queue.h>
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include <jansson.h>
@@ -51,6 +55,8 @@ struct rz_node {
 	int			 repairable;	/* HEARTBEAT said so (this round) */
 	int64_t			 dead_local;	/* bit l: local rank l died,
 						 * its replacement not in */
+	int			 joining;	/* taken in place, its workers
+						 * not in a round yet */
 	void			*conn;
 };
 TAILQ_HEAD(rz_nodes, rz_node);
@@ -90,7 +96,15 @@ struct rz_job {
 	 * the replacement awaited (pend_node 0: none) with its deadline. */
 	int64_t			 max_repairs, repair_timeout_ms, repairs;
 	int64_t			 kind, donor;
+	int64_t			 donor_node, donor_local; /* who the donor
+						 * is (rz_rank_bases) */
 	int64_t			 pend_node, pend_local, pend_deadline;
+	/* Stragglers (rdzv_strag.c): JOIN's settings. */
+	int64_t			 strag_ratio_pm, strag_window_ms, strag_action;
+	/* Joining in place (rdzv_elastic.c): when the grow for the nodes
+	 * taken in may open (the last call after the latest), and when
+	 * their workers must be ready by; -1: none.  Not kept in rows. */
+	int64_t			 join_at, join_deadline;
 	int64_t			 replicas;	/* replica groups (JOIN), 0:
 						 * not a sharded job */
 };
@@ -129,6 +143,9 @@ void rz_round_end(struct rz *rz, struct rz_outbox *ob, struct rz_job *j,
 int rz_round_form(struct rz *rz, struct rz_outbox *ob, struct rz_job *j,
     int64_t now);
 void rz_node_add(struct rz_job *j, struct rz_node *nd);
+void rz_evict(struct rz *rz, struct rz_outbox *ob, struct rz_job *j,
+    struct rz_node *nd, int64_t now, const char *why);
+int64_t rz_live(const struct rz_node *nd);
 void rz_nodes_free(struct rz_job *j);
 
 /* ---- rdzv_repair.c ---- */
@@ -136,6 +153,29 @@ int rz_repair_lost(struct rz *rz, struct rz_outbox *ob, struct rz_job *j,
     const struct rz_node *lost, const char *how, int64_t now);
 void rz_repair_timeout(struct rz *rz, struct rz_outbox *ob, struct rz_job *j,
     int64_t now);
+const char *rz_repair_refused_job(struct rz_job *j, char *buf, size_t bufsz);
+const char *rz_repair_cannot(struct rz_job *j, char *buf, size_t bufsz);
+void rz_repair_round(struct rz *rz, struct rz_outbox *ob, struct rz_job *j,
+    int64_t kind);
+void rz_restart(struct rz *rz, struct rz_outbox *ob, struct rz_job *j,
+    int64_t now, const char *cause, const char *why);
+
+/* ---- rdzv_strag.c ---- */
+void rz_strag_conf(struct rz_job *j, const struct nat_join *r);
+json_t *rz_strag_row(const struct rz_job *j);
+void rz_strag_load(struct rz_job *j, const json_t *row);
+json_t *rz_strag_doc(const struct rz_job *j);
+
+/* ---- rdzv_elastic.c ---- */
+int rz_elastic_join(struct rz *rz, struct rz_outbox *ob, struct rz_job *j,
+    struct rz_node *nd, int64_t now);
+int rz_elastic_ready(struct rz *rz, struct rz_outbox *ob, struct rz_job *j,
+    struct rz_node *nd, int64_t local_rank, int64_t now);
+void rz_elastic_opened(struct rz *rz, struct rz_job *j);
+void rz_elastic_tick(struct rz *rz, struct rz_outbox *ob, struct rz_job *j,
+    int64_t now);
+int64_t rz_elastic_deadline(const struct rz_job *j);
+void rz_elastic_reset(struct rz_job *j);
 
 /* ---- rdzv_topo.c ---- */
 int rz_topo_form(struct rz *rz, struct rz_outbox *ob, struct rz_job *j,

@@ -21,14 +21,10 @@
 
 static const char *rz_repair_refused(struct rz_job *, struct rz_node *,
 		    int64_t, char *, size_t);
-static const char *rz_repair_refused_job(struct rz_job *, char *, size_t);
-static void	rz_repair_round(struct rz *, struct rz_outbox *,
-		    struct rz_job *, int64_t kind);
+static void	rz_repair_next(struct rz_job *, int64_t);
 static void	rz_repair_shrink(struct rz *, struct rz_outbox *,
 		    struct rz_job *, struct rz_node *, int64_t, const char *,
 		    int64_t);
-static void	rz_restart(struct rz *, struct rz_outbox *, struct rz_job *,
-		    int64_t, const char *, const char *);
 
 int
 rz_failure(struct rz *rz, const struct nat_failure *r, int64_t now,
@@ -110,17 +106,34 @@ rz_repair_refused(struct rz_job *j, struct rz_node *nd, int64_t l,
 	return NULL;
 }
 
-/* Why the job cannot repair now, whatever failed, or NULL. */
-static const char *
+/*
+ * Why the job cannot repair now, whatever failed, or NULL.  A failure
+ * while a replacement is on its way repairs too: the round shrinks
+ * again, and each replacement grows it when ready.
+ */
+const char *
 rz_repair_refused_job(struct rz_job *j, char *buf, size_t bufsz)
+{
+	return rz_repair_cannot(j, buf, bufsz);
+}
+
+/*
+ * Why the job cannot open a repair round at all (repair off or used, a
+ * member that cannot repair), or NULL.  A member none of whose workers
+ * is in yet (a standby in a lost node's place, a node joining in place)
+ * is not asked: its workers say so before they are ready.
+ */
+const char *
+rz_repair_cannot(struct rz_job *j, char *buf, size_t bufsz)
 {
 	struct rz_node	*m;
 	const char	*why;
 
 	if ((why = rz_topo_refused(j)) != NULL)
 		return why;
-	if (j->pend_node != 0)
-		return "a second failure during a repair";
+	/* Replica groups heal one replacement at a time for now. */
+	if (j->replicas > 0 && j->pend_node != 0)
+		return "a second failure during a repair of replica groups";
 	if (j->max_repairs == 0)
 		return "repair is off (max_repairs 0)";
 	if (j->repairs >= j->max_repairs) {
@@ -129,7 +142,7 @@ rz_repair_refused_job(struct rz_job *j, char *buf, size_t bufsz)
 		return buf;
 	}
 	TAILQ_FOREACH(m, &j->nodes, entry) {
-		if (m->state != RZN_MEMBER)
+		if (m->state != RZN_MEMBER || rz_live(m) == 0)
 			continue;
 		if (!m->repairable || m->lws > RZ_REPAIR_LWS_MAX) {
 			snprintf(buf, bufsz, "node %" PRId64 " (host %s) "
@@ -176,6 +189,9 @@ rz_repair_lost(struct rz *rz, struct rz_outbox *ob, struct rz_job *j,
 		    how, why);
 		return -1;
 	}
+	/* The awaited replacement's node is the one lost: the next. */
+	if (j->pend_node == lost->id)
+		rz_repair_next(j, now);
 	if (sb != NULL) {
 		sb->state = RZN_MEMBER;
 		sb->group_rank = lost->group_rank;
@@ -183,9 +199,11 @@ rz_repair_lost(struct rz *rz, struct rz_outbox *ob, struct rz_job *j,
 		sb->repairable = 0;	/* its workers say so when up */
 		sb->dead_local = (int64_t)((1ULL << sb->lws) - 1);
 		rz_save_node(rz, j, sb);
-		j->pend_node = sb->id;
-		j->pend_local = -1;	/* all of its workers */
-		j->pend_deadline = now + j->repair_timeout_ms;
+		if (j->pend_node == 0) {
+			j->pend_node = sb->id;
+			j->pend_local = -1;	/* all of its workers */
+			j->pend_deadline = now + j->repair_timeout_ms;
+		}
 	}
 	rz_repair_round(rz, ob, j, NAT_KIND_SHRINK);
 	if (sb != NULL)
@@ -208,7 +226,7 @@ rz_repair_lost(struct rz *rz, struct rz_outbox *ob, struct rz_job *j,
  * and port go, a fresh namespace and port come, rank bases and the donor
  * are set over the live workers, every member is pushed.
  */
-static void
+void
 rz_repair_round(struct rz *rz, struct rz_outbox *ob, struct rz_job *j,
     int64_t kind)
 {
@@ -232,6 +250,7 @@ rz_repair_round(struct rz *rz, struct rz_outbox *ob, struct rz_job *j,
 	TAILQ_FOREACH(nd, &j->nodes, entry)
 		if (nd->state == RZN_MEMBER)
 			rz_push_node(ob, j, nd, RDZV_ROUND_RUNNING, NULL);
+	rz_elastic_opened(rz, j);
 }
 
 /* Local rank l of nd died and its agent respawns it: the survivors go
@@ -240,17 +259,24 @@ static void
 rz_repair_shrink(struct rz *rz, struct rz_outbox *ob, struct rz_job *j,
     struct rz_node *nd, int64_t l, const char *what, int64_t now)
 {
+	int	again = j->pend_node != 0;
+
 	nd->dead_local |= 1LL << l;
 	rz_save_node(rz, j, nd);
-	j->pend_node = nd->id;
-	j->pend_local = l;
-	j->pend_deadline = now + j->repair_timeout_ms;
+	/* A second failure during a repair: the first replacement stays
+	 * the one awaited first (rz_repair_next takes the others after). */
+	if (!again) {
+		j->pend_node = nd->id;
+		j->pend_local = l;
+		j->pend_deadline = now + j->repair_timeout_ms;
+	}
 	rz_repair_round(rz, ob, j, NAT_KIND_SHRINK);
 	rz_topo_lost(rz, j, nd, l, now);
 	rz_event(rz, j, now, "repair: shrink to %" PRId64 " after node %"
 	    PRId64 " local rank %" PRId64 " died (%s), round %" PRId64
-	    ", donor %" PRId64, j->world_size, nd->id, l, what, j->round,
-	    j->donor);
+	    ", donor %" PRId64 "%s", j->world_size, nd->id, l, what, j->round,
+	    j->donor, again ? " (during a repair: another replacement on "
+	    "its way)" : "");
 }
 
 /*
@@ -258,7 +284,7 @@ rz_repair_shrink(struct rz *rz, struct rz_outbox *ob, struct rz_job *j,
  * restarts are used (failure text: cause), else every member stops and
  * a new round forms.
  */
-static void
+void
 rz_restart(struct rz *rz, struct rz_outbox *ob, struct rz_job *j,
     int64_t now, const char *cause, const char *why)
 {
@@ -282,22 +308,36 @@ rz_ready(struct rz *rz, const struct nat_ready *r, int64_t now,
     struct rz_outbox *ob)
 {
 	struct rz_job	*j;
-	struct rz_node	*nd;
+	struct rz_node	*nd, *m;
+	int64_t		 pn, pl;
+	int		 whole;
 
 	if ((j = rz_find_job(rz, r->job)) == NULL ||
 	    (nd = rz_find_node(j, r->node_id)) == NULL)
 		return RDZV_ENOTFOUND;
 	/* A READY of a replacement no longer awaited (the job restarted
 	 * meanwhile, a repeat) is late news: nothing to do. */
-	if (j->state != RZJ_RUNNING || j->pend_node != nd->id ||
-	    nd->state != RZN_MEMBER || r->local_rank < 0 ||
-	    r->local_rank >= RZ_REPAIR_LWS_MAX ||
+	if (j->state != RZJ_RUNNING || nd->state != RZN_MEMBER ||
+	    r->local_rank < 0 || r->local_rank >= RZ_REPAIR_LWS_MAX ||
 	    !(nd->dead_local & (1LL << r->local_rank)))
 		return 0;
+	if (nd->joining)
+		return rz_elastic_ready(rz, ob, j, nd, r->local_rank, now);
+	/* Training ended in the smaller group: no grow any more. */
+	TAILQ_FOREACH(m, &j->nodes, entry)
+		if (m->state == RZN_MEMBER && m->succeeded)
+			return 0;
 	nd->dead_local &= ~(1LL << r->local_rank);
 	rz_save_node(rz, j, nd);
-	if (nd->dead_local != 0)
+	whole = j->pend_node == nd->id && j->pend_local < 0;
+	if (whole && nd->dead_local != 0)
 		return 0;	/* a standby's: its other workers to come */
+	/* The one coming in (never the donor); other replacements still
+	 * on their way after it are awaited next. */
+	pn = j->pend_node;
+	pl = j->pend_local;
+	j->pend_node = nd->id;
+	j->pend_local = whole ? -1 : r->local_rank;
 	rz_repair_round(rz, ob, j, NAT_KIND_GROW);
 	if (j->pend_local >= 0)
 		rz_event(rz, j, now, "repair: grow to %" PRId64 ", node %"
@@ -309,9 +349,47 @@ rz_ready(struct rz *rz, const struct nat_ready *r, int64_t now,
 		    PRId64 " (host %s) in with %" PRId64 " workers, round %"
 		    PRId64 ", donor %" PRId64, j->world_size, nd->id, nd->host,
 		    nd->lws, j->round, j->donor);
-	j->pend_node = 0;
-	j->pend_local = j->pend_deadline = -1;
+	j->pend_node = pn;
+	j->pend_local = pl;
+	rz_repair_next(j, now);
 	return 0;
+}
+
+/*
+ * The replacement awaited next: the one awaited if it still is (its node
+ * a member with dead workers), else the first member's dead workers
+ * (nodes joining in place aside), with the whole repair timeout from
+ * now; none: pend_node 0.
+ */
+static void
+rz_repair_next(struct rz_job *j, int64_t now)
+{
+	struct rz_node	*m, *p = NULL;
+	int64_t		 full;
+
+	TAILQ_FOREACH(m, &j->nodes, entry) {
+		if (m->state != RZN_MEMBER || m->joining || m->dead_local == 0)
+			continue;
+		if (m->id == j->pend_node) {
+			p = m;
+			break;
+		}
+		if (p == NULL)
+			p = m;
+	}
+	if (p == NULL) {
+		j->pend_node = 0;
+		j->pend_local = j->pend_deadline = -1;
+		return;
+	}
+	if (p->id == j->pend_node && j->pend_local < 0)
+		return;		/* a standby's workers: still the same wait */
+	full = p->lws >= 63 ? INT64_MAX : (int64_t)((1ULL << p->lws) - 1);
+	if (p->id != j->pend_node || !(p->dead_local & (1LL << j->pend_local)))
+		j->pend_deadline = now + j->repair_timeout_ms;
+	j->pend_node = p->id;
+	j->pend_local = p->dead_local == full ? -1 :
+	    __builtin_ctzll((unsigned long long)p->dead_local);
 }
 
 /* The pending replacement did not say READY in time: a restart. */

@@ -77,7 +77,7 @@ rz_save_job(struct rz *rz, struct rz_job *j)
 {
 	rz_put_row(rz, rz_ns_jobs, slice_str(j->id), json_pack(
 	    "{s:I, s:I, s:I, s:I, s:I, s:i, s:I, s:I, s:I, s:I, s:I, s:i, "
-	    "s:I, s:I, s:o, s:o}",
+	    "s:I, s:I, s:o, s:o, s:o}",
 	    "min", (json_int_t)j->min, "max", (json_int_t)j->max,
 	    "max_restarts", (json_int_t)j->max_restarts,
 	    "last_call_ms", (json_int_t)j->last_call_ms,
@@ -89,15 +89,18 @@ rz_save_job(struct rz *rz, struct rz_job *j)
 	    "next_event", (json_int_t)j->next_event, "port", j->port,
 	    "world", (json_int_t)j->world_size,
 	    "closed_ms", (json_int_t)j->closed_ms,
-	    "failure", rz_json_text(j->failure), "repair", json_pack(
-	    "{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}",
+	    "failure", rz_json_text(j->failure), "straggler",
+	    rz_strag_row(j), "repair", json_pack(
+	    "{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}",
 	    "max", (json_int_t)j->max_repairs,
 	    "base", (json_int_t)j->base_round,
 	    "timeout_ms", (json_int_t)j->repair_timeout_ms,
 	    "count", (json_int_t)j->repairs, "kind", (json_int_t)j->kind,
 	    "donor", (json_int_t)j->donor, "pend_node", (json_int_t)j->pend_node,
 	    "pend_local", (json_int_t)j->pend_local,
-	    "replicas", (json_int_t)j->replicas)));
+	    "replicas", (json_int_t)j->replicas,
+	    "donor_node", (json_int_t)j->donor_node,
+	    "donor_local", (json_int_t)j->donor_local)));
 }
 
 void
@@ -111,7 +114,7 @@ rz_save_node(struct rz *rz, struct rz_job *j, struct rz_node *nd)
 	k = snprintf(key, sizeof key, "%" PRId64, nd->id);
 	rz_put_row(rz, ns, (struct slice){ (const uint8_t *)key, (size_t)k },
 	    json_pack("{s:s, s:s, s:s, s:I, s:I, s:i, s:I, s:I, s:I, s:i, "
-	    "s:I, s:I, s:i}",
+	    "s:I, s:I, s:i, s:i}",
 	    "instance", nd->instance, "host", nd->host, "addr", nd->addr,
 	    "pid", (json_int_t)nd->pid, "lws", (json_int_t)nd->lws,
 	    "state", (int)nd->state, "group_rank", (json_int_t)nd->group_rank,
@@ -119,7 +122,7 @@ rz_save_node(struct rz *rz, struct rz_job *j, struct rz_node *nd)
 	    "join_seq", (json_int_t)nd->join_seq, "succeeded", nd->succeeded,
 	    "want_rank", (json_int_t)nd->want_rank,
 	    "dead_local", (json_int_t)nd->dead_local,
-	    "repairable", nd->repairable));
+	    "repairable", nd->repairable, "joining", nd->joining));
 }
 
 void
@@ -351,6 +354,7 @@ rz_load_node_cb(void *arg, struct slice key)
 	nd->succeeded = (int)row_i64(row, "succeeded", 0);
 	nd->dead_local = row_i64(row, "dead_local", 0);
 	nd->repairable = (int)row_i64(row, "repairable", 0);
+	nd->joining = (int)row_i64(row, "joining", 0);
 	nd->lease_end = ctx->now + j->lease_ms;
 	json_decref(row);
 	rz_node_add(j, nd);
@@ -367,11 +371,15 @@ rz_load_repair(struct rz_load_ctx *ctx, struct rz_job *j, const json_t *rp)
 	j->base_round = row_i64(rp, "base", j->round);
 	j->kind = row_i64(rp, "kind", NAT_KIND_NORMAL);
 	j->donor = row_i64(rp, "donor", -1);
+	j->donor_node = row_i64(rp, "donor_node", 0);
+	j->donor_local = row_i64(rp, "donor_local", -1);
 	j->pend_node = row_i64(rp, "pend_node", 0);
 	j->pend_local = row_i64(rp, "pend_local", -1);
 	j->replicas = row_i64(rp, "replicas", 0);
 	j->pend_deadline = j->pend_node != 0 ?
 	    ctx->now + j->repair_timeout_ms : -1;
+	/* A node joining in place grows the round at its last READY. */
+	j->join_at = j->join_deadline = -1;
 }
 
 static void
@@ -409,6 +417,7 @@ rz_load_job_cb(void *arg, struct slice key)
 	j->closed_ms = row_i64(row, "closed_ms", -1);
 	row_str(row, "failure", j->failure, sizeof j->failure);
 	rz_load_repair(ctx, j, json_object_get(row, "repair"));
+	rz_strag_load(j, json_object_get(row, "straggler"));
 	json_decref(row);
 	if (j->round > 0)
 		snprintf(j->ns, sizeof j->ns, "job/%s/round/%" PRId64, j->id,

@@ -54,6 +54,27 @@ sig_hup_cb(evutil_socket_t sig, short ev, void *arg)
 #endif
 }
 
+/* Serving (at once, or once this rdzvd leads the others on etcd). */
+static void
+serving(int port)
+{
+	/* The port file last: its existence tells a supervisor we serve. */
+	if (cfg.port_file != NULL && write_port_file(cfg.port_file, port) != 0) {
+		server.failed = 1;
+		event_base_loopexit(base, NULL);
+		return;
+	}
+	log_info("rdzvd %s ready: durability %s%s%s, %zu keys", PACKAGE_VERSION,
+	    store_durability_name(cfg.durability),
+	    server.store == NULL ? "" : cfg.store != NULL ? ", store " :
+	    ", database ", server.store == NULL ? "" : cfg.store != NULL ?
+	    cfg.store : cfg.db, (size_t)kv_total_keys(server.kv));
+#ifdef HAVE_LIBSYSTEMD
+	/* Type=notify: ready once the port files exist. */
+	sd_notifyf(0, "READY=1\nSTATUS=serving on port %d", port);
+#endif
+}
+
 int
 main(int argc, char **argv)
 {
@@ -75,13 +96,10 @@ main(int argc, char **argv)
 		fatalx("evthread_use_pthreads failed");
 	if ((base = event_base_new()) == NULL)
 		fatalx("event_base_new failed");
-	if (rdzvd_serve_start(base, &cfg, &port, &http_port) != 0)
+	if (rdzvd_serve_start(base, &cfg, &port, &http_port, serving) != 0)
 		goto out;
-	/* Port files last: their existence tells a supervisor we serve. */
 	if (cfg.http_port_file != NULL && cfg.http != NULL &&
 	    write_port_file(cfg.http_port_file, http_port) != 0)
-		goto out;
-	if (cfg.port_file != NULL && write_port_file(cfg.port_file, port) != 0)
 		goto out;
 
 	for (i = 0; signos[i] != 0; i++) {
@@ -91,21 +109,20 @@ main(int argc, char **argv)
 			fatalx("evsignal_new failed");
 	}
 	sigs[i] = NULL;
-	log_info("rdzvd %s ready: durability %s%s%s, %zu keys", PACKAGE_VERSION,
-	    store_durability_name(cfg.durability),
-	    server.store == NULL ? "" : cfg.store != NULL ? ", store " :
-	    ", database ", server.store == NULL ? "" : cfg.store != NULL ?
-	    cfg.store : cfg.db, (size_t)kv_total_keys(server.kv));
-
+	if (!server.standby)
+		serving(port);
 #ifdef HAVE_LIBSYSTEMD
-	/* Type=notify: ready only now that the port files exist. */
-	sd_notifyf(0, "READY=1\nSTATUS=serving on port %d", port);
+	/* A standby is ready as one: its HTTP says who leads. */
+	if (server.standby)
+		sd_notify(0, "READY=1\nSTATUS=standing by (the leader: "
+		    "/api/status)");
 #endif
-	event_base_dispatch(base);
+	if (!server.failed)
+		event_base_dispatch(base);
 
 	for (i = 0; sigs[i] != NULL; i++)
 		event_free(sigs[i]);
-	rc = 0;
+	rc = server.failed ? 1 : 0;
 out:
 	rdzvd_serve_stop();
 	event_base_free(base);

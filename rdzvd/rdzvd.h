@@ -229,6 +229,8 @@ struct server {
 	size_t			 nconns;
 	size_t			 budget_used;
 	int			 draining;
+	int			 standby;	/* --store etcd: not leading */
+	int			 failed;	/* could not lead: exit 1 */
 	uint8_t			*token;		/* NULL: no authentication */
 	size_t			 tokenlen;
 	struct acl		*tcps_allow;	/* with a token: TCPStore peers */
@@ -344,6 +346,8 @@ struct round_req {
 void	round_request(struct conn *c, const struct round_req *r);
 /* c is closing: its nodes get no more pushes. */
 void	round_conn_gone(struct conn *c);
+/* Acts on a straggler (rz_straggler_replace) and carries it out. */
+int	round_straggler_replace(struct slice job, int64_t round, int64_t rank);
 /* The reply to a rendezvous op with no payload, or its error (rc < 0). */
 void	round_reply_rc(struct conn *c, uint16_t op, uint32_t id, int rc);
 /* Pauses (0) or resumes (1) accepting on every round's port. */
@@ -384,6 +388,24 @@ char	*docs_history(struct slice job);
  * <unix_ms>"): 0, or -1 when absent or malformed. */
 int	docs_progress_get(struct slice ns, int64_t rank, int64_t *step,
 	    int64_t *ms);
+/* The same with the report's third field, the rank's total wait on its
+ * peers in ms (*wait -1 when the report has none). */
+int	docs_progress_read(struct slice ns, int64_t rank, int64_t *step,
+	    int64_t *ms, int64_t *wait);
+
+/* ---- stragwatch.c: naming stragglers (rdzvd/straggler.c) ---- */
+
+/* Starts judging every running job about once a second. */
+int	stragwatch_init(void);
+void	stragwatch_fini(void);
+/* Judges every running job now (the timer's work). */
+void	stragwatch_tick(void);
+/* Whether rank of job's round is named a straggler now. */
+int	stragwatch_named(const char *job, int64_t round, int64_t rank);
+/* Its steps/s of work (-1: none yet). */
+double	stragwatch_speed(const char *job, int64_t round, int64_t rank);
+/* The series of /metrics: rdzvd_job_stragglers and the totals. */
+void	stragwatch_metrics(struct evbuffer *out);
 
 /* ---- history.c: each job's progress over time ---- */
 
@@ -401,8 +423,10 @@ void	history_drop(const char *job);
 struct json_t	*history_doc(struct slice job);
 /* The per-job series of /metrics, one label job="..." each. */
 void	history_metrics(struct evbuffer *out);
+/* Writes s as a Prometheus label value: '\\', '"' and newline escaped. */
+void	history_label(struct evbuffer *out, const char *s);
 
-/* ---- http.c: /healthz and /metrics ---- */
+/* ---- http.c: /healthz, /readyz and /metrics ---- */
 
 /* Starts the HTTP listener on cfg->http (if set); sets *port (0 if off). */
 int	http_start(int *port);
@@ -410,9 +434,14 @@ void	http_stop(void);
 
 /* ---- serve.c: the daemon on an event base (main and embed.h) ---- */
 
-/* Starts kv, store, rendezvous and listeners on base; sets the ports. */
+/*
+ * Starts kv, store, rendezvous and listeners on base; sets the ports.
+ * With --store etcd only HTTP starts (*port is 0): the rdzvd stands by
+ * until it leads, then opens the rest and calls leading(port) on the
+ * loop; if it cannot, server.failed is set and the loop exits.
+ */
 int	rdzvd_serve_start(struct event_base *, struct rdzvd_config *,
-	    int *port, int *http_port);
+	    int *port, int *http_port, void (*leading)(int port));
 /* Closes connections, commits the store and frees everything. */
 void	rdzvd_serve_stop(void);
 /* Store figures for /metrics (zeros in memory mode). */

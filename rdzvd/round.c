@@ -177,6 +177,20 @@ static int	round_port_open(const char *job, const char *ns, int want);
 static void	round_port_close(const char *job);
 static void	round_arm(int64_t deadline, int64_t purge_at);
 
+/* A STRAGGLER push (rz_straggler_replace) onto its connection. */
+static void
+round_straggler_put(const struct rz_out_push *p)
+{
+	struct nat_straggler	m;
+
+	m.job = p->round.job;
+	m.node_id = p->round.node_id;
+	m.round = p->round.round;
+	m.local_rank = p->straggler_local;
+	m.message = p->round.message;
+	nat_straggler_put(conn_reply_buf_durable(p->conn, 1), &m);
+}
+
 /*
  * Carries out the outbox of the event just served, in the order rdzv.h
  * gives: ports, rz_settle, the reply to r (when c is not NULL), the
@@ -203,8 +217,11 @@ round_apply(struct conn *c, const struct round_req *r, int rc,
 	if (c != NULL)
 		reply(c, r, rc);
 	for (i = 0; i < ob->npush; i++) {
-		nat_round_put(conn_reply_buf_durable(ob->push[i].conn, 1),
-		    &ob->push[i].round);
+		if (ob->push[i].straggler)
+			round_straggler_put(&ob->push[i]);
+		else
+			nat_round_put(conn_reply_buf_durable(ob->push[i].conn,
+			    1), &ob->push[i].round);
 		conn_reply_done(ob->push[i].conn);
 	}
 	for (i = 0; i < ob->npurged; i++) {
@@ -265,6 +282,17 @@ round_request(struct conn *c, const struct round_req *r)
 		fatalx("round_request: op %u", r->op);
 	}
 	round_apply(c, r, rc, reply);
+}
+
+int
+round_straggler_replace(struct slice job, int64_t round, int64_t rank)
+{
+	int	rc;
+
+	rc = rz_straggler_replace(server.rz, job, round, rank, mono_ms(),
+	    &outbox);
+	round_apply(NULL, NULL, 0, NULL);
+	return rc;
 }
 
 void

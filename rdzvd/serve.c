@@ -18,6 +18,10 @@
 #include "rdzvd.h"
 
 static struct rdzvd_config	embed_cfg;
+/* With --store etcd, while standing by. */
+static struct store_etcd_conf	etcd_conf;
+static char			*etcd_info;
+static void			(*leading_cb)(int);
 
 void
 rdzvd_store_stats(struct store_stats *st)
@@ -29,45 +33,114 @@ rdzvd_store_stats(struct store_stats *st)
 }
 
 /*
- * Stands by until this rdzvd leads the others on the same etcd, then
- * loads the state from there.  What standbys show of the leader is where
- * it listens.
+ * What a standby shows of the leader: where it listens.  --listen as
+ * given (give a fixed port with --store); the HTTP address with the port
+ * it got.  NULL when out of memory.
  */
-static struct store *
-serve_open_etcd(struct rdzvd_config *cfg)
+static char *
+serve_leader_info(struct rdzvd_config *cfg, int http_port)
 {
-	struct store_etcd_conf	 c;
-	struct store		*st;
-	char			 host[256];
-	char			*info;
-	json_t			*j;
+	char	 host[256], http[300];
+	char	*info;
+	json_t	*j;
+	int	 n;
 
 	if (gethostname(host, sizeof host) != 0)
 		strlcpy(host, "?", sizeof host);
 	host[sizeof host - 1] = '\0';
+	http[0] = '\0';
+	if (cfg->http != NULL) {
+		n = (int)(strrchr(cfg->http, ':') != NULL ?
+		    strrchr(cfg->http, ':') - cfg->http : (int)strlen(cfg->http));
+		snprintf(http, sizeof http, "%.*s:%d", n, cfg->http, http_port);
+	}
 	j = json_pack("{s:s, s:s, s:s?, s:i}", "host", host, "listen",
-	    cfg->listen, "http", cfg->http, "pid", (int)getpid());
+	    cfg->listen, "http", cfg->http != NULL ? http : NULL,
+	    "pid", (int)getpid());
 	info = j != NULL ? json_dumps(j, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
 	json_decref(j);
-	memset(&c, 0, sizeof c);
-	c.etcd.endpoints = cfg->store + strlen("etcd://");
-	c.etcd.cacert = cfg->etcd_cacert;
-	c.etcd.cert = cfg->etcd_cert;
-	c.etcd.key = cfg->etcd_key;
-	c.etcd.user = cfg->etcd_user;
-	c.etcd.password_file = cfg->etcd_password_file;
-	c.prefix = cfg->etcd_prefix;
-	c.leader_ttl_ms = cfg->leader_ttl_ms;
-	c.leader_info = info != NULL ? info : "{}";
-	st = store_open_etcd(&c, cfg->durability, cfg->relaxed_window_ms,
-	    server.base, server.kv, server_commit_cb, NULL);
-	free(info);
-	return st;
+	return info;
+}
+
+/* After the store is open: the listeners, the rounds, the history. */
+static int
+serve_open(int *port)
+{
+	if (server_listen(port) != 0)
+		return -1;
+	/* After the listener: rounds reopen their ports beside it. */
+	if (round_init(server.cfg->last_call_ms, server.cfg->lease_ms) != 0) {
+		log_warnx("rendezvous: cannot start");
+		return -1;
+	}
+	if (history_init() != 0) {
+		log_warnx("history: cannot start");
+		return -1;
+	}
+	if (stragwatch_init() != 0) {
+		log_warnx("stragglers: cannot start");
+		return -1;
+	}
+	return 0;
+}
+
+/* This rdzvd leads (se) or cannot (NULL): loads the state and serves. */
+static void
+serve_leading(struct store_etcd *se, void *arg)
+{
+	struct rdzvd_config	*cfg = server.cfg;
+	int			 port;
+
+	free(etcd_info);
+	etcd_info = NULL;
+	if (se == NULL || (server.store = store_etcd_serve(se,
+	    cfg->durability, cfg->relaxed_window_ms, server.base, server.kv,
+	    server_commit_cb, NULL)) == NULL) {
+		log_warnx("cannot use --store %s (see above)", cfg->store);
+		goto fail;
+	}
+	kv_set_journal(server.kv, store_journal, server.store);
+	if (serve_open(&port) != 0)
+		goto fail;
+	server.standby = 0;
+	if (leading_cb != NULL)
+		leading_cb(port);
+	return;
+fail:
+	server.failed = 1;
+	event_base_loopexit(server.base, NULL);
+}
+
+/*
+ * With --store etcd: serves HTTP at once (a standby's /metrics, status
+ * page and readiness say who leads) and stands by until this rdzvd
+ * leads; serve_leading() opens the rest then.
+ */
+static int
+serve_stand_by(struct rdzvd_config *cfg, int *http_port)
+{
+	server.standby = 1;
+	if (http_start(http_port) != 0)
+		return -1;
+	if ((etcd_info = serve_leader_info(cfg, *http_port)) == NULL)
+		return -1;
+	memset(&etcd_conf, 0, sizeof etcd_conf);
+	etcd_conf.etcd.endpoints = cfg->store + strlen("etcd://");
+	etcd_conf.etcd.cacert = cfg->etcd_cacert;
+	etcd_conf.etcd.cert = cfg->etcd_cert;
+	etcd_conf.etcd.key = cfg->etcd_key;
+	etcd_conf.etcd.user = cfg->etcd_user;
+	etcd_conf.etcd.password_file = cfg->etcd_password_file;
+	etcd_conf.prefix = cfg->etcd_prefix;
+	etcd_conf.leader_ttl_ms = cfg->leader_ttl_ms;
+	etcd_conf.leader_info = etcd_info;
+	return store_etcd_stand_by(&etcd_conf, cfg->durability, server.base,
+	    serve_leading, NULL);
 }
 
 int
 rdzvd_serve_start(struct event_base *base, struct rdzvd_config *cfg,
-    int *port, int *http_port)
+    int *port, int *http_port, void (*leading)(int port))
 {
 	memset(&server, 0, sizeof server);
 	server.started_ms = mono_ms();
@@ -75,20 +148,17 @@ rdzvd_serve_start(struct event_base *base, struct rdzvd_config *cfg,
 	TAILQ_INIT(&server.held);
 	server.base = base;
 	server.cfg = cfg;
+	leading_cb = leading;
+	*port = 0;
 	if ((server.kv = kv_new()) == NULL) {
 		log_warnx("out of memory");
 		return -1;
 	}
 	if (server_auth_init() != 0 || server_tls_init() != 0)
 		return -1;
-	if (cfg->store != NULL) {
-		if ((server.store = serve_open_etcd(cfg)) == NULL) {
-			log_warnx("cannot use --store %s (see above)",
-			    cfg->store);
-			return -1;
-		}
-		kv_set_journal(server.kv, store_journal, server.store);
-	} else if (cfg->durability != STORE_MEMORY) {
+	if (cfg->store != NULL)
+		return serve_stand_by(cfg, http_port);
+	if (cfg->durability != STORE_MEMORY) {
 		server.store = store_open(cfg->db, cfg->durability,
 		    cfg->relaxed_window_ms, base, server.kv, server_commit_cb,
 		    NULL);
@@ -100,17 +170,8 @@ rdzvd_serve_start(struct event_base *base, struct rdzvd_config *cfg,
 		}
 		kv_set_journal(server.kv, store_journal, server.store);
 	}
-	if (server_listen(port) != 0)
+	if (serve_open(port) != 0)
 		return -1;
-	/* After the listener: rounds reopen their ports beside it. */
-	if (round_init(cfg->last_call_ms, cfg->lease_ms) != 0) {
-		log_warnx("rendezvous: cannot start");
-		return -1;
-	}
-	if (history_init() != 0) {
-		log_warnx("history: cannot start");
-		return -1;
-	}
 	if (http_start(http_port) != 0)
 		return -1;
 	return 0;
@@ -119,9 +180,13 @@ rdzvd_serve_start(struct event_base *base, struct rdzvd_config *cfg,
 void
 rdzvd_serve_stop(void)
 {
+	store_etcd_stand_by_stop();
+	free(etcd_info);
+	etcd_info = NULL;
 	server_shutdown();
 	http_stop();
 	history_fini();
+	stragwatch_fini();
 	round_fini();
 	if (server.store != NULL) {
 		/* Commits whatever is pending. */
@@ -152,7 +217,7 @@ rdzvd_embed_start(struct event_base *base, const char *listen, int *port)
 	embed_cfg.durability = STORE_MEMORY;
 	if ((embed_cfg.listen = strdup(listen)) == NULL)
 		return -1;
-	if (rdzvd_serve_start(base, &embed_cfg, port, &http_port) != 0) {
+	if (rdzvd_serve_start(base, &embed_cfg, port, &http_port, NULL) != 0) {
 		rdzvd_serve_stop();
 		return -1;
 	}

@@ -76,16 +76,33 @@ struct store_etcd_conf {
 	const char		*leader_info;	/* JSON the standbys show */
 };
 
+struct store_etcd;
+
 /*
- * Waits until this rdzvd leads the rdzvds on the same etcd cluster and
- * prefix (standing by, possibly for ever, while another leads), loads the
- * state into kv and starts the writer as store_open() does.  From then on
- * the process exits (status 75) the moment its leadership is lost or can
- * no longer be vouched for.  NULL on failure (cause logged).
+ * Stands by on a thread of its own until this rdzvd leads the rdzvds on
+ * the same etcd cluster and prefix (possibly for ever, while another
+ * leads), then keeps the leadership's lease alive on another thread.
+ * The loop meanwhile serves what a standby serves.  cb(se, arg) runs on
+ * base's thread once this rdzvd leads, or with se NULL when it cannot
+ * (cause logged).  From then on the process exits (status 75) the moment
+ * its leadership is lost or can no longer be vouched for.  c is borrowed
+ * until cb runs.  Returns 0, or -1 (cause logged) if nothing started.
  */
-struct store	*store_open_etcd(const struct store_etcd_conf *,
-		    enum store_durability, unsigned window_ms,
-		    struct event_base *base, struct kv *kv,
+int		 store_etcd_stand_by(const struct store_etcd_conf *c,
+		    enum store_durability, struct event_base *base,
+		    void (*cb)(struct store_etcd *, void *), void *arg);
+/*
+ * Stops standing by (waits for the thread: up to one etcd request); a
+ * leadership won but not yet handed to cb is given up.  Nothing after cb.
+ */
+void		 store_etcd_stand_by_stop(void);
+/*
+ * On the loop's thread: loads the state into kv and starts the writer as
+ * store_open() does; the leadership is the store's from then on.  NULL
+ * on failure (cause logged; the leadership given up).
+ */
+struct store	*store_etcd_serve(struct store_etcd *, enum store_durability,
+		    unsigned window_ms, struct event_base *base, struct kv *kv,
 		    void (*done_cb)(void *arg, uint64_t seq), void *arg);
 
 /* Leadership as the etcd backend last saw it (all zero without etcd). */
@@ -93,8 +110,9 @@ struct store_etcd_status {
 	int		enabled;
 	int		leader;		/* 1: this rdzvd leads */
 	int64_t		term;		/* the leader key's create revision */
-	int64_t		since_ms;	/* mono_ms() when this one began to lead */
-	int64_t		failovers;	/* leaders before this one, less one */
+	int64_t		since_ms;	/* mono_ms() when the leader began to lead
+					 * (a standby: when it saw it first) */
+	int64_t		failovers;	/* leaderships before the leader's */
 	char		leader_info[256];
 };
 void		 store_etcd_get_status(struct store_etcd_status *);

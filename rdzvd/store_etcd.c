@@ -3,14 +3,15 @@
  * store_impl.h) and rdzvd's leadership over it.
  *
  * Several rdzvds point at one etcd cluster; the one holding the leader key
- * serves, the others wait in store_open_etcd().  Every transaction the
+ * serves, the others wait in store_etcd_lead().  Every transaction the
  * leader commits is fenced on that key's create revision, so a leader
  * whose lease ran out (paused, partitioned) can never commit again: it
  * learns so from its next commit or keepalive and exits at once, without
  * sending a reply that waits on a commit.
  *
- * Leadership states (store_open_etcd() runs the first three on the
- * calling thread; the keepalive thread and the writer run the last):
+ * Leadership states (store_etcd_lead() runs the first two on the calling
+ * thread, store_etcd_serve() the third on the loop's; the keepalive
+ * thread and the writer run the last):
  *
  *   WATCH --leader key absent--> CAMPAIGN            (store_etcd_watch)
  *   WATCH --etcd unreachable--> WATCH (logged, polled again)
@@ -50,6 +51,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <event2/event.h>
 #include <uthash.h>
 
 #include "etcd.h"
@@ -747,22 +749,65 @@ store_etcd_load(struct store_etcd *se, struct kv *kv)
 	return 0;
 }
 
+/* Set by store_etcd_stand_by_stop(): the standby stops waiting. */
+static _Atomic int	etcd_cancelled;
+
+/* Sleeps ms, in slices, until cancelled; returns whether it was. */
+static int
+store_etcd_nap(unsigned ms)
+{
+	unsigned	step;
+
+	while (ms > 0 && !atomic_load(&etcd_cancelled)) {
+		step = ms < 50 ? ms : 50;
+		store_etcd_sleep_ms(step);
+		ms -= step;
+	}
+	return atomic_load(&etcd_cancelled);
+}
+
+/* How many leaderships P "elections" counts in resp's range (0: none). */
+static int64_t
+store_etcd_elections(json_t *resp)
+{
+	json_t		*kvs = json_object_get(resp, "kvs");
+	uint8_t		*v = NULL;
+	size_t		 vlen;
+	const char	*errstr;
+	int64_t		 n = 0;
+
+	if (json_array_size(kvs) > 0 &&
+	    etcd_unb64(json_array_get(kvs, 0), "value", &v, &vlen) == 0) {
+		n = strtonum((char *)v, 0, INT64_MAX - 1, &errstr);
+		if (errstr != NULL)
+			n = 0;
+	}
+	free(v);
+	return n;
+}
+
 /*
- * Waits until no rdzvd holds the leader key, reading it every poll_ms.
+ * Waits until no rdzvd holds the leader key, reading it (and the count of
+ * elections, for the standby's status) every poll_ms in one request.
  * Logs each new leader, and etcd being unreachable (not on every try).
+ * Returns 0, or RDZV_ECANCELED once the standby is stopped.
  */
-static void
+static int
 store_etcd_watch(struct store_etcd *se, unsigned poll_ms)
 {
-	json_t		*req, *resp, *kvs;
+	json_t		*req, *resp, *res, *kvs;
 	uint8_t		*v;
 	size_t		 vlen;
-	int64_t		 seen = -1, rev, last_log = 0;
+	int64_t		 seen = -1, rev, n, last_log = 0;
 	int		 rc;
 
 	for (;;) {
-		req = json_pack("{s:o}", "key", store_etcd_key(se, "leader", 6));
-		rc = req != NULL ? etcd_call(se->wr, "/v3/kv/range", req,
+		if (atomic_load(&etcd_cancelled))
+			return RDZV_ECANCELED;
+		req = json_pack("{s:[{s:{s:o}}, {s:{s:o}}]}", "success",
+		    "request_range", "key", store_etcd_key(se, "leader", 6),
+		    "request_range", "key", store_etcd_key(se, "elections", 9));
+		rc = req != NULL ? etcd_call(se->wr, "/v3/kv/txn", req,
 		    &resp) : RDZV_ENOMEM;
 		if (rc != 0) {
 			if (mono_ms() - last_log >= ETCD_UNREACHABLE_LOG_MS) {
@@ -771,25 +816,38 @@ store_etcd_watch(struct store_etcd *se, unsigned poll_ms)
 				    etcd_errmsg(se->wr));
 				last_log = mono_ms();
 			}
-			store_etcd_sleep_ms(poll_ms);
+			if (store_etcd_nap(poll_ms))
+				return RDZV_ECANCELED;
 			continue;
 		}
-		kvs = json_object_get(resp, "kvs");
+		res = json_object_get(resp, "responses");
+		kvs = json_object_get(json_object_get(json_array_get(res, 0),
+		    "response_range"), "kvs");
 		if (json_array_size(kvs) == 0) {
 			json_decref(resp);
-			return;
+			return 0;
 		}
 		rev = etcd_int(json_array_get(kvs, 0), "create_revision", 0);
+		n = store_etcd_elections(json_object_get(json_array_get(res,
+		    1), "response_range"));
 		if (rev != seen && etcd_unb64(json_array_get(kvs, 0), "value",
 		    &v, &vlen) == 0) {
 			log_info("etcd: standing by; the leader is %s "
 			    "(term %lld)", (char *)v, (long long)rev);
 			store_etcd_status_set(0, rev, (char *)v);
+			pthread_mutex_lock(&etcd_status_mtx);
+			etcd_status.since_ms = mono_ms();
+			pthread_mutex_unlock(&etcd_status_mtx);
 			free(v);
 			seen = rev;
 		}
+		/* The new leader counts itself just after it wins. */
+		pthread_mutex_lock(&etcd_status_mtx);
+		etcd_status.failovers = n > 0 ? n - 1 : 0;
+		pthread_mutex_unlock(&etcd_status_mtx);
 		json_decref(resp);
-		store_etcd_sleep_ms(poll_ms);
+		if (store_etcd_nap(poll_ms))
+			return RDZV_ECANCELED;
 	}
 }
 
@@ -857,24 +915,14 @@ store_etcd_campaign(struct store_etcd *se, const char *info)
 static int64_t
 store_etcd_count_election(struct store_etcd *se)
 {
-	json_t		*req, *resp, *kvs;
-	uint8_t		*v = NULL;
-	size_t		 vlen;
+	json_t		*req, *resp;
 	char		 buf[32];
-	const char	*errstr;
-	int64_t		 n = 0;
+	int64_t		 n;
 
 	req = json_pack("{s:o}", "key", store_etcd_key(se, "elections", 9));
 	if (req == NULL || etcd_call(se->wr, "/v3/kv/range", req, &resp) != 0)
 		return -1;
-	kvs = json_object_get(resp, "kvs");
-	if (json_array_size(kvs) > 0 &&
-	    etcd_unb64(json_array_get(kvs, 0), "value", &v, &vlen) == 0) {
-		n = strtonum((char *)v, 0, INT64_MAX - 1, &errstr);
-		if (errstr != NULL)
-			n = 0;
-	}
-	free(v);
+	n = store_etcd_elections(resp);
 	json_decref(resp);
 	snprintf(buf, sizeof buf, "%lld", (long long)n + 1);
 	req = json_pack("{s:O, s:[{s:{s:o, s:o}}]}", "compare", se->fence,
@@ -935,12 +983,16 @@ const struct store_backend store_etcd_backend = {
 	.close = store_etcd_close,
 };
 
-struct store *
-store_open_etcd(const struct store_etcd_conf *c, enum store_durability mode,
-    unsigned window_ms, struct event_base *base, struct kv *kv,
-    void (*done_cb)(void *, uint64_t), void *arg)
+/*
+ * Stands by until this rdzvd leads (the standby's thread), then starts
+ * the keepalive thread and counts the election.  NULL on failure (cause
+ * logged) or once the standby is stopped.
+ */
+static struct store_etcd *
+store_etcd_lead(const struct store_etcd_conf *c, enum store_durability mode)
 {
 	struct store_etcd	*se;
+	json_t			*req, *resp;
 	unsigned		 poll_ms;
 	int64_t			 before;
 	int			 rc;
@@ -974,12 +1026,22 @@ store_open_etcd(const struct store_etcd_conf *c, enum store_durability mode,
 
 	log_info("etcd: %s, prefix %s: seeking leadership (lease %u ms)",
 	    c->etcd.endpoints, se->prefix, se->ttl_ms);
+	if (se->ec.user != NULL) {
+		/* The keepalive client's first call authenticates (bcrypt
+		 * on etcd's side, can take longer than its budget): do it
+		 * now, while nothing waits on it.  A failure is retried. */
+		req = json_pack("{s:o}", "key", store_etcd_key(se, "leader", 6));
+		if (req != NULL && etcd_call(se->ka, "/v3/kv/range", req,
+		    &resp) == 0)
+			json_decref(resp);
+	}
 	for (;;) {
-		store_etcd_watch(se, poll_ms);
+		if (store_etcd_watch(se, poll_ms) != 0)
+			goto cancelled;
 		if ((rc = store_etcd_campaign(se, c->leader_info)) == 1)
 			break;
-		if (rc < 0)
-			store_etcd_sleep_ms(poll_ms);
+		if (rc < 0 && store_etcd_nap(poll_ms))
+			goto cancelled;
 	}
 	if (se->lease_ttl * 1000 > se->ttl_ms)
 		log_info("etcd: lease TTL is %lld s (etcd's least, or "
@@ -1009,14 +1071,111 @@ store_open_etcd(const struct store_etcd_conf *c, enum store_durability mode,
 	etcd_status.since_ms = mono_ms();
 	etcd_status.failovers = before;
 	pthread_mutex_unlock(&etcd_status_mtx);
-
-	if (store_etcd_load(se, kv) != 0)
-		goto fail;
-	return store_start(&store_etcd_backend, se, c->etcd.endpoints, mode,
-	    window_ms, base, done_cb, arg);
+	return se;
 
 fail:
 	log_warnx("etcd: cannot use %s (see above)", c->etcd.endpoints);
 	store_etcd_close(se);
 	return NULL;
+cancelled:
+	store_etcd_close(se);
+	return NULL;
+}
+
+/* The standby's thread, running store_etcd_lead(). */
+static struct {
+	pthread_t			 thread;
+	int				 started;
+	struct event			*ev;	/* on the loop: the wait ended */
+	const struct store_etcd_conf	*conf;
+	enum store_durability		 mode;
+	struct store_etcd		*se;	/* its result */
+	void				(*cb)(struct store_etcd *, void *);
+	void				*arg;
+} etcd_standby;
+
+static void *
+store_etcd_standby_main(void *arg)
+{
+	etcd_standby.se = store_etcd_lead(etcd_standby.conf, etcd_standby.mode);
+	event_active(etcd_standby.ev, EV_TIMEOUT, 0);
+	return NULL;
+}
+
+/* On the loop: the thread is done; its leadership (or NULL) goes on. */
+static void
+store_etcd_standby_done(evutil_socket_t fd, short what, void *arg)
+{
+	struct store_etcd	*se;
+
+	pthread_join(etcd_standby.thread, NULL);
+	etcd_standby.started = 0;
+	se = etcd_standby.se;
+	etcd_standby.se = NULL;
+	event_free(etcd_standby.ev);
+	etcd_standby.ev = NULL;
+	etcd_standby.cb(se, etcd_standby.arg);
+}
+
+int
+store_etcd_stand_by(const struct store_etcd_conf *c,
+    enum store_durability mode, struct event_base *base,
+    void (*cb)(struct store_etcd *, void *), void *arg)
+{
+	int	rc;
+
+	etcd_standby.conf = c;
+	etcd_standby.mode = mode;
+	etcd_standby.cb = cb;
+	etcd_standby.arg = arg;
+	atomic_store(&etcd_cancelled, 0);
+	if ((etcd_standby.ev = event_new(base, -1, 0, store_etcd_standby_done,
+	    NULL)) == NULL) {
+		log_warnx("etcd: event_new failed");
+		return -1;
+	}
+	if ((rc = store_thread_start(&etcd_standby.thread,
+	    store_etcd_standby_main, NULL)) != 0) {
+		errno = rc;
+		log_warn("etcd: pthread_create");
+		event_free(etcd_standby.ev);
+		etcd_standby.ev = NULL;
+		return -1;
+	}
+	etcd_standby.started = 1;
+	return 0;
+}
+
+void
+store_etcd_stand_by_stop(void)
+{
+	if (!etcd_standby.started)
+		return;
+	atomic_store(&etcd_cancelled, 1);
+	pthread_join(etcd_standby.thread, NULL);
+	etcd_standby.started = 0;
+	if (etcd_standby.se != NULL) {
+		/* Won just now: the next standby need not wait a TTL. */
+		store_etcd_close(etcd_standby.se);
+		etcd_standby.se = NULL;
+	}
+	if (etcd_standby.ev != NULL) {
+		event_free(etcd_standby.ev);
+		etcd_standby.ev = NULL;
+	}
+}
+
+struct store *
+store_etcd_serve(struct store_etcd *se, enum store_durability mode,
+    unsigned window_ms, struct event_base *base, struct kv *kv,
+    void (*done_cb)(void *, uint64_t), void *arg)
+{
+	if (store_etcd_load(se, kv) != 0) {
+		log_warnx("etcd: cannot load the state from %s (see above)",
+		    se->ec.endpoints);
+		store_etcd_close(se);
+		return NULL;
+	}
+	return store_start(&store_etcd_backend, se, se->ec.endpoints, mode,
+	    window_ms, base, done_cb, arg);
 }

@@ -61,6 +61,11 @@ struct store_sqlite {
 	char			*path;
 	sqlite3			*db;
 	sqlite3_stmt		*stmt[ST_COUNT];
+	/* store_sqlite_coalesce()'s buffers, kept between batches. */
+	const struct store_rec	**recs;		/* the batch, in order */
+	uint8_t			*dead;		/* recs[i] overwritten later */
+	size_t			*slots;		/* hash: index + 1, 0 empty */
+	size_t			 cap, nslots;
 };
 
 static const uint8_t	store_empty[1];
@@ -332,12 +337,88 @@ fail:
 	return RDZV_EIO;
 }
 
+static uint64_t
+store_sqlite_hash(const struct store_rec *r)
+{
+	uint64_t	h = 14695981039346656037ULL;
+	size_t		i;
+
+	/* FNV-1a over ns, its length and key. */
+	for (i = 0; i < r->nslen; i++)
+		h = (h ^ r->data[i]) * 1099511628211ULL;
+	h = (h ^ r->nslen) * 1099511628211ULL;
+	for (i = 0; i < r->keylen; i++)
+		h = (h ^ r->data[r->nslen + i]) * 1099511628211ULL;
+	return h;
+}
+
+/*
+ * Group commit's other half: in one transaction only the last PUT or DEL
+ * of a key is visible, so the ones before it are dead (marked in
+ * st->dead) and never reach sqlite.  A key SET many times per window (a
+ * counter, a rank's progress) costs one upsert per batch.  Queue ops and
+ * namespace drops are always applied (an earlier PUT that a drop would
+ * remove stays: applying it is merely redundant).  Returns the batch's
+ * length, or 0 when out of memory (then nothing is marked dead).
+ */
+static size_t
+store_sqlite_coalesce(struct store_sqlite *st, const struct store_recs *batch)
+{
+	const struct store_rec	*r, *o;
+	size_t			 n = 0, i, j, mask, *ns;
+	void			*p;
+
+	STAILQ_FOREACH(r, batch, entry)
+		n++;
+	if (n > st->cap) {
+		if ((p = reallocarray(st->recs, n, sizeof *st->recs)) == NULL)
+			return 0;
+		st->recs = p;
+		if ((p = realloc(st->dead, n)) == NULL)
+			return 0;
+		st->dead = p;
+		st->cap = n;
+	}
+	if (st->nslots < 2 * n) {
+		for (j = 64; j < 2 * n; j *= 2)
+			;
+		if ((ns = reallocarray(st->slots, j, sizeof *ns)) == NULL)
+			return 0;
+		st->slots = ns;
+		st->nslots = j;
+	}
+	memset(st->slots, 0, st->nslots * sizeof *st->slots);
+	memset(st->dead, 0, n);
+	i = 0;
+	STAILQ_FOREACH(r, batch, entry)
+		st->recs[i++] = r;
+	mask = st->nslots - 1;
+	for (i = n; i-- > 0; ) {
+		r = st->recs[i];
+		if (r->op != KV_J_PUT && r->op != KV_J_DEL)
+			continue;
+		for (j = store_sqlite_hash(r) & mask; st->slots[j] != 0;
+		    j = (j + 1) & mask) {
+			o = st->recs[st->slots[j] - 1];
+			if (o->nslen == r->nslen && o->keylen == r->keylen &&
+			    memcmp(o->data, r->data, r->nslen + r->keylen) == 0)
+				break;
+		}
+		if (st->slots[j] != 0)
+			st->dead[i] = 1;	/* a later PUT or DEL wins */
+		else
+			st->slots[j] = i + 1;
+	}
+	return n;
+}
+
 /* Applies a batch in one transaction; on failure nothing is applied. */
 static int
 store_sqlite_apply(void *be, const struct store_recs *batch)
 {
 	struct store_sqlite	*st = be;
 	struct store_rec	*r;
+	size_t			 i, n;
 
 	/* A transaction an earlier failure left open (its ROLLBACK failed
 	 * too) would make BEGIN fail forever: end it first. */
@@ -345,9 +426,16 @@ store_sqlite_apply(void *be, const struct store_recs *batch)
 		store_sqlite_step(st, ST_ROLLBACK);
 	if (store_sqlite_step(st, ST_BEGIN) != 0)
 		return RDZV_EIO;
-	STAILQ_FOREACH(r, batch, entry) {
-		if (store_sqlite_apply_one(st, r) != 0)
-			goto fail;
+	if ((n = store_sqlite_coalesce(st, batch)) > 0) {
+		for (i = 0; i < n; i++)
+			if (!st->dead[i] &&
+			    store_sqlite_apply_one(st, st->recs[i]) != 0)
+				goto fail;
+	} else {
+		STAILQ_FOREACH(r, batch, entry) {
+			if (store_sqlite_apply_one(st, r) != 0)
+				goto fail;
+		}
 	}
 	if (store_sqlite_step(st, ST_COMMIT) != 0)
 		goto fail;
@@ -371,6 +459,9 @@ store_sqlite_close(void *be)
 		sqlite3_finalize(st->stmt[i]);
 	if (st->db != NULL)
 		sqlite3_close(st->db);
+	free(st->recs);
+	free(st->dead);
+	free(st->slots);
 	free(st->path);
 	free(st);
 }

@@ -19,6 +19,12 @@ they are not.  Prints one line:
 where every time is from the first JOIN written (CLOCK_MONOTONIC), and
 client_cpu_ms is this client's own CPU time in the timed part (the client
 shares the machine with rdzvd).  The protocol is common/PROTOCOL.md.
+
+--heartbeats K: once the round runs, the first connection sends K
+HEARTBEATs for its node, one after another, and a second line gives the
+round trips' percentiles:
+
+    heartbeat n=K p50_us=... p99_us=...
 """
 import argparse
 import os
@@ -30,7 +36,7 @@ import sys
 import time
 
 MAGIC = b"RDZV"
-OP_JOIN, OP_ROUND = 21, 26
+OP_JOIN, OP_HEARTBEAT, OP_ROUND = 21, 22, 26
 F_REPLY, F_ERROR, F_PUSH = 1, 2, 4
 RUNNING = 1
 ROUND_FIELDS = ("job", "round", "state", "node_id", "group_rank",
@@ -110,6 +116,7 @@ def main():
     ap.add_argument("--lws", type=int, default=8)
     ap.add_argument("--job", default="join1000-%d" % os.getpid())
     ap.add_argument("--timeout", type=float, default=30.0)
+    ap.add_argument("--heartbeats", type=int, default=0)
     a = ap.parse_args()
     raise_nofile(a.n)
 
@@ -197,6 +204,8 @@ def main():
                 p["rank_base"] != p["group_rank"] * a.lws:
             bad.append("connection %d: push %r" % (c.idx, p))
             break
+    if not bad and a.heartbeats > 0:
+        hb = heartbeats(conns[0], a.job, a.heartbeats)
     for c in conns:
         c.sock.close()
     if bad:
@@ -205,6 +214,33 @@ def main():
           "first_push_ms=%.2f client_cpu_ms=%.1f" %
           (a.n, (t_last - t0) * 1e3, (t_sent - t0) * 1e3,
            (t_first - t0) * 1e3, cpu * 1e3), flush=True)
+    if a.heartbeats > 0:
+        hb.sort()
+        print("heartbeat n=%d p50_us=%.1f p99_us=%.1f" % (
+            len(hb), hb[len(hb) // 2] * 1e6,
+            hb[min(len(hb) - 1, len(hb) * 99 // 100)] * 1e6), flush=True)
+
+
+def heartbeats(c, job, k):
+    """k HEARTBEAT round trips of c's node, one at a time; seconds each."""
+    c.sock.setblocking(True)
+    out = []
+    f = frame(OP_HEARTBEAT, fields(job, c.push["node_id"]), 7)
+    for _ in range(k):
+        t = time.monotonic()
+        c.sock.sendall(f)
+        while True:
+            got = [x for x in c.frames() if x[0] == OP_HEARTBEAT]
+            if got:
+                break
+            chunk = c.sock.recv(65536)
+            if not chunk:
+                sys.exit("join1000: rdzvd closed during HEARTBEATs")
+            c.buf += chunk
+        if got[0][1] & F_ERROR:
+            sys.exit("join1000: HEARTBEAT refused: %r" % parse(got[0][3]))
+        out.append(time.monotonic() - t)
+    return out
 
 
 if __name__ == "__main__":

@@ -60,6 +60,7 @@ _VERBS = {
 	},
 	"stop": {},
 	"wait": {},
+	"leave": {},
 }
 _DIGITS = re.compile(r"[0-9]{1,%d}" % _NUM_MAX)
 
@@ -74,7 +75,7 @@ def parse_message(data):
 	"""(verb, fields) of one channel datagram (bytes), as common/chan.c
 	chan_parse() decodes it: verb is "progress" (fields {"step": n}),
 	"hello" ({"repair": 0 or 1}), "ready", "round" (every field of a
-	Round) or "stop"; None for a verb this side does not know (ignored:
+	Round), "stop" or "leave"; None for a verb this side does not know (ignored:
 	a newer peer's).  A key=value word a known verb does not use is
 	skipped; of a key given twice the last counts.  Raises ValueError
 	when the message breaks the grammar: empty or over MSG_MAX bytes, a

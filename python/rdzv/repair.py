@@ -17,6 +17,7 @@ twin examples/torch_repair_ddp.py differ in these lines):
         for x, y in loader:
             with job.step():                                # +, the body indented
                 ...
+            if not job.committed: continue                  # + (a dropped step)
 
 The process group exists from init_process_group() on (dist.get_rank()
 works there, in a replacement too), but job.rank and job.world -- and
@@ -35,7 +36,10 @@ schedule that wants to follow it), "global" keeps the global batch.
 job.batches() yields the index lists alone.
 
 job.step() commits the step or, when a peer's death cut it off, repairs
-and drops it (the same batch is tried again in the new group).  A
+and drops it (the same batch is tried again in the new group); either
+way the code after the `with` runs, so what must follow a committed step
+only (counting samples, logging it, a collective of the step's results)
+goes after `if not job.committed: continue`.  A
 collective outside the step (a logging all_reduce) repairs the job too
 and returns without a result (rdzv/collectives.py).  Without an agent's
 channel nothing repairs: the job is torch's env:// group (torchrun), or a
@@ -66,6 +70,10 @@ How a repair goes:
   -1, receives the donor's state.  Afterwards every rank holds
   bit-identical parameters (the bytes of the donor's tensors).
 - stop: the repair failed and the job restarts the old way: exit.
+- leave: this node leaves the job on purpose (SIGTERM to its agent): the
+  step in flight commits, then the process exits 0 at the step boundary
+  (job.leave_requested is True meanwhile); the others shrink around it
+  and lose no step.
 
 The modules: channel (the agent's messages), watcher (the threads: rounds,
 "wait", progress to rdzvd), group (sockets, stores, errors), state (what a
@@ -75,6 +83,7 @@ outside the step); this one holds the step and the repair itself.
 
 import os
 import socket
+import sys
 import threading
 import time
 
@@ -144,6 +153,7 @@ class Job(Watcher):
 		self.epoch = 0
 		self.pos = 0			# samples of the epoch consumed
 		self.repairs = 0
+		self.committed = False		# whether the last step committed
 		self.repair_times = []		# seconds each repair took
 		self._chan = chan
 		self.replacement = chan is not None and \
@@ -177,6 +187,8 @@ class Job(Watcher):
 		self._chan_gone = False		# the watcher saw the channel end
 		self._nccl_cut = False		# the group's NCCL comm aborted
 		self._tainted = False		# a step ran on it and "ended"
+		self._leave_asked = False	# "leave": go at the step's end
+		self._whole = False		# the group is made, synced, unbroken
 
 	# ---- channel ----
 
@@ -193,6 +205,7 @@ class Job(Watcher):
 		on it (watcher on a shrink, or a survivor whose step failed)."""
 		import torch
 		import torch.distributed as dist
+		self._whole = False
 		if self.backend == "nccl":
 			# The communicator only, never the group: the training
 			# thread may be using the default group right now (taking
@@ -262,6 +275,7 @@ class Job(Watcher):
 		t0 = time.monotonic()
 		lost = self._lost_since if self._lost_since is not None else t0
 		old = self.world
+		self._whole = False
 		self._ddp = None
 		if dist.is_initialized():
 			try:
@@ -277,6 +291,7 @@ class Job(Watcher):
 		with self._cv:
 			if self._freeze is r:
 				self._freeze = self._target = None
+			self._whole = True
 		self.repairs += 1
 		self._lost_since = None
 		now = time.monotonic()
@@ -357,11 +372,6 @@ class Job(Watcher):
 		if r is None:
 			raise RuntimeError("rdzv.repair: the agent closed the "
 			    "channel before this replacement's round came")
-		try:
-			group.round_store(r, self.repair_timeout).set(
-			    _KEY % r.rank, "-1")
-		except Exception as e:
-			log.warn("posting to round %d: %s", r.round, e)
 		self._repair_in(r)
 		self._joined = True
 
@@ -421,6 +431,7 @@ class Job(Watcher):
 			    "%d" % self.step_count)
 		with self._cv:		# what the watcher's _agree() reads
 			self._in_step = False
+			self.committed = e is None
 			if e is None:
 				self.step_count += 1
 		if e is None:
@@ -430,8 +441,26 @@ class Job(Watcher):
 			if now - self._reported >= PROGRESS_EVERY:
 				self._reported = now
 				self._send(str(self.step_count))
+			if self._leave_asked:
+				self._leave("at a step boundary")
 			return False
 		return self._recover(e, "step %d" % self.step_count)
+
+	def _leave(self, how):
+		"""This node leaves the job on purpose (its agent got SIGTERM):
+		the process ends here, exit 0, with every step it took part in
+		committed; the others shrink around it and lose none.  Nothing
+		collective runs on the way out (the group is left as it is)."""
+		print("rank %d leaves %s at epoch %d step %d" % (self.rank, how,
+		    self.epoch, self.step_count), flush=True)
+		sys.stderr.flush()
+		os._exit(0)
+
+	@property
+	def leave_requested(self):
+		"""True once the agent asked this worker to leave: the job.step()
+		in flight is the last (it exits 0 when it commits)."""
+		return self._leave_asked
 
 	def _recover(self, e, what):
 		"""Main thread: e, raised by what, is a peer's death (a gloo or
@@ -441,6 +470,9 @@ class Job(Watcher):
 		if self._chan is None or not self._joined or \
 		    not isinstance(e, Exception) or not group.comm_error(e):
 			return False
+		if self._leave_asked:
+			# A peer of this node left first: no round comes for it.
+			self._leave("with its step cut by a peer leaving")
 		self._lost_since = time.monotonic()
 		log.debug("%s cut off: %s", what, str(e).splitlines()[0][:160])
 		self._abort()
@@ -496,7 +528,8 @@ class Job(Watcher):
 		"""Context manager around one training step: on success the
 		step is committed (and reported to the agent); when a peer's
 		death cuts it off, the job repairs and the exception is
-		swallowed: the step is dropped."""
+		swallowed: the step is dropped.  job.committed says which, after
+		the `with`: a dropped step's batch comes again."""
 		return _Step(self)
 
 	def epochs(self, n):
@@ -618,4 +651,5 @@ def init_process_group(backend="gloo", timeout=None):
 		    master_addr=env.get("MASTER_ADDR", "127.0.0.1"),
 		    master_port=int(env["MASTER_PORT"]))
 		job._group(r)
+		job._whole = True
 	return job

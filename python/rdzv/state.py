@@ -16,9 +16,21 @@ def pack(job):
 	f = io.BytesIO()
 	torch.save({"step": job.step_count, "epoch": job.epoch,
 	    "pos": job.pos, "full_world": job.full_world,
-	    "model": job._module.state_dict() if job._module else None,
-	    "tracked": [o.state_dict() for o in job._tracked]}, f)
+	    "model": job._module.state_dict() if job._module is not None
+	    else job._pending_model,
+	    "tracked": tracked(job)}, f)
 	return f.getvalue()
+
+
+def tracked(job):
+	"""The states of the tracked objects a donor sends: those the
+	script has given (job.track()), then those it received itself and
+	has no object for yet.  A replacement can be the donor of a round
+	that comes before its script tracked its optimizer (a peer died
+	while it built its model): without the received states its
+	receivers would keep, or start from, an optimizer of another step."""
+	out = [o.state_dict() for o in job._tracked]
+	return out + list(job._pending_tracked[len(out):])
 
 
 def unpack(job, data):

@@ -2,7 +2,7 @@
 
 Owns, as a mixin of repair.Job: the watcher thread that reads the agent's
 messages (a round: note it, agree on the switch step of a grow, break the
-group of a shrink; stop: exit), the "wait" it says while the training
+group of a shrink; stop: exit; leave: noted for the step's end), the "wait" it says while the training
 thread is blocked on its peers, and the reporter thread that writes the
 committed step where rdzvd reads it ("progress/<rank>" = "STEP WALL_MS"
 in the round's namespace, as librdzvworker's rdzv_report_progress does),
@@ -23,6 +23,20 @@ STORE_EVERY = 1.0		# seconds between steps written to rdzvd's store
 STORE_TIMEOUT = 2.0		# seconds a progress write may take
 AGREE_POLL = 0.02		# seconds between looks at a grow's posts
 _KEY = "rdzv_repair/begun/%d"	# boundary agreement of a grow round
+
+
+def switch_step(posts):
+	"""The step after which the survivors of a grow switch, from every
+	rank's post in its store (_agree: b"-1" or b"BEGUN ROUND WORLD"):
+	the largest BEGUN when the ranks that are not -1 are the whole group
+	of one round (as many as its WORLD), else None (a group that is not
+	whole somewhere: the grow is repaired as a shrink is)."""
+	whole = [tuple(int(x) for x in p.split()) for p in posts
+	    if p.strip() != b"-1"]
+	if not whole or any(len(w) != 3 for w in whole) or \
+	    len({w[1:] for w in whole}) != 1 or len(whole) != whole[0][2]:
+		return None
+	return max(w[0] for w in whole)
 
 
 class Watcher:
@@ -102,17 +116,25 @@ class Watcher:
 			elif verb == "stop":
 				log.warn("the agent stopped the repair: exiting")
 				os._exit(1)
+			elif verb == "leave":
+				# Its node leaves on purpose: at the step's end.
+				log.info("the agent asks this worker to leave at the "
+				    "next step boundary")
+				self._leave_asked = True
 			else:
 				log.debug("ignoring %r", msg[:64])
 
 	def _on_round(self, r):
 		with self._cv:
 			self._rounds.append(r)
-			healthy = r.kind == "grow" and self._joined
+			# A grow keeps the group the survivors step in only if
+			# that group is whole on every one of them (_agree).
+			healthy = r.kind == "grow" and self._joined and self._whole
 			# A newer round supersedes a grow still being agreed on
 			# (its replacement may be the peer that just died).
 			self._freeze, self._target = (r if healthy else None), None
 			stale = self._building
+			mine = self._round
 			self._cv.notify_all()
 		if stale is not None and stale.round < r.round:
 			# The training thread waits in the store of a round its
@@ -121,24 +143,35 @@ class Watcher:
 			log.debug("round %d supersedes round %d being built",
 			    r.round, stale.round)
 			group.reset_port(stale.master_port)
-		if healthy:
+		if r.kind == "grow":
 			# Its own thread: the watcher must hear a round that
 			# supersedes this one while the survivors agree.
-			threading.Thread(target=self._agree, args=(r,),
-			    name="rdzv-agree", daemon=True).start()
-		elif self._joined:
+			threading.Thread(target=self._agree, args=(r, healthy,
+			    mine), name="rdzv-agree", daemon=True).start()
+		if not healthy and self._joined:
 			self._abort()
 
-	def _agree(self, r):
-		"""The step after which the survivors switch to the grow round
-		r, the largest number of steps any of them began; given up when
-		a newer round supersedes r."""
+	def _agree(self, r, healthy, mine):
+		"""Every rank of the grow round r posts in its store what it
+		brings: "-1" (a replacement, or a rank whose group is being made
+		or was broken) or "BEGUN ROUND WORLD" (the steps it has begun in
+		the whole group of round ROUND, of WORLD ranks).  The survivors
+		keep stepping in their group up to the largest BEGUN, then
+		switch (no step dropped), only if every rank of that one group
+		posted so; else (a grow that came while the survivors were
+		still making the group of the round before, or a rank that left
+		it for this one) the group is broken everywhere and r is
+		repaired from the committed steps as a shrink is.  Given up
+		when a newer round supersedes r."""
 		target = -1
 		try:
 			st = group.round_store(r, self.repair_timeout)
 			with self._cv:
 				begun = self.step_count + (1 if self._in_step else 0)
-			st.set(_KEY % r.rank, str(begun))
+			st.set(_KEY % r.rank, "%d %d %d" % (begun, mine.round,
+			    mine.world) if healthy else "-1")
+			if not healthy:
+				return
 			keys = [_KEY % i for i in range(r.world)]
 			end = time.monotonic() + self.repair_timeout
 			while not st.check(keys):
@@ -150,14 +183,23 @@ class Watcher:
 					raise TimeoutError("not every rank posted within "
 					    "%.0f s" % self.repair_timeout)
 				time.sleep(AGREE_POLL)
-			target = max(int(st.get(k)) for k in keys)
+			target = switch_step([st.get(k) for k in keys])
 		except Exception as e:
 			log.warn("no agreement on round %d (%s): switching now",
 			    r.round, e)
 		with self._cv:
-			if self._freeze is r:
+			if self._freeze is not r:
+				return
+			if target is None:
+				self._freeze = None
+			else:
 				self._target = target
-				self._cv.notify_all()
+			self._cv.notify_all()
+		if target is None:
+			log.debug("round %d: a rank's group was not whole: "
+			    "repairing from the committed steps", r.round)
+			self._abort()
+			return
 		log.debug("round %d: switch after step %d", r.round, target)
 
 	def _report(self):

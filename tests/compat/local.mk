@@ -15,9 +15,12 @@ COMPAT_TESTS = \
 	tests/compat/test_repair_agent_torch2.py \
 	tests/compat/test_repair_agent_torch1.py \
 	tests/compat/test_repair_ddp_twin.py \
-	tests/compat/test_repair_data.py
+	tests/compat/test_repair_data.py \
+	tests/compat/test_repair_state.py
 # rdzv-agent's warm spare (python/rdzv/spare.py) under real agents.
 COMPAT_TESTS += tests/compat/test_repair_spare.py
+# A torch job grows and shrinks in place (nodes join, one leaves on SIGTERM).
+COMPAT_TESTS += tests/compat/test_elastic_torch2.py
 # FSDP2/HSDP replica groups (python/rdzv/mesh.py) under real agents.
 COMPAT_TESTS += tests/compat/test_repair_hsdp.py
 TESTS += $(COMPAT_TESTS)

@@ -42,7 +42,8 @@ static const char *fuzz_req[NAT_OP_MAX + 1] = {
 	[NAT_OP_QUEUE_POP] = "bbi", [NAT_OP_QUEUE_LEN] = "bb",
 	[NAT_OP_LIST_KEYS] = "b", [NAT_OP_BARRIER] = "bbii",
 	[NAT_OP_CANCEL] = "i", [NAT_OP_WATCH] = "bb",
-	[NAT_OP_WATCH_EVENT] = "bbibb", [NAT_OP_JOIN] = "bbbbiiiiiii?i?ii?i",
+	[NAT_OP_WATCH_EVENT] = "bbibb",
+	[NAT_OP_JOIN] = "bbbbiiiiiii?i?ii?iii?i",
 	[NAT_OP_HEARTBEAT] = "bi?i", [NAT_OP_LEAVE] = "bi",
 	[NAT_OP_FAILURE] = "biiiiiib?i", [NAT_OP_SUCCEEDED] = "bii",
 	[NAT_OP_ROUND] = "biiiiiiiiibib?iii", [NAT_OP_JOB_STATUS] = "b",
@@ -51,6 +52,7 @@ static const char *fuzz_req[NAT_OP_MAX + 1] = {
 	[NAT_OP_ADMIN_CLOSE] = "bb", [NAT_OP_ADMIN_EVICT] = "bi",
 	[NAT_OP_AUTH_CHALLENGE] = "b", [NAT_OP_AUTH] = "bb",
 	[NAT_OP_READY] = "biii",
+	[NAT_OP_STRAGGLER] = "biiib",
 };
 static const char *fuzz_rep[NAT_OP_MAX + 1] = {
 	[NAT_OP_PING] = "b", [NAT_OP_GET] = "b", [NAT_OP_ADD] = "i",
@@ -229,11 +231,11 @@ fuzz_same(const uint8_t *frame, size_t flen)
 
 /*
  * The rendezvous messages' own decoders (JOIN, its reply, FAILURE, the
- * ROUND push, READY) must accept exactly what their field list reads,
+ * ROUND push, READY, the STRAGGLER push) must accept exactly what their field list reads,
  * and a message they accept must come out of its encoder as it came in.
  * The exceptions: a JOIN's trailing fields in a form the encoder does
- * not write (a negative node rank alone, or with max_repairs and
- * repair_timeout_ms both negative: they decode like absent ones), and
+ * not write (a group of trailing fields all negative where no later
+ * group follows: they decode like absent ones), and
  * the values the decoders refuse in well-formed fields (a FAILURE's
  * repair other than 1, a ROUND's kind other than shrink or grow).
  */
@@ -246,7 +248,9 @@ fuzz_message(const struct nat_msg *msg, const uint8_t *frame, size_t flen,
 	struct nat_failure	f;
 	struct nat_round	r;
 	struct nat_ready	rd;
+	struct nat_straggler	sg;
 	size_t			base;
+	int			strag;
 	int			rc, put;
 
 	evbuffer_drain(fuzz_out, evbuffer_get_length(fuzz_out));
@@ -255,11 +259,16 @@ fuzz_message(const struct nat_msg *msg, const uint8_t *frame, size_t flen,
 		put = rc == 0 ? nat_join_put(fuzz_out, msg->id, &j) : 0;
 		base = j.job.len + j.instance.len + j.host.len + j.addr.len +
 		    4 * 5 + 7 * 9 + NAT_HDR_LEN;
+		strag = j.straggler_ratio_pm >= 0 ||
+		    j.straggler_window_ms >= 0 || j.straggler_action >= 0 ||
+		    j.replicas > 0;
 		if (rc != 0 && spec_rc == 0)
 			return;		/* replicas present, not >= 1 */
-		if (rc == 0 && (j.rank < -1 ||
-		    (j.max_repairs < 0 && j.repair_timeout_ms < 0 ?
-		    flen != base + (j.rank >= 0 ? 9 : 0) : 0)))
+		if (rc == 0 && (j.rank < -1 || flen != base + (j.rank >= 0 ||
+		    j.max_repairs >= 0 || j.repair_timeout_ms >= 0 || strag ?
+		    9 : 0) + (j.max_repairs >= 0 || j.repair_timeout_ms >= 0 ||
+		    strag ? 18 : 0) + (strag ? 27 : 0) +
+		    (j.replicas > 0 ? 9 : 0)))
 			return;		/* not the encoder's form */
 	} else if (msg->op == NAT_OP_JOIN && msg->flags == NAT_F_REPLY) {
 		rc = nat_joined_decode(msg->payload, &jd);
@@ -279,6 +288,10 @@ fuzz_message(const struct nat_msg *msg, const uint8_t *frame, size_t flen,
 	} else if (msg->op == NAT_OP_READY && msg->flags == 0) {
 		rc = nat_ready_decode(msg->payload, &rd);
 		put = rc == 0 ? nat_ready_put(fuzz_out, msg->id, &rd) : 0;
+	} else if (msg->op == NAT_OP_STRAGGLER && msg->flags == NAT_F_PUSH &&
+	    msg->id == 0) {
+		rc = nat_straggler_decode(msg->payload, &sg);
+		put = rc == 0 ? nat_straggler_put(fuzz_out, &sg) : 0;
 	} else
 		return;
 	if ((rc == 0) != (spec_rc == 0) || put != 0)

@@ -165,6 +165,7 @@ def native():
         34: [fb(bytes(32))],
         35: [fb(bytes(range(32))), fb(bytes(32))],
         36: [fb('job'), fi(1), fi(3), fi(1)],
+        37: [fb('job'), fi(1), fi(3), fi(1), fb('straggler: replaced')],
     }
     rep = {
         1: [fb('ping')], 2: [], 3: [v], 4: [fi(6)], 5: [v], 6: [],
@@ -184,10 +185,11 @@ def native():
              25: 'succeeded', 26: 'round', 27: 'job-status',
              28: 'admin-status', 29: 'admin-jobs', 30: 'admin-job',
              31: 'admin-events', 32: 'admin-close', 33: 'admin-evict',
-             34: 'auth-challenge', 35: 'auth', 36: 'ready'}
+             34: 'auth-challenge', 35: 'auth', 36: 'ready',
+             37: 'straggler'}
     c = {}
     for op, fields in req.items():
-        push = op in (20, 26, 34)
+        push = op in (20, 26, 34, 37)
         flags = PUSH if push else 0
         rid = 0 if push else op
         c['req-' + names[op]] = PRE + frame(op, fields, flags, rid)
@@ -214,13 +216,16 @@ def native():
     c['preamble-tls-flag'] = b'RDZV' + bytes([1, 2, 0, 0]) + \
         frame(2, req[2])
     c['trunc'] = (PRE + frame(2, req[2]))[:-2]
-    c['bad-op'] = PRE + nhdr(0, 37, 0, 1)
+    c['bad-op'] = PRE + nhdr(0, 38, 0, 1)
     # Repair rounds' trailing fields (PROTOCOL.md "Repair rounds").
     c['req-join-repairs'] = PRE + frame(21, req[21] + [fi(-1), fi(1000),
                                                        fi(60000)])
-    # Replica groups (JOIN's replicas, after the repair fields).
-    c['req-join-replicas'] = PRE + frame(21, req[21] + [fi(-1), fi(-1),
-                                                        fi(-1), fi(2)])
+    # Stragglers' trailing fields (PROTOCOL.md "Stragglers").
+    c['req-join-stragglers'] = PRE + frame(21, req[21] + [
+        fi(-1), fi(-1), fi(-1), fi(500), fi(30000), fi(1)])
+    # Replica groups (JOIN's replicas, after the straggler fields).
+    c['req-join-replicas'] = PRE + frame(21, req[21] + [
+        fi(-1), fi(-1), fi(-1), fi(-1), fi(-1), fi(-1), fi(2)])
     c['req-heartbeat-repairable'] = PRE + frame(22, req[22] + [fi(1)])
     c['req-failure-repair'] = PRE + frame(24, req[24] + [fi(1)])
     c['req-round-shrink'] = PRE + frame(26, req[26] + [fi(1), fi(0), fi(5)],
@@ -323,6 +328,7 @@ def chan():
                               b'master_port=9 local_rank=0 local_world=1 '
                               b'future=yes')
     c['stop'] = b'stop'
+    c['leave'] = b'leave'
     c['unknown-verb'] = b'rewind to=3'
     c['bad-rank'] = (b'round round=1 kind=grow ns=x rank=2 world=2 donor=0 '
                      b'master_addr=h master_port=9 local_rank=0 '

@@ -312,14 +312,15 @@ def job_status(d, job):
         c.close()
 
 
-def job_events(d, job):
-    """The texts of job's events (ADMIN_EVENTS), oldest first."""
+def job_events(d, job, full=False):
+    """The texts of job's events (ADMIN_EVENTS), oldest first; full: the
+    events themselves ({"seq", "time_ms", "text"})."""
     c = d.native()
     try:
         doc = c.call(OP_ADMIN_EVENTS, job, -1, 0)[0]
     finally:
         c.close()
-    return [e["text"] for e in json.loads(doc)]
+    return json.loads(doc) if full else [e["text"] for e in json.loads(doc)]
 
 
 class Scope:

@@ -6,7 +6,7 @@
  *
  * Each input line is one datagram in hex ("" for an empty one); each
  * output line says what chan_parse made of it:
- *   err | unknown | progress STEP | hello REPAIR | ready | stop |
+ *   err | unknown | progress STEP | hello REPAIR | ready | stop | leave |
  *   round ROUND KIND NS RANK WORLD DONOR ADDR PORT LRANK LWORLD
  */
 #include "config.h"
@@ -65,6 +65,9 @@ dump_one(const char *buf, size_t len)
 		break;
 	case CHAN_WAIT:
 		puts("wait");
+		break;
+	case CHAN_LEAVE:
+		puts("leave");
 		break;
 	case CHAN_ROUND:
 		printf("round %d %s %s %d %d %d %s %d %d %d\n", m.round,

@@ -2,7 +2,9 @@
 -T lint, groff -ww, man -l) and name every option of their program's
 --help; etc/rdzvd.conf documents every rdzvd option; the Kubernetes
 example (examples/k8s) parses, has what it promises, and its rdzvd
-configuration and agent command line are accepted by the real programs."""
+configuration and agent command line are accepted by the real programs;
+so does its highly available variant (examples/k8s/ha: etcd, three
+rdzvds whose readiness is "I lead"), its rdzvds run on real etcd."""
 import json
 import os
 import re
@@ -112,10 +114,10 @@ def test_rdzvd_conf_documents_every_option():
 
 # ---- examples/k8s ----
 
-def k8s_docs():
+def k8s_docs(sub=""):
     import yaml
     docs = {}
-    d = os.path.join(SRC, "examples", "k8s")
+    d = os.path.join(SRC, "examples", "k8s", sub)
     for name in sorted(os.listdir(d)):
         if name.endswith(".yaml"):
             with open(os.path.join(d, name)) as f:
@@ -220,6 +222,110 @@ def test_k8s_rdzvd_config_and_command_run():
     assert json.loads(r.stdout)["durability"] == "strict"
     st, body, _ = d.http_get("/healthz")
     assert st == 200 and body == b"ok\n"
+
+
+def ha_pod(docs):
+    sts = {x["metadata"]["name"]: x for x in docs["StatefulSet"]}
+    c, = sts["rdzvd"]["spec"]["template"]["spec"]["containers"]
+    return sts, c
+
+
+def test_k8s_ha_manifests():
+    docs = k8s_docs("ha")
+    sts, c = ha_pod(docs)
+    svcs = {x["metadata"]["name"]: x for x in docs["Service"]}
+    for name in ("rdzvd", "etcd"):
+        spec = sts[name]["spec"]
+        assert spec["replicas"] == 3, name
+        aff = spec["template"]["spec"]["affinity"]["podAntiAffinity"][
+            "requiredDuringSchedulingIgnoredDuringExecution"][0]
+        assert aff["topologyKey"] == "kubernetes.io/hostname", name
+        assert aff["labelSelector"]["matchLabels"] == \
+            spec["template"]["metadata"]["labels"], name
+        assert svcs[spec["serviceName"]]["spec"][
+            "publishNotReadyAddresses"] is True, name
+    # Ready means "I lead"; alive means running, leader or standby.
+    assert c["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    assert c["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    # The client Service: headless, ready pods only, the rdzvd pods.
+    svc = svcs["rdzvd"]["spec"]
+    assert svc["clusterIP"] == "None"
+    assert not svc.get("publishNotReadyAddresses", False)
+    assert svc["selector"] == sts["rdzvd"]["spec"]["template"]["metadata"][
+        "labels"]
+    # agents.yaml, unchanged, reaches the leader through it.
+    job, = k8s_docs()["Job"]
+    a, = job["spec"]["template"]["spec"]["containers"]
+    assert flag(a["command"], "--rdzv_endpoint") == "rdzvd:29400"
+    # The store names the three etcd members at their client port.
+    cm, = docs["ConfigMap"]
+    conf = cm["data"]["rdzvd.conf"]
+    m = re.search(r"^store = etcd://(\S+)$", conf, re.M)
+    assert m, conf
+    es = sts["etcd"]
+    want = ["etcd-%d.%s:2379" % (i, es["spec"]["serviceName"])
+            for i in range(es["spec"]["replicas"])]
+    assert m.group(1).split(",") == want, (m.group(1), want)
+    assert re.search(r"^durability = strict$", conf, re.M)
+    assert flag(c["command"], "--listen") == "$(POD_IP):29400"
+    env = {e["name"]: e for e in c["env"]}
+    assert env["POD_IP"]["valueFrom"]["fieldRef"]["fieldPath"] == \
+        "status.podIP"
+    kz = os.path.join(SRC, "examples", "k8s", "ha", "kustomization.yaml")
+    import yaml
+    with open(kz) as f:
+        assert sorted(yaml.safe_load(f)["resources"]) == \
+            ["etcd.yaml", "rdzvd.yaml"]
+
+
+def test_k8s_ha_runs_on_etcd():
+    """The ha ConfigMap and command line, with this machine's addresses
+    and a real etcd: one rdzvd leads (ready), the other stands by (not
+    ready, naming the leader)."""
+    from etcd_lib import ETCD, EtcdCluster, free_port, leader_and_standby
+    if not os.access(ETCD, os.X_OK):
+        rt.skip("etcd is not installed (scripts/deps.sh installs "
+                "Debian's etcd-server)")
+    docs = k8s_docs("ha")
+    cm, = docs["ConfigMap"]
+    _, c = ha_pod(docs)
+    etcd = EtcdCluster(1)
+    tmp = rt.mktemp("rdzv-k8s-ha-")
+    conf = os.path.join(tmp, "rdzvd.conf")
+    with open(conf, "w") as f:
+        text = re.sub(r"^store = .*$", "store = " + etcd.store_arg,
+                      cm["data"]["rdzvd.conf"], flags=re.M)
+        # etcd_lib's members allow a 1 s lease.
+        f.write(re.sub(r"^leader-ttl-ms = .*$", "leader-ttl-ms = 1000",
+                       text, flags=re.M))
+    token = os.path.join(tmp, "token")
+    with open(token, "w") as f:
+        f.write("k8s-test-token\n")
+    os.chmod(token, 0o600)
+    ds = []
+    for ip in ("127.0.0.1", "127.0.0.2"):
+        d = rt.Rdzvd(raw=True, start=False, tmpdir=rt.mktemp("rdzvd-"))
+        d.host = ip
+        d.endpoint = "%s:%d" % (ip, free_port(ip))
+        args = []
+        for a in c["command"][1:]:
+            k = a.split("=", 1)[0]
+            args.append({"--config": "--config=" + conf,
+                         "--listen": "--listen=" + d.endpoint,
+                         "--http": "--http=127.0.0.1:0",
+                         "--token-file": "--token-file=" + token}.get(k, a))
+        d.extra = args + ["--port-file", d.port_file, "--http-port-file",
+                          d.http_port_file, "--log-file", d.log_path]
+        ds.append(d)
+    leader_and_standby(*ds)
+    assert ds[1].http_get("/healthz")[0] == 200
+    ctl = os.path.join(BUILD, "client", "rdzvctl")
+    r = run([ctl, "-e", ds[1].endpoint + "," + ds[0].endpoint,
+             "--token-file", token, "status"])
+    assert r.returncode == 0, r.stderr
+    assert "leader at" in r.stdout and ds[0].endpoint in r.stdout, r.stdout
+    for d in ds:
+        assert d.stop() == 0, d.diagnostics()
 
 
 def test_k8s_agent_command_accepted():

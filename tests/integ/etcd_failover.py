@@ -6,6 +6,11 @@ three-member etcd (127.0.0.1-3); one leads, the others stand by.
   - the host lost: kill -9 the leading rdzvd and the etcd member beside
     it: the same; the new leader says it leads in /metrics and in
     rdzvctl status (reached through the list of all three);
+  - standbys serve HTTP, not the client port: /metrics says
+    rdzvd_leader 0 with the leader's term, /readyz is 503 naming the
+    leader's address (200 on the leader alone), /api/status says where
+    the leader is, the rest of /api/ is 503, the status page loads; after
+    a failover the remaining standby names the new leader;
   - SIGSTOP the leader past its lease: a standby leads; SIGCONT: the old
     leader commits nothing (a SET sent to it while it was stopped gets
     no reply and is not stored) and exits with status 75;
@@ -25,7 +30,8 @@ import subprocess
 
 import rdzvtest as rt
 from agent_lib import Scope, conf, job_events
-from etcd_lib import EtcdCluster, etcd_rdzvd, skip_without_etcd
+from etcd_lib import (EtcdCluster, etcd_rdzvd, skip_without_etcd,
+                      standby_http)
 from etcd_store import DEPOSED, AckLog, check_acked
 
 HOSTS = ["127.0.0.1", "127.0.0.2", "127.0.0.3"]
@@ -42,6 +48,40 @@ def trio(etcd):
         rt.wait_until(lambda: "standing by" in d.log_text(), 20,
                       what="standby")
     return ds[0], ds[1:]
+
+
+def check_standby(d, leader):
+    """d stands by and says, on HTTP, that leader leads (and where)."""
+    import json
+    import urllib.error
+    want = [leader.metric(m) for m in ("rdzvd_leader_term",
+                                       "rdzvd_leader_failovers")]
+    # The new leader counts its election just after it won.
+    rt.wait_until(lambda: [d.metric(m) for m in (
+        "rdzvd_leader_term", "rdzvd_leader_failovers")] == want, 20,
+        what="the standby sees the leader's term and failovers")
+    assert d.metric("rdzvd_leader", default=None) == 0
+    assert "rdzvd_jobs" not in d.metrics_text()     # the leader's
+    st, body, _ = d.http_get("/readyz")
+    assert st == 503 and b"standing by" in body and \
+        leader.endpoint.encode() in body, (st, body)
+    assert leader.http_get("/readyz")[0] == 200
+    assert d.http_get("/healthz")[0] == 200
+    st, body, _ = d.http_get("/api/status")
+    doc = json.loads(body)["leader"]
+    assert st == 200 and not doc["leading"] and \
+        doc["listen"] == leader.endpoint and \
+        doc["http"] == "127.0.0.1:%d" % leader.http_port, (st, doc)
+    st, body, _ = d.http_get("/api/jobs")
+    assert st == 503 and b"stands by" in body, (st, body)
+    st, body, _ = d.http_get("/")
+    assert st == 200 and b"standing by" in body, st
+    # Not listening for clients: they move on to the next address.
+    try:
+        rt.connect(d.host, int(d.endpoint.rsplit(":", 1)[1]), 2.0).close()
+        raise AssertionError("a standby accepted a client")
+    except (ConnectionRefusedError, OSError):
+        pass
 
 
 def next_leader(standbys, timeout=30.0):
@@ -64,6 +104,8 @@ def next_leader(standbys, timeout=30.0):
 def failover(kill_member):
     etcd = EtcdCluster(3)
     leader, standbys = trio(etcd)
+    for d in standbys:
+        check_standby(standby_http(d), leader)
     w = AckLog(leader)
     rt.wait_until(lambda: len(w.acked) > 200, 30, what="writes acked")
     leader.kill9()
@@ -86,6 +128,9 @@ def failover(kill_member):
     assert re.search(r"leader +this rdzvd, term \d+, .* after 1 other",
                      st.stdout), st.stdout
     assert "store        " + etcd.store_arg in st.stdout, st.stdout
+    assert "clients " + new.endpoint in st.stdout, st.stdout
+    other = [d for d in standbys if d is not new][0]
+    check_standby(other, new)
     # It takes writes of its own, and a second failover loses none.
     w2 = AckLog(new, prefix=b"second-")
     rt.wait_until(lambda: len(w2.acked) > 50, 30, what="writes acked")

@@ -4,6 +4,9 @@
                            ports free on each address, fast election
                            timings (heartbeat 50 ms, election 500 ms, so a
                            1 s lease is allowed); waits until it serves
+    EtcdCluster(n, tls=t)  clients speak https and must show a certificate
+                           (t = etcd_tls(): a CA, the members' certificate
+                           and a client's, made with openssl now)
     c.endpoints            "127.0.0.1:P1,127.0.0.2:P2,..." for --store
     c.store_arg            "etcd://" + endpoints
     c.kill(i) / c.start(i) SIGKILL member i (0-based) / start it again on
@@ -12,6 +15,12 @@
     c.get_prefix(prefix)   {key bytes: value bytes} through the gateway
     c.wait_serving()       until a range request succeeds
     skip_without_etcd()    skip the whole file when etcd is not installed
+    etcd_rdzvd(c, ...)     an rdzvd on c (see there)
+    standby_http(d)        a standby's HTTP port, once it listens
+    leader_and_standby(a, b)  starts a (it leads) and b (it stands by) and
+                           checks their /readyz: 200 and 503 naming a
+    stands_by_saying(d, s) starts d, which cannot lead, until its log
+                           says s; checks it opened no client port
 
 Members are started with rdzvtest.spawn(), so nothing outlives the test.
 """
@@ -21,6 +30,7 @@ import json
 import os
 import shutil
 import socket
+import ssl
 import subprocess
 import time
 import urllib.request
@@ -48,8 +58,47 @@ def b64(b):
     return base64.b64encode(b).decode()
 
 
+_ETCD_EXT = """\
+[member_ext]
+basicConstraints = critical, CA:FALSE
+keyUsage = critical, digitalSignature, keyEncipherment
+extendedKeyUsage = serverAuth, clientAuth
+subjectAltName = IP:127.0.0.1, IP:127.0.0.2, IP:127.0.0.3
+[client_ext]
+basicConstraints = critical, CA:FALSE
+keyUsage = critical, digitalSignature, keyEncipherment
+extendedKeyUsage = clientAuth
+"""
+
+
+def etcd_tls():
+    """rdzvtest's test CA, a member certificate from it (127.0.0.1-3; for
+    clients too: etcd's JSON gateway dials its own gRPC port with it) and
+    a client certificate: {ca, cert, key, client_cert, client_key}."""
+    t = rt.make_tls_certs()
+    d = rt.mktemp("etcd-tls-")
+    cnf = os.path.join(d, "etcd.cnf")
+    with open(cnf, "w") as f:
+        f.write(_ETCD_EXT)
+    for name, ext, serial in (("member", "member_ext", "6"),
+                              ("client", "client_ext", "7")):
+        rt._openssl("req", "-new", "-newkey", "ec", "-pkeyopt",
+                    "ec_paramgen_curve:P-256", "-nodes", "-keyout",
+                    name + ".key", "-out", name + ".csr", "-subj",
+                    "/CN=" + name, cwd=d)
+        rt._openssl("x509", "-req", "-in", name + ".csr", "-CA", t["ca"],
+                    "-CAkey", t["ca_key"], "-set_serial", serial, "-days",
+                    "3", "-sha256", "-extfile", cnf, "-extensions", ext,
+                    "-out", name + ".pem", cwd=d)
+    j = lambda n: os.path.join(d, n)
+    return {"ca": t["ca"], "cert": j("member.pem"), "key": j("member.key"),
+            "client_cert": j("client.pem"), "client_key": j("client.key")}
+
+
 class EtcdCluster:
-    def __init__(self, n=1, tmpdir=None):
+    def __init__(self, n=1, tmpdir=None, tls=None):
+        self.tls = tls
+        self.scheme = "https" if tls else "http"
         self.dir = tmpdir or rt.mktemp("etcd-")
         self.hosts = ["127.0.0.%d" % (i + 1) for i in range(n)]
         self.client_ports = [free_port(h) for h in self.hosts]
@@ -75,13 +124,18 @@ class EtcdCluster:
         log = open(os.path.join(self.dir, "m%d.log" % (i + 1)), "ab")
         argv = [ETCD, "--name", "m%d" % (i + 1),
                 "--data-dir", os.path.join(self.dir, "m%d" % (i + 1)),
-                "--listen-client-urls", "http://%s:%d" % (h, cp),
-                "--advertise-client-urls", "http://%s:%d" % (h, cp),
+                "--listen-client-urls", "%s://%s:%d" % (self.scheme, h, cp),
+                "--advertise-client-urls", "%s://%s:%d" % (self.scheme, h,
+                                                          cp),
                 "--listen-peer-urls", "http://%s:%d" % (h, pp),
                 "--initial-advertise-peer-urls", "http://%s:%d" % (h, pp),
                 "--initial-cluster", self.initial,
                 "--initial-cluster-state", "new",
                 "--heartbeat-interval", "50", "--election-timeout", "500"]
+        if self.tls:
+            argv += ["--cert-file", self.tls["cert"], "--key-file",
+                     self.tls["key"], "--trusted-ca-file", self.tls["ca"],
+                     "--client-cert-auth"]
         self.procs[i] = rt.spawn(argv, stdout=log, stderr=log,
                                  cwd=self.dir)
         log.close()
@@ -99,15 +153,22 @@ class EtcdCluster:
         for i in range(len(self.hosts)):
             self.kill(i)
 
-    def post(self, path, body, timeout=3.0):
+    def post(self, path, body, timeout=3.0, headers=None):
         last = None
+        ctx = None
+        if self.tls:
+            ctx = ssl.create_default_context(cafile=self.tls["ca"])
+            ctx.load_cert_chain(self.tls["client_cert"],
+                                self.tls["client_key"])
         for h, p in zip(self.hosts, self.client_ports):
             try:
                 req = urllib.request.Request(
-                    "http://%s:%d%s" % (h, p, path),
+                    "%s://%s:%d%s" % (self.scheme, h, p, path),
                     data=json.dumps(body).encode(),
-                    headers={"Content-Type": "application/json"})
-                with urllib.request.urlopen(req, timeout=timeout) as r:
+                    headers=dict({"Content-Type": "application/json"},
+                                 **(headers or {})))
+                with urllib.request.urlopen(req, timeout=timeout,
+                                            context=ctx) as r:
                     return json.loads(r.read())
             except OSError as e:
                 last = e
@@ -155,3 +216,34 @@ def etcd_rdzvd(cluster, ttl_ms=1000, durability="strict", start=True,
     if start:
         d.start()
     return d
+
+
+def standby_http(d):
+    """The standby d's HTTP port, once it listens (before it leads)."""
+    rt.wait_until(lambda: os.path.exists(d.http_port_file), 20, 0.02,
+                  "the standby's http port file")
+    d.http_port = d._read_port(d.http_port_file)
+    return d
+
+
+def leader_and_standby(a, b):
+    """Starts a, which leads, then b, which stands by; their /readyz say
+    so (b's names a's address)."""
+    a.start()
+    b.start(wait=False)
+    rt.wait_until(lambda: "standing by" in b.log_text(), 20, what="standby")
+    standby_http(b)
+    st, body, _ = a.http_get("/readyz")
+    assert st == 200, (st, body)
+    st, body, _ = b.http_get("/readyz")
+    assert st == 503 and a.endpoint.encode() in body, (st, body)
+
+
+def stands_by_saying(d, says):
+    """Starts d, which cannot reach or use etcd, until its log says
+    `says`; it opened no client port; stops it."""
+    d.start(wait=False)
+    rt.wait_until(lambda: says in d.log_text(), 30,
+                  what="rdzvd saying %r" % says)
+    assert not os.path.exists(d.port_file)
+    assert d.stop() == 0, d.diagnostics()

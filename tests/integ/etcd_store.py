@@ -6,13 +6,26 @@
   - the whole etcd down: rdzvd says so in its log and exits (it cannot
     vouch for its leadership); a writer that logged every acknowledged
     SET finds each of them once etcd and a new rdzvd are back;
-  - bad --store arguments are refused with the cause and the fix.
+  - bad --store arguments are refused with the cause and the fix;
+  - a secured etcd: https with client certificates (a CA made by openssl
+    now): rdzvd with --etcd-cacert/--etcd-cert/--etcd-key leads and its
+    writes are in etcd; without its certificate it cannot reach etcd and
+    says so, standing by; etcd's authentication: --etcd-user and
+    --etcd-password-file lead, a wrong password is refused and said so;
+  - etc/rdzvd-etcd.conf (the three-host layout's settings) with this
+    machine's addresses: two rdzvds on it, one leads (/readyz 200), the
+    other stands by (/readyz 503 naming the leader).
 """
 
+import base64
+import os
+import re
 import threading
 
 import rdzvtest as rt
-from etcd_lib import EtcdCluster, etcd_rdzvd, skip_without_etcd
+from etcd_lib import (EtcdCluster, b64, etcd_rdzvd, etcd_tls,
+                      leader_and_standby, skip_without_etcd,
+                      stands_by_saying)
 
 DEPOSED = 75    # rdzvd's exit status when it can no longer lead
 
@@ -128,6 +141,82 @@ def test_bad_store_arguments():
              "--etcd-key")):
         rc, out, err = rt.run_rdzvd(["-d"] + args)
         assert rc != 0 and want in err, (args, rc, err)
+
+
+def test_etcd_tls():
+    tls = etcd_tls()
+    etcd = EtcdCluster(1, tls=tls)
+    d = etcd_rdzvd(etcd, extra=["--etcd-cacert", tls["ca"], "--etcd-cert",
+                                tls["client_cert"], "--etcd-key",
+                                tls["client_key"]])
+    d.native().set(b"over-tls", b"1")
+    assert any(k.endswith(b"/over-tls") for k in
+               etcd.get_prefix(b"/rdzv/kv/")), "the write is not in etcd"
+    assert d.stop() == 0, d.diagnostics()
+    # No client certificate: etcd refuses the handshake; rdzvd says so
+    # and waits, leading nothing.
+    stands_by_saying(etcd_rdzvd(etcd, start=False, extra=[
+        "--etcd-cacert", tls["ca"]]), "cannot reach the cluster")
+
+
+def test_etcd_auth():
+    etcd = EtcdCluster(1)
+    etcd.post("/v3/auth/user/add", {"name": "root", "password": "rootpw"})
+    etcd.post("/v3/auth/user/grant", {"user": "root", "role": "root"})
+    etcd.post("/v3/auth/enable", {})
+    tmp = rt.mktemp("etcd-auth-")
+    good, wrong = os.path.join(tmp, "good"), os.path.join(tmp, "wrong")
+    for path, pw in ((good, "rootpw\n"), (wrong, "nope\n")):
+        with open(path, "w") as f:
+            f.write(pw)
+        os.chmod(path, 0o600)
+    d = etcd_rdzvd(etcd, extra=["--etcd-user", "root",
+                                "--etcd-password-file", good])
+    d.native().set(b"authed", b"1")
+    tok = etcd.post("/v3/auth/authenticate", {"name": "root",
+                                              "password": "rootpw"})["token"]
+    r = etcd.post("/v3/kv/range", {"key": b64(b"/rdzv/kv/"),
+                                   "range_end": b64(b"/rdzv/kv0")},
+                  headers={"Authorization": tok})
+    assert any(base64.b64decode(kv["key"]).endswith(b"/authed")
+               for kv in r.get("kvs", [])), r
+    rc = d.stop()
+    assert rc == 0, (rc, d.diagnostics())
+    stands_by_saying(etcd_rdzvd(etcd, start=False, extra=[
+        "--etcd-user", "root", "--etcd-password-file", wrong]),
+        "refused user root")
+
+
+def test_three_host_config():
+    etcd = EtcdCluster(1)
+    with open(os.path.join(rt.top_srcdir(), "etc", "rdzvd-etcd.conf")) as f:
+        conf = f.read()
+    ds = []
+    for host in ("127.0.0.1", "127.0.0.2"):
+        d = etcd_rdzvd(etcd, host=host, start=False)
+        text = re.sub(r"^store = .*$", "store = " + etcd.store_arg, conf,
+                      flags=re.M)
+        text = re.sub(r"^listen = .*$", "listen = " + d.endpoint, text,
+                      flags=re.M)
+        text = re.sub(r"^http = .*$", "http = 127.0.0.1:0", text,
+                      flags=re.M)
+        # etcd_lib's members allow a 1 s lease: quicker to stop.
+        text = re.sub(r"^leader-ttl-ms = .*$", "leader-ttl-ms = 1000",
+                      text, flags=re.M)
+        path = os.path.join(d.tmpdir, "rdzvd-etcd.conf")
+        with open(path, "w") as f:
+            f.write(text)
+        d.raw = True
+        d.extra = ["--config", path, "--port-file", d.port_file,
+                   "--http-port-file", d.http_port_file, "--log-file",
+                   os.path.join(d.tmpdir, "rdzvd.log")]
+        ds.append(d)
+    leader_and_standby(*ds)
+    c = ds[0].native()
+    c.set(b"k", b"v")
+    assert c.get(b"k") == b"v"
+    for d in ds:
+        assert d.stop() == 0, d.diagnostics()
 
 
 if __name__ == "__main__":

@@ -60,6 +60,14 @@ for p in man8/rdzvd.8 man1/rdzv-agent.1 man1/rdzvctl.1; do
 done
 check_file "$sysconfdir/rdzv/rdzvd.conf"
 check_file "$sysconfdir/rdzv/agent.conf"
+check_file "$sysconfdir/rdzv/rdzvd-etcd.conf"
+# The three-host layout's drop-in: documentation, not an active drop-in.
+docdir=$(var docdir)
+check_file "$docdir/examples/rdzvd-etcd.conf"
+grep -q "^ExecStart=$sbindir/rdzvd --config $sysconfdir/rdzv/rdzvd-etcd.conf$" \
+    "$D$docdir/examples/rdzvd-etcd.conf" || fail "rdzvd-etcd.conf ExecStart"
+[ -z "$unitdir" ] || [ ! -e "$D$unitdir/rdzvd.service.d" ] ||
+	fail "a drop-in installed for rdzvd.service"
 # Nothing of the build's own (libcommon, test programs) is installed.
 extra=$(cd "$D" && find . -type f |
     grep -E 'libcommon|libkv|librdzvstate|librdzvd|worker_check|storeload|ddp_mlp' || true)

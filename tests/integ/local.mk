@@ -42,6 +42,11 @@ INTEG_TESTS += tests/integ/repair_chan.py
 INTEG_TESTS += tests/integ/repair_agent.py
 # ... its harder cases: the watchdog, a second failure, rdzvd kill -9.
 INTEG_TESTS += tests/integ/repair_agent2.py
+# Stragglers named (events, metric, members) and replaced (repair, or a
+# standby in the straggling node's place); C workers under real agents.
+INTEG_TESTS += tests/integ/straggler.py
+# Nodes joining and leaving a running job in place (no restart).
+INTEG_TESTS += tests/integ/elastic_inplace.py
 # rdzvd --store etcd: real etcd members on 127.0.0.1-3 (skipped without
 # etcd); etcd_lib.py starts them.
 INTEG_TESTS += tests/integ/etcd_store.py tests/integ/etcd_failover.py

@@ -93,7 +93,7 @@ def check_doc(job, doc, since):
     assert 12000 <= pa["oldest_report_ms_ago"] <= 12000 + since + 5, pa
     pb = m[job.b.node_id]["progress"]
     assert pb == {"ranks_reporting": 2, "min_step": 50, "max_step": 50,
-                  "oldest_report_ms_ago": 0}, pb
+                  "oldest_report_ms_ago": 0, "stragglers": []}, pb
     assert m[job.c.node_id]["progress"] is None
     assert m[job.s.node_id]["progress"] is None
     assert m[job.s.node_id]["state"] == "standby"
@@ -117,11 +117,12 @@ def test_api_and_admin_job():
     assert members(later)[job.a.node_id]["progress"][
         "oldest_report_ms_ago"] >= members(doc)[job.a.node_id][
         "progress"]["oldest_report_ms_ago"] + 250
-    # A new report is seen at once; a malformed one replacing a good one
+    # A new report is seen at once (with its wait on peers, a third
+    # field, too); a malformed one (a fourth field) replacing a good one
     # takes that rank out of the count.
     ra = job.base[job.a.node_id]
-    job.n.set("progress/%d" % (ra + 2), "1250 %d" % now_ms())
-    job.n.set("progress/%d" % (ra + 1), "1180 %d 7" % now_ms())
+    job.n.set("progress/%d" % (ra + 2), "1250 %d 30" % now_ms())
+    job.n.set("progress/%d" % (ra + 1), "1180 %d 7 9" % now_ms())
     pa = members(json.loads(d.http_get("/api/jobs/" + JOB)[1]))[
         job.a.node_id]["progress"]
     assert pa["ranks_reporting"] == 2 and \

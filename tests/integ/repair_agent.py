@@ -78,7 +78,16 @@ def start_job(s, d, job, env_b=None, program=None, env=None, extra=()):
 def finish(d, job, agents):
     """Both agents exit 0; returns (hashes by rank, accuracy, events)."""
     for x in agents:
-        rc = x.wait(60)
+        try:
+            rc = x.wait(60)
+        except AssertionError as e:
+            # A hung job: every agent's side, and the events, say why.
+            raise AssertionError("%s\n--- the other agents ---\n%s\n"
+                                 "--- events ---\n%s" % (
+                                     e, "\n".join(y.output()[-3000:]
+                                                  for y in agents
+                                                  if y is not x),
+                                     "\n".join(events(d, job))))
         assert rc == 0, (rc, x.output()[-3000:])
     out = "".join(x.output() for x in agents)
     hashes = {int(r): h for r, h in HASH_RE.findall(out)}

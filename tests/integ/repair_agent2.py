@@ -7,9 +7,10 @@ worker that cannot repair).  Checks:
     PIDs unchanged, no restart); its peers, blocked on it, say "wait"
     on the channel and are spared;
   - a second failure while a replacement is pending (a survivor on the
-    other node SIGKILLed after the shrink, before the grow): the repair
-    escalates to a full restart ("a second failure during a repair"),
-    every worker is new, the job still succeeds;
+    other node SIGKILLed after the shrink, before the grow): the round
+    shrinks again to 2 (no restart), each replacement grows it back when
+    ready (to 3, then 4), the two untouched workers keep their PIDs, and
+    the job succeeds with one set of parameters on every rank;
   - rdzvd kill -9 after the shrink, before the grow: rdzvd restarted on
     the same database (and port) resumes the repair: the replacement's
     readiness brings the grow, the survivors' PIDs never change, no
@@ -103,16 +104,17 @@ def test_stopped_rank_watchdog_repairs():
     d.stop()
 
 
-def test_second_failure_escalates():
-    """A survivor dies while the replacement is pending: a restart."""
+def test_second_failure_shrinks_again():
+    """A survivor dies while the replacement is pending: shrink again."""
     need_data()
     d = rt.Rdzvd()
     with Scope("repair-agent2-") as s:
         gate = os.path.join(s.tmp, "gate")
-        program, env = gated(gate)
+        program, env = gated(gate, LONGER)
         a, b = start_job(s, d, "second", program=program, env=env)
-        before = set(a.children()) | set(b.children())
-        os.kill(sorted(b.children())[0], signal.SIGKILL)
+        va, vb = sorted(a.children())[0], sorted(b.children())[0]
+        kept = (set(a.children()) | set(b.children())) - {va, vb}
+        os.kill(vb, signal.SIGKILL)
         wait_event(d, "second", "repair: shrink to 3", [a, b], 30,
                    "the shrink round")
         # Both agents are in the shrink round: the next death is one of
@@ -121,21 +123,29 @@ def test_second_failure_escalates():
                                   for x in (a, b)),
                       timeout=30, what="the agents in the shrink round")
         assert not has(d, "second", "repair: grow")
-        os.kill(sorted(a.children())[0], signal.SIGKILL)
-        wait_event(d, "second", "restart 1 of", [a, b], 30, "a restart")
-        rt.wait_until(lambda: len(a.children()) == 2 and
-                      len(b.children()) == 2 and
-                      not (set(a.children()) | set(b.children())) & before,
-                      timeout=30, what="4 new workers")
+        os.kill(va, signal.SIGKILL)
+        wait_event(d, "second", "repair: shrink to 2", [a, b], 30,
+                   "the second shrink round")
+        assert kept <= set(a.children()) | set(b.children()), \
+            (kept, events(d, "second"), a.output()[-3000:],
+             b.output()[-3000:])
+        with open(gate, "w"):
+            pass        # both replacements go on
+        wait_event(d, "second", "repair: grow to 4", [a, b], 60,
+                   "the second grow round")
+        assert kept <= set(a.children()) | set(b.children()), kept
         hashes, _, ev = finish(d, "second", [a, b])
+    print("  " + "\n  ".join(t for t in ev if t.startswith("repair")))
     assert sorted(hashes) == [0, 1, 2, 3], hashes
     assert len(set(hashes.values())) == 1, hashes
-    assert ("repair escalated to restart: a second failure during a "
-            "repair") in ev, "%s\n%s" % (ev, "\n".join(
-                x.output()[-4000:] for x in (a, b)))
-    assert not any(t.startswith("repair: grow") for t in ev), ev
-    assert d.metric("rdzvd_repairs_total") == 1
-    assert d.metric("rdzvd_restarts_total") == 1
+    assert any(t.startswith("repair: shrink to 2 after node") and
+               t.endswith("(during a repair: another replacement on its "
+                          "way)") for t in ev), ev
+    assert any(t.startswith("repair: grow to 3") for t in ev), ev
+    assert not any(t.startswith("restart ") or "escalated" in t
+                   for t in ev), ev
+    assert d.metric("rdzvd_repairs_total") == 4
+    assert d.metric("rdzvd_restarts_total") == 0
     d.stop()
 
 

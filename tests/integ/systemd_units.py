@@ -194,6 +194,42 @@ def test_security_rating():
     assert exposure(loose) > 5.0
 
 
+def test_etcd_dropin():
+    """systemd/rdzvd-etcd.conf (the three-host layout on etcd) applied to
+    rdzvd.service: verify is clean, the rating stays, it runs rdzvd on
+    etc/rdzvd-etcd.conf (which etcd_store.py runs against real etcd) and
+    brings a deposed leader (status 75) back as a standby."""
+    tool = analyze()
+    tmp = rt.mktemp("rdzv-units-")
+    paths, man = staged_units(tmp)
+    drop = built("rdzvd-etcd.conf")
+    assert not re.search(r"@[a-z]+@", drop), drop
+    s = settings(drop)
+    # An empty ExecStart= first: the drop-in replaces the unit's.
+    assert s["ExecStart"][0] == "" and len(s["ExecStart"]) == 2, s
+    assert re.search(r"/rdzvd --config \S+/rdzv/rdzvd-etcd\.conf$",
+                     s["ExecStart"][1]), s["ExecStart"]
+    assert s["Restart"] == ["on-failure"], s
+    # A drop-in's sections add to the unit's, as a repeated section does.
+    drop = re.sub(r"^(ExecStart=)\S*/rdzvd ", r"\1%s/rdzvd " %
+                  os.path.join(BUILD, "rdzvd"), drop, flags=re.M)
+    merged = os.path.join(tmp, "rdzvd-etcd.service")
+    with open(paths[0]) as f, open(merged, "w") as g:
+        g.write(f.read() + "\n" + drop)
+    env = dict(os.environ, MANPATH=man)
+    man_args = ["--man=no"] if shutil.which("man") is None else []
+    r = subprocess.run([tool, "verify"] + man_args + [merged], env=env,
+                       capture_output=True, text=True, timeout=60)
+    out = (r.stdout + r.stderr).strip()
+    ours = [line for line in out.splitlines() if "rdzv" in line]
+    assert r.returncode == 0 and not ours, out
+    assert exposure(merged) <= 2.0
+    with open(os.path.join(SRC, "etc", "rdzvd-etcd.conf")) as f:
+        conf = f.read()
+    assert re.search(r"^store = etcd://\S+,\S+,\S+$", conf, re.M), conf
+    assert re.search(r"^durability = strict$", conf, re.M), conf
+
+
 def agent_options():
     """Every option rdzv-agent takes (the table in agent/cli.c, which
     also has options --help leaves out), checked against --help."""

@@ -74,3 +74,11 @@ tests_unit_test_handshake_SOURCES = tests/unit/test_handshake.c
 tests_unit_test_handshake_CFLAGS = $(AM_CFLAGS) $(CMOCKA_CFLAGS) $(LIBEVENT_CFLAGS)
 tests_unit_test_handshake_LDADD = common/libcommon.la $(CMOCKA_LIBS) $(LIBEVENT_LIBS) $(LIBBSD_LIBS)
 endif
+# The straggler detector (rdzvd/straggler.c: pure, no I/O).
+if HAVE_CMOCKA
+check_PROGRAMS += tests/unit/test_straggler
+TESTS += tests/unit/test_straggler
+tests_unit_test_straggler_SOURCES = tests/unit/test_straggler.c
+tests_unit_test_straggler_CFLAGS = $(UNIT_CFLAGS)
+tests_unit_test_straggler_LDADD = $(UNIT_LDADD)
+endif

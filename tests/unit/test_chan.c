@@ -207,6 +207,12 @@ test_round_stop(void **state)
 	assert_int_equal(parse("stop reason=x", &m), 0);
 	assert_int_equal(m.verb, CHAN_STOP);
 	assert_int_equal(parse("stop now", &m), RDZV_EPROTO);
+
+	assert_int_equal(parse("leave", &m), 0);
+	assert_int_equal(m.verb, CHAN_LEAVE);
+	assert_int_equal(parse("leave at=3", &m), 0);
+	assert_int_equal(m.verb, CHAN_LEAVE);
+	assert_int_equal(parse("leave now", &m), RDZV_EPROTO);
 }
 
 /* ROUND_TEXT with the word of key replaced by word (NULL: dropped). */
@@ -423,6 +429,8 @@ test_round_trips(void **state)
 	round_trip(&m, "ready");
 	m.verb = CHAN_STOP;
 	round_trip(&m, "stop");
+	m.verb = CHAN_LEAVE;
+	round_trip(&m, "leave");
 
 	round_ok(&m);
 	round_trip(&m, ROUND_TEXT);

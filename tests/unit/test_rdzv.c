@@ -1094,23 +1094,110 @@ test_topo_one_replica_restarts(void **state)
 	    "restarts from its checkpoint");
 }
 
-/* A second failure while the replacement is pending: a restart. */
+/*
+ * Two grows back to back keep their donor: after two deaths the donor is
+ * node 1's local rank 1; node 1's replacement (rank 0 once in) comes in
+ * first, and when node 2's comes in the round after, the donor is still
+ * node 1's local rank 1 (rank 1), not the replacement of the grow
+ * before, which may not hold the job's state yet.
+ */
 static void
-test_repair_second_failure(void **state)
+test_repair_two_grows_keep_donor(void **state)
 {
 	struct fx	*f = *state;
 
 	repair_job(f, 1, 1);
 	assert_int_equal(run(f, fail_repair(f, 2, 1, 1, 100)), 0);
+	assert_int_equal(run(f, fail_repair(f, 1, 2, 0, 110)), 0);
+	assert_int_equal(ready(f, 1, 3, 0, 200), 0);
+	assert_int_equal(ob.npush, 2);
+	assert_repair_push(0, NAT_KIND_GROW, 4, 1, 3, 0, 1, 3);
+	assert_repair_push(1, NAT_KIND_GROW, 4, 2, 3, 2, 1, 1);
+	drain(f->rz);
+	assert_int_equal(ready(f, 2, 4, 1, 201), 0);
+	assert_int_equal(ob.npush, 2);
+	assert_repair_push(0, NAT_KIND_GROW, 5, 1, 4, 0, 1, 3);
+	assert_repair_push(1, NAT_KIND_GROW, 5, 2, 4, 2, 1, 3);
+	drain(f->rz);
+	assert_true(event_has(f, "repair: grow to 4, node 2 local rank 1 "
+	    "back, round 5, donor 1"));
+}
+
+/*
+ * A second failure while the first replacement is on its way shrinks
+ * again (world 2, no restart); the first replacement's READY grows to 3
+ * (it is never the donor), then the second replacement is awaited, with
+ * a deadline of its own, and its READY grows to 4.  Below one worker
+ * left, or past the timeout, it is a restart as before.
+ */
+static void
+test_repair_second_failure(void **state)
+{
+	struct fx	*f = *state;
+	struct rz_stats	 st;
+
+	repair_job(f, 1, 1);
+	assert_int_equal(run(f, fail_repair(f, 2, 1, 1, 100)), 0);
 	assert_int_equal(fail_repair(f, 1, 2, 0, 110), 0);
-	assert_restart(f, 3, "repair escalated to restart: a second failure "
-	    "during a repair");
+	assert_int_equal(ob.npush, 2);
+	assert_repair_push(0, NAT_KIND_SHRINK, 3, 1, 2, 0, 0, 2);
+	assert_repair_push(1, NAT_KIND_SHRINK, 3, 2, 2, 1, 0, 1);
+	drain(f->rz);
+	assert_true(event_has(f, "repair: shrink to 2 after node 1 local rank "
+	    "0 died (signal 9), round 3, donor 0 (during a repair: another "
+	    "replacement on its way)"));
+	/* The first replacement (node 2's local rank 1) comes in. */
+	assert_int_equal(ready(f, 2, 3, 1, 200), 0);
+	assert_int_equal(ob.npush, 2);
+	assert_repair_push(0, NAT_KIND_GROW, 4, 1, 3, 0, 0, 2);
+	assert_repair_push(1, NAT_KIND_GROW, 4, 2, 3, 1, 0, 3);
+	drain(f->rz);
+	/* Then the second, awaited for the whole timeout from there. */
+	assert_int_equal(rz_next_deadline(f->rz), 1000);	/* a lease */
+	assert_int_equal(ready(f, 1, 4, 0, 300), 0);
+	assert_int_equal(ob.npush, 2);
+	assert_repair_push(0, NAT_KIND_GROW, 5, 1, 4, 0, 1, 3);
+	assert_repair_push(1, NAT_KIND_GROW, 5, 2, 4, 2, 1, 3);
+	drain(f->rz);
+	assert_true(event_has(f, "repair: grow to 4, node 1 local rank 0 "
+	    "back, round 5, donor 1"));
+	assert_false(event_has(f, "escalated"));
+	rz_get_stats(f->rz, &st);
+	assert_int_equal(st.restarts_total, 0);
+	assert_int_equal(st.repairs_total, 4);
+}
+
+/* Two failures pending, the second replacement never ready: once the
+ * first is in, the second's own timeout restarts the job. */
+static void
+test_repair_second_failure_timeout(void **state)
+{
+	struct fx	*f = *state;
+
+	repair_job(f, 1, 1);
+	assert_int_equal(run(f, fail_repair(f, 2, 1, 1, 100)), 0);
+	assert_int_equal(run(f, fail_repair(f, 1, 2, 0, 110)), 0);
+	assert_int_equal(run(f, ready(f, 2, 3, 1, 200)), 0);
+	/* Both nodes alive all along (leases of 1 s). */
+	assert_int_equal(run(f, rz_heartbeat(f->rz, slice_str("ob"), 1, 1,
+	    &conn_a, 59900, &ob)), 0);
+	assert_int_equal(run(f, rz_heartbeat(f->rz, slice_str("ob"), 2, 1,
+	    &conn_b, 59900, &ob)), 0);
+	rz_tick(f->rz, 200 + 59999, &ob);
+	assert_int_equal(ob.npush, 0);
+	drain(f->rz);
+	rz_tick(f->rz, 200 + 60000, &ob);
+	assert_int_equal(ob.push[0].round.state, RDZV_ROUND_STOP);
+	drain(f->rz);
+	assert_true(event_has(f, "repair escalated to restart: node 1 local "
+	    "rank 0: its replacement was not ready within 60000 ms"));
 }
 
 /*
  * A failure reported for the round before the repair (its agent had not
  * heard of the shrink yet) on the other node is a second failure during
- * the repair: a restart.  The first death reported again is nothing.
+ * the repair: it shrinks again.  The first death reported again is
+ * nothing.
  */
 static void
 test_repair_second_failure_old_round(void **state)
@@ -1123,8 +1210,13 @@ test_repair_second_failure_old_round(void **state)
 	assert_int_equal(ob.npush, 0);
 	drain(f->rz);
 	assert_int_equal(fail_repair(f, 1, 1, 0, 110), 0);
-	assert_restart(f, 3, "repair escalated to restart: a second failure "
-	    "during a repair");
+	assert_int_equal(ob.npush, 2);
+	assert_repair_push(0, NAT_KIND_SHRINK, 3, 1, 2, 0, 0, 2);
+	drain(f->rz);
+	/* The second death reported again: nothing. */
+	assert_int_equal(fail_repair(f, 1, 2, 0, 120), 0);
+	assert_int_equal(ob.npush, 0);
+	drain(f->rz);
 }
 
 /* The replacement not READY in time: rz_tick restarts the job. */
@@ -1315,6 +1407,8 @@ test_repair_lost_below_min(void **state)
 	assert_true(event_has(f, "repair escalated to restart: node 1 (host "
 	    "h) lost (it left): no standby, and fewer than min_nodes would be "
 	    "left"));
+	assert_true(event_has(f, "below min_nodes: 1 of 2 nodes left, the "
+	    "job waits for nodes to join"));
 }
 
 /* max_repairs 0 (JOIN): never a repair. */
@@ -1370,6 +1464,170 @@ test_repair_reload(void **state)
 	drain(f->rz);
 }
 
+/*
+ * Joining in place: job "ob" of nodes 2:4 (two workers each), nodes 1
+ * and 2 running and repairable at 10, a last call of last_call ms and a
+ * repair timeout of 500 ms.
+ */
+static void
+elastic_job(struct fx *f, int64_t last_call)
+{
+	struct nat_join	r;
+
+	join_req(&r, "ob", "i1", 2, 4);
+	r.local_world_size = 2;
+	r.lease_ms = 100000;
+	r.last_call_ms = last_call;
+	r.repair_timeout_ms = 500;
+	assert_int_equal(run(f, rz_join(f->rz, &r, &conn_a, 0, &ob)), 0);
+	r.instance = slice_str("i2");
+	assert_int_equal(rz_join(f->rz, &r, &conn_b, 0, &ob), 0);
+	drain(f->rz);
+	if (last_call > 0) {
+		rz_tick(f->rz, last_call, &ob);
+		drain(f->rz);
+	}
+	assert_int_equal(run(f, rz_heartbeat(f->rz, slice_str("ob"), 1, 1,
+	    &conn_a, 10, &ob)), 0);
+	assert_int_equal(run(f, rz_heartbeat(f->rz, slice_str("ob"), 2, 1,
+	    &conn_b, 10, &ob)), 0);
+}
+
+/* A third node of two workers joins "ob" at now (not drained). */
+static int
+elastic_join(struct fx *f, const char *inst, void *conn, int64_t now)
+{
+	struct nat_join	r;
+
+	join_req(&r, "ob", inst, 2, 4);
+	r.local_world_size = 2;
+	r.lease_ms = 100000;
+	r.repair_timeout_ms = 500;
+	return rz_join(f->rz, &r, conn, now, &ob);
+}
+
+/*
+ * A node joins a running, repairable job below its maximum: no STOP, no
+ * new round for the members; the joiner alone is told, in a repair
+ * round with none of its workers live (the running round's number and
+ * namespace); its first READY changes nothing, its last opens one grow
+ * round of world 6 to every member (the donor a survivor); no restart.
+ */
+static void
+test_join_in_place(void **state)
+{
+	struct fx	*f = *state;
+	struct rz_stats	 st;
+
+	elastic_job(f, 0);
+	assert_int_equal(elastic_join(f, "i3", &conn_c, 100), 0);
+	assert_int_equal(ob.npush, 1);
+	assert_int_equal(ob.nport, 0);
+	assert_ptr_equal(ob.push[0].conn, &conn_c);
+	assert_repair_push(0, NAT_KIND_SHRINK, 1, 3, 4, 4, 0, 0);
+	assert_int_equal(ob.push[0].round.group_rank, 2);
+	assert_int_equal(ob.push[0].round.group_world_size, 3);
+	assert_string_equal(ob.push[0].round.store_ns.p, "job/ob/round/1");
+	drain(f->rz);
+	assert_true(event_has(f, "join: node 3 (host h) taken in place as "
+	    "group rank 2: its 2 workers start, round 1 goes on"));
+	assert_int_equal(run(f, ready(f, 3, 1, 0, 200)), 0);
+	assert_int_equal(ready(f, 3, 1, 1, 210), 0);
+	assert_int_equal(ob.npush, 3);
+	assert_repair_push(0, NAT_KIND_GROW, 2, 1, 6, 0, 0, 3);
+	assert_repair_push(1, NAT_KIND_GROW, 2, 2, 6, 2, 0, 3);
+	assert_repair_push(2, NAT_KIND_GROW, 2, 3, 6, 4, 0, 3);
+	assert_int_equal(ob.nport, 2);
+	assert_string_equal(ob.port[1].ns, "job/ob/round/2");
+	drain(f->rz);
+	assert_true(event_has(f, "join: grow to 6, 1 node in place (3) with "
+	    "2 workers, round 2, donor 0"));
+	/* A repeat is late news; a failure now repairs as ever. */
+	assert_int_equal(ready(f, 3, 2, 1, 220), 0);
+	assert_int_equal(ob.npush, 0);
+	drain(f->rz);
+	assert_int_equal(run(f, rz_heartbeat(f->rz, slice_str("ob"), 3, 1,
+	    &conn_c, 230, &ob)), 0);
+	assert_int_equal(fail_repair(f, 3, 2, 0, 240), 0);
+	assert_int_equal(ob.npush, 3);
+	assert_repair_push(2, NAT_KIND_SHRINK, 3, 3, 5, 4, 0, 2);
+	drain(f->rz);
+	rz_get_stats(f->rz, &st);
+	assert_int_equal(st.restarts_total, 0);
+	assert_false(event_has(f, "ended"));
+}
+
+/*
+ * Two nodes join 10 ms apart with a last call of 100 ms: both ready at
+ * 50, the grow waits for the last call after the second (rz_tick's
+ * deadline 120), then one grow round takes both in; a fifth node finds
+ * the job at its maximum and stands by.
+ */
+static void
+test_join_two_one_grow(void **state)
+{
+	struct fx	*f = *state;
+	static char	 conn_d, conn_e;
+	int64_t		 l;
+
+	elastic_job(f, 100);
+	assert_int_equal(run(f, elastic_join(f, "i3", &conn_c, 1000)), 0);
+	assert_int_equal(run(f, elastic_join(f, "i4", &conn_d, 1010)), 0);
+	for (l = 0; l < 2; l++) {
+		assert_int_equal(run(f, ready(f, 3, 1, l, 1050)), 0);
+		assert_int_equal(ready(f, 4, 1, l, 1050), 0);
+		assert_int_equal(ob.npush, 0);
+		drain(f->rz);
+	}
+	assert_int_equal(rz_next_deadline(f->rz), 1110);
+	rz_tick(f->rz, 1110, &ob);
+	assert_int_equal(ob.npush, 4);
+	assert_repair_push(2, NAT_KIND_GROW, 2, 3, 8, 4, 0, 3);
+	assert_repair_push(3, NAT_KIND_GROW, 2, 4, 8, 6, 0, 3);
+	drain(f->rz);
+	assert_true(event_has(f, "join: grow to 8, 2 nodes in place (3, 4) "
+	    "with 4 workers, round 2, donor 0"));
+	assert_int_equal(elastic_join(f, "i5", &conn_e, 1200), 0);
+	assert_int_equal(ob.npush, 1);
+	assert_int_equal(ob.push[0].round.state, RDZV_ROUND_STANDBY);
+	drain(f->rz);
+}
+
+/* A member that cannot repair: the joiner rescales by restart. */
+static void
+test_join_not_repairable(void **state)
+{
+	struct fx	*f = *state;
+
+	elastic_job(f, 0);
+	assert_int_equal(run(f, rz_heartbeat(f->rz, slice_str("ob"), 2, 0,
+	    &conn_b, 20, &ob)), 0);
+	assert_int_equal(elastic_join(f, "i3", &conn_c, 100), 0);
+	assert_int_equal(ob.push[0].round.state, RDZV_ROUND_STOP);
+	drain(f->rz);
+	assert_true(event_has(f, "join: node 3 cannot be taken in place (node "
+	    "2 (host h) cannot repair): rescale by restart"));
+	assert_true(event_has(f, "round 1 ended: a node joined below max"));
+}
+
+/* A joiner not ready within the repair timeout: a restart. */
+static void
+test_join_timeout(void **state)
+{
+	struct fx	*f = *state;
+
+	elastic_job(f, 0);
+	assert_int_equal(run(f, elastic_join(f, "i3", &conn_c, 100)), 0);
+	assert_int_equal(run(f, ready(f, 3, 1, 0, 200)), 0);
+	assert_int_equal(rz_next_deadline(f->rz), 600);
+	rz_tick(f->rz, 600, &ob);
+	assert_int_equal(ob.push[0].round.state, RDZV_ROUND_STOP);
+	drain(f->rz);
+	assert_true(event_has(f, "join escalated to restart: node 3 (host h), "
+	    "joining in place: its workers were not ready within 500 ms"));
+	assert_true(event_has(f, "restart 1 of 3"));
+}
+
 int
 main(void)
 {
@@ -1410,8 +1668,20 @@ main(void)
 		    test_repair_second_failure_old_round, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_repair_second_failure,
 		    setup, teardown),
+		cmocka_unit_test_setup_teardown(
+		    test_repair_second_failure_timeout, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_repair_two_grows_keep_donor,
+		    setup, teardown),
 		cmocka_unit_test_setup_teardown(test_repair_ready_timeout,
 		    setup, teardown),
+		cmocka_unit_test_setup_teardown(test_join_in_place, setup,
+		    teardown),
+		cmocka_unit_test_setup_teardown(test_join_two_one_grow, setup,
+		    teardown),
+		cmocka_unit_test_setup_teardown(test_join_not_repairable, setup,
+		    teardown),
+		cmocka_unit_test_setup_teardown(test_join_timeout, setup,
+		    teardown),
 		cmocka_unit_test_setup_teardown(test_repair_ends_in_shrink,
 		    setup, teardown),
 		cmocka_unit_test_setup_teardown(test_repair_lost_standby,

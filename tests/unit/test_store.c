@@ -262,6 +262,63 @@ test_roundtrip(void **state)
 	event_base_free(base);
 }
 
+/*
+ * One batch in which keys are written many times: only the last PUT or
+ * DEL of each key reaches sqlite, and what comes back is what the kv
+ * held (a drop between two writes of a key, keys that differ only in
+ * where ns ends).
+ */
+static void
+test_coalesce(void **state)
+{
+	struct event_base	*base;
+	struct kv		*kv;
+	struct store		*st;
+	struct done		 d = { 0, 0 };
+	char			 path[256], v[16];
+	int			 i;
+
+	dbpath(path, sizeof path, "coalesce.db");
+	base = event_base_new();
+	assert_non_null(base);
+	st = open_store(path, STORE_RELAXED, 1000, base, &kv, &d);
+	assert_non_null(st);
+	for (i = 0; i < 300; i++) {
+		snprintf(v, sizeof v, "v%d", i);
+		assert_int_equal(kv_set(kv, S(""), S("ctr"), S(v)), 0);
+		assert_int_equal(kv_set(kv, S("n"), S(v), S("each")), 0);
+	}
+	assert_int_equal(kv_set(kv, S("a"), S("x"), S("1")), 0);
+	assert_int_equal(kv_delete(kv, S("a"), S("x")), 1);
+	assert_int_equal(kv_set(kv, S("a"), S("x"), S("again")), 0);
+	assert_int_equal(kv_set(kv, S("a"), S("y"), S("1")), 0);
+	assert_int_equal(kv_delete(kv, S("a"), S("y")), 1);
+	assert_int_equal(kv_set(kv, S("d"), S("z"), S("before")), 0);
+	assert_int_equal(kv_set(kv, S("d"), S("w"), S("before")), 0);
+	assert_int_equal(kv_ns_drop(kv, S("d")), 0);
+	assert_int_equal(kv_set(kv, S("d"), S("z"), S("after")), 0);
+	assert_int_equal(kv_set(kv, S("ab"), S("c"), S("ab/c")), 0);
+	assert_int_equal(kv_set(kv, S("a"), S("bc"), S("a/bc")), 0);
+	assert_int_equal(kv_set(kv, S("ab"), S("c"), S("ab/c2")), 0);
+	store_close(st);
+	kv_free(kv);
+
+	st = open_store(path, STORE_RELAXED, 10, base, &kv, &d);
+	assert_non_null(st);
+	assert_value(kv, S(""), S("ctr"), S("v299"));
+	assert_int_equal(kv_num_keys(kv, S("n")), 300);
+	assert_value(kv, S("n"), S("v123"), S("each"));
+	assert_value(kv, S("a"), S("x"), S("again"));
+	assert_missing(kv, S("a"), S("y"));
+	assert_value(kv, S("d"), S("z"), S("after"));
+	assert_missing(kv, S("d"), S("w"));
+	assert_value(kv, S("ab"), S("c"), S("ab/c2"));
+	assert_value(kv, S("a"), S("bc"), S("a/bc"));
+	store_close(st);
+	kv_free(kv);
+	event_base_free(base);
+}
+
 static void
 test_strict_done(void **state)
 {
@@ -1208,6 +1265,7 @@ main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_durability_names),
 		cmocka_unit_test(test_roundtrip),
+		cmocka_unit_test(test_coalesce),
 		cmocka_unit_test(test_strict_done),
 		cmocka_unit_test(test_relaxed_close),
 		cmocka_unit_test(test_relaxed_triggers),

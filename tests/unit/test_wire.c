@@ -1270,6 +1270,7 @@ static const char *nat_fields[NAT_OP_MAX + 1] = {
 	[NAT_OP_AUTH_CHALLENGE] = "b",
 	[NAT_OP_AUTH] = "bb",
 	[NAT_OP_READY] = "biii",
+	[NAT_OP_STRAGGLER] = "biiib",
 };
 
 static void

@@ -1,0 +1,122 @@
+"""straggler.py: a worker throttled to about 30% of its speed, with and
+without straggler replacement, side by side.
+
+    python3 bench/straggler.py BUILDDIR [--reps 3] [--window S]
+
+Each repetition runs one job per side, the sides alternating first: a
+real rdzvd and two rdzv-agents of two workers each running
+examples/ddp_mlp (--hidden 64 --batch 16 --threads 1) with
+--rdzv_conf straggler_window=S (default 5), straggler_ratio=0.5 and
+
+  off       straggler_action=off (the default): the straggler is named
+            and left alone, as any launcher without straggler handling
+            (torchrun) leaves it;
+  replace   straggler_action=replace: its agent kills it and the job
+            repairs around it (shrink, then grow with a fresh worker).
+
+Once the job trains, one worker (local rank 1 of the second agent) is
+throttled by a SIGSTOP/SIGCONT duty cycle (30 ms run, 70 ms stopped).
+Figures, each job's steps/s the median over its ranks of (step change /
+time) between two reads of /api/jobs/JOB/history 4 s apart:
+
+  before     the 4 s before the throttle;
+  throttled  the first 4 s of it;
+  named      the throttle's start to rdzvd's "straggler: rank R" event
+             (the event's wall clock; detection delay);
+  replaced   replace: the throttle's start to the "repair: grow" event;
+  after      replace: the 4 s from 1 s after the grow; off: the same
+             time into the throttle (still throttled).
+
+Prints one line per job, then median [min max] per side and figure.
+"""
+
+import argparse
+import os
+import statistics
+import sys
+import time
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("build")
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--window", type=int, default=5)
+    a = ap.parse_args()
+    src = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    sys.path[:0] = [os.path.join(src, "tests", "lib"),
+                    os.path.join(src, "tests", "integ")]
+    os.environ["RDZV_TOP_BUILDDIR"] = os.path.abspath(a.build)
+    import rdzvtest as rt
+    import straggler as st
+    from agent_lib import Scope, job_events
+
+    st.WINDOW = a.window
+    figs = {}
+
+    def rates(d, job):
+        return {r["rank"]: (r["step"], time.monotonic())
+                for r in st.history(d, job)["ranks"]}
+
+    def rate(d, job, secs=4.0):
+        r0 = rates(d, job)
+        time.sleep(secs)
+        r1 = rates(d, job)
+        v = [(r1[k][0] - r0[k][0]) / (r1[k][1] - r0[k][1])
+             for k in r0 if k in r1 and r1[k][0] >= r0[k][0]]
+        return statistics.median(v) if v else 0.0
+
+    def first(d, job, prefix):
+        for e in job_events(d, job, full=True):
+            if e["text"].startswith(prefix):
+                return e["time_ms"] / 1000.0
+        return None
+
+    def one(side, rep):
+        d = rt.Rdzvd()
+        job = "%s%d" % (side, rep)
+        try:
+            with Scope("straggler-bench-") as s:
+                a_, b = st.start_job(s, d, job, "straggler_action=%s" % side)
+                time.sleep(2)
+                row = {"before": rate(d, job)}
+                victim = sorted(b.children())[1]
+                t0 = time.time()
+                th = st.Throttle(victim)
+                try:
+                    row["throttled"] = rate(d, job)
+                    rt.wait_until(lambda: first(d, job, "straggler: rank ")
+                                  is not None, timeout=90, what="named")
+                    row["named"] = first(d, job, "straggler: rank ") - t0
+                    if side == "replace":
+                        rt.wait_until(lambda: first(d, job, "repair: grow")
+                                      is not None, timeout=90,
+                                      what="replaced")
+                        row["replaced"] = first(d, job, "repair: grow") - t0
+                        wait = 1.0
+                    else:
+                        wait = max(0.0, 1.0 + row["named"] + 2.0 -
+                                   (time.time() - t0))
+                    time.sleep(wait)
+                    row["after"] = rate(d, job)
+                finally:
+                    th.stop()
+        finally:
+            d.stop()
+        return row
+
+    for rep in range(a.reps):
+        sides = ["off", "replace"] if rep % 2 == 0 else ["replace", "off"]
+        for side in sides:
+            row = one(side, rep)
+            for k, v in row.items():
+                figs.setdefault((side, k), []).append(v)
+            print("rep %d %-7s " % (rep + 1, side) + "  ".join(
+                "%s %.1f" % (k, v) for k, v in row.items()), flush=True)
+    for (side, k), v in sorted(figs.items()):
+        print("%-7s %-9s median %8.2f [%.2f %.2f] of %d" % (
+            side, k, statistics.median(v), min(v), max(v), len(v)))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,234 @@
+"""straggler: a slow rank named, and replaced, end to end.  A real rdzvd,
+real rdzv-agents of two workers each running examples/ddp_mlp (its
+collectives count the time they wait on their peers, which its progress
+reports carry).  The test throttles one worker to about 30% of its speed
+with a SIGSTOP/SIGCONT duty cycle of its own.  Checks:
+  - straggler_action off (the default): the throttled rank is named
+    within a generous deadline (one event, rdzvd_job_stragglers{job} 1,
+    `rdzvctl members` and the job document mark it); no other rank (they
+    all wait on it) is ever named; nothing is killed;
+  - straggler_action=replace: its agent kills it, the job repairs around
+    it (shrink, grow; no restart), the survivors keep their PIDs; the
+    steps/s before, throttled and after are printed (not asserted);
+  - replace with a standby agent waiting: the straggler's node is
+    evicted and the standby takes its place in a repair (no restart).
+"""
+
+import json
+import os
+import signal
+import subprocess
+import threading
+import time
+
+import rdzvtest as rt
+from agent_lib import Scope, conf, job_events as events
+
+DATA = "/usr/share/datasets/fashion-mnist"
+ARGS = ["--hidden", "64", "--test-limit", "500", "--lr", "0.1",
+        "--threads", "1", "--batch", "16", "--epochs", "100"]
+WINDOW = 3
+
+
+def need_data():
+    if not os.path.exists(os.path.join(DATA, "train-images-idx3-ubyte.gz")):
+        rt.skip_all("no Fashion-MNIST at %s (Debian's dataset-fashion-mnist)"
+                    % DATA)
+
+
+def prog():
+    return [os.path.join(rt.top_builddir(), "examples", "ddp_mlp")] + ARGS
+
+
+def args(d, job, extra_conf=""):
+    c = conf(0.2, 5.0, "straggler_window=%d,straggler_ratio=0.5%s"
+             % (WINDOW, "," + extra_conf if extra_conf else ""))
+    return ["--nnodes", "2", "--nproc_per_node", "2",
+            "--rdzv_backend", "rdzv",
+            "--rdzv_endpoint", "127.0.0.1:%d" % d.port, "--rdzv_id", job,
+            "--max_restarts", "2", "--grace", "2", "--rdzv_conf", c,
+            "--no_python"]
+
+
+def start_job(s, d, job, extra_conf=""):
+    a = s.agent(args(d, job, extra_conf), program=prog())
+    b = s.agent(args(d, job, extra_conf), program=prog())
+    rt.wait_until(lambda: len(a.children()) == 2 and
+                  len(b.children()) == 2 and
+                  "step " in a.output() + b.output(),
+                  timeout=30, what="4 workers training")
+    return a, b
+
+
+def rank_of(pid):
+    with open("/proc/%d/environ" % pid, "rb") as f:
+        env = dict(x.split(b"=", 1) for x in f.read().split(b"\0") if b"=" in x)
+    return int(env[b"RANK"])
+
+
+class Throttle:
+    """Runs pid about `duty` of the time: SIGCONT, run, SIGSTOP, pause,
+    in 100 ms periods, until stop() or the process is gone."""
+
+    def __init__(self, pid, duty=0.3, period=0.1):
+        self.pid, self.duty, self.period = pid, duty, period
+        self.done = threading.Event()
+        self.t = threading.Thread(target=self.run, daemon=True)
+        self.t.start()
+
+    def run(self):
+        try:
+            while not self.done.is_set():
+                os.kill(self.pid, signal.SIGCONT)
+                time.sleep(self.period * self.duty)
+                os.kill(self.pid, signal.SIGSTOP)
+                time.sleep(self.period * (1 - self.duty))
+        except ProcessLookupError:
+            pass
+        finally:
+            try:
+                os.kill(self.pid, signal.SIGCONT)
+            except ProcessLookupError:
+                pass
+
+    def stop(self):
+        self.done.set()
+        self.t.join(5)
+
+
+def history(d, job):
+    status, body, _ = d.http_get("/api/jobs/%s/history" % job)
+    assert status == 200, (status, body)
+    return json.loads(body)
+
+
+def steps_per_s(d, job, secs=3.0):
+    """The job's steps/s over secs (its slowest rank's step)."""
+    def low():
+        r = history(d, job)["ranks"]
+        return min(x["step"] for x in r) if r else 0
+    s0, t0 = low(), time.monotonic()
+    time.sleep(secs)
+    return (low() - s0) / (time.monotonic() - t0)
+
+
+def named(d, job):
+    return [t for t in events(d, job) if t.startswith("straggler: rank ")
+            and "steps at" in t]
+
+
+def ctl(d, *a):
+    return subprocess.run([os.path.join(rt.top_builddir(), "client",
+                                        "rdzvctl"),
+                           "--endpoint", "127.0.0.1:%d" % d.port] + list(a),
+                          capture_output=True, text=True, timeout=30)
+
+
+def test_named_never_the_waiting():
+    """Throttled to 30%: named; the ranks waiting on it never are."""
+    need_data()
+    d = rt.Rdzvd()
+    with Scope("straggler-") as s:
+        a, b = start_job(s, d, "slow")
+        pids = sorted(a.children()) + sorted(b.children())
+        victim = sorted(b.children())[1]
+        vr = rank_of(victim)
+        th = Throttle(victim)
+        t0 = time.monotonic()
+        try:
+            rt.wait_until(lambda: named(d, "slow"), timeout=40,
+                          what="the straggler named")
+            print("  named %.1f s after the throttle began (window %d s)"
+                  % (time.monotonic() - t0, WINDOW))
+            ev = named(d, "slow")
+            assert len(ev) == 1, ev
+            assert ev[0].startswith("straggler: rank %d " % vr), (vr, ev)
+            rt.wait_until(lambda: d.metric("rdzvd_job_stragglers",
+                                           job="slow") == 1,
+                          timeout=10, what="the metric")
+            assert d.metric("rdzvd_job_stragglers_named_total",
+                            job="slow") == 1
+            m = ctl(d, "members", "slow")
+            assert m.returncode == 0, m.stderr
+            assert "straggler: rank %d on node" % vr in m.stdout, m.stdout
+            h = history(d, "slow")
+            assert h["stragglers"] == [vr], h
+            # Still throttled a while: the others are never named.
+            time.sleep(WINDOW + 1)
+        finally:
+            th.stop()
+        ev = named(d, "slow")
+        assert all(t.startswith("straggler: rank %d " % vr) for t in ev), ev
+        # Action off: nothing was killed, no repair, no restart.
+        assert sorted(a.children()) + sorted(b.children()) == pids
+        assert not any(t.startswith(("repair", "restart"))
+                       for t in events(d, "slow")), events(d, "slow")
+    d.stop()
+
+
+def test_replace():
+    """straggler_action=replace: killed, the job repairs around it."""
+    need_data()
+    d = rt.Rdzvd()
+    with Scope("straggler-") as s:
+        a, b = start_job(s, d, "rep", "straggler_action=replace")
+        victim = sorted(b.children())[1]
+        vr = rank_of(victim)
+        survivors = set(a.children()) | set(b.children())
+        survivors.discard(victim)
+        before = steps_per_s(d, "rep")
+        th = Throttle(victim)
+        try:
+            slow = steps_per_s(d, "rep")
+            rt.wait_until(lambda: any(t.startswith("repair: grow to 4")
+                                      for t in events(d, "rep")),
+                          timeout=60, what="the straggler replaced")
+        finally:
+            th.stop()
+        after = steps_per_s(d, "rep")
+        print("  steps/s before %.1f, throttled %.1f, after replacement %.1f"
+              % (before, slow, after))
+        ev = events(d, "rep")
+        assert any(t.startswith("straggler: rank %d " % vr) and "steps at" in t
+                   for t in ev), ev
+        assert any("its agent kills it to be replaced" in t for t in ev), ev
+        assert any(t.startswith("repair: shrink to 3") for t in ev), ev
+        assert not any(t.startswith("restart ") or "escalated" in t
+                       for t in ev), ev
+        now = set(a.children()) | set(b.children())
+        assert survivors <= now and victim not in now, (survivors, now)
+        assert d.metric("rdzvd_job_straggler_actions_total", job="rep") == 1
+    d.stop()
+
+
+def test_standby_takes_its_place():
+    """replace with a standby: the straggler's node is evicted for it."""
+    need_data()
+    d = rt.Rdzvd()
+    with Scope("straggler-") as s:
+        a, b = start_job(s, d, "sb", "straggler_action=replace")
+        c = s.agent(args(d, "sb", "straggler_action=replace"),
+                    program=prog())
+        rt.wait_until(lambda: "standby" in c.output(), timeout=20,
+                      what="the standby")
+        victim = sorted(b.children())[0]
+        th = Throttle(victim)
+        try:
+            rt.wait_until(lambda: any(t.startswith("repair: grow to 4")
+                                      for t in events(d, "sb")),
+                          timeout=60, what="the standby in")
+        finally:
+            th.stop()
+        ev = events(d, "sb")
+        assert any("evicted for standby node" in t for t in ev), ev
+        assert any("takes its place" in t for t in ev), ev
+        assert not any(t.startswith("restart ") or "escalated" in t
+                       for t in ev), ev
+        rt.wait_until(lambda: len(c.children()) == 2, timeout=20,
+                      what="the standby's workers")
+        assert b.wait(30) is not None
+    d.stop()
+
+
+if __name__ == "__main__":
+    rt.main(globals(), per_test=90.0, total=240.0)
