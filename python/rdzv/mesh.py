@@ -314,6 +314,12 @@ class MeshJob(Job):
 				return
 			self._repair_in(r)
 			self._heal_pending()
+		if self._repairing and self.active:
+			# No rank leaves before its replica's others are healed:
+			# a replacement healed at the end has reported its step
+			# (_heal_pending) before its peers can exit, so its agent
+			# never takes it for one that training left behind.
+			collectives.orig("barrier")()
 
 	def batches(self, *a, **kw):
 		self._heal_pending()
@@ -573,6 +579,7 @@ class MeshJob(Job):
 		self._unpack(buf.numpy().tobytes())
 		self.heal_times.append(time.monotonic() - t0)
 		self._joined = True
+		self._send(str(self.step_count))	# its agent: it has joined
 		log.info("rank %d (replica %d shard %d): shard healed from "
 		    "replica index %d, %d bytes in %.3f s, at step %d", self.home,
 		    self.replica, self.shard, src, int(n.item()),
