@@ -147,17 +147,21 @@ def check_samples(out):
 
 
 def test_twin_three_kills():
-    # Opt-in for its length, not for a known defect: with the reference
-    # run it takes 3-5 minutes (4 epochs, so that the third kill never
-    # comes as the job ends), too long for every CI leg.
+    # Opt-in: with the reference run it takes 3-5 minutes (4 epochs, so
+    # that the third kill never comes as the job ends), too long for every
+    # CI leg, and it still finds a known defect: with warm spares (a grow
+    # round ~0.1 s after each shrink) a repair can hang, one survivor
+    # left in the shrink's group (seeds 728845574 and 511339981, 2 runs of
+    # 6 at load 10-20; the cause is not known yet).
     # RDZV_TEST_TWIN_KILLS=1 runs it; RDZV_TEST_SEED=N repeats a run's
     # kill points.  Seed 430863758 found two defects, both fixed: a grow
     # agreed on while a rank had left the survivors' group for it (the
     # job hung), and a replacement, donor before its script tracked its
     # optimizer, that sent none (the replicas drifted apart).
     if os.environ.get("RDZV_TEST_TWIN_KILLS") != "1":
-        rt.skip("long (3-5 minutes with its reference run); "
-                "RDZV_TEST_TWIN_KILLS=1 runs it")
+        rt.skip("long (3-5 minutes with its reference run), and a known "
+                "defect: a repair can hang when grows follow shrinks "
+                "within ~0.1 s; RDZV_TEST_TWIN_KILLS=1 runs it")
     d = rt.Rdzvd()
     with Scope("twin-") as s:
         a, b = agents(s, d, "twin", TWIN, ["--die-at-log", "20", "3"])
