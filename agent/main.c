@@ -949,7 +949,8 @@ agent_drain_cb(evutil_socket_t fd, short ev, void *arg)
 
 /*
  * SIGTERM to the agent of a job that repairs in place (every local
- * worker said it can, none is being replaced): the node leaves on
+ * worker said it can, none is being replaced, other nodes in the
+ * round): the node leaves on
  * purpose instead of failing.  Each worker hears "leave", finishes the
  * step in flight and exits 0 at the step boundary after it; once they
  * are gone the agent sends LEAVE and rdzvd shrinks the round around this
@@ -963,8 +964,9 @@ agent_leave_on_purpose(void)
 	struct timeval	tv;
 	int		n, half = ag.cfg.grace_ms / 2;
 
+	/* Alone in the job there is nobody to go on: stop as before. */
 	if (ag.state != AS_RUNNING || ag.pending != 0 || sup_live() == 0 ||
-	    !progress_all_can_repair())
+	    ag.cur.group_world_size < 2 || !progress_all_can_repair())
 		return (-1);
 	n = progress_send_all(&(struct chan_msg){ .verb = CHAN_LEAVE });
 	if (n <= 0)
