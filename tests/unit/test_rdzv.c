@@ -1095,11 +1095,11 @@ test_topo_one_replica_restarts(void **state)
 }
 
 /*
- * Two grows back to back keep their donor: after two deaths the donor is
- * node 1's local rank 1; node 1's replacement (rank 0 once in) comes in
- * first, and when node 2's comes in the round after, the donor is still
- * node 1's local rank 1 (rank 1), not the replacement of the grow
- * before, which may not hold the job's state yet.
+ * The donor stays who it was while it lives: after two deaths the donor
+ * is node 1's local rank 1; one grow takes both replacements in (donor
+ * rank 1, never a replacement).  A third death right after that grow
+ * (node 2's local rank 0) shrinks with the same donor, rank 1, and not
+ * rank 0, node 1's replacement, which may not have its state yet.
  */
 static void
 test_repair_two_grows_keep_donor(void **state)
@@ -1109,18 +1109,19 @@ test_repair_two_grows_keep_donor(void **state)
 	repair_job(f, 1, 1);
 	assert_int_equal(run(f, fail_repair(f, 2, 1, 1, 100)), 0);
 	assert_int_equal(run(f, fail_repair(f, 1, 2, 0, 110)), 0);
-	assert_int_equal(ready(f, 1, 3, 0, 200), 0);
+	assert_int_equal(run(f, ready(f, 1, 3, 0, 200)), 0);
+	assert_int_equal(ready(f, 2, 3, 1, 201), 0);
 	assert_int_equal(ob.npush, 2);
-	assert_repair_push(0, NAT_KIND_GROW, 4, 1, 3, 0, 1, 3);
-	assert_repair_push(1, NAT_KIND_GROW, 4, 2, 3, 2, 1, 1);
+	assert_repair_push(0, NAT_KIND_GROW, 4, 1, 4, 0, 1, 3);
+	assert_repair_push(1, NAT_KIND_GROW, 4, 2, 4, 2, 1, 3);
 	drain(f->rz);
-	assert_int_equal(ready(f, 2, 4, 1, 201), 0);
+	assert_int_equal(fail_repair(f, 2, 4, 0, 210), 0);
 	assert_int_equal(ob.npush, 2);
-	assert_repair_push(0, NAT_KIND_GROW, 5, 1, 4, 0, 1, 3);
-	assert_repair_push(1, NAT_KIND_GROW, 5, 2, 4, 2, 1, 3);
+	assert_repair_push(0, NAT_KIND_SHRINK, 5, 1, 3, 0, 1, 3);
+	assert_repair_push(1, NAT_KIND_SHRINK, 5, 2, 3, 2, 1, 2);
 	drain(f->rz);
-	assert_true(event_has(f, "repair: grow to 4, node 2 local rank 1 "
-	    "back, round 5, donor 1"));
+	assert_true(event_has(f, "repair: shrink to 3 after node 2 local rank "
+	    "0 died (signal 9), round 5, donor 1"));
 }
 
 /*
