@@ -221,6 +221,61 @@ def test_job_survives_failover():
         d.stop()
 
 
+def test_repair_in_flight_failover():
+    """A worker dies and, while its replacement is still on its way, the
+    leading rdzvd is killed: the new leader, from the rows in etcd, awaits
+    the same replacement and grows the job when it is ready; no restart,
+    the survivors keep their PIDs."""
+    from repair_agent import ARGS, need_data, prog
+    from repair_agent2 import GATE_SH
+    need_data()
+    etcd = EtcdCluster(3)
+    leader, standbys = trio(etcd)
+    eps = ",".join(d.endpoint for d in [leader] + standbys)
+    job_args = ["--nnodes", "2", "--nproc_per_node", "2",
+                "--rdzv_backend", "rdzv", "--rdzv_endpoint", eps,
+                "--rdzv_id", "inflight", "--max_restarts", "2",
+                "--grace", "2", "--rdzv_conf", conf(0.2, 5.0),
+                "--no_python"]
+    program = ["/bin/sh", "-c", GATE_SH, "gate"] + prog()[:1] + \
+        ARGS[:-1] + ["4"]                           # --epochs 4
+    with Scope("etcd-inflight-") as s:
+        gate = os.path.join(s.tmp, "gate")
+        env = {"RDZV_E2E_GATE": gate}
+        a = s.agent(job_args, program=program, env=env)
+        b = s.agent(job_args, program=program, env=env)
+        rt.wait_until(lambda: len(a.children()) == 2 and
+                      len(b.children()) == 2 and
+                      "step " in a.output() + b.output(),
+                      timeout=60, what="4 workers training")
+        victim = sorted(b.children())[0]
+        kept = (set(a.children()) | set(b.children())) - {victim}
+        os.kill(victim, signal.SIGKILL)
+        rt.wait_until(lambda: any(t.startswith("repair: shrink to 3")
+                                  for t in job_events(leader, "inflight")),
+                      timeout=60, what="the shrink round on the leader")
+        leader.kill9()
+        new = next_leader(standbys)
+        rt.wait_until(lambda: "rejoined job inflight" in a.output() and
+                      "rejoined job inflight" in b.output(), 30,
+                      what="both agents on the new leader")
+        assert not any(t.startswith("repair: grow")
+                       for t in job_events(new, "inflight"))
+        with open(gate, "w"):
+            pass        # the replacement goes on: READY to the new leader
+        rt.wait_until(lambda: any(t.startswith("repair: grow to 4")
+                                  for t in job_events(new, "inflight")),
+                      timeout=60, what="the grow round on the new leader")
+        assert kept <= set(a.children()) | set(b.children())
+        for x in (a, b):
+            rc = x.wait(120)
+            assert rc == 0, (rc, x.output()[-3000:])
+        ev = job_events(new, "inflight")
+    assert not any(t.startswith("restart ") for t in ev), ev
+    for d in standbys:
+        d.stop()
+
+
 def test_torch_job_survives_failover():
     import json
     from agent_torch2 import PROGRAM, running
