@@ -70,9 +70,9 @@ static void
 fuzz_parse(const uint8_t *data, size_t size)
 {
 	static const char *const verbs[] = { "hello", "ready", "round",
-	    "stop", "wait" };
+	    "stop", "wait", "leave" };
 	static const enum chan_verb codes[] = { CHAN_HELLO, CHAN_READY,
-	    CHAN_ROUND, CHAN_STOP, CHAN_WAIT };
+	    CHAN_ROUND, CHAN_STOP, CHAN_WAIT, CHAN_LEAVE };
 	static const char *const rkeys[] = { " round=", " kind=", " ns=",
 	    " rank=", " world=", " donor=", " master_addr=", " master_port=",
 	    " local_rank=", " local_world=" };
@@ -215,7 +215,7 @@ fuzz_format(const uint8_t *data, size_t size)
 	int		 n, ok, wn = 0;
 
 	memset(&m, 0, sizeof m);
-	m.verb = (enum chan_verb)(fuzz_byte(&in) % 8);	/* 7: none */
+	m.verb = (enum chan_verb)(fuzz_byte(&in) % 9);	/* 8: none */
 	out = fuzz_byte(&in);
 	out = (out << 8 | fuzz_byte(&in)) % (sizeof buf + 1);
 	switch (m.verb) {
@@ -238,9 +238,11 @@ fuzz_format(const uint8_t *data, size_t size)
 	case CHAN_READY:
 	case CHAN_STOP:
 	case CHAN_WAIT:
+	case CHAN_LEAVE:
 		ok = 1;
 		wn = snprintf(want, sizeof want, "%s", m.verb == CHAN_READY ?
-		    "ready" : m.verb == CHAN_STOP ? "stop" : "wait");
+		    "ready" : m.verb == CHAN_STOP ? "stop" : m.verb == CHAN_WAIT ?
+		    "wait" : "leave");
 		break;
 	case CHAN_ROUND:
 		m.round = fuzz_int(&in);
