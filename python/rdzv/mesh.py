@@ -61,7 +61,7 @@ import time
 
 from . import collectives, group, log
 from .channel import Round, open_channel
-from .repair import Job, _close_in_child
+from .repair import Job, _start
 
 __all__ = ["init_process_group", "MeshJob", "plan", "fully_shard"]
 
@@ -680,16 +680,7 @@ def init_process_group(backend="gloo", replicas=1, timeout=None):
 			dist.init_process_group(backend, **kw)
 		_mesh_only(job)
 		return job
-	if os.environ.get("RDZV_REPAIR") != "0":
-		job._send("hello repair=1")
-		job._repairing = True
-		collectives.install(job)
-	import threading
-	threading.Thread(target=job._watch, name="rdzv-repair",
-	    daemon=True).start()
-	threading.Thread(target=job._report, name="rdzv-progress",
-	    daemon=True).start()
-	os.register_at_fork(after_in_child=lambda: _close_in_child(job))
+	job._repairing = _start(job)
 	if job.replacement:
 		job._join()
 	else:

@@ -609,6 +609,24 @@ def _close_in_child(job):
 		pass
 
 
+def _start(job):
+	"""Says hello repair=1 to the agent and guards the collectives,
+	unless RDZV_REPAIR=0 vetoes (as for librdzvworker: no hello, so the
+	worker's job restarts on a failure; steps are still reported); starts
+	the watcher and the progress reporter; closes the group's sockets in
+	forked children.  Returns whether this worker repairs."""
+	repairing = os.environ.get("RDZV_REPAIR") != "0"
+	if repairing:
+		job._send("hello repair=1")
+		collectives.install(job)
+	threading.Thread(target=job._watch, name="rdzv-repair",
+	    daemon=True).start()
+	threading.Thread(target=job._report, name="rdzv-progress",
+	    daemon=True).start()
+	os.register_at_fork(after_in_child=lambda: _close_in_child(job))
+	return repairing
+
+
 def init_process_group(backend="gloo", timeout=None):
 	"""Makes the job's default process group and returns its Job.  Under
 	an agent that passes the channel: says hello repair=1 (unless
@@ -640,16 +658,7 @@ def init_process_group(backend="gloo", timeout=None):
 		# The host waits for each collective, so that one the watcher
 		# aborts raises in DDP's backward, before the optimizer.
 		os.environ.setdefault("TORCH_NCCL_BLOCKING_WAIT", "1")
-	# RDZV_REPAIR=0 vetoes, as for librdzvworker: no hello, so this
-	# worker's job restarts on a failure (steps are still reported).
-	if os.environ.get("RDZV_REPAIR") != "0":
-		job._send("hello repair=1")
-		collectives.install(job)
-	threading.Thread(target=job._watch, name="rdzv-repair",
-	    daemon=True).start()
-	threading.Thread(target=job._report, name="rdzv-progress",
-	    daemon=True).start()
-	os.register_at_fork(after_in_child=lambda: _close_in_child(job))
+	_start(job)
 	env = os.environ
 	job.rank = int(env.get("RANK", "0"))
 	job.world = int(env.get("WORLD_SIZE", "1"))

@@ -178,17 +178,24 @@ def test_paused_leader_commits_nothing():
         d.stop()
 
 
+def c_job(leader, standbys, job):
+    """The agents' arguments and program of a 2 x 2 ddp_mlp job (4
+    epochs) given all three rdzvds."""
+    from repair_agent import ARGS, prog
+    eps = ",".join(d.endpoint for d in [leader] + standbys)
+    return (["--nnodes", "2", "--nproc_per_node", "2",
+             "--rdzv_backend", "rdzv", "--rdzv_endpoint", eps,
+             "--rdzv_id", job, "--max_restarts", "2", "--grace", "2",
+             "--rdzv_conf", conf(0.2, 5.0), "--no_python"],
+            prog()[:1] + ARGS[:-1] + ["4"])
+
+
 def test_job_survives_failover():
-    from repair_agent import ARGS, need_data, prog
+    from repair_agent import need_data
     need_data()
     etcd = EtcdCluster(3)
     leader, standbys = trio(etcd)
-    eps = ",".join(d.endpoint for d in [leader] + standbys)
-    job_args = ["--nnodes", "2", "--nproc_per_node", "2",
-                "--rdzv_backend", "rdzv", "--rdzv_endpoint", eps,
-                "--rdzv_id", "ha", "--max_restarts", "2", "--grace", "2",
-                "--rdzv_conf", conf(0.2, 5.0), "--no_python"]
-    program = prog()[:1] + ARGS[:-1] + ["4"]    # --epochs 4
+    job_args, program = c_job(leader, standbys, "ha")
     with Scope("etcd-job-") as s:
         a = s.agent(job_args, program=program)
         b = s.agent(job_args, program=program)
@@ -226,19 +233,13 @@ def test_repair_in_flight_failover():
     leading rdzvd is killed: the new leader, from the rows in etcd, awaits
     the same replacement and grows the job when it is ready; no restart,
     the survivors keep their PIDs."""
-    from repair_agent import ARGS, need_data, prog
+    from repair_agent import need_data
     from repair_agent2 import GATE_SH
     need_data()
     etcd = EtcdCluster(3)
     leader, standbys = trio(etcd)
-    eps = ",".join(d.endpoint for d in [leader] + standbys)
-    job_args = ["--nnodes", "2", "--nproc_per_node", "2",
-                "--rdzv_backend", "rdzv", "--rdzv_endpoint", eps,
-                "--rdzv_id", "inflight", "--max_restarts", "2",
-                "--grace", "2", "--rdzv_conf", conf(0.2, 5.0),
-                "--no_python"]
-    program = ["/bin/sh", "-c", GATE_SH, "gate"] + prog()[:1] + \
-        ARGS[:-1] + ["4"]                           # --epochs 4
+    job_args, program = c_job(leader, standbys, "inflight")
+    program = ["/bin/sh", "-c", GATE_SH, "gate"] + program
     with Scope("etcd-inflight-") as s:
         gate = os.path.join(s.tmp, "gate")
         env = {"RDZV_E2E_GATE": gate}
