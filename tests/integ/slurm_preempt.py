@@ -8,6 +8,7 @@ trained.  And #SBATCH --signal=USR1@N reaches every worker too."""
 import os
 import re
 import sys
+import time
 
 import rdzvtest as rt
 import slurm_lib as sl
@@ -83,15 +84,19 @@ def test_usr1_checkpoint_requeue():
     C.wait_out(jid, r"^\[default0\]:epoch 1 ", timeout=120)
     C.run(["scancel", "--signal=USR1", str(jid)])
     # Every worker heard it, and all saved at one step.
-    seen = C.wait_out(jid, r"rank (\d): SIGUSR1 at epoch (\d+) step (\d+): "
-                      r"checkpoint saved", count=2, timeout=60)
+    saved = (r"rank (\d): SIGUSR1 at epoch (\d+) step (\d+): "
+             r"checkpoint saved")
+    C.wait_out(jid, saved, count=2, timeout=60)
+    # One agent's notice can reach its worker, and so the agreement, before
+    # the other's slurmd has delivered it (seen under ASan): wait for both,
+    # and a step more.  The late one is the same notice: no second save.
+    C.wait_out(jid, r"signal 10 \(SIGUSR1\): forwarded to 1 worker$",
+               count=2, timeout=30)
+    time.sleep(1)
+    seen = C.wait_out(jid, saved, count=2, timeout=1)
     assert sorted(r for r, _, _ in seen) == ["0", "1"], seen
     assert len({(e, s) for _, e, s in seen}) == 1, seen
     _, epoch, step = seen[0]
-    # One agent's notice can reach its worker, and so the agreement, before
-    # the other's slurmd has delivered it (seen under ASan): wait for both.
-    C.wait_out(jid, r"signal 10 \(SIGUSR1\): forwarded to 1 worker$",
-               count=2, timeout=30)
     assert C.job_state(jid) == "RUNNING", C.diagnostics(jid)
     requeue_now(jid)
     rows = C.wait_state(jid, "COMPLETED", timeout=150)
