@@ -452,6 +452,9 @@ struct rdzv_cbs {
 	void	(*left)(void *);
 	/* A STRAGGLER push: rdzvd wants local_rank of round replaced. */
 	void	(*straggler)(int64_t round, int local_rank, void *);
+	/* A DRAIN push: rdzvd asks this node to leave round on purpose
+	 * (why: "evicted by an operator"). */
+	void	(*drain)(int64_t round, const char *why, void *);
 };
 
 /*

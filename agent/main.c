@@ -14,11 +14,14 @@
  *                                                          pending? spawn
  *   any --SIGTERM, SIGINT, SIGHUP, SIGQUIT--> LEAVING: the signal to the
  *                   workers, SIGKILL after the grace, LEAVE, exit 128+signo
- *   RUNNING --SIGTERM, every worker can repair--> LEAVING on purpose:
+ *   RUNNING --SIGTERM or DRAIN push (rdzvctl evict), every worker can
+ *                   repair--> LEAVING on purpose:
  *                   "leave" to each worker (it exits 0 at its next step
  *                   boundary), SIGTERM half-way through the grace,
  *                   SIGKILL at its end, then LEAVE (rdzvd shrinks the
  *                   round around this node), exit 0
+ *   any --DRAIN push, otherwise--> LEAVING: SIGTERM to the workers,
+ *                   LEAVE, exit 0
  *   any --SIGUSR1, SIGUSR2, --signals_to_handle--> the same state: the
  *                   signal to each worker (a preemption notice: they
  *                   checkpoint), supervising goes on
@@ -950,7 +953,7 @@ agent_drain_cb(evutil_socket_t fd, short ev, void *arg)
 /*
  * SIGTERM to the agent of a job that repairs in place (every local
  * worker said it can, none is being replaced, other nodes in the
- * round): the node leaves on
+ * round), or rdzvctl evict (cause says which): the node leaves on
  * purpose instead of failing.  Each worker hears "leave", finishes the
  * step in flight and exits 0 at the step boundary after it; once they
  * are gone the agent sends LEAVE and rdzvd shrinks the round around this
@@ -959,7 +962,7 @@ agent_drain_cb(evutil_socket_t fd, short ev, void *arg)
  * when it began, -1 when the agent must stop as before.
  */
 static int
-agent_leave_on_purpose(void)
+agent_leave_on_purpose(const char *cause)
 {
 	struct timeval	tv;
 	int		n, half = ag.cfg.grace_ms / 2;
@@ -971,9 +974,9 @@ agent_leave_on_purpose(void)
 	n = progress_send_all(&(struct chan_msg){ .verb = CHAN_LEAVE });
 	if (n <= 0)
 		return (-1);
-	log_info("SIGTERM: leaving job %s on purpose: %d worker%s finish "
+	log_info("%s: leaving job %s on purpose: %d worker%s finish "
 	    "their step in flight (grace %g s), then rdzvd shrinks the round "
-	    "around this node", ag.cfg.rdzv_id, n, n == 1 ? "" : "s",
+	    "around this node", cause, ag.cfg.rdzv_id, n, n == 1 ? "" : "s",
 	    ag.cfg.grace_ms / 1000.0);
 	agent_set_state(AS_LEAVING);
 	ag.have_next = 0;
@@ -996,7 +999,7 @@ agent_signal_cb(evutil_socket_t sig, short ev, void *arg)
 		return;
 	}
 	ag.signo = sig;
-	if (sig == SIGTERM && agent_leave_on_purpose() == 0)
+	if (sig == SIGTERM && agent_leave_on_purpose("SIGTERM") == 0)
 		return;
 	log_info("signal %d (SIG%s): stopping the workers", (int)sig,
 	    sigabbrev_np(sig) ? sigabbrev_np(sig) : "?");
@@ -1174,12 +1177,31 @@ agent_straggler_cb(int64_t round, int l, void *arg)
 		ag.strag_killed |= 1ULL << l;
 }
 
+/*
+ * rdzvd asks this node to leave (rdzvctl evict): at its workers' next
+ * step boundary, as SIGTERM does; when they cannot (not every one can
+ * repair, none running), they are stopped now.  Either way the agent
+ * sends LEAVE and exits 0: it went as asked.
+ */
+static void
+agent_evicted_cb(int64_t round, const char *why, void *arg)
+{
+	if (ag.state == AS_LEAVING)
+		return;
+	if (agent_leave_on_purpose(why) == 0)
+		return;
+	log_info("%s: stopping the workers (they cannot leave at a step "
+	    "boundary)", why);
+	agent_leave(SIGTERM, 0);
+}
+
 static const struct rdzv_cbs agent_rdzv_cbs = {
 	.joined = agent_joined_cb,
 	.round = agent_round_cb,
 	.fatal = agent_fatal_cb,
 	.left = agent_left_cb,
 	.straggler = agent_straggler_cb,
+	.drain = agent_evicted_cb,
 };
 
 /* --dry_run: the configuration and each worker's variables. */

@@ -408,25 +408,36 @@ rdzv_round_push(const struct nat_msg *m)
 		rc_cbs->round(&r, rc_arg);
 }
 
-/* Decodes a STRAGGLER push and hands it to main. */
+/* Decodes a STRAGGLER or DRAIN push and hands it to main. */
 static void
 rdzv_straggler_push(const struct nat_msg *m)
 {
 	struct nat_straggler	p;
+	const char		*name = m->op == NAT_OP_DRAIN ? "DRAIN" :
+				    "STRAGGLER";
+	char			 why[AGENT_MSG_MAX];
+	int			 drain = m->op == NAT_OP_DRAIN;
 
 	if (nat_straggler_decode(m->payload, &p) != 0) {
-		rdzv_drop("malformed STRAGGLER push");
+		log_warnx("malformed %s push", name);
+		rdzv_drop("malformed push");
 		return;
 	}
 	if (!slice_eq(p.job, slice_str(rc_cfg->rdzv_id)) ||
-	    p.node_id != rc_node_id || p.local_rank < 0 ||
-	    p.local_rank >= rc_cfg->nproc) {
-		log_warnx("STRAGGLER push for another job, node or local rank "
-		    "ignored");
+	    p.node_id != rc_node_id || (drain ? p.local_rank != -1 :
+	    p.local_rank < 0 || p.local_rank >= rc_cfg->nproc)) {
+		log_warnx("%s push for another job, node or local rank "
+		    "ignored", name);
 		return;
 	}
-	if (rc_cbs->straggler != NULL)
-		rc_cbs->straggler(p.round, (int)p.local_rank, rc_arg);
+	if (!drain) {
+		if (rc_cbs->straggler != NULL)
+			rc_cbs->straggler(p.round, (int)p.local_rank, rc_arg);
+		return;
+	}
+	log_escape(why, sizeof why, p.message.p, p.message.len);
+	if (rc_cbs->drain != NULL)
+		rc_cbs->drain(p.round, why, rc_arg);
 }
 
 static void
@@ -559,7 +570,7 @@ rdzv_frame(const struct nat_msg *m)
 	if (m->flags & NAT_F_PUSH) {
 		if (m->op == NAT_OP_ROUND)
 			rdzv_round_push(m);
-		else if (m->op == NAT_OP_STRAGGLER)
+		else if (m->op == NAT_OP_STRAGGLER || m->op == NAT_OP_DRAIN)
 			rdzv_straggler_push(m);
 		else
 			log_debug("push op %u ignored", m->op);

@@ -45,6 +45,8 @@
 #define OPT_FOLLOW	0x04
 #define OPT_AFTER	0x08
 #define OPT_COUNT	0x10
+#define OPT_NOW		0x20
+#define OPT_LAST	OPT_NOW		/* the highest */
 
 struct ctl {
 	struct ctl_opts	 o;
@@ -55,6 +57,7 @@ struct ctl {
 	int		 follow;
 	int64_t		 after;
 	int64_t		 count;		/* top: views, 0 until closed */
+	int		 now;		/* evict: drop at once */
 	const char	*cmd;
 	char		 errmsg[256];
 };
@@ -134,11 +137,17 @@ static const struct cmd cmds[] = {
 	  "their workers and exit 1, and later joins are refused.\n"
 	  "  --reason R     the reason (default \"" CTL_CLOSE_REASON "\")\n",
 	  OPT_REASON, 1, 1, cmd_close },
-	{ "evict", "evict JOB NODE_ID",
-	  "Drops a node as if its lease had lapsed: a new round forms without\n"
-	  "it, and its agent gets FAILED (\"evicted by an operator\").  Node\n"
-	  "ids are in `rdzvctl members JOB`.\n",
-	  0, 2, 2, cmd_evict },
+	{ "evict", "evict JOB NODE_ID [--now]",
+	  "Makes a node leave its job.  A member of a running job whose\n"
+	  "workers repair in place leaves at their next step boundary, as on\n"
+	  "SIGTERM to its agent: they finish the step in flight, the others go\n"
+	  "on without it (no step dropped, no restart), its agent exits 0; if\n"
+	  "it is still there 120 s later, it is dropped.  Otherwise, or with\n"
+	  "--now, it is dropped at once as if its lease had lapsed: the job\n"
+	  "repairs around it or a new round forms, and its agent gets FAILED\n"
+	  "(\"evicted by an operator\").  Node ids are in `rdzvctl members JOB`.\n"
+	  "  --now          drop it at once\n",
+	  OPT_NOW, 2, 2, cmd_evict },
 };
 #define NCMDS	(sizeof cmds / sizeof cmds[0])
 
@@ -1133,7 +1142,7 @@ cmd_evict(struct ctl *ctl, int argc, char **argv)
 	char		*text, what[300];
 	size_t		 len;
 	long long	 node;
-	int		 rv;
+	int		 rv, leave;
 
 	node = strtonum(argv[1], 0, LLONG_MAX, &errstr);
 	if (errstr != NULL)
@@ -1141,25 +1150,34 @@ cmd_evict(struct ctl *ctl, int argc, char **argv)
 		    "from `rdzvctl members %s`", argv[1], errstr, argv[0]);
 	snprintf(what, sizeof what, "node %lld in job \"%s\"", node, argv[0]);
 	rv = ctl_request(ctl, what, "`rdzvctl members JOB` lists its nodes",
-	    &text, &len, NAT_OP_ADMIN_EVICT, "bi", argv[0], (int64_t)node);
+	    &text, &len, NAT_OP_ADMIN_EVICT, "bii", argv[0], (int64_t)node,
+	    (int64_t)ctl->now);
+	/* "leave" or "now"; nothing from an rdzvd before leaving existed. */
+	leave = text != NULL && strcmp(text, "leave") == 0;
 	free(text);
 	if (rv != 0)
 		return rv;
 	if (ctl->json) {
-		o = json_pack("{s:s, s:I, s:b}", "job", argv[0], "node_id",
-		    (json_int_t)node, "evicted", 1);
+		o = json_pack("{s:s, s:I, s:b, s:s}", "job", argv[0], "node_id",
+		    (json_int_t)node, "evicted", 1, "how",
+		    leave ? "leave" : "now");
 		ctl_print_json(o);
 		json_decref(o);
-	} else
-		printf("evicted node %lld from job %s: a new round forms "
-		    "without it\n", node, argv[0]);
+	} else if (leave)
+		printf("asked node %lld of job %s to leave: its workers finish "
+		    "the step in flight, then the others go on without it "
+		    "(`rdzvctl events %s` says when; --now drops it at "
+		    "once)\n", node, argv[0], argv[0]);
+	else
+		printf("evicted node %lld from job %s: the job repairs around "
+		    "it or a new round forms without it\n", node, argv[0]);
 	return CTL_EXIT_OK;
 }
 
 /* ---- the command line ---- */
 
 enum {
-	O_TOKEN_FILE = 256, O_NS, O_REASON, O_AFTER, O_TLS_CA, O_COUNT
+	O_TOKEN_FILE = 256, O_NS, O_REASON, O_AFTER, O_TLS_CA, O_COUNT, O_NOW
 };
 
 static const struct option longopts[] = {
@@ -1175,6 +1193,7 @@ static const struct option longopts[] = {
 	{ "follow",	no_argument,		NULL,	'f' },
 	{ "after",	required_argument,	NULL,	O_AFTER },
 	{ "count",	required_argument,	NULL,	O_COUNT },
+	{ "now",	no_argument,		NULL,	O_NOW },
 	{ NULL,		0,			NULL,	0 }
 };
 
@@ -1186,6 +1205,7 @@ opt_name(unsigned bit)
 	case OPT_REASON:	return "--reason";
 	case OPT_FOLLOW:	return "--follow";
 	case OPT_COUNT:		return "--count";
+	case OPT_NOW:		return "--now";
 	}
 	return "--after";
 }
@@ -1283,6 +1303,10 @@ main(int argc, char **argv)
 				    "number of views", optarg, errstr);
 			ctl.given |= OPT_COUNT;
 			break;
+		case O_NOW:
+			ctl.now = 1;
+			ctl.given |= OPT_NOW;
+			break;
 		case ':':
 			return usage_error("%s needs a value",
 			    argv[optind - 1]);
@@ -1315,7 +1339,7 @@ main(int argc, char **argv)
 		usage_global(stderr);
 		return CTL_EXIT_USAGE;
 	}
-	for (bit = 1; bit <= OPT_COUNT; bit <<= 1)
+	for (bit = 1; bit <= OPT_LAST; bit <<= 1)
 		if ((ctl.given & bit) && !(cmd->opts & bit))
 			return usage_error("%s is not an option of %s",
 			    opt_name(bit), cmd->name);

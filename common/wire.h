@@ -205,7 +205,9 @@ enum nat_op {
 				 * -> b json [event, ...] (waits up to
 				 * timeout_ms for one past after_seq) */
 	NAT_OP_ADMIN_CLOSE = 32, /* b job, b reason -> - (job FAILED) */
-	NAT_OP_ADMIN_EVICT = 33, /* b job, i node_id -> - (new round) */
+	NAT_OP_ADMIN_EVICT = 33, /* b job, i node_id [, i now]
+				 * -> [i leaving] (1: asked to leave at a
+				 * step boundary, 0: dropped now) */
 
 	/* Authentication (PROTOCOL.md "Authentication"). */
 	NAT_OP_AUTH_CHALLENGE = 34, /* push: b server_nonce (32 bytes) */
@@ -217,7 +219,10 @@ enum nat_op {
 	NAT_OP_STRAGGLER = 37,	/* push: b job, i node_id, i round,
 				 * i local_rank, b message (kill that worker:
 				 * the job repairs around it) */
-	NAT_OP_MAX = 37,
+	NAT_OP_DRAIN = 38,	/* push: as STRAGGLER, local_rank -1 (the
+				 * whole node leaves at its workers' next step
+				 * boundary, then sends LEAVE) */
+	NAT_OP_MAX = 38,
 };
 
 /* Preamble flags (byte 5 of the server's preamble). */
@@ -416,13 +421,16 @@ int	nat_ready_put(struct evbuffer *out, uint32_t id,
 	    const struct nat_ready *);
 
 /* STRAGGLER push: local_rank of node_id straggles in round; its agent
- * kills it (the job repairs around it as around any failure). */
+ * kills it (the job repairs around it as around any failure).  DRAIN
+ * push, the same fields (local_rank -1): node_id leaves on purpose. */
 struct nat_straggler {
 	struct slice	job;
 	int64_t		node_id, round, local_rank;
 	struct slice	message;
 };
 int	nat_straggler_decode(struct slice payload, struct nat_straggler *);
-int	nat_straggler_put(struct evbuffer *out, const struct nat_straggler *);
+/* op: NAT_OP_STRAGGLER or NAT_OP_DRAIN. */
+int	nat_straggler_put(struct evbuffer *out, uint16_t op,
+	    const struct nat_straggler *);
 
 #endif /* RDZV_WIRE_H */

@@ -718,7 +718,8 @@ nat_ready_put(struct evbuffer *out, uint32_t id, const struct nat_ready *r)
 	    nat_put_i64s(&w, v, 3) != 0));
 }
 
-/* STRAGGLER push: b job, i node_id, i round, i local_rank, b message. */
+/* STRAGGLER and DRAIN pushes: b job, i node_id, i round, i local_rank,
+ * b message. */
 int
 nat_straggler_decode(struct slice payload, struct nat_straggler *m)
 {
@@ -734,13 +735,14 @@ nat_straggler_decode(struct slice payload, struct nat_straggler *m)
 }
 
 int
-nat_straggler_put(struct evbuffer *out, const struct nat_straggler *m)
+nat_straggler_put(struct evbuffer *out, uint16_t op,
+    const struct nat_straggler *m)
 {
 	struct nat_wr		 w;
 	const int64_t *const	 v[] = { &m->node_id, &m->round,
 	    &m->local_rank };
 
-	nat_frame_begin(&w, out, NAT_OP_STRAGGLER, NAT_F_PUSH, 0);
+	nat_frame_begin(&w, out, op, NAT_F_PUSH, 0);
 	return (nat_frame_close(&w, nat_put_slice(&w, m->job) != 0 ||
 	    nat_put_i64s(&w, v, 3) != 0 || nat_put_slice(&w, m->message) != 0));
 }

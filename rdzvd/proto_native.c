@@ -809,7 +809,7 @@ native_admin_close(struct nat_req *r)
 }
 
 /* ADMIN_EVICT, LEAVE and HEARTBEAT: a node id (HEARTBEAT: and maybe
- * repairable); SUCCEEDED: and a round. */
+ * repairable; ADMIN_EVICT: and maybe now); SUCCEEDED: and a round. */
 static int
 native_node_op(struct nat_req *r)
 {
@@ -823,6 +823,9 @@ native_node_op(struct nat_req *r)
 	rq.repairable = -1;
 	if (rq.op == NAT_OP_HEARTBEAT && r->rd.left > 0 &&
 	    nat_get_i64(&r->rd, &rq.repairable) != 0)
+		return RDZV_EPROTO;
+	if (rq.op == NAT_OP_ADMIN_EVICT && r->rd.left > 0 &&
+	    nat_get_i64(&r->rd, &rq.now) != 0)
 		return RDZV_EPROTO;
 	if (native_end(r) != 0)
 		return RDZV_EPROTO;

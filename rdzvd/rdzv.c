@@ -72,7 +72,8 @@ rz_outbox_grow(struct rz_outbox *ob, void **v, size_t *n, size_t *cap,
 	return nv;
 }
 
-static struct rz_out_push *
+/* A push to fill in (zeroed), or NULL (no memory: ob->lost counts it). */
+struct rz_out_push *
 rz_out_push(struct rz_outbox *ob)
 {
 	return rz_outbox_grow(ob, (void **)&ob->push, &ob->npush, &ob->cappush,
@@ -835,6 +836,9 @@ rz_tick(struct rz *rz, int64_t now, struct rz_outbox *ob)
 		j->lease_low = -1;
 		for (nd = TAILQ_FIRST(&j->nodes); nd != NULL; nd = next) {
 			next = TAILQ_NEXT(nd, entry);
+			if (nd->drain_by > 0 && (j->lease_low < 0 ||
+			    nd->drain_by < j->lease_low))
+				j->lease_low = nd->drain_by;
 			if (nd->lease_end > now) {
 				if (j->lease_low < 0 ||
 				    nd->lease_end < j->lease_low)
@@ -858,6 +862,7 @@ rz_tick(struct rz *rz, int64_t now, struct rz_outbox *ob)
 		else if (j->state == RZJ_RUNNING && j->pend_node != 0 &&
 		    now >= j->pend_deadline)
 			rz_repair_timeout(rz, ob, j, now);
+		rz_elastic_drain_tick(rz, ob, j, now);
 		if (j->state == RZJ_RUNNING)
 			rz_elastic_tick(rz, ob, j, now);
 		rz_round_form(rz, ob, j, now);
@@ -1031,6 +1036,10 @@ rz_job_doc(struct rz *rz, struct slice job, int64_t now)
 		    nd->state == RZN_MEMBER)
 			json_object_set_new(m, "rank_base",
 			    json_integer(nd->rank_base));
+		/* Asked to leave (evict): the ms left before it is dropped. */
+		if (m != NULL && nd->drain_by > 0)
+			json_object_set_new(m, "leaving_ms", json_integer(
+			    nd->drain_by > now ? nd->drain_by - now : 0));
 		json_array_append_new(members, m);
 	}
 	json_object_set_new(doc, "members", members);
@@ -1117,8 +1126,8 @@ rz_admin_close(struct rz *rz, struct slice job, struct slice reason,
 }
 
 int
-rz_admin_evict(struct rz *rz, struct slice job, int64_t node_id, int64_t now,
-    struct rz_outbox *ob)
+rz_admin_evict(struct rz *rz, struct slice job, int64_t node_id, int hard,
+    int64_t now, struct rz_outbox *ob)
 {
 	struct rz_job	*j;
 	struct rz_node	*nd;
@@ -1129,6 +1138,9 @@ rz_admin_evict(struct rz *rz, struct slice job, int64_t node_id, int64_t now,
 	/* A closed job keeps its members for the record; none can go. */
 	if (rz_closed(j))
 		return RDZV_ECLOSED;
+	if (!hard && (nd->drain_by > 0 || rz_elastic_drain(rz, ob, j, nd,
+	    now) == 1))
+		return 1;
 	rz_event(rz, j, now, "evicted node %" PRId64 " host %s by an operator",
 	    nd->id, nd->host);
 	rz_evict(rz, ob, j, nd, now, "evicted by an operator");

@@ -118,8 +118,9 @@ struct rz_out_push {
 	struct rz_job		*job;
 	int			 port_pending;	/* rz_settle sets store_port */
 	/* A STRAGGLER push instead (round's job, round and node_id):
-	 * the agent kills local rank straggler_local. */
-	int			 straggler;
+	 * the agent kills local rank straggler_local.  A DRAIN push
+	 * (drain, straggler_local -1): the node leaves on purpose. */
+	int			 straggler, drain;
 	int64_t			 straggler_local;
 };
 
@@ -238,11 +239,20 @@ struct json_t	*rz_events_doc(struct rz *, struct slice job, int64_t after);
 int	rz_event_row(struct rz *, struct slice job, int64_t after,
 	    char *nsbuf, size_t nssz, struct slice *ns, char *keybuf,
 	    size_t keysz, struct slice *key);
-/* Closes a job as failed with reason; evicts a node (new round). */
+/* Closes a job as failed with reason. */
 int	rz_admin_close(struct rz *, struct slice job, struct slice reason,
 	    int64_t now_ms, struct rz_outbox *);
+/*
+ * Evicts a node.  A member of a running job that repairs in place is
+ * asked to leave at its workers' next step boundary (a DRAIN push; its
+ * LEAVE shrinks the round, nothing dropped), and dropped at once if it
+ * is still there RZ_DRAIN_MS later; with now, or when it cannot leave
+ * that way, it is dropped at once (the job repairs around it or a new
+ * round forms).  Returns 1 (asked to leave), 0 (dropped) or an error.
+ */
+#define RZ_DRAIN_MS	120000
 int	rz_admin_evict(struct rz *, struct slice job, int64_t node_id,
-	    int64_t now_ms, struct rz_outbox *);
+	    int now, int64_t now_ms, struct rz_outbox *);
 
 /*
  * Stragglers (rdzv_strag.c; the detector is rdzvd/straggler.c, fed by

@@ -233,3 +233,67 @@ rz_elastic_reset(struct rz_job *j)
 		nd->joining = 0;
 	j->join_at = j->join_deadline = -1;
 }
+
+/*
+ * Leaving on purpose (rdzvctl evict): member nd of running job j is
+ * asked to leave at its workers' next step boundary, as SIGTERM to its
+ * agent does.  Its agent tells each worker "leave", sends LEAVE once
+ * they are gone, and rz_leave shrinks the round around it with no step
+ * dropped.  Returns 1 when asked; 0 when it cannot leave that way (the
+ * caller drops it at once): not a member of a running round, its agent
+ * not connected or not able to repair, or the job unable to.
+ */
+int
+rz_elastic_drain(struct rz *rz, struct rz_outbox *ob, struct rz_job *j,
+    struct rz_node *nd, int64_t now)
+{
+	struct rz_out_push	*op;
+	char			 buf[RZ_ID_MAX + 64];
+
+	if (j->state != RZJ_RUNNING || nd->state != RZN_MEMBER ||
+	    nd->conn == NULL || !nd->repairable || nd->joining ||
+	    nd->dead_local != 0 || j->members < 2 ||
+	    rz_repair_refused_job(j, buf, sizeof buf) != NULL)
+		return 0;
+	if ((op = rz_out_push(ob)) == NULL)
+		return 0;
+	op->conn = nd->conn;
+	op->job = j;
+	op->drain = 1;
+	op->round.job = slice_str(j->id);
+	op->round.round = j->round;
+	op->round.node_id = nd->id;
+	op->straggler_local = -1;
+	op->round.message = slice_str("evicted by an operator");
+	nd->drain_by = now + RZ_DRAIN_MS;
+	if (j->lease_low < 0 || nd->drain_by < j->lease_low)
+		j->lease_low = nd->drain_by;
+	rz_mark(rz, j);		/* its event: the row, once settled */
+	rz_event(rz, j, now, "evict: node %" PRId64 " host %s asked to leave "
+	    "at its workers' next step boundary (dropped if still here in %d "
+	    "s)", nd->id, nd->host, RZ_DRAIN_MS / 1000);
+	return 1;
+}
+
+/* Drops the nodes asked to leave that are still here at their time. */
+void
+rz_elastic_drain_tick(struct rz *rz, struct rz_outbox *ob, struct rz_job *j,
+    int64_t now)
+{
+	struct rz_node	*nd;
+
+	/* rz_evict may change the list: look again after each. */
+	for (;;) {
+		TAILQ_FOREACH(nd, &j->nodes, entry)
+			if (nd->drain_by > 0 && nd->drain_by <= now)
+				break;
+		if (nd == NULL || rz_closed(j))
+			return;
+		rz_event(rz, j, now, "evict: node %" PRId64 " host %s did not "
+		    "leave within %d s: dropped", nd->id, nd->host,
+		    RZ_DRAIN_MS / 1000);
+		nd->drain_by = 0;
+		rz_evict(rz, ob, j, nd, now, "evicted by an operator (it did "
+		    "not leave in time)");
+	}
+}

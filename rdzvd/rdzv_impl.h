@@ -10,7 +10,7 @@
  *			dead, a READY grows it back, or the job restarts
  *	rdzv_elastic.c	joining in place: a node that joins a running,
  *			repairable job below its maximum is taken in by a
- *			grow round instead of a restart
+ *			grow round instead of a restart; leaving on purpose
  *	rdzv_rows.c	the rows kept in kv (jobs, nodes, events) and loading
  *			them after a restart
  *	rdzv_retain.c	retention: purging closed jobs, sweeping dead rounds'
@@ -60,6 +60,9 @@ struct rz_node {
 	int64_t			 fresh;		/* bit l: local rank l's
 						 * replacement is ready, not in
 						 * a round yet (never a donor) */
+	int64_t			 drain_by;	/* asked to leave (evict):
+						 * dropped if here then; 0
+						 * none.  Not kept in rows. */
 	void			*conn;
 };
 TAILQ_HEAD(rz_nodes, rz_node);
@@ -90,7 +93,8 @@ struct rz_job {
 	struct rz_node		*by_instance;	/* the nodes by instance */
 	int64_t			 nnodes;
 	int64_t			 lease_low;	/* <= every node's lease_end
-						 * (exact after a tick) */
+						 * and drain_by (exact after a
+						 * tick) */
 	int64_t			 closed_ms;	/* wall clock, once closed */
 	TAILQ_ENTRY(rz_job)	 closed_entry;	/* on rz->closed, once closed */
 	int			 purging;	/* in this rz_purge's batch */
@@ -130,6 +134,7 @@ extern const struct slice rz_ns_jobs;
 /* ---- rdzv.c ---- */
 void *rz_outbox_grow(struct rz_outbox *ob, void **v, size_t *n, size_t *cap,
     size_t sz);
+struct rz_out_push *rz_out_push(struct rz_outbox *ob);
 void rz_out_port_close(struct rz_outbox *ob, struct rz_job *j);
 void rz_out_port_open(struct rz_outbox *ob, struct rz_job *j, int want);
 void rz_mark(struct rz *rz, struct rz_job *j);
@@ -178,6 +183,10 @@ void rz_elastic_opened(struct rz *rz, struct rz_job *j);
 void rz_elastic_tick(struct rz *rz, struct rz_outbox *ob, struct rz_job *j,
     int64_t now);
 int64_t rz_elastic_deadline(const struct rz_job *j);
+int rz_elastic_drain(struct rz *rz, struct rz_outbox *ob, struct rz_job *j,
+    struct rz_node *nd, int64_t now);
+void rz_elastic_drain_tick(struct rz *rz, struct rz_outbox *ob,
+    struct rz_job *j, int64_t now);
 void rz_elastic_reset(struct rz_job *j);
 
 /* ---- rdzv_topo.c ---- */

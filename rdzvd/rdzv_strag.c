@@ -193,10 +193,8 @@ rz_straggler_replace(struct rz *rz, struct slice job, int64_t round,
 	rz_event(rz, j, now, "straggler: rank %" PRId64 " (node %" PRId64
 	    " host %s local rank %" PRId64 "): its agent kills it to be "
 	    "replaced", rank, nd->id, nd->host, l);
-	if ((op = rz_outbox_grow(ob, (void **)&ob->push, &ob->npush,
-	    &ob->cappush, sizeof *ob->push)) == NULL)
+	if ((op = rz_out_push(ob)) == NULL)
 		return RDZV_ENOMEM;
-	memset(op, 0, sizeof *op);
 	op->conn = nd->conn;
 	op->job = j;
 	op->straggler = 1;

@@ -173,11 +173,31 @@ round_reply_plain(struct conn *c, const struct round_req *r, int rc)
 	round_reply_rc(c, r->op, r->id, rc);
 }
 
+/* ADMIN_EVICT: how the node goes, "leave" (at its next step boundary)
+ * or "now". */
+static void
+round_reply_evict(struct conn *c, const struct round_req *r, int rc)
+{
+	struct nat_wr	 wr;
+	const char	*how = rc == 1 ? "leave" : "now";
+
+	if (rc < 0) {
+		round_reply_rc(c, r->op, r->id, rc);
+		return;
+	}
+	nat_frame_begin(&wr, conn_reply_buf_durable(c, 1), r->op,
+	    NAT_F_REPLY, r->id);
+	nat_put_bytes(&wr, how, strlen(how));
+	nat_frame_end(&wr);
+	conn_reply_done(c);
+}
+
 static int	round_port_open(const char *job, const char *ns, int want);
 static void	round_port_close(const char *job);
 static void	round_arm(int64_t deadline, int64_t purge_at);
 
-/* A STRAGGLER push (rz_straggler_replace) onto its connection. */
+/* A STRAGGLER push (rz_straggler_replace) or a DRAIN push (an evicted
+ * node leaves on purpose) onto its connection. */
 static void
 round_straggler_put(const struct rz_out_push *p)
 {
@@ -188,7 +208,8 @@ round_straggler_put(const struct rz_out_push *p)
 	m.round = p->round.round;
 	m.local_rank = p->straggler_local;
 	m.message = p->round.message;
-	nat_straggler_put(conn_reply_buf_durable(p->conn, 1), &m);
+	nat_straggler_put(conn_reply_buf_durable(p->conn, 1),
+	    p->drain ? NAT_OP_DRAIN : NAT_OP_STRAGGLER, &m);
 }
 
 /*
@@ -217,7 +238,7 @@ round_apply(struct conn *c, const struct round_req *r, int rc,
 	if (c != NULL)
 		reply(c, r, rc);
 	for (i = 0; i < ob->npush; i++) {
-		if (ob->push[i].straggler)
+		if (ob->push[i].straggler || ob->push[i].drain)
 			round_straggler_put(&ob->push[i]);
 		else
 			nat_round_put(conn_reply_buf_durable(ob->push[i].conn,
@@ -275,8 +296,9 @@ round_request(struct conn *c, const struct round_req *r)
 		rc = rz_admin_close(server.rz, r->job, r->reason, now, &outbox);
 		break;
 	case NAT_OP_ADMIN_EVICT:
-		rc = rz_admin_evict(server.rz, r->job, r->node_id, now,
-		    &outbox);
+		rc = rz_admin_evict(server.rz, r->job, r->node_id,
+		    r->now != 0, now, &outbox);
+		reply = round_reply_evict;
 		break;
 	default:
 		fatalx("round_request: op %u", r->op);

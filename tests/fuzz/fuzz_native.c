@@ -49,10 +49,10 @@ static const char *fuzz_req[NAT_OP_MAX + 1] = {
 	[NAT_OP_ROUND] = "biiiiiiiiibib?iii", [NAT_OP_JOB_STATUS] = "b",
 	[NAT_OP_ADMIN_STATUS] = "", [NAT_OP_ADMIN_JOBS] = "",
 	[NAT_OP_ADMIN_JOB] = "b", [NAT_OP_ADMIN_EVENTS] = "bii",
-	[NAT_OP_ADMIN_CLOSE] = "bb", [NAT_OP_ADMIN_EVICT] = "bi",
+	[NAT_OP_ADMIN_CLOSE] = "bb", [NAT_OP_ADMIN_EVICT] = "bi?i",
 	[NAT_OP_AUTH_CHALLENGE] = "b", [NAT_OP_AUTH] = "bb",
 	[NAT_OP_READY] = "biii",
-	[NAT_OP_STRAGGLER] = "biiib",
+	[NAT_OP_STRAGGLER] = "biiib", [NAT_OP_DRAIN] = "biiib",
 };
 static const char *fuzz_rep[NAT_OP_MAX + 1] = {
 	[NAT_OP_PING] = "b", [NAT_OP_GET] = "b", [NAT_OP_ADD] = "i",
@@ -63,7 +63,7 @@ static const char *fuzz_rep[NAT_OP_MAX + 1] = {
 	[NAT_OP_HEARTBEAT] = "i", [NAT_OP_JOB_STATUS] = "b",
 	[NAT_OP_ADMIN_STATUS] = "b", [NAT_OP_ADMIN_JOBS] = "b",
 	[NAT_OP_ADMIN_JOB] = "b", [NAT_OP_ADMIN_EVENTS] = "b",
-	[NAT_OP_AUTH] = "b",
+	[NAT_OP_AUTH] = "b", [NAT_OP_ADMIN_EVICT] = "?i",
 };
 
 static struct evbuffer	*fuzz_out;
@@ -288,10 +288,10 @@ fuzz_message(const struct nat_msg *msg, const uint8_t *frame, size_t flen,
 	} else if (msg->op == NAT_OP_READY && msg->flags == 0) {
 		rc = nat_ready_decode(msg->payload, &rd);
 		put = rc == 0 ? nat_ready_put(fuzz_out, msg->id, &rd) : 0;
-	} else if (msg->op == NAT_OP_STRAGGLER && msg->flags == NAT_F_PUSH &&
-	    msg->id == 0) {
+	} else if ((msg->op == NAT_OP_STRAGGLER || msg->op == NAT_OP_DRAIN) &&
+	    msg->flags == NAT_F_PUSH && msg->id == 0) {
 		rc = nat_straggler_decode(msg->payload, &sg);
-		put = rc == 0 ? nat_straggler_put(fuzz_out, &sg) : 0;
+		put = rc == 0 ? nat_straggler_put(fuzz_out, msg->op, &sg) : 0;
 	} else
 		return;
 	if ((rc == 0) != (spec_rc == 0) || put != 0)

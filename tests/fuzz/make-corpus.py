@@ -166,6 +166,7 @@ def native():
         35: [fb(bytes(range(32))), fb(bytes(32))],
         36: [fb('job'), fi(1), fi(3), fi(1)],
         37: [fb('job'), fi(1), fi(3), fi(1), fb('straggler: replaced')],
+        38: [fb('job'), fi(1), fi(3), fi(-1), fb('evicted by an operator')],
     }
     rep = {
         1: [fb('ping')], 2: [], 3: [v], 4: [fi(6)], 5: [v], 6: [],
@@ -174,7 +175,8 @@ def native():
         15: [fi(0)], 16: [fi(2), fb('a'), fb('b')], 17: [], 18: [], 19: [],
         21: [fi(1), fi(0), fi(1500)], 22: [fi(2)], 27: [fb('node 1 running\n')],
         28: [fb('{"version": "0.1.0"}')], 29: [fb('[]')],
-        30: [fb('{"job": "job"}')], 31: [fb('[]')], 35: [fb(bytes(32))],
+        30: [fb('{"job": "job"}')], 31: [fb('[]')], 33: [fi(1)],
+        35: [fb(bytes(32))],
     }
     names = {1: 'ping', 2: 'set', 3: 'get', 4: 'add', 5: 'cas', 6: 'wait',
              7: 'check', 8: 'delete', 9: 'num-keys', 10: 'append',
@@ -186,10 +188,10 @@ def native():
              28: 'admin-status', 29: 'admin-jobs', 30: 'admin-job',
              31: 'admin-events', 32: 'admin-close', 33: 'admin-evict',
              34: 'auth-challenge', 35: 'auth', 36: 'ready',
-             37: 'straggler'}
+             37: 'straggler', 38: 'drain'}
     c = {}
     for op, fields in req.items():
-        push = op in (20, 26, 34, 37)
+        push = op in (20, 26, 34, 37, 38)
         flags = PUSH if push else 0
         rid = 0 if push else op
         c['req-' + names[op]] = PRE + frame(op, fields, flags, rid)
@@ -216,7 +218,7 @@ def native():
     c['preamble-tls-flag'] = b'RDZV' + bytes([1, 2, 0, 0]) + \
         frame(2, req[2])
     c['trunc'] = (PRE + frame(2, req[2]))[:-2]
-    c['bad-op'] = PRE + nhdr(0, 38, 0, 1)
+    c['bad-op'] = PRE + nhdr(0, 39, 0, 1)
     # Repair rounds' trailing fields (PROTOCOL.md "Repair rounds").
     c['req-join-repairs'] = PRE + frame(21, req[21] + [fi(-1), fi(1000),
                                                        fi(60000)])
@@ -226,6 +228,7 @@ def native():
     # Replica groups (JOIN's replicas, after the straggler fields).
     c['req-join-replicas'] = PRE + frame(21, req[21] + [
         fi(-1), fi(-1), fi(-1), fi(-1), fi(-1), fi(-1), fi(2)])
+    c['req-admin-evict-now'] = PRE + frame(33, req[33] + [fi(1)])
     c['req-heartbeat-repairable'] = PRE + frame(22, req[22] + [fi(1)])
     c['req-failure-repair'] = PRE + frame(24, req[24] + [fi(1)])
     c['req-round-shrink'] = PRE + frame(26, req[26] + [fi(1), fi(0), fi(5)],

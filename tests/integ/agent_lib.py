@@ -312,6 +312,15 @@ def job_status(d, job):
         c.close()
 
 
+def ctl(d, *args):
+    """rdzvctl against rdzvd d: the finished process (output as text)."""
+    return subprocess.run([os.path.join(rt.top_builddir(), "client",
+                                        "rdzvctl"),
+                           "--endpoint", "127.0.0.1:%d" % d.port] +
+                          list(args), capture_output=True, text=True,
+                          timeout=30)
+
+
 def job_events(d, job, full=False):
     """The texts of job's events (ADMIN_EVENTS), oldest first; full: the
     events themselves ({"seq", "time_ms", "text"})."""

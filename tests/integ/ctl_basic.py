@@ -461,7 +461,8 @@ def test_evict_forms_a_new_round_without_the_node():
     rc, out, _ = ctl("--json", "evict", "ev", str(ags[0].node_id),
                      endpoint=ep(d))
     assert rc == 0 and json.loads(out) == {
-        "job": "ev", "node_id": ags[0].node_id, "evicted": True}
+        "job": "ev", "node_id": ags[0].node_id, "evicted": True,
+        "how": "now"}
 
 
 def test_kv_set_get_del_list():

@@ -15,16 +15,20 @@ examples/ddp_mlp with its default flags (it repairs in place).  Checks:
     step boundary after it (each prints where), the agent sends LEAVE
     and exits 0, rdzvd shrinks the round around it, and the others go on
     from exactly the sample the leavers stopped after (no restart, no
-    step lost) and finish with the same parameters.
+    step lost) and finish with the same parameters;
+  - the same asked by rdzvd: rdzvctl evict (without --now) of that node
+    pushes DRAIN to its agent, which leaves the same way; members shows
+    it leaving meanwhile, the events say who asked.
 """
 
+import json
 import os
 import re
 import signal
 import time
 
 import rdzvtest as rt
-from agent_lib import Scope, conf, job_events as events
+from agent_lib import Scope, conf, ctl, job_events as events
 
 DATA = "/usr/share/datasets/fashion-mnist"
 ARGS = ["--hidden", "64", "--test-limit", "2000", "--lr", "0.1",
@@ -187,30 +191,46 @@ REPAIRED_RE = re.compile(r"repaired: round \d+ \(shrink\), world (\d+), "
                          r"epoch (\d+) at sample (\d+)$", re.M)
 
 
-def test_sigterm_leaves_in_place():
-    """SIGTERM to one agent of three: it leaves at a step boundary."""
+def leave_in_place(how):
+    """One agent of three (--nnodes 2:3) leaves at a step boundary: how
+    is "sigterm" (SIGTERM to it) or "evict" (rdzvctl evict, no --now)."""
     need_data()
     d = rt.Rdzvd()
+    job = "lv-" + how
     with Scope("elastic-") as s:
-        a = s.agent(args(d, "lv", "2:3", 1.0), program=prog())
-        b = s.agent(args(d, "lv", "2:3", 1.0), program=prog())
-        c = s.agent(args(d, "lv", "2:3", 1.0), program=prog())
+        a = s.agent(args(d, job, "2:3", 1.0), program=prog())
+        b = s.agent(args(d, job, "2:3", 1.0), program=prog())
+        c = s.agent(args(d, job, "2:3", 1.0), program=prog())
         training([a, b, c])
         before = set(a.children()) | set(b.children())
+        node = re.search(r"joined job %s as node (\d+)" % job,
+                         c.output()).group(1)
         # A few steps in the world of 6 first.
         rt.wait_until(lambda: "epoch 1  25%" in a.output() + b.output() +
                       c.output(), timeout=60, what="a quarter epoch")
         t0 = time.monotonic()
-        c.signal(signal.SIGTERM)
+        if how == "sigterm":
+            c.signal(signal.SIGTERM)
+        else:
+            r = ctl(d, "evict", job, node)
+            assert r.returncode == 0, r
+            assert "asked node %s of job %s to leave" % (node, job) in \
+                r.stdout, r
+            # While it goes, members says so.
+            doc = json.loads(ctl(d, "--json", "members", job).stdout)
+            m = [m for m in doc["members"] if m["node_id"] == int(node)]
+            assert not m or m[0]["leaving_ms"] > 0, doc
         rc = c.wait(30)
         took = time.monotonic() - t0
         assert rc == 0, (rc, c.output()[-3000:])
-        print("  SIGTERM -> agent exit 0: %.0f ms" % (took * 1000))
+        print("  %s -> agent exit 0: %.0f ms" % (how, took * 1000))
         assert before <= set(a.children()) | set(b.children()), before
         out = finish([a, b])
-        ev = events(d, "lv")
+        ev = events(d, job)
     left = c.output()
-    assert "leaving job lv on purpose" in left, left[-3000:]
+    cause = "SIGTERM" if how == "sigterm" else "evicted by an operator"
+    assert "%s: leaving job %s on purpose" % (cause, job) in left, \
+        left[-3000:]
     # Both of its workers left at the same step boundary and the others
     # went on from exactly there.  The first to hear "leave" at a step's
     # end leaves there; the other may have begun the next step by then,
@@ -231,14 +251,28 @@ def test_sigterm_leaves_in_place():
     print("  left at epoch %s sample %s; the others went on from epoch %s "
           "sample %s" % (lv[0][2], lv[0][3], rep[0][1], rep[0][2]))
     print("  " + "\n  ".join(t for t in ev if "leave" in t or
-                              t.startswith("repair")))
-    node = re.search(r"joined job lv as node (\d+)", left).group(1)
+                              t.startswith("repair") or "evict" in t))
     assert any(re.match(r"repair: shrink to 4 after node %s \(host \S+\) "
                         r"was lost \(it left\)" % node, t) for t in ev), ev
+    if how == "evict":
+        assert any(t.startswith("evict: node %s host " % node) and
+                   "asked to leave at its workers' next step boundary" in t
+                   for t in ev), ev
+        assert not any("did not leave" in t for t in ev), ev
     no_restart(d, ev)
     ended(out, 4)
     d.stop()
 
 
+def test_sigterm_leaves_in_place():
+    """SIGTERM to one agent of three: it leaves at a step boundary."""
+    leave_in_place("sigterm")
+
+
+def test_evict_leaves_in_place():
+    """rdzvctl evict of one node of three: the same, asked by rdzvd."""
+    leave_in_place("evict")
+
+
 if __name__ == "__main__":
-    rt.main(globals(), per_test=180.0, total=480.0)
+    rt.main(globals(), per_test=180.0, total=600.0)

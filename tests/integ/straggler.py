@@ -17,12 +17,11 @@ with a SIGSTOP/SIGCONT duty cycle of its own.  Checks:
 import json
 import os
 import signal
-import subprocess
 import threading
 import time
 
 import rdzvtest as rt
-from agent_lib import Scope, conf, job_events as events
+from agent_lib import Scope, conf, ctl, job_events as events
 
 DATA = "/usr/share/datasets/fashion-mnist"
 ARGS = ["--hidden", "256", "--test-limit", "500", "--lr", "0.1",
@@ -124,13 +123,6 @@ def steps_per_s(d, job, secs=3.0):
 def named(d, job):
     return [t for t in events(d, job) if t.startswith("straggler: rank ")
             and "steps at" in t]
-
-
-def ctl(d, *a):
-    return subprocess.run([os.path.join(rt.top_builddir(), "client",
-                                        "rdzvctl"),
-                           "--endpoint", "127.0.0.1:%d" % d.port] + list(a),
-                          capture_output=True, text=True, timeout=30)
 
 
 def test_named_never_the_waiting():

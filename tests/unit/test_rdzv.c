@@ -136,7 +136,8 @@ succeeded(struct fx *f, const char *job, int64_t node, int64_t round)
 static int
 evict(struct fx *f, const char *job, int64_t node, int64_t now)
 {
-	return run(f, rz_admin_evict(f->rz, slice_str(job), node, now, &ob));
+	return run(f, rz_admin_evict(f->rz, slice_str(job), node, 1, now,
+	    &ob));
 }
 
 /* A JOIN of instance inst to job (nodes lo:hi, one worker each). */
@@ -1532,6 +1533,84 @@ test_repair_lost_shrink(void **state)
 	drain(f->rz);
 }
 
+/*
+ * rdzvctl evict without --now: node 2 of a job that repairs is asked to
+ * leave at its next step boundary (one DRAIN push to its agent, nothing
+ * to anyone else, no round); asked again, nothing more; its document
+ * says it is leaving and rdzvd's next deadline is its time.  Its LEAVE
+ * then shrinks the round around it.  --now drops at once (FAILED to
+ * it, the shrink to the others).
+ */
+static void
+test_evict_leave(void **state)
+{
+	struct fx	*f = *state;
+	json_t		*doc, *m;
+
+	lost_job(f, 1, 2, 0);
+	assert_int_equal(rz_admin_evict(f->rz, slice_str("ob"), 2, 0, 100,
+	    &ob), 1);
+	assert_int_equal(ob.npush, 1);
+	assert_true(ob.push[0].drain);
+	assert_false(ob.push[0].straggler);
+	assert_ptr_equal(ob.push[0].conn, &conn_b);
+	assert_int_equal(ob.push[0].round.node_id, 2);
+	assert_int_equal(ob.push[0].round.round, 2);
+	assert_int_equal(ob.push[0].straggler_local, -1);
+	assert_int_equal(ob.nport, 0);
+	drain(f->rz);
+	assert_true(event_has(f, "evict: node 2 host h asked to leave at its "
+	    "workers' next step boundary (dropped if still here in 120 s)"));
+	assert_int_equal(run(f, rz_admin_evict(f->rz, slice_str("ob"), 2, 0,
+	    150, &ob)), 1);
+	doc = rz_job_doc(f->rz, slice_str("ob"), 200);
+	m = json_array_get(json_object_get(doc, "members"), 1);
+	assert_int_equal(json_integer_value(json_object_get(m, "leaving_ms")),
+	    RZ_DRAIN_MS - 100);
+	json_decref(doc);
+	rz_tick(f->rz, 200, &ob);
+	assert_true(rz_next_deadline(f->rz) <= 100 + RZ_DRAIN_MS);
+	drain(f->rz);
+	assert_int_equal(rz_leave(f->rz, slice_str("ob"), 2, 300, &ob), 0);
+	assert_int_equal(ob.npush, 1);
+	assert_repair_push(0, NAT_KIND_SHRINK, 3, 1, 2, 0, 0, 3);
+	drain(f->rz);
+	assert_true(event_has(f, "was lost (it left)"));
+	assert_false(event_has(f, "did not leave"));
+}
+
+/* An evicted node that does not leave in RZ_DRAIN_MS is dropped then;
+ * with --now at once. */
+static void
+test_evict_leave_late(void **state)
+{
+	struct fx	*f = *state;
+	int64_t		 t = 100 + RZ_DRAIN_MS;
+
+	lost_job(f, 1, 2, 0);
+	assert_int_equal(run(f, rz_admin_evict(f->rz, slice_str("ob"), 2, 0,
+	    100, &ob)), 1);
+	assert_int_equal(run(f, rz_heartbeat(f->rz, slice_str("ob"), 1, 1,
+	    &conn_a, t - 10, &ob)), 0);
+	assert_int_equal(run(f, rz_heartbeat(f->rz, slice_str("ob"), 2, 1,
+	    &conn_b, t - 10, &ob)), 0);
+	rz_tick(f->rz, t - 1, &ob);
+	assert_int_equal(ob.npush, 0);
+	rz_tick(f->rz, t, &ob);
+	assert_int_equal(ob.npush, 2);
+	assert_ptr_equal(ob.push[0].conn, &conn_b);
+	assert_int_equal(ob.push[0].round.state, RDZV_ROUND_FAILED);
+	assert_repair_push(1, NAT_KIND_SHRINK, 3, 1, 2, 0, 0, 3);
+	drain(f->rz);
+	assert_true(event_has(f, "evict: node 2 host h did not leave within "
+	    "120 s: dropped"));
+
+	/* --now: node 1 of the job left of one node cannot shrink. */
+	assert_int_equal(run(f, rz_admin_evict(f->rz, slice_str("ob"), 1, 1,
+	    t + 10, &ob)), 0);
+	assert_true(event_has(f, "evicted node 1 host h by an operator"));
+}
+
 static void
 test_repair_lost_below_min(void **state)
 {
@@ -1787,6 +1866,10 @@ main(void)
 		cmocka_unit_test_setup_teardown(test_static_rank, setup,
 		    teardown),
 		cmocka_unit_test_setup_teardown(test_evict_closed, setup,
+		    teardown),
+		cmocka_unit_test_setup_teardown(test_evict_leave, setup,
+		    teardown),
+		cmocka_unit_test_setup_teardown(test_evict_leave_late, setup,
 		    teardown),
 		cmocka_unit_test_setup_teardown(test_outbox_join_forms_round,
 		    setup, teardown),

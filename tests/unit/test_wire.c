@@ -1271,6 +1271,7 @@ static const char *nat_fields[NAT_OP_MAX + 1] = {
 	[NAT_OP_AUTH] = "bb",
 	[NAT_OP_READY] = "biii",
 	[NAT_OP_STRAGGLER] = "biiib",
+	[NAT_OP_DRAIN] = "biiib",
 };
 
 static void
