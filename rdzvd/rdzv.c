@@ -344,6 +344,31 @@ rz_push_node(struct rz_outbox *ob, struct rz_job *j, struct rz_node *nd,
 	}
 }
 
+/*
+ * An order to member nd's agent in j's round: kill local rank local (a
+ * STRAGGLER push), or with local -1 leave on purpose (DRAIN).  Returns
+ * 0, or -1 (not connected, or no memory).
+ */
+int
+rz_push_order(struct rz_outbox *ob, struct rz_job *j, struct rz_node *nd,
+    int64_t local, const char *message)
+{
+	struct rz_out_push	*op;
+
+	if (nd->conn == NULL || (op = rz_out_push(ob)) == NULL)
+		return -1;
+	op->conn = nd->conn;
+	op->job = j;
+	op->straggler = local >= 0;
+	op->drain = local < 0;
+	op->round.job = slice_str(j->id);
+	op->round.round = j->round;
+	op->round.node_id = nd->id;
+	op->straggler_local = local;
+	op->round.message = slice_str(message);
+	return 0;
+}
+
 /* Tells a node where it stands now (after a join or a reconnect). */
 static void
 rz_push_current(struct rz_outbox *ob, struct rz_job *j, struct rz_node *nd)

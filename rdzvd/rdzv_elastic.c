@@ -247,24 +247,15 @@ int
 rz_elastic_drain(struct rz *rz, struct rz_outbox *ob, struct rz_job *j,
     struct rz_node *nd, int64_t now)
 {
-	struct rz_out_push	*op;
-	char			 buf[RZ_ID_MAX + 64];
+	char	buf[RZ_ID_MAX + 64];
 
 	if (j->state != RZJ_RUNNING || nd->state != RZN_MEMBER ||
 	    nd->conn == NULL || !nd->repairable || nd->joining ||
 	    nd->dead_local != 0 || j->members < 2 ||
 	    rz_repair_refused_job(j, buf, sizeof buf) != NULL)
 		return 0;
-	if ((op = rz_out_push(ob)) == NULL)
+	if (rz_push_order(ob, j, nd, -1, "evicted by an operator") != 0)
 		return 0;
-	op->conn = nd->conn;
-	op->job = j;
-	op->drain = 1;
-	op->round.job = slice_str(j->id);
-	op->round.round = j->round;
-	op->round.node_id = nd->id;
-	op->straggler_local = -1;
-	op->round.message = slice_str("evicted by an operator");
 	nd->drain_by = now + RZ_DRAIN_MS;
 	if (j->lease_low < 0 || nd->drain_by < j->lease_low)
 		j->lease_low = nd->drain_by;

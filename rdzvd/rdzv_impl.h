@@ -135,6 +135,8 @@ extern const struct slice rz_ns_jobs;
 void *rz_outbox_grow(struct rz_outbox *ob, void **v, size_t *n, size_t *cap,
     size_t sz);
 struct rz_out_push *rz_out_push(struct rz_outbox *ob);
+int rz_push_order(struct rz_outbox *ob, struct rz_job *j, struct rz_node *nd,
+    int64_t local, const char *message);
 void rz_out_port_close(struct rz_outbox *ob, struct rz_job *j);
 void rz_out_port_open(struct rz_outbox *ob, struct rz_job *j, int want);
 void rz_mark(struct rz *rz, struct rz_job *j);

@@ -157,7 +157,6 @@ rz_straggler_replace(struct rz *rz, struct slice job, int64_t round,
 {
 	struct rz_job		*j;
 	struct rz_node		*nd, *m, *sb = NULL;
-	struct rz_out_push	*op;
 	char			 buf[RZ_ID_MAX + 64];
 	const char		*why;
 	int64_t			 l = -1;
@@ -193,15 +192,7 @@ rz_straggler_replace(struct rz *rz, struct slice job, int64_t round,
 	rz_event(rz, j, now, "straggler: rank %" PRId64 " (node %" PRId64
 	    " host %s local rank %" PRId64 "): its agent kills it to be "
 	    "replaced", rank, nd->id, nd->host, l);
-	if ((op = rz_out_push(ob)) == NULL)
+	if (rz_push_order(ob, j, nd, l, "straggler: replaced") != 0)
 		return RDZV_ENOMEM;
-	op->conn = nd->conn;
-	op->job = j;
-	op->straggler = 1;
-	op->round.job = slice_str(j->id);
-	op->round.round = j->round;
-	op->round.node_id = nd->id;
-	op->straggler_local = l;
-	op->round.message = slice_str("straggler: replaced");
 	return 0;
 }
