@@ -6,7 +6,7 @@
 RDZV_PY = python/rdzv/__init__.py python/rdzv/repair.py \
 	python/rdzv/channel.py python/rdzv/collectives.py python/rdzv/data.py \
 	python/rdzv/group.py python/rdzv/log.py python/rdzv/state.py \
-	python/rdzv/watcher.py python/rdzv/spare.py
+	python/rdzv/watcher.py python/rdzv/spare.py python/rdzv/waits.py
 # rdzv.mesh: FSDP2/HSDP replica groups (python/rdzv/mesh.py).
 RDZV_PY += python/rdzv/mesh.py
 if HAVE_PYTHON

@@ -83,7 +83,8 @@ How a repair goes:
 
 The modules: channel (the agent's messages), watcher (the threads: rounds,
 "wait", progress to rdzvd), group (sockets, stores, errors), state (what a
-donor sends), data (the data position and loader), collectives (calls
+donor sends), data (the data position and loader), waits (the time spent
+waiting on peers, for the straggler detector), collectives (calls
 outside the step); this one holds the step and the repair itself.
 """
 
@@ -93,7 +94,7 @@ import sys
 import threading
 import time
 
-from . import collectives, data, group, log, state
+from . import collectives, data, group, log, state, waits
 from .channel import (MSG_MAX, Round, open_channel, parse_message,
     parse_round)
 from .watcher import Watcher, _KEY
@@ -130,6 +131,11 @@ class _Model:
 
 	def __call__(self, *a, **kw):
 		return self._current()(*a, **kw)
+
+	def register_comm_hook(self, state, hook):
+		"""The script's DDP comm hook: kept across repairs (each
+		rebuilt DistributedDataParallel gets it; rdzv.waits)."""
+		waits.script_hook(self._job, state, hook)
 
 	def __getattr__(self, name):
 		return getattr(self._current(), name)
@@ -170,6 +176,8 @@ class Job(Watcher):
 		self._module = None
 		self._ddp = None
 		self._ddp_kw = {}
+		self._comm_hook = None		# the script's (state, hook)
+		self.wait_ms = 0.0		# waited on peers (rdzv.waits)
 		self._tracked = []
 		self._cv = threading.Condition()
 		self._rounds = []		# received, not yet taken
@@ -273,7 +281,9 @@ class Job(Watcher):
 	def _wrap(self):
 		from torch.nn.parallel import DistributedDataParallel as DDP
 		state.apply_model(self)
-		return DDP(self._module, **self._ddp_kw)
+		ddp = DDP(self._module, **self._ddp_kw)
+		waits.attach(self, ddp)
+		return ddp
 
 	def _repair(self, r):
 		"""Main thread: leaves the old group, joins round r's, makes

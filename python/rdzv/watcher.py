@@ -4,8 +4,9 @@ Owns, as a mixin of repair.Job: the watcher thread that reads the agent's
 messages (a round: note it, agree on the switch step of a grow, break the
 group of a shrink; stop: exit; leave: noted for the step's end), the "wait" it says while the training
 thread is blocked on its peers, and the reporter thread that writes the
-committed step where rdzvd reads it ("progress/<rank>" = "STEP WALL_MS"
-in the round's namespace, as librdzvworker's rdzv_report_progress does),
+committed step where rdzvd reads it ("progress/<rank>" = "STEP WALL_MS
+WAIT_MS" in the round's namespace, as librdzvworker's rdzv_report_progress
+does; WAIT_MS is rdzv.waits' total),
 so that rdzvctl members/top, the status page and the per-job metrics
 show a torch job as they show a C one.
 """
@@ -222,8 +223,9 @@ class Watcher:
 				if st is None or at is not r:
 					st, at = None, None
 					st, at = group.raw_store(r, STORE_TIMEOUT), r
-				st.set("progress/%d" % r.rank, "%d %d" % (step,
-				    int(time.time() * 1000)))
+				st.set("progress/%d" % r.rank, "%d %d %d" % (
+				    step, int(time.time() * 1000),
+				    int(self.wait_ms)))
 				said = (r, step)
 			except Exception as e:
 				log.debug("progress to rdzvd: %s",

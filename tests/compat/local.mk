@@ -21,6 +21,8 @@ COMPAT_TESTS = \
 COMPAT_TESTS += tests/compat/test_repair_spare.py
 # A torch job grows and shrinks in place (nodes join, one leaves on SIGTERM).
 COMPAT_TESTS += tests/compat/test_elastic_torch2.py
+# rdzv.waits: the wait on peers timed, the script's comm hook kept.
+COMPAT_TESTS += tests/compat/test_repair_waits.py
 # FSDP2/HSDP replica groups (python/rdzv/mesh.py) under real agents.
 COMPAT_TESTS += tests/compat/test_repair_hsdp.py
 TESTS += $(COMPAT_TESTS)

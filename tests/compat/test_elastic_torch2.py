@@ -8,7 +8,14 @@ rdzvd and real rdzv-agents of two workers each.
   - leaving: SIGTERM to one agent of three.  Its workers commit the step
     in flight and exit 0 at the step boundary after it, the agent exits
     0, rdzvd shrinks around it, and the others' step numbers go on from
-    exactly the leavers' (no step lost, none trained twice).
+    exactly the leavers' (no step lost, none trained twice);
+  - a straggler: one worker of four throttled to about 30% of its speed
+    (a SIGSTOP/SIGCONT duty cycle) is named (the helper's progress
+    reports carry the time each rank waited on its peers, rdzv.waits),
+    the three waiting on it never are, and with straggler_action=replace
+    its agent kills it and the job repairs around it (no restart, the
+    survivors keep their PIDs); steps/s before, throttled and after are
+    printed.
 """
 
 import os
@@ -23,7 +30,8 @@ import compatlib                                        # noqa: E402
 compatlib.use_torch2()
 
 import rdzvtest as rt                                   # noqa: E402
-from agent_lib import Scope, conf, job_events           # noqa: E402
+from agent_lib import (Scope, Throttle, conf, job_events,  # noqa: E402
+                       named, rank_of, steps_per_s)
 
 STEP_RE = re.compile(r"STEP (\d+) (\d+) (\d+) ", re.M)
 LEAVE_RE = re.compile(r"rank (\d+) leaves (.*) at epoch \d+ step (\d+)$",
@@ -42,13 +50,13 @@ def need_data():
                     % compatlib.REPAIR_DATA)
 
 
-def agent(s, d, job):
+def agent(s, d, job, extra_conf="", prog_args=PROG):
     argv = ["--nnodes", "2:3", "--nproc_per_node", "2",
             "--rdzv_endpoint", "127.0.0.1:%d" % d.port, "--rdzv_id", job,
             "--max_restarts", "2", "--grace", "10",
-            "--rdzv_conf", conf(1.0, 5.0)]
+            "--rdzv_conf", conf(1.0, 5.0, extra_conf)]
     prog = [os.path.join(rt.top_srcdir(), "examples",
-                         "torch_ddp_repair.py")] + PROG
+                         "torch_ddp_repair.py")] + prog_args
     env = {"PYTHON": sys.executable, "GLOO_SOCKET_IFNAME": "lo",
            "OMP_NUM_THREADS": "1"}
     return s.agent(argv, env=env, program=prog)
@@ -137,6 +145,56 @@ def test_torch_sigterm_leaves_in_place():
     compatlib.check(any(re.match(r"repair: shrink to 4 after node %s "
                                  r"\(host \S+\) was lost \(it left\)" % node, t)
                         for t in ev), ev)
+    d.stop()
+
+
+# Compute outweighs the allreduce (a wide layer, large batches), and the
+# run is long: the test ends it.  A short window, the default ratio.
+STRAG_PROG = ["--epochs", "100", "--batch", "128", "--hidden", "512",
+              "--log-steps"]
+STRAG_CONF = "straggler_window=4,straggler_ratio=0.5,straggler_action=replace"
+
+
+def test_torch_straggler_replaced():
+    need_data()
+    d = rt.Rdzvd()
+    with Scope("elastic-torch-") as s:
+        a = agent(s, d, "ts", STRAG_CONF, STRAG_PROG)
+        b = agent(s, d, "ts", STRAG_CONF, STRAG_PROG)
+        stepping([a, b], 4, 20)
+        victim = sorted(b.children())[1]
+        vr = rank_of(victim)
+        survivors = (set(a.children()) | set(b.children())) - {victim}
+        before = steps_per_s(d, "ts")
+        th = Throttle(victim)
+        t0 = time.monotonic()
+        try:
+            slow = steps_per_s(d, "ts")
+            rt.wait_until(lambda: named(d, "ts"), timeout=60,
+                          what="the straggler named")
+            compatlib.log("named %.1f s after the throttle began (window "
+                          "4 s)" % (time.monotonic() - t0))
+            rt.wait_until(lambda: any(t.startswith("repair: grow to 4")
+                                      for t in job_events(d, "ts")),
+                          timeout=120, what="the straggler replaced")
+        finally:
+            th.stop()
+        time.sleep(1)
+        after = steps_per_s(d, "ts")
+        compatlib.log("steps/s before %.1f, throttled %.1f, after "
+                      "replacement %.1f" % (before, slow, after))
+        ev = job_events(d, "ts")
+        now = set(a.children()) | set(b.children())
+    # The throttled rank, and only it, was named.
+    compatlib.check(all(t.startswith("straggler: rank %d " % vr)
+                        for t in named(d, "ts")), (vr, ev))
+    compatlib.check(any("its agent kills it to be replaced" in t
+                        for t in ev), ev)
+    compatlib.check(any(t.startswith("repair: shrink to 3") for t in ev), ev)
+    compatlib.check(not any(t.startswith("restart ") or "escalated" in t
+                            for t in ev), ev)
+    compatlib.check(survivors <= now and victim not in now,
+                    (survivors, now))
     d.stop()
 
 

@@ -14,14 +14,12 @@ with a SIGSTOP/SIGCONT duty cycle of its own.  Checks:
     evicted and the standby takes its place in a repair (no restart).
 """
 
-import json
 import os
-import signal
-import threading
 import time
 
 import rdzvtest as rt
-from agent_lib import Scope, conf, ctl, job_events as events
+from agent_lib import (Scope, Throttle, conf, ctl, history, named,
+                       rank_of, steps_per_s, job_events as events)
 
 DATA = "/usr/share/datasets/fashion-mnist"
 ARGS = ["--hidden", "256", "--test-limit", "500", "--lr", "0.1",
@@ -63,66 +61,6 @@ def start_job(s, d, job, extra_conf=""):
                   "step " in a.output() + b.output(),
                   timeout=30, what="4 workers training")
     return a, b
-
-
-def rank_of(pid):
-    with open("/proc/%d/environ" % pid, "rb") as f:
-        env = dict(x.split(b"=", 1) for x in f.read().split(b"\0") if b"=" in x)
-    return int(env[b"RANK"])
-
-
-class Throttle:
-    """Runs pid about `duty` of the time: SIGCONT, run, SIGSTOP, pause,
-    in 100 ms periods, until stop() or the process is gone."""
-
-    def __init__(self, pid, duty=0.3, period=0.1):
-        self.pid, self.duty, self.period = pid, duty, period
-        self.done = threading.Event()
-        self.t = threading.Thread(target=self.run, daemon=True)
-        self.t.start()
-
-    def run(self):
-        try:
-            while not self.done.is_set():
-                os.kill(self.pid, signal.SIGCONT)
-                time.sleep(self.period * self.duty)
-                os.kill(self.pid, signal.SIGSTOP)
-                time.sleep(self.period * (1 - self.duty))
-        except ProcessLookupError:
-            pass
-        finally:
-            try:
-                os.kill(self.pid, signal.SIGCONT)
-            except ProcessLookupError:
-                pass
-
-    def stop(self):
-        self.done.set()
-        self.t.join(5)
-
-
-def history(d, job):
-    status, body, _ = d.http_get("/api/jobs/%s/history" % job)
-    assert status == 200, (status, body)
-    return json.loads(body)
-
-
-def steps_per_s(d, job, secs=3.0):
-    """The job's steps/s over secs: the median over its ranks (those that
-    reported at both ends, in the same round) of their step's change."""
-    def read():
-        return {r["rank"]: r["step"] for r in history(d, job)["ranks"]}
-    r0, t0 = read(), time.monotonic()
-    time.sleep(secs)
-    r1 = read()
-    dt = time.monotonic() - t0
-    v = sorted((r1[k] - r0[k]) / dt for k in r0 if k in r1 and r1[k] >= r0[k])
-    return v[len(v) // 2] if v else 0.0
-
-
-def named(d, job):
-    return [t for t in events(d, job) if t.startswith("straggler: rank ")
-            and "steps at" in t]
 
 
 def test_named_never_the_waiting():
