@@ -2,11 +2,14 @@
 without straggler replacement, side by side.
 
     python3 bench/straggler.py BUILDDIR [--reps 3] [--window S]
+        [--torch PYTHON]
 
 Each repetition runs one job per side, the sides alternating first: a
 real rdzvd and two rdzv-agents of two workers each running
 examples/ddp_mlp (--hidden 256 --batch 64 --threads 1: a step's compute
-outweighs its allreduce) with --rdzv_conf straggler_window=S (default
+outweighs its allreduce), or with --torch examples/torch_ddp_repair.py
+under PYTHON (torch, gloo, the rdzv.repair helper; --hidden 512 --batch
+128, OMP_NUM_THREADS=1), with --rdzv_conf straggler_window=S (default
 5), straggler_ratio=0.5 and
 
   off       straggler_action=off (the default): the straggler is named
@@ -25,8 +28,10 @@ time) between two reads of /api/jobs/JOB/history 4 s apart:
   named      the throttle's start to rdzvd's "straggler: rank R" event
              (the event's wall clock; detection delay);
   replaced   replace: the throttle's start to the "repair: grow" event;
-  after      replace: the 4 s from 1 s after the grow; off: the same
-             time into the throttle (still throttled);
+  stepping   replace: ... to the job seen stepping again after it (a
+             1 s read of its steps/s above 0);
+  after      replace: the 4 s from 1 s after that; off: 3 s after the
+             naming (still throttled);
   after/before  the two in the same job (the machine's load moves
              both; their ratio less).
 
@@ -45,6 +50,7 @@ def main():
     ap.add_argument("build")
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--window", type=int, default=5)
+    ap.add_argument("--torch", metavar="PYTHON")
     a = ap.parse_args()
     src = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     sys.path[:0] = [os.path.join(src, "tests", "lib"),
@@ -52,13 +58,32 @@ def main():
     os.environ["RDZV_TOP_BUILDDIR"] = os.path.abspath(a.build)
     import rdzvtest as rt
     import straggler as st
-    from agent_lib import Scope, job_events
+    from agent_lib import Scope, Throttle, conf, job_events, steps_per_s
 
     st.WINDOW = a.window
     figs = {}
 
     def rate(d, job):
-        return st.steps_per_s(d, job, 4.0)
+        return steps_per_s(d, job, 4.0)
+
+    def start_job(s, d, job, extra):
+        if a.torch is None:
+            return st.start_job(s, d, job, extra)
+        argv = ["--nnodes", "2", "--nproc_per_node", "2",
+                "--rdzv_endpoint", "127.0.0.1:%d" % d.port,
+                "--rdzv_id", job, "--max_restarts", "2", "--grace", "5",
+                "--rdzv_conf", conf(0.2, 5.0, "straggler_window=%d,"
+                                    "straggler_ratio=0.5,%s"
+                                    % (a.window, extra))]
+        prog = [os.path.join(src, "examples", "torch_ddp_repair.py"),
+                "--epochs", "100", "--batch", "128", "--hidden", "512"]
+        env = {"PYTHON": a.torch, "GLOO_SOCKET_IFNAME": "lo",
+               "OMP_NUM_THREADS": "1"}
+        x = [s.agent(argv, env=env, program=prog) for _ in range(2)]
+        rt.wait_until(lambda: all(len(y.children()) == 2 for y in x) and
+                      steps_per_s(d, job, 1.0) > 0, timeout=180,
+                      what="4 torch workers training")
+        return x
 
     def first(d, job, prefix):
         for e in job_events(d, job, full=True):
@@ -71,12 +96,12 @@ def main():
         job = "%s%d" % (side, rep)
         try:
             with Scope("straggler-bench-") as s:
-                a_, b = st.start_job(s, d, job, "straggler_action=%s" % side)
+                a_, b = start_job(s, d, job, "straggler_action=%s" % side)
                 time.sleep(2)
                 row = {"before": rate(d, job)}
                 victim = sorted(b.children())[1]
                 t0 = time.time()
-                th = st.Throttle(victim)
+                th = Throttle(victim)
                 try:
                     row["throttled"] = rate(d, job)
                     rt.wait_until(lambda: first(d, job, "straggler: rank ")
@@ -87,6 +112,11 @@ def main():
                                       is not None, timeout=90,
                                       what="replaced")
                         row["replaced"] = first(d, job, "repair: grow") - t0
+                        # The grow's group made (a torch replacement's
+                        # DDP constructor can take seconds): stepping.
+                        rt.wait_until(lambda: steps_per_s(d, job, 1.0) > 0,
+                                      timeout=90, what="stepping again")
+                        row["stepping"] = time.time() - t0
                         wait = 1.0
                     else:
                         wait = max(0.0, 1.0 + row["named"] + 2.0 -
