@@ -33,7 +33,7 @@ EXTRA_DIST += bench/etcd_ha.py
 # (or the fake agent of tests/lib/fakeagent.py); bench/jobs.py starts
 # their 2 x 2 jobs, goodput.py's too.
 EXTRA_DIST += bench/repair_c.py bench/repair_torch.py bench/jobs.py
-EXTRA_DIST += bench/straggler.py bench/join_c.py
+EXTRA_DIST += bench/straggler.py bench/join_c.py bench/hsdp_repair.py
 # Goodput through repeated worker failures: rdzv-agent with repair,
 # without, and torchrun 2.13 (bench/goodput.py).
 EXTRA_DIST += bench/goodput.py

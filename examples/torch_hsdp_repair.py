@@ -132,6 +132,10 @@ def main():
 	ap.add_argument("--ckpt-every", type=int, default=20, metavar="N")
 	ap.add_argument("--replacement-delay", type=float, default=0,
 	    metavar="S", help="tests: a replacement sleeps S seconds first")
+	ap.add_argument("--step-delay", type=float, default=0, metavar="S",
+	    help="benchmarks: S seconds of emulated compute in each step")
+	ap.add_argument("--log-steps", action="store_true", help="a line per "
+	    "committed step: STEP rank replica step start end (wall clock)")
 	a = ap.parse_args()
 	torch.set_num_threads(1)
 	if os.environ.get("RDZV_REPLACEMENT") == "1":
@@ -168,7 +172,10 @@ def main():
 	loss = None		# a rank healed at the end never steps
 	for epoch in job.epochs(a.epochs):
 		for idx in job.batches(a.samples, a.batch, seed=a.seed):
+			t0 = time.time()
 			with job.step():
+				if a.step_delay:
+					time.sleep(a.step_delay)
 				out = model(x[idx])
 				loss = F.cross_entropy(out.reshape(-1, a.vocab),
 				    y[idx].reshape(-1))
@@ -182,6 +189,10 @@ def main():
 				sched.step()
 				opt.zero_grad()
 				loss = loss.detach()
+			if a.log_steps and job.committed:
+				print("STEP %d %d %d %.4f %.4f" % (job.home,
+				    job.replica, job.step_count, t0, time.time()),
+				    flush=True)
 			if a.checkpoint and job.step_count % a.ckpt_every == 0:
 				save(job, a.checkpoint)
 			if job.step_count % 20 == 0 and job.shard == 0 and \
