@@ -68,8 +68,8 @@ def sockets():
 	return out
 
 
-def _cut(fd):
-	"""Resets fd when it is a TCP connection: the
+def _cut(fd, port=None):
+	"""Resets fd when it is a TCP connection (to port, if given): the
 	local side's operations fail at once, and with SO_LINGER 0 the
 	owner's own close sends an RST.  Listeners are left alone: gloo 2.x
 	aborts the process when its listener fails."""
@@ -80,7 +80,8 @@ def _cut(fd):
 	try:
 		if s.family in (socket.AF_INET, socket.AF_INET6) and \
 		    s.type == socket.SOCK_STREAM and not s.getsockopt(
-		    socket.SOL_SOCKET, socket.SO_ACCEPTCONN):
+		    socket.SOL_SOCKET, socket.SO_ACCEPTCONN) and \
+		    (port is None or s.getpeername()[1] == port):
 			s.getpeername()
 			s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
 			    struct.pack("ii", 1, 0))
@@ -115,12 +116,12 @@ def comm_error(e):
 	    str(e)) is not None
 
 
-def reset_since(before):
-	"""Resets this process's TCP connections made since before (from
-	sockets()): a group being made for a round that a newer one has
-	superseded stops waiting for peers that will never come, in the
-	round's store or in gloo's connections to them."""
-	reset({fd: l for fd, l in sockets().items() if before.get(fd) != l})
+def reset_port(port):
+	"""Resets this process's TCP connections to port (a round's store
+	on rdzvd): a group being built for a round that a newer one has
+	superseded stops waiting there for peers that will never come."""
+	for fd in sockets():
+		_cut(fd, port)
 
 
 def reset_names():

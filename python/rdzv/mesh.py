@@ -384,7 +384,11 @@ class MeshJob(Job):
 		others wait for a later round."""
 		t0 = time.monotonic()
 		lost = self._lost_since if self._lost_since is not None else t0
-		if self._build_begins(r):
+		with self._cv:
+			self._building = r
+			superseded = bool(self._rounds) and \
+			    self._rounds[-1].round > r.round
+		if superseded:
 			raise ConnectionError("round %d superseded" % r.round)
 		try:
 			store = group.round_store(r, self.repair_timeout)

@@ -198,7 +198,6 @@ class Job(Watcher):
 		self._tracked_applied = 0
 		self._lost_since = None		# when the step in flight was cut
 		self._building = None		# the round whose group is being made
-		self._building_socks = {}	# sockets() as its making began
 		self._chan_gone = False		# the watcher saw the channel end
 		self._nccl_cut = False		# the group's NCCL comm aborted
 		self._tainted = False		# a step ran on it and "ended"
@@ -244,7 +243,11 @@ class Job(Watcher):
 	def _group(self, r):
 		"""Joins round r's process group as the default group."""
 		import torch.distributed as dist
-		if self._build_begins(r):
+		with self._cv:
+			self._building = r	# the watcher breaks it if superseded
+			superseded = bool(self._rounds) and \
+			    self._rounds[-1].round > r.round
+		if superseded:
 			raise ConnectionError("round %d superseded before its "
 			    "group was built" % r.round)
 		if not dist.is_initialized():
@@ -268,17 +271,6 @@ class Job(Watcher):
 			self.rank, self.world, self._round = r.rank, r.world, r
 		if self.full_world < r.world and not self.replacement:
 			self.full_world = r.world
-
-	def _build_begins(self, r):
-		"""The training thread begins making round r's group: if a
-		newer round supersedes r, the watcher breaks what it waits in
-		(every connection made from here on).  Returns whether one
-		already has."""
-		socks = group.sockets()
-		with self._cv:
-			self._building, self._building_socks = r, socks
-			return bool(self._rounds) and \
-			    self._rounds[-1].round > r.round
 
 	def _device(self):
 		import torch

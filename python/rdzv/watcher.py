@@ -134,18 +134,16 @@ class Watcher:
 			# A newer round supersedes a grow still being agreed on
 			# (its replacement may be the peer that just died).
 			self._freeze, self._target = (r if healthy else None), None
-			stale, since = self._building, self._building_socks
+			stale = self._building
 			mine = self._round
 			self._cv.notify_all()
 		if stale is not None and stale.round < r.round:
-			# The training thread waits for peers that have left
-			# the round it makes the group of for this one, in its
-			# store or in gloo's connections to them: break that
-			# wait, so it takes this round instead (rdzv.repair's
-			# _repair_in).
+			# The training thread waits in the store of a round its
+			# peers have left for this one: break that wait, so it
+			# takes this round instead (rdzv.repair's _repair_in).
 			log.debug("round %d supersedes round %d being built",
 			    r.round, stale.round)
-			group.reset_since(since)
+			group.reset_port(stale.master_port)
 		if r.kind == "grow":
 			# Its own thread: the watcher must hear a round that
 			# supersedes this one while the survivors agree.
