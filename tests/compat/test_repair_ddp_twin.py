@@ -151,8 +151,14 @@ def test_twin_three_kills():
     # that the third kill never comes as the job ends), too long for every
     # CI leg, and it still finds a known defect: with warm spares (a grow
     # round ~0.1 s after each shrink) a repair can hang, one survivor
-    # left in the shrink's group (seeds 728845574 and 511339981, 2 runs of
-    # 6 at load 10-20; the cause is not known yet).
+    # left in the shrink's group (2 runs of 6 at load 10-20; seeds do
+    # not repeat it: it is timing).  Seen once with RDZV_REPAIR_DEBUG=1
+    # (seed 102465038): two survivors already in gloo's full-mesh connect
+    # of the shrink when the grow superseded it were never cut (only the
+    # store's connections are) and waited there for the group's timeout.
+    # Cutting every connection made since the making began was tried:
+    # 2 runs of 3 still hung (a survivor left on the shrink's round), so
+    # it was taken back; the cause is not fully known yet.
     # RDZV_TEST_TWIN_KILLS=1 runs it; RDZV_TEST_SEED=N repeats a run's
     # kill points.  Seed 430863758 found two defects, both fixed: a grow
     # agreed on while a rank had left the survivors' group for it (the
@@ -243,9 +249,11 @@ def check_twin(ev, out):
     check(not any(t.startswith("restart ") or "escalated" in t for t in ev),
         ev)
     # A crash's trace (RDZV_REPAIR_DEBUG=1's own lines quote the errors
-    # a repair took: not counted).
+    # a repair took, and torch's C++ log may say a group being made when
+    # a peer died failed, which the helper took: not counted).
     plain = "\n".join(ln for ln in out.splitlines()
-                      if "rdzv.repair[" not in ln)
+                      if "rdzv.repair[" not in ln and
+                      not re.search(r"\[E\d{4} [0-9:.]+ ", ln))
     bad = [i for i in (plain.find("Traceback"),
                        plain.find("Connection closed")) if i >= 0]
     check(not bad, "\n".join(ln for ln in plain[max(min(bad or [0]) - 3000,
