@@ -37,8 +37,10 @@ import subprocess
 import sys
 import time
 
-STEP_RE = re.compile(r"^STEP (\d+) (\d+) (\d+) ([0-9.]+) ([0-9.]+)$", re.M)
-START_RE = re.compile(r"^START (\{.*\})$", re.M)
+# The agents' output: each worker's line after its "[default0]:" tag.
+STEP_RE = re.compile(r"^(?:\[\w+\]:)?STEP (\d+) (\d+) (\d+) ([0-9.]+) "
+                     r"([0-9.]+)$", re.M)
+START_RE = re.compile(r"^(?:\[\w+\]:)?START (\{.*\})$", re.M)
 
 
 def main():

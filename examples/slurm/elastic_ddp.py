@@ -19,8 +19,11 @@ import signal
 
 # Before torch is imported (seconds): a notice that comes early must not
 # kill the worker with SIGUSR1's default action.  A count, not a flag:
-# every rank hears each notice, but not at the same step.
+# every rank hears each notice, but not at the same step, and may hear
+# it twice (Slurm signals every process of the step, and rdzv-agent
+# forwards it too).
 _usr1 = [0]
+QUIET = 10.0	# seconds after a save in which a notice is the same one
 signal.signal(signal.SIGUSR1, lambda s, f: _usr1.__setitem__(0, _usr1[0] + 1))
 
 import argparse  # noqa: E402
@@ -105,24 +108,30 @@ def main():
         dist.barrier()
 
     acted = 0      # notices acted on
+    saved_at = float("-inf")
     while epoch < a.epochs:
         t0 = time.monotonic()
         g = torch.Generator().manual_seed(1000 + epoch)
         order = torch.randperm(len(x), generator=g)
         total = torch.zeros(2)
         while step < per:
-            # Every rank agrees on the most notices any of them has had;
-            # a notice that reaches a rank after the others have acted on
-            # it (each agent forwards it on its own) is not a second one.
-            heard = torch.tensor([_usr1[0]], dtype=torch.int32)
+            # Every rank agrees on the most notices any of them has had,
+            # and on whether any saved less than QUIET ago: a notice that
+            # reaches a rank after the others acted on it, or a second
+            # time by another way, is not a new one.
+            heard = torch.tensor([_usr1[0], int(time.monotonic() - saved_at
+                                                < QUIET)], dtype=torch.int32)
             dist.all_reduce(heard, op=dist.ReduceOp.MAX)
-            if heard.item() > acted:
-                acted = heard.item()
-                if a.checkpoint:
-                    save(epoch, step)
-                print("rank %d: SIGUSR1 at epoch %d step %d: %s" %
-                      (rank, epoch, step, "checkpoint saved" if a.checkpoint
-                       else "no --checkpoint, nothing saved"), flush=True)
+            if heard[0].item() > acted:
+                acted = heard[0].item()
+                if not heard[1].item():
+                    saved_at = time.monotonic()
+                    if a.checkpoint:
+                        save(epoch, step)
+                    print("rank %d: SIGUSR1 at epoch %d step %d: %s" % (
+                        rank, epoch, step, "checkpoint saved" if
+                        a.checkpoint else "no --checkpoint, nothing saved"),
+                        flush=True)
             i = order[(step * world + rank) * a.batch:
                       (step * world + rank + 1) * a.batch]
             opt.zero_grad()

@@ -88,8 +88,10 @@ def test_usr1_checkpoint_requeue():
              r"checkpoint saved")
     C.wait_out(jid, saved, count=2, timeout=60)
     # One agent's notice can reach its worker, and so the agreement, before
-    # the other's slurmd has delivered it (seen under ASan): wait for both,
-    # and a step more.  The late one is the same notice: no second save.
+    # the other's slurmd has delivered it (seen under ASan), and each
+    # worker hears it twice (slurmstepd signals every process of the step,
+    # proctrack/linuxproc here as cgroup does, and its agent forwards it):
+    # wait for both forwards, and a step more.  No second save.
     C.wait_out(jid, r"signal 10 \(SIGUSR1\): forwarded to 1 worker$",
                count=2, timeout=30)
     time.sleep(1)
