@@ -11,7 +11,6 @@ import compatlib as cl
 cl.use_torch2()
 
 import os                                               # noqa: E402
-import socket                                           # noqa: E402
 import sys                                              # noqa: E402
 
 import rdzvtest as rt                                   # noqa: E402
@@ -21,19 +20,11 @@ sys.path.insert(0, os.path.join(rt.top_srcdir(), "python"))
 from rdzv import repair                                 # noqa: E402
 
 
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
-
-
 def test_timed_and_script_hook_kept():
     import torch
     import torch.distributed as dist
     from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
-    store = dist.TCPStore("127.0.0.1", free_port(), 1, True)
+    store = dist.TCPStore("127.0.0.1", rt.free_port(), 1, True)
     dist.init_process_group("gloo", store=store, rank=0, world_size=1)
     try:
         j = repair.Job("gloo", None, None)
