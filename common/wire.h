@@ -206,8 +206,8 @@ enum nat_op {
 				 * timeout_ms for one past after_seq) */
 	NAT_OP_ADMIN_CLOSE = 32, /* b job, b reason -> - (job FAILED) */
 	NAT_OP_ADMIN_EVICT = 33, /* b job, i node_id [, i now]
-				 * -> [i leaving] (1: asked to leave at a
-				 * step boundary, 0: dropped now) */
+				 * -> [b how] ("leave": asked to leave at a
+				 * step boundary, "now": dropped now) */
 
 	/* Authentication (PROTOCOL.md "Authentication"). */
 	NAT_OP_AUTH_CHALLENGE = 34, /* push: b server_nonce (32 bytes) */
