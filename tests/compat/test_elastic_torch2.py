@@ -31,7 +31,7 @@ compatlib.use_torch2()
 
 import rdzvtest as rt                                   # noqa: E402
 from agent_lib import (Scope, Throttle, conf, job_events,  # noqa: E402
-                       named, rank_of, steps_per_s)
+                       named, rank_of, steps_per_s, work_speeds)
 
 STEP_RE = re.compile(r"STEP (\d+) (\d+) (\d+) ", re.M)
 LEAVE_RE = re.compile(r"rank (\d+) leaves (.*) at epoch \d+ step (\d+)$",
@@ -166,12 +166,22 @@ def test_torch_straggler_replaced():
         vr = rank_of(victim)
         survivors = (set(a.children()) | set(b.children())) - {victim}
         before = steps_per_s(d, "ts")
-        th = Throttle(victim)
+        # A tenth of the time: four torch workers share two cores, and
+        # on a loaded machine (CI runs tests side by side) each gets
+        # little more than a third of one, so a rank run 30% of the time
+        # (the C tests' throttle) is hardly slower than its peers, and
+        # rightly not named (seen: its speed of work 0.5-1x theirs).
+        th = Throttle(victim, duty=0.1)
         t0 = time.monotonic()
         try:
             slow = steps_per_s(d, "ts")
-            rt.wait_until(lambda: named(d, "ts"), timeout=60,
-                          what="the straggler named")
+            try:
+                rt.wait_until(lambda: named(d, "ts"), timeout=60,
+                              what="the straggler named")
+            except AssertionError as e:
+                raise AssertionError("%s (rank %d throttled; ranks' steps "
+                                     "per s of work now: %s)" % (
+                                         e, vr, work_speeds(d, "ts")))
             compatlib.log("named %.1f s after the throttle began (window "
                           "4 s)" % (time.monotonic() - t0))
             rt.wait_until(lambda: any(t.startswith("repair: grow to 4")

@@ -390,6 +390,14 @@ def steps_per_s(d, job, secs=3.0):
     return v[len(v) // 2] if v else 0.0
 
 
+def work_speeds(d, job):
+    """{rank: steps per second of its own work} as rdzvd's detector sees
+    them now (None: no speed yet), for a message when none was named."""
+    return {r["rank"]: (None if r["work_steps_per_s"] is None else
+                        round(r["work_steps_per_s"], 1))
+            for r in history(d, job)["ranks"]}
+
+
 def named(d, job):
     """The events naming a straggler."""
     return [t for t in job_events(d, job) if t.startswith("straggler: rank ")
