@@ -144,8 +144,9 @@ static struct {
 	uint64_t		 pending;	/* bit l: local rank l is
 						 * replaced in place, its READY
 						 * not sent */
-	int			 fresh;		/* the last replacement, until
-						 * it reports a step; -1 */
+	uint64_t		 fresh;		/* bit l: local rank l is a
+						 * replacement in place, until
+						 * the round changes */
 } ag;
 
 static const int agent_signals[4] = { SIGTERM, SIGINT, SIGHUP, SIGQUIT };
@@ -153,6 +154,7 @@ static const int agent_signals[4] = { SIGTERM, SIGINT, SIGHUP, SIGQUIT };
 static void	agent_begin_stop(void);
 static int	agent_respawn(int);
 static int	agent_fresh_moot(void);
+static int	agent_can_repair(void);
 static void	agent_take_place(const struct rdzv_round *);
 static void	agent_arm_join_timer(void);
 
@@ -546,7 +548,7 @@ agent_start_round(const struct rdzv_round *r)
 	    (long long)agent_world(r), (long long)r->restart_count);
 	memset(ag.hung_at, 0, ag.cfg.nproc * sizeof *ag.hung_at);
 	ag.pending = 0;
-	ag.fresh = -1;
+	ag.fresh = 0;
 	rdzv_set_repairable(0);		/* until every new worker says so */
 	if ((rv = progress_attempt(ag.cfg.nproc)) != 0)
 		log_warnx("workers cannot report progress this round: %s",
@@ -755,37 +757,68 @@ agent_exit_cb(const struct sup_exit *x, void *arg)
 }
 
 /*
- * Whether training ended here before the replacement joined: every
- * other local worker exited 0 and the replacement has not stepped (a
+ * Whether training ended here before the replacements joined: every
+ * other local worker exited 0 and no replacement in place has stepped (a
  * synchronous group never finishes without its members, so nothing is
- * left for it).  Then it is stopped and the node counts as succeeded;
- * rdzvd, told so, grows no round for it.
+ * left for them).  Then they are stopped and the node counts as
+ * succeeded; rdzvd, told so, grows no round for them.
  */
 static int
 agent_fresh_moot(void)
 {
 	uint64_t	step;
 	int64_t		when;
-	int		l = ag.fresh;
+	int		l, n = 0;
 
-	if (l < 0 || ag.nok != ag.cfg.nproc - 1 ||
-	    progress_get(l, &step, &when) == 0 || sup_pid(l) <= 0)
+	if (ag.fresh == 0)
 		return (0);
-	log_info("worker %d: training ended before its replacement joined: "
-	    "stopping the replacement", l);
-	(void)progress_send(l, &(struct chan_msg){ .verb = CHAN_STOP });
-	(void)sup_signal_rank(l, SIGTERM);
+	for (l = 0; l < ag.cfg.nproc && l < 63; l++) {
+		if (!(ag.fresh & (1ULL << l)))
+			continue;
+		if (progress_get(l, &step, &when) == 0 || sup_pid(l) <= 0)
+			return (0);
+		n++;
+	}
+	if (ag.nok != ag.cfg.nproc - n)
+		return (0);
+	for (l = 0; l < ag.cfg.nproc && l < 63; l++) {
+		if (!(ag.fresh & (1ULL << l)))
+			continue;
+		log_info("worker %d: training ended before its replacement "
+		    "joined: stopping the replacement", l);
+		(void)progress_send(l, &(struct chan_msg){ .verb = CHAN_STOP });
+		(void)sup_signal_rank(l, SIGTERM);
+	}
 	ag.pending = 0;
-	ag.fresh = -1;
+	ag.fresh = 0;
+	return (1);
+}
+
+/*
+ * Whether every local worker that is no replacement on its way said it
+ * can repair (a replacement says so once it is up).
+ */
+static int
+agent_can_repair(void)
+{
+	int	l;
+
+	if (ag.cfg.nproc < 1)
+		return (0);
+	for (l = 0; l < ag.cfg.nproc; l++)
+		if (!(l < 63 && (ag.pending & (1ULL << l))) &&
+		    !progress_can_repair(l))
+			return (0);
 	return (1);
 }
 
 /*
  * In-place recovery of local rank l, whose worker just died (a failure,
  * or killed by the watchdog): when every local worker said it can repair
- * and no replacement is pending here, starts a replacement for l alone
- * (no other worker is signalled); rdzvd then answers the FAILURE with a
- * shrink round, or STOP.  Returns 0 when it did, -1 (restart as before).
+ * and l was no replacement still on its way, starts a replacement for l
+ * alone (no other worker is signalled; another replacement here may be
+ * on its way); rdzvd then answers the FAILURE with a shrink round, or
+ * STOP.  Returns 0 when it did, -1 (restart as before).
  */
 static int
 agent_respawn(int l)
@@ -794,7 +827,7 @@ agent_respawn(int l)
 	pid_t	pid;
 	int	out_fd, err_fd, rv, warm;
 
-	if (ag.pending != 0 || l >= 63 || !progress_all_can_repair())
+	if (l >= 63 || (ag.pending & (1ULL << l)) || !agent_can_repair())
 		return (-1);
 	if ((rv = logs_rearm(l, &out_fd, &err_fd, moved, sizeof moved)) != 0 ||
 	    (rv = progress_rearm(l)) != 0 ||
@@ -808,8 +841,8 @@ agent_respawn(int l)
 	progress_spawned(l);
 	ag.hung_at[l] = 0;
 	ag.strag_killed &= ~(1ULL << l);
-	ag.pending = 1ULL << l;
-	ag.fresh = l;
+	ag.pending |= 1ULL << l;
+	ag.fresh |= 1ULL << l;
 	log_info("worker %d (rank %lld): replacement pid %ld started%s; the "
 	    "others go on", l, (long long)(ag.cur.rank_base + l), (long)pid,
 	    warm ? " (the warm spare)" : "");
@@ -891,7 +924,10 @@ static void
 agent_note_cb(int l, enum progress_note note, void *arg)
 {
 	if (note == PROGRESS_HELLO) {
-		rdzv_set_repairable(progress_all_can_repair());
+		/* A replacement in place not up yet runs the program of the
+		 * worker it replaces, which said it can repair. */
+		rdzv_set_repairable(progress_all_can_repair() ||
+		    (ag.fresh != 0 && agent_can_repair()));
 		agent_spare_want();
 		return;
 	}

@@ -136,6 +136,9 @@ def main():
 	    help="benchmarks: S seconds of emulated compute in each step")
 	ap.add_argument("--log-steps", action="store_true", help="a line per "
 	    "committed step: STEP rank replica step start end (wall clock)")
+	ap.add_argument("--log-ids", action="store_true", help="tests: a "
+	    "line per committed step: COMMIT epoch step world rank time ids "
+	    "(world and rank among the ranks that stepped)")
 	a = ap.parse_args()
 	torch.set_num_threads(1)
 	if os.environ.get("RDZV_REPLACEMENT") == "1":
@@ -172,7 +175,7 @@ def main():
 	loss = None		# a rank healed at the end never steps
 	for epoch in job.epochs(a.epochs):
 		for idx in job.batches(a.samples, a.batch, seed=a.seed):
-			t0 = time.time()
+			t0, cut = time.time(), (job.world, job.rank)	# idx's
 			with job.step():
 				if a.step_delay:
 					time.sleep(a.step_delay)
@@ -189,6 +192,10 @@ def main():
 				sched.step()
 				opt.zero_grad()
 				loss = loss.detach()
+			if a.log_ids and job.committed:
+				print("COMMIT %d %d %d %d %.6f %s" % (epoch,
+				    job.step_count, cut[0], cut[1], time.time(),
+				    ",".join(map(str, idx))), flush=True)
 			if a.log_steps and job.committed:
 				print("STEP %d %d %d %.4f %.4f" % (job.home,
 				    job.replica, job.step_count, t0, time.time()),

@@ -257,7 +257,8 @@ int	rz_admin_evict(struct rz *, struct slice job, int64_t node_id,
 /*
  * Stragglers (rdzv_strag.c; the detector is rdzvd/straggler.c, fed by
  * rdzvd/stragwatch.c).  rz_strag_each calls cb with every running job
- * whose detection is on (its JOIN's straggler_ratio > 0).
+ * whose detection is on (its JOIN's straggler_ratio > 0) and that waits
+ * for no replacement (a job left out is forgotten by the detector).
  */
 struct rz_strag_view {
 	const char	*job, *ns;	/* valid during the call */

@@ -53,7 +53,8 @@ rz_elastic_join(struct rz *rz, struct rz_outbox *ob, struct rz_job *j,
 
 	if (j->state != RZJ_RUNNING || j->members >= j->max)
 		return -1;
-	why = rz_repair_cannot(j, buf, sizeof buf);
+	if ((why = rz_repair_cannot(j, buf, sizeof buf)) == NULL)
+		why = rz_topo_fixed(j);
 	if (why == NULL && nd->lws > RZ_REPAIR_LWS_MAX)
 		why = "its local world size is over 63";
 	if (why == NULL && j->world_size < 1)
@@ -252,7 +253,8 @@ rz_elastic_drain(struct rz *rz, struct rz_outbox *ob, struct rz_job *j,
 	if (j->state != RZJ_RUNNING || nd->state != RZN_MEMBER ||
 	    nd->conn == NULL || !nd->repairable || nd->joining ||
 	    nd->dead_local != 0 || j->members < 2 ||
-	    rz_repair_refused_job(j, buf, sizeof buf) != NULL)
+	    rz_repair_refused_job(j, buf, sizeof buf) != NULL ||
+	    rz_topo_fixed(j) != NULL)
 		return 0;
 	if (rz_push_order(ob, j, nd, -1, "evicted by an operator") != 0)
 		return 0;

@@ -195,6 +195,9 @@ void rz_elastic_reset(struct rz_job *j);
 int rz_topo_form(struct rz *rz, struct rz_outbox *ob, struct rz_job *j,
     struct rz_node **order, int64_t members, int64_t now);
 const char *rz_topo_refused(const struct rz_job *j);
+const char *rz_topo_unwhole(const struct rz_job *j, const struct rz_node *nd,
+    int64_t l);
+const char *rz_topo_fixed(const struct rz_job *j);
 void rz_topo_lost(struct rz *rz, struct rz_job *j, const struct rz_node *nd,
     int64_t l, int64_t now);
 

@@ -103,7 +103,7 @@ rz_repair_refused(struct rz_job *j, struct rz_node *nd, int64_t l,
 		return "the failed local rank is not a live one";
 	if (j->world_size <= 1)
 		return "no worker would be left";
-	return NULL;
+	return rz_topo_unwhole(j, nd, l);
 }
 
 /*
@@ -131,9 +131,6 @@ rz_repair_cannot(struct rz_job *j, char *buf, size_t bufsz)
 
 	if ((why = rz_topo_refused(j)) != NULL)
 		return why;
-	/* Replica groups heal one replacement at a time for now. */
-	if (j->replicas > 0 && j->pend_node != 0)
-		return "a second failure during a repair of replica groups";
 	if (j->max_repairs == 0)
 		return "repair is off (max_repairs 0)";
 	if (j->repairs >= j->max_repairs) {
@@ -179,7 +176,11 @@ rz_repair_lost(struct rz *rz, struct rz_outbox *ob, struct rz_job *j,
 			sb = m;		/* the first to have come */
 	}
 	if ((why = rz_repair_refused_job(j, buf, sizeof buf)) == NULL &&
-	    sb == NULL && left < j->min)
+	    sb == NULL)
+		why = rz_topo_fixed(j);
+	if (why == NULL && sb != NULL)
+		why = rz_topo_unwhole(j, lost, -1);
+	if (why == NULL && sb == NULL && left < j->min)
 		why = "no standby, and fewer than min_nodes would be left";
 	if (why == NULL && sb == NULL && left == 0)
 		why = "no node would be left";

@@ -82,8 +82,12 @@ rz_strag_each(struct rz *rz, void (*cb)(void *, const struct rz_strag_view *),
 	struct rz_strag_view	 v;
 
 	HASH_ITER(hh, rz->jobs, j, tmp) {
+		/* Nor while a replacement is on its way: the ranks' speeds
+		 * then are the repair's (a replacement starting takes its
+		 * node's CPU, the survivors' rounds change); the grow's
+		 * round is judged afresh. */
 		if (j->state != RZJ_RUNNING || j->strag_ratio_pm == 0 ||
-		    j->ns[0] == '\0')
+		    j->ns[0] == '\0' || j->pend_node != 0)
 			continue;
 		v.job = j->id;
 		v.ns = j->ns;

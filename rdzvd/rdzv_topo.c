@@ -124,43 +124,113 @@ rz_topo_refused(const struct rz_job *j)
 }
 
 /*
- * Local rank l of nd died in a job of replica groups: the event names
- * its replica group, its shard and the donor of that shard (the same
- * shard index in the lowest replica with no dead rank), by home rank.
- * Nodes of unequal size have no such numbering: nothing is said.
+ * The dead ranks of j's members by home, with local rank l of nd (all of
+ * its workers when l < 0) dead too; nd may be a node no longer among the
+ * members (lost), whose place still counts.  A home no member holds is
+ * dead.  Returns a bitmap of *world bits (the caller frees it), or NULL
+ * when the members have no such numbering (nodes of unequal size, a
+ * world replicas does not divide) or on no memory.
+ */
+static uint64_t *
+rz_topo_dead(const struct rz_job *j, const struct rz_node *nd, int64_t l,
+    int64_t *world)
+{
+	const struct rz_node	*m;
+	uint64_t		*dead;
+	int64_t			 lws = nd->lws, slots = nd->group_rank + 1;
+	int64_t			 k, home;
+
+	TAILQ_FOREACH(m, &j->nodes, entry) {
+		if (m->state != RZN_MEMBER)
+			continue;
+		if (m->lws != lws || m->group_rank < 0)
+			return NULL;
+		if (m->group_rank + 1 > slots)
+			slots = m->group_rank + 1;
+	}
+	*world = slots * lws;
+	if (lws < 1 || lws > RZ_REPAIR_LWS_MAX || *world % j->replicas != 0 ||
+	    (dead = calloc((size_t)(*world + 63) / 64, sizeof *dead)) == NULL)
+		return NULL;
+	for (home = 0; home < *world; home++)
+		dead[home / 64] |= 1ULL << (home % 64);
+	TAILQ_FOREACH(m, &j->nodes, entry) {
+		if (m->state != RZN_MEMBER)
+			continue;
+		for (k = 0; k < lws; k++) {
+			if ((m->dead_local & (1LL << k)) ||
+			    (m == nd && (l < 0 || k == l)))
+				continue;
+			home = m->group_rank * lws + k;
+			dead[home / 64] &= ~(1ULL << (home % 64));
+		}
+	}
+	return dead;
+}
+
+/*
+ * Why a death (local rank l of nd; all of its workers when l < 0, nd
+ * lost) cannot be repaired in a job of replica groups, or NULL: after it
+ * some replica group must have no dead rank, to hold every shard (the
+ * donors).  Jobs without replica groups, and members with no such
+ * numbering, are not refused here.
+ */
+const char *
+rz_topo_unwhole(const struct rz_job *j, const struct rz_node *nd, int64_t l)
+{
+	uint64_t	*dead;
+	int64_t		 world, shards, g, h;
+	int		 whole = 0;
+
+	if (j->replicas < 2 || (dead = rz_topo_dead(j, nd, l, &world)) == NULL)
+		return NULL;
+	shards = world / j->replicas;
+	for (g = 0; g < j->replicas && !whole; g++) {
+		for (h = g * shards; h < (g + 1) * shards; h++)
+			if (dead[h / 64] & (1ULL << (h % 64)))
+				break;
+		whole = h == (g + 1) * shards;
+	}
+	free(dead);
+	return whole ? NULL : "every replica group would have lost a rank: "
+	    "no peer holds every shard, so the job restarts from its "
+	    "checkpoint";
+}
+
+/*
+ * Why a job of replica groups cannot change its membership in place (a
+ * node joining, leaving, or lost with no standby to take its place), or
+ * NULL: a rank's home, its replica and its shard, holds for the whole
+ * job.
+ */
+const char *
+rz_topo_fixed(const struct rz_job *j)
+{
+	if (j->replicas > 0)
+		return "replica groups keep every rank's place: a node "
+		    "joins, leaves or is lost with no standby node by a "
+		    "restart";
+	return NULL;
+}
+
+/*
+ * Local rank l of nd died in a job of replica groups (nd's dead_local
+ * says so already): the event names its replica group, its shard and
+ * the donor of that shard (the same shard index in the lowest replica
+ * with no dead rank), by home rank.  Members with no such numbering:
+ * nothing is said.
  */
 void
 rz_topo_lost(struct rz *rz, struct rz_job *j, const struct rz_node *nd,
     int64_t l, int64_t now)
 {
-	struct rz_node	*m;
 	struct rz_topo	 t;
 	uint64_t	*dead;
-	int64_t		 world = 0, lws = nd->lws, k, home, donor;
+	int64_t		 world, home, donor;
 
-	if (j->replicas < 2)
+	if (j->replicas < 2 || (dead = rz_topo_dead(j, nd, l, &world)) == NULL)
 		return;
-	TAILQ_FOREACH(m, &j->nodes, entry) {
-		if (m->state != RZN_MEMBER)
-			continue;
-		if (m->lws != lws)
-			return;
-		world += m->lws;
-	}
-	if (world % j->replicas != 0 ||
-	    (dead = calloc((size_t)(world + 63) / 64, sizeof *dead)) == NULL)
-		return;
-	TAILQ_FOREACH(m, &j->nodes, entry) {
-		if (m->state != RZN_MEMBER || m->group_rank < 0 ||
-		    (m->group_rank + 1) * lws > world)
-			continue;
-		for (k = 0; k < lws && k < RZ_REPAIR_LWS_MAX; k++)
-			if (m->dead_local & (1LL << k)) {
-				home = m->group_rank * lws + k;
-				dead[home / 64] |= 1ULL << (home % 64);
-			}
-	}
-	home = nd->group_rank * lws + l;
+	home = nd->group_rank * nd->lws + l;
 	rz_topo_rank(world, j->replicas, home, &t);
 	donor = rz_topo_donor(world, j->replicas, home, dead);
 	free(dead);

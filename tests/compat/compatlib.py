@@ -396,6 +396,70 @@ def torch_surfaces(d, job, world=4):
 	    progress()[1]))
 
 
+# "COMMIT epoch step world rank time ids" (examples' --log-ids): a rank's
+# committed step, its world and rank in the group that stepped, its samples.
+COMMIT_RE = re.compile(r"COMMIT (\d+) (\d+) (\d+) (\d+) ([0-9.]+) ([0-9,]+)")
+
+
+def commits(out):
+	"""{(epoch, step): [(world, rank, ids)] of its latest group}: a step
+	logged by a rank that died and done again after the shrink counts
+	once, as the group that committed it last did it."""
+	recs = {}
+	for e, s, w, r, t, ids in COMMIT_RE.findall(out):
+		recs.setdefault((int(e), int(s)), []).append(
+		    (float(t), int(w), int(r), [int(i) for i in ids.split(",")]))
+	got = {}
+	for k, rs in recs.items():
+		rs.sort(reverse=True)
+		w = rs[0][1]
+		last, seen = [], set()
+		for t, ww, r, ids in rs:
+			if ww == w and r not in seen and len(last) < w:
+				seen.add(r)
+				last.append((ww, r, ids))
+		got[k] = last
+	return got
+
+
+def check_samples(out, n, batch, epochs, full_world=4, seed=0):
+	"""From the COMMIT lines in out (a job of n samples, batch per rank,
+	the epoch's order torch.randperm seeded by seed + epoch): each
+	committed step trained exactly the global batch at the job's
+	position for its world, no sample twice in an epoch, and an epoch
+	ended less than a full global batch from its end."""
+	import torch
+	got = commits(out)
+	for e in range(epochs):
+		g = torch.Generator()
+		g.manual_seed(seed + e)
+		perm = torch.randperm(n, generator=g).tolist()
+		ids, pos, partial = [], 0, 0
+		steps = sorted(s for (ee, s) in got if ee == e)
+		for s in steps:
+			rs = got[(e, s)]
+			w = rs[0][0]
+			step_ids = sorted(i for _, _, x in rs for i in x)
+			want = sorted(perm[pos:pos + w * batch])
+			if len(rs) < w:
+				# A step some survivors finished and the others got
+				# from the donor: only the finishers logged it.
+				partial += 1
+				check(set(step_ids) <= set(want), (e, s, rs))
+			else:
+				check(step_ids == want, "epoch %d step %d: trained %s, "
+				    "the position says %s" % (e, s, step_ids[:8],
+				    want[:8]))
+			ids += step_ids
+			pos += w * batch
+		check(len(ids) == len(set(ids)), "epoch %d: %d samples trained "
+		    "twice" % (e, len(ids) - len(set(ids))))
+		check(n - pos < full_world * batch, "epoch %d ended at %d of %d"
+		    % (e, pos, n))
+		log("epoch %d: %d steps, %d samples, each once (%d steps logged "
+		    "in part)" % (e, len(steps), pos, partial))
+
+
 def repair_reports(out):
 	"""The REPORT documents (dicts) in the workers' output."""
 	return [json.loads(m) for m in _REPORT_RE.findall(out)]

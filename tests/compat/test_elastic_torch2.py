@@ -195,9 +195,12 @@ def test_torch_straggler_replaced():
                       "replacement %.1f" % (before, slow, after))
         ev = job_events(d, "ts")
         now = set(a.children()) | set(b.children())
-    # The throttled rank, and only it, was named.
+    # The throttled rank, and only it, was named (up to the grow: the
+    # test ends before its round had a window's judgement).
+    grow = min(i for i, t in enumerate(ev) if t.startswith("repair: grow"))
     compatlib.check(all(t.startswith("straggler: rank %d " % vr)
-                        for t in named(d, "ts")), (vr, ev))
+                        for t in ev[:grow] if t.startswith("straggler: rank")
+                        and "steps at" in t), (vr, ev))
     compatlib.check(any("its agent kills it to be replaced" in t
                         for t in ev), ev)
     compatlib.check(any(t.startswith("repair: shrink to 3") for t in ev), ev)

@@ -43,7 +43,6 @@ ARGS = ["--limit", str(LIMIT), "--epochs", str(EPOCHS), "--batch",
     str(BATCH), "--workers", "1", "--hidden", "32", "--log-ids"]
 TOLERANCE = 0.1			# test loss, absolute
 _FINAL = re.compile(r"FINAL rank (\d+) step (\d+) test_loss ([0-9.]+)")
-_COMMIT = re.compile(r"COMMIT (\d+) (\d+) (\d+) (\d+) ([0-9.]+) ([0-9,]+)")
 st = {}
 
 
@@ -91,59 +90,6 @@ def test_reference():
         st["ref"] = finals(a.output() + b.output())
     d.stop()
     log("failure-free plain run: test loss %.4f" % st["ref"])
-
-
-def commits(out):
-    """{(epoch, step): the records of its latest group}: a step logged
-    by a rank that died and done again after the shrink counts once, as
-    the group that committed it last did it."""
-    recs = {}
-    for e, s, w, r, t, ids in _COMMIT.findall(out):
-        recs.setdefault((int(e), int(s)), []).append(
-            (float(t), int(w), int(r), [int(i) for i in ids.split(",")]))
-    out = {}
-    for k, rs in recs.items():
-        rs.sort(reverse=True)
-        w = rs[0][1]
-        last, seen = [], set()
-        for t, ww, r, ids in rs:
-            if ww == w and r not in seen and len(last) < w:
-                seen.add(r)
-                last.append((ww, r, ids))
-        out[k] = last
-    return out
-
-
-def check_samples(out):
-    import torch
-    got = commits(out)
-    for e in range(EPOCHS):
-        g = torch.Generator()
-        g.manual_seed(e)
-        perm = torch.randperm(LIMIT, generator=g).tolist()
-        ids, pos, partial = [], 0, 0
-        steps = sorted(s for (ee, s) in got if ee == e)
-        for s in steps:
-            rs = got[(e, s)]
-            w = rs[0][0]
-            step_ids = sorted(i for _, _, x in rs for i in x)
-            want = sorted(perm[pos:pos + w * BATCH])
-            if len(rs) < w:
-                # A step some survivors finished and the others got
-                # from the donor: only the finishers logged it.
-                partial += 1
-                check(set(step_ids) <= set(want), (e, s, rs))
-            else:
-                check(step_ids == want, "epoch %d step %d: trained %s, "
-                    "the position says %s" % (e, s, step_ids[:8], want[:8]))
-            ids += step_ids
-            pos += w * BATCH
-        check(len(ids) == len(set(ids)), "epoch %d: %d samples trained "
-            "twice" % (e, len(ids) - len(set(ids))))
-        check(LIMIT - pos < 4 * BATCH, "epoch %d ended at %d of %d" % (
-            e, pos, LIMIT))
-        log("epoch %d: %d steps, %d samples, each once (%d steps logged "
-            "in part)" % (e, len(steps), pos, partial))
 
 
 def test_twin_three_kills():
@@ -199,10 +145,7 @@ def dump(d, a, b):
 
 def events(d):
     """The twin job's events; none before its first agent joined."""
-    try:
-        return job_events(d, "twin")
-    except rt.RdzvError:
-        return []
+    return job_events(d, "twin", soon=True)
 
 
 def kill3(d, a, b):
@@ -238,7 +181,7 @@ def kill3(d, a, b):
 
 def stepping4(out):
     """Whether out has a committed step of each of 4 ranks in world 4."""
-    return len({r for _, _, w, r, _, _ in _COMMIT.findall(out)
+    return len({r for _, _, w, r, _, _ in cl.COMMIT_RE.findall(out)
                 if w == "4"}) == 4
 
 
@@ -274,7 +217,7 @@ def check_twin(ev, out):
     log("twin through 3 kills: test loss %.4f, failure-free %.4f" % (
         loss, st["ref"]))
     check(abs(loss - st["ref"]) <= TOLERANCE, (loss, st["ref"]))
-    check_samples(out)
+    cl.check_samples(out, LIMIT, BATCH, EPOCHS)
 
 
 if __name__ == "__main__":

@@ -6,13 +6,18 @@ other replica's processes are the same and step on alone, the failed
 replica's survivor keeps its process and waits, the dead rank alone is
 started again, and after the heal (shard by shard, from the other
 replica) every shard's digest (parameters and optimizer state) is equal
-across the replicas.  rdzv.mesh's topology (plan) is checked without
+across the replicas, and the replicas that stepped trained each sample of
+the epoch once (the COMMIT lines of --log-ids).  A second death in the
+waiting replica shrinks again and one grow takes both replacements in; a
+third agent waiting as a standby takes the place of a replica group's
+lost node, its workers healed as replacements.  rdzv.mesh's topology (plan) is checked without
 torch; torch 1.13 refuses HSDP with a message that names the fix.
 """
 
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 
@@ -35,6 +40,7 @@ _HEALED = re.compile(r"rank (\d+) \(replica (\d+) shard (\d+)\): healed in "
 _SHRUNK = re.compile(r"rank (\d+) \(replica (\d+) shard \d+\): shrink round "
                      r"\d+, 1 of 2 replicas step")
 DIE_STEP, DIE_HOME = 6, 1	# replica 0, shard 1
+SAMPLES = 2048		# 64 steps of 4 ranks, 128 of 2
 
 
 def _example():
@@ -74,70 +80,167 @@ def test_plan():
             raise AssertionError("plan(%r) did not refuse" % (bad,))
 
 
+def _hsdp_args(d, job, lease=5.0):
+    return ["--nnodes", "2", "--nproc_per_node", "2",
+            "--rdzv_endpoint", "127.0.0.1:%d" % d.port,
+            "--rdzv_id", job, "--max_restarts", "0", "--grace", "2",
+            "--warm_spare", "0",
+            "--rdzv_conf", conf(0.2, lease, "replicas=2")]
+
+
+_ENV = {"PYTHON": sys.executable, "GLOO_SOCKET_IFNAME": "lo",
+        "OMP_NUM_THREADS": "1", "RDZV_REPAIR_DEBUG": "1"}
+
+
+def _wait_ok(agents):
+    """Waits for every agent to exit 0; the job's lines on failure."""
+    for x in agents:
+        rc = x.wait(180)
+        check(rc == 0, (rc, "\n".join(
+            ln[:300] for ln in "".join(y.output() for y in agents)
+            .splitlines() if "Warning" not in ln and "[rank" not in ln
+            and "COMMIT" not in ln)[-12000:]))
+
+
+def _hsdp_run(d, s, job, delay, during=None):
+    """examples/torch_hsdp_repair.py, 2 replicas x 2 shards over two
+    agents (one replica group each), rank DIE_HOME SIGKILLing itself in
+    step DIE_STEP; a replacement sleeps delay seconds before it says
+    ready (the healthy replica steps on meanwhile).  during(a, b), when
+    given, runs once both agents are up.  Returns the agents' output and
+    the job's events once both exited 0."""
+    prog = [_example(), "--epochs", "1", "--samples", str(SAMPLES),
+            "--die-at", str(DIE_STEP), str(DIE_HOME),
+            "--replacement-delay", str(delay), "--log-ids"]
+    a = s.agent(_hsdp_args(d, job), env=_ENV, program=prog)
+    b = s.agent(_hsdp_args(d, job), env=_ENV, program=prog)
+    if during is not None:
+        during(a, b)
+    _wait_ok([a, b])
+    return a.output() + b.output(), job_events(d, job)
+
+
+def _check_healed(out, ev, replaced, samples=SAMPLES, died=DIE_STEP):
+    """What a healed run shows: replaced (homes of one replica group,
+    started again) have new processes, every other rank its first; every
+    shard's parameters and optimizer state agree across the replicas at
+    the same step; the other replica stepped on alone and the failed one
+    was healed (at a later step than died, the death's, when given); the
+    replicas that stepped trained each sample of the epoch once; one
+    grow, no restart.  Returns the reports and {home: the step it was
+    healed at}."""
+    failed = replaced[0] // 2
+    starts, reports = _docs(out, "START"), _docs(out, "REPORT")
+    why = "\n".join(ln[:300] for ln in out.splitlines()
+                    if "Warning" not in ln and
+                    "COMMIT" not in ln)[-10000:] + "\nevents: %s" % ev
+    check(sorted(r["rank"] for r in reports) == [0, 1, 2, 3], why)
+    first = {r["rank"]: r["pid"] for r in starts if not r["replacement"]}
+    again = {r["rank"]: r["pid"] for r in starts if r["replacement"]}
+    check(sorted(first) == [0, 1, 2, 3], why)
+    check(sorted(again) == sorted(replaced), why)
+    for r in reports:
+        if r["rank"] in replaced:
+            check(r["pid"] == again[r["rank"]] != first[r["rank"]], why)
+        else:	# the other replica, and a survivor of its own
+            check(r["pid"] == first[r["rank"]], (r, first))
+    for shard in (0, 1):
+        ds = {r["digest"] for r in reports if r["shard"] == shard}
+        check(len(ds) == 1, reports)
+    check(len({r["steps"] for r in reports}) == 1, reports)
+    check(len({r["digest"] for r in reports}) == 2, reports)
+    shrunk = {int(m[0]) for m in _SHRUNK.findall(out)}
+    check(shrunk == {2 - 2 * failed, 3 - 2 * failed}, why)
+    healed = {int(m[0]): int(m[3]) for m in _HEALED.findall(out)}
+    check(sorted(healed) == [2 * failed, 2 * failed + 1], why)
+    check(died is None or all(st > died for st in healed.values()),
+          healed)
+    # The healthy replica alone took the global batch of a world of 2
+    # from where the four left it, and the four again after the heal.
+    compatlib.check_samples(out, samples, 8, 1)
+    check(sum(1 for t in ev if t.startswith("repair: grow to 4")) == 1, ev)
+    check(not any(t.startswith("restart ") or "escalated" in t
+                  for t in ev), ev)
+    return reports, healed
+
+
 def test_hsdp_kill_heals_from_peer():
     d = rt.Rdzvd()
     with Scope("repair-hsdp-") as s:
-        argv = ["--nnodes", "2", "--nproc_per_node", "2",
-                "--rdzv_endpoint", "127.0.0.1:%d" % d.port,
-                "--rdzv_id", "hsdp", "--max_restarts", "0", "--grace", "2",
-                "--warm_spare", "0",
-                "--rdzv_conf", conf(0.2, 5.0, "replicas=2")]
-        # The replacement sleeps 2 s before it says ready: the healthy
-        # replica steps on meanwhile (to the end of the job, or some way:
-        # it heals replica 0 where it is either way).
-        prog = [_example(), "--epochs", "1", "--samples", "512",
-                "--die-at", str(DIE_STEP), str(DIE_HOME),
-                "--replacement-delay", "2"]
-        env = {"PYTHON": sys.executable, "GLOO_SOCKET_IFNAME": "lo",
-               "OMP_NUM_THREADS": "1", "RDZV_REPAIR_DEBUG": "1"}
-        a = s.agent(argv, env=env, program=prog)
-        b = s.agent(argv, env=env, program=prog)
-        for x in (a, b):
-            rc = x.wait(180)
-            check(rc == 0, (rc, "\n".join(
-                ln[:300] for ln in (a.output() + b.output()).splitlines()
-                if "Warning" not in ln and "[rank" not in ln)[-12000:]))
-        out = a.output() + b.output()
-        ev = job_events(d, "hsdp")
-        starts, reports = _docs(out, "START"), _docs(out, "REPORT")
-        why = "\n".join(ln[:300] for ln in out.splitlines()
-                        if "Warning" not in ln)[-10000:] + \
-            "\nevents: %s" % ev
-        check(sorted(r["rank"] for r in reports) == [0, 1, 2, 3], why)
-        first = {r["rank"]: r["pid"] for r in starts
-                 if not r["replacement"]}
-        again = [r for r in starts if r["replacement"]]
-        check(sorted(first) == [0, 1, 2, 3], why)
-        check([r["rank"] for r in again] == [DIE_HOME], why)
-        for r in reports:
-            if r["rank"] == DIE_HOME:
-                check(r["pid"] == again[0]["pid"] != first[DIE_HOME], why)
-            else:	# the other replica, and the survivor of its own
-                check(r["pid"] == first[r["rank"]], (r, first))
-        # Every shard's parameters and optimizer state agree across the
-        # replicas, at the same step.
-        for shard in (0, 1):
-            ds = {r["digest"] for r in reports if r["shard"] == shard}
-            check(len(ds) == 1, reports)
-        check(len({r["steps"] for r in reports}) == 1, reports)
-        check(len({r["digest"] for r in reports}) == 2, reports)
-        # Replica 1 stepped on alone; replica 0 (the survivor and the
-        # replacement) was healed at a later step than the death's.
-        shrunk = {int(m[0]) for m in _SHRUNK.findall(out)}
-        check(shrunk == {2, 3}, why)
-        healed = {int(m[0]): int(m[3]) for m in _HEALED.findall(out)}
-        check(sorted(healed) == [0, 1], why)
-        check(all(st > DIE_STEP for st in healed.values()), healed)
-        # rdzvd knows the topology: the lost rank's group, shard, donor.
-        check("replica group 0 lost rank 1 (shard 1 of 2): it waits for "
-              "its replacement, the other replicas step on; donor of "
-              "shard 1: rank 3" in ev, ev)
-        check(any(t.startswith("repair: shrink to 3") for t in ev), ev)
-        check(any(t.startswith("repair: grow to 4") for t in ev), ev)
-        check(not any(t.startswith("restart ") or "escalated" in t
-                      for t in ev), ev)
-        compatlib.log("healed at step %s after a death at step %d; "
-                      "reports %s" % (healed, DIE_STEP, reports))
+        out, ev = _hsdp_run(d, s, "hsdp", 2)
+    reports, healed = _check_healed(out, ev, [DIE_HOME])
+    # rdzvd knows the topology: the lost rank's group, shard, donor.
+    check("replica group 0 lost rank 1 (shard 1 of 2): it waits for "
+          "its replacement, the other replicas step on; donor of "
+          "shard 1: rank 3" in ev, ev)
+    check(any(t.startswith("repair: shrink to 3") for t in ev), ev)
+    compatlib.log("healed at step %s after a death at step %d; "
+                  "reports %s" % (healed, DIE_STEP, reports))
+    d.stop()
+
+
+def test_hsdp_second_death_waits_for_both():
+    """The failed replica's survivor is SIGKILLed too while it waits for
+    the first replacement: the round shrinks again (replica 1 steps on,
+    its processes kept), and one grow takes both replacements in once
+    both are ready; replica 0 heals whole from replica 1."""
+    d = rt.Rdzvd()
+
+    def kill_survivor(a, b):
+        rt.wait_until(lambda: any(t.startswith("replica group 0 lost "
+                                               "rank 1") for t in
+                                  job_events(d, "hsdp2", soon=True)),
+                      timeout=90, what="the first death's shrink")
+        pid = [r["pid"] for r in _docs(a.output() + b.output(), "START")
+               if r["rank"] == 0 and not r["replacement"]]
+        check(len(pid) == 1, pid)
+        os.kill(pid[0], signal.SIGKILL)
+
+    with Scope("repair-hsdp-") as s:
+        out, ev = _hsdp_run(d, s, "hsdp2", 3, kill_survivor)
+    reports, healed = _check_healed(out, ev, [0, DIE_HOME])
+    check("replica group 0 lost rank 0 (shard 0 of 2): it waits for "
+          "its replacement, the other replicas step on; donor of "
+          "shard 0: rank 2" in ev, ev)
+    check(any(t.startswith("repair: shrink to 2") and "during a repair"
+              in t for t in ev), ev)
+    compatlib.log("healed at step %s after two deaths; reports %s" % (
+        healed, reports))
+    d.stop()
+
+
+def test_hsdp_standby_takes_lost_node():
+    """A third agent waits as a standby; the agent of one replica group
+    is SIGKILLed (its workers with it): when its lease lapses the
+    standby's node takes that group's place, its workers start as
+    replacements in the same homes, the other replica steps on alone
+    meanwhile, and the new group heals whole from it."""
+    d = rt.Rdzvd()
+    prog = [_example(), "--epochs", "1", "--samples", "4096",
+            "--step-delay", "0.05", "--log-ids"]
+    with Scope("repair-hsdp-") as s:
+        a = s.agent(_hsdp_args(d, "hsdpsb", 2.0), env=_ENV, program=prog)
+        b = s.agent(_hsdp_args(d, "hsdpsb", 2.0), env=_ENV, program=prog)
+        rt.wait_until(lambda: len(compatlib.commits(a.output() +
+                                                    b.output())) >= 3,
+                      timeout=90, what="the job stepping")
+        c = s.agent(_hsdp_args(d, "hsdpsb", 2.0), env=_ENV, program=prog)
+        rt.wait_until(lambda: "standby" in c.output(), timeout=30,
+                      what="the standby agent")
+        lost = sorted(r["rank"] for r in _docs(b.output(), "START"))
+        check(len(lost) == 2 and lost[0] // 2 == lost[1] // 2, lost)
+        b.kill()
+        _wait_ok([a, c])
+        out, ev = a.output() + b.output() + c.output(), job_events(
+            d, "hsdpsb")
+    reports, healed = _check_healed(out, ev, lost, 4096, None)
+    check(any(re.match(r"repair: node \d+ \(host \S+\) lost \(lease "
+                       r"expired\): standby node 3 .* shrink to 2", t)
+              for t in ev), ev)
+    check(not any(r["rank"] in lost for r in _docs(c.output(), "START")
+                  if not r["replacement"]), c.output()[-3000:])
+    compatlib.log("replica %d lost with its node, healed at step %s on "
+                  "the standby's" % (lost[0] // 2, healed))
     d.stop()
 
 
@@ -224,4 +327,4 @@ def test_torch1_refuses_hsdp():
 
 
 if __name__ == "__main__":
-    rt.main(globals(), per_test=200.0, total=300.0)
+    rt.main(globals(), per_test=200.0, total=500.0)

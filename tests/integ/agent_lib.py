@@ -322,12 +322,17 @@ def ctl(d, *args):
                           timeout=30)
 
 
-def job_events(d, job, full=False):
+def job_events(d, job, full=False, soon=False):
     """The texts of job's events (ADMIN_EVENTS), oldest first; full: the
-    events themselves ({"seq", "time_ms", "text"})."""
+    events themselves ({"seq", "time_ms", "text"}); soon: none (not an
+    error) while the job does not exist yet."""
     c = d.native()
     try:
         doc = c.call(OP_ADMIN_EVENTS, job, -1, 0)[0]
+    except rt.RdzvError:
+        if soon:
+            return []
+        raise
     finally:
         c.close()
     return json.loads(doc) if full else [e["text"] for e in json.loads(doc)]

@@ -1051,6 +1051,21 @@ test_topo_form_refused(void **state)
 	    "the world of 4 ranks"));
 }
 
+/* Two nodes of two workers in replicas replica groups, running round 1,
+ * both able to repair. */
+static void
+topo_job(struct fx *f, int64_t replicas)
+{
+	assert_int_equal(run(f, join_replicas(f, "i1", 2, replicas, &conn_a)),
+	    0);
+	assert_int_equal(run(f, join_replicas(f, "i2", 2, replicas, &conn_b)),
+	    0);
+	assert_int_equal(run(f, rz_heartbeat(f->rz, slice_str("ob"), 1, 1,
+	    &conn_a, 10, &ob)), 0);
+	assert_int_equal(run(f, rz_heartbeat(f->rz, slice_str("ob"), 2, 1,
+	    &conn_b, 10, &ob)), 0);
+}
+
 /*
  * 2 replicas x 2 shards over two nodes of two workers: a death shrinks
  * as in any repairable job, and the event names the replica group, the
@@ -1063,12 +1078,7 @@ test_topo_repair(void **state)
 {
 	struct fx	*f = *state;
 
-	assert_int_equal(run(f, join_replicas(f, "i1", 2, 2, &conn_a)), 0);
-	assert_int_equal(run(f, join_replicas(f, "i2", 2, 2, &conn_b)), 0);
-	assert_int_equal(run(f, rz_heartbeat(f->rz, slice_str("ob"), 1, 1,
-	    &conn_a, 10, &ob)), 0);
-	assert_int_equal(run(f, rz_heartbeat(f->rz, slice_str("ob"), 2, 1,
-	    &conn_b, 10, &ob)), 0);
+	topo_job(f, 2);
 	assert_int_equal(fail_repair(f, 1, 1, 1, 100), 0);
 	assert_repair_push(0, NAT_KIND_SHRINK, 2, 1, 3, 0, 0, 1);
 	drain(f->rz);
@@ -1078,17 +1088,78 @@ test_topo_repair(void **state)
 	assert_true(event_has(f, "repair: shrink to 3"));
 }
 
+/*
+ * A second death in the replica group that waits (its survivor, rank 0)
+ * shrinks again, with the donor of its shard named; the first
+ * replacement's READY opens nothing, the second's one grow for both.
+ */
+static void
+test_topo_second_death(void **state)
+{
+	struct fx	*f = *state;
+
+	topo_job(f, 2);
+	assert_int_equal(run(f, fail_repair(f, 1, 1, 1, 100)), 0);
+	assert_int_equal(fail_repair(f, 1, 2, 0, 110), 0);
+	assert_int_equal(ob.npush, 2);
+	assert_repair_push(0, NAT_KIND_SHRINK, 3, 1, 2, 0, 0, 0);
+	assert_repair_push(1, NAT_KIND_SHRINK, 3, 2, 2, 0, 0, 3);
+	drain(f->rz);
+	assert_true(event_has(f, "replica group 0 lost rank 0 (shard 0 of "
+	    "2): it waits for its replacement, the other replicas step on; "
+	    "donor of shard 0: rank 2"));
+	assert_true(event_has(f, "(during a repair: another replacement on "
+	    "its way)"));
+	assert_int_equal(ready(f, 1, 3, 1, 200), 0);
+	assert_int_equal(ob.npush + ob.nport, 0);
+	drain(f->rz);
+	assert_int_equal(ready(f, 1, 3, 0, 300), 0);
+	assert_int_equal(ob.npush, 2);
+	assert_repair_push(0, NAT_KIND_GROW, 4, 1, 4, 0, 2, 3);
+	assert_repair_push(1, NAT_KIND_GROW, 4, 2, 4, 2, 2, 3);
+	drain(f->rz);
+	assert_false(event_has(f, "escalated"));
+}
+
+/* A death in the other replica while the first waits leaves no replica
+ * whole: nobody holds every shard, the job restarts, saying why. */
+static void
+test_topo_no_whole_replica_restarts(void **state)
+{
+	struct fx	*f = *state;
+
+	topo_job(f, 2);
+	assert_int_equal(run(f, fail_repair(f, 1, 1, 1, 100)), 0);
+	assert_int_equal(fail_repair(f, 2, 2, 0, 110), 0);
+	assert_restart(f, 3, "repair escalated to restart: every replica "
+	    "group would have lost a rank: no peer holds every shard, so the "
+	    "job restarts from its checkpoint");
+}
+
+/* A lost node with no standby: the ranks would be renumbered, which
+ * replica groups cannot be; the job restarts and says so. */
+static void
+test_topo_lost_node_restarts(void **state)
+{
+	struct fx	*f = *state;
+
+	topo_job(f, 2);
+	assert_int_equal(rz_leave(f->rz, slice_str("ob"), 2, 100, &ob), 0);
+	assert_int_equal(ob.npush, 1);
+	assert_int_equal(ob.push[0].round.state, RDZV_ROUND_STOP);
+	drain(f->rz);
+	assert_true(event_has(f, "repair escalated to restart: node 2 (host "
+	    "h) lost (it left): replica groups keep every rank's place: a "
+	    "node joins, leaves or is lost with no standby node by a "
+	    "restart"));
+}
+
 static void
 test_topo_one_replica_restarts(void **state)
 {
 	struct fx	*f = *state;
 
-	assert_int_equal(run(f, join_replicas(f, "i1", 2, 1, &conn_a)), 0);
-	assert_int_equal(run(f, join_replicas(f, "i2", 2, 1, &conn_b)), 0);
-	assert_int_equal(run(f, rz_heartbeat(f->rz, slice_str("ob"), 1, 1,
-	    &conn_a, 10, &ob)), 0);
-	assert_int_equal(run(f, rz_heartbeat(f->rz, slice_str("ob"), 2, 1,
-	    &conn_b, 10, &ob)), 0);
+	topo_job(f, 1);
 	assert_int_equal(fail_repair(f, 1, 1, 1, 100), 0);
 	assert_restart(f, 2, "repair escalated to restart: one replica "
 	    "(plain FSDP2): no peer holds the lost shard, so the job "
@@ -1406,7 +1477,8 @@ strag_view_cb(void *arg, const struct rz_strag_view *v)
  * event naming a straggler; replace refused (the event says why) while a
  * node cannot repair, then a STRAGGLER push to the straggler's agent for
  * its local rank (node 2's local rank 1 is rank 3), nothing else; a
- * verdict of an older round or on a rank that is none refused.
+ * verdict of an older round or on a rank that is none refused.  No job
+ * is judged while its replacement is on its way.
  */
 static void
 test_straggler_replace(void **state)
@@ -1471,6 +1543,16 @@ test_straggler_replace(void **state)
 	assert_int_equal(ob.npush, 2);
 	assert_repair_push(1, NAT_KIND_SHRINK, 2, 2, 3, 2, 0, 1);
 	drain(f->rz);
+	/* While its replacement is on its way nobody is judged; the grow's
+	 * round is. */
+	memset(&v, 0, sizeof v);
+	rz_strag_each(f->rz, strag_view_cb, &v);
+	assert_null(v.job);
+	assert_int_equal(run(f, ready(f, 2, 2, 1, 500)), 0);
+	rz_strag_each(f->rz, strag_view_cb, &v);
+	assert_string_equal(v.job, "ob");
+	assert_int_equal(v.round, 3);
+	assert_int_equal(v.world_size, 4);
 }
 
 /*
@@ -1925,6 +2007,12 @@ main(void)
 		cmocka_unit_test_setup_teardown(test_topo_repair, setup,
 		    teardown),
 		cmocka_unit_test_setup_teardown(test_topo_one_replica_restarts,
+		    setup, teardown),
+		cmocka_unit_test_setup_teardown(test_topo_second_death, setup,
+		    teardown),
+		cmocka_unit_test_setup_teardown(
+		    test_topo_no_whole_replica_restarts, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_topo_lost_node_restarts,
 		    setup, teardown),
 		cmocka_unit_test_setup_teardown(test_legacy_rows_load, setup,
 		    teardown),
