@@ -211,7 +211,10 @@ def main():
 	    "shard": job.shard, "pid": os.getpid(), "steps": job.step_count,
 	    "loss":
 	    None if loss is None else round(loss.item(), 6), "digest": job.digest(),
-	    "repairs": job.repairs, "heals": len(job.heal_times)}), flush=True)
+	    "repairs": job.repairs, "heals": len(job.heal_times), "heal_s":
+	    round(job.heal_times[-1], 4) if job.heal_times else None,
+	    "heal_bytes": job.heal_bytes, "heal_peak": job.heal_peak}),
+	    flush=True)
 	job.close()
 	# PyTorch's gloo may abort a process that finalizes right after its
 	# last collective (README, "Using it from unmodified PyTorch").

@@ -167,6 +167,8 @@ class MeshJob(Job):
 		self._factories = [None, None, None]
 		self._model = self._opt = self._sched = None
 		self.heal_times = []
+		self.heal_bytes = 0		# the last heal's tensors
+		self.heal_peak = None		# its peak memory over before
 		self._repairing = False		# said hello: a death repairs
 
 	# ---- the objects a heal makes again ----
@@ -354,7 +356,13 @@ class MeshJob(Job):
 		return super()._recover(e, what)
 
 	def _abort(self):
+		self._whole = False
 		group.reset(self._rep_socks)
+
+	def _agree_world(self, mine):
+		"""The ranks of the replicas that step (not every rank of the
+		round: a waiting replica's survivors are in it too)."""
+		return self.world
 
 	def _in_torch(self):
 		"""A replica waiting for its replacement is blocked on its peers
@@ -385,6 +393,7 @@ class MeshJob(Job):
 		t0 = time.monotonic()
 		lost = self._lost_since if self._lost_since is not None else t0
 		with self._cv:
+			self._whole = False
 			self._building = r
 			superseded = bool(self._rounds) and \
 			    self._rounds[-1].round > r.round
@@ -436,6 +445,11 @@ class MeshJob(Job):
 		with self._cv:
 			if self._freeze is r:
 				self._freeze = self._target = None
+			# Stepping in a whole group: a grow's agreement (the
+			# watcher's _agree) has its ranks switch after the same
+			# step, not each at its next boundary (one would wait in
+			# the new round while its shard peer began a step).
+			self._whole = True
 		if r.kind != "start":
 			self.repairs += 1
 		self._lost_since = None
@@ -501,67 +515,80 @@ class MeshJob(Job):
 
 	# ---- the heal ----
 
-	def _pack(self):
-		"""This rank's shards and position (torch.save bytes)."""
+	def _heal_parts(self):
+		"""What a heal moves, from this rank: (meta, tensors).  tensors:
+		every parameter's local shard, then each optimizer state tensor
+		shaped as its parameter's shard (by parameter, keys sorted),
+		streamed one by one into the receiver's own; meta (small,
+		torch.save'd): the step, data position, the optimizer's groups
+		and other state values, the scheduler, the RNG."""
 		import torch
 		params = list(self._model.parameters())
+		tensors = [_local(p).detach() for p in params]
 		opt = None
 		if self._opt is not None:
 			sd = self._opt.state_dict()
-			opt = {"param_groups": sd["param_groups"],
-			    "state": {i: {k: _local(v) for k, v in s.items()}
-			    for i, s in sd["state"].items()}}
-		f = io.BytesIO()
-		torch.save({"step": self.step_count, "epoch": self.epoch,
-		    "pos": self.pos, "params": [_local(p).detach()
-		    for p in params], "opt": opt, "sched":
-		    self._sched.state_dict() if self._sched is not None else
-		    None, "rng": torch.get_rng_state()}, f)
-		return f.getvalue()
-
-	def _unpack(self, data):
-		import torch
-		st = torch.load(io.BytesIO(data), map_location="cpu",
-		    weights_only=False)
-		params = list(self._model.parameters())
-		if len(params) != len(st["params"]):
-			raise RuntimeError("rdzv.mesh: the donor's model has %d "
-			    "parameters, this one %d" % (len(st["params"]),
-			    len(params)))
-		with torch.no_grad():
-			for p, t in zip(params, st["params"]):
-				_local(p).copy_(t)
-		if st["opt"] is not None and self._opt is not None:
-			sd = {"param_groups": st["opt"]["param_groups"],
-			    "state": {i: {k: _like(v, params[i]) for k, v in
-			    s.items()} for i, s in st["opt"]["state"].items()}}
-			self._opt.load_state_dict(sd)
-		if st["sched"] is not None and self._sched is not None:
-			self._sched.load_state_dict(st["sched"])
-		torch.set_rng_state(st["rng"])
-		with self._cv:
-			self.step_count = st["step"]
-		self.epoch, self.pos = st["epoch"], st["pos"]
+			state = {}
+			for i in sorted(sd["state"]):
+				st, like = {}, _local(params[i])
+				for k in sorted(sd["state"][i]):
+					v = sd["state"][i][k]
+					v = _local(v) if isinstance(v, torch.Tensor) \
+					    else v
+					if isinstance(v, torch.Tensor) and v.dim() > 0 \
+					    and v.shape == like.shape:
+						st[k] = ("tensor", v.dtype)
+						tensors.append(v.detach())
+					else:
+						st[k] = ("value", v)
+				state[i] = st
+			opt = {"param_groups": sd["param_groups"], "state": state}
+		meta = {"step": self.step_count, "epoch": self.epoch,
+		    "pos": self.pos, "nparams": len(params), "opt": opt,
+		    "sched": self._sched.state_dict() if self._sched is not None
+		    else None, "rng": torch.get_rng_state()}
+		return meta, tensors
 
 	def _send_shards(self, to):
 		"""Donor: this rank's shards to the ranks at replicate indices
-		to, one after the other (each pair is its own shard index's)."""
+		to, one after the other (each pair is its own shard index's):
+		the meta, then each tensor as it is, no copy made."""
 		import torch
 		if not to:
 			return
 		t0 = time.monotonic()
-		blob = self._pack()
-		n = torch.tensor([len(blob)], dtype=torch.int64)
-		buf = torch.frombuffer(bytearray(blob), dtype=torch.uint8)
+		meta, tensors = self._heal_parts()
+		f = io.BytesIO()
+		torch.save(meta, f)
+		buf = torch.frombuffer(bytearray(f.getvalue()), dtype=torch.uint8)
+		n = torch.tensor([buf.numel()], dtype=torch.int64)
+		size = sum(t.numel() * t.element_size() for t in tensors)
 		for i in to:
 			self._rep.send([n], i, 1).wait()
 			self._rep.send([buf], i, 2).wait()
-		log.debug("sent %d bytes of shard %d to %s in %.3f s", len(blob),
+			for k, t in enumerate(tensors):
+				if t.numel() > 0:
+					self._rep.send([t.contiguous()], i, 3 + k).wait()
+		log.debug("sent %d bytes of shard %d to %s in %.3f s", size,
 		    self.shard, to, time.monotonic() - t0)
+
+	def _recv_into(self, dst, src, tag):
+		"""Receives a tensor from replicate index src into dst."""
+		import torch
+		if dst.numel() == 0:
+			return
+		if dst.is_contiguous():
+			self._rep.recv([dst], src, tag).wait()
+			return
+		tmp = torch.empty(dst.shape, dtype=dst.dtype)
+		self._rep.recv([tmp], src, tag).wait()
+		dst.copy_(tmp)
 
 	def _heal_pending(self):
 		"""Receives the donor's shards when a heal waits and the objects
-		to load them in exist."""
+		to load them in exist: each tensor straight into this rank's own
+		(a parameter's shard, the optimizer state made for it), so the
+		heal needs no memory beyond the state itself."""
 		import torch
 		if self._heal is None:
 			return
@@ -571,19 +598,85 @@ class MeshJob(Job):
 			    "job.optimizer() and job.scheduler() before the "
 			    "training loop: a heal loads them")
 		src, self._heal = self._heal, None
-		t0 = time.monotonic()
+		t0, rss0 = time.monotonic(), _rss_mark()
 		n = torch.zeros(1, dtype=torch.int64)
 		self._rep.recv([n], src, 1).wait()
 		buf = torch.empty(int(n.item()), dtype=torch.uint8)
 		self._rep.recv([buf], src, 2).wait()
-		self._unpack(buf.numpy().tobytes())
+		meta = torch.load(io.BytesIO(buf.numpy()), map_location="cpu",
+		    weights_only=False)
+		params = list(self._model.parameters())
+		if meta["nparams"] != len(params):
+			raise RuntimeError("rdzv.mesh: the donor's model has %d "
+			    "parameters, this one %d" % (meta["nparams"],
+			    len(params)))
+		tag, size = 3, 0
+		with torch.no_grad():
+			for p in params:
+				self._recv_into(_local(p), src, tag)
+				size += _local(p).numel() * _local(p).element_size()
+				tag += 1
+			opt = meta["opt"]
+			if opt is not None and self._opt is not None:
+				state = {}
+				for i, st in opt["state"].items():
+					like, state[i] = _local(params[i]), {}
+					for k, (kind, v) in st.items():
+						if kind == "tensor":
+							t = torch.empty(like.shape, dtype=v)
+							self._recv_into(t, src, tag)
+							size += t.numel() * t.element_size()
+							tag += 1
+							v = _like(t, params[i])
+						state[i][k] = v
+				self._opt.load_state_dict({"param_groups":
+				    opt["param_groups"], "state": state})
+		if meta["sched"] is not None and self._sched is not None:
+			self._sched.load_state_dict(meta["sched"])
+		torch.set_rng_state(meta["rng"])
+		with self._cv:
+			self.step_count = meta["step"]
+		self.epoch, self.pos = meta["epoch"], meta["pos"]
 		self.heal_times.append(time.monotonic() - t0)
+		self.heal_bytes = size
+		self.heal_peak = _rss_peak(rss0)
 		self._joined = True
 		self._send(str(self.step_count))	# its agent: it has joined
 		log.info("rank %d (replica %d shard %d): shard healed from "
-		    "replica index %d, %d bytes in %.3f s, at step %d", self.home,
-		    self.replica, self.shard, src, int(n.item()),
-		    self.heal_times[-1], self.step_count)
+		    "replica index %d, %d bytes in %.3f s, at step %d%s",
+		    self.home, self.replica, self.shard, src, size,
+		    self.heal_times[-1], self.step_count, "" if self.heal_peak
+		    is None else ", peak memory +%.1f MiB" % (self.heal_peak /
+		    2 ** 20))
+
+
+def _rss_mark():
+	"""This process's resident bytes now, its peak reset to it (Linux's
+	clear_refs 5), or None where that cannot be done."""
+	try:
+		with open("/proc/self/clear_refs", "w") as f:
+			f.write("5")
+		return _status_kib("VmRSS") * 1024
+	except (OSError, ValueError):
+		return None
+
+
+def _rss_peak(mark):
+	"""Peak resident bytes since _rss_mark() returned mark, over mark."""
+	if mark is None:
+		return None
+	try:
+		return max(0, _status_kib("VmHWM") * 1024 - mark)
+	except (OSError, ValueError):
+		return None
+
+
+def _status_kib(key):
+	with open("/proc/self/status") as f:
+		for line in f:
+			if line.startswith(key + ":"):
+				return int(line.split()[1])
+	raise ValueError("no %s in /proc/self/status" % key)
 
 
 def _local(t):

@@ -152,6 +152,11 @@ class Watcher:
 		if not healthy and self._joined:
 			self._abort()
 
+	def _agree_world(self, mine):
+		"""How many ranks step in the group of round mine (_agree's
+		WORLD): all of that round's."""
+		return mine.world
+
 	def _agree(self, r, healthy, mine):
 		"""Every rank of the grow round r posts in its store what it
 		brings: "-1" (a replacement, or a rank whose group is being made
@@ -170,7 +175,7 @@ class Watcher:
 			with self._cv:
 				begun = self.step_count + (1 if self._in_step else 0)
 			st.set(_KEY % r.rank, "%d %d %d" % (begun, mine.round,
-			    mine.world) if healthy else "-1")
+			    self._agree_world(mine)) if healthy else "-1")
 			if not healthy:
 				return
 			keys = [_KEY % i for i in range(r.world)]
