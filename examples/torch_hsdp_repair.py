@@ -213,7 +213,9 @@ def main():
 	    None if loss is None else round(loss.item(), 6), "digest": job.digest(),
 	    "repairs": job.repairs, "heals": len(job.heal_times), "heal_s":
 	    round(job.heal_times[-1], 4) if job.heal_times else None,
-	    "heal_bytes": job.heal_bytes, "heal_peak": job.heal_peak}),
+	    "heal_xfer_s": None if job.heal_xfer is None else
+	    round(job.heal_xfer, 4), "heal_bytes": job.heal_bytes,
+	    "heal_peak": job.heal_peak}),
 	    flush=True)
 	job.close()
 	# PyTorch's gloo may abort a process that finalizes right after its

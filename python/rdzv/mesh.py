@@ -168,6 +168,7 @@ class MeshJob(Job):
 		self._model = self._opt = self._sched = None
 		self.heal_times = []
 		self.heal_bytes = 0		# the last heal's tensors
+		self.heal_xfer = None		# its seconds from the first byte
 		self.heal_peak = None		# its peak memory over before
 		self._repairing = False		# said hello: a death repairs
 
@@ -566,23 +567,27 @@ class MeshJob(Job):
 		for i in to:
 			self._rep.send([n], i, 1).wait()
 			self._rep.send([buf], i, 2).wait()
-			for k, t in enumerate(tensors):
-				if t.numel() > 0:
-					self._rep.send([t.contiguous()], i, 3 + k).wait()
+			# All posted at once, then waited for: no round trip a
+			# tensor.
+			works = [self._rep.send([t.contiguous()], i, 3 + k)
+			    for k, t in enumerate(tensors) if t.numel() > 0]
+			for w in works:
+				w.wait()
 		log.debug("sent %d bytes of shard %d to %s in %.3f s", size,
 		    self.shard, to, time.monotonic() - t0)
 
-	def _recv_into(self, dst, src, tag):
-		"""Receives a tensor from replicate index src into dst."""
+	def _recv_into(self, dst, src, tag, works, copies):
+		"""Posts the receive of a tensor from replicate index src into
+		dst (works: the pending receives; copies: (dst, buffer) pairs
+		for a dst that is not contiguous, copied once all are in)."""
 		import torch
 		if dst.numel() == 0:
 			return
-		if dst.is_contiguous():
-			self._rep.recv([dst], src, tag).wait()
-			return
-		tmp = torch.empty(dst.shape, dtype=dst.dtype)
-		self._rep.recv([tmp], src, tag).wait()
-		dst.copy_(tmp)
+		if not dst.is_contiguous():
+			tmp = torch.empty(dst.shape, dtype=dst.dtype)
+			copies.append((dst, tmp))
+			dst = tmp
+		works.append(self._rep.recv([dst], src, tag))
 
 	def _heal_pending(self):
 		"""Receives the donor's shards when a heal waits and the objects
@@ -601,6 +606,7 @@ class MeshJob(Job):
 		t0, rss0 = time.monotonic(), _rss_mark()
 		n = torch.zeros(1, dtype=torch.int64)
 		self._rep.recv([n], src, 1).wait()
+		t1 = time.monotonic()	# the donor is there: the transfer
 		buf = torch.empty(int(n.item()), dtype=torch.uint8)
 		self._rep.recv([buf], src, 2).wait()
 		meta = torch.load(io.BytesIO(buf.numpy()), map_location="cpu",
@@ -610,13 +616,13 @@ class MeshJob(Job):
 			raise RuntimeError("rdzv.mesh: the donor's model has %d "
 			    "parameters, this one %d" % (meta["nparams"],
 			    len(params)))
-		tag, size = 3, 0
+		tag, size, works, copies = 3, 0, [], []
 		with torch.no_grad():
 			for p in params:
-				self._recv_into(_local(p), src, tag)
+				self._recv_into(_local(p), src, tag, works, copies)
 				size += _local(p).numel() * _local(p).element_size()
 				tag += 1
-			opt = meta["opt"]
+			opt, state = meta["opt"], None
 			if opt is not None and self._opt is not None:
 				state = {}
 				for i, st in opt["state"].items():
@@ -624,11 +630,17 @@ class MeshJob(Job):
 					for k, (kind, v) in st.items():
 						if kind == "tensor":
 							t = torch.empty(like.shape, dtype=v)
-							self._recv_into(t, src, tag)
+							self._recv_into(t, src, tag, works,
+							    copies)
 							size += t.numel() * t.element_size()
 							tag += 1
 							v = _like(t, params[i])
 						state[i][k] = v
+			for w in works:
+				w.wait()
+			for dst, tmp in copies:
+				dst.copy_(tmp)
+			if state is not None:
 				self._opt.load_state_dict({"param_groups":
 				    opt["param_groups"], "state": state})
 		if meta["sched"] is not None and self._sched is not None:
@@ -638,14 +650,16 @@ class MeshJob(Job):
 			self.step_count = meta["step"]
 		self.epoch, self.pos = meta["epoch"], meta["pos"]
 		self.heal_times.append(time.monotonic() - t0)
+		self.heal_xfer = time.monotonic() - t1
 		self.heal_bytes = size
 		self.heal_peak = _rss_peak(rss0)
 		self._joined = True
 		self._send(str(self.step_count))	# its agent: it has joined
 		log.info("rank %d (replica %d shard %d): shard healed from "
-		    "replica index %d, %d bytes in %.3f s, at step %d%s",
-		    self.home, self.replica, self.shard, src, size,
-		    self.heal_times[-1], self.step_count, "" if self.heal_peak
+		    "replica index %d, %d bytes in %.3f s (%.3f s of it moving "
+		    "them), at step %d%s", self.home, self.replica, self.shard,
+		    src, size, self.heal_times[-1], self.heal_xfer,
+		    self.step_count, "" if self.heal_peak
 		    is None else ", peak memory +%.1f MiB" % (self.heal_peak /
 		    2 ** 20))
 
