@@ -12,8 +12,8 @@ shard.  With no arguments, under
 it trains 2 replicas x 2 shards and prints at exit one line per rank:
 
     REPORT {"rank": …, "replica": …, "shard": …, "pid": …, "steps": …,
-            "loss": …, "digest": "<sha256 of its parameter and optimizer
-            shards>"}
+            "loss": …, "eval_loss": …, "digest": "<sha256 of its
+            parameter and optimizer shards>"}
 
 so that anyone can check the replicas agree shard by shard.
 """
@@ -61,6 +61,18 @@ def data(n, seq, vocab, seed):
 	x = torch.randint(0, vocab, (n, seq), generator=g)
 	y = torch.roll(x, 1, dims=1)
 	return x, y
+
+
+def evaluate(model, x, y, vocab, batch):
+	"""The mean loss over a held-out set (every rank of a replica takes
+	part: its forward gathers the shards)."""
+	total = 0.0
+	with torch.no_grad():
+		for i in range(0, len(x), batch):
+			out = model(x[i:i + batch])
+			total += F.cross_entropy(out.reshape(-1, vocab),
+			    y[i:i + batch].reshape(-1), reduction="sum").item()
+	return total / y.numel()
 
 
 def save(job, d):
@@ -118,11 +130,17 @@ def main():
 	ap.add_argument("--epochs", type=int, default=2)
 	ap.add_argument("--samples", type=int, default=2048)
 	ap.add_argument("--batch", type=int, default=8, help="per rank")
+	ap.add_argument("--batch-policy", choices=("rank", "global"),
+	    default="rank", help="what a shrink does to the global batch: "
+	    "rank keeps --batch per rank (it shrinks), global keeps the "
+	    "full world's (each stepping rank takes more)")
 	ap.add_argument("--seq", type=int, default=16)
 	ap.add_argument("--vocab", type=int, default=32)
 	ap.add_argument("--dim", type=int, default=64)
 	ap.add_argument("--layers", type=int, default=2)
 	ap.add_argument("--lr", type=float, default=3e-3)
+	ap.add_argument("--eval-samples", type=int, default=256, metavar="N",
+	    help="the held-out set of the REPORT's eval_loss")
 	ap.add_argument("--seed", type=int, default=0)
 	ap.add_argument("--die-at", type=int, nargs=2, metavar=("STEP", "RANK"),
 	    help="tests: rank RANK (not a replacement) SIGKILLs itself inside "
@@ -174,7 +192,8 @@ def main():
 	torch.manual_seed(a.seed + 1000 + job.home)
 	loss = None		# a rank healed at the end never steps
 	for epoch in job.epochs(a.epochs):
-		for idx in job.batches(a.samples, a.batch, seed=a.seed):
+		for idx in job.batches(a.samples, a.batch, seed=a.seed,
+		    policy=a.batch_policy):
 			t0, cut = time.time(), (job.world, job.rank)	# idx's
 			with job.step():
 				if a.step_delay:
@@ -207,10 +226,12 @@ def main():
 				print("replica %d epoch %d step %d loss %.4f" % (
 				    job.replica, epoch, job.step_count, loss.item()),
 				    flush=True)
+	ex, ey = data(a.eval_samples, a.seq, a.vocab, a.seed + 1)
 	print("REPORT " + json.dumps({"rank": job.home, "replica": job.replica,
 	    "shard": job.shard, "pid": os.getpid(), "steps": job.step_count,
 	    "loss":
-	    None if loss is None else round(loss.item(), 6), "digest": job.digest(),
+	    None if loss is None else round(loss.item(), 6), "eval_loss":
+	    round(evaluate(model, ex, ey, a.vocab, 64), 6), "digest": job.digest(),
 	    "repairs": job.repairs, "heals": len(job.heal_times), "heal_s":
 	    round(job.heal_times[-1], 4) if job.heal_times else None,
 	    "heal_xfer_s": None if job.heal_xfer is None else

@@ -422,12 +422,14 @@ def commits(out):
 	return got
 
 
-def check_samples(out, n, batch, epochs, full_world=4, seed=0):
+def check_samples(out, n, batch, epochs, full_world=4, seed=0,
+    policy="rank"):
 	"""From the COMMIT lines in out (a job of n samples, batch per rank,
 	the epoch's order torch.randperm seeded by seed + epoch): each
 	committed step trained exactly the global batch at the job's
-	position for its world, no sample twice in an epoch, and an epoch
-	ended less than a full global batch from its end."""
+	position for its world (policy "global": for the full world), no
+	sample twice in an epoch, and an epoch ended less than a full
+	global batch from its end."""
 	import torch
 	got = commits(out)
 	for e in range(epochs):
@@ -439,8 +441,9 @@ def check_samples(out, n, batch, epochs, full_world=4, seed=0):
 		for s in steps:
 			rs = got[(e, s)]
 			w = rs[0][0]
+			g = (full_world if policy == "global" else w) * batch
 			step_ids = sorted(i for _, _, x in rs for i in x)
-			want = sorted(perm[pos:pos + w * batch])
+			want = sorted(perm[pos:pos + g])
 			if len(rs) < w:
 				# A step some survivors finished and the others got
 				# from the donor: only the finishers logged it.
@@ -451,7 +454,7 @@ def check_samples(out, n, batch, epochs, full_world=4, seed=0):
 				    "the position says %s" % (e, s, step_ids[:8],
 				    want[:8]))
 			ids += step_ids
-			pos += w * batch
+			pos += g
 		check(len(ids) == len(set(ids)), "epoch %d: %d samples trained "
 		    "twice" % (e, len(ids) - len(set(ids))))
 		check(n - pos < full_world * batch, "epoch %d ended at %d of %d"

@@ -1,17 +1,20 @@
 """test_repair_hsdp: sharded training (FSDP2 inside replica groups, HSDP)
-repairs in place under a real rdzvd and two real rdzv-agents (torch 2.13,
+repairs in place under a real rdzvd and real rdzv-agents (torch 2.13,
 gloo, CPU): examples/torch_hsdp_repair.py, 2 replicas x 2 shards, one
-replica group per agent.  A rank SIGKILLed in the middle of a step: the
-other replica's processes are the same and step on alone, the failed
-replica's survivor keeps its process and waits, the dead rank alone is
-started again, and after the heal (shard by shard, from the other
-replica) every shard's digest (parameters and optimizer state) is equal
-across the replicas, and the replicas that stepped trained each sample of
-the epoch once (the COMMIT lines of --log-ids).  A second death in the
-waiting replica shrinks again and one grow takes both replacements in; a
-third agent waiting as a standby takes the place of a replica group's
-lost node, its workers healed as replacements.  rdzv.mesh's topology (plan) is checked without
-torch; torch 1.13 refuses HSDP with a message that names the fix.
+replica group per agent, or over four agents (each group spanning two).
+A rank SIGKILLed in the middle of a step: the other replica's processes
+are the same and step on alone, the failed replica's survivor keeps its
+process and waits, the dead rank alone is started again, and after the
+heal (shard by shard, from the other replica) every shard's digest
+(parameters and optimizer state) is equal across the replicas, and the
+replicas that stepped trained each sample of the epoch once (the COMMIT
+lines of --log-ids); with the global batch kept, the loss on a held-out
+set is a failure-free run's within the noise between seeds.  A second
+death in the waiting replica shrinks again and one grow takes both
+replacements in; a third agent waiting as a standby takes the place of a
+replica group's lost node, its workers healed as replacements.
+rdzv.mesh's topology (plan) is checked without torch; torch 1.13 refuses
+HSDP with a message that names the fix.
 """
 
 import json
@@ -80,8 +83,8 @@ def test_plan():
             raise AssertionError("plan(%r) did not refuse" % (bad,))
 
 
-def _hsdp_args(d, job, lease=5.0):
-    return ["--nnodes", "2", "--nproc_per_node", "2",
+def _hsdp_args(d, job, lease=5.0, nodes=2):
+    return ["--nnodes", str(nodes), "--nproc_per_node", str(4 // nodes),
             "--rdzv_endpoint", "127.0.0.1:%d" % d.port,
             "--rdzv_id", job, "--max_restarts", "0", "--grace", "2",
             "--warm_spare", "0",
@@ -102,25 +105,28 @@ def _wait_ok(agents):
             and "COMMIT" not in ln)[-12000:]))
 
 
-def _hsdp_run(d, s, job, delay, during=None):
-    """examples/torch_hsdp_repair.py, 2 replicas x 2 shards over two
-    agents (one replica group each), rank DIE_HOME SIGKILLing itself in
-    step DIE_STEP; a replacement sleeps delay seconds before it says
-    ready (the healthy replica steps on meanwhile).  during(a, b), when
-    given, runs once both agents are up.  Returns the agents' output and
-    the job's events once both exited 0."""
+def _hsdp_run(d, s, job, delay, during=None, nodes=2, policy="rank"):
+    """examples/torch_hsdp_repair.py, 2 replicas x 2 shards over nodes
+    agents (2: one replica group each; 4: each group spans two), rank
+    DIE_HOME SIGKILLing itself in step DIE_STEP; a replacement sleeps
+    delay seconds before it says ready (the healthy replica steps on
+    meanwhile); policy: the example's --batch-policy.  during(agents),
+    when given, runs once the agents are up.  Returns the agents' output and the job's events once every
+    agent exited 0."""
     prog = [_example(), "--epochs", "1", "--samples", str(SAMPLES),
             "--die-at", str(DIE_STEP), str(DIE_HOME),
-            "--replacement-delay", str(delay), "--log-ids"]
-    a = s.agent(_hsdp_args(d, job), env=_ENV, program=prog)
-    b = s.agent(_hsdp_args(d, job), env=_ENV, program=prog)
+            "--replacement-delay", str(delay), "--log-ids",
+            "--batch-policy", policy]
+    agents = [s.agent(_hsdp_args(d, job, nodes=nodes), env=_ENV,
+                      program=prog) for _ in range(nodes)]
     if during is not None:
-        during(a, b)
-    _wait_ok([a, b])
-    return a.output() + b.output(), job_events(d, job)
+        during(agents)
+    _wait_ok(agents)
+    return "".join(x.output() for x in agents), job_events(d, job)
 
 
-def _check_healed(out, ev, replaced, samples=SAMPLES, died=DIE_STEP):
+def _check_healed(out, ev, replaced, samples=SAMPLES, died=DIE_STEP,
+                  policy="rank"):
     """What a healed run shows: replaced (homes of one replica group,
     started again) have new processes, every other rank its first; every
     shard's parameters and optimizer state agree across the replicas at
@@ -156,8 +162,9 @@ def _check_healed(out, ev, replaced, samples=SAMPLES, died=DIE_STEP):
     check(died is None or all(st > died for st in healed.values()),
           healed)
     # The healthy replica alone took the global batch of a world of 2
-    # from where the four left it, and the four again after the heal.
-    compatlib.check_samples(out, samples, 8, 1)
+    # (policy "global": of 4) from where the four left it, and the four
+    # again after the heal.
+    compatlib.check_samples(out, samples, 8, 1, policy=policy)
     check(sum(1 for t in ev if t.startswith("repair: grow to 4")) == 1, ev)
     check(not any(t.startswith("restart ") or "escalated" in t
                   for t in ev), ev)
@@ -167,15 +174,71 @@ def _check_healed(out, ev, replaced, samples=SAMPLES, died=DIE_STEP):
 def test_hsdp_kill_heals_from_peer():
     d = rt.Rdzvd()
     with Scope("repair-hsdp-") as s:
-        out, ev = _hsdp_run(d, s, "hsdp", 2)
-    reports, healed = _check_healed(out, ev, [DIE_HOME])
+        out, ev = _hsdp_run(d, s, "hsdp", 0, policy="global")
+    reports, healed = _check_healed(out, ev, [DIE_HOME], policy="global")
     # rdzvd knows the topology: the lost rank's group, shard, donor.
     check("replica group 0 lost rank 1 (shard 1 of 2): it waits for "
           "its replacement, the other replicas step on; donor of "
           "shard 1: rank 3" in ev, ev)
     check(any(t.startswith("repair: shrink to 3") for t in ev), ev)
-    compatlib.log("healed at step %s after a death at step %d; "
-                  "reports %s" % (healed, DIE_STEP, reports))
+    got, want = _check_loss(reports)
+    compatlib.log("healed at step %s after a death at step %d (eval "
+                  "loss %.4f, %.4f without a failure); reports %s" % (
+                      healed, DIE_STEP, got, want, reports))
+    d.stop()
+
+
+# The eval_loss of the example's failure-free run (seed 0) and of a
+# run that lost a rank (--batch-policy global: the same global batches,
+# so the same number of steps) differ by the step the death dropped and
+# by the order of the sums.  The noise it must stay within: the
+# failure-free run's eval_loss over seeds 0-4 spans 0.044 (2.997-3.041,
+# 2026-11-27); an untrained model's is about ln 32 = 3.47.
+LOSS_NOISE = 0.05
+_clean = []
+
+
+def _check_loss(reports):
+    """Every rank's eval_loss (the same held-out set) equals its
+    replicas' and is within LOSS_NOISE of a failure-free run's with the
+    same seed (4 workers under one agent, run once per file)."""
+    if not _clean:
+        with Scope("repair-hsdp-clean-") as s:
+            a = s.agent(["--standalone", "--nproc_per_node", "4",
+                         "--warm_spare", "0"], env=_ENV,
+                        program=[_example(), "--epochs", "1", "--samples",
+                                 str(SAMPLES)])
+            _wait_ok([a])
+            _clean.extend(_docs(a.output(), "REPORT"))
+    want = {r["eval_loss"] for r in _clean}
+    got = {r["eval_loss"] for r in reports}
+    check(len(want) == 1 and len(got) == 1, (want, got))
+    want, got = want.pop(), got.pop()
+    check(abs(got - want) <= LOSS_NOISE and want < 3.3,
+          "eval loss %.4f after the repair, %.4f without a failure "
+          "(noise %.2f)" % (got, want, LOSS_NOISE))
+    return got, want
+
+
+def test_hsdp_groups_span_nodes():
+    """2 replicas x 2 shards over four agents of one worker each: each
+    replica group spans two nodes.  Rank 1 dies: its agent starts it
+    again while rank 0's agent keeps its worker waiting and the other
+    group's two agents step on; the group heals from them, and the loss
+    is a failure-free run's within the noise."""
+    d = rt.Rdzvd()
+    with Scope("repair-hsdp-") as s:
+        out, ev = _hsdp_run(d, s, "hsdp4", 0, nodes=4, policy="global")
+        firsts = [[r["rank"] for r in _docs(x.output(), "START")
+                   if not r["replacement"]] for x in s.agents]
+    check(sorted(len(f) for f in firsts) == [1, 1, 1, 1], firsts)
+    reports, healed = _check_healed(out, ev, [DIE_HOME], policy="global")
+    check("replica group 0 lost rank 1 (shard 1 of 2): it waits for "
+          "its replacement, the other replicas step on; donor of "
+          "shard 1: rank 3" in ev, ev)
+    got, want = _check_loss(reports)
+    compatlib.log("4 agents: healed at step %s; eval loss %.4f, %.4f "
+                  "without a failure" % (healed, got, want))
     d.stop()
 
 
@@ -186,12 +249,13 @@ def test_hsdp_second_death_waits_for_both():
     both are ready; replica 0 heals whole from replica 1."""
     d = rt.Rdzvd()
 
-    def kill_survivor(a, b):
+    def kill_survivor(agents):
         rt.wait_until(lambda: any(t.startswith("replica group 0 lost "
                                                "rank 1") for t in
                                   job_events(d, "hsdp2", soon=True)),
                       timeout=90, what="the first death's shrink")
-        pid = [r["pid"] for r in _docs(a.output() + b.output(), "START")
+        pid = [r["pid"] for r in _docs("".join(x.output() for x in
+                                           agents), "START")
                if r["rank"] == 0 and not r["replacement"]]
         check(len(pid) == 1, pid)
         os.kill(pid[0], signal.SIGKILL)
