@@ -217,8 +217,9 @@ def main():
     if not a.paired or not every:
         every = [0.0] + [x for x in every if x > 0]
     cprog = [os.path.join(build, "examples", "ddp_mlp")] + C_ARGS
-    tprog = [a.python, os.path.join(src, "examples",
-                                    "torch_ddp_repair.py")] + TORCH_ARGS
+    # A python program (python=): rdzv-agent keeps its warm spare.
+    tprog = [os.path.join(src, "examples", "torch_ddp_repair.py")] + \
+        TORCH_ARGS
     rng = random.Random(a.seed)
     tmp = tempfile.mkdtemp(prefix="goodput-")
     d = rt.Rdzvd()
@@ -253,7 +254,8 @@ def main():
                         started.append((jobs.Job(
                             side.replace("torch-", ""), wprog, jd, jn,
                             d.port, build, env=env, torchrun=a.torchrun,
-                            worker="ddp_mlp" if c else None), jd))
+                            worker="ddp_mlp" if c else None,
+                            python=None if c else a.python), jd))
                     job, jd = started[0]
                     end = job.t0 + a.seconds
                     tend = started[-1][0].t0 + a.seconds

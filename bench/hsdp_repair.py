@@ -31,6 +31,7 @@ import argparse
 import json
 import os
 import re
+import shutil
 import signal
 import statistics
 import subprocess
@@ -39,7 +40,7 @@ import time
 
 # The agents' output: each worker's line after its "[default0]:" tag.
 STEP_RE = re.compile(r"^(?:\[\w+\]:)?STEP (\d+) (\d+) (\d+) ([0-9.]+) "
-                     r"([0-9.]+)$", re.M)
+                     r"([0-9.]+) \d+$", re.M)
 START_RE = re.compile(r"^(?:\[\w+\]:)?START (\{.*\})$", re.M)
 
 
@@ -71,8 +72,10 @@ def main():
         prog = [os.path.join(src, "examples", "torch_hsdp_repair.py"),
                 "--epochs", "1", "--samples", str(32 * 300),
                 "--step-delay", "0.05", "--log-steps"]
+        # The warm spare runs python -m rdzv.spare: the source tree's.
         env = {"PYTHON": a.python, "GLOO_SOCKET_IFNAME": "lo",
-               "OMP_NUM_THREADS": "1"}
+               "OMP_NUM_THREADS": "1", "PYTHONPATH": os.path.join(
+                   src, "python")}
         try:
             with Scope("hsdp-bench-") as s:
                 x = [s.agent(argv, env=env, program=prog) for _ in range(2)]
@@ -112,6 +115,8 @@ def main():
 
     def torchft(rep):
         out = "/tmp/hsdp-bench-torchft-%d" % rep
+        # Its step logs are appended to: an earlier run's would be read.
+        shutil.rmtree(out, ignore_errors=True)
         r = subprocess.run(
             [os.path.join(a.torchft, "bin", "python"),
              os.path.join(a.torchft_dir, "run_failure.py"),

@@ -95,6 +95,11 @@ class Job:
             e["RDZV_REPAIR"] = "0"
         if python:
             e["PYTHON"] = python
+            # The warm spare runs python -m rdzv.spare: the source
+            # tree's rdzv (else it exits and replacements start cold).
+            pp = os.path.join(HERE, "..", "python")
+            e["PYTHONPATH"] = pp + (":" + e["PYTHONPATH"] if
+                                    e.get("PYTHONPATH") else "")
         if side == "torchrun":
             port = rt.free_port()
         self._argv = launcher_argv(side, prog, name, port, build, torchrun,

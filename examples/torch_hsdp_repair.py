@@ -153,7 +153,8 @@ def main():
 	ap.add_argument("--step-delay", type=float, default=0, metavar="S",
 	    help="benchmarks: S seconds of emulated compute in each step")
 	ap.add_argument("--log-steps", action="store_true", help="a line per "
-	    "committed step: STEP rank replica step start end (wall clock)")
+	    "committed step: STEP rank replica step start end (wall clock) "
+	    "replicas (how many stepped)")
 	ap.add_argument("--log-ids", action="store_true", help="tests: a "
 	    "line per committed step: COMMIT epoch step world rank time ids "
 	    "(world and rank among the ranks that stepped)")
@@ -216,9 +217,9 @@ def main():
 				    job.step_count, cut[0], cut[1], time.time(),
 				    ",".join(map(str, idx))), flush=True)
 			if a.log_steps and job.committed:
-				print("STEP %d %d %d %.4f %.4f" % (job.home,
-				    job.replica, job.step_count, t0, time.time()),
-				    flush=True)
+				print("STEP %d %d %d %.4f %.4f %d" % (job.home,
+				    job.replica, job.step_count, t0, time.time(),
+				    job.stepping), flush=True)
 			if a.checkpoint and job.step_count % a.ckpt_every == 0:
 				save(job, a.checkpoint)
 			if job.step_count % 20 == 0 and job.shard == 0 and \

@@ -64,6 +64,11 @@ from .channel import Round, open_channel
 from .repair import Job, _start
 
 __all__ = ["init_process_group", "MeshJob", "plan", "fully_shard"]
+# What init_process_group imports before a replacement says ready (FSDP2,
+# DTensor, the device mesh: over a second): an agent's warm spare
+# (rdzv.spare) imports them ahead for a script that imports this module.
+SPARE_IMPORTS = ("torch.distributed.fsdp", "torch.distributed.device_mesh",
+    "torch.distributed.tensor")
 
 _POST = "rdzv_mesh/%d"		# a rank's "home step" in a round's store
 

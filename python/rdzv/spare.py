@@ -26,8 +26,10 @@ datagram ends the spare quietly.
 What is imported before the rank is known (preload()): torch and the
 torch modules a DDP script uses (torch.distributed, torch.nn, torch.optim,
 torch.utils.data), rdzv.repair, and of the program's own top-level
-imports those of the standard library, torch, torchvision, torchaudio
-and numpy, plus the modules RDZV_SPARE_IMPORTS names (a comma list).
+imports those of the standard library, torch, torchvision, torchaudio,
+numpy and rdzv ("from P import M" counts P.M too), with what such a
+module lists in its SPARE_IMPORTS (rdzv.mesh: FSDP2's modules), plus the
+modules RDZV_SPARE_IMPORTS names (a comma list).
 Nothing of the script itself runs, nor a module of the script's own
 directory: such code may read RANK or start CUDA at import time.  An
 import that fails is left for the program to fail on.
@@ -103,7 +105,10 @@ def _top_imports(tree):
 			out.extend(a.name for a in n.names)
 		elif isinstance(n, ast.ImportFrom):
 			if n.level == 0 and n.module:
+				# "from rdzv import mesh": the names may be modules.
 				out.append(n.module)
+				out.extend(n.module + "." + a.name for a in n.names
+				    if a.name != "*")
 		elif isinstance(n, (ast.If, ast.Try)):
 			todo.extend(n.body + n.orelse +
 			    getattr(n, "finalbody", []) +
@@ -140,13 +145,16 @@ def preload_names(argv, extra=""):
 
 
 def preload(argv):
-	"""Imports preload_names(argv, $RDZV_SPARE_IMPORTS); failures are
-	left for the program."""
+	"""Imports preload_names(argv, $RDZV_SPARE_IMPORTS), and what a
+	module imported says its users will import (its SPARE_IMPORTS:
+	rdzv.mesh's FSDP2); failures are left for the program."""
 	import importlib
 	for m in preload_names(argv, os.environ.get("RDZV_SPARE_IMPORTS",
 	    "")):
 		try:
-			importlib.import_module(m)
+			mod = importlib.import_module(m)
+			for dep in getattr(mod, "SPARE_IMPORTS", ()):
+				importlib.import_module(dep)
 		except BaseException:		# noqa: B036 (SystemExit too)
 			pass
 

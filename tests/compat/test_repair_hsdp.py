@@ -71,6 +71,13 @@ def test_plan():
     # Ranks of one replica at different steps: that replica is stale.
     p = mesh.plan([(0, 4), (1, 5), (2, 5), (3, 5)], 2, 2)
     check(p["stale"] == [0] and p["donor"] == 1, p)
+    # The commit decision: of three replicas, 0 applied step 9 that 1
+    # dropped (its all-reduce was cut off when 2 lost a rank): 1 is
+    # stale and heals from 0 in the round, so no replica goes on from a
+    # step another applied.
+    p = mesh.plan([(0, 9), (1, 9), (2, 8), (3, 8), (4, 8)], 3, 2)
+    check(p["whole"] == [0, 1] and p["current"] == [0] and
+          p["stale"] == [1] and p["donor"] == 0 and p["top"] == 9, p)
     # One replica (plain FSDP2) that lost a rank: no donor.
     p = mesh.plan([(0, 5), (1, -1)], 1, 2)
     check(p["donor"] is None and p["stale"] == [0], p)
@@ -83,16 +90,18 @@ def test_plan():
             raise AssertionError("plan(%r) did not refuse" % (bad,))
 
 
-def _hsdp_args(d, job, lease=5.0, nodes=2):
+def _hsdp_args(d, job, lease=5.0, nodes=2, spare=False):
     return ["--nnodes", str(nodes), "--nproc_per_node", str(4 // nodes),
             "--rdzv_endpoint", "127.0.0.1:%d" % d.port,
             "--rdzv_id", job, "--max_restarts", "0", "--grace", "2",
-            "--warm_spare", "0",
+            "--warm_spare", "1" if spare else "0",
             "--rdzv_conf", conf(0.2, lease, "replicas=2")]
 
 
 _ENV = {"PYTHON": sys.executable, "GLOO_SOCKET_IFNAME": "lo",
-        "OMP_NUM_THREADS": "1", "RDZV_REPAIR_DEBUG": "1"}
+        "OMP_NUM_THREADS": "1", "RDZV_REPAIR_DEBUG": "1",
+        # The warm spare runs python -m rdzv.spare: the source tree's.
+        "PYTHONPATH": os.path.join(rt.top_srcdir(), "python")}
 
 
 def _wait_ok(agents):
@@ -105,20 +114,22 @@ def _wait_ok(agents):
             and "COMMIT" not in ln)[-12000:]))
 
 
-def _hsdp_run(d, s, job, delay, during=None, nodes=2, policy="rank"):
+def _hsdp_run(d, s, job, delay, during=None, nodes=2, policy="rank",
+              spare=False):
     """examples/torch_hsdp_repair.py, 2 replicas x 2 shards over nodes
     agents (2: one replica group each; 4: each group spans two), rank
     DIE_HOME SIGKILLing itself in step DIE_STEP; a replacement sleeps
     delay seconds before it says ready (the healthy replica steps on
-    meanwhile); policy: the example's --batch-policy.  during(agents),
+    meanwhile); policy: the example's --batch-policy; spare: the agents
+    keep warm spares (else replacements start cold).  during(agents),
     when given, runs once the agents are up.  Returns the agents' output and the job's events once every
     agent exited 0."""
     prog = [_example(), "--epochs", "1", "--samples", str(SAMPLES),
             "--die-at", str(DIE_STEP), str(DIE_HOME),
             "--replacement-delay", str(delay), "--log-ids",
             "--batch-policy", policy]
-    agents = [s.agent(_hsdp_args(d, job, nodes=nodes), env=_ENV,
-                      program=prog) for _ in range(nodes)]
+    agents = [s.agent(_hsdp_args(d, job, nodes=nodes, spare=spare),
+                      env=_ENV, program=prog) for _ in range(nodes)]
     if during is not None:
         during(agents)
     _wait_ok(agents)
@@ -174,8 +185,11 @@ def _check_healed(out, ev, replaced, samples=SAMPLES, died=DIE_STEP,
 def test_hsdp_kill_heals_from_peer():
     d = rt.Rdzvd()
     with Scope("repair-hsdp-") as s:
-        out, ev = _hsdp_run(d, s, "hsdp", 0, policy="global")
+        out, ev = _hsdp_run(d, s, "hsdp", 0, policy="global", spare=True)
     reports, healed = _check_healed(out, ev, [DIE_HOME], policy="global")
+    # The replacement was the agent's warm spare (FSDP2 imported ahead).
+    check(re.search(r"replacement pid \d+ started \(the warm spare\)",
+                    out), out[-3000:])
     # rdzvd knows the topology: the lost rank's group, shard, donor.
     check("replica group 0 lost rank 1 (shard 1 of 2): it waits for "
           "its replacement, the other replicas step on; donor of "

@@ -101,7 +101,7 @@ def test_handoff_parser():
                 "    pass\ndef f():\n    import inner\n")
     names = rs.preload_names(["/py", "-u", script], "extra1, extra2")
     for m in ("torch", "torch.distributed", "os", "json", "torch.nn",
-              "numpy", "torchvision", "extra1", "extra2"):
+              "numpy", "numpy.zeros", "torchvision", "extra1", "extra2"):
         check(m in names, (m, names))
     for m in ("mymodel", "this", "inner", "rel"):
         check(m not in names, (m, names))
@@ -184,6 +184,30 @@ def hand(argv, env, cwd):
         if p.poll() is None:
             p.kill()
             p.wait()
+
+
+def test_preload_follows_mesh():
+    """For a script that imports rdzv.mesh the spare imports rdzv.mesh
+    and FSDP2's modules (its SPARE_IMPORTS: over a second a replacement
+    would spend before it says ready), not the script."""
+    import subprocess
+    tmp = rt.mktemp("spare-mesh-")
+    script = os.path.join(tmp, "train.py")
+    with open(script, "w") as f:
+        f.write("from rdzv import mesh\nraise SystemExit('it ran')\n")
+    code = ("import sys\nfrom rdzv import spare\n"
+            "w = ('rdzv.mesh', 'torch.distributed.fsdp')\n"
+            "spare.preload(['/py', '-u', '-c', 'x'])\n"
+            "print([m for m in w if m in sys.modules])\n"
+            "spare.preload(['/py', '-u', %r])\n"
+            "print([m for m in w if m in sys.modules])\n" % script)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True,
+                       text=True, timeout=120, cwd=tmp, env=dict(
+                           os.environ, PYTHONPATH=os.path.join(
+                               rt.top_srcdir(), "python")))
+    check(r.returncode == 0 and r.stdout.splitlines() == [
+        "[]", "['rdzv.mesh', 'torch.distributed.fsdp']"],
+        (r.returncode, r.stdout, r.stderr[-2000:]))
 
 
 def test_handoff_runs_the_program():
