@@ -375,7 +375,7 @@ def test_repair_settings_documented():
     # Every --rdzv_conf key the agent reads (agent/cli.c's strcmp(k, ...))
     # is in rdzv-agent(1)'s list, and every RDZV_* variable of repair
     # (the agent's worker environment, librdzvworker's, the torch
-    # helper's) is in the README and rdzv-agent(1).
+    # helper's, the warm spare's) is in the README and rdzv-agent(1).
     man = open(page("rdzv-agent.1")).read()
     readme = open(os.path.join(SRC, "README.md")).read()
     cli = open(os.path.join(SRC, "agent", "cli.c")).read()
@@ -391,7 +391,8 @@ def test_repair_settings_documented():
             if f.endswith(exts):
                 text = open(os.path.join(SRC, d, f)).read()
                 names |= set(re.findall(r'"(RDZV_(?:REPAIR|PROGRESS_FD|'
-                                        r'REPLACEMENT)[A-Z_]*)"', text))
+                                        r'SPARE_|REPLACEMENT)[A-Z_]*)"',
+                                        text))
     assert {"RDZV_PROGRESS_FD", "RDZV_REPLACEMENT", "RDZV_REPAIR",
             "RDZV_REPAIR_TIMEOUT_MS", "RDZV_REPAIR_DEBUG"} <= names, names
     for n in sorted(names):
