@@ -55,7 +55,6 @@ sys.path.insert(0, HERE)
 from goodput import at, lost  # noqa: E402
 
 STEP_RE = re.compile(r"STEP (\d+) (\d+) (\d+) ([0-9.]+) ([0-9.]+) (\d+)$")
-START_RE = re.compile(r"START (\{.*\})$")
 
 
 def progress(commits, replicas=2):
@@ -98,13 +97,7 @@ class Rdzv:
         return out
 
     def workers(self):
-        live = {}
-        for _, s in self.job.lines:
-            m = START_RE.search(s.rstrip("\n"))
-            if m:
-                doc = json.loads(m.group(1))
-                live[doc["rank"]] = doc["pid"]
-        return [p for p in live.values() if _alive(p)]
+        return self.job.workers()
 
     def rounds(self):
         return "repairs %s restarts %s" % self.job.rounds()

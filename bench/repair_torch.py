@@ -214,11 +214,9 @@ def real(a):
 	build = rdzvtest.top_builddir()
 	prog = [EXAMPLE, "--epochs", "100000", "--limit", "8000",
 	    "--hidden", "32", "--log-steps", "--step-delay", a.step_delay]
-	# The spare runs python -m rdzv.spare: the source tree's rdzv.
-	pp = os.path.join(HERE, "..", "python")
-	env = dict(os.environ, OMP_NUM_THREADS="1", GLOO_SOCKET_IFNAME="lo",
-	    PYTHONPATH=pp + (":" + os.environ["PYTHONPATH"] if
-	    os.environ.get("PYTHONPATH") else ""))
+	# jobs.Job gives a python program's warm spare the source tree's
+	# rdzv; the example finds it itself.
+	env = dict(os.environ, OMP_NUM_THREADS="1", GLOO_SOCKET_IFNAME="lo")
 	mem = []		# (rss, pss) of each warm spare, KiB
 	sides = a.sides.split(",")
 	if "torchrun" in sides and not os.access(a.torchrun, os.X_OK):

@@ -122,8 +122,8 @@ def _hsdp_run(d, s, job, delay, during=None, nodes=2, policy="rank",
     delay seconds before it says ready (the healthy replica steps on
     meanwhile); policy: the example's --batch-policy; spare: the agents
     keep warm spares (else replacements start cold).  during(agents),
-    when given, runs once the agents are up.  Returns the agents' output and the job's events once every
-    agent exited 0."""
+    when given, runs once the agents are up.  Returns the agents' output
+    and the job's events once every agent exited 0."""
     prog = [_example(), "--epochs", "1", "--samples", str(SAMPLES),
             "--die-at", str(DIE_STEP), str(DIE_HOME),
             "--replacement-delay", str(delay), "--log-ids",
