@@ -26,7 +26,8 @@ datagram ends the spare quietly.
 
 What is imported before the rank is known (preload()): torch and the
 torch modules a DDP script uses (torch.distributed, torch.nn, torch.optim,
-torch.utils.data), rdzv.repair, and of the program's own top-level
+torch.utils.data, and torch._dynamo, which an optimizer's constructor
+imports), rdzv.repair, and of the program's own top-level
 imports those of the standard library, torch, torchvision, torchaudio,
 numpy and rdzv ("from P import M" counts P.M too), with what such a
 module lists in its SPARE_IMPORTS (rdzv.mesh: FSDP2's modules), plus the
@@ -52,8 +53,12 @@ COMM = "rdzv-spare"		# /proc/PID/comm once warm, until used
 SAFE = {"torch", "torchvision", "torchaudio", "numpy", "rdzv"}
 # Of the standard library, those with an effect of their own at import.
 UNSAFE = {"this", "antigravity", "__main__", "__future__"}
+# torch._dynamo: a torch 2.x optimizer's first constructor imports it
+# (with inductor and sympy: 1.2-1.4 s here, +73 MiB), and a replacement
+# builds its optimizer after it said ready, while the others wait.
 BASE = ["torch", "torch.distributed", "torch.nn", "torch.nn.functional",
-    "torch.nn.parallel", "torch.optim", "torch.utils.data", "rdzv.repair"]
+    "torch.nn.parallel", "torch.optim", "torch.utils.data", "torch._dynamo",
+    "rdzv.repair"]
 
 
 def parse_handoff(data):
