@@ -393,6 +393,9 @@ rz_repair_hold(struct rz *rz, struct rz_outbox *ob, struct rz_job *j,
 	}
 	if (j->grow_hold < 0)
 		j->grow_hold = now;
+	/* Not kept in rows: after a restart, the shrink's own reports. */
+	if (!j->progress_seen)
+		j->progress_seen = rz_progress_any(rz, j);
 	if (j->progress_seen && now - j->grow_hold < RZ_GROW_HOLD_MS &&
 	    !rz_repair_stepped(rz, j)) {
 		j->grow_poll = now + RZ_GROW_POLL_MS;

@@ -1948,6 +1948,45 @@ test_repair_reload(void **state)
 }
 
 /*
+ * An rdzvd restarted while a grow is held: the replacement held is in
+ * the node row, and the hold goes on from the shrink's own reports (a
+ * rank of it reported): the grow opens once the others have.
+ */
+static void
+test_repair_reload_held(void **state)
+{
+	struct fx	*f = *state;
+	int64_t		 r;
+
+	repair_job(f, 1, 1);
+	for (r = 0; r < 4; r++)
+		progress(f, 1, r, 0);
+	assert_int_equal(run(f, fail_repair(f, 2, 1, 1, 100)), 0);
+	assert_int_equal(run(f, ready(f, 2, 2, 1, 200)), 0);	/* rows */
+	progress(f, 2, 0, 0);
+	rz_free(f->rz);
+	assert_non_null(f->rz = rz_new(f->kv, &hooks, 0, 60000));
+	assert_int_equal(rz_load(f->rz, 5000, &ob), 0);
+	rz_settle(f->rz, &ob);
+	drain(f->rz);
+	assert_int_equal(join_keep(f, "i1", 2, &conn_a), 0);
+	assert_int_equal(join_keep(f, "i2", 2, &conn_b), 0);
+	assert_int_equal(ob.npush, 2);
+	assert_repair_push(0, NAT_KIND_SHRINK, 2, 1, 3, 0, 0, 3);
+	assert_repair_push(1, NAT_KIND_SHRINK, 2, 2, 3, 2, 0, 1);
+	drain(f->rz);
+	beat(f, 5000);
+	rz_tick(f->rz, 5010, &ob);
+	assert_int_equal(ob.npush, 0);
+	progress(f, 2, 1, 0);
+	progress(f, 2, 2, 0);
+	rz_tick(f->rz, 5020, &ob);
+	assert_int_equal(ob.npush, 2);
+	assert_repair_push(0, NAT_KIND_GROW, 3, 1, 4, 0, 0, 3);
+	drain(f->rz);
+}
+
+/*
  * Joining in place: job "ob" of nodes 2:4 (two workers each), nodes 1
  * and 2 running and repairable at 10, a last call of last_call ms and a
  * repair timeout of 500 ms.
@@ -2152,6 +2191,8 @@ main(void)
 		cmocka_unit_test_setup_teardown(test_repair_grow_hold_ends,
 		    setup, teardown),
 		cmocka_unit_test_setup_teardown(test_repair_grow_unreported,
+		    setup, teardown),
+		cmocka_unit_test_setup_teardown(test_repair_reload_held,
 		    setup, teardown),
 		cmocka_unit_test_setup_teardown(test_repair_donor, setup,
 		    teardown),
