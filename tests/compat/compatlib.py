@@ -560,5 +560,6 @@ def repair_kill_in_place(d, scope, job, kill9=False, stop=False):
 		check(any(t.startswith("rdzvd restarted: round ") for t in ev),
 		    ev)
 		return
-	check(d.metric("rdzvd_repairs_total") == 2, "repairs_total")
-	check(d.metric("rdzvd_restarts_total") == 0, "restarts_total")
+	check(d.metric("rdzvd_repairs_total") == 2, ("repairs_total",
+	    d.metric("rdzvd_repairs_total"), ev))
+	check(d.metric("rdzvd_restarts_total") == 0, ("restarts_total", ev))
