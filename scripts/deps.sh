@@ -44,6 +44,8 @@ PKGS=(
 	clang libclang-rt-14-dev
 	libopenblas-dev zlib1g-dev dataset-fashion-mnist
 	systemd procps man-db groff-base mandoc python3-yaml
+	# where a hung test's workers are (tests/lib/rdzvtest.py stacks())
+	gdb
 	# a real Slurm on one machine: scripts/slurm-cluster.sh
 	slurmctld slurmd slurm-client munge iproute2 util-linux
 )

@@ -104,14 +104,15 @@ for d in "${failed_logs[@]}"; do
 		tail -30 "$log"
 	done
 done
-# Last, what failed in short (each test's verdict and its error line), so
-# that the end of a long CI log names the cause.
+# Last, what failed in short (each test's verdict, its error line, and
+# where a hung job's workers were), so that the end of a long CI log
+# names the cause.
 if [ ${#failed_logs[@]} -gt 0 ]; then
 	echo "== failed, in short:"
 	for d in "${failed_logs[@]}"; do
 		for log in $(grep -lE '^(FAIL|ERROR)' $(find "$d/tests" -name '*.log') 2>/dev/null); do
-			grep -E '^(FAIL |\[  FAILED|==[0-9]+==ERROR|[A-Za-z_.]+(Error|Exception|Deadline)(:|$))' "$log" |
-			    head -12 | cut -c1-700 | sed "s|^|   ${log#$top/}: |"
+			grep -E '^(FAIL |STACK |\[  FAILED|==[0-9]+==ERROR|[A-Za-z_.]+(Error|Exception|Deadline)(:|$))' "$log" |
+			    head -30 | cut -c1-700 | sed "s|^|   ${log#$top/}: |"
 		done
 	done
 fi

@@ -162,8 +162,12 @@ class Agent:
         try:
             rc = self.proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
-            raise AssertionError("%s still running after %.1fs; output:\n%s"
-                                 % (self.name, timeout, self.output()[-4000:]))
+            # Where it and its workers are (a hang's cause).
+            where = "\n".join(rt.stacks([self.pid] + self.children()))
+            raise AssertionError(
+                "%s still running after %.1fs; output:\n%s\nit and its "
+                "workers:\n%s" % (self.name, timeout,
+                                   self.output()[-4000:], where))
         rt._untrack(self.proc)
         return rc
 

@@ -356,6 +356,54 @@ def wait_until(pred, timeout=5.0, interval=0.01, what="condition"):
         time.sleep(interval)
 
 
+def stacks(pids, frames=10, budget=60.0):
+    """Where each of pids is, for a hang's verdict: one line per thread,
+    "STACK pid N COMM thread T: inner < caller < ...", function names
+    from gdb (Debian's gdb, scripts/deps.sh), within budget seconds in
+    all; one line saying why when there is no gdb or no time left."""
+    if shutil.which("gdb") is None:
+        return ["STACK no gdb here: no stacks (apt-get install gdb)"]
+    out = []
+    end = time.monotonic() + budget
+    frame_re = re.compile(r"#\d+\s+(?:0x[0-9a-f]+ in )?([^\s(]+)")
+    for pid in pids:
+        try:
+            with open("/proc/%d/comm" % pid) as f:
+                comm = f.read().strip()
+        except OSError:
+            continue
+        left = end - time.monotonic()
+        if left < 1:
+            out.append("STACK pid %d %s: no time left for gdb" % (pid, comm))
+            continue
+        try:
+            r = subprocess.run(["gdb", "-p", str(pid), "-batch", "-nx", "-q",
+                                "-ex", "set pagination off",
+                                "-ex", "thread apply all bt %d" % frames],
+                               stdin=subprocess.DEVNULL, capture_output=True,
+                               text=True, errors="replace", timeout=left)
+        except subprocess.TimeoutExpired:
+            out.append("STACK pid %d %s: gdb ran past the budget" %
+                       (pid, comm))
+            continue
+        threads = []
+        for ln in r.stdout.splitlines():
+            if ln.startswith("Thread "):
+                threads.append([])
+            elif threads and ln.startswith("#"):
+                m = frame_re.match(ln)
+                if m:
+                    threads[-1].append(m.group(1))
+        if not threads:
+            out.append("STACK pid %d %s: gdb saw no thread: %s" %
+                       (pid, comm, (r.stderr.strip().splitlines() or
+                                    ["?"])[-1][:200]))
+        for i, t in enumerate(threads):
+            out.append("STACK pid %d %s thread %d: %s" %
+                       (pid, comm, i + 1, " < ".join(t)))
+    return out
+
+
 def top_builddir():
     d = os.environ.get("RDZV_TOP_BUILDDIR")
     if d:
