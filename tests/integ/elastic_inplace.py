@@ -135,19 +135,30 @@ def test_join_grows_in_place():
 
 def test_two_join_one_grow():
     """Two agents join together: one grow round takes both in."""
+    from repair_agent2 import GATE_SH
     need_data()
     d = rt.Rdzvd()
     with Scope("elastic-") as s:
-        # The two joiners come within milliseconds, and a last call of
-        # 1 s after the latest holds the grow for both whatever the
-        # order of their workers' READYs.
-        p = prog(6)
-        a = s.agent(args(d, "two", "2:4", 1.0), program=p)
-        b = s.agent(args(d, "two", "2:4", 1.0), program=p)
+        # The joiners' workers (replacements) wait for the gate until
+        # both have joined: a grow takes in every joiner whose workers
+        # are ready once the last call (1 s) after the latest join has
+        # passed, so a second agent slower than that to start (a loaded
+        # machine) would otherwise make a grow of its own.
+        gate = os.path.join(s.tmp, "gate")
+        p = ["/bin/sh", "-c", GATE_SH, "gate"] + prog(6)
+        env = {"RDZV_E2E_GATE": gate}
+        a = s.agent(args(d, "two", "2:4", 1.0), program=p, env=env)
+        b = s.agent(args(d, "two", "2:4", 1.0), program=p, env=env)
         training([a, b])
         before = set(a.children()) | set(b.children())
-        c = s.agent(args(d, "two", "2:4", 1.0), program=p)
-        e = s.agent(args(d, "two", "2:4", 1.0), program=p)
+        c = s.agent(args(d, "two", "2:4", 1.0), program=p, env=env)
+        e = s.agent(args(d, "two", "2:4", 1.0), program=p, env=env)
+        rt.wait_until(lambda: sum(t.startswith(("join: node 3 (host ",
+                                                "join: node 4 (host "))
+                                  for t in events(d, "two")) == 2,
+                      timeout=60, what="both joiners in")
+        with open(gate, "w"):
+            pass
         rt.wait_until(lambda: any(t.startswith("join: grow")
                                   for t in events(d, "two")),
                       timeout=60, what="the grow round")
