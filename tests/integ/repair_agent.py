@@ -84,7 +84,10 @@ def finish(d, job, agents):
             # A hung job: every agent's side, and the events, say why.
             raise AssertionError("%s\n--- the other agents ---\n%s\n"
                                  "--- events ---\n%s" % (
-                                     e, "\n".join(y.output()[-3000:]
+                                     e, "\n".join(y.output()[-3000:] +
+                                                  "\n".join(rt.stacks(
+                                                      [y.pid] +
+                                                      y.children()))
                                                   for y in agents
                                                   if y is not x),
                                      "\n".join(events(d, job))))
