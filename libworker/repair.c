@@ -209,8 +209,11 @@ repair_main(void *arg)
 }
 
 /*
- * Waits until a round is pending, the agent stopped, or deadline; the
- * caller holds c->rlock.  Returns 1 with a round pending, else 0.
+ * Waits until a round is pending, the agent stopped, this node leaves
+ * (no round comes for it: a peer of this node that heard "leave" first
+ * and left at its step boundary cut this worker's step before it heard
+ * "leave" itself), or deadline; the caller holds c->rlock.  Returns 1
+ * with a round pending, else 0.
  */
 static int
 repair_wait_locked(struct rdzv_comm *c, int64_t deadline)
@@ -218,7 +221,7 @@ repair_wait_locked(struct rdzv_comm *c, int64_t deadline)
 	struct timespec	ts;
 	int64_t		left;
 
-	while (!c->pend_set && !c->rstopped) {
+	while (!c->pend_set && !c->rstopped && !rdzv_leave_requested(c)) {
 		if ((left = deadline - mono_ms()) <= 0)
 			break;
 		clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -344,7 +347,8 @@ repair_result(struct rdzv_comm *c, int rc)
 	if (c->rgaveup)
 		got = c->pend_set;
 	else if (!(got = repair_wait_locked(c, mono_ms() +
-	    c->repair_timeout_ms)) && !c->rstopped)
+	    c->repair_timeout_ms)) && !c->rstopped &&
+	    !rdzv_leave_requested(c))
 		c->rgaveup = 1;
 	pthread_mutex_unlock(&c->rlock);
 	return (got ? RDZV_EREPAIR : rc);
@@ -390,11 +394,14 @@ rdzv_comm_repair(struct rdzv_comm *c, int timeout_ms)
 	for (;;) {
 		pthread_mutex_lock(&c->rlock);
 		if (!repair_wait_locked(c, deadline)) {
-			rc = c->rstopped ? RDZV_ECLOSED : RDZV_ETIMEDOUT;
+			rc = c->rstopped || rdzv_leave_requested(c) ?
+			    RDZV_ECLOSED : RDZV_ETIMEDOUT;
 			pthread_mutex_unlock(&c->rlock);
-			return (comm_fail(c, rc, "repair: %s", rc ==
-			    RDZV_ECLOSED ? "the agent stopped it or went "
-			    "away" : "no round came in time"));
+			return (comm_fail(c, rc, "repair: %s", c->rstopped ?
+			    "the agent stopped it or went away" :
+			    rdzv_leave_requested(c) ? "this node leaves the "
+			    "job: no round comes for it" :
+			    "no round came in time"));
 		}
 		m = c->pend;
 		c->pend_set = 0;

@@ -342,6 +342,9 @@ class Job(Watcher):
 				    str(e).splitlines()[0][:160] if str(e) else e)
 				self._abort()
 				r = self._wait_round()
+				if r is None and self._leave_asked:
+					self._leave("with its step cut by a peer "
+					    "leaving")
 				if r is None:
 					raise
 
@@ -399,12 +402,14 @@ class Job(Watcher):
 	def _wait_round(self, forever=False):
 		"""The newest round received (waiting up to the repair timeout
 		for one, or, forever, until the agent's end of the channel
-		closes), taken; None at the timeout or the end."""
+		closes), taken; None at the timeout or the end, or (not
+		forever) once this node leaves: no round comes for it."""
 		end = time.monotonic() + self.repair_timeout
 		with self._cv:
 			while not self._rounds:
 				left = end - time.monotonic()
-				if self._chan_gone or (left <= 0 and not forever):
+				if self._chan_gone or (not forever and
+				    (left <= 0 or self._leave_asked)):
 					return None
 				self._cv.wait(left if not forever else WAIT_LONG)
 			r = self._rounds[-1]
@@ -498,6 +503,10 @@ class Job(Watcher):
 		log.debug("%s cut off: %s", what, str(e).splitlines()[0][:160])
 		self._abort()
 		r = self._wait_round()
+		if r is None and self._leave_asked:
+			# A peer of this node heard "leave" first and left at
+			# its step boundary, cutting this step: leave too.
+			self._leave("with its step cut by a peer leaving")
 		if r is None:
 			log.warn("no round from the agent within %.0f s of a failed "
 			    "%s", self.repair_timeout, what)

@@ -121,7 +121,9 @@ class Watcher:
 				# Its node leaves on purpose: at the step's end.
 				log.info("the agent asks this worker to leave at the "
 				    "next step boundary")
-				self._leave_asked = True
+				with self._cv:	# a cut step waiting for a round
+					self._leave_asked = True
+					self._cv.notify_all()
 			else:
 				log.debug("ignoring %r", msg[:64])
 
