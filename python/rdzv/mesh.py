@@ -407,7 +407,11 @@ class MeshJob(Job):
 		if superseded:
 			raise ConnectionError("round %d superseded" % r.round)
 		try:
-			store = group.round_store(r, self.repair_timeout)
+			# A port rdzvd closed (a newer round came while this one
+			# connects) is given up at once, not tried for the timeout.
+			store = group.round_store(r, self.repair_timeout,
+			    lambda: not (self._rounds and
+			    self._rounds[-1].round > r.round))
 			step = self.step_count if self._joined else -1
 			store.set(_POST % r.rank, "%d %d" % (self.home, step))
 			keys = [_POST % i for i in range(r.world)]

@@ -173,7 +173,9 @@ class Watcher:
 		when a newer round supersedes r."""
 		target = -1
 		try:
-			st = group.round_store(r, self.repair_timeout)
+			st = group.round_store(r, self.repair_timeout,
+			    lambda: not (self._rounds and
+			    self._rounds[-1].round > r.round))
 			with self._cv:
 				begun = self.step_count + (1 if self._in_step else 0)
 			st.set(_KEY % r.rank, "%d %d %d" % (begun, mine.round,
