@@ -88,6 +88,7 @@ waiting on peers, for the straggler detector), collectives (calls
 outside the step); this one holds the step and the repair itself.
 """
 
+import atexit
 import os
 import socket
 import sys
@@ -203,6 +204,8 @@ class Job(Watcher):
 		self._tainted = False		# a step ran on it and "ended"
 		self._leave_asked = False	# "leave": go at the step's end
 		self._whole = False		# the group is made, synced, unbroken
+		self._closing = threading.Event()	# the interpreter exits
+		self._reporter = None		# the progress reporter thread
 
 	# ---- channel ----
 
@@ -640,8 +643,10 @@ def _start(job):
 		collectives.install(job)
 	threading.Thread(target=job._watch, name="rdzv-repair",
 	    daemon=True).start()
-	threading.Thread(target=job._report, name="rdzv-progress",
-	    daemon=True).start()
+	job._reporter = threading.Thread(target=job._report,
+	    name="rdzv-progress", daemon=True)
+	job._reporter.start()
+	atexit.register(job._close)
 	os.register_at_fork(after_in_child=lambda: _close_in_child(job))
 	return repairing
 

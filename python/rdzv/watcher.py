@@ -215,6 +215,20 @@ class Watcher:
 			log.debug("round %d: switch after step %d", r.round,
 			    target)
 
+	def _close(self):
+		"""At the interpreter's exit (atexit, before it finalizes): the
+		reporter finishes the store write it is in and stops.  A daemon
+		thread inside torch's C++ code (a TCPStore call, which lets the
+		GIL go) when Python finalizes is ended as it asks for the GIL
+		back, inside a C++ destructor, and that aborts the process
+		("terminate called without an active exception", SIGABRT)
+		after the training has ended."""
+		self._closing.set()
+		t = self._reporter
+		if t is not None and t.is_alive() and \
+		    t is not threading.current_thread():
+			t.join(STORE_TIMEOUT + 1.0)
+
 	def _report(self):
 		"""Reporter thread: writes the committed step, when it moved or
 		the round changed, at most every STORE_EVERY, to the current
@@ -222,8 +236,7 @@ class Watcher:
 		waits for an rdzvd restarting blocks nobody but this thread, and
 		a failed one is tried again with a new client next time."""
 		st, at, said = None, None, None
-		while True:
-			time.sleep(STORE_EVERY)
+		while not self._closing.wait(STORE_EVERY):
 			with self._cv:
 				r, step = self._round, self.step_count
 			if r is None or not self._joined or (r, step) == said:
