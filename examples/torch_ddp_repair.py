@@ -149,6 +149,13 @@ def main():
 		    "replacement": job.replacement, "joined_step": joined,
 		    "digest": digest(model.module, opt), "accuracy": acc}),
 		    flush=True)
+	# PyTorch's gloo may abort a process that finalizes right after its
+	# last collective (README, "Using it from unmodified PyTorch"): a
+	# worker of a repairing job that dies so is repaired, for nothing.
+	if torch.distributed.is_initialized():
+		sys.stdout.flush()
+		sys.stderr.flush()
+		os._exit(0)
 
 
 if __name__ == "__main__":
