@@ -111,7 +111,7 @@ if [ ${#failed_logs[@]} -gt 0 ]; then
 	echo "== failed, in short:"
 	for d in "${failed_logs[@]}"; do
 		for log in $(grep -lE '^(FAIL|ERROR)' $(find "$d/tests" -name '*.log') 2>/dev/null); do
-			grep -E '^(FAIL |STACK |\[  FAILED|==[0-9]+==ERROR|[A-Za-z_.]+(Error|Exception|Deadline)(:|$))' "$log" |
+			grep -E '^(FAIL[ :]|STACK |\[  FAILED|==[0-9]+==ERROR|[A-Za-z_.]+(Error|Exception|Deadline)(:|$))' "$log" |
 			    head -30 | cut -c1-700 | sed "s|^|   ${log#$top/}: |"
 		done
 	done

@@ -1949,8 +1949,17 @@ def main(namespace, per_test=60.0, total=170.0, only=None, sections=False,
         del Rdzvd.instances[ninst:]
         _kill_tracked()
     done.set()
-    print("# %d passed, %d failed, %d skipped in %.1fs" %
-          (passed, failed, skipped, time.monotonic() - start), flush=True)
+    summary = "# %d passed, %d failed, %d skipped in %.1fs" % (
+        passed, failed, skipped, time.monotonic() - start)
+    print(summary, flush=True)
+    # The file `make check`'s runner looks at (tests/lib/run_py_test.sh):
+    # a file that exits 0 without getting here did not run its tests.
+    if os.environ.get("RDZV_TEST_SUMMARY_FILE"):
+        try:
+            with open(os.environ["RDZV_TEST_SUMMARY_FILE"], "w") as f:
+                f.write(summary + "\n")
+        except OSError:
+            pass
     _cleanup()
     if sections:
         # Threads a section left (proxies, readers) must not hold the exit.
