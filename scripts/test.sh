@@ -97,24 +97,22 @@ if [ $quick -eq 0 ]; then
 	CHECK_ARGS='TESTS=$(FUZZ_TESTS)' run fuzz "$top/build-fuzz" CC=clang --enable-fuzzing
 fi
 
+# Each failed test's log tail; then, last, what failed in short (each
+# test's verdict, its error line, and where a hung job's workers were), so
+# that the end of a long CI log names the cause.
+short=""
 for d in "${failed_logs[@]}"; do
 	echo "== failures in $d:"
 	for log in $(grep -lE '^(FAIL|ERROR)' $(find "$d/tests" -name '*.log') 2>/dev/null); do
 		echo "--- $log"
 		tail -30 "$log"
+		short+=$(grep -E '^(FAIL[ :]|STACK |\[  FAILED|==[0-9]+==ERROR|[A-Za-z_.]+(Error|Exception|Deadline)(:|$))' "$log" |
+		    head -30 | cut -c1-700 | sed "s|^|   ${log#$top/}: |")$'\n'
 	done
 done
-# Last, what failed in short (each test's verdict, its error line, and
-# where a hung job's workers were), so that the end of a long CI log
-# names the cause.
-if [ ${#failed_logs[@]} -gt 0 ]; then
+if [ -n "$short" ]; then
 	echo "== failed, in short:"
-	for d in "${failed_logs[@]}"; do
-		for log in $(grep -lE '^(FAIL|ERROR)' $(find "$d/tests" -name '*.log') 2>/dev/null); do
-			grep -E '^(FAIL[ :]|STACK |\[  FAILED|==[0-9]+==ERROR|[A-Za-z_.]+(Error|Exception|Deadline)(:|$))' "$log" |
-			    head -30 | cut -c1-700 | sed "s|^|   ${log#$top/}: |"
-		done
-	done
+	printf '%s' "$short"
 fi
 echo "tests: $pass passed, $fail failed, $skip skipped"
 exit $rc

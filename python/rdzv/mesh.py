@@ -402,16 +402,14 @@ class MeshJob(Job):
 		with self._cv:
 			self._whole = False
 			self._building = r
-			superseded = bool(self._rounds) and \
-			    self._rounds[-1].round > r.round
+			superseded = self._superseded(r)
 		if superseded:
 			raise ConnectionError("round %d superseded" % r.round)
 		try:
 			# A port rdzvd closed (a newer round came while this one
 			# connects) is given up at once, not tried for the timeout.
 			store = group.round_store(r, self.repair_timeout,
-			    lambda: not (self._rounds and
-			    self._rounds[-1].round > r.round))
+			    lambda: not self._superseded(r))
 			step = self.step_count if self._joined else -1
 			store.set(_POST % r.rank, "%d %d" % (self.home, step))
 			keys = [_POST % i for i in range(r.world)]

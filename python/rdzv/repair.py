@@ -248,8 +248,7 @@ class Job(Watcher):
 		import torch.distributed as dist
 		with self._cv:
 			self._building = r	# the watcher breaks it if superseded
-			superseded = bool(self._rounds) and \
-			    self._rounds[-1].round > r.round
+			superseded = self._superseded(r)
 		if superseded:
 			raise ConnectionError("round %d superseded before its "
 			    "group was built" % r.round)
@@ -257,8 +256,7 @@ class Job(Watcher):
 			group.reset_names()
 		try:
 			store = group.round_store(r, self.repair_timeout,
-			    lambda: not (self._rounds and
-			    self._rounds[-1].round > r.round))
+			    lambda: not self._superseded(r))
 			before = group.sockets()
 			kw = {} if self.timeout is None else {"timeout": self.timeout}
 			dist.init_process_group(self.backend, store=store,

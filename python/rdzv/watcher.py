@@ -127,6 +127,11 @@ class Watcher:
 			else:
 				log.debug("ignoring %r", msg[:64])
 
+	def _superseded(self, r):
+		"""Whether a round newer than r came and waits to be taken:
+		rdzvd closed r's store port when it opened that one."""
+		return bool(self._rounds) and self._rounds[-1].round > r.round
+
 	def _on_round(self, r):
 		with self._cv:
 			self._rounds.append(r)
@@ -174,8 +179,7 @@ class Watcher:
 		target = -1
 		try:
 			st = group.round_store(r, self.repair_timeout,
-			    lambda: not (self._rounds and
-			    self._rounds[-1].round > r.round))
+			    lambda: not self._superseded(r))
 			with self._cv:
 				begun = self.step_count + (1 if self._in_step else 0)
 			st.set(_KEY % r.rank, "%d %d %d" % (begun, mine.round,
