@@ -176,6 +176,18 @@ comm_note(struct rdzv_comm *c, int code, const char *fmt, ...)
 
 /* ---- init and finalize ---- */
 
+/*
+ * Marks whether c bootstraps (rdzv_init's or a rebuild's): a newer round
+ * then breaks it and cuts its store (repair.c).
+ */
+static void
+comm_set_building(struct rdzv_comm *c, int on)
+{
+	pthread_mutex_lock(&c->rlock);
+	c->rbuilding = on;
+	pthread_mutex_unlock(&c->rlock);
+}
+
 static void
 init_err(const struct rdzv_options *o, char *err, size_t errlen,
     const char *fmt, ...)
@@ -351,7 +363,16 @@ rdzv_init(struct rdzv_comm **commp, const struct rdzv_options *opts,
 		init_err(opts, err, errlen, "rdzv_init: %s", msg);
 		goto fail;
 	}
-	if ((rc = c->ops->init(c)) != 0) {
+	/* From here a newer round (a peer of this one died as it formed)
+	 * breaks the bootstrap, which then takes that round as a rebuild
+	 * does: a replacement joins the round that formed without its dead
+	 * peer instead of waiting for that peer until the init timeout. */
+	comm_set_building(c, c->repair);
+	rc = repair_superseded(c) ? RDZV_EREPAIR : c->ops->init(c);
+	comm_set_building(c, 0);
+	if (rc != 0 && repair_superseded(c))
+		rc = rdzv_comm_repair(c, -1);
+	if (rc != 0) {
 		init_err(opts, err, errlen, "rdzv_init: rank %d of %d: %s "
 		    "backend: %s", c->rank, c->size, c->ops->name,
 		    c->errmsg[0] != '\0' ? c->errmsg : rdzv_strerror(rc));
@@ -450,15 +471,6 @@ comm_clear(struct rdzv_comm *c)
 
 static int	comm_rebuild_on(struct rdzv_comm *, const struct chan_msg *);
 
-/* Marks whether the watcher may cut c's store (a rebuild waits on it). */
-static void
-comm_set_building(struct rdzv_comm *c, int on)
-{
-	pthread_mutex_lock(&c->rlock);
-	c->rbuilding = on;
-	pthread_mutex_unlock(&c->rlock);
-}
-
 int
 comm_rebuild(struct rdzv_comm *c, const struct chan_msg *m)
 {
@@ -478,8 +490,10 @@ comm_rebuild_on(struct rdzv_comm *c, const struct chan_msg *m)
 	/* Nothing of the old round may run or touch a buffer any more. */
 	queue_stop(c);
 	c->qstop = 0;
+	/* A communicator that never formed (rdzv_init's bootstrap broke)
+	 * has nothing to shrink: a fresh one. */
 	shrink = m->kind == CHAN_SHRINK && c->ops->shrink != NULL &&
-	    m->world > 1;
+	    m->world > 1 && c->rlive;
 	if (!shrink && c->ops->fini != NULL)
 		c->ops->fini(c);
 	comm_set_building(c, 0);
@@ -506,10 +520,7 @@ comm_rebuild_on(struct rdzv_comm *c, const struct chan_msg *m)
 	/* From here a newer round cuts the store under the bootstrap (a
 	 * peer of this round died in it: it would wait for the timeout). */
 	comm_set_building(c, 1);
-	pthread_mutex_lock(&c->rlock);
-	rc = c->pend_set && c->pend.round != m->round;
-	pthread_mutex_unlock(&c->rlock);
-	if (rc)
+	if (repair_superseded(c))
 		return (comm_fail(c, RDZV_EREPAIR, "repair round %d: "
 		    "superseded before it formed", m->round));
 	saved = c->init_timeout_ms;

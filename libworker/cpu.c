@@ -32,6 +32,14 @@
 #define HELLO_MAGIC	0x57435a52u	/* "RZCW" little-endian */
 #define HELLO_LEN	24
 #define HELLO_MS	5000	/* an accepted connection's hello */
+/*
+ * The bootstrap waits on its peers in slices of this long and looks
+ * between them whether the communicator broke.  In a repair a newer round
+ * breaks it (repair.c) when a peer of this one died as it formed: that
+ * peer never connects, and the rebuild must take the newer round now, not
+ * at the repair timeout.
+ */
+#define BOOT_SLICE_MS	200
 #define CHUNK_DEFAULT	(256u << 10)
 #define DIRECT_DEFAULT	(16u << 10)
 /*
@@ -542,6 +550,15 @@ hello_rank(const uint8_t *h, uint64_t cid, int n)
 	return (r < (uint64_t)n ? (int)r : -1);
 }
 
+/* The end of the next bootstrap slice (BOOT_SLICE_MS), at most deadline. */
+static int64_t
+boot_slice(int64_t deadline)
+{
+	int64_t	end = mono_ms() + BOOT_SLICE_MS;
+
+	return (end < deadline ? end : deadline);
+}
+
 static int
 cpu_connect_all(struct rdzv_comm *c, struct cpu *cpu, int lfd,
     char (*hosts)[96], char (*addrs)[RDZV_HOST_MAX], int *ports,
@@ -553,10 +570,17 @@ cpu_connect_all(struct rdzv_comm *c, struct cpu *cpu, int lfd,
 
 	/* Lower ranks: we connect and introduce ourselves. */
 	for (j = 0; j < cpu->rank; j++) {
-		if ((rc = net_connect(addrs[j], ports[j], 1, deadline,
-		    &fd)) != 0)
-			return (comm_note(c, rc, "cannot connect to rank "
-			    "%d at %s port %d: %s", j, addrs[j], ports[j],
+		/* Refused or unanswered: the peer may still be starting, or
+		 * a newer round broke this one. */
+		while ((rc = net_connect(addrs[j], ports[j], 1,
+		    boot_slice(deadline), &fd)) != 0 && (rc == RDZV_ECONN ||
+		    rc == RDZV_ETIMEDOUT) && deadline_left(deadline) > 0 &&
+		    comm_broken(c) == 0)
+			;
+		if (rc != 0)
+			return (comm_broken(c) != 0 ? comm_broken(c) :
+			    comm_note(c, rc, "cannot connect to rank %d at %s "
+			    "port %d: %s", j, addrs[j], ports[j],
 			    rdzv_strerror(rc)));
 		hello_put(h, cid, cpu->rank);
 		if ((rc = net_write_all(fd, h, sizeof h, deadline)) != 0) {
@@ -568,7 +592,12 @@ cpu_connect_all(struct rdzv_comm *c, struct cpu *cpu, int lfd,
 	}
 	/* Higher ranks: they connect to us, in any order. */
 	for (got = 0; got < cpu->n - 1 - cpu->rank; ) {
-		if ((rc = net_poll1(lfd, POLLIN, deadline)) <= 0)
+		if ((rc = comm_broken(c)) != 0)
+			return (rc);
+		if ((rc = net_poll1(lfd, POLLIN, boot_slice(deadline))) == 0 &&
+		    deadline_left(deadline) > 0)
+			continue;
+		if (rc <= 0)
 			return (comm_note(c, rc == 0 ? RDZV_ETIMEDOUT : rc,
 			    "waiting for %d higher ranks to connect: %s",
 			    cpu->n - 1 - cpu->rank - got,

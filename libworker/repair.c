@@ -117,7 +117,9 @@ repair_heard(struct rdzv_comm *c, const char *buf, size_t len)
 		/* A newer announcement replaces one not yet taken. */
 		c->pend = m;
 		c->pend_set = 1;
-		brk = c->rlive && m.round != c->round.round;
+		/* A bootstrap breaks too: a peer of its round died as it
+		 * formed and will never come (its round's waits end now). */
+		brk = (c->rlive || c->rbuilding) && m.round != c->round.round;
 	} else
 		c->rstopped = 1;
 	pthread_cond_broadcast(&c->rcond);
@@ -332,6 +334,17 @@ repair_stop(struct rdzv_comm *c)
 		close(c->wwake[1]);
 		c->wwake[0] = c->wwake[1] = -1;
 	}
+}
+
+int
+repair_superseded(struct rdzv_comm *c)
+{
+	int	rc;
+
+	pthread_mutex_lock(&c->rlock);
+	rc = c->repair && c->pend_set && c->pend.round != c->round.round;
+	pthread_mutex_unlock(&c->rlock);
+	return (rc);
 }
 
 int

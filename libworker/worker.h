@@ -201,6 +201,8 @@ void	repair_stop(struct rdzv_comm *);
  * rc into RDZV_EREPAIR; otherwise rc itself.
  */
 int	repair_result(struct rdzv_comm *, int rc);
+/* Whether a newer round than c's is announced and not yet taken. */
+int	repair_superseded(struct rdzv_comm *);
 
 /* ---- comm.c ---- */
 
@@ -365,8 +367,9 @@ struct rdzv_comm {
 	int		 rgaveup;	/* a wait timed out: do not wait again */
 	int		 rlive;		/* initialized: rounds break it */
 	int		 rleave;	/* "leave": go at a step boundary */
-	int		 rbuilding;	/* comm_rebuild bootstraps on
-					 * store: a newer round cuts it */
+	int		 rbuilding;	/* a bootstrap (rdzv_init's or a
+					 * rebuild's) on the store: a newer
+					 * round breaks it and cuts the store */
 	int		 wwake[2];	/* pipe: stop the watcher */
 	int		 wthread_on;
 	pthread_t	 wthread;

@@ -15,11 +15,16 @@ Checks:
     without repair refuses to start on its stale rank;
   - malformed and unknown messages from the agent are ignored;
   - "stop" after a failure ends the survivors at once, not at the
-    repair timeout.
+    repair timeout;
+  - a peer of a repair round that dies as the round forms (its address
+    published, never connecting) holds nobody in that round's bootstrap:
+    the survivors connecting to it or waiting for it to connect, and a
+    replacement in its first bootstrap, take the next round at once.
 """
 
 import os
 import re
+import socket
 import time
 
 import fakeagent
@@ -237,5 +242,84 @@ def test_stop_ends_survivors():
         d.stop()
 
 
+def announce(a, kind, ranks, world):
+    """Round a.round + 1 of world ranks to the workers of ranks (rank ->
+    worker); the ranks nobody has are left to ghost().  Returns the time
+    the last message went."""
+    a.round += 1
+    for rank, w in ranks.items():
+        w.sock.send(fakeagent.round_message(
+            a.round, kind, a.ns(), rank, world, min(ranks), a.master[0],
+            a.master[1], rank, world).encode())
+    return time.monotonic()
+
+
+def ghost(d, a, rank, real):
+    """Publishes, in the current round's store, the address of a rank
+    that died as the round formed: nobody listens there and nobody
+    connects from it.  The record copies the tuning id rank real
+    published (the workers check that every rank has the same)."""
+    c = d.native(ns=a.ns())
+    try:
+        key = "rdzvw/0/cpu/%d" % real
+        try:
+            c.wait([key], timeout_ms=30000, timeout=35)
+        except rt.RdzvError:
+            raise AssertionError("rank %d published nothing in round %d: "
+                                 "still in an older round's bootstrap? %s"
+                                 % (real, a.round, a.describe()))
+        rec = c.get(key).decode().split(" ")
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        c.set("rdzvw/0/cpu/%d" % rank, "127.0.0.1 %d ghost %s %s" % (
+            port, rec[3], rec[4]))
+    finally:
+        c.close()
+    time.sleep(0.5)     # the others read it and wait on their sockets
+
+
+def test_round_dies_as_it_forms():
+    """Rounds whose peer died as they formed hold nobody in them."""
+    need_data()
+    d = rt.Rdzvd()
+    try:
+        # Waiting out either timeout would fail wait_steps below.
+        a = fakeagent.FakeAgent([prog()] + ARGS + ["--epochs", "1"], 3,
+                                "127.0.0.1:%d" % d.port,
+                                env={"RDZV_REPAIR_TIMEOUT_MS": "600000",
+                                     "RDZV_INIT_TIMEOUT_MS": "600000"})
+        try:
+            a.start()
+            a.wait_steps(5)
+            w0, w1 = a.workers[0], a.workers[1]
+            a.kill(2)
+            # Round 1: its rank 0 is dead; w0 and w1 connect to it.
+            announce(a, "shrink", {1: w0, 2: w1}, 3)
+            ghost(d, a, 0, 1)
+            # Round 2: its rank 2 is dead; w0 and w1 wait for it.
+            announce(a, "shrink", {0: w0, 1: w1}, 3)
+            ghost(d, a, 2, 0)
+            # Round 3: a replacement's first round, with a dead rank 3.
+            r = a.spawn_replacement(2)
+            a.wait_ready(r)
+            announce(a, "grow", {0: w0, 1: w1, 2: r}, 4)
+            ghost(d, a, 3, 0)
+            # Round 4: the three of them.
+            t = a.grow()
+            a.wait_steps(0, [w0, w1, r], after=t, timeout=60)
+            res = a.wait(120)
+            hashes, _ = finish(a, res)
+            assert sorted(hashes) == [0, 1, 2], hashes
+            assert len(set(hashes.values())) == 1, hashes
+            out0 = res[w0.local_rank][1]        # rank 0 says it
+            assert re.search(r"repaired: round 4 \(grow\), world 3",
+                             out0), out0[-2000:]
+        finally:
+            a.close()
+    finally:
+        d.stop()
+
+
 if __name__ == "__main__":
-    rt.main(globals(), per_test=90.0, total=240.0)
+    rt.main(globals(), per_test=90.0, total=300.0)
