@@ -19,7 +19,10 @@ Checks:
   - a peer of a repair round that dies as the round forms (its address
     published, never connecting) holds nobody in that round's bootstrap:
     the survivors connecting to it or waiting for it to connect, and a
-    replacement in its first bootstrap, take the next round at once.
+    replacement in its first bootstrap, take the next round at once;
+  - a worker whose step a peer of its node cut by leaving, before it
+    heard "leave" itself, leaves when it hears it (no round comes for a
+    node that leaves) instead of waiting for one.
 """
 
 import os
@@ -315,6 +318,36 @@ def test_round_dies_as_it_forms():
             out0 = res[w0.local_rank][1]        # rank 0 says it
             assert re.search(r"repaired: round 4 \(grow\), world 3",
                              out0), out0[-2000:]
+        finally:
+            a.close()
+    finally:
+        d.stop()
+
+
+def test_cut_then_leave():
+    """A step cut by a peer that left first: leave on "leave"."""
+    need_data()
+    d = rt.Rdzvd()
+    try:
+        # Waiting for a round until the repair timeout would fail wait().
+        a = fakeagent.FakeAgent([prog()] + ARGS + ["--epochs", "1"], 2,
+                                "127.0.0.1:%d" % d.port,
+                                env={"RDZV_REPAIR_TIMEOUT_MS": "600000"})
+        try:
+            a.start()
+            a.wait_steps(5)
+            w0, w1 = a.workers[0], a.workers[1]
+            # The agent tells its workers one by one: w1 hears it first,
+            # leaves at its step boundary and cuts w0's step (20 ms).
+            w1.sock.send(b"leave")
+            assert w1.proc.wait(30) == 0, w1.output()
+            time.sleep(2)
+            w0.sock.send(b"leave")
+            assert w0.proc.wait(30) == 0, w0.output()
+            out = w0.output()[0]
+            assert "leaves with its step cut by a peer leaving" in out, out
+            out = w1.output()[0]
+            assert "leaves at a step boundary" in out, out
         finally:
             a.close()
     finally:
