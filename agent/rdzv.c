@@ -147,6 +147,7 @@ static int				 rc_ever_joined;
 static int				 rc_leaving;	/* LEAVE asked for */
 static int				 rc_backoff_ms;
 static int				 rc_repairable;	/* HEARTBEAT says */
+static int				 rc_hb_repairable; /* the one in flight */
 static int64_t				 rc_down_since;	/* first failure */
 static int64_t				 rc_last_rx;	/* mono_ms() */
 static struct event			*rc_retry_ev, *rc_hb_ev, *rc_leave_ev,
@@ -165,6 +166,7 @@ static SSL_CTX				*rc_tls;	/* NULL: plaintext */
 static void	rdzv_connect(void);
 static void	rdzv_drop(const char *why);
 static void	rdzv_event_cb(struct bufferevent *, short, void *);
+static void	rdzv_hb_cb(evutil_socket_t, short, void *);
 
 /* Moves the link to state s: the only place rc_state changes. */
 static void
@@ -537,6 +539,11 @@ rdzv_reply(const struct nat_msg *m)
 		} else if (code != 0)
 			log_warnx("HEARTBEAT: %s: %s",
 			    rdzv_strerror((int)code), msg);
+		/* Whether the workers can repair changed while it was in
+		 * flight: rdzvd must know before a failure comes, not at the
+		 * next beat (a kill then restarted a job that could repair). */
+		if (rc_state == RC_JOINED && rc_hb_repairable != rc_repairable)
+			rdzv_hb_cb(-1, 0, NULL);
 		return;
 	}
 	if (m->id == rc_leave_id && rc_leave_id != 0) {
@@ -977,6 +984,7 @@ rdzv_hb_cb(evutil_socket_t fd, short ev, void *arg)
 		rdzv_put_i64(&wr, rc_node_id);
 		rdzv_put_i64(&wr, rc_repairable);
 		rdzv_end(&wr);
+		rc_hb_repairable = rc_repairable;
 	}
 	rdzv_timer(rc_hb_ev, rc_hb_ms);
 }
