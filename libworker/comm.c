@@ -511,8 +511,7 @@ comm_rebuild_on(struct rdzv_comm *c, const struct chan_msg *m)
 	c->progress_sent_ms = 0;
 	/* A dead peer must cost the repair timeout at most, not the
 	 * bootstrap's ten minutes.  A world of one has nobody to meet but
-	 * reports its steps there under rdzvd (which holds a grow until
-	 * the shrink's ranks have). */
+	 * reports its steps there under rdzvd (members, the status page). */
 	if ((c->size > 1 || c->env.store == WENV_STORE_NATIVE) &&
 	    (rc = wstore_open(&c->store, &c->env,
 	    c->repair_timeout_ms, msg, sizeof msg)) != 0)

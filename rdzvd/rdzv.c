@@ -439,12 +439,11 @@ rz_round_end(struct rz *rz, struct rz_outbox *ob, struct rz_job *j,
 	rz_elastic_reset(j);
 	j->pend_node = 0;
 	j->pend_local = j->pend_deadline = -1;
-	j->grow_hold = j->grow_poll = -1;
 	TAILQ_FOREACH(nd, &j->nodes, entry) {
 		if (nd->state == RZN_MEMBER)
 			nd->prev_rank = nd->group_rank;
 		/* Every worker starts again: none dead, none said hello. */
-		nd->dead_local = nd->fresh = nd->ready_local = 0;
+		nd->dead_local = nd->fresh = 0;
 		nd->repairable = 0;
 		nd->state = RZN_WAITING;
 		nd->group_rank = -1;
@@ -649,7 +648,6 @@ rz_join(struct rz *rz, const struct nat_join *r, void *conn, int64_t now,
 		    r->repair_timeout_ms : RZ_REPAIR_TIMEOUT_MS;
 		rz_strag_conf(j, r);
 		j->donor = j->pend_local = j->pend_deadline = -1;
-		j->grow_hold = j->grow_poll = -1;
 		j->donor_node = 0;
 		j->donor_local = -1;
 		j->join_at = j->join_deadline = -1;
@@ -823,11 +821,6 @@ rz_succeeded(struct rz *rz, struct slice job, int64_t node_id, int64_t round,
 		j->pend_node = 0;
 		j->pend_local = j->pend_deadline = -1;
 		rz_mark(rz, j);
-	} else if (j->grow_hold >= 0) {
-		rz_event(rz, j, now, "repair: no grow: node %" PRId64
-		    " finished before the survivors stepped in the shrink",
-		    nd->id);
-		j->grow_hold = j->grow_poll = -1;
 	}
 	/* A standby that took a lost node's place and never got its
 	 * workers in has nothing to report. */
@@ -894,8 +887,6 @@ rz_tick(struct rz *rz, int64_t now, struct rz_outbox *ob)
 		else if (j->state == RZJ_RUNNING && j->pend_node != 0 &&
 		    now >= j->pend_deadline)
 			rz_repair_timeout(rz, ob, j, now);
-		else if (j->state == RZJ_RUNNING && j->pend_node == 0)
-			rz_repair_hold(rz, ob, j, now);
 		rz_elastic_drain_tick(rz, ob, j, now);
 		if (j->state == RZJ_RUNNING)
 			rz_elastic_tick(rz, ob, j, now);
@@ -923,9 +914,6 @@ rz_next_deadline(struct rz *rz)
 		if (j->state == RZJ_RUNNING && j->pend_node != 0 &&
 		    (best < 0 || j->pend_deadline < best))
 			best = j->pend_deadline;
-		if (j->state == RZJ_RUNNING && j->grow_poll >= 0 &&
-		    (best < 0 || j->grow_poll < best))
-			best = j->grow_poll;
 		if (j->state == RZJ_RUNNING &&
 		    (t = rz_elastic_deadline(j)) >= 0 && (best < 0 || t < best))
 			best = t;

@@ -100,8 +100,6 @@ struct rz_job;
 #define RZ_EVENTS_KEPT	10000	/* events kept per job */
 #define RZ_MAX_REPAIRS	1000	/* a job's repairs, unless JOIN says */
 #define RZ_REPAIR_TIMEOUT_MS 60000	/* for a replacement's READY */
-#define RZ_GROW_HOLD_MS	3000	/* most a grow waits for the shrink's step */
-#define RZ_GROW_POLL_MS	10	/* looks at the shrink's progress meanwhile */
 #define RZ_REPAIR_LWS_MAX 63	/* local ranks a live_local mask holds */
 #define RZ_STRAG_RATIO_PM 500	/* a straggler's speed, of the median */
 #define RZ_STRAG_WINDOW_MS 30000	/* ... for this long */

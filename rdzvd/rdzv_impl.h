@@ -60,10 +60,6 @@ struct rz_node {
 	int64_t			 fresh;		/* bit l: local rank l's
 						 * replacement is ready, not in
 						 * a round yet (never a donor) */
-	int64_t			 ready_local;	/* bit l: dead local rank l's
-						 * replacement said READY; it
-						 * comes in with the grow
-						 * (rz_repair_hold) */
 	int64_t			 drain_by;	/* asked to leave (evict):
 						 * dropped if here then; 0
 						 * none.  Not kept in rows. */
@@ -110,15 +106,6 @@ struct rz_job {
 	int64_t			 donor_node, donor_local; /* who the donor
 						 * is (rz_rank_bases) */
 	int64_t			 pend_node, pend_local, pend_deadline;
-	/* Every replacement ready, the grow held until the ranks stepping
-	 * in the shrink have each reported a step in it (rz_repair_hold):
-	 * since when (-1: no hold) and the next look.  progress_seen: the
-	 * job's workers write progress/<rank> (seen in a round's namespace
-	 * once), so a hold can end on them.  Not kept in rows. */
-	int64_t			 grow_hold, grow_poll;
-	int			 progress_seen;
-	int			 grow_standby;	/* the replacements held are
-						 * a standby's workers */
 	/* Stragglers (rdzv_strag.c): JOIN's settings. */
 	int64_t			 strag_ratio_pm, strag_window_ms, strag_action;
 	/* Joining in place (rdzv_elastic.c): when the grow for the nodes
@@ -178,8 +165,6 @@ void rz_repair_timeout(struct rz *rz, struct rz_outbox *ob, struct rz_job *j,
     int64_t now);
 const char *rz_repair_refused_job(struct rz_job *j, char *buf, size_t bufsz);
 const char *rz_repair_cannot(struct rz_job *j, char *buf, size_t bufsz);
-void rz_repair_hold(struct rz *rz, struct rz_outbox *ob, struct rz_job *j,
-    int64_t now);
 void rz_repair_round(struct rz *rz, struct rz_outbox *ob, struct rz_job *j,
     int64_t kind);
 void rz_restart(struct rz *rz, struct rz_outbox *ob, struct rz_job *j,
@@ -213,7 +198,6 @@ const char *rz_topo_refused(const struct rz_job *j);
 const char *rz_topo_unwhole(const struct rz_job *j, const struct rz_node *nd,
     int64_t l);
 const char *rz_topo_fixed(const struct rz_job *j);
-uint64_t *rz_topo_waiting(const struct rz_job *j);
 void rz_topo_lost(struct rz *rz, struct rz_job *j, const struct rz_node *nd,
     int64_t l, int64_t now);
 

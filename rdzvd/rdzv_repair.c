@@ -21,12 +21,7 @@
 
 static const char *rz_repair_refused(struct rz_job *, struct rz_node *,
 		    int64_t, char *, size_t);
-static void	rz_repair_grow(struct rz *, struct rz_outbox *,
-		    struct rz_job *, int64_t, int64_t);
 static void	rz_repair_next(struct rz_job *, int64_t);
-static int	rz_repair_stepped(struct rz *, struct rz_job *);
-static int	rz_progress_has(struct rz *, const struct rz_job *, int64_t);
-static int	rz_progress_any(struct rz *, const struct rz_job *);
 static void	rz_repair_shrink(struct rz *, struct rz_outbox *,
 		    struct rz_job *, struct rz_node *, int64_t, const char *,
 		    int64_t);
@@ -240,12 +235,8 @@ rz_repair_round(struct rz *rz, struct rz_outbox *ob, struct rz_job *j,
 
 	if (j->port > 0)
 		rz_out_port_close(ob, j);
-	/* Workers that report in one round report in the next. */
-	if (!j->progress_seen && j->ns[0] != '\0')
-		j->progress_seen = rz_progress_any(rz, j);
 	if (j->ns[0] != '\0')
 		kv_ns_drop(rz->kv, slice_str(j->ns));
-	j->grow_hold = j->grow_poll = -1;
 	j->round++;
 	snprintf(j->ns, sizeof j->ns, "job/%s/round/%" PRId64, j->id, j->round);
 	j->kind = kind;
@@ -271,15 +262,15 @@ static void
 rz_repair_shrink(struct rz *rz, struct rz_outbox *ob, struct rz_job *j,
     struct rz_node *nd, int64_t l, const char *what, int64_t now)
 {
-	int	again = j->pend_node != 0 || j->grow_hold >= 0;
+	int	again = j->pend_node != 0;
 
 	nd->dead_local |= 1LL << l;
 	nd->fresh &= ~(1LL << l);
 	rz_save_node(rz, j, nd);
 	/* A second failure during a repair: the first replacement stays
-	 * the one named (one ready and held is awaited no more); the grow
-	 * waits for both, the whole timeout from the latest death. */
-	if (j->pend_node == 0) {
+	 * the one named; the grow waits for both, the whole timeout from
+	 * the latest death. */
+	if (!again) {
 		j->pend_node = nd->id;
 		j->pend_local = l;
 	}
@@ -323,6 +314,8 @@ rz_ready(struct rz *rz, const struct nat_ready *r, int64_t now,
 {
 	struct rz_job	*j;
 	struct rz_node	*nd, *m;
+	int64_t		 n;
+	int		 standby;
 
 	if ((j = rz_find_job(rz, r->job)) == NULL ||
 	    (nd = rz_find_node(j, r->node_id)) == NULL)
@@ -339,193 +332,59 @@ rz_ready(struct rz *rz, const struct nat_ready *r, int64_t now,
 	TAILQ_FOREACH(m, &j->nodes, entry)
 		if (m->state == RZN_MEMBER && m->succeeded)
 			return 0;
-	nd->ready_local |= 1LL << r->local_rank;
+	nd->dead_local &= ~(1LL << r->local_rank);
+	nd->fresh |= 1LL << r->local_rank;	/* never the donor */
 	rz_save_node(rz, j, nd);
-	/* Every replacement on its way comes in with one grow round (a
+	/*
+	 * Every replacement on its way comes in with one grow round (a
 	 * standby's workers too): two grows back to back would catch the
 	 * first one's replacement still bootstrapping in a round the
-	 * others have already left for the second. */
-	TAILQ_FOREACH(m, &j->nodes, entry)
-		if (m->state == RZN_MEMBER && !m->joining &&
-		    (m->dead_local & ~m->ready_local) != 0)
+	 * others have already left for the second.
+	 */
+	n = 0;
+	TAILQ_FOREACH(m, &j->nodes, entry) {
+		if (m->state != RZN_MEMBER || m->joining)
+			continue;
+		if (m->dead_local != 0)
 			return 0;
-	j->grow_standby = j->pend_node == nd->id && j->pend_local < 0;
-	j->pend_node = 0;	/* none awaited: the grow is held now */
-	j->pend_local = j->pend_deadline = -1;
-	rz_mark(rz, j);
-	rz_repair_hold(rz, ob, j, now);
-	return 0;
-}
-
-/*
- * Every replacement is ready (ready_local, none awaited): the grow opens
- * once every rank that steps in the shrink round has reported a step in
- * it (its progress/<rank> there, which workers write only after a step
- * committed in the round), or RZ_GROW_HOLD_MS after the last READY.  A
- * grow that overtakes a shrink its survivors are still taking (making
- * its group, their first step in it) catches them between two rounds:
- * seen as survivors left in the shrink's group (torch DDP) and a replica
- * whose ranks ended a step apart (HSDP).  A job whose workers never
- * report (none seen in a round) grows at once.  Called at READY and at
- * every tick (grow_poll while held).
- */
-void
-rz_repair_hold(struct rz *rz, struct rz_outbox *ob, struct rz_job *j,
-    int64_t now)
-{
-	struct rz_node	*m;
-	int64_t		 n = 0;
-
-	if (j->kind != NAT_KIND_SHRINK)
-		return;
-	TAILQ_FOREACH(m, &j->nodes, entry) {
-		if (m->state != RZN_MEMBER || m->joining)
-			continue;
-		if (m->succeeded || (m->dead_local & ~m->ready_local) != 0) {
-			j->grow_hold = j->grow_poll = -1;
-			return;
-		}
-		n += __builtin_popcountll((unsigned long long)m->ready_local);
+		n += __builtin_popcountll((unsigned long long)m->fresh);
 	}
-	if (n == 0) {
-		j->grow_hold = j->grow_poll = -1;
-		return;
-	}
-	if (j->grow_hold < 0)
-		j->grow_hold = now;
-	/* Not kept in rows: after a restart, the shrink's own reports. */
-	if (!j->progress_seen)
-		j->progress_seen = rz_progress_any(rz, j);
-	if (j->progress_seen && now - j->grow_hold < RZ_GROW_HOLD_MS &&
-	    !rz_repair_stepped(rz, j)) {
-		j->grow_poll = now + RZ_GROW_POLL_MS;
-		return;
-	}
-	rz_repair_grow(rz, ob, j, n, now);
-}
-
-/*
- * Whether every rank stepping in j's round has a progress report in its
- * namespace: every live rank, but, in a job of replica groups, those of
- * a group with a dead rank (they wait for its replacement).  torch's
- * TCPStore puts "/" before every key (rdzvd/docs.c reads both too).
- */
-static int
-rz_repair_stepped(struct rz *rz, struct rz_job *j)
-{
-	struct rz_node	*m;
-	uint64_t	*wait = NULL;
-	int64_t		 l, k, home;
-	int		 all = 1;
-
-	if (j->replicas > 1 && (wait = rz_topo_waiting(j)) == NULL)
-		return 1;	/* no numbering to judge by: no hold */
-	TAILQ_FOREACH(m, &j->nodes, entry) {
-		if (m->state != RZN_MEMBER || m->joining)
-			continue;
-		for (l = k = 0; all && l < m->lws; l++) {
-			if (m->dead_local & (1LL << l))
-				continue;
-			home = m->group_rank * m->lws + l;
-			if (wait == NULL || !(wait[home / 64] &
-			    (1ULL << (home % 64))))
-				all = rz_progress_has(rz, j, m->rank_base + k);
-			k++;
-		}
-	}
-	free(wait);
-	return all;
-}
-
-/* Whether rank's progress report is in j's round namespace. */
-static int
-rz_progress_has(struct rz *rz, const struct rz_job *j, int64_t rank)
-{
-	char		kbuf[48];
-	struct slice	v;
-	int		k;
-
-	k = snprintf(kbuf, sizeof kbuf, "/progress/%" PRId64, rank);
-	return kv_get(rz->kv, slice_str(j->ns), (struct slice){
-	    (const uint8_t *)kbuf + 1, (size_t)k - 1 }, &v) == 0 ||
-	    kv_get(rz->kv, slice_str(j->ns), (struct slice){
-	    (const uint8_t *)kbuf, (size_t)k }, &v) == 0;
-}
-
-/* Whether any rank of j's round has a progress report there. */
-static int
-rz_progress_any(struct rz *rz, const struct rz_job *j)
-{
-	int64_t	r;
-
-	for (r = 0; r < j->world_size; r++)
-		if (rz_progress_has(rz, j, r))
-			return 1;
-	return 0;
-}
-
-/* The grow round for the n replacements ready: they come in (fresh:
- * never the donor), every member is pushed. */
-static void
-rz_repair_grow(struct rz *rz, struct rz_outbox *ob, struct rz_job *j,
-    int64_t n, int64_t now)
-{
-	struct rz_node	*m, *nd = NULL;
-	char		 held[64];
-	int64_t		 l = -1;
-
-	held[0] = '\0';
-	if (now > j->grow_hold)
-		snprintf(held, sizeof held, ", held %" PRId64 " ms for the "
-		    "shrink's first step", now - j->grow_hold);
-	TAILQ_FOREACH(m, &j->nodes, entry) {
-		if (m->state != RZN_MEMBER || m->joining ||
-		    m->ready_local == 0)
-			continue;
-		if (nd == NULL) {
-			nd = m;
-			l = __builtin_ctzll((unsigned long long)m->ready_local);
-		}
-		m->dead_local &= ~m->ready_local;
-		m->fresh |= m->ready_local;	/* never the donor */
-		m->ready_local = 0;
-		rz_save_node(rz, j, m);
-	}
-	j->grow_hold = j->grow_poll = -1;
+	standby = j->pend_node == nd->id && j->pend_local < 0;
 	rz_repair_round(rz, ob, j, NAT_KIND_GROW);
-	if (j->grow_standby)
+	if (standby)
 		rz_event(rz, j, now, "repair: grow to %" PRId64 ", node %"
 		    PRId64 " (host %s) in with %" PRId64 " workers, round %"
-		    PRId64 ", donor %" PRId64 "%s", j->world_size, nd->id,
-		    nd->host, nd->lws, j->round, j->donor, held);
+		    PRId64 ", donor %" PRId64, j->world_size, nd->id, nd->host,
+		    nd->lws, j->round, j->donor);
 	else if (n == 1)
 		rz_event(rz, j, now, "repair: grow to %" PRId64 ", node %"
 		    PRId64 " local rank %" PRId64 " back, round %" PRId64
-		    ", donor %" PRId64 "%s", j->world_size, nd->id, l,
-		    j->round, j->donor, held);
+		    ", donor %" PRId64, j->world_size, nd->id, r->local_rank,
+		    j->round, j->donor);
 	else
 		rz_event(rz, j, now, "repair: grow to %" PRId64 ", %" PRId64
 		    " replacements back in one round (failures during a "
-		    "repair), round %" PRId64 ", donor %" PRId64 "%s",
-		    j->world_size, n, j->round, j->donor, held);
-	j->grow_standby = 0;
+		    "repair), round %" PRId64 ", donor %" PRId64,
+		    j->world_size, n, j->round, j->donor);
+	j->pend_node = 0;
+	j->pend_local = j->pend_deadline = -1;
+	return 0;
 }
 
 /*
  * The replacement awaited next: the one awaited if it still is (its node
- * a member with dead workers not ready), else the first member's dead
- * workers not ready (nodes joining in place aside), with the whole
- * repair timeout from now; none: pend_node 0.
+ * a member with dead workers), else the first member's dead workers
+ * (nodes joining in place aside), with the whole repair timeout from
+ * now; none: pend_node 0.
  */
 static void
 rz_repair_next(struct rz_job *j, int64_t now)
 {
 	struct rz_node	*m, *p = NULL;
-	int64_t		 full, want;
+	int64_t		 full;
 
 	TAILQ_FOREACH(m, &j->nodes, entry) {
-		if (m->state != RZN_MEMBER || m->joining ||
-		    (m->dead_local & ~m->ready_local) == 0)
+		if (m->state != RZN_MEMBER || m->joining || m->dead_local == 0)
 			continue;
 		if (m->id == j->pend_node) {
 			p = m;
@@ -542,12 +401,11 @@ rz_repair_next(struct rz_job *j, int64_t now)
 	if (p->id == j->pend_node && j->pend_local < 0)
 		return;		/* a standby's workers: still the same wait */
 	full = p->lws >= 63 ? INT64_MAX : (int64_t)((1ULL << p->lws) - 1);
-	want = p->dead_local & ~p->ready_local;
-	if (p->id != j->pend_node || !(want & (1LL << j->pend_local)))
+	if (p->id != j->pend_node || !(p->dead_local & (1LL << j->pend_local)))
 		j->pend_deadline = now + j->repair_timeout_ms;
 	j->pend_node = p->id;
-	j->pend_local = want == full ? -1 :
-	    __builtin_ctzll((unsigned long long)want);
+	j->pend_local = p->dead_local == full ? -1 :
+	    __builtin_ctzll((unsigned long long)p->dead_local);
 }
 
 /* The pending replacement did not say READY in time: a restart. */

@@ -114,7 +114,7 @@ rz_save_node(struct rz *rz, struct rz_job *j, struct rz_node *nd)
 	k = snprintf(key, sizeof key, "%" PRId64, nd->id);
 	rz_put_row(rz, ns, (struct slice){ (const uint8_t *)key, (size_t)k },
 	    json_pack("{s:s, s:s, s:s, s:I, s:I, s:i, s:I, s:I, s:I, s:i, "
-	    "s:I, s:I, s:I, s:i, s:i}",
+	    "s:I, s:I, s:i, s:i}",
 	    "instance", nd->instance, "host", nd->host, "addr", nd->addr,
 	    "pid", (json_int_t)nd->pid, "lws", (json_int_t)nd->lws,
 	    "state", (int)nd->state, "group_rank", (json_int_t)nd->group_rank,
@@ -122,7 +122,6 @@ rz_save_node(struct rz *rz, struct rz_job *j, struct rz_node *nd)
 	    "join_seq", (json_int_t)nd->join_seq, "succeeded", nd->succeeded,
 	    "want_rank", (json_int_t)nd->want_rank,
 	    "dead_local", (json_int_t)nd->dead_local,
-	    "ready_local", (json_int_t)nd->ready_local,
 	    "repairable", nd->repairable, "joining", nd->joining));
 }
 
@@ -354,7 +353,6 @@ rz_load_node_cb(void *arg, struct slice key)
 	nd->want_rank = row_i64(row, "want_rank", -1);
 	nd->succeeded = (int)row_i64(row, "succeeded", 0);
 	nd->dead_local = row_i64(row, "dead_local", 0);
-	nd->ready_local = row_i64(row, "ready_local", 0) & nd->dead_local;
 	nd->repairable = (int)row_i64(row, "repairable", 0);
 	nd->joining = (int)row_i64(row, "joining", 0);
 	nd->lease_end = ctx->now + j->lease_ms;
@@ -380,9 +378,6 @@ rz_load_repair(struct rz_load_ctx *ctx, struct rz_job *j, const json_t *rp)
 	j->replicas = row_i64(rp, "replicas", 0);
 	j->pend_deadline = j->pend_node != 0 ?
 	    ctx->now + j->repair_timeout_ms : -1;
-	/* A held grow (every replacement ready) holds again from the
-	 * first tick: rz_repair_hold. */
-	j->grow_hold = j->grow_poll = -1;
 	/* A node joining in place grows the round at its last READY. */
 	j->join_at = j->join_deadline = -1;
 }

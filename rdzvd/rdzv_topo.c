@@ -169,38 +169,6 @@ rz_topo_dead(const struct rz_job *j, const struct rz_node *nd, int64_t l,
 }
 
 /*
- * The ranks that wait in a shrink round of a job of replica groups:
- * every rank of a group with a dead rank (rdzv.mesh keeps them out of
- * the step until the group heals), as a bitmap over homes.  NULL in a
- * job without replica groups, for members with no such numbering, or on
- * no memory (the caller frees it).
- */
-uint64_t *
-rz_topo_waiting(const struct rz_job *j)
-{
-	const struct rz_node	*m;
-	uint64_t		*dead, *wait;
-	int64_t			 world, shards, h, k;
-
-	TAILQ_FOREACH(m, &j->nodes, entry)
-		if (m->state == RZN_MEMBER)
-			break;
-	/* Local rank RZ_REPAIR_LWS_MAX is nobody: no death added. */
-	if (j->replicas <= 1 || m == NULL || (dead = rz_topo_dead(j, m,
-	    RZ_REPAIR_LWS_MAX, &world)) == NULL)
-		return NULL;
-	shards = world / j->replicas;
-	if ((wait = calloc((size_t)(world + 63) / 64, sizeof *wait)) != NULL)
-		for (h = 0; h < world; h++)
-			if (dead[h / 64] & (1ULL << (h % 64)))
-				for (k = h - h % shards; k < h - h % shards +
-				    shards; k++)
-					wait[k / 64] |= 1ULL << (k % 64);
-	free(dead);
-	return wait;
-}
-
-/*
  * Why a death (local rank l of nd; all of its workers when l < 0, nd
  * lost) cannot be repaired in a job of replica groups, or NULL: after it
  * some replica group must have no dead rank, to hold every shard (the

@@ -193,7 +193,6 @@ class Job(Watcher):
 		self._waited = 0.0
 		self._plan = None		# the data.Plan steps advance
 		self._round = None		# the group's round
-		self._stepped_in = None		# the round a step committed in
 		self.full_world = 0		# the job's world at its start
 		self._pending_model = None	# received before job.ddp()
 		self._pending_tracked = []	# received before job.track()
@@ -462,10 +461,6 @@ class Job(Watcher):
 			self.committed = e is None
 			if e is None:
 				self.step_count += 1
-				if self._stepped_in is not self._round:
-					# The reporter says it at once.
-					self._stepped_in = self._round
-					self._cv.notify_all()
 		if e is None:
 			if self._plan is not None:
 				self._plan.commit(self)

@@ -6,7 +6,7 @@ group of a shrink; stop: exit; leave: noted for the step's end), the "wait" it s
 thread is blocked on its peers, and the reporter thread that writes the
 committed step where rdzvd reads it ("progress/<rank>" = "STEP WALL_MS
 WAIT_MS" in the round's namespace, as librdzvworker's rdzv_report_progress
-does, once a step committed in the round; WAIT_MS is rdzv.waits' total),
+does; WAIT_MS is rdzv.waits' total),
 so that rdzvctl members/top, the status page and the per-job metrics
 show a torch job as they show a C one.
 """
@@ -228,37 +228,22 @@ class Watcher:
 		("terminate called without an active exception", SIGABRT)
 		after the training has ended."""
 		self._closing.set()
-		with self._cv:
-			self._cv.notify_all()
 		t = self._reporter
 		if t is not None and t.is_alive() and \
 		    t is not threading.current_thread():
 			t.join(STORE_TIMEOUT + 1.0)
 
 	def _report(self):
-		"""Reporter thread: writes the committed step to the current
-		round's store on rdzvd once a step committed in the round: the
-		first at once (rdzvd holds a grow until every rank stepping in
-		a shrink has, rdzvd/rdzv_repair.c), then when it moved, at most
-		every STORE_EVERY.  Its own TCPStore client: a write that waits
-		for an rdzvd restarting blocks nobody but this thread, and a
-		failed one is tried again with a new client next time."""
+		"""Reporter thread: writes the committed step, when it moved or
+		the round changed, at most every STORE_EVERY, to the current
+		round's store on rdzvd.  Its own TCPStore client: a write that
+		waits for an rdzvd restarting blocks nobody but this thread, and
+		a failed one is tried again with a new client next time."""
 		st, at, said = None, None, None
-		while not self._closing.is_set():
+		while not self._closing.wait(STORE_EVERY):
 			with self._cv:
-				self._cv.wait_for(lambda: self._closing.is_set() or
-				    (self._stepped_in is not None and
-				    (said is None or said[0] is not
-				    self._stepped_in)), STORE_EVERY)
-				r, step = self._stepped_in, self.step_count
-			if self._closing.is_set():
-				break
-			if r is None or r is not self._round or \
-			    not self._joined or (r, step) == said:
-				if r is not None and (said is None or
-				    said[0] is not r):
-					# (the wait would not wait)
-					self._closing.wait(STORE_EVERY)
+				r, step = self._round, self.step_count
+			if r is None or not self._joined or (r, step) == said:
 				continue
 			try:
 				if st is None or at is not r:
@@ -272,4 +257,3 @@ class Watcher:
 				log.debug("progress to rdzvd: %s",
 				    str(e).splitlines()[0][:160] if str(e) else e)
 				st = at = None
-				self._closing.wait(STORE_EVERY)

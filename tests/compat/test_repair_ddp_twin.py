@@ -93,20 +93,27 @@ def test_reference():
 
 
 def test_twin_three_kills():
-    # Opt-in for its length: with the reference run it takes 3-5 minutes
-    # (4 epochs, so that the third kill never comes as the job ends).
+    # Opt-in: with the reference run it takes 3-5 minutes (4 epochs, so
+    # that the third kill never comes as the job ends), too long for every
+    # CI leg, and it still finds a known defect: with warm spares (a grow
+    # round ~0.1 s after each shrink) a repair can hang, one survivor
+    # left in the shrink's group (2 runs of 6 at load 10-20; seeds do
+    # not repeat it: it is timing).  Seen once with RDZV_REPAIR_DEBUG=1
+    # (seed 102465038): two survivors already in gloo's full-mesh connect
+    # of the shrink when the grow superseded it were never cut (only the
+    # store's connections are) and waited there for the group's timeout.
+    # Cutting every connection made since the making began was tried:
+    # 2 runs of 3 still hung (a survivor left on the shrink's round), so
+    # it was taken back; the cause is not fully known yet.
     # RDZV_TEST_TWIN_KILLS=1 runs it; RDZV_TEST_SEED=N repeats a run's
     # kill points.  Seed 430863758 found two defects, both fixed: a grow
     # agreed on while a rank had left the survivors' group for it (the
     # job hung), and a replacement, donor before its script tracked its
-    # optimizer, that sent none (the replicas drifted apart).  With warm
-    # spares (a replacement ready ~0.1 s after a kill) it hung 2 runs of
-    # 6: a grow that came while survivors were still making the shrink's
-    # group left them in gloo's connect; rdzvd now holds a grow until
-    # every survivor stepped in the shrink (the grow events say how long).
+    # optimizer, that sent none (the replicas drifted apart).
     if os.environ.get("RDZV_TEST_TWIN_KILLS") != "1":
-        rt.skip("long (3-5 minutes with its reference run): "
-                "RDZV_TEST_TWIN_KILLS=1 runs it")
+        rt.skip("long (3-5 minutes with its reference run), and a known "
+                "defect: a repair can hang when grows follow shrinks "
+                "within ~0.1 s; RDZV_TEST_TWIN_KILLS=1 runs it")
     d = rt.Rdzvd()
     with Scope("twin-") as s:
         a, b = agents(s, d, "twin", TWIN, ["--die-at-log", "20", "3"])
@@ -124,7 +131,6 @@ def test_twin_three_kills():
         out = a.output() + b.output()
     ev = job_events(d, "twin")
     d.stop()
-    log("grows: %s" % [t for t in ev if t.startswith("repair: grow")])
     check_twin(ev, out)
 
 

@@ -19,7 +19,6 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <inttypes.h>
 #include <string.h>
 #include <cmocka.h>
 
@@ -913,162 +912,6 @@ test_repair_shrink_grow(void **state)
 	drain(f->rz);
 }
 
-/* Rank's progress report in round's namespace of job "ob", as
- * librdzvworker writes it, or (slash) as torch's TCPStore does. */
-static void
-progress(struct fx *f, int64_t round, int64_t rank, int slash)
-{
-	char	ns[64], key[32];
-
-	snprintf(ns, sizeof ns, "job/ob/round/%" PRId64, round);
-	snprintf(key, sizeof key, "%sprogress/%" PRId64, slash ? "/" : "",
-	    rank);
-	assert_int_equal(kv_set(f->kv, slice_str(ns), slice_str(key),
-	    slice_str("7 1700000000000 0")), 0);
-}
-
-/* Both nodes of repair_job heartbeat at now. */
-static void
-beat(struct fx *f, int64_t now)
-{
-	assert_int_equal(rz_heartbeat(f->rz, slice_str("ob"), 1, 1, &conn_a,
-	    now, &ob), 0);
-	assert_int_equal(rz_heartbeat(f->rz, slice_str("ob"), 2, 1, &conn_b,
-	    now, &ob), 0);
-	drain(f->rz);
-}
-
-/*
- * In a job whose workers report progress, the last replacement's READY
- * holds the grow until every rank of the shrink has reported a step in
- * it (either form of the key), looking every RZ_GROW_POLL_MS; the grow's
- * event says how long it was held.  Reports of the round before the
- * shrink do not count.
- */
-static void
-test_repair_grow_held(void **state)
-{
-	struct fx	*f = *state;
-	int64_t		 r;
-
-	repair_job(f, 1, 1);
-	for (r = 0; r < 4; r++)
-		progress(f, 1, r, 0);
-	assert_int_equal(fail_repair(f, 2, 1, 1, 100), 0);
-	assert_int_equal(ob.npush, 2);
-	drain(f->rz);
-	assert_int_equal(ready(f, 2, 2, 1, 200), 0);
-	assert_int_equal(ob.npush + ob.nport, 0);
-	rz_settle(f->rz, &ob);
-	assert_int_equal(ob.deadline, 200 + RZ_GROW_POLL_MS);
-	drain(f->rz);
-	progress(f, 2, 0, 0);
-	progress(f, 2, 1, 1);
-	rz_tick(f->rz, 210, &ob);
-	assert_int_equal(ob.npush, 0);	/* rank 2 has not stepped */
-	drain(f->rz);
-	progress(f, 2, 2, 1);
-	rz_tick(f->rz, 230, &ob);
-	assert_int_equal(ob.npush, 2);
-	assert_repair_push(0, NAT_KIND_GROW, 3, 1, 4, 0, 0, 3);
-	assert_repair_push(1, NAT_KIND_GROW, 3, 2, 4, 2, 0, 3);
-	rz_settle(f->rz, &ob);
-	assert_int_equal(ob.deadline, 1010);	/* the leases, no more looks */
-	drain(f->rz);
-	assert_true(event_has(f, "repair: grow to 4, node 2 local rank 1 "
-	    "back, round 3, donor 0, held 30 ms for the shrink's first step"));
-}
-
-/*
- * A held grow opens RZ_GROW_HOLD_MS after the READY when a rank of the
- * shrink never reports; a death during the hold shrinks again (the
- * replacement held stays ready: the next grow takes both); a node that
- * finishes during a hold ends it with no grow.
- */
-static void
-test_repair_grow_hold_ends(void **state)
-{
-	struct fx	*f = *state;
-	int64_t		 r;
-
-	repair_job(f, 1, 1);
-	for (r = 0; r < 4; r++)
-		progress(f, 1, r, 0);
-	assert_int_equal(fail_repair(f, 2, 1, 1, 100), 0);
-	drain(f->rz);
-	assert_int_equal(ready(f, 2, 2, 1, 200), 0);
-	beat(f, 200 + RZ_GROW_HOLD_MS - 1);
-	rz_tick(f->rz, 200 + RZ_GROW_HOLD_MS - 1, &ob);
-	assert_int_equal(ob.npush, 0);
-	rz_tick(f->rz, 200 + RZ_GROW_HOLD_MS, &ob);
-	assert_int_equal(ob.npush, 2);
-	assert_repair_push(0, NAT_KIND_GROW, 3, 1, 4, 0, 0, 3);
-	drain(f->rz);
-
-	/* Round 3 reported in; node 1 local rank 0 dies, its READY is
-	 * held, then node 2 local rank 0 dies during the hold. */
-	beat(f, 4000);
-	for (r = 0; r < 4; r++)
-		progress(f, 3, r, 0);
-	assert_int_equal(fail_repair(f, 1, 3, 0, 4000), 0);
-	drain(f->rz);
-	assert_int_equal(ready(f, 1, 4, 0, 4100), 0);
-	assert_int_equal(ob.npush, 0);
-	assert_int_equal(fail_repair(f, 2, 4, 0, 4110), 0);
-	assert_int_equal(ob.npush, 2);
-	assert_repair_push(0, NAT_KIND_SHRINK, 5, 1, 2, 0, 0, 2);
-	assert_repair_push(1, NAT_KIND_SHRINK, 5, 2, 2, 1, 0, 2);
-	drain(f->rz);
-	assert_true(event_has(f, "(during a repair: another replacement on "
-	    "its way)"));
-	assert_int_equal(ready(f, 2, 5, 0, 4200), 0);
-	assert_int_equal(ob.npush, 0);	/* held for round 5's steps */
-	progress(f, 5, 0, 0);
-	progress(f, 5, 1, 0);
-	rz_tick(f->rz, 4210, &ob);
-	assert_int_equal(ob.npush, 2);
-	assert_repair_push(0, NAT_KIND_GROW, 6, 1, 4, 0, 1, 3);
-	assert_repair_push(1, NAT_KIND_GROW, 6, 2, 4, 2, 1, 3);
-	drain(f->rz);
-	assert_true(event_has(f, "repair: grow to 4, 2 replacements back in "
-	    "one round"));
-
-	/* A hold that training's end overtakes. */
-	beat(f, 5000);
-	for (r = 0; r < 4; r++)
-		progress(f, 6, r, 0);
-	assert_int_equal(fail_repair(f, 2, 6, 1, 5000), 0);
-	drain(f->rz);
-	assert_int_equal(ready(f, 2, 7, 1, 5100), 0);
-	assert_int_equal(rz_succeeded(f->rz, slice_str("ob"), 1, 7, 5110,
-	    &ob), 0);
-	drain(f->rz);
-	beat(f, 5100 + RZ_GROW_HOLD_MS);
-	assert_true(event_has(f, "repair: no grow: node 1 finished before "
-	    "the survivors stepped in the shrink"));
-	rz_tick(f->rz, 5100 + RZ_GROW_HOLD_MS, &ob);
-	assert_int_equal(ob.npush, 0);
-	drain(f->rz);
-}
-
-/*
- * A job whose workers have never reported (no progress in the round
- * before the shrink) grows at its last READY, as before.
- */
-static void
-test_repair_grow_unreported(void **state)
-{
-	struct fx	*f = *state;
-
-	repair_job(f, 1, 1);
-	assert_int_equal(fail_repair(f, 2, 1, 1, 100), 0);
-	drain(f->rz);
-	assert_int_equal(ready(f, 2, 2, 1, 200), 0);
-	assert_int_equal(ob.npush, 2);
-	assert_repair_push(0, NAT_KIND_GROW, 3, 1, 4, 0, 0, 3);
-	drain(f->rz);
-}
-
 /*
  * The donor is the lowest surviving old rank: with global rank 0 dead
  * it is the next live worker, new rank 0 in the shrink round; in the
@@ -1243,33 +1086,6 @@ test_topo_repair(void **state)
 	    "2): it waits for its replacement, the other replicas step on; "
 	    "donor of shard 1: rank 3"));
 	assert_true(event_has(f, "repair: shrink to 3"));
-}
-
-/*
- * 2 replicas x 2 shards: the hold waits for the other replica's ranks
- * only (the failed group's survivor, rank 0, waits and reports nothing).
- */
-static void
-test_topo_grow_held(void **state)
-{
-	struct fx	*f = *state;
-	int64_t		 r;
-
-	topo_job(f, 2);
-	for (r = 0; r < 4; r++)
-		progress(f, 1, r, 0);
-	assert_int_equal(fail_repair(f, 1, 1, 1, 100), 0);
-	drain(f->rz);
-	assert_int_equal(ready(f, 1, 2, 1, 200), 0);
-	assert_int_equal(ob.npush, 0);
-	progress(f, 2, 1, 1);	/* ranks 1, 2 of round 2: homes 2, 3 */
-	rz_tick(f->rz, 210, &ob);
-	assert_int_equal(ob.npush, 0);
-	progress(f, 2, 2, 1);
-	rz_tick(f->rz, 220, &ob);
-	assert_int_equal(ob.npush, 2);
-	assert_repair_push(0, NAT_KIND_GROW, 3, 1, 4, 0, 0, 3);
-	drain(f->rz);
 }
 
 /*
@@ -1948,45 +1764,6 @@ test_repair_reload(void **state)
 }
 
 /*
- * An rdzvd restarted while a grow is held: the replacement held is in
- * the node row, and the hold goes on from the shrink's own reports (a
- * rank of it reported): the grow opens once the others have.
- */
-static void
-test_repair_reload_held(void **state)
-{
-	struct fx	*f = *state;
-	int64_t		 r;
-
-	repair_job(f, 1, 1);
-	for (r = 0; r < 4; r++)
-		progress(f, 1, r, 0);
-	assert_int_equal(run(f, fail_repair(f, 2, 1, 1, 100)), 0);
-	assert_int_equal(run(f, ready(f, 2, 2, 1, 200)), 0);	/* rows */
-	progress(f, 2, 0, 0);
-	rz_free(f->rz);
-	assert_non_null(f->rz = rz_new(f->kv, &hooks, 0, 60000));
-	assert_int_equal(rz_load(f->rz, 5000, &ob), 0);
-	rz_settle(f->rz, &ob);
-	drain(f->rz);
-	assert_int_equal(join_keep(f, "i1", 2, &conn_a), 0);
-	assert_int_equal(join_keep(f, "i2", 2, &conn_b), 0);
-	assert_int_equal(ob.npush, 2);
-	assert_repair_push(0, NAT_KIND_SHRINK, 2, 1, 3, 0, 0, 3);
-	assert_repair_push(1, NAT_KIND_SHRINK, 2, 2, 3, 2, 0, 1);
-	drain(f->rz);
-	beat(f, 5000);
-	rz_tick(f->rz, 5010, &ob);
-	assert_int_equal(ob.npush, 0);
-	progress(f, 2, 1, 0);
-	progress(f, 2, 2, 0);
-	rz_tick(f->rz, 5020, &ob);
-	assert_int_equal(ob.npush, 2);
-	assert_repair_push(0, NAT_KIND_GROW, 3, 1, 4, 0, 0, 3);
-	drain(f->rz);
-}
-
-/*
  * Joining in place: job "ob" of nodes 2:4 (two workers each), nodes 1
  * and 2 running and repairable at 10, a last call of last_call ms and a
  * repair timeout of 500 ms.
@@ -2186,14 +1963,6 @@ main(void)
 		    teardown),
 		cmocka_unit_test_setup_teardown(test_repair_shrink_grow, setup,
 		    teardown),
-		cmocka_unit_test_setup_teardown(test_repair_grow_held, setup,
-		    teardown),
-		cmocka_unit_test_setup_teardown(test_repair_grow_hold_ends,
-		    setup, teardown),
-		cmocka_unit_test_setup_teardown(test_repair_grow_unreported,
-		    setup, teardown),
-		cmocka_unit_test_setup_teardown(test_repair_reload_held,
-		    setup, teardown),
 		cmocka_unit_test_setup_teardown(test_repair_donor, setup,
 		    teardown),
 		cmocka_unit_test_setup_teardown(test_repair_not_repairable,
@@ -2234,8 +2003,6 @@ main(void)
 		    teardown),
 		cmocka_unit_test(test_topo_pure),
 		cmocka_unit_test_setup_teardown(test_topo_form_refused, setup,
-		    teardown),
-		cmocka_unit_test_setup_teardown(test_topo_grow_held, setup,
 		    teardown),
 		cmocka_unit_test_setup_teardown(test_topo_repair, setup,
 		    teardown),
