@@ -3,9 +3,11 @@
 Owns what the helper needs from a torch process group besides making it:
 the sockets a group opened (sockets, taken around its creation), breaking
 them so no collective stays blocked on a dead peer (reset), telling a
-peer's death from a bug in the step (comm_error), and a round's stores
+peer's death from a bug in the step (comm_error), a round's stores
 (round_store: its namespace's PrefixStore; raw_store: the round port's
-own namespace, where rdzvd reads "progress/<rank>").
+own namespace, where rdzvd reads "progress/<rank>"), the ranks' coming to
+a round, which a newer round calls off on all or none (arrive), and the
+timeout a round's group is made under (build_timeout).
 """
 
 import datetime
@@ -13,6 +15,7 @@ import os
 import re
 import socket
 import struct
+import time
 
 
 def raw_store(r, timeout):
@@ -55,6 +58,73 @@ def round_store(r, timeout, current=None):
 	return dist.PrefixStore(r.ns + "/", st)
 
 
+GONE = b"gone"		# a round's arrival count once a rank called it off
+POLL_MIN, POLL_MAX = 0.001, 0.02	# seconds between looks at the count
+
+
+def arrive(store, key, world, current, timeout):
+	"""Waits until all world ranks of a round have come to it (each
+	adds 1 to key in the round's store), or calls the round off when
+	current() says a newer one came: then raises ConnectionError, on
+	this rank and on every rank that comes or looks after.  All or
+	none: a rank calls a round off only by a compare_set of a count
+	short of world, and no rank passes once the count is "gone", so no
+	rank is left making a group with a peer that went to the newer
+	round (gloo waits for a peer's connection up to five times the
+	group's timeout, and nothing cuts that wait).  Not every rank
+	within timeout seconds: called off too, and TimeoutError."""
+	# A look before adding (rdzvd ends a connection that adds to
+	# "gone"), by compare_set: 1.13's PrefixStore has no check().
+	if store.compare_set(key, "", "0") == GONE:
+		raise ConnectionError("round called off by a rank that left "
+		    "it for a newer one")
+	try:
+		n = store.add(key, 1)
+	except Exception as e:	# rdzvd ends a connection that adds to "gone"
+		raise ConnectionError("round called off as this rank came "
+		    "(%s)" % str(e).splitlines()[0][:120]) from e
+	end = time.monotonic() + timeout
+	pause = POLL_MIN
+	while n < world:
+		late = time.monotonic() > end
+		if late or not current():
+			got = store.compare_set(key, str(n), GONE.decode())
+			if got == GONE:
+				if late:
+					raise TimeoutError("%d of %d ranks came to "
+					    "the round within %.0f s" % (n, world,
+					    timeout))
+				raise ConnectionError("round superseded while "
+				    "its ranks came")
+			v = got	# moved since: look again
+		else:
+			time.sleep(pause)
+			pause = min(pause * 1.5, POLL_MAX)
+			v = store.get(key)
+		if v == GONE:
+			raise ConnectionError("round called off by a rank that "
+			    "left it for a newer one")
+		n = int(v)
+
+
+def build_timeout(backend, timeout, repair_timeout):
+	"""(the timeout to make a round's group under, the one to give it
+	after or None), from the group's own (None: torch's default).  Its
+	ranks have all come (arrive), so a gloo group is made in well under
+	a second; a peer that dies in that time would hold the others in
+	gloo's connect for five times the group's timeout (30 min by
+	default), so the group is made under a tenth of the repair timeout
+	(at least 2 s) and given its own after.  torch 2.x and gloo only
+	(1.13 cannot change a group's timeout once made)."""
+	import torch.distributed as dist
+	if backend != "gloo" or not hasattr(dist.ProcessGroupGloo,
+	    "_set_default_timeout"):
+		return timeout, None
+	own = timeout if timeout is not None else dist.default_pg_timeout
+	short = datetime.timedelta(seconds=max(2.0, repair_timeout / 10))
+	return (short, own) if short < own else (own, None)
+
+
 def sockets():
 	"""{fd: "socket:[inode]"} of this process."""
 	out = {}
@@ -68,10 +138,10 @@ def sockets():
 	return out
 
 
-def _cut(fd, port=None):
-	"""Resets fd when it is a TCP connection (to port, if given): the
-	local side's operations fail at once, and with SO_LINGER 0 the
-	owner's own close sends an RST.  Listeners are left alone: gloo 2.x
+def _cut(fd):
+	"""Resets fd when it is a TCP connection: the local side's
+	operations fail at once, and with SO_LINGER 0 the owner's own close
+	sends an RST.  Listeners are left alone: gloo 2.x
 	aborts the process when its listener fails."""
 	try:
 		s = socket.socket(fileno=os.dup(fd))
@@ -80,8 +150,7 @@ def _cut(fd, port=None):
 	try:
 		if s.family in (socket.AF_INET, socket.AF_INET6) and \
 		    s.type == socket.SOCK_STREAM and not s.getsockopt(
-		    socket.SOL_SOCKET, socket.SO_ACCEPTCONN) and \
-		    (port is None or s.getpeername()[1] == port):
+		    socket.SOL_SOCKET, socket.SO_ACCEPTCONN):
 			s.getpeername()
 			s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
 			    struct.pack("ii", 1, 0))
@@ -114,14 +183,6 @@ def comm_error(e):
 	return isinstance(e, RuntimeError) and re.search(
 	    r"(?i)gloo|nccl|connection|peer|socket|broken pipe|timed out",
 	    str(e)) is not None
-
-
-def reset_port(port):
-	"""Resets this process's TCP connections to port (a round's store
-	on rdzvd): a group being built for a round that a newer one has
-	superseded stops waiting there for peers that will never come."""
-	for fd in sockets():
-		_cut(fd, port)
 
 
 def reset_names():

@@ -72,6 +72,7 @@ SPARE_IMPORTS = ("torch.distributed.fsdp", "torch.distributed.device_mesh",
     "torch.distributed.tensor")
 
 _POST = "rdzv_mesh/%d"		# a rank's "home step" in a round's store
+_ARRIVE = "rdzv_mesh/came"	# a round's arrival count (group.arrive)
 
 
 def plan(posts, replicas, shards):
@@ -399,27 +400,20 @@ class MeshJob(Job):
 		others wait for a later round."""
 		t0 = time.monotonic()
 		lost = self._lost_since if self._lost_since is not None else t0
+		current = lambda: not self._superseded(r)	# noqa: E731
 		with self._cv:
 			self._whole = False
-			self._building = r
-			superseded = self._superseded(r)
-		if superseded:
+		if not current():
 			raise ConnectionError("round %d superseded" % r.round)
-		try:
-			# A port rdzvd closed (a newer round came while this one
-			# connects) is given up at once, not tried for the timeout.
-			store = group.round_store(r, self.repair_timeout,
-			    lambda: not self._superseded(r))
-			step = self.step_count if self._joined else -1
-			store.set(_POST % r.rank, "%d %d" % (self.home, step))
-			keys = [_POST % i for i in range(r.world)]
-			store.wait(keys, datetime.timedelta(
-			    seconds=self.repair_timeout))
-			posts = [tuple(int(x) for x in
-			    store.get(k).decode().split()) for k in keys]
-		finally:
-			with self._cv:
-				self._building = None
+		# A port rdzvd closed (a newer round came while this one
+		# connects) is given up at once, not tried for the timeout.
+		store = group.round_store(r, self.repair_timeout, current)
+		step = self.step_count if self._joined else -1
+		store.set(_POST % r.rank, "%d %d" % (self.home, step))
+		group.arrive(store, _ARRIVE, r.world, current,
+		    self.repair_timeout)
+		posts = [tuple(int(x) for x in store.get(_POST % i).decode(
+		    ).split()) for i in range(r.world)]
 		p = plan(posts, self.replicas, self.shards)
 		with self._cv:
 			self._round = r
@@ -438,6 +432,9 @@ class MeshJob(Job):
 		if stale or not self._shard_ok:
 			self._shard_group(r, store)
 		self._rep_group(r, store, p)
+		if not current():
+			raise ConnectionError("round %d superseded while its "
+			    "groups were made" % r.round)
 		whole = p["whole"]
 		self.stepping = len(whole)
 		idx = whole.index(self.replica) * self.shards + self.shard
@@ -491,10 +488,14 @@ class MeshJob(Job):
 				log.debug("destroy: %s", e)
 		group.reset_names()
 		before = group.sockets()
-		kw = {} if self.timeout is None else {"timeout": self.timeout}
+		build, own = group.build_timeout(self.backend, self.timeout,
+		    self.repair_timeout)
+		kw = {} if build is None else {"timeout": build}
 		dist.init_process_group(self.backend, store=dist.PrefixStore(
 		    "shard/%d/" % self.replica, store), rank=self.shard,
 		    world_size=self.shards, **kw)
+		if own is not None:
+			dist.distributed_c10d._set_pg_timeout(own)
 		self.mesh = init_device_mesh("cpu" if self.backend == "gloo" else
 		    "cuda", (self.shards,), mesh_dim_names=("shard",))
 		self._shard_socks = {fd: l for fd, l in group.sockets().items()
@@ -516,9 +517,13 @@ class MeshJob(Job):
 		if len(whole) < 2:
 			return
 		before = group.sockets()
+		build, own = group.build_timeout("gloo", datetime.timedelta(
+		    seconds=self.repair_timeout), self.repair_timeout)
 		self._rep = dist.ProcessGroupGloo(dist.PrefixStore("rep/%d/"
 		    % self.shard, store), whole.index(self.replica), len(whole),
-		    datetime.timedelta(seconds=self.repair_timeout))
+		    build)
+		if own is not None:
+			self._rep._set_default_timeout(own)
 		self._rep_socks = {fd: l for fd, l in group.sockets().items()
 		    if before.get(fd) != l}
 

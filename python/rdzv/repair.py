@@ -104,6 +104,7 @@ __all__ = ["init_process_group", "Job", "Round", "parse_round",
     "parse_message", "MSG_MAX"]
 
 PROGRESS_EVERY = 0.1		# seconds between step reports to the agent
+_ARRIVE = "rdzv_repair/came"	# a round's arrival count (group.arrive)
 WAIT_LONG = 5.0			# seconds between looks while waiting forever
 
 _channel = open_channel		# its name before the split (tests)
@@ -198,7 +199,6 @@ class Job(Watcher):
 		self._pending_tracked = []	# received before job.track()
 		self._tracked_applied = 0
 		self._lost_since = None		# when the step in flight was cut
-		self._building = None		# the round whose group is being made
 		self._chan_gone = False		# the watcher saw the channel end
 		self._nccl_cut = False		# the group's NCCL comm aborted
 		self._tainted = False		# a step ran on it and "ended"
@@ -244,26 +244,28 @@ class Job(Watcher):
 	# ---- groups ----
 
 	def _group(self, r):
-		"""Joins round r's process group as the default group."""
+		"""Joins round r's process group as the default group, once all
+		its ranks came (group.arrive: a newer round calls it off on all
+		of them or on none); leaves it again when a newer round came
+		while it was made."""
 		import torch.distributed as dist
-		with self._cv:
-			self._building = r	# the watcher breaks it if superseded
-			superseded = self._superseded(r)
-		if superseded:
+		current = lambda: not self._superseded(r)	# noqa: E731
+		if not current():
 			raise ConnectionError("round %d superseded before its "
 			    "group was built" % r.round)
 		if not dist.is_initialized():
 			group.reset_names()
-		try:
-			store = group.round_store(r, self.repair_timeout,
-			    lambda: not self._superseded(r))
-			before = group.sockets()
-			kw = {} if self.timeout is None else {"timeout": self.timeout}
-			dist.init_process_group(self.backend, store=store,
-			    rank=r.rank, world_size=r.world, **kw)
-		finally:
-			with self._cv:
-				self._building = None
+		store = group.round_store(r, self.repair_timeout, current)
+		group.arrive(store, _ARRIVE, r.world, current,
+		    self.repair_timeout)
+		before = group.sockets()
+		build, own = group.build_timeout(self.backend, self.timeout,
+		    self.repair_timeout)
+		kw = {} if build is None else {"timeout": build}
+		dist.init_process_group(self.backend, store=store,
+		    rank=r.rank, world_size=r.world, **kw)
+		if own is not None:
+			dist.distributed_c10d._set_pg_timeout(own)
 		self._socks = {fd: l for fd, l in group.sockets().items()
 		    if before.get(fd) != l}
 		self._store = store
@@ -272,6 +274,9 @@ class Job(Watcher):
 			self.rank, self.world, self._round = r.rank, r.world, r
 		if self.full_world < r.world and not self.replacement:
 			self.full_world = r.world
+		if not current():
+			raise ConnectionError("round %d superseded while its "
+			    "group was made" % r.round)
 
 	def _device(self):
 		import torch

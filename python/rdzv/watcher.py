@@ -141,16 +141,10 @@ class Watcher:
 			# A newer round supersedes a grow still being agreed on
 			# (its replacement may be the peer that just died).
 			self._freeze, self._target = (r if healthy else None), None
-			stale = self._building
 			mine = self._round
 			self._cv.notify_all()
-		if stale is not None and stale.round < r.round:
-			# The training thread waits in the store of a round its
-			# peers have left for this one: break that wait, so it
-			# takes this round instead (rdzv.repair's _repair_in).
-			log.debug("round %d supersedes round %d being built",
-			    r.round, stale.round)
-			group.reset_port(stale.master_port)
+		# A round being made when this one came is called off, or
+		# left once made, by the training thread (group.arrive).
 		if r.kind == "grow":
 			# Its own thread: the watcher must hear a round that
 			# supersedes this one while the survivors agree.

@@ -31,6 +31,7 @@ import json
 import os
 import runpy
 import sys
+import time
 
 import rdzvtest
 import compatlib as cl
@@ -147,6 +148,80 @@ def main(torch2=False):
 			except ValueError:
 				pass
 
+	def test_arrive_all_or_none():
+		# group.arrive, the round barrier a newer round calls off: in
+		# every trial the ranks all pass or all give up, never some of
+		# each (a rank that passed would wait in gloo's connect for a
+		# peer that left).  Four ranks, each its own client of rdzvd,
+		# come at random times; in most trials a newer round comes to
+		# each at its own random time, after some have passed.
+		import random
+		import threading
+		import datetime
+		import torch.distributed as dist
+		sys.path.insert(0, os.path.join(rdzvtest.top_srcdir(), "python"))
+		from rdzv import group
+		rnd = random.Random(5)
+		seen = {}
+		for trial in range(60):
+			ns = "arrive-%d/" % trial
+			newer = [None if rnd.random() < 0.2 else rnd.uniform(0,
+			    0.012) for _ in range(4)]
+			came = [rnd.uniform(0, 0.012) for _ in range(4)]
+			t0 = time.monotonic() + 0.05
+			out = [None] * 4
+
+			def rank(i):
+				st = dist.PrefixStore(ns, dist.TCPStore("127.0.0.1",
+				    srv.port, None, False, datetime.timedelta(
+				    seconds=10)))
+				time.sleep(max(0, t0 + came[i] - time.monotonic()))
+				try:
+					group.arrive(st, "came", 4, lambda: newer[i] is
+					    None or time.monotonic() < t0 + newer[i], 10)
+					out[i] = "passed"
+				except ConnectionError:
+					out[i] = "off"
+			ts = [threading.Thread(target=rank, args=(i,))
+			    for i in range(4)]
+			for t in ts:
+				t.start()
+			for t in ts:
+				t.join(30)
+			check(None not in out and len(set(out)) == 1, "trial %d: "
+			    "%s (came at %s, newer at %s)" % (trial, out, came,
+			    newer))
+			seen[out[0]] = seen.get(out[0], 0) + 1
+		# Both ends happened: the test saw the race it is about.
+		check(len(seen) == 2, "outcomes %s" % seen)
+		log("60 trials: %s" % seen)
+		# Two of three come: both give up at the timeout; the third,
+		# later, is told the round was called off.
+		out = []
+		st = [dist.PrefixStore("arrive-late/", dist.TCPStore("127.0.0.1",
+		    srv.port, None, False, datetime.timedelta(seconds=10)))
+		    for _ in range(3)]
+
+		def two(i):
+			try:
+				group.arrive(st[i], "came", 3, lambda: True, 0.5)
+				out.append("passed")
+			except (TimeoutError, ConnectionError) as e:
+				out.append(type(e).__name__)
+		ts = [threading.Thread(target=two, args=(i,)) for i in range(2)]
+		for t in ts:
+			t.start()
+		for t in ts:
+			t.join(30)
+		check(out == ["TimeoutError", "ConnectionError"] or out == [
+		    "TimeoutError"] * 2 or sorted(out) == ["ConnectionError",
+		    "TimeoutError"], "two of three: %s" % out)
+		try:
+			group.arrive(st[2], "came", 3, lambda: True, 5)
+			check(False, "the late rank passed a round called off")
+		except ConnectionError:
+			pass
+
 	def test_start():
 		a = agent([sys.executable, EXAMPLE] + JOB +
 		    ["--log-steps", "--step-delay", "0.02"], WORLD)
@@ -257,6 +332,7 @@ def main(torch2=False):
 		p.close()
 
 	cl.run_sections(dict(test_round_messages=test_round_messages,
+	    test_arrive_all_or_none=test_arrive_all_or_none,
 	    test_start=test_start,
 	    test_kill_shrink_grow=test_kill_shrink_grow,
 	    test_outcome=test_outcome, test_stop_exits=test_stop_exits,
