@@ -400,6 +400,7 @@ rz_close_job(struct rz *rz, struct rz_outbox *ob, struct rz_job *j,
 		rz_out_port_close(ob, j);
 	if (j->ns[0] != '\0')
 		kv_ns_drop(rz->kv, slice_str(j->ns));
+	rz_drop_round(rz, j, j->round - 1);	/* kept by a repair round */
 	rz_event(rz, j, now, state == RZJ_DONE ? "close succeeded" :
 	    "close failed: %s", j->failure);
 	rz_mark(rz, j);
@@ -426,9 +427,11 @@ rz_round_end(struct rz *rz, struct rz_outbox *ob, struct rz_job *j,
 		}
 		if (j->port > 0)
 			rz_out_port_close(ob, j);
-		/* The old round's keys can never be read again. */
+		/* The old round's keys can never be read again, nor those
+		 * of the one before it that a repair round kept. */
 		if (j->ns[0] != '\0')
 			kv_ns_drop(rz->kv, slice_str(j->ns));
+		rz_drop_round(rz, j, j->round - 1);
 		rz_event(rz, j, now, "round %" PRId64 " ended: %s", j->round,
 		    why);
 	}

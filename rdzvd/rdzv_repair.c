@@ -235,8 +235,11 @@ rz_repair_round(struct rz *rz, struct rz_outbox *ob, struct rz_job *j,
 
 	if (j->port > 0)
 		rz_out_port_close(ob, j);
-	if (j->ns[0] != '\0')
-		kv_ns_drop(rz->kv, slice_str(j->ns));
+	/* The ending round's keys stay until the next repair round: a
+	 * worker still coming to it reads there whether its peers came
+	 * (the PyTorch helper's group.arrive), not an empty namespace that
+	 * cannot tell it.  The round before it goes. */
+	rz_drop_round(rz, j, j->round - 1);
 	j->round++;
 	snprintf(j->ns, sizeof j->ns, "job/%s/round/%" PRId64, j->id, j->round);
 	j->kind = kind;

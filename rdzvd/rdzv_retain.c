@@ -113,6 +113,9 @@ rz_pick_cb(void *arg, struct slice name)
 			return;
 		if (j->state == RZJ_RUNNING && round == j->round)
 			return;		/* the live round */
+		if (j->state == RZJ_RUNNING && round == j->round - 1 &&
+		    j->kind != NAT_KIND_NORMAL)
+			return;		/* the one a repair round ended */
 	}
 	if (pk->n == pk->cap) {
 		cap = pk->cap ? pk->cap * 2 : 16;

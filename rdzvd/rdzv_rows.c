@@ -36,6 +36,20 @@ rz_ns_name(char *out, size_t outsz, const char *kind, const struct rz_job *j,
 	ns->len = n < 0 ? 0 : (size_t)n < outsz ? (size_t)n : outsz - 1;
 }
 
+/* Drops the namespace of j's round `round` (nothing when it has none). */
+void
+rz_drop_round(struct rz *rz, const struct rz_job *j, int64_t round)
+{
+	char	ns[sizeof j->ns];
+	int	n;
+
+	if (round < 1)
+		return;
+	n = snprintf(ns, sizeof ns, "job/%s/round/%" PRId64, j->id, round);
+	if (n > 0 && (size_t)n < sizeof ns)
+		kv_ns_drop(rz->kv, slice_str(ns));
+}
+
 /*
  * A text for a JSON row: jansson takes only UTF-8, and a failure message
  * or event line may carry any bytes a worker printed, so bytes past ASCII

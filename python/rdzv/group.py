@@ -60,6 +60,16 @@ def round_store(r, timeout, current=None):
 
 GONE = b"gone"		# a round's arrival count once a rank called it off
 POLL_MIN, POLL_MAX = 0.001, 0.02	# seconds between looks at the count
+_NONE = "\x01"			# a value no key of a round holds
+
+
+def look(store, key):
+	"""key's value, or None when it is not there, without waiting for
+	it (get() would): rdzvd drops a round's keys when a newer round
+	opens.  A compare_set no value matches (1.13's PrefixStore has no
+	check())."""
+	v = store.compare_set(key, _NONE, _NONE)
+	return None if v == _NONE.encode() else v
 
 
 def arrive(store, key, world, current, timeout):
@@ -71,11 +81,11 @@ def arrive(store, key, world, current, timeout):
 	short of world, and no rank passes once the count is "gone", so no
 	rank is left making a group with a peer that went to the newer
 	round (gloo waits for a peer's connection up to five times the
-	group's timeout, and nothing cuts that wait).  Not every rank
-	within timeout seconds: called off too, and TimeoutError."""
-	# A look before adding (rdzvd ends a connection that adds to
-	# "gone"), by compare_set: 1.13's PrefixStore has no check().
-	if store.compare_set(key, "", "0") == GONE:
+	group's timeout, and nothing cuts that wait).  Keys that are gone
+	(rdzvd dropped the round for a newer one) call it off too.  Not
+	every rank within timeout seconds: called off, and TimeoutError."""
+	# A look before adding: rdzvd ends a connection that adds to "gone".
+	if look(store, key) == GONE:
 		raise ConnectionError("round called off by a rank that left "
 		    "it for a newer one")
 	try:
@@ -88,19 +98,23 @@ def arrive(store, key, world, current, timeout):
 	while n < world:
 		late = time.monotonic() > end
 		if late or not current():
-			got = store.compare_set(key, str(n), GONE.decode())
-			if got == GONE:
+			v = store.compare_set(key, str(n), GONE.decode())
+			if v == str(n).encode():	# not there: dropped
+				v = None
+			elif v == GONE:
 				if late:
 					raise TimeoutError("%d of %d ranks came to "
 					    "the round within %.0f s" % (n, world,
 					    timeout))
 				raise ConnectionError("round superseded while "
 				    "its ranks came")
-			v = got	# moved since: look again
 		else:
 			time.sleep(pause)
 			pause = min(pause * 1.5, POLL_MAX)
-			v = store.get(key)
+			v = look(store, key)
+		if v is None:
+			raise ConnectionError("round's keys dropped: a newer "
+			    "round opened")
 		if v == GONE:
 			raise ConnectionError("round called off by a rank that "
 			    "left it for a newer one")

@@ -412,8 +412,11 @@ class MeshJob(Job):
 		store.set(_POST % r.rank, "%d %d" % (self.home, step))
 		group.arrive(store, _ARRIVE, r.world, current,
 		    self.repair_timeout)
-		posts = [tuple(int(x) for x in store.get(_POST % i).decode(
-		    ).split()) for i in range(r.world)]
+		posts = [group.look(store, _POST % i) for i in range(r.world)]
+		if None in posts:	# rdzvd dropped the round for a newer one
+			raise ConnectionError("round %d superseded" % r.round)
+		posts = [tuple(int(x) for x in v.decode().split())
+		    for v in posts]
 		p = plan(posts, self.replicas, self.shards)
 		with self._cv:
 			self._round = r
@@ -431,10 +434,11 @@ class MeshJob(Job):
 		stale = self.replica in p["stale"]
 		if stale or not self._shard_ok:
 			self._shard_group(r, store)
+		# Not left when a newer round came meanwhile (as rdzv.repair's
+		# group is): the shard group outlives the round, and a rank
+		# that left it would leave its shard peer in FSDP's next
+		# collective; both take the newer round at the step's end.
 		self._rep_group(r, store, p)
-		if not current():
-			raise ConnectionError("round %d superseded while its "
-			    "groups were made" % r.round)
 		whole = p["whole"]
 		self.stepping = len(whole)
 		idx = whole.index(self.replica) * self.shards + self.shard

@@ -865,6 +865,7 @@ test_repair_shrink_grow(void **state)
 	struct rz_stats	 st;
 
 	repair_job(f, 1, 1);
+	put(f, "job/ob/round/1", "came");
 	assert_int_equal(fail_repair(f, 2, 1, 1, 100), 0);
 	assert_int_equal(ob.npush, 2);
 	assert_repair_push(0, NAT_KIND_SHRINK, 2, 1, 3, 0, 0, 3);
@@ -892,7 +893,17 @@ test_repair_shrink_grow(void **state)
 	assert_int_equal(ob.npush + ob.nport, 0);
 	drain(f->rz);
 
+	/* The round a repair round ended keeps its keys (a late worker
+	 * reads there whether its peers came), the sweep too; the next
+	 * repair round drops it. */
+	assert_int_equal(NK(f, "job/ob/round/1"), 1);
+	assert_int_equal(rz_sweep(f->rz), 0);
+	assert_int_equal(NK(f, "job/ob/round/1"), 1);
+	put(f, "job/ob/round/2", "came");
+
 	assert_int_equal(ready(f, 2, 2, 1, 200), 0);
+	assert_int_equal(NK(f, "job/ob/round/1"), 0);
+	assert_int_equal(NK(f, "job/ob/round/2"), 1);
 	assert_int_equal(ob.npush, 2);
 	assert_repair_push(0, NAT_KIND_GROW, 3, 1, 4, 0, 0, 3);
 	assert_repair_push(1, NAT_KIND_GROW, 3, 2, 4, 2, 0, 3);
