@@ -27,6 +27,21 @@ def raw_store(r, timeout):
 
 
 CONNECT_TRY = 2.0	# seconds of one try to reach a round's store
+PROBE_PAUSE = 0.05	# seconds between looks at a port that refused
+
+
+def _refused(r):
+	"""Whether round r's port refuses a connection now (rdzvd closed
+	it for a newer round, or has not opened it yet): a plain connect
+	says so at once, where torch's client tries it again for seconds."""
+	try:
+		socket.create_connection((r.master_addr, r.master_port),
+		    timeout=CONNECT_TRY).close()
+	except ConnectionRefusedError:
+		return True
+	except OSError:
+		pass		# torch's client says what is wrong
+	return False
 
 
 def round_store(r, timeout, current=None):
@@ -44,6 +59,12 @@ def round_store(r, timeout, current=None):
 	end = time.monotonic() + timeout
 	while True:
 		left = end - time.monotonic()
+		if not current():
+			raise ConnectionError("round %d superseded while "
+			    "connecting to its store" % r.round)
+		if _refused(r) and left > 0:
+			time.sleep(PROBE_PAUSE)
+			continue
 		try:
 			st = raw_store(r, max(min(CONNECT_TRY, left), 0.1))
 			break

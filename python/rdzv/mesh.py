@@ -170,6 +170,7 @@ class MeshJob(Job):
 		self._shard_socks = {}
 		self._shard_ok = False		# the shard group is whole
 		self._cut = False		# this step's all-reduce failed
+		self._take = False		# the last vote: a round to take
 		self._heal = None		# (group, donor index) to receive from
 		self._factories = [None, None, None]
 		self._model = self._opt = self._sched = None
@@ -226,9 +227,15 @@ class MeshJob(Job):
 		import torch
 		all_reduce = collectives.orig("all_reduce")
 		import torch.distributed as dist
-		ok = torch.tensor([0 if self._cut else 1], dtype=torch.int64)
-		all_reduce(ok, op=dist.ReduceOp.MIN)
-		if int(ok.item()) == 0:
+		with self._cv:
+			pending = bool(self._rounds)
+		# How many ranks' steps hold, and how many have a round to
+		# take: all of them take it at the next step's beginning.
+		vote = torch.tensor([0 if self._cut else 1, 1 if pending else 0],
+		    dtype=torch.int64)
+		all_reduce(vote)
+		self._take = int(vote[1].item()) > 0
+		if int(vote[0].item()) < dist.get_world_size():
 			self._cut = True
 			return None
 		return self._opt.step(*a, **kw)
@@ -338,8 +345,26 @@ class MeshJob(Job):
 	# ---- the step ----
 
 	def _begin(self):
+		"""A round that did not cut the last step is taken when that
+		step's vote (_opt_step, so with job.optimizer's) said a rank of
+		the replica had one, by all of them: one that took it alone
+		would leave its shard peers in FSDP's next all-gather, and wait
+		for them in the round."""
 		self._heal_pending()
 		self._cut = False
+		take, self._take = self._take, False
+		with self._cv:
+			if take:	# a peer heard it first: it comes here too
+				end = time.monotonic() + self.repair_timeout
+				while not self._rounds and not self._chan_gone and \
+				    time.monotonic() < end:
+					self._cv.wait(end - time.monotonic())
+			elif self._repairing and self._joined and \
+			    self._factories[1] is not None and \
+			    not self._in_step and self._rounds and \
+			    self._freeze is not self._rounds[-1]:
+				self._in_step = True	# after the next vote
+				return
 		super()._begin()
 		self._heal_pending()
 
@@ -403,6 +428,7 @@ class MeshJob(Job):
 		current = lambda: not self._superseded(r)	# noqa: E731
 		with self._cv:
 			self._whole = False
+		self._take = False	# taken (a vote's or a cut step's)
 		if not current():
 			raise ConnectionError("round %d superseded" % r.round)
 		# A port rdzvd closed (a newer round came while this one

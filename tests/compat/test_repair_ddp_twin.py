@@ -95,25 +95,19 @@ def test_reference():
 def test_twin_three_kills():
     # Opt-in: with the reference run it takes 3-5 minutes (4 epochs, so
     # that the third kill never comes as the job ends), too long for every
-    # CI leg, and it still finds a known defect: with warm spares (a grow
-    # round ~0.1 s after each shrink) a repair can hang, one survivor
-    # left in the shrink's group (2 runs of 6 at load 10-20; seeds do
-    # not repeat it: it is timing).  Seen once with RDZV_REPAIR_DEBUG=1
-    # (seed 102465038): two survivors already in gloo's full-mesh connect
-    # of the shrink when the grow superseded it were never cut (only the
-    # store's connections are) and waited there for the group's timeout.
-    # Cutting every connection made since the making began was tried:
-    # 2 runs of 3 still hung (a survivor left on the shrink's round), so
-    # it was taken back; the cause is not fully known yet.
+    # CI leg.  With warm spares a grow round comes ~0.1 s after each
+    # shrink; it hung 1 run in 3 to 6 here until the helper's ranks came
+    # to a round all together or not at all (group.arrive): a survivor
+    # whose store wait the grow cut left the shrink's group while its
+    # peers, already past the store, waited in gloo's connect to it.
     # RDZV_TEST_TWIN_KILLS=1 runs it; RDZV_TEST_SEED=N repeats a run's
     # kill points.  Seed 430863758 found two defects, both fixed: a grow
     # agreed on while a rank had left the survivors' group for it (the
     # job hung), and a replacement, donor before its script tracked its
     # optimizer, that sent none (the replicas drifted apart).
     if os.environ.get("RDZV_TEST_TWIN_KILLS") != "1":
-        rt.skip("long (3-5 minutes with its reference run), and a known "
-                "defect: a repair can hang when grows follow shrinks "
-                "within ~0.1 s; RDZV_TEST_TWIN_KILLS=1 runs it")
+        rt.skip("long (3-5 minutes with its reference run); "
+                "RDZV_TEST_TWIN_KILLS=1 runs it")
     d = rt.Rdzvd()
     with Scope("twin-") as s:
         a, b = agents(s, d, "twin", TWIN, ["--die-at-log", "20", "3"])

@@ -23,9 +23,12 @@ import re
 import signal
 import subprocess
 import sys
+import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                 "..", "integ"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                "..", "lib"))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                 "..", "..", "python"))
 import compatlib                                        # noqa: E402
@@ -289,6 +292,52 @@ def test_hsdp_second_death_waits_for_both():
               in t for t in ev), ev)
     compatlib.log("healed at step %s after two deaths; reports %s" % (
         healed, reports))
+    d.stop()
+
+
+def test_round_taken_together():
+    """A round that leaves the stepping replica's step whole (the waiting
+    replica's survivor dies) reaches that replica's two ranks 1.5 s apart
+    (a fake agent sends it so): both take it after the same step and step
+    on.  Before, the rank told first took it at its next step while the
+    other began that step and waited in FSDP's all-gather for it, and it
+    in the round for the other: the job hung (1 run in about 20 of the
+    second-death test above)."""
+    import fakeagent as fa
+    d = rt.Rdzvd()
+    env = fa.torch_env(d.port)
+    env.update({"RDZV_REPAIR_DEBUG": "1", "RDZV_REPAIR_TIMEOUT_MS": "20000",
+                "PYTHONPATH": os.path.join(rt.top_srcdir(), "python")})
+    a = fa.FakeAgent([sys.executable, _example(), "--epochs", "100",
+                      "--samples", str(SAMPLES), "--step-delay", "0.02"], 4,
+                     "127.0.0.1:%d" % d.port, env=env)
+    try:
+        a.start()
+        a.wait_steps(3, timeout=150)
+        check(a.all_said_hello(), a.describe())
+        a.kill(1)
+        a.shrink()	# replica 0's rank 0 waits, replica 1 steps alone
+        w2, w3 = a.workers[2], a.workers[3]
+        top = max(w2.last_step(), w3.last_step())
+        a.wait_steps(top + 3, [w2, w3], timeout=60)
+        a.kill(0)
+        a.round += 1
+        msgs = {w: fa.round_message(a.round, "shrink", a.ns(), rank, 2, 0,
+                                    a.master[0], a.master[1], rank, 2)
+                for rank, w in enumerate((w2, w3))}
+        w3.sock.send(msgs[w3].encode())
+        time.sleep(1.5)
+        w2.sock.send(msgs[w2].encode())
+        sent = time.monotonic()
+        top = max(w2.last_step(), w3.last_step())
+        a.wait_steps(top + 5, [w2, w3], after=sent, timeout=40)
+        out = w2.output()[1] + w3.output()[1]
+        check(len(re.findall(r"shrink round %d, 1 of 2 replicas step" %
+                             a.round, out)) == 2, out[-4000:])
+        compatlib.log("both ranks of the stepping replica took round %d "
+                      "and stepped on to %d" % (a.round, top + 5))
+    finally:
+        a.close()
     d.stop()
 
 
