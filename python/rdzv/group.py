@@ -26,7 +26,10 @@ def raw_store(r, timeout):
 	    datetime.timedelta(seconds=timeout))
 
 
-CONNECT_TRY = 2.0	# seconds of one try to reach a round's store
+# Seconds of one try to reach a round's store: a port rdzvd closes for a
+# newer round just as a try begins costs about twice that (torch's client
+# tries it again itself), then the newer round is taken.
+CONNECT_TRY = 0.5
 PROBE_PAUSE = 0.05	# seconds between looks at a port that refused
 
 
