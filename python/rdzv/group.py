@@ -20,8 +20,12 @@ import time
 
 def raw_store(r, timeout):
 	"""A TCPStore client of round r's port (rdzvd serves the round's
-	namespace there), timeout in seconds."""
+	namespace there), timeout in seconds (at least 1 on torch 1.13,
+	whose client counts it in whole seconds: 0.5 would be no try)."""
+	import torch
 	import torch.distributed as dist
+	if torch.__version__.split(".")[0] in ("0", "1"):
+		timeout = max(timeout, 1.0)
 	return dist.TCPStore(r.master_addr, r.master_port, None, False,
 	    datetime.timedelta(seconds=timeout))
 
