@@ -508,7 +508,7 @@ rz_round_form(struct rz *rz, struct rz_outbox *ob, struct rz_job *j,
 	j->round++;
 	j->base_round = j->round;
 	j->world_size = 0;
-	snprintf(j->ns, sizeof j->ns, "job/%s/round/%" PRId64, j->id, j->round);
+	rz_round_ns(j->ns, sizeof j->ns, j, j->round);
 	for (i = 0; i < n; i++) {
 		nd = order[i];
 		if (i < members) {

@@ -204,6 +204,8 @@ void rz_topo_lost(struct rz *rz, struct rz_job *j, const struct rz_node *nd,
 /* ---- rdzv_rows.c ---- */
 void rz_ns_name(char *out, size_t outsz, const char *kind,
     const struct rz_job *j, struct slice *ns);
+int rz_round_ns(char *out, size_t outsz, const struct rz_job *j,
+    int64_t round);
 void rz_drop_round(struct rz *rz, const struct rz_job *j, int64_t round);
 json_t *rz_json_text(const char *text);
 void rz_save_job(struct rz *rz, struct rz_job *j);

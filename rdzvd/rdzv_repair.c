@@ -241,7 +241,7 @@ rz_repair_round(struct rz *rz, struct rz_outbox *ob, struct rz_job *j,
 	 * cannot tell it.  The round before it goes. */
 	rz_drop_round(rz, j, j->round - 1);
 	j->round++;
-	snprintf(j->ns, sizeof j->ns, "job/%s/round/%" PRId64, j->id, j->round);
+	rz_round_ns(j->ns, sizeof j->ns, j, j->round);
 	j->kind = kind;
 	/* On no memory the bases stay, the round is sent anyway: the
 	 * workers' numbering is then wrong and the next failure restarts. */

@@ -36,6 +36,13 @@ rz_ns_name(char *out, size_t outsz, const char *kind, const struct rz_job *j,
 	ns->len = n < 0 ? 0 : (size_t)n < outsz ? (size_t)n : outsz - 1;
 }
 
+/* The store namespace of j's round `round`; snprintf's return. */
+int
+rz_round_ns(char *out, size_t outsz, const struct rz_job *j, int64_t round)
+{
+	return snprintf(out, outsz, "job/%s/round/%" PRId64, j->id, round);
+}
+
 /* Drops the namespace of j's round `round` (nothing when it has none). */
 void
 rz_drop_round(struct rz *rz, const struct rz_job *j, int64_t round)
@@ -45,7 +52,7 @@ rz_drop_round(struct rz *rz, const struct rz_job *j, int64_t round)
 
 	if (round < 1)
 		return;
-	n = snprintf(ns, sizeof ns, "job/%s/round/%" PRId64, j->id, round);
+	n = rz_round_ns(ns, sizeof ns, j, round);
 	if (n > 0 && (size_t)n < sizeof ns)
 		kv_ns_drop(rz->kv, slice_str(ns));
 }
@@ -434,8 +441,7 @@ rz_load_job_cb(void *arg, struct slice key)
 	rz_strag_load(j, json_object_get(row, "straggler"));
 	json_decref(row);
 	if (j->round > 0)
-		snprintf(j->ns, sizeof j->ns, "job/%s/round/%" PRId64, j->id,
-		    j->round);
+		rz_round_ns(j->ns, sizeof j->ns, j, j->round);
 	j->last_join = ctx->now;
 	HASH_ADD_STR(ctx->rz->jobs, id, j);
 
