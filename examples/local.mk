@@ -23,7 +23,7 @@ EXTRA_examples_ddp_mlp_DEPENDENCIES = examples/mlp_cuda.$(OBJEXT)
 CLEANFILES += examples/mlp_cuda.$(OBJEXT)
 examples/mlp_cuda.$(OBJEXT): examples/mlp_cuda.cu examples/mlp.h
 	$(AM_V_GEN)$(MKDIR_P) examples && \
-	$(NVCC) $(NVCCFLAGS) -I$(top_srcdir)/examples -c -o $@ \
+	$(NVCC) $(NVCCFLAGS) $(CUDA_CFLAGS) -I$(top_srcdir)/examples -c -o $@ \
 	    $(top_srcdir)/examples/mlp_cuda.cu
 endif
 endif

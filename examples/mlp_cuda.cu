@@ -116,10 +116,13 @@ k_fill(float *p, float v, size_t n)
 		p[i] = v;
 }
 
+/* Every kernel runs THREADS to a block, blocks(n) of them for n items. */
+#define THREADS	256
+
 static unsigned
 blocks(size_t n)
 {
-	return ((unsigned)((n + 255) / 256));
+	return ((unsigned)((n + THREADS - 1) / THREADS));
 }
 
 int
@@ -187,7 +190,7 @@ mlp_gpu_alloc(struct mlp *m, struct mlp_gpu *g)
 	CK(cudaStreamCreateWithFlags(&g->s, cudaStreamNonBlocking));
 	CB(cublasCreate(&g->h));
 	CB(cublasSetStream(g->h, g->s));
-	k_fill<<<blocks(b), 256, 0, g->s>>>(g->ones, 1.0f, b);
+	k_fill<<<blocks(b), THREADS, 0, g->s>>>(g->ones, 1.0f, b);
 	CK(cudaStreamSynchronize(g->s));
 	return (0);
 }
@@ -236,15 +239,16 @@ mlp_gpu_forward(struct mlp *m, const uint8_t *x, const uint8_t *y, size_t b)
 
 	CK(cudaMemcpyAsync(g->x8, x, b * m->in, cudaMemcpyHostToDevice, g->s));
 	CK(cudaMemcpyAsync(g->y, y, b, cudaMemcpyHostToDevice, g->s));
-	k_to_float<<<blocks(b * m->in), 256, 0, g->s>>>(g->x, g->x8,
+	k_to_float<<<blocks(b * m->in), THREADS, 0, g->s>>>(g->x, g->x8,
 	    b * m->in);
-	k_fill_rows<<<blocks(b * m->hidden), 256, 0, g->s>>>(g->z1,
+	k_fill_rows<<<blocks(b * m->hidden), THREADS, 0, g->s>>>(g->z1,
 	    p + m->off_b1, b, m->hidden);
 	/* z1^T (H x b) = W1 (H x in, i.e. (W1^T)^T) x^T. */
 	CB(cublasSgemm(g->h, CUBLAS_OP_T, CUBLAS_OP_N, nh, (int)b, ni, &one,
 	    p + m->off_w1, ni, g->x, ni, &one, g->z1, nh));
-	k_relu<<<blocks(b * m->hidden), 256, 0, g->s>>>(g->z1, b * m->hidden);
-	k_fill_rows<<<blocks(b * m->out), 256, 0, g->s>>>(g->z2,
+	k_relu<<<blocks(b * m->hidden), THREADS, 0, g->s>>>(g->z1,
+	    b * m->hidden);
+	k_fill_rows<<<blocks(b * m->out), THREADS, 0, g->s>>>(g->z2,
 	    p + m->off_b2, b, m->out);
 	CB(cublasSgemm(g->h, CUBLAS_OP_T, CUBLAS_OP_N, no, (int)b, nh, &one,
 	    p + m->off_w2, nh, g->z1, nh, &one, g->z2, no));
@@ -265,7 +269,7 @@ mlp_gpu_step(struct mlp *m, const uint8_t *x, const uint8_t *y, size_t b,
 
 	if (b == 0 || b > m->max_batch || mlp_gpu_forward(m, x, y, b) != 0)
 		return (-1);
-	k_softmax_xent<<<blocks(b), 128, 0, g->s>>>(g->z2, g->y, b, m->out,
+	k_softmax_xent<<<blocks(b), THREADS, 0, g->s>>>(g->z2, g->y, b, m->out,
 	    scale, g->loss, g->right, 1);
 	CK(cudaMemcpyAsync(g->hloss, g->loss, b * sizeof (float),
 	    cudaMemcpyDeviceToHost, g->s));
@@ -289,7 +293,7 @@ mlp_gpu_step(struct mlp *m, const uint8_t *x, const uint8_t *y, size_t b,
 	/* da1^T (H x b) = W2^T dz2^T, then through the ReLU. */
 	CB(cublasSgemm(g->h, CUBLAS_OP_N, CUBLAS_OP_N, nh, (int)b, no, &one,
 	    p + m->off_w2, nh, g->z2, no, &zero, g->d1, nh));
-	k_relu_back<<<blocks(b * m->hidden), 256, 0, g->s>>>(g->d1, g->z1,
+	k_relu_back<<<blocks(b * m->hidden), THREADS, 0, g->s>>>(g->d1, g->z1,
 	    b * m->hidden);
 	/* dW1^T (in x H) = x^T dz1. */
 	CB(cublasSgemm(g->h, CUBLAS_OP_N, CUBLAS_OP_T, ni, nh, (int)b, &one,
@@ -318,7 +322,7 @@ mlp_gpu_eval(struct mlp *m, const uint8_t *x, const uint8_t *y, size_t b,
 
 	if (b == 0 || b > m->max_batch || mlp_gpu_forward(m, x, y, b) != 0)
 		return (-1);
-	k_softmax_xent<<<blocks(b), 128, 0, g->s>>>(g->z2, g->y, b, m->out,
+	k_softmax_xent<<<blocks(b), THREADS, 0, g->s>>>(g->z2, g->y, b, m->out,
 	    0.0f, g->loss, g->right, 0);
 	CK(cudaMemcpyAsync(g->hright, g->right, b * sizeof (int),
 	    cudaMemcpyDeviceToHost, g->s));

@@ -15,8 +15,8 @@
 #       mean nothing.
 #   scripts/gpu-check.sh --bundle [BUILD [DEST]]
 #       here, for a GPU machine that cannot build: copies into DEST
-#       (default ./build-gpucheck, about 50 MiB) what the checks run, laid
-#       out as in BUILD (the programs, librdzvworker, the stand-in
+#       (default ./build-gpucheck, about 60 MiB) what the checks run, laid
+#       out as in BUILD (the programs, rdzv-agent, librdzvworker, the stand-in
 #       libraries), the shared libraries they need that a bare CUDA image
 #       may lack (libevent, libbsd, OpenSSL, OpenBLAS, ...; used there only
 #       where missing) and a Fashion-MNIST subset (6000 + 2000 samples).
@@ -58,7 +58,7 @@ DATA_FULL=/usr/share/datasets/fashion-mnist
 
 if [ $bundle -eq 1 ]; then
 	set -e
-	progs="tests/integ/gpu_fake_check tests/integ/worker_check bench/nccl_vs_rdzv examples/ddp_mlp"
+	progs="tests/integ/gpu_fake_check tests/integ/worker_check bench/nccl_vs_rdzv examples/ddp_mlp agent/rdzv-agent"
 	rm -rf "$dest"
 	for x in $progs libworker/.libs/librdzvworker.so.0 tests/integ/.libs/libfakegpu.so config.h; do
 		[ -e "$B/$x" ] || continue
@@ -68,7 +68,7 @@ if [ $bundle -eq 1 ]; then
 	ln -s librdzvworker.so.0 "$dest/libworker/.libs/librdzvworker.so"
 	BUNDLE=$dest/gpu-check-bundle
 	mkdir -p "$BUNDLE/lib" "$BUNDLE/data"
-	for x in "$B/libworker/.libs/librdzvworker.so" "$B/examples/ddp_mlp"; do
+	for x in "$B/libworker/.libs/librdzvworker.so" "$B/examples/ddp_mlp" "$B/agent/rdzv-agent"; do
 		[ -e "$x" ] || continue
 		ldd "$x" | awk '$3 ~ /^\// {print $3}'
 	done | sort -u | while read -r l; do
@@ -153,6 +153,9 @@ ranks() {
 
 # Epoch losses of a ddp_mlp log, space-separated.
 losses() { sed -n 's/^epoch [0-9]* loss \([0-9.]*\).*/\1/p' "$1" | tr '\n' ' '; }
+
+# The final test accuracy of a ddp_mlp log.
+acc() { sed -n 's/^final test_acc \([0-9.]*\).*/\1/p' "$1"; }
 
 # ---------------------------------------------------------------- build
 
@@ -268,7 +271,7 @@ find_nccl() {
 
 if [ "$ngpu" -eq 0 ]; then
 	gpu_skip nccl-found nccl-bootstrap nccl-collectives nccl-overhead \
-	    nccl-abort-reinit ddp_mlp-nccl torch-nccl-abort nccl-busbw \
+	    nccl-abort-reinit ddp_mlp-nccl agent-gpu torch-nccl-abort nccl-busbw \
 	    nccl-peer-death
 else
 	if [ $fake -eq 1 ]; then
@@ -311,7 +314,7 @@ else
 
 	t 120 "$L/reinit.log" "$P" reinit 3
 	grep -q '^reinit ok 3' "$L/reinit.log" &&
-	    say nccl-abort-reinit PASS "rdzv_abort from another thread, then a new communicator, 3 times" ||
+	    say nccl-abort-reinit PASS "rdzv_abort from another thread, then a new communicator, 3 times: abort $(sed -n 's/^aborted in \([0-9.]*\) ms/\1/p' "$L/reinit.log" | tr '\n' ' ')ms, ready again in $(sed -n 's/.*ready in \([0-9.]*\) ms/\1/p' "$L/reinit.log" | tail -n +2 | tr '\n' ' ')ms" ||
 	    say nccl-abort-reinit FAIL "$(tail1 "$L/reinit.log" 2)"
 
 	D=$BUNDLE/data
@@ -326,19 +329,61 @@ else
 		t 120 "$L/mlp-cpu.log" env RDZV_BACKEND=cpu "$M" "${A[@]}" --cpu
 		t 120 "$L/mlp-nccl.log" "$M" "${A[@]}" --cpu
 		cuda=""
-		if readelf -d "$M" 2>/dev/null | grep -q libcublas &&
-		    t 120 "$L/mlp-cuda.log" "$M" "${A[@]}" --cuda; then
-			cuda=$(losses "$L/mlp-cuda.log")
+		if ! readelf -d "$M" 2>/dev/null | grep -q libcublas; then
+			cuda="not built (no cuBLAS headers)"
+		elif [ $fake -eq 1 ]; then
+			cuda="not run (--fake-gpu)"
+		elif t 120 "$L/mlp-cuda.log" "$M" "${A[@]}" --cuda; then
+			cuda="$(losses "$L/mlp-cuda.log")acc $(acc "$L/mlp-cuda.log")"
+		else
+			cuda="failed: $(tail1 "$L/mlp-cuda.log" 2)"
 		fi
-		verdict=$(python3 - "$(losses "$L/mlp-cpu.log")" "$(losses "$L/mlp-nccl.log")" "$cuda" <<-'EOF'
+		# Losses and test accuracy: the CUDA path's own kernels score
+		# the test set in batches of 1000, larger than a training step.
+		verdict=$(python3 - "$(losses "$L/mlp-cpu.log")acc $(acc "$L/mlp-cpu.log")" \
+		    "$(losses "$L/mlp-nccl.log")acc $(acc "$L/mlp-nccl.log")" "$cuda" <<-'EOF'
 		import sys
-		ref, got, cuda = ([float(x) for x in a.split()] for a in sys.argv[1:4])
+		def curve(a):
+		    l, _, acc = a.partition("acc")
+		    return [float(x) for x in l.split()], float(acc or "nan")
+		(ref, ref_acc), (got, got_acc) = curve(sys.argv[1]), curve(sys.argv[2])
+		note = sys.argv[3]
+		cuda, cuda_acc = curve(note) if note[:1].isdigit() else (None, None)
 		ok = len(ref) == 2 and len(got) == 2 and all(abs(g - c) <= 1e-4 * c for g, c in zip(got, ref))
-		ok = ok and (not cuda or (len(cuda) == 2 and all(abs(g - c) <= 1e-3 * c for g, c in zip(cuda, ref))))
-		print("PASS" if ok else "FAIL", "cpu backend %s, nccl backend %s, mlp_cuda on nccl %s" % (ref, got, cuda or "not built (no cuBLAS headers)"))
+		ok = ok and got_acc == ref_acc and not note.startswith("failed")
+		ok = ok and (cuda is None or (len(cuda) == 2 and all(abs(g - c) <= 1e-3 * c for g, c in zip(cuda, ref))
+		             and abs(cuda_acc - ref_acc) <= 0.01))
+		print("PASS" if ok else "FAIL", "losses, test accuracy: cpu backend %s %s, nccl backend %s %s, mlp_cuda on nccl %s" % (
+		    ref, ref_acc, got, got_acc, "%s %s" % (cuda, cuda_acc) if cuda else note))
 		EOF
 		)
 		say ddp_mlp-nccl "${verdict%% *}" "${verdict#* }"
+		# The whole system on the GPUs: rdzv-agent (its in-process
+		# rdzvd) starts one worker per GPU it counts; each bootstraps
+		# NCCL from the rendezvous and trains on CUDA where built so.
+		G=$B/agent/rdzv-agent
+		how=--cpu
+		case "$cuda" in [0-9]*) how=--cuda ;; esac
+		if [ ! -x "$G" ]; then
+			say agent-gpu SKIP "no agent/rdzv-agent in $B"
+		elif np=gpu; [ $fake -eq 1 ] && np=$nr
+		    t 180 "$L/agent.log" "$G" --standalone --nproc_per_node $np \
+		    --no_python "$M" "${A[@]}" "$how" &&
+		    grep -q "world $nr backend nccl" "$L/agent.log"; then
+			sed -n 's/^\[default0\]://p' "$L/agent.log" >"$L/agent.0.log"
+			# One worker is the one-process run above; more are a
+			# larger global batch, another curve.
+			verdict=$(python3 -c '
+import sys
+ref, got = ([float(x) for x in a.split()] for a in sys.argv[1:3])
+ok = len(got) == 2 and (sys.argv[3] != "1" or all(abs(g - c) <= 1e-3 * c for g, c in zip(got, ref)))
+ok = ok and (sys.argv[3] != "1" or abs(float(sys.argv[4] or "nan") - float(sys.argv[5])) <= 0.01)
+print("PASS" if ok else "FAIL")' "$(losses "$L/mlp-cpu.log")" "$(losses "$L/agent.0.log")" "$nr" \
+			    "$(acc "$L/agent.0.log")" "$(acc "$L/mlp-cpu.log")")
+			say agent-gpu "$verdict" "rdzv-agent --nproc_per_node $np: $(grep -o 'world .* backend nccl model [a-z]*' "$L/agent.log" | head -1), losses $(losses "$L/agent.0.log")test_acc $(acc "$L/agent.0.log") (one process: $(losses "$L/mlp-cpu.log")test_acc $(acc "$L/mlp-cpu.log"))"
+		else
+			say agent-gpu FAIL "$(tail1 "$L/agent.log" 3)"
+		fi
 	fi
 
 	py=""

@@ -308,7 +308,9 @@ def test_nccl_dp_step():
 def test_cuda_example():
     """ddp_mlp on the GPU: over nccl with one rank per GPU, and two ranks
     sharing GPU memory through the cpu backend; the loss curve matches the
-    CPU run's (float sums in another order: looser tolerance)."""
+    CPU run's (float sums in another order: looser tolerance), and so does
+    the test accuracy, scored by the CUDA kernels in batches of 1000 (a
+    launch that covered 128 rows of every 256 once halved it)."""
     why = gpu_skip_reason()
     if why:
         rt.skip(why)
@@ -318,13 +320,15 @@ def test_cuda_example():
                           "--cuda"], env={"RDZV_BACKEND": "auto"})
     assert "backend nccl model cuda" in out, out
     got = epochs(out)
-    assert len(got) == 2 and all(abs(g[1] - c[1]) <= 1e-3 * c[1]
+    assert len(got) == 2 and all(abs(g[1] - c[1]) <= 1e-3 * c[1] and
+                                 abs(g[3] - c[3]) <= 0.01
                                  for g, c in zip(got, cpu)), (got, cpu)
     out = run(2, SMALL + ["--epochs", "2", "--batch", "30", "--cuda"],
               env={"RDZV_BACKEND": "cpu"})
     assert "backend cpu model cuda" in out, out
     got = epochs(out)
-    assert len(got) == 2 and all(abs(g[1] - c[1]) <= 1e-3 * c[1]
+    assert len(got) == 2 and all(abs(g[1] - c[1]) <= 1e-3 * c[1] and
+                                 abs(g[3] - c[3]) <= 0.01
                                  for g, c in zip(got, cpu)), (got, cpu)
 
 

@@ -39,5 +39,12 @@ if [ -e "$B/tests/integ/.libs/libfakegpu.so" ]; then
 		grep -q "^CHECK $c PASS" "$O/--fake-gpu/gpu-check/summary.txt" ||
 		    fail "--fake-gpu: $c did not PASS"
 	done
+	# The example and the agent: one worker per (stand-in) GPU.
+	if [ -x "$B/examples/ddp_mlp" ]; then
+		for c in ddp_mlp-nccl agent-gpu; do
+			grep -q "^CHECK $c PASS" "$O/--fake-gpu/gpu-check/summary.txt" ||
+			    fail "--fake-gpu: $c did not PASS"
+		done
+	fi
 fi
 echo "ok gpu-check.sh --cpu-only and --fake-gpu"

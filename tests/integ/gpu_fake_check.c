@@ -182,15 +182,28 @@ struct aborter {
 	int			 ms;
 };
 
+static double
+now_ms(void)
+{
+	struct timespec	ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (ts.tv_sec * 1e3 + ts.tv_nsec / 1e6);
+}
+
 static void *
 abort_cb(void *arg)
 {
 	struct aborter	*a = arg;
+	double		 t0;
 
 	usleep((useconds_t)a->ms * 1000);
 	printf("aborting\n");
 	fflush(stdout);
+	t0 = now_ms();
 	rdzv_abort(a->c);
+	printf("aborted in %.1f ms\n", now_ms() - t0);
+	fflush(stdout);
 	return (NULL);
 }
 
