@@ -100,6 +100,15 @@ def look(store, key):
 	return None if v == _NONE.encode() else v
 
 
+def posted(store, keys):
+	"""Whether every one of keys is set, without waiting for any:
+	check() where the store has it (torch 2.x), else a look at each
+	(torch 1.13's stores have no check())."""
+	if hasattr(store, "check"):
+		return store.check(keys)
+	return all(look(store, k) is not None for k in keys)
+
+
 def arrive(store, key, world, current, timeout):
 	"""Waits until all world ranks of a round have come to it (each
 	adds 1 to key in the round's store), or calls the round off when

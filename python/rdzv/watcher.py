@@ -182,7 +182,7 @@ class Watcher:
 				return
 			keys = [_KEY % i for i in range(r.world)]
 			end = time.monotonic() + self.repair_timeout
-			while not st.check(keys):
+			while not group.posted(st, keys):
 				with self._cv:
 					if self._freeze is not r:
 						log.debug("round %d superseded", r.round)

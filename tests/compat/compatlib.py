@@ -552,6 +552,10 @@ def repair_kill_in_place(d, scope, job, kill9=False, stop=False):
 	if not stop and not kill9:
 		torch_surfaces(d, job)		# the grow round's steps too
 	reports, out, ev = repair_done(d, job, a, b, survivors)
+	# The survivors agreed on the step after which they switch (else
+	# the grow is repaired from the committed steps: correct, slower;
+	# on torch 1.13, whose stores have no check(), it always was).
+	check("no agreement on round" not in out, out[-4000:])
 	if stop:
 		# Only the stopped rank was called hung.
 		check(out.count("reported no progress") == 1, out[-4000:])
