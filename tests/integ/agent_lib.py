@@ -437,6 +437,13 @@ class Scope:
         return self
 
     def __exit__(self, *exc):
+        if exc[0] is not None:
+            # What each agent and its workers said, for the failure's
+            # log (a flake in CI leaves nothing else behind).
+            for i, a in enumerate(self.agents):
+                lines = a.output().splitlines()[-80:]
+                sys.stderr.write("---- agent %d of %s, its last %d lines\n%s\n"
+                                 % (i, self.tmp, len(lines), "\n".join(lines)))
         try:
             self.close()
         except AssertionError:
