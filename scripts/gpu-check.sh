@@ -376,14 +376,16 @@ else
 		case "$cuda" in [0-9]*) how=--cuda ;; esac
 		if [ ! -x "$G" ]; then
 			say agent-gpu SKIP "no agent/rdzv-agent in $B"
-		elif np=gpu; [ $fake -eq 1 ] && np=$nr
+		# --nproc_per_node gpu: one worker per GPU, all of them (nr
+		# stops at 8).
+		elif np=gpu nw=$ngpu; [ $fake -eq 1 ] && np=$nr nw=$nr
 		    t 180 "$L/agent.log" "$G" --standalone --nproc_per_node $np \
 		    --no_python "$M" "${A[@]}" "$how" &&
-		    grep -q "world $nr backend nccl" "$L/agent.log"; then
+		    grep -q "world $nw backend nccl" "$L/agent.log"; then
 			sed -n 's/^\[default0\]://p' "$L/agent.log" >"$L/agent.0.log"
 			# One worker is the one-process run above; more are a
 			# larger global batch, another curve.
-			if [ "$nr" -eq 1 ]; then
+			if [ "$nw" -eq 1 ]; then
 				near "$ref" "$(curve "$L/agent.0.log")" 1e-3 0.01
 			else
 				[ "$(losses "$L/agent.0.log" | wc -w)" -eq 2 ]
