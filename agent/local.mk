@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # agent/: rdzv-agent, the per-node elastic agent (issue 3).  Only sup.c
 # forks; main.c is the state machine, rdzv.c the connection to rdzvd.
 # librdzvd gives --standalone its in-process rdzvd (rdzvd/embed.h).

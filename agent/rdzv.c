@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * rdzv.c: the agent's asynchronous native connection to rdzvd.
  *

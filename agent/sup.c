@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * sup.c: spawning and supervising workers; the only file that forks.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * allreduce_perf: librdzvworker's allreduce timed like nccl-tests'
  * all_reduce_perf.  Runs as a worker: under rdzv-agent, torchrun, or

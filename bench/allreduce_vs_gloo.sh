@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: Apache-2.0
 # allreduce_vs_gloo.sh: librdzvworker's cpu allreduce beside torch's gloo
 # (2.13 by default), in one run, on this host: world sizes 2 and 4, 1 KiB
 # to 64 MiB, float32 sum.  Each round runs bench/allreduce_perf and then

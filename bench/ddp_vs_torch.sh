@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: Apache-2.0
 # ddp_vs_torch.sh: one epoch of examples/ddp_mlp beside the same training in
 # torch DDP over gloo (bench/torch_ddp_mlp.py), in one run: torch 2.13 by
 # default, 1.13 with TORCH_PYTHON=/usr/bin/python3.

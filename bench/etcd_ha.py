@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """etcd_ha.py: rdzvd on etcd beside rdzvd on sqlite, and its failover.
 
     RDZV_TOP_BUILDDIR=BUILD python3 bench/etcd_ha.py [--runs 5]

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """gloo_allreduce: torch's gloo allreduce timed exactly like
 bench/allreduce_perf (same sizes, iterations, warmup, repeats, median,
 algbw and busbw), for side-by-side runs.  Start it N times with RANK,

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """goodput.py: training progress kept through repeated worker failures,
 rdzv's in-place repair beside a full restart and torchrun, in one run.
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """hsdp_goodput.py: training progress of an HSDP job (2 replica groups x 2
 shards, FSDP2 on gloo) kept through a SIGKILL every N seconds: rdzv beside
 torchft, in one run.

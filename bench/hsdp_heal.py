@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """hsdp_heal.py: what healing a replica group costs against the model's
 size: HSDP (2 replica groups x 2 shards, FSDP2 on gloo) under a real rdzvd
 and two rdzv-agents, examples/torch_hsdp_repair.py at about 1, 10 and

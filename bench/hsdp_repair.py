@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """hsdp_repair.py: HSDP (2 replica groups x 2 shards, FSDP2 on gloo), one
 rank SIGKILLed mid-run: rdzv beside torchft, one run.
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """jobs.py: a job of 2 nodes x 2 workers on this host under real
 launchers, for the repair and goodput benchmarks.
 

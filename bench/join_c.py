@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """join_c.py: what the running workers lose when a node joins a C job,
 joining in place beside today's rescale by restart.
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # bench/lib.sh: helpers the benchmark scripts source (bash).
 
 # wait_port FILE [SECONDS]: waits up to SECONDS (10) for FILE to hold a port

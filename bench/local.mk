@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # bench/: load generators and the scripts that run them beside their peers.
 noinst_PROGRAMS += bench/storeload
 bench_storeload_SOURCES = bench/storeload.c

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * nccl_vs_rdzv: librdzvworker's nccl backend beside raw NCCL, in one
  * process, on a GPU (scripts/gpu-check.sh runs it; it has never run

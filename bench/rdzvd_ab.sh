@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: Apache-2.0
 # rdzvd_ab.sh: two rdzvd binaries under the same store load, in turn, to
 # see whether a change made rdzvd's store path slower or faster.
 #

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """repair_c.py: how long an in-place repair of C workers takes, under
 the real rdzv-agent, beside rdzv's full restart and torchrun 2.13.
 

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """repair_torch.py: how long a torch DDP job (gloo) takes to repair in
 place through rdzv.repair after a SIGKILL, under the real rdzv-agent,
 beside rdzv's full restart and torchrun 2.13.

@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: Apache-2.0
 # store_vs_torch.sh: rdzvd's store beside torch's own TCPStore servers (2.x,
 # libuv, and 1.13), in one run, on 127.0.0.1.
 #

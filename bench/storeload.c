@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * storeload.c: a load generator for key-value stores that speak a
  * TCPStore dialect (1.13, or 2.x with its VALIDATE + PING handshake) or

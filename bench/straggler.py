@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """straggler.py: a worker throttled to about 30% of its speed, with and
 without straggler replacement, side by side.
 

@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: Apache-2.0
 # tls_vs_plain.sh: what TLS costs rdzvd's native clients, per round trip
 # and per connection, on 127.0.0.1.
 #

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * tlsload.c: a load generator on the blocking native client
  * (common/client.h), to compare rdzvd's plaintext and TLS paths with the

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """torch_ddp_mlp.py: the PyTorch peer of examples/ddp_mlp for bench/ddp_vs_torch.sh.
 
 The same data (Debian's Fashion-MNIST IDX files, pixels / 255), the same

@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """torch_store_server.py: runs PyTorch's own TCPStore server (the peer the
 store benchmarks compare rdzvd with) on 127.0.0.1, prints its port on one
 line ("port N") and serves until killed.  The interpreter picks the torch:

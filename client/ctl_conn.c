@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * ctl_conn.c: rdzvctl's connection to rdzvd.
  *

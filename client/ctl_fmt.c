@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * ctl_fmt.c: rdzvctl's human output: tables whose columns line up
  * whatever the cells hold, and durations and times an operator reads at

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # client/: rdzvctl, the operator's command line (issue 5).  Connections
 # (TLS included) and requests go through common/client.c; the operator
 # ops, which it has no calls of their own for, are framed with

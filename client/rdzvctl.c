@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * rdzvctl.c: the operator's command line for rdzvd: status, jobs,
  * members, events, top, kv, close and evict.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * auth.c: the token challenge-response's crypto (HMAC-SHA256 through
  * OpenSSL, a constant-time compare) and reading token files.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * auth.h: the shared secret ("token") that rdzvd, rdzv-agent, rdzvctl
  * and librdzvworker use for the native protocol's challenge-response

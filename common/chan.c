@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * chan.c: the worker <-> agent channel's messages (common/PROTOCOL.md
  * "Worker <-> agent channel"), decoded and encoded; no I/O.

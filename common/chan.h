@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * chan.h: the messages of the worker <-> agent channel (common/PROTOCOL.md
  * "Worker <-> agent channel"), decoded and encoded in one place for both

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * chan_recv.c: the one read of the worker <-> agent channel, shared by
  * both ends (agent/progress.c, libworker/repair.c): a datagram of the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * client.c: the blocking native-protocol store client (see client.h).
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * client.h: the blocking native-protocol store client (common/PROTOCOL.md)
  * that rdzv-agent, librdzvworker, rdzvctl and the benchmarks use to talk

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * connect.c: a TCP connect bounded by a timeout (see connect.h).
  */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * connect.h: a TCP connect bounded by a timeout, the one that the store
  * client (common/client.c) and librdzvworker's sockets (libworker/net.c)

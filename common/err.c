@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* err.c: descriptions of the rdzv error codes. */
 #include "config.h"
 

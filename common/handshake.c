@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * handshake.c: the client's opening of a native connection, with no I/O
  * (see handshake.h for the contract and the state diagram).  Owns the

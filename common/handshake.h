@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * handshake.h: the client's opening of a native connection (PROTOCOL.md
  * "Preamble", "Authentication" and the TLS refusal), as a machine with no

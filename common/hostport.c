@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * hostport.c: splitting "HOST:PORT" and "[IPV6]:PORT" endpoints and
  * writing them back (hostport.h), for every program that takes one.

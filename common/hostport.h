@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * hostport.h: "HOST:PORT" endpoints as every rdzv program reads and
  * writes them: a name or IPv4 address, or an IPv6 address in brackets

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # common/: pure codecs, logging, errors and the native store client.
 noinst_LTLIBRARIES += common/libcommon.la
 common_libcommon_la_SOURCES = \

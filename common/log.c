@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* log.c: logging to stderr, syslog or a file (see log.h). */
 #include "config.h"
 

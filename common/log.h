@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * log.h: logging for the daemons and tools, after OpenBSD's log.c.
  *

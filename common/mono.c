@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * mono.c: readings of the monotonic clock (mono.h).
  */

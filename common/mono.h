@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * mono.h: the monotonic clock (CLOCK_MONOTONIC) that every deadline,
  * timeout and duration in rdzv is measured on.  Never the wall clock:

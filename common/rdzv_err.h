@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * rdzv_err.h: the error codes every part of rdzv returns.
  *

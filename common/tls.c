@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * tls.c: the TLS contexts rdzvd and the clients build (tls.h): versions,
  * key material, and peer verification.  The record layer itself lives

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * tls.h: TLS contexts for native-protocol connections (OpenSSL), shared
  * by rdzvd (server side) and every client: the blocking client

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * wire.c: the pieces of wire.h shared by every protocol: byte slices and
  * the default decoding limits.

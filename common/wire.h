@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * wire.h: pure codecs for every protocol rdzvd speaks.  No I/O, no
  * allocation while decoding: decoders read a contiguous byte range and

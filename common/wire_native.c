@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * wire_native.c: the native rdzv protocol codec (common/PROTOCOL.md): the
  * preamble, frame headers, the typed-field payload reader and the frame

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * wire_tcpstore.c: the PyTorch TCPStore codec.  Decodes the requests of
  * the 1.13 and 2.x dialects (shared/reference/tcpstore-wire.md) into one

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * ddp_mlp.c: data-parallel training of an MLP on Fashion-MNIST with
  * librdzvworker, the way a C program would use it under rdzv-agent,

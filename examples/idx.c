@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * idx.c: the IDX file format (a big-endian header of magic and
  * dimensions, then unsigned bytes) read through zlib, which also reads

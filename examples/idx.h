@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * idx.h: reading the IDX files of (Fashion-)MNIST, gzip-compressed as
  * Debian's dataset-fashion-mnist ships them.

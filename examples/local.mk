@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # examples/: training programs on real data (issue 4).
 # ddp_mlp: an MLP trained data-parallel on Fashion-MNIST through
 # librdzvworker; CPU math in OpenBLAS, and with nvcc + cuBLAS a GPU path

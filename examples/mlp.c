@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * mlp.c: the MLP's layout and initialisation, and its CPU implementation:
  * matrix products through OpenBLAS (cblas_sgemm), the element-wise parts

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * mlp.h: a multilayer perceptron with one hidden ReLU layer, softmax
  * cross-entropy and plain SGD, for the data-parallel example.

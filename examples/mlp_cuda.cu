@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * mlp_cuda.cu: the MLP of mlp.h on a CUDA device: matrix products in
  * cuBLAS, the element-wise parts (bias, ReLU, softmax cross-entropy) as

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """torch_ddp_repair.py: Fashion-MNIST with torch DDP that repairs in place.
 
 Runs as it is under rdzv-agent (a worker's death costs the others one

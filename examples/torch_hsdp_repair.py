@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """torch_hsdp_repair.py: HSDP (replicas x shards, FSDP2) that repairs in place.
 
 A small transformer on a synthetic token task, sharded with fully_shard

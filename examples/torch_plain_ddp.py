@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """torch_plain_ddp.py and torch_repair_ddp.py: one plain DDP script, twice.
 
 Fashion-MNIST, a small MLP, DistributedSampler + DataLoader with worker

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * kv.h: the one key-value core behind every protocol adapter.
  *

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # kv/: the pure core below every program that serves a store.  libkv holds
 # the kv core (kv.c: no I/O, no clock) and the one mapping of TCPStore
 # requests onto it (tcps_sess.c).  Layers, each knowing only those below:

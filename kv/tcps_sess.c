@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * tcps_sess.c: TCPStore requests applied to the kv core (see tcps_sess.h),
  * one handler per operation in one table.  Semantics follow torch's

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * tcps_sess.h: the one mapping of PyTorch TCPStore requests onto the kv
  * core, shared by every server that speaks TCPStore (rdzvd's

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * ckpt.c: checkpoints (rdzv_ckpt_*): the training state written by rank 0
  * so that it survives a crash at any instant, and read back by every rank

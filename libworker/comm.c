@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * comm.c: the public face of librdzvworker.  Owns the communicator's
  * life (environment, store, backend choice, finalize), argument checks,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * cpu.c: the cpu backend's transport.  Owns the bootstrap (each rank
  * listens, publishes "addr port host" in the store, connects to every

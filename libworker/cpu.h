@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * cpu.h: what the cpu backend's transport (cpu.c), its collectives
  * (cpu_coll.c) and its shared-memory arena (shm.c) share.

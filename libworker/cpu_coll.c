@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * cpu_coll.c: the cpu backend's collective algorithms, over the sockets
  * of cpu.c (and the shared-memory arena of shm.c when every rank is on

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * dp.c: the data-parallel step (rdzv_dp_*), what torch's
  * DistributedDataParallel does for a C program: the parameters start out

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * env.c: where this process stands, from its environment.  Knows the
  * variables of rdzv-agent and torchrun, Open MPI, MPICH (PMI) and Slurm,

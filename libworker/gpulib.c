@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * gpulib.c: finds and loads the CUDA runtime and NCCL at run time.
  *

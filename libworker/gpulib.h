@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * gpulib.h: the CUDA runtime and NCCL, loaded at run time (gpulib.c).
  *

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # libworker/: librdzvworker, linked into training programs (issue 4).
 # Exactly the API of rdzv_worker.h is exported (librdzvworker.sym, one
 # symbol a line; tests/integ/worker_abi.sh holds the two together); the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * nccl.c: the nccl backend, built when configure finds CUDA and NCCL.
  *

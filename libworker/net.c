@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * net.c: the TCP plumbing librdzvworker shares between the store client,
  * the hosted TCPStore and the cpu backend: resolve and connect under a

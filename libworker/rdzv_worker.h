@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * rdzv_worker.h: librdzvworker, the library a training program links to
  * get a communicator from the rendezvous in one call, run collectives on

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * reduce.c: element-wise reductions for every dtype and op, and the half
  * precision conversions they need.  Pure.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * repair.c: in-place repair, the worker's side of the worker <-> agent
  * channel (common/PROTOCOL.md "Worker <-> agent channel").  Owns the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * sampler.c: the distributed sampler (rdzv_sampler_*), what torch's
  * DistributedSampler does for a C program.

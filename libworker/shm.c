@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * shm.c: the shared-memory arena of a communicator whose ranks all live
  * on one host, and the collectives that go through it instead of the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * store.c: the bootstrap store as librdzvworker sees it: set, get (after
  * waiting for the key), add and barrier, over one of two clients:

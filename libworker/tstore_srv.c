@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * tstore_srv.c: the TCPStore a rank hosts when torch would make it the
  * master (torchrun 1.13 with TORCHELASTIC_USE_AGENT_STORE=False, or a

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * worker.h: librdzvworker's internal index, one section per file.
  *

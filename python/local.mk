@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # python/: rdzv.repair, the pure-Python helper that lets torch DDP
 # programs repair in place (see python/rdzv/repair.py).  `make install`
 # puts it in the site directory configure found (pythondir, of

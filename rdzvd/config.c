@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * config.c: rdzvd's options.  One table serves both the command line
  * (getopt_long) and the configuration file (key = value lines whose keys

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * docs.c: the JSON documents of common/PROTOCOL.md "Operators", one
  * builder each, which the native ADMIN_* ops (proto_native.c) and HTTP's

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * embed.h: an rdzvd inside another program's event loop, for
  * `rdzv-agent --standalone`: the store and the rendezvous in memory, on

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * etcd.c: the blocking etcd v3 JSON-gateway client (contract in etcd.h),
  * on libcurl, the one HTTP client rdzv links.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * etcd.h: a small blocking client of etcd's v3 API through its JSON
  * gateway (POST /v3/...; keys and values base64; 64-bit numbers as

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * history.c: each job's progress over time, for the status page's chart,
  * /api/jobs/JOB/history and the per-job series of /metrics.

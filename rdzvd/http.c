@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * http.c: rdzvd's HTTP listener (libevent's evhttp), read-only:
  * /healthz for liveness probes, /readyz for readiness (200 only while

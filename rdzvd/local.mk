@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # rdzvd/: the rendezvous daemon.  The rendezvous state machine and the
 # store with its sqlite and etcd backends (rdzv*.c, store*.c, etcd.c) are
 # librdzvstate, a convenience library of their own on kv/libkv (the kv core) so unit tests link them without

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * metrics.c: the daemon's counters and their Prometheus text form
  * (served on /metrics by http.c).  Everything here runs on the loop

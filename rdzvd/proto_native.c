@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * proto_native.c: the native rdzv protocol adapter (common/PROTOCOL.md).
  * Frames carry a request id, so requests may be pipelined and waits

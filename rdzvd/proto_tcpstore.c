@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * proto_tcpstore.c: the PyTorch TCPStore adapter (dialects 1.13 and 2.x,
  * see shared/reference/tcpstore-wire.md).  Decodes requests with

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * rdzv.c: the server-side rendezvous state machine (see rdzv.h for the
  * states, the rows it keeps in kv and the outbox it fills; rdzv_impl.h

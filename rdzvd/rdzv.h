@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * rdzv.h: the server-side rendezvous (jobs, rounds, members, leases,
  * restarts), a pure state machine: no I/O, no libevent, no monotonic

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * rdzv_elastic.c: joining in place (rdzv.h).  A node that joins a
  * running job below its maximum used to end the round: every worker of

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * rdzv_impl.h: what the files of the rendezvous state machine share, and
  * nothing else sees (the rest of rdzvd uses rdzv.h).  One machine, one

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * rdzv_repair.c: repair rounds (rdzv.h).  A worker's death in a
  * repairable job shrinks the running round around it (the survivors go on

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * rdzv_retain.c: retention (--job-retention).  Closed jobs are purged in
  * batches once their time is up, and the namespaces of rounds that are

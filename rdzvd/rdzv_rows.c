@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * rdzv_rows.c: the rows the state machine keeps in kv's reserved
  * namespaces (a job row, a row per node, the event log), and loading them

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * rdzv_strag.c: the rendezvous' side of stragglers (rdzv.h): each job's
  * straggler settings (from its first JOIN, kept in its row), the running

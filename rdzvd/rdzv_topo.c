@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * rdzv_topo.c: replica groups (sharded training, HSDP).  A job that says
  * replicas=R (JOIN) has world W = R x S ranks: rank h (its home: its

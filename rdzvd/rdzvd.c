@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * rdzvd.c: main(): options, logging, the event base, serve.c's start and
  * stop, and the signals that stop rdzvd (SIGTERM, SIGINT: drain and exit

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * rdzvd.h: the daemon's index header, one section per .c file.
  *

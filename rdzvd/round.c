@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * round.c: the rendezvous state machine (rdzv.c) wired to the daemon.
  * Every rendezvous event goes one way: a request (round_request, from

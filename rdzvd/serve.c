@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * serve.c: bringing the whole daemon up on an event base and down again:
  * the kv core, its store, the rendezvous, the listeners.  Shared by

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * server.c: the store listener and every connection's life: accepting
  * (with a connection cap and an EMFILE back-off), telling the protocol

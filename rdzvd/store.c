@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * store.c: the journal and the writer thread in front of a store backend
  * (sqlite: store_sqlite.c; etcd: store_etcd.c); contract in store.h.

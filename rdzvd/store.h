@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * store.h: persistence of the kv core, in sqlite (store_sqlite.c, the only
  * file that includes sqlite3.h) or in etcd (store_etcd.c, which also makes

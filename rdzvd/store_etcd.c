@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * store_etcd.c: the etcd backend of the store (contract in store.h and
  * store_impl.h) and rdzvd's leadership over it.

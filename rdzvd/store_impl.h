@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * store_impl.h: what store.c (the journal and the writer thread) shares
  * with its backends, store_sqlite.c and store_etcd.c.  Not for the rest of

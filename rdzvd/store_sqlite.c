@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * store_sqlite.c: the sqlite backend of the store (contract in store.h and
  * store_impl.h), the only file that includes sqlite3.h.

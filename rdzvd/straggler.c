@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * straggler.c: the straggler detector of straggler.h.  Pure: memory,
  * arithmetic, nothing else; tests/unit/test_straggler.c drives it.

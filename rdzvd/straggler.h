@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * straggler.h: naming the ranks of a running round that hold the job
  * back, a pure detector (no I/O, no clock: the caller passes the time

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * stragwatch.c: straggler detection wired to the daemon.  A timer
  * (every STRAGWATCH_TICK_MS) reads every running job's ranks' progress

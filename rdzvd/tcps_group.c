@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * tcps_group.c: the keys that an unmodified torch process group leaves in
  * the root namespace of rdzvd's main port, and when they are dropped.

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # demo.sh: the README's main job.  Installs what rdzv needs, builds it,
 # and shows the whole system on this machine, each part checking what it
 # claims (PASS, or FAIL and what did not happen):

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """demo_lib: what the demo's training parts share.
 
     Demo(work)          rdzvd on fixed ports (main and status page) for

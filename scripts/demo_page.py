@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The demo's last part: rdzvd's status page, as a browser draws it.
 
 Headless Chromium (Debian's chromium, which scripts/deps.sh installs)

@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """The store demo: unmodified PyTorch 1.13 against rdzvd, across a kill -9.
 
 Run by scripts/demo.sh after the build.  Every process it starts is its

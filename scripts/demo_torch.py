@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The demo's PyTorch part: examples/torch_ddp_repair.py, a DDP program
 made repairable by the rdzv.repair helper, under two rdzv-agents with
 PyTorch 2.x (TORCH2_PYTHON, default the torch 2.13 virtualenv that

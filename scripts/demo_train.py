@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """The training demo: rdzv keeping data-parallel jobs alive on one machine.
 
 One rdzvd (its status page's address printed first) serves every part;

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # deps.sh: installs the Debian packages rdzv builds, tests and demos with.
 # Safe to run again: it does nothing when everything is already there.
 # Runs apt-get as root, or through sudo when run as another user.

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # gpu-check.sh: rdzv's GPU path in one command, on a machine with one or
 # more NVIDIA GPUs and nothing to install (also runs where there is no
 # GPU: its CPU-side checks then run and its GPU checks SKIP, saying why).

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # slurm-cluster.sh: a real Slurm cluster on this one machine, to run rdzv
 # under slurmctld and slurmd as users do.
 #

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # test.sh: installs what rdzv needs, builds it and runs the whole test
 # suite: unit tests (cmocka), integration tests (real rdzvd processes on
 # 127.0.0.1), PyTorch compatibility tests (Debian's python3-torch 1.13)

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # systemd/: the units for rdzvd and rdzv-agent (issue 5), and etc/: the
 # configuration files they read, installed under $(sysconfdir)/rdzv.
 # The units' paths are filled in at make time, so `make prefix=...` and

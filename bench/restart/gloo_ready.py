@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """gloo_ready.py: the torch worker of bench/restart (run by torchrun or
 rdzv-agent, the same program under both).
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """join1000.py: N simulated agents join one job of rdzvd at once.
 
     /usr/bin/python3 join1000.py --port P [--n 1000] [--lws 8] [--job ID]

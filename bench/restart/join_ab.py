@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """join_ab.py: two rdzvd binaries under join1000.py, in turn.
 
     /usr/bin/python3 join_ab.py OLD_RDZVD NEW_RDZVD [--n 1000 5000]

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """restart.py: recovery of rdzv-agent beside torchrun, in one run.
 
     PYTHON restart.py --build BUILDDIR [--reps N] [--only LIST]

@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: Apache-2.0
 # restart_vs_torchrun.sh: recovery after a worker failure, rdzv-agent beside
 # torchrun (torch 2.13's by default, 1.13's with TORCH_PYTHON=/usr/bin/python3),
 # side by side in one run, on 127.0.0.1.

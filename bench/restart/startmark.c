@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * startmark.c: the non-Python worker of bench/restart: it records when it
  * started, and when it is told to exit or to stop, and does nothing else.

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """elastic_ddp.py: data-parallel training of a small MLP on Fashion-MNIST
 with torch.distributed (gloo, CPU) and DistributedDataParallel, started by
 torchrun or rdzv-agent (it reads the variables both set: RANK, WORLD_SIZE,

@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: Apache-2.0
 # torchrun_script.sh: the script PyTorch's documentation gives torchrun
 # users on Slurm, with the word torchrun replaced by rdzv-agent and nothing
 # else changed.  Run on every node of an allocation:

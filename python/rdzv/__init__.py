@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """rdzv: Python helpers shipped with the rdzv launcher.
 
 rdzv.repair lets a torch DDP script repair in place under rdzv-agent:

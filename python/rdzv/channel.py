@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """rdzv.channel: the worker <-> agent channel of rdzv-agent, Python side.
 
 Owns the grammar of the channel's messages (common/chan.c has the C

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """rdzv.collectives: collectives a script calls outside `with job.step()`.
 
 A step's collectives take part in a repair: the step is dropped and done

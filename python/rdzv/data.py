@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """rdzv.data: the job's position in its data, and the batches from it.
 
 Owns which samples each rank trains at each step, so that a repair never

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """rdzv.group: the process group's plumbing below the repair logic.
 
 Owns what the helper needs from a torch process group besides making it:

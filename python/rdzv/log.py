@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """rdzv.log: the helper's lines on stderr, each "rdzv.repair[PID]: ...".
 
 info: one line an operator wants (one per repair); warn: something went

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """rdzv.mesh: in-place repair for sharded torch programs (FSDP2, HSDP).
 
 The job's ranks form R replica groups of S ranks each (world = R * S).

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """rdzv.repair: in-place repair for torch DDP programs under rdzv-agent.
 
 A worker's death costs the survivors one step, not a restart: they keep

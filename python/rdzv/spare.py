@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """rdzv.spare: a warm python that becomes a replacement worker.
 
 rdzv-agent (--warm_spare 1, its default for python programs) keeps one

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """rdzv.state: what a donor sends a rank whose state is behind.
 
 Owns the state blob (pack/unpack: step, epoch, position in the epoch, the

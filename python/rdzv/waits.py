@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """rdzv.waits: how long a rank waits on its peers, for rdzvd's straggler
 detector.
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """rdzv.watcher: the threads beside the training thread.
 
 Owns, as a mixin of repair.Job: the watcher thread that reads the agent's

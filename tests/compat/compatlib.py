@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """compatlib: helpers shared by the tests in tests/compat/.
 
 Owns what those tests need beyond tests/lib/rdzvtest.py (which starts and

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # tests/compat/: scripts run against real processes on 127.0.0.1, with the
 # real PyTorch clients (Debian's 1.13 and 2.13 from scripts/deps.sh:
 # TCPStore, gloo, torchrun) talking to rdzvd.

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """test_elastic_torch2: a torch 2.13 DDP job (examples/torch_ddp_repair.py,
 gloo, the rdzv.repair helper) grows and shrinks in place under a real
 rdzvd and real rdzv-agents of two workers each.

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """test_gloo_pg: real gloo process groups formed through rdzvd.
 
 2 and then 3 processes run init_process_group("gloo", init_method="env://")

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """test_repair_agent_torch1: test_repair_agent_torch2's in-place repair
 under torch 1.13 (Debian's, the python running the test): a real rdzvd,
 two real rdzv-agents of two workers each running

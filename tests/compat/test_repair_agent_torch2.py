@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """test_repair_agent_torch2: in-place repair of an unmodified-but-for-the-
 helper torch 2.13 DDP script (examples/torch_ddp_repair.py, gloo) under a
 real rdzvd and two real rdzv-agents of two workers each (issue 12).  A

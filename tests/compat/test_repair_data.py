@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """test_repair_data: rdzv.repair's data position (python/rdzv/data.py) on
 torch 2.13, without processes: the global batch policies after a shrink
 ("rank", the default: each rank keeps its batch and job.batch_scale says

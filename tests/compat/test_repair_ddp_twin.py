@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """test_repair_ddp_twin: a plain DDP script and its repairable twin
 (examples/torch_plain_ddp.py, examples/torch_repair_ddp.py), torch 2.13
 gloo under a real rdzvd and two real rdzv-agents of two workers each.

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """test_repair_hsdp: sharded training (FSDP2 inside replica groups, HSDP)
 repairs in place under a real rdzvd and real rdzv-agents (torch 2.13,
 gloo, CPU): examples/torch_hsdp_repair.py, 2 replicas x 2 shards, one

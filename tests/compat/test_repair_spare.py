@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """test_repair_spare: rdzv-agent's warm spare (--warm_spare, rdzv.spare)
 under a real rdzvd and two real rdzv-agents of two torch 2.13 workers
 each (examples/torch_ddp_repair.py, gloo).

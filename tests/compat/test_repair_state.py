@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """test_repair_state: what a donor sends (python/rdzv/state.py) on torch
 2.13, without processes.  A replacement receives the job's state in
 init_process_group, before its script has made the model and the

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """test_repair_torch: a torch DDP job repairs in place through rdzv.repair
 (python/rdzv/repair.py), gloo on torch 1.13 (this file) and 2.13
 (test_repair_torch2.py runs the same sections).

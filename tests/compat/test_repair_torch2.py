@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """test_repair_torch2: test_repair_torch's sections on torch 2.13 (gloo):
 the survivors of a SIGKILL keep their processes and step on in a group of
 3, the replacement joins with the donor's state, every rank ends with the

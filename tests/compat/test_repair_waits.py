@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """test_repair_waits: rdzv.waits on torch 2.13 (gloo), in one process (a
 group of one): job.ddp() wraps the model with the timed comm hook, whose
 last bucket adds to job.wait_ms; a comm hook the script registers through

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """test_store_semantics: what PyTorch's own store tests (its
 test/distributed/test_store.py, TCPStoreTest and StoreTestBase) expect of
 a TCPStore server, held by rdzvd under torch 1.13 AND torch 2.13.

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """test_tcpstore2_client: torch 2.13's TCPStore client, side by side.
 
 Every call of the 2.13 Python TCPStore API (the list is checked against

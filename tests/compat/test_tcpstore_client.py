@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """test_tcpstore_client: torch 1.13's own TCPStore client against rdzvd.
 
 Drives every operation the 1.13 Python Store API exposes (set, get, add,

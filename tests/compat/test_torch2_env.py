@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """test_torch2_env: the README's env:// example on rdzvd's main port, run
 again and again, with torch 2.13 and 1.13.
 

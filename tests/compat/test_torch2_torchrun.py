@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """test_torch2_torchrun: unmodified torchrun 2.13 with its c10d rendezvous
 on rdzvd.
 

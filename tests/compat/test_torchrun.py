@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """test_torchrun: unmodified torchrun 1.13 with its c10d rendezvous on rdzvd.
 
 Two agents (python3 -m torch.distributed.run --nnodes 2 --nproc_per_node 2

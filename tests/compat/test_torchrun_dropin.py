@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """test_torchrun_dropin: rdzv-agent is torchrun with one word changed.
 
 A table of real command lines -- from torchrun 2.13's documentation, a

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fuzz_chan.c: libFuzzer target for the worker <-> agent channel's
  * messages (common/chan.c), both ways.  Any broken invariant aborts.

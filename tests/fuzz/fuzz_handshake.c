@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fuzz_handshake.c: libFuzzer target for the client's handshake machine
  * (common/handshake.c), the decoder of what rdzvd sends before a session.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fuzz_native.c: libFuzzer target for the native protocol codec.  Reads a
  * preamble, then frames back to back as rdzvd would (consume, continue).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fuzz_tcps2.c: libFuzzer target for the TCPStore 2.x request decoder
  * (tcps_decode), with tcps_sniff and the list iterator; see tcps_fuzz.h.

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # tests/fuzz/: libFuzzer targets, one per decoder.  With --enable-fuzzing
 # (CC=clang) they are built as check programs and `make check` runs each
 # for RDZV_FUZZ_SECONDS (default 20) over a copy of its seed corpus,

@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """make-corpus.py: writes the seed corpora of the fuzz targets.
 
 Usage: tests/fuzz/make-corpus.py [DIR]   (default: tests/fuzz/corpus beside

@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: Apache-2.0
 # run-fuzzer.sh TARGET SECONDS [LIBFUZZER-ARGS...]
 #
 # Runs the libFuzzer target TARGET (fuzz_tcps113, fuzz_tcps2, fuzz_native)

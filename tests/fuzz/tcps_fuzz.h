@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * tcps_fuzz.h: the body shared by the two TCPStore fuzz targets.  Decodes
  * requests back to back through the input as a server would (consume,

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """rdzv-agent on one node: the command line (both spellings, PET_*, SLURM_*,
 --dry_run), --standalone runs with the embedded rdzvd, the worker
 environment, prefixed console output, --log_dir/--redirects/--tee, the

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """rdzv-agent takes torchrun 2.13's command line, signals and console habits
 (issue 11, part B), checked against the real torchrun of the torch 2.13
 virtualenv: every option of its --help is accepted in both spellings and as

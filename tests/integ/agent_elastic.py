@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """rdzv-agent against a real rdzvd, several agents on loopback: restarts
 after a worker's SIGKILL or non-zero exit (until max_restarts, then the
 summary and exit 1), an agent killed with SIGKILL (its workers gone at

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """agent_lib: helpers for rdzv-agent's integration tests (agent_*.py).
 
     Agent(args, tmp, env=)   rdzv-agent in its own session, output to a file,

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Workers report their step to rdzv-agent (librdzvworker's
 rdzv_report_progress over the RDZV_PROGRESS_FD socket): the failure summary
 and rdzvd's root cause name each rank's last step; --progress_timeout turns

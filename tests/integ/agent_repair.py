@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """rdzv-agent's local side of in-place recovery (issue 12), with real
 worker processes: the two-way worker <-> agent channel (agent/progress.c,
 common/chan.c) and the respawn of one local rank alone (agent/sup.c).

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """examples/slurm/rdzv.sbatch run on one machine with stand-ins for srun
 and scontrol: rdzvd comes up on the "first node", one rdzv-agent per
 node takes its job id and node count from SLURM_JOB_ID and SLURM_NNODES,

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """rdzv-agent hosts the rendezvous where torchrun's agent would (issue 11):
 a static rendezvous (--node_rank/--master_addr/--master_port and Kubeflow's
 PET_* forms) hosted by node rank 0 even when it starts last, group rank =

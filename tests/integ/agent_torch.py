@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """An unmodified PyTorch 1.13 program under rdzv-agent: gloo with env://
 (MASTER_ADDR and the round's MASTER_PORT served by rdzvd), DDP training
 steps and all-reduces, a rank that dies in the first attempt, and the

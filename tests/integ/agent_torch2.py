@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """An unmodified PyTorch 2.13 program under rdzv-agent, 2 agents x 2
 workers: gloo with env:// (the round's MASTER_PORT served by rdzvd), DDP
 training steps, a worker killed with SIGKILL mid-training (the whole group

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Token authentication (PROTOCOL.md "Authentication"): without the token,
 with a wrong one, with a replayed answer, and over TCPStore from a network
 not listed, nothing is read or changed, each refusal is counted, and the

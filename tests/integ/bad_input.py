@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """bad_input: hostile and broken clients against a real rdzvd.
 
 For every case: the offending connection is closed, the matching

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * chan_dump.c: common/chan.c's chan_parse() over datagrams read from
  * stdin, for tests/integ/repair_chan.py, which feeds python/rdzv/

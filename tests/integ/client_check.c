@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * client_check.c: exercises every call of the native store client
  * (common/client.h) against a running rdzvd and checks each answer.

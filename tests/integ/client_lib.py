@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The blocking native client (common/client.h), every call checked by
 tests/integ/client_check against a real rdzvd: in plaintext, and over TLS with
 the CA in RDZV_TLS_CA (what rdzvctl and librdzvworker use)."""

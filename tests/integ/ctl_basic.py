@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """rdzvctl against a real rdzvd: every command's table and --json output,
 the exit statuses scripts rely on (0 ok, 1 rdzvd said no, 2 usage, 3 no
 connection or no answer, 4 authentication), errors that say what to do,

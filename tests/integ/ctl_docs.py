@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """What an operator reads: the man pages render without a warning (mandoc
 -T lint, groff -ww, man -l) and name every option of their program's
 --help; etc/rdzvd.conf documents every rdzvd option; the Kubernetes

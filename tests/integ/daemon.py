@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """daemon: rdzvd as an operator sees it.
 
 Command line (--help, --version, bad options), start-up errors (port in

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """demo: scripts/demo.sh, the first command the README gives, runs
 against this build (--no-install: no deps.sh, no configure, no make) and
 shows what it claims, so a change of behaviour breaks this test rather

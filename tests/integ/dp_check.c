@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * dp_check.c: the data-parallel step (libworker/dp.c) checked as real
  * ranks, started by tests/integ/dp_train.py.  Seven parameters: three

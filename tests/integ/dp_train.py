@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """dp_train.py: the data-parallel step end to end, and examples/ddp_mlp.
 
 Real ranks on 127.0.0.1 (started directly with RANK/WORLD_SIZE and a

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """elastic_inplace: nodes join and leave a running job without a restart.
 
 A real rdzvd and real rdzv-agents of two workers each, the workers

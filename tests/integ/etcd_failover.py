@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """etcd_failover: three rdzvds (on 127.0.0.1, .2 and .3) on a
 three-member etcd (127.0.0.1-3); one leads, the others stand by.
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """etcd_lib: real etcd clusters on loopback for the etcd store tests.
 
     c = EtcdCluster(n)     members m1..mN on 127.0.0.1, .2, .3 ... with

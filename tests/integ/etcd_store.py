@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """etcd_store: rdzvd --store etcd:// on one real etcd member (127.0.0.1).
 
   - every kind of write (SET, ADD many times in one batch, queues,

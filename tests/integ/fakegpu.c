@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fakegpu.c: a stand-in for libcudart and libnccl, for testing
  * librdzvworker's GPU path on a machine without a GPU (gpu_fake.py).

@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: Apache-2.0
 # gpu_check_script.sh: scripts/gpu-check.sh, the one command for a GPU
 # machine, kept runnable where there is none: with --cpu-only its CPU-side
 # checks PASS and every GPU check SKIPs with a reason; with --fake-gpu its

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """gpu_fake: librdzvworker's GPU path without a GPU.
 
 tests/integ/gpu_fake_check drives the library's public API on one rank;

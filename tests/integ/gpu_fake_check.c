@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * gpu_fake_check.c: librdzvworker's GPU path on one rank, for
  * gpu_fake.py (against tests/integ/fakegpu.c, no GPU needed) and

@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: Apache-2.0
 # install_layout.sh: `make install DESTDIR=...` puts every file where the
 # configured prefix says, the installed programs run, a program builds
 # against the installed library through its pkg-config file, the units
@@ -10,7 +11,7 @@ set -euo pipefail
 B=${RDZV_TOP_BUILDDIR:?run from make check}
 MAKE=${MAKE:-make}
 D=$(mktemp -d "${TMPDIR:-/tmp}/rdzv-install-XXXXXX")
-trap 'rm -rf "$D"' EXIT
+trap 'rm -rf "$D" "$D.err"' EXIT
 fail() { echo "FAIL: $*"; exit 1; }
 
 # A make run of our own in the build tree, not the caller's job server.
@@ -34,8 +35,11 @@ pythondir=$(var pythondir)
 PYTHON=$(var PYTHON)
 echo "# prefix $prefix, units in ${unitdir:-(none)}"
 
-mk install DESTDIR="$D" 2>&1 >/dev/null | grep -v "libtool --finish" || true
-[ "${PIPESTATUS[0]}" -eq 0 ] || fail "make install"
+# make install's own status decides; its stderr is shown but for
+# libtool's advice to run --finish (a staged install needs none).
+mk install DESTDIR="$D" >/dev/null 2>"$D.err" || {
+	cat "$D.err"; fail "make install"; }
+grep -v "libtool --finish" "$D.err" >&2 || :
 
 check_file() {
 	[ -f "$D$1" ] || fail "$1 not installed"

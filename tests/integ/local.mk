@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # tests/integ/: scripts run against real processes on 127.0.0.1.  Each
 # starts its own rdzvd (tests/lib/rdzvtest.py) under a deadline.
 INTEG_TESTS = \
@@ -16,7 +17,8 @@ INTEG_TESTS += tests/integ/dp_train.py
 TESTS += $(INTEG_TESTS)
 EXTRA_DIST += $(INTEG_TESTS)
 INTEG_TESTS += tests/integ/ctl_basic.py tests/integ/systemd_units.py \
-	tests/integ/ctl_docs.py tests/integ/install_layout.sh
+	tests/integ/ctl_docs.py tests/integ/install_layout.sh \
+	tests/integ/license_check.sh
 INTEG_TESTS += tests/integ/worker_coll.py tests/integ/worker_fail.py tests/integ/worker_launchers.py
 EXTRA_DIST += tests/integ/agent_lib.py
 INTEG_TESTS += tests/integ/tls_agent.py

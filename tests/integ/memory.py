@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """memory: slow and hostile clients cannot make rdzvd's memory grow
 without bound.
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """native_ops: every op of the native protocol against a real rdzvd.
 
 Each test starts its own rdzvd (memory durability, so no disk waits) on

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """persistence: what survives kill -9, SIGTERM and a restart on the same
 --db, in each durability mode.
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Training progress in rdzvd's job detail: workers write
 "progress/<rank>" = "<step> <unix_ms>" into their round's namespace, and
 /api/jobs/JOB, ADMIN_JOB (`rdzvctl members`, table and --json) and the

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """rdzvd's server-side rendezvous, driven through the native protocol as an
 agent would (PROTOCOL.md "Rendezvous"): rounds, ranks, restarts, leases,
 standbys, rescale, closing, the per-round TCPStore port, and a kill -9 of

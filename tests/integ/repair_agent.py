@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """repair_agent: in-place repair end to end (issue 12): a real rdzvd, two
 real rdzv-agents of two workers each, the workers examples/ddp_mlp with
 its default flags (it repairs when its agent says every worker can).

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """repair_agent2: in-place repair's harder cases end to end (issue 12): a
 real rdzvd, two real rdzv-agents of two workers each, examples/ddp_mlp
 with its default flags (repair_agent.py has the plain SIGKILL and the

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """repair_c: in-place repair of C workers (librdzvworker, issue 12).
 
 examples/ddp_mlp with its default flags, as 4 real processes on one host

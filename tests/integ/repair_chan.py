@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """repair_chan: the torch helper's side of the worker <-> agent channel
 (python/rdzv/repair.py) against the C codec both C ends use
 (common/chan.c, common/chan_recv.c; issue 12).  No torch needed.

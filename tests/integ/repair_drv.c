@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * repair_drv.c: drives rdzv-agent's local repair pieces (agent/sup.c,
  * agent/progress.c, common/chan.c) with real worker processes, as the

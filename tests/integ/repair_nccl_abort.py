@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """repair_nccl_abort: the torch helper's NCCL abort and commit logic
 (python/rdzv/repair.py), without a GPU.
 

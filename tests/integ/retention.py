@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """rdzvd --job-retention: a closed job is forgotten (memory, sqlite rows,
 every kv namespace under job/<id>/) once the retention has passed since it
 closed, counted in rdzvd_jobs_purged_total and logged; its rdzv_id is

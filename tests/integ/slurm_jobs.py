@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """rdzv under a real Slurm (scripts/slurm-cluster.sh: slurmctld, three
 slurmd nodes, munge): the lines Slurm users run, each to the end with
 sacct's COMPLETED and the trained model's accuracy checked.

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """slurm_lib: a real Slurm cluster (scripts/slurm-cluster.sh: munged,
 slurmctld, slurmd nodes n1..nN in namespaces of their own) for the
 tests/integ/slurm_*.py tests, and the few things they ask of it.

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A node lost under a real Slurm (scripts/slurm-cluster.sh), mid-job, in
 an rdzv.sbatch job of examples/ddp_mlp on two nodes (--nnodes 1:2): the
 second node's rdzv-agent SIGKILLed, or the node set DOWN in a --no-kill

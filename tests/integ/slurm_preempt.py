@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Preemption and requeue under a real Slurm (scripts/slurm-cluster.sh):
 scancel --signal=USR1 reaches every worker of an rdzv.sbatch job through
 the agents (rdzvd, in the same job, ignores it), each rank checkpoints at

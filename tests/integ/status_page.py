@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """rdzvd's HTTP status page in a real browser: Debian's headless Chromium
 loads http://127.0.0.1:PORT/ while a job runs, the page's script fetches
 /api/ and renders jobs, members and events; the test reads the rendered

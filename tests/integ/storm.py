@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Every listener holds a connection storm (issue #9).
 
 At job start every agent and worker connects at once.  A listener whose

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """straggler: a slow rank named, and replaced, end to end.  A real rdzvd,
 real rdzv-agents of two workers each running examples/ddp_mlp (its
 collectives count the time they wait on their peers, which its progress

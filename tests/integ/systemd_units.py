@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The systemd units (systemd/*.service.in, built with the install paths):
 `systemd-analyze verify` finds nothing to say about them (programs, man
 pages of Documentation= included), `systemd-analyze security` rates

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """tcpstore113: torch 1.13's TCPStore dialect at the byte level.
 
 Cases torch's own client never produces: every request split at every

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """tcpstore2: torch 2.x's TCPStore dialect at the byte level.
 
 torch 2.x is not installed here, so rdzvtest.TCPStore2 (struct-encoded

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """TLS on rdzvd's store port (PROTOCOL.md "TLS"), against the real rdzvd
 with Python's ssl module as the client: the native protocol works inside
 TLS (pushes, token authentication, values of several MiB, back-pressure);

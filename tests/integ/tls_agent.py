@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """rdzv-agent over TLS to a real rdzvd (--tls-cert/--tls-key, issue 5):
 two agents and a token finish a job, their workers told RDZV_TLS_CA (an
 absolute path, from a relative --tls_ca or from RDZV_TLS_CA); an agent

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """TLS in the blocking native client (common/client.c) and its users,
 against a real rdzvd started with --tls-cert/--tls-key (PROTOCOL.md
 "TLS"): rdzvctl's commands, events --follow and its Ctrl-C, with a token

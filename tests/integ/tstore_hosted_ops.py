@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The TCPStore librdzvworker's rank 0 hosts (libworker/tstore_srv.c)
 serves torch 2.x's queue ops, LIST_KEYS and BARRIER, and 1.13's requests
 (WATCH_KEY included), as rdzvd does.  Rank 0 of a world of 2 hosts the

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # worker_abi.sh: librdzvworker exports exactly the functions rdzv_worker.h
 # declares.  Three lists must agree: the header's prototypes, the export
 # list libtool links with (libworker/librdzvworker.sym) and the dynamic

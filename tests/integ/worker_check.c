@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * worker_check.c: a librdzvworker program that tests/integ/worker_*.py
  * start N times as real processes (RANK, WORLD_SIZE and RDZV_* or

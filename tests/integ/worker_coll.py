@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """worker_coll: librdzvworker's cpu backend between real processes.
 
 tests/integ/worker_check (a C program on the public API) runs as N ranks,

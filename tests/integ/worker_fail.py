@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """worker_fail: a rank that dies or hangs mid-collective must turn into an
 error in every other rank within a bound, never a hang.
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """worker_launchers: librdzvworker finds its place under every launcher.
 
 The same program (tests/integ/worker_check) started by real torchrun 1.13

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """worker_lib: start a librdzvworker program as N real processes.
 
 Shared by tests/integ/worker_*.py and bench/allreduce_vs_gloo.sh's

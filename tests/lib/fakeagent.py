@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """fakeagent: rdzv-agent's side of in-place repair, in Python, for tests
 and benchmarks of C workers (librdzvworker) and torch workers
 (python/rdzv/repair.py) until the real agent does it (common/PROTOCOL.md

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """rdzvtest: the shared harness for rdzv's integration and compatibility tests.
 
 Everything a test needs to drive a real rdzvd over loopback, in pure Python

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # run_py_test.sh FILE.py [ARGS]: how `make check` runs a Python test file
 # (the Makefile's PY_LOG_COMPILER): with $TORCH_PYTHON.  rdzvtest.main()
 # writes its summary ("# N passed, N failed, N skipped") to the file

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # tests/unit/: cmocka tests of the pure parts, linked against the libraries.
 if HAVE_CMOCKA
 UNIT_TESTS = tests/unit/test_wire tests/unit/test_kv tests/unit/test_store

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_chan.c: the worker <-> agent channel's messages (common/chan.c),
  * both ways, against the text of the contract (common/PROTOCOL.md

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_common.c: unit tests of common/'s small helpers: hostport.c
  * (every way to write an endpoint, right and wrong, under each flag, and

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_dp_ckpt.c: unit tests of checkpoints (libworker/ckpt.c) without a
  * communicator and with a world of one: round trip, replacing a

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_dp_sampler.c: unit tests of the distributed sampler
  * (libworker/sampler.c): shards disjoint and covering for world sizes 1

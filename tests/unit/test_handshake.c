@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_handshake.c: unit tests of the client's handshake machine
  * (common/handshake.c), driven as a connection would: rdzvd's bytes in

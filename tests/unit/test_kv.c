@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_kv.c: unit tests of the kv core (kv/kv.c): every operation and
  * its edge cases, the four waiter kinds, cancellation (also from inside a

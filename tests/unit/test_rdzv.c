@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_rdzv.c: unit tests of the rendezvous state machine (rdzvd/rdzv*.c)
  * over a real kv core, with a fake wall clock: retention (closed jobs

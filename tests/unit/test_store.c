@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_store.c: store.c against real sqlite files in a temporary
  * directory: round trips through close and reopen, strict and relaxed

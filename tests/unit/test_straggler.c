@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_straggler.c: the straggler detector (rdzvd/straggler.c), driven
  * directly with the reports a synchronous data-parallel job makes: every

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_tcps_sess.c: unit tests of the one TCPStore mapping (kv/tcps_sess.c)
  * that rdzvd and librdzvworker's hosted store both drive: requests are

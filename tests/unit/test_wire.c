@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_wire.c: unit tests of the wire codecs (common/wire*.c): every
  * TCPStore op of both dialects from hand-built bytes, every truncation,

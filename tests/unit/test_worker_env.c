@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_worker_env.c: librdzvworker's pure parts: environment detection
  * (libworker/env.c) for every launcher and its errors, and the
