@@ -33,6 +33,10 @@
  *	params rank R hash H
  *
  * (a hash of its parameters: equal on every rank, repaired or not).
+ * With --until FILE (for tests) training goes on past --epochs, an epoch
+ * at a time, until FILE exists: the ranks agree on it at each epoch's end
+ * (in the epoch's sums), so a test decides when the job may end instead
+ * of guessing how long it lasts.
  * When its node leaves on purpose (SIGTERM to its agent), each of its
  * ranks finishes the step in flight and exits 0, printing
  *
@@ -76,6 +80,7 @@ struct args {
 	int		 exit_after;	/* testing resume: stop after N steps */
 	int		 crash_rank;	/* with exit_after: only it, by SIGKILL */
 	int		 print_hash;	/* every rank prints its parameters' hash */
+	const char	*until;		/* testing: train on until this exists */
 };
 
 /* What a checkpoint holds besides the parameters. */
@@ -108,6 +113,7 @@ struct train {
 	struct pos {
 		uint64_t	epoch;	/* 0-based epoch in progress */
 		uint64_t	done;	/* global samples done in it */
+		uint64_t	held;	/* 1: --until's file not seen yet */
 	}		 pos;
 };
 
@@ -122,7 +128,7 @@ usage(void)
 	    "[--bucket-kb K]\n"
 	    "               [--threads T] [--cpu | --cuda]\n"
 	    "  testing: [--exit-after STEPS [--crash-rank R]] "
-	    "[--print-hash]\n");
+	    "[--print-hash] [--until FILE]\n");
 	exit(2);
 }
 
@@ -172,6 +178,7 @@ parse_args(struct args *a, int argc, char **argv)
 		{ "exit-after", required_argument, NULL, 'X' },
 		{ "crash-rank", required_argument, NULL, 'K' },
 		{ "print-hash", no_argument, NULL, 'p' },
+		{ "until", required_argument, NULL, 'U' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 }
 	};
@@ -251,6 +258,9 @@ parse_args(struct args *a, int argc, char **argv)
 			break;
 		case 'p':
 			a->print_hash = 1;
+			break;
+		case 'U':
+			a->until = optarg;
 			break;
 		default:
 			usage();
@@ -619,7 +629,7 @@ static int
 train_epoch(struct train *t, int *stepsp)
 {
 	uint64_t	count, i, lo, hi, steps, s, gb, k, epoch, s0;
-	double		t0, dt, acc, loss, sums[3];
+	double		t0, dt, acc, loss, sums[4];
 	size_t		right, b;
 	float		scale;
 	int		rc, rc2, quarter = 0;
@@ -708,11 +718,15 @@ train_epoch(struct train *t, int *stepsp)
 	sums[0] = t->loss_sum;
 	sums[1] = t->seen;
 	sums[2] = t->correct;
-	if ((rc = rdzv_allreduce(t->comm, sums, sums, 3, RDZV_F64, RDZV_SUM,
+	/* --until: whether any rank saw the file, agreed with the sums. */
+	sums[3] = t->a.until != NULL && access(t->a.until, F_OK) == 0;
+	if ((rc = rdzv_allreduce(t->comm, sums, sums, 4, RDZV_F64, RDZV_SUM,
 	    -1)) == RDZV_EREPAIR)
 		return (rc);
 	if (rc != 0)
 		die(t, "allreduce (epoch sums)", rc);
+	if (sums[3] > 0.0)
+		t->pos.held = 0;
 	dt = now_s() - t0;
 	if ((rc = evaluate(t, &acc)) != 0)
 		return (rc);
@@ -757,6 +771,7 @@ main(int argc, char **argv)
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	setup(&t);
 	(void)rdzv_comm_round(t.comm, &rd);
+	t.pos.held = t.a.until != NULL;
 	/* A replacement takes everything from the donor; others load. */
 	if (!rd.joined)
 		t.pos.epoch = restore(&t, &t.pos.done);
@@ -764,7 +779,8 @@ main(int argc, char **argv)
 		recover(&t);
 	for (;;) {
 		rc = 0;
-		while (rc == 0 && t.pos.epoch < (uint64_t)t.a.epochs)
+		while (rc == 0 && (t.pos.epoch < (uint64_t)t.a.epochs ||
+		    t.pos.held))
 			rc = train_epoch(&t, &steps);
 		if (rc == 0 && (rc = evaluate(&t, &acc)) == 0)
 			break;

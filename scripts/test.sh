@@ -37,6 +37,7 @@ fi
 
 pass=0 fail=0 skip=0 rc=0
 failed_logs=()
+times=""	# "seconds leg test" lines, from each log's "# elapsed" line
 
 # run NAME DIR CONFIGURE-ARGS...: build in DIR and run make check
 # (with $CHECK_ARGS, e.g. a TESTS= override).
@@ -58,6 +59,9 @@ run() {
 	f=$(grep -cE '^(FAIL|XPASS|ERROR):' "$dir/check.log")
 	s=$(grep -cE '^SKIP:' "$dir/check.log")
 	pass=$((pass + p)); fail=$((fail + f)); skip=$((skip + s))
+	times+=$(find "$dir/tests" -name '*.log' -exec awk -v leg="$name" \
+	    -v b="$dir/" '/^# elapsed [0-9.]+ s$/ { f = FILENAME;
+	    sub(b, "", f); sub(/\.log$/, "", f); print $3, leg, f }' {} +)$'\n'
 	if [ $crc -ne 0 ] || [ "$f" -ne 0 ]; then
 		rc=1
 		[ "$f" -eq 0 ] && fail=$((fail + 1)) && tail -40 "$dir/check.log"
@@ -111,6 +115,12 @@ for d in "${failed_logs[@]}"; do
 		    head -30 | cut -c1-700 | sed "s|^|   ${log#$top/}: |")$'\n'
 	done
 done
+# Where the time went: each leg's total and the slowest tests.
+if [ -n "${times//$'\n'/}" ]; then
+	echo "== per-test times (seconds; the slowest 25 of $(grep -c . <<<"$times"))"
+	awk 'NF == 3 { t[$2] += $1 } END { for (l in t) printf "   %s: %.0f s in all\n", l, t[l] }' <<<"$times"
+	sort -rn <<<"$times" | grep . | head -25 | awk '{ printf "   %8.1f  %-6s %s\n", $1, $2, $3 }'
+fi
 if [ -n "$short" ]; then
 	echo "== failed, in short:"
 	printf '%s' "$short"

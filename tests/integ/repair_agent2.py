@@ -33,9 +33,6 @@ from agent_lib import Scope, job_events as events, job_status
 from repair_agent import finish, need_data, prog, start_job
 
 SHRUNK_RE = re.compile(r"repaired: round \d+ \(shrink\)")
-# The survivors must still be training when the held replacement joins
-# (a loaded machine, ASan): 4 epochs, not repair_agent.py's 2.
-LONGER = ["--epochs", "4"]
 # Held until GATE exists when it is a replacement; otherwise at once.
 GATE_SH = ('if [ "$RDZV_REPLACEMENT" = 1 ]; then '
            'while [ ! -e "$RDZV_E2E_GATE" ]; do sleep 0.02; done; fi; '
@@ -43,9 +40,18 @@ GATE_SH = ('if [ "$RDZV_REPLACEMENT" = 1 ]; then '
 
 
 def gated(gate, extra=()):
-    """The agent's program and environment: replacements wait for gate."""
-    return ["/bin/sh", "-c", GATE_SH, "gate"] + prog() + list(extra), \
-        {"RDZV_E2E_GATE": gate}
+    """The agent's program and environment: replacements wait for gate,
+    and the job trains on until end(gate) is called, so the survivors are
+    still training when the held replacement joins, however slow the
+    machine."""
+    return ["/bin/sh", "-c", GATE_SH, "gate"] + prog() + [
+        "--until", gate + ".end"] + list(extra), {"RDZV_E2E_GATE": gate}
+
+
+def end(gate):
+    """Lets a gated() job end (at its next epoch's end, --epochs done)."""
+    with open(gate + ".end", "w"):
+        pass
 
 
 def has(d, job, prefix):
@@ -72,7 +78,10 @@ def test_stopped_rank_watchdog_repairs():
     need_data()
     d = rt.Rdzvd()
     with Scope("repair-agent2-") as s:
-        a, b = start_job(s, d, "stopped",
+        gate = os.path.join(s.tmp, "gate")
+        program, env = gated(gate)
+        open(gate, "w").close()         # replacements start at once
+        a, b = start_job(s, d, "stopped", program=program, env=env,
                          extra=["--progress_timeout", "2"])
         survivors = set(a.children())
         victim, other = sorted(b.children())
@@ -89,6 +98,7 @@ def test_stopped_rank_watchdog_repairs():
         now = set(a.children()) | set(b.children())
         assert survivors <= now, (survivors, now)
         assert victim not in now
+        end(gate)
         hashes, _, ev = finish(d, "stopped", [a, b])
         out = a.output() + b.output()
     assert sorted(hashes) == [0, 1, 2, 3], hashes
@@ -112,7 +122,7 @@ def test_second_failure_shrinks_again():
     d = rt.Rdzvd()
     with Scope("repair-agent2-") as s:
         gate = os.path.join(s.tmp, "gate")
-        program, env = gated(gate, LONGER)
+        program, env = gated(gate)
         a, b = start_job(s, d, "second", program=program, env=env)
         va, vb = sorted(a.children())[0], sorted(b.children())[0]
         kept = (set(a.children()) | set(b.children())) - {va, vb}
@@ -136,6 +146,7 @@ def test_second_failure_shrinks_again():
         wait_event(d, "second", "repair: grow to 4", [a, b], 60,
                    "the second grow round")
         assert kept <= set(a.children()) | set(b.children()), kept
+        end(gate)
         try:
             hashes, _, ev = finish(d, "second", [a, b])
         except AssertionError:
@@ -163,7 +174,7 @@ def gated_kill(s, d, job):
     node b loses a worker to SIGKILL; returns (a, b, gate, survivors,
     victim) once the survivors step on in the shrink round."""
     gate = os.path.join(s.tmp, "gate")
-    program, env = gated(gate, LONGER)
+    program, env = gated(gate)
     a, b = start_job(s, d, job, program=program, env=env)
     survivors = set(a.children())
     victim, other = sorted(b.children())
@@ -195,6 +206,7 @@ def test_rdzvd_kill9_resumes_repair():
         now = set(a.children()) | set(b.children())
         assert survivors <= now, (survivors, now)
         assert victim not in now
+        end(gate)
         hashes, _, ev = finish(d, "phoenix", [a, b])
     assert sorted(hashes) == [0, 1, 2, 3], hashes
     assert len(set(hashes.values())) == 1, hashes
@@ -226,6 +238,7 @@ def test_rdzvd_down_when_ready():
                    "the grow round after the restart")
         now = set(a.children()) | set(b.children())
         assert survivors <= now, (survivors, now)
+        end(gate)
         hashes, _, ev = finish(d, "down", [a, b])
     assert sorted(hashes) == [0, 1, 2, 3], hashes
     assert len(set(hashes.values())) == 1, hashes

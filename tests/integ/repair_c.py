@@ -192,8 +192,11 @@ def test_bad_messages_ignored():
     """Garbage, unknown verbs and malformed rounds change nothing."""
     need_data()
     d = rt.Rdzvd()
+    # The job trains until the test has seen a step after the garbage.
+    until = os.path.join(rt.mktemp(), "until")
     try:
-        a = fakeagent.FakeAgent([prog()] + ARGS + ["--epochs", "1"], 2,
+        a = fakeagent.FakeAgent([prog()] + ARGS + ["--epochs", "1",
+                                                   "--until", until], 2,
                                 "127.0.0.1:%d" % d.port)
         try:
             a.start()
@@ -212,6 +215,7 @@ def test_bad_messages_ignored():
                     w.sock.send(m)
             t = time.monotonic()
             a.wait_steps(0, after=t, timeout=30)
+            open(until, "w").close()
             hashes, _ = finish(a, a.wait(120))
             assert len(set(hashes.values())) == 1, hashes
         finally:
