@@ -43,8 +43,21 @@ ACC_RE = re.compile(r"final test_acc ([0-9.]+)$", re.M)
 ACC_BAND = 0.03
 
 
-def prog():
-    return [os.path.join(rt.top_builddir(), "examples", "ddp_mlp")] + ARGS
+EPOCH_RE = re.compile(r"epoch (\d+) loss ")
+
+
+def prog(until=None):
+    """ddp_mlp and its arguments; with until, it trains on past its epochs
+    until the test calls let_end(until) (ddp_mlp --until), so that a job
+    outlives what the test waits for however slow the machine is."""
+    p = [os.path.join(rt.top_builddir(), "examples", "ddp_mlp")] + ARGS
+    return p + ["--until", until] if until else p
+
+
+def let_end(until):
+    """Lets a job of prog(until) end, at its next epoch's end."""
+    with open(until, "w"):
+        pass
 
 
 def need_data():
@@ -105,10 +118,8 @@ def test_kill_repairs_in_place():
     need_data()
     d = rt.Rdzvd()
     with Scope("repair-agent-") as s:
-        a, b = start_job(s, d, "clean")
-        _, acc0, _ = finish(d, "clean", [a, b])
-
-        a, b = start_job(s, d, "rep")
+        until = os.path.join(s.tmp, "until")
+        a, b = start_job(s, d, "rep", program=prog(until))
         survivors = set(a.children())
         victim, other = sorted(b.children())
         survivors.add(other)
@@ -122,7 +133,14 @@ def test_kill_repairs_in_place():
         now = set(a.children()) | set(b.children())
         assert survivors <= now, (survivors, now)
         assert victim not in now
+        let_end(until)
         hashes, acc, ev = finish(d, "rep", [a, b])
+        # The failure-free run trains as many epochs as the repaired one.
+        epochs = max(int(e) for e in EPOCH_RE.findall(a.output() +
+                                                      b.output()))
+        clean = prog()[:-1] + [str(epochs)]
+        a, b = start_job(s, d, "clean", program=clean)
+        _, acc0, _ = finish(d, "clean", [a, b])
     assert sorted(hashes) == [0, 1, 2, 3], hashes
     assert len(set(hashes.values())) == 1, hashes
     assert abs(acc - acc0) <= ACC_BAND, (acc, acc0)
@@ -142,7 +160,9 @@ def test_not_repairable_restarts():
     need_data()
     d = rt.Rdzvd()
     with Scope("repair-agent-") as s:
-        a, b = start_job(s, d, "norep", env_b={"RDZV_REPAIR": "0"})
+        until = os.path.join(s.tmp, "until")
+        a, b = start_job(s, d, "norep", env_b={"RDZV_REPAIR": "0"},
+                         program=prog(until))
         before = set(a.children()) | set(b.children())
         os.kill(sorted(a.children())[0], signal.SIGKILL)
         rt.wait_until(lambda: any(t.startswith("restart 1 of")
@@ -152,6 +172,7 @@ def test_not_repairable_restarts():
                       len(b.children()) == 2 and
                       not (set(a.children()) | set(b.children())) & before,
                       timeout=30, what="4 new workers")
+        let_end(until)
         hashes, _, ev = finish(d, "norep", [a, b])
     assert len(set(hashes.values())) == 1, hashes
     # The killed worker's agent asks for a repair, which rdzvd refuses
@@ -205,9 +226,11 @@ def test_late_kill_finishes_shrunk():
 
 def lost_node(s, d, job, nnodes, standby):
     """Agents a, b (and a standby c): b is SIGKILLed mid-training.
-    Returns (a, c, events, a's workers before) once a (and c) exit 0."""
-    a = s.agent(args(d, job, nnodes, 2.0), program=prog())
-    b = s.agent(args(d, job, nnodes, 2.0), program=prog())
+    Returns (a, c, events, a's workers before) once a (and c) exit 0.
+    With the standby, the job ends once c's workers have joined."""
+    until = os.path.join(s.tmp, "until")
+    a = s.agent(args(d, job, nnodes, 2.0), program=prog(until))
+    b = s.agent(args(d, job, nnodes, 2.0), program=prog(until))
     try:
         rt.wait_until(lambda: len(a.children()) == 2 and
                       len(b.children()) == 2 and
@@ -218,11 +241,16 @@ def lost_node(s, d, job, nnodes, standby):
         raise
     c = None
     if standby:
-        c = s.agent(args(d, job, nnodes, 2.0), program=prog())
+        c = s.agent(args(d, job, nnodes, 2.0), program=prog(until))
         rt.wait_until(lambda: "standby" in c.output(), timeout=30,
                       what="the standby agent")
     before = set(a.children())
     os.kill(b.pid, signal.SIGKILL)
+    if standby:
+        rt.wait_until(lambda: any(t.startswith("repair: grow")
+                                  for t in events(d, job)),
+                      timeout=60, what="the standby's grow round")
+    let_end(until)
     live = [x for x in (a, c) if x is not None]
     for x in live:
         rc = x.wait(90)
