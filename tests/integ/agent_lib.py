@@ -10,6 +10,8 @@
     marked_pids(marker)      pids whose command line holds marker (/proc)
     assert_gone(marker, t)   no such process within t seconds
     job_status(d, job)       rdzvd's JOB_STATUS text
+    until(prog, path)        ddp_mlp's argv, trained on until let_end(path)
+    let_end(path)            lets such a job end; trained_epochs(out) after
 
 Every test passes its own temporary directory as the worker's first
 argument, so the directory's path marks every process the test started
@@ -17,6 +19,7 @@ argument, so the directory's path marks every process the test started
 """
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -308,6 +311,25 @@ def assert_gone(marker, timeout=3.0):
             raise AssertionError("processes left behind:\n" +
                                  "\n".join(info))
         time.sleep(0.02)
+
+
+def until(prog, path):
+    """prog (ddp_mlp's argv) trained on past its --epochs until the test
+    calls let_end(path) (ddp_mlp --until): a job that must outlive what a
+    test waits for is told when it may end, whatever the machine's
+    speed."""
+    return list(prog) + ["--until", path]
+
+
+def let_end(path):
+    """Lets a job of until(prog, path) end, at its next epoch's end."""
+    with open(path, "w"):
+        pass
+
+
+def trained_epochs(out):
+    """How many epochs ddp_mlp said it trained in out (rank 0's lines)."""
+    return max(int(e) for e in re.findall(r"epoch (\d+) loss ", out))
 
 
 def job_status(d, job):

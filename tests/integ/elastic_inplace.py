@@ -29,7 +29,8 @@ import signal
 import time
 
 import rdzvtest as rt
-from agent_lib import Scope, conf, ctl, job_events as events
+from agent_lib import Scope, conf, ctl, job_events as events, let_end, \
+    trained_epochs, until
 
 DATA = "/usr/share/datasets/fashion-mnist"
 ARGS = ["--hidden", "64", "--test-limit", "2000", "--lr", "0.1",
@@ -41,22 +42,13 @@ ACC_RE = re.compile(r"final test_acc ([0-9.]+)$", re.M)
 ACC_BAND = 0.03
 
 
-EPOCH_RE = re.compile(r"epoch (\d+) loss ")
-
-
-def prog(epochs=4, until=None):
-    """ddp_mlp for epochs; with until, it trains on past them until the
-    test calls let_end(until) (ddp_mlp --until), so a joiner or a leaver
-    meets a job still training however slow the machine is."""
+def prog(epochs=4, end=None):
+    """ddp_mlp for epochs; with end, it trains on until the test calls
+    let_end(end) (agent_lib.until), so a joiner or a leaver meets a job
+    still training however slow the machine is."""
     p = [os.path.join(rt.top_builddir(), "examples", "ddp_mlp")] + \
         ARGS + ["--epochs", str(epochs)]
-    return p + ["--until", until] if until else p
-
-
-def let_end(until):
-    """Lets a job of prog(until=until) end, at its next epoch's end."""
-    with open(until, "w"):
-        pass
+    return until(p, end) if end else p
 
 
 def need_data():
@@ -110,26 +102,26 @@ def test_join_grows_in_place():
     need_data()
     d = rt.Rdzvd()
     with Scope("elastic-") as s:
-        until = os.path.join(s.tmp, "until")
-        a = s.agent(args(d, "join", "2:3"), program=prog(until=until))
-        b = s.agent(args(d, "join", "2:3"), program=prog(until=until))
+        end = os.path.join(s.tmp, "end")
+        a = s.agent(args(d, "join", "2:3"), program=prog(end=end))
+        b = s.agent(args(d, "join", "2:3"), program=prog(end=end))
         training([a, b])
         before = set(a.children()) | set(b.children())
         t0 = time.monotonic()
-        c = s.agent(args(d, "join", "2:3"), program=prog(until=until))
+        c = s.agent(args(d, "join", "2:3"), program=prog(end=end))
         rt.wait_until(lambda: any(t.startswith("join: grow")
                                   for t in events(d, "join")),
                       timeout=60, what="the grow round")
         print("  join -> grow round: %.0f ms"
               % ((time.monotonic() - t0) * 1000))
         assert before <= set(a.children()) | set(b.children()), before
-        let_end(until)
+        let_end(end)
         out = finish([a, b, c])
         ev = events(d, "join")
         # The failure-free twin, three nodes from the start, trains as
         # many epochs as the job did.
-        epochs = max(int(e) for e in EPOCH_RE.findall(out))
-        twin = [s.agent(args(d, "twin", "3"), program=prog(epochs))
+        twin = [s.agent(args(d, "twin", "3"),
+                        program=prog(trained_epochs(out)))
                 for _ in range(3)]
         acc0 = ended(finish(twin), 6)
     print("  " + "\n  ".join(t for t in ev if t.startswith("join")))
@@ -160,8 +152,8 @@ def test_two_join_one_grow():
         # passed, so a second agent slower than that to start (a loaded
         # machine) would otherwise make a grow of its own.
         gate = os.path.join(s.tmp, "gate")
-        until = os.path.join(s.tmp, "until")
-        p = ["/bin/sh", "-c", GATE_SH, "gate"] + prog(until=until)
+        end = os.path.join(s.tmp, "end")
+        p = ["/bin/sh", "-c", GATE_SH, "gate"] + prog(end=end)
         env = {"RDZV_E2E_GATE": gate}
         a = s.agent(args(d, "two", "2:4", 1.0), program=p, env=env)
         b = s.agent(args(d, "two", "2:4", 1.0), program=p, env=env)
@@ -179,7 +171,7 @@ def test_two_join_one_grow():
                                   for t in events(d, "two")),
                       timeout=60, what="the grow round")
         assert before <= set(a.children()) | set(b.children()), before
-        let_end(until)
+        let_end(end)
         out = finish([a, b, c, e])
         ev = events(d, "two")
     print("  " + "\n  ".join(t for t in ev if t.startswith("join")))
@@ -197,15 +189,15 @@ def test_not_repairable_rescales_by_restart():
     d = rt.Rdzvd()
     env = {"RDZV_REPAIR": "0"}
     with Scope("elastic-") as s:
-        until = os.path.join(s.tmp, "until")
-        small = prog(2, until) + ["--limit", "12000"]
+        end = os.path.join(s.tmp, "end")
+        small = prog(2, end) + ["--limit", "12000"]
         a = s.agent(args(d, "nr", "2:3"), program=small, env=env)
         b = s.agent(args(d, "nr", "2:3"), program=small, env=env)
         training([a, b])
         c = s.agent(args(d, "nr", "2:3"), program=small, env=env)
         rt.wait_until(lambda: "round 1 ended: a node joined below max" in
                       events(d, "nr"), timeout=60, what="the restart")
-        let_end(until)
+        let_end(end)
         out = finish([a, b, c])
         ev = events(d, "nr")
     assert any(re.match(r"join: node 3 cannot be taken in place \(node \d "
@@ -230,10 +222,10 @@ def leave_in_place(how):
     d = rt.Rdzvd()
     job = "lv-" + how
     with Scope("elastic-") as s:
-        until = os.path.join(s.tmp, "until")
-        a = s.agent(args(d, job, "2:3", 1.0), program=prog(until=until))
-        b = s.agent(args(d, job, "2:3", 1.0), program=prog(until=until))
-        c = s.agent(args(d, job, "2:3", 1.0), program=prog(until=until))
+        end = os.path.join(s.tmp, "end")
+        a = s.agent(args(d, job, "2:3", 1.0), program=prog(end=end))
+        b = s.agent(args(d, job, "2:3", 1.0), program=prog(end=end))
+        c = s.agent(args(d, job, "2:3", 1.0), program=prog(end=end))
         training([a, b, c])
         before = set(a.children()) | set(b.children())
         node = re.search(r"joined job %s as node (\d+)" % job,
@@ -258,7 +250,7 @@ def leave_in_place(how):
         assert rc == 0, (rc, c.output()[-3000:])
         print("  %s -> agent exit 0: %.0f ms" % (how, took * 1000))
         assert before <= set(a.children()) | set(b.children()), before
-        let_end(until)
+        let_end(end)
         out = finish([a, b])
         ev = events(d, job)
     left = c.output()

@@ -30,7 +30,7 @@ import signal
 import subprocess
 
 import rdzvtest as rt
-from agent_lib import Scope, conf, job_events
+from agent_lib import Scope, conf, job_events, let_end, until
 from etcd_lib import (EtcdCluster, etcd_rdzvd, skip_without_etcd,
                       standby_http)
 from etcd_store import DEPOSED, AckLog, check_acked
@@ -183,14 +183,14 @@ def c_job(leader, standbys, job):
     """The agents' arguments and program of a 2 x 2 ddp_mlp job given all
     three rdzvds, and the file that lets it end: it trains on (--until)
     until the test creates that file, whatever the machine's speed."""
-    from repair_agent import ARGS, prog
+    from repair_agent import prog
     eps = ",".join(d.endpoint for d in [leader] + standbys)
-    until = os.path.join(rt.mktemp("etcd-until-"), "until")
+    end = os.path.join(rt.mktemp("etcd-end-"), "end")
     return (["--nnodes", "2", "--nproc_per_node", "2",
              "--rdzv_backend", "rdzv", "--rdzv_endpoint", eps,
              "--rdzv_id", job, "--max_restarts", "2", "--grace", "2",
              "--rdzv_conf", conf(0.2, 5.0), "--no_python"],
-            prog()[:1] + ARGS + ["--until", until], until)
+            until(prog(), end), end)
 
 
 def test_job_survives_failover():
@@ -198,7 +198,7 @@ def test_job_survives_failover():
     need_data()
     etcd = EtcdCluster(3)
     leader, standbys = trio(etcd)
-    job_args, program, until = c_job(leader, standbys, "ha")
+    job_args, program, end = c_job(leader, standbys, "ha")
     with Scope("etcd-job-") as s:
         a = s.agent(job_args, program=program)
         b = s.agent(job_args, program=program)
@@ -221,7 +221,7 @@ def test_job_survives_failover():
                                   for t in job_events(new, "ha")),
                       timeout=60, what="the grow round on the new leader")
         assert workers - {victim} <= set(a.children()) | set(b.children())
-        open(until, "w").close()
+        let_end(end)
         for x in (a, b):
             rc = x.wait(120)
             assert rc == 0, (rc, x.output()[-3000:])
@@ -242,7 +242,7 @@ def test_repair_in_flight_failover():
     need_data()
     etcd = EtcdCluster(3)
     leader, standbys = trio(etcd)
-    job_args, program, until = c_job(leader, standbys, "inflight")
+    job_args, program, end = c_job(leader, standbys, "inflight")
     program = ["/bin/sh", "-c", GATE_SH, "gate"] + program
     with Scope("etcd-inflight-") as s:
         gate = os.path.join(s.tmp, "gate")
@@ -272,7 +272,7 @@ def test_repair_in_flight_failover():
                                   for t in job_events(new, "inflight")),
                       timeout=60, what="the grow round on the new leader")
         assert kept <= set(a.children()) | set(b.children())
-        open(until, "w").close()
+        let_end(end)
         for x in (a, b):
             rc = x.wait(120)
             assert rc == 0, (rc, x.output()[-3000:])

@@ -31,7 +31,8 @@ import signal
 import time
 
 import rdzvtest as rt
-from agent_lib import Scope, conf, job_events as events
+from agent_lib import Scope, conf, job_events as events, let_end, \
+    trained_epochs, until
 
 DATA = "/usr/share/datasets/fashion-mnist"
 ARGS = ["--hidden", "64", "--test-limit", "2000", "--lr", "0.1",
@@ -43,21 +44,11 @@ ACC_RE = re.compile(r"final test_acc ([0-9.]+)$", re.M)
 ACC_BAND = 0.03
 
 
-EPOCH_RE = re.compile(r"epoch (\d+) loss ")
-
-
-def prog(until=None):
-    """ddp_mlp and its arguments; with until, it trains on past its epochs
-    until the test calls let_end(until) (ddp_mlp --until), so that a job
-    outlives what the test waits for however slow the machine is."""
+def prog(end=None):
+    """ddp_mlp and its arguments; with end, it trains on until the test
+    calls let_end(end) (agent_lib.until)."""
     p = [os.path.join(rt.top_builddir(), "examples", "ddp_mlp")] + ARGS
-    return p + ["--until", until] if until else p
-
-
-def let_end(until):
-    """Lets a job of prog(until) end, at its next epoch's end."""
-    with open(until, "w"):
-        pass
+    return until(p, end) if end else p
 
 
 def need_data():
@@ -118,8 +109,8 @@ def test_kill_repairs_in_place():
     need_data()
     d = rt.Rdzvd()
     with Scope("repair-agent-") as s:
-        until = os.path.join(s.tmp, "until")
-        a, b = start_job(s, d, "rep", program=prog(until))
+        end = os.path.join(s.tmp, "end")
+        a, b = start_job(s, d, "rep", program=prog(end))
         survivors = set(a.children())
         victim, other = sorted(b.children())
         survivors.add(other)
@@ -133,12 +124,11 @@ def test_kill_repairs_in_place():
         now = set(a.children()) | set(b.children())
         assert survivors <= now, (survivors, now)
         assert victim not in now
-        let_end(until)
+        let_end(end)
         hashes, acc, ev = finish(d, "rep", [a, b])
         # The failure-free run trains as many epochs as the repaired one.
-        epochs = max(int(e) for e in EPOCH_RE.findall(a.output() +
-                                                      b.output()))
-        clean = prog()[:-1] + [str(epochs)]
+        clean = prog()[:-1] + [str(trained_epochs(a.output() +
+                                                  b.output()))]
         a, b = start_job(s, d, "clean", program=clean)
         _, acc0, _ = finish(d, "clean", [a, b])
     assert sorted(hashes) == [0, 1, 2, 3], hashes
@@ -160,9 +150,9 @@ def test_not_repairable_restarts():
     need_data()
     d = rt.Rdzvd()
     with Scope("repair-agent-") as s:
-        until = os.path.join(s.tmp, "until")
+        end = os.path.join(s.tmp, "end")
         a, b = start_job(s, d, "norep", env_b={"RDZV_REPAIR": "0"},
-                         program=prog(until))
+                         program=prog(end))
         before = set(a.children()) | set(b.children())
         os.kill(sorted(a.children())[0], signal.SIGKILL)
         rt.wait_until(lambda: any(t.startswith("restart 1 of")
@@ -172,7 +162,7 @@ def test_not_repairable_restarts():
                       len(b.children()) == 2 and
                       not (set(a.children()) | set(b.children())) & before,
                       timeout=30, what="4 new workers")
-        let_end(until)
+        let_end(end)
         hashes, _, ev = finish(d, "norep", [a, b])
     assert len(set(hashes.values())) == 1, hashes
     # The killed worker's agent asks for a repair, which rdzvd refuses
@@ -228,9 +218,9 @@ def lost_node(s, d, job, nnodes, standby):
     """Agents a, b (and a standby c): b is SIGKILLed mid-training.
     Returns (a, c, events, a's workers before) once a (and c) exit 0.
     With the standby, the job ends once c's workers have joined."""
-    until = os.path.join(s.tmp, "until")
-    a = s.agent(args(d, job, nnodes, 2.0), program=prog(until))
-    b = s.agent(args(d, job, nnodes, 2.0), program=prog(until))
+    end = os.path.join(s.tmp, "end")
+    a = s.agent(args(d, job, nnodes, 2.0), program=prog(end))
+    b = s.agent(args(d, job, nnodes, 2.0), program=prog(end))
     try:
         rt.wait_until(lambda: len(a.children()) == 2 and
                       len(b.children()) == 2 and
@@ -241,7 +231,7 @@ def lost_node(s, d, job, nnodes, standby):
         raise
     c = None
     if standby:
-        c = s.agent(args(d, job, nnodes, 2.0), program=prog(until))
+        c = s.agent(args(d, job, nnodes, 2.0), program=prog(end))
         rt.wait_until(lambda: "standby" in c.output(), timeout=30,
                       what="the standby agent")
     before = set(a.children())
@@ -250,7 +240,7 @@ def lost_node(s, d, job, nnodes, standby):
         rt.wait_until(lambda: any(t.startswith("repair: grow")
                                   for t in events(d, job)),
                       timeout=60, what="the standby's grow round")
-    let_end(until)
+    let_end(end)
     live = [x for x in (a, c) if x is not None]
     for x in live:
         rc = x.wait(90)

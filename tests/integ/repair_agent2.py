@@ -29,7 +29,8 @@ import re
 import signal
 
 import rdzvtest as rt
-from agent_lib import Scope, job_events as events, job_status
+from agent_lib import Scope, job_events as events, job_status, let_end, \
+    until
 from repair_agent import finish, need_data, prog, start_job
 
 SHRUNK_RE = re.compile(r"repaired: round \d+ \(shrink\)")
@@ -44,14 +45,13 @@ def gated(gate, extra=()):
     and the job trains on until end(gate) is called, so the survivors are
     still training when the held replacement joins, however slow the
     machine."""
-    return ["/bin/sh", "-c", GATE_SH, "gate"] + prog() + [
-        "--until", gate + ".end"] + list(extra), {"RDZV_E2E_GATE": gate}
+    return ["/bin/sh", "-c", GATE_SH, "gate"] + until(
+        prog() + list(extra), gate + ".end"), {"RDZV_E2E_GATE": gate}
 
 
 def end(gate):
     """Lets a gated() job end (at its next epoch's end, --epochs done)."""
-    with open(gate + ".end", "w"):
-        pass
+    let_end(gate + ".end")
 
 
 def has(d, job, prefix):
