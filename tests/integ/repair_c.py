@@ -33,6 +33,7 @@ import time
 
 import fakeagent
 import rdzvtest as rt
+from agent_lib import let_end, trained_epochs, until
 
 DATA = "/usr/share/datasets/fashion-mnist"
 # The whole training set, so training outlasts a replacement's start.
@@ -75,6 +76,7 @@ def finish(a, res):
 
 
 def run_clean(d, epochs):
+    """The failure-free run of epochs: (hashes by rank, accuracy)."""
     a = fakeagent.FakeAgent([prog()] + ARGS + ["--epochs", str(epochs)], 4,
                             "127.0.0.1:%d" % d.port)
     try:
@@ -88,12 +90,11 @@ def test_kill_shrink_grow():
     """SIGKILL one of 4 mid-training: shrink, then the replacement joins."""
     need_data()
     d = rt.Rdzvd()
+    # The job trains on until the replacement has stepped with the others.
+    end = os.path.join(rt.mktemp(), "end")
     try:
-        clean_hashes, clean_acc = run_clean(d, 3)
-        assert len(set(clean_hashes.values())) == 1, clean_hashes
-
-        a = fakeagent.FakeAgent([prog()] + ARGS + ["--epochs", "3"], 4,
-                                "127.0.0.1:%d" % d.port)
+        a = fakeagent.FakeAgent(until([prog()] + ARGS + ["--epochs", "3"],
+                                      end), 4, "127.0.0.1:%d" % d.port)
         try:
             a.start()
             a.wait_steps(20)
@@ -119,8 +120,13 @@ def test_kill_shrink_grow():
             t_grow = a.grow()
             a.wait_steps(0, survivors + [w], after=t_grow, timeout=30)
             assert w.rank == 3
+            let_end(end)
             res = a.wait(120)
             hashes, acc = finish(a, res)
+            # The failure-free run trains as many epochs as this one.
+            clean_hashes, clean_acc = run_clean(d, trained_epochs(
+                "".join(out for _, out, _ in res.values())))
+            assert len(set(clean_hashes.values())) == 1, clean_hashes
             print("# kill->survivors stepping %.3fs, ->all %.3fs; acc %.4f "
                   "(failure-free %.4f)" % (t_step - t_kill,
                                           a.wait_steps(0, after=t_grow)
@@ -193,11 +199,10 @@ def test_bad_messages_ignored():
     need_data()
     d = rt.Rdzvd()
     # The job trains until the test has seen a step after the garbage.
-    until = os.path.join(rt.mktemp(), "until")
+    end = os.path.join(rt.mktemp(), "end")
     try:
-        a = fakeagent.FakeAgent([prog()] + ARGS + ["--epochs", "1",
-                                                   "--until", until], 2,
-                                "127.0.0.1:%d" % d.port)
+        a = fakeagent.FakeAgent(until([prog()] + ARGS + ["--epochs", "1"],
+                                      end), 2, "127.0.0.1:%d" % d.port)
         try:
             a.start()
             a.wait_steps(5)
@@ -215,7 +220,7 @@ def test_bad_messages_ignored():
                     w.sock.send(m)
             t = time.monotonic()
             a.wait_steps(0, after=t, timeout=30)
-            open(until, "w").close()
+            let_end(end)
             hashes, _ = finish(a, a.wait(120))
             assert len(set(hashes.values())) == 1, hashes
         finally:
