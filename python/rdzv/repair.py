@@ -96,7 +96,7 @@ import sys
 import threading
 import time
 
-from . import collectives, data, group, log, state, waits
+from . import collectives, data, group, log, progress, state, waits
 from .channel import (MSG_MAX, Round, open_channel, parse_message,
     parse_round)
 from .watcher import Watcher, _KEY
@@ -642,6 +642,7 @@ def _start(job):
 	the watcher and the progress reporter; closes the group's sockets in
 	forked children.  Returns whether this worker repairs."""
 	repairing = os.environ.get("RDZV_REPAIR") != "0"
+	progress.helper_reports()	# the Job's reporter owns the steps
 	if repairing:
 		job._send("hello repair=1")
 		collectives.install(job)

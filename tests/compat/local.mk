@@ -26,6 +26,9 @@ COMPAT_TESTS += tests/compat/test_elastic_torch2.py
 COMPAT_TESTS += tests/compat/test_repair_waits.py
 # FSDP2/HSDP replica groups (python/rdzv/mesh.py) under real agents.
 COMPAT_TESTS += tests/compat/test_repair_hsdp.py
+# rdzv.progress.report() from a plain torch script: every surface, the
+# watchdog.
+COMPAT_TESTS += tests/compat/test_progress_api.py
 TESTS += $(COMPAT_TESTS)
 EXTRA_DIST += $(COMPAT_TESTS) tests/compat/compatlib.py
 # test_repair_torch's fake agent, tests/lib/fakeagent.py, is listed in

@@ -1,0 +1,185 @@
+# SPDX-License-Identifier: Apache-2.0
+"""test_progress_api: rdzv.progress.report() from a plain torch 2.13 DDP
+script (no repair helper) under two real rdzv-agents of two workers each
+and a real rdzvd.
+
+- The job's steps reach every place an operator looks (`rdzvctl members`
+  and `top`, the status page's history, /metrics), as a C job's and a
+  repairing job's do; without report() the same script shows none.
+- A SIGSTOPped worker of such a job is caught by the agents'
+  --progress_timeout (the job restarts: it cannot repair), and the
+  restarted job trains to its end.
+- report() outside rdzv-agent does nothing and says nothing; a negative
+  step is refused.
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                "..", "integ"))
+import compatlib                                        # noqa: E402
+compatlib.use_torch2()
+
+import rdzvtest as rt                                   # noqa: E402
+from agent_lib import Scope, conf, job_events           # noqa: E402
+from compatlib import check, torch_surfaces             # noqa: E402
+
+PYDIR = os.path.join(rt.top_srcdir(), "python")
+ENV = {"PYTHON": rt.TORCH2_PYTHON, "GLOO_SOCKET_IFNAME": "lo",
+       "PYTHONPATH": PYDIR}
+
+# A plain DDP script that reports its steps (REPORT=1) or not; it trains
+# until DIR/finish exists (the ranks agree through a MAX all-reduce) and
+# records its pid at step 3 of each attempt.
+PROGRAM = r'''
+import json, os, sys, time
+import torch
+import torch.distributed as dist
+from rdzv import progress
+
+d = sys.argv[1]
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+attempt = int(os.environ["TORCHELASTIC_RESTART_COUNT"])
+torch.manual_seed(0)
+model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 1))
+opt = torch.optim.SGD(model.parameters(), lr=0.02)
+x = torch.randn(32, 4) + rank
+y = x.sum(1, keepdim=True)
+step = 0
+while True:
+    opt.zero_grad()
+    ((model(x) - y) ** 2).mean().backward()
+    opt.step()
+    step += 1
+    if os.environ.get("REPORT") == "1":
+        progress.report(step)
+    if step == 3:
+        tmp = os.path.join(d, ".running.%d.%d" % (attempt, rank))
+        with open(tmp, "w") as f:
+            json.dump({"pid": os.getpid()}, f)
+        os.rename(tmp, os.path.join(d, "running.%d.%d" % (attempt, rank)))
+    stop = torch.tensor([float(os.path.exists(os.path.join(d, "finish")))])
+    dist.all_reduce(stop, op=dist.ReduceOp.MAX)
+    if stop.item() > 0 and step >= 5:
+        break
+    time.sleep(0.02)
+dist.barrier()
+sys.stdout.flush(); sys.stderr.flush()
+os._exit(0)        # torch's gloo may abort a finalizing process
+'''
+
+
+def running(tmp, attempt):
+    out = {}
+    for r in range(4):
+        p = os.path.join(tmp, "running.%d.%d" % (attempt, r))
+        if os.path.exists(p):
+            with open(p) as f:
+                out[r] = json.load(f)
+    return out
+
+
+def start(s, d, job, report, extra=()):
+    prog = os.path.join(s.tmp, "train.py")
+    with open(prog, "w") as f:
+        f.write(PROGRAM)
+    args = ["--nnodes", "2", "--nproc-per-node", "2",
+            "--rdzv-endpoint", "127.0.0.1:%d" % d.port, "--rdzv-id", job,
+            "--max-restarts", "2", "--grace", "1",
+            "--rdzv-conf", conf(0.2, 5.0)] + list(extra)
+    env = dict(ENV, REPORT="1" if report else "0")
+    a = s.agent(args, env=env, program=[prog, s.tmp])
+    b = s.agent(args, env=env, program=[prog, s.tmp])
+    rt.wait_until(lambda: len(running(s.tmp, 0)) == 4, timeout=90,
+                  what="4 ranks training")
+    return a, b
+
+
+def finish(s, agents):
+    with open(os.path.join(s.tmp, "finish"), "w"):
+        pass
+    for x in agents:
+        rc = x.wait(60)
+        check(rc == 0, (rc, x.output()[-3000:]))
+
+
+def members_progress(d, job):
+    doc = json.loads(compatlib._ctl(d, "--json", "members", job))
+    return [m.get("progress") for m in doc["members"]]
+
+
+def test_plain_job_on_every_surface():
+    """report() puts a plain script's steps where operators look; the
+    same script without report(), started first and training beside it
+    all along, shows none (so the check is not one any job passes)."""
+    d = rt.Rdzvd()
+    with Scope("progress-api-") as q, Scope("progress-api-") as s:
+        qa, qb = start(q, d, "silent", report=False)
+        a, b = start(s, d, "plain", report=True)
+        torch_surfaces(d, "plain")
+        ps = members_progress(d, "silent")
+        check(all(p is None or p.get("ranks_reporting", 0) == 0
+                  for p in ps), ps)
+        finish(s, [a, b])
+        finish(q, [qa, qb])
+    d.stop()
+
+
+def test_stopped_worker_caught_by_watchdog():
+    """SIGSTOP of a rank of a reporting plain job: --progress_timeout
+    kills it, the job restarts (it cannot repair) and trains on."""
+    d = rt.Rdzvd()
+    with Scope("progress-api-") as s:
+        a, b = start(s, d, "stop", report=True,
+                     extra=["--progress_timeout", "3"])
+        victim = running(s.tmp, 0)[3]["pid"]
+        os.kill(victim, signal.SIGSTOP)
+        try:
+            rt.wait_until(lambda: len(running(s.tmp, 1)) == 4, timeout=90,
+                          what="4 ranks training again after the "
+                          "watchdog's kill")
+        finally:        # never leave a stopped process behind
+            try:
+                os.kill(victim, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        out = a.output() + b.output()
+        check("reported no progress" in out, out[-3000:])
+        ev = job_events(d, "stop")
+        check(any(t.startswith("restart 1 of") for t in ev), ev)
+        finish(s, [a, b])
+    d.stop()
+
+
+OUTSIDE = r'''
+import sys
+from rdzv import progress
+progress.report(5)
+print("last", progress.last_step())
+try:
+    progress.report(-1)
+except ValueError as e:
+    print("refused", e)
+'''
+
+
+def test_outside_an_agent():
+    """Without rdzv-agent's channel: nothing sent, nothing printed on
+    stderr, a negative step refused."""
+    env = dict(os.environ, PYTHONPATH=PYDIR)
+    env.pop("RDZV_PROGRESS_FD", None)
+    r = subprocess.run([rt.TORCH2_PYTHON, "-c", OUTSIDE], env=env,
+                       capture_output=True, text=True, timeout=60)
+    check(r.returncode == 0, r)
+    check(r.stdout.splitlines() == ["last None", "refused step -1: want "
+                                    "an int >= 0"], r.stdout)
+    check(r.stderr == "", r.stderr)
+
+
+if __name__ == "__main__":
+    rt.main(globals(), per_test=150.0, total=420.0)
