@@ -11,7 +11,7 @@ RDZV_PY = python/rdzv/__init__.py python/rdzv/repair.py \
 # rdzv.mesh: FSDP2/HSDP replica groups (python/rdzv/mesh.py).
 RDZV_PY += python/rdzv/mesh.py
 # rdzv.progress: any job's steps to the agent and rdzvd, no repair needed.
-RDZV_PY += python/rdzv/progress.py
+RDZV_PY += python/rdzv/progress.py python/rdzv/hooks.py
 if HAVE_PYTHON
 rdzvpydir = $(pythondir)/rdzv
 rdzvpy_PYTHON = $(RDZV_PY)

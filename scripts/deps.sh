@@ -10,16 +10,25 @@
 # /usr/bin/python3.  The tests run against both.
 set -euo pipefail
 
-# install_torch2: the torch 2.13 virtualenv, unless it already imports.
+# install_torch2: the torch 2.13 virtualenv, unless it already imports,
+# and the training frameworks the tests run (Lightning), from PyPI with
+# torch held at 2.13.0 by scripts/torch-constraints.txt.
 install_torch2() {
 	local venv=${RDZV_TORCH2_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/rdzv/torch-2.13}
-	"$venv/bin/python" -c 'import torch.distributed' 2>/dev/null && return 0
-	echo "deps.sh: installing torch 2.13 into $venv"
-	rm -rf "$venv"
-	mkdir -p "$(dirname "$venv")"
-	python3 -m venv "$venv"
-	"$venv/bin/pip" install -q torch==2.13.0 numpy
-	"$venv/bin/python" -c 'import torch.distributed'
+	local cons
+	cons="$(cd "$(dirname "$0")" && pwd)/torch-constraints.txt"
+	if ! "$venv/bin/python" -c 'import torch.distributed' 2>/dev/null; then
+		echo "deps.sh: installing torch 2.13 into $venv"
+		rm -rf "$venv"
+		mkdir -p "$(dirname "$venv")"
+		python3 -m venv "$venv"
+		"$venv/bin/pip" install -q torch==2.13.0 numpy
+		"$venv/bin/python" -c 'import torch.distributed'
+	fi
+	"$venv/bin/python" -c 'import lightning' 2>/dev/null && return 0
+	echo "deps.sh: installing Lightning into $venv"
+	"$venv/bin/pip" install -q -c "$cons" 'lightning==2.6.*'
+	"$venv/bin/python" -c 'import lightning, torch; assert torch.__version__.startswith("2.13.")'
 }
 
 # install_nccl: NCCL's headers and library for building the NCCL backend

@@ -9,6 +9,8 @@ and a real rdzvd.
 - A SIGSTOPped worker of such a job is caught by the agents'
   --progress_timeout (the job restarts: it cannot repair), and the
   restarted job trains to its end.
+- A Lightning job (Lightning's own DDP under rdzv-agent) with
+  rdzv.hooks.LightningProgress: its steps on every surface too.
 - report() outside rdzv-agent does nothing and says nothing; a negative
   step is refused.
 """
@@ -152,6 +154,88 @@ def test_stopped_worker_caught_by_watchdog():
         check("reported no progress" in out, out[-3000:])
         ev = job_events(d, "stop")
         check(any(t.startswith("restart 1 of") for t in ev), ev)
+        finish(s, [a, b])
+    d.stop()
+
+
+# A LightningModule trained by Lightning's own DDP under rdzv-agent
+# (TorchElasticEnvironment), its steps reported by rdzv.hooks'
+# LightningProgress; it trains until DIR/finish exists (any rank's view,
+# through Lightning's own reduce_boolean_decision).
+LIGHTNING = r'''
+import os, sys
+import torch
+import lightning.pytorch as pl
+from rdzv.hooks import LightningProgress
+
+d = sys.argv[1]
+
+
+class Net(pl.LightningModule):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 1)
+
+    def training_step(self, batch, i):
+        x, y = batch
+        return ((self.lin(x) - y) ** 2).mean()
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.02)
+
+
+class Until(pl.Callback):
+    def on_train_batch_end(self, trainer, *a):
+        done = os.path.exists(os.path.join(d, "finish"))
+        if trainer.strategy.reduce_boolean_decision(done, all=False):
+            trainer.should_stop = True
+        if trainer.global_step == 3:
+            rank = int(os.environ["RANK"])
+            p = os.path.join(d, "running.0.%d" % rank)
+            with open(p + ".tmp", "w") as f:
+                f.write('{"pid": %d}' % os.getpid())
+            os.rename(p + ".tmp", p)
+
+
+torch.manual_seed(0)
+x = torch.randn(256, 4)
+data = torch.utils.data.TensorDataset(x, x.sum(1, keepdim=True))
+trainer = pl.Trainer(accelerator="cpu", strategy="ddp", devices=2,
+                     num_nodes=2, max_epochs=100000, logger=False,
+                     enable_checkpointing=False,
+                     enable_progress_bar=False, enable_model_summary=False,
+                     default_root_dir=d,
+                     callbacks=[LightningProgress(), Until()])
+trainer.fit(Net(), torch.utils.data.DataLoader(data, batch_size=8))
+sys.stdout.flush(); sys.stderr.flush()
+os._exit(0)
+'''
+
+
+def test_lightning_job_on_every_surface():
+    """A Lightning job with rdzv.hooks.LightningProgress: its steps where
+    operators look, as a repairing torch job's."""
+    try:
+        subprocess.run([rt.TORCH2_PYTHON, "-c", "import lightning"],
+                       check=True, capture_output=True, timeout=120)
+    except subprocess.CalledProcessError as e:
+        rt.no_torch("lightning not importable by %s: %s" % (
+            rt.TORCH2_PYTHON, e.stderr[-300:]), whole_file=False)
+        return
+    d = rt.Rdzvd()
+    with Scope("progress-lightning-") as s:
+        prog = os.path.join(s.tmp, "train_pl.py")
+        with open(prog, "w") as f:
+            f.write(LIGHTNING)
+        args = ["--nnodes", "2", "--nproc-per-node", "2",
+                "--rdzv-endpoint", "127.0.0.1:%d" % d.port,
+                "--rdzv-id", "pl", "--max-restarts", "0", "--grace", "1",
+                "--rdzv-conf", conf(0.2, 5.0)]
+        a = s.agent(args, env=ENV, program=[prog, s.tmp])
+        b = s.agent(args, env=ENV, program=[prog, s.tmp])
+        rt.wait_until(lambda: len(running(s.tmp, 0)) == 4, timeout=120,
+                      what="4 Lightning ranks training")
+        torch_surfaces(d, "pl")
         finish(s, [a, b])
     d.stop()
 
