@@ -482,8 +482,12 @@ void	rdzv_report_ready(int64_t round, int local_rank);
 /* Whether every local worker can repair, as HEARTBEAT tells rdzvd (a
  * change to 1 is sent at once). */
 void	rdzv_set_repairable(int on);
-/* Reports that every local worker of round exited 0. */
-void	rdzv_report_succeeded(int64_t round);
+/*
+ * Reports that every local worker of round exited 0, but for the
+ * replacements in unjoined (bit l: local rank l), which are up or on
+ * their way and never stepped: rdzvd then calls their grow off.
+ */
+void	rdzv_report_succeeded(int64_t round, int64_t unjoined);
 /* Sends LEAVE; cbs->left runs on the reply or after timeout_ms. */
 void	rdzv_leave(int timeout_ms);
 /* Closes the connection and every timer. */

@@ -6,6 +6,9 @@
  * signals together.  Everything is an event; nothing polls.
  *
  *   JOINING --RUNNING push--> RUNNING --all exit 0--> SUCCEEDED
+ *      |                        |  |  (or all but replacements that
+ *      |                        |  |  never stepped: reported with
+ *      |                        |  |  SUCCEEDED, "stop" at DONE)
  *      |                        |  |                     | DONE push: exit 0
  *      | STANDBY push           |  +--worker fails: FAILURE to rdzvd,
  *      v                        |     begin_stop -------> STOPPING
@@ -148,13 +151,16 @@ static struct {
 	uint64_t		 fresh;		/* bit l: local rank l is a
 						 * replacement in place, until
 						 * the round changes */
+	uint64_t		 unjoined;	/* bit l: a replacement that
+						 * never stepped, reported with
+						 * SUCCEEDED: stopped at DONE */
 } ag;
 
 static const int agent_signals[4] = { SIGTERM, SIGINT, SIGHUP, SIGQUIT };
 
 static void	agent_begin_stop(void);
 static int	agent_respawn(int);
-static int	agent_fresh_moot(void);
+static uint64_t	agent_unjoined(void);
 static int	agent_can_repair(void);
 static void	agent_take_place(const struct rdzv_round *);
 static void	agent_arm_join_timer(void);
@@ -550,6 +556,7 @@ agent_start_round(const struct rdzv_round *r)
 	memset(ag.hung_at, 0, ag.cfg.nproc * sizeof *ag.hung_at);
 	ag.pending = 0;
 	ag.fresh = 0;
+	ag.unjoined = 0;
 	rdzv_set_repairable(0);		/* until every new worker says so */
 	if ((rv = progress_attempt(ag.cfg.nproc)) != 0)
 		log_warnx("workers cannot report progress this round: %s",
@@ -705,13 +712,19 @@ agent_exit_cb(const struct sup_exit *x, void *arg)
 		return;		/* stopping: expected */
 	}
 	if (WIFEXITED(x->status) && WEXITSTATUS(x->status) == 0) {
-		if (++ag.nok == ag.cfg.nproc || agent_fresh_moot()) {
-			log_info("round %lld: every local worker succeeded",
-			    (long long)ag.cur.round);
+		uint64_t	un = 0;
+
+		if (++ag.nok == ag.cfg.nproc || (un = agent_unjoined()) != 0) {
+			log_info("round %lld: every local worker succeeded%s",
+			    (long long)ag.cur.round, un != 0 ? " but "
+			    "replacements that never stepped: reported, rdzvd "
+			    "calls their grow off" : "");
 			agent_set_state(AS_SUCCEEDED);
+			ag.pending = 0;		/* no READY from here on */
+			ag.unjoined = un;
 			logs_end_attempt();
 			progress_end_attempt();
-			rdzv_report_succeeded(ag.cur.round);
+			rdzv_report_succeeded(ag.cur.round, (int64_t)un);
 		}
 		return;
 	}
@@ -758,41 +771,49 @@ agent_exit_cb(const struct sup_exit *x, void *arg)
 }
 
 /*
- * Whether training ended here before the replacements joined: every
- * other local worker exited 0 and no replacement in place has stepped (a
- * synchronous group never finishes without its members, so nothing is
- * left for them).  Then they are stopped and the node counts as
- * succeeded; rdzvd, told so, grows no round for them.
+ * The replacements here that never stepped (bit l: local rank l, up or
+ * on its way, no step on its channel), when every other local worker
+ * exited 0; else 0.  A synchronous group never finishes without its
+ * members, so training ended before they joined: the agent reports it
+ * with SUCCEEDED, and rdzvd decides (it calls the grow off; the DONE
+ * that follows stops them).  A replacement that joined and stepped (an
+ * earlier repair's) is a worker like any: it must exit 0 too.
  */
-static int
-agent_fresh_moot(void)
+static uint64_t
+agent_unjoined(void)
 {
-	uint64_t	step;
+	uint64_t	step, un = 0;
 	int64_t		when;
 	int		l, n = 0;
 
-	if (ag.fresh == 0)
-		return (0);
-	for (l = 0; l < ag.cfg.nproc && l < 63; l++) {
-		if (!(ag.fresh & (1ULL << l)))
+	for (l = 0; l < ag.cfg.nproc && l < RZ_REPAIR_LWS_MAX; l++) {
+		if (!(ag.fresh & (1ULL << l)) || sup_pid(l) <= 0 ||
+		    progress_get(l, &step, &when) == 0)
 			continue;
-		if (progress_get(l, &step, &when) == 0 || sup_pid(l) <= 0)
-			return (0);
+		un |= 1ULL << l;
 		n++;
 	}
-	if (ag.nok != ag.cfg.nproc - n)
+	if (un == 0 || ag.nok != ag.cfg.nproc - n)
 		return (0);
-	for (l = 0; l < ag.cfg.nproc && l < 63; l++) {
-		if (!(ag.fresh & (1ULL << l)))
+	return (un);
+}
+
+/* DONE while replacements that never stepped still run (ag.unjoined):
+ * they have no step to do; each hears "stop" before the SIGTERM. */
+static void
+agent_stop_unjoined(void)
+{
+	int	l;
+
+	for (l = 0; l < ag.cfg.nproc && l < RZ_REPAIR_LWS_MAX; l++) {
+		if (!(ag.unjoined & (1ULL << l)) || sup_pid(l) <= 0)
 			continue;
 		log_info("worker %d: training ended before its replacement "
-		    "joined: stopping the replacement", l);
+		    "joined (rdzvd called the grow off): stopping the "
+		    "replacement", l);
 		(void)progress_send(l, &(struct chan_msg){ .verb = CHAN_STOP });
-		(void)sup_signal_rank(l, SIGTERM);
 	}
-	ag.pending = 0;
-	ag.fresh = 0;
-	return (1);
+	ag.unjoined = 0;
 }
 
 /*
@@ -1134,6 +1155,7 @@ agent_round_cb(const struct rdzv_round *r, void *arg)
 		return;
 	case RDZV_ROUND_DONE:
 		log_info("job %s succeeded", ag.cfg.rdzv_id);
+		agent_stop_unjoined();
 		if (sup_live() > 0) {
 			agent_leave(SIGTERM, 0);
 			return;

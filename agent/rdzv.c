@@ -114,6 +114,7 @@ struct rdzv_report {
 	uint16_t		 op;		/* FAILURE, SUCCEEDED or READY */
 	uint32_t		 id;		/* request id when sent, else 0 */
 	int64_t			 round;
+	int64_t			 unjoined;	/* SUCCEEDED: its last field */
 	struct nat_failure	 failure;	/* FAILURE */
 	struct nat_ready	 ready;		/* READY */
 	char			*message;	/* failure.message's bytes */
@@ -311,11 +312,13 @@ rdzv_send_report(struct rdzv_report *r)
 		r->id = rdzv_next_id();
 		rc = nat_ready_put(rdzv_out(), r->id, &r->ready);
 		break;
-	default:	/* SUCCEEDED: b job, i node_id, i round */
+	default:	/* SUCCEEDED: b job, i node_id, i round[, i unjoined] */
 		r->id = rdzv_begin(&wr, r->op);
 		rdzv_put_str(&wr, rc_cfg->rdzv_id);
 		rdzv_put_i64(&wr, rc_node_id);
 		rdzv_put_i64(&wr, r->round);
+		if (r->unjoined != 0)	/* an older rdzvd never sees it */
+			rdzv_put_i64(&wr, r->unjoined);
 		rdzv_end(&wr);
 		break;
 	}
@@ -1231,12 +1234,14 @@ rdzv_report_failure(int64_t round, int local_rank, int64_t rank,
 }
 
 void
-rdzv_report_succeeded(int64_t round)
+rdzv_report_succeeded(int64_t round, int64_t unjoined)
 {
 	struct rdzv_report	*r;
 
-	if ((r = rdzv_report_new(NAT_OP_SUCCEEDED, round, NULL)) != NULL)
-		rdzv_queue(r);
+	if ((r = rdzv_report_new(NAT_OP_SUCCEEDED, round, NULL)) == NULL)
+		return;
+	r->unjoined = unjoined;
+	rdzv_queue(r);
 }
 
 void

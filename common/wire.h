@@ -189,7 +189,8 @@ enum nat_op {
 	NAT_OP_FAILURE = 24,	/* b job, i node_id, i round, i local_rank,
 				 * i rank, i exit_code, i signal, b message
 				 * [, i repair: the agent respawns it] -> - */
-	NAT_OP_SUCCEEDED = 25,	/* b job, i node_id, i round -> - */
+	NAT_OP_SUCCEEDED = 25,	/* b job, i node_id, i round [, i unjoined]
+				 * -> - */
 	NAT_OP_ROUND = 26,	/* push: b job, i round, i state (enum
 				 * rdzv_round_state), i node_id, i group_rank,
 				 * i group_world_size, i world_size, i rank_base,

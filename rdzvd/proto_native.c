@@ -810,7 +810,8 @@ native_admin_close(struct nat_req *r)
 }
 
 /* ADMIN_EVICT, LEAVE and HEARTBEAT: a node id (HEARTBEAT: and maybe
- * repairable; ADMIN_EVICT: and maybe now); SUCCEEDED: and a round. */
+ * repairable; ADMIN_EVICT: and maybe now); SUCCEEDED: and a round, and
+ * maybe the replacements that never joined. */
 static int
 native_node_op(struct nat_req *r)
 {
@@ -827,6 +828,9 @@ native_node_op(struct nat_req *r)
 		return RDZV_EPROTO;
 	if (rq.op == NAT_OP_ADMIN_EVICT && r->rd.left > 0 &&
 	    nat_get_i64(&r->rd, &rq.now) != 0)
+		return RDZV_EPROTO;
+	if (rq.op == NAT_OP_SUCCEEDED && r->rd.left > 0 &&
+	    nat_get_i64(&r->rd, &rq.unjoined) != 0)
 		return RDZV_EPROTO;
 	if (native_end(r) != 0)
 		return RDZV_EPROTO;

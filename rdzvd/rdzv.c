@@ -793,7 +793,7 @@ rz_leave(struct rz *rz, struct slice job, int64_t node_id, int64_t now,
 
 int
 rz_succeeded(struct rz *rz, struct slice job, int64_t node_id, int64_t round,
-    int64_t now, struct rz_outbox *ob)
+    int64_t unjoined, int64_t now, struct rz_outbox *ob)
 {
 	struct rz_job	*j;
 	struct rz_node	*nd;
@@ -810,22 +810,7 @@ rz_succeeded(struct rz *rz, struct slice job, int64_t node_id, int64_t round,
 	rz_save_node(rz, j, nd);
 	rz_event(rz, j, now, "node %" PRId64 " succeeded round %" PRId64,
 	    nd->id, round);
-	/* Training ended in the smaller group: no round grows for the
-	 * awaited replacement (its agent stops it), and no timeout. */
-	if (j->pend_node != 0) {
-		if (j->pend_local >= 0)
-			rz_event(rz, j, now, "repair: no grow: node %" PRId64
-			    " finished before the replacement of node %"
-			    PRId64 " local rank %" PRId64 " was ready", nd->id,
-			    j->pend_node, j->pend_local);
-		else
-			rz_event(rz, j, now, "repair: no grow: node %" PRId64
-			    " finished before the workers of node %" PRId64
-			    " were ready", nd->id, j->pend_node);
-		j->pend_node = 0;
-		j->pend_local = j->pend_deadline = -1;
-		rz_mark(rz, j);
-	}
+	rz_repair_ended(rz, j, nd, unjoined, now);
 	/* A standby that took a lost node's place and never got its
 	 * workers in has nothing to report. */
 	TAILQ_FOREACH(nd, &j->nodes, entry)

@@ -196,8 +196,14 @@ int	rz_failure(struct rz *, const struct nat_failure *, int64_t now_ms,
 	    struct rz_outbox *);
 int	rz_ready(struct rz *, const struct nat_ready *, int64_t now_ms,
 	    struct rz_outbox *);
+/*
+ * Every worker of the node that trained exited 0; unjoined (bit l:
+ * local rank l) names its replacements that are up or on their way and
+ * never stepped (0: none).  During a repair it ends the repair: see
+ * rz_repair_ended.
+ */
 int	rz_succeeded(struct rz *, struct slice job, int64_t node_id,
-	    int64_t round, int64_t now_ms, struct rz_outbox *);
+	    int64_t round, int64_t unjoined, int64_t now_ms, struct rz_outbox *);
 
 /* A connection closed: its nodes keep their leases but get no pushes. */
 void	rz_conn_gone(struct rz *, void *conn, struct rz_outbox *);

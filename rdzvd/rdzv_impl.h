@@ -164,6 +164,8 @@ int rz_repair_lost(struct rz *rz, struct rz_outbox *ob, struct rz_job *j,
     const struct rz_node *lost, const char *how, int64_t now);
 void rz_repair_timeout(struct rz *rz, struct rz_outbox *ob, struct rz_job *j,
     int64_t now);
+void rz_repair_ended(struct rz *rz, struct rz_job *j, const struct rz_node *nd,
+    int64_t unjoined, int64_t now);
 const char *rz_repair_refused_job(struct rz_job *j, char *buf, size_t bufsz);
 const char *rz_repair_cannot(struct rz_job *j, char *buf, size_t bufsz);
 void rz_repair_round(struct rz *rz, struct rz_outbox *ob, struct rz_job *j,

@@ -412,6 +412,59 @@ rz_repair_next(struct rz_job *j, int64_t now)
 	    __builtin_ctzll((unsigned long long)p->dead_local);
 }
 
+/*
+ * The end of training during a repair.  nd reported SUCCEEDED: its
+ * workers that trained exited 0; unjoined (bit l: local rank l) are its
+ * replacements that never stepped (up, or on their way).  A synchronous
+ * group never finishes without its members, so training ended for the
+ * whole job: a replacement still awaited, or one a grow round took in
+ * that never stepped, has no step to do.  The grow is called off: no
+ * replacement is awaited any more (no repair timeout, so no restart),
+ * none opens for a READY after it (rz_ready), and the job closes DONE
+ * once every member with live workers succeeded (rz_succeeded); each
+ * agent stops its replacements then.  Nothing to do when no repair was
+ * in flight.
+ */
+void
+rz_repair_ended(struct rz *rz, struct rz_job *j, const struct rz_node *nd,
+    int64_t unjoined, int64_t now)
+{
+	char	ranks[RZ_REPAIR_LWS_MAX * 3 + 1];
+	size_t	len = 0;
+	int	l, n = 0;
+
+	if (j->pend_node != 0) {
+		if (j->pend_local >= 0)
+			rz_event(rz, j, now, "repair: no grow: node %" PRId64
+			    " finished before the replacement of node %"
+			    PRId64 " local rank %" PRId64 " was ready: "
+			    "training ended, the grow is called off", nd->id,
+			    j->pend_node, j->pend_local);
+		else
+			rz_event(rz, j, now, "repair: no grow: node %" PRId64
+			    " finished before the workers of node %" PRId64
+			    " were ready: training ended, the grow is called "
+			    "off", nd->id, j->pend_node);
+		j->pend_node = 0;
+		j->pend_local = j->pend_deadline = -1;
+		rz_mark(rz, j);
+		return;
+	}
+	if (unjoined == 0)
+		return;
+	ranks[0] = '\0';
+	for (l = 0; l < RZ_REPAIR_LWS_MAX && len < sizeof ranks; l++)
+		if (unjoined & (1LL << l)) {
+			len += (size_t)snprintf(ranks + len, sizeof ranks - len,
+			    "%s%d", n++ ? "," : "", l);
+		}
+	rz_event(rz, j, now, "repair: no grow: node %" PRId64 " finished "
+	    "before its replacement%s of local rank%s %s joined %s round %"
+	    PRId64 ": training ended, the grow is called off", nd->id,
+	    n == 1 ? "" : "s", n == 1 ? "" : "s", ranks,
+	    j->kind == NAT_KIND_GROW ? "grow" : "repair", j->round);
+}
+
 /* The pending replacement did not say READY in time: a restart. */
 void
 rz_repair_timeout(struct rz *rz, struct rz_outbox *ob, struct rz_job *j,

@@ -290,8 +290,8 @@ round_request(struct conn *c, const struct round_req *r)
 		rc = rz_ready(server.rz, &r->ready, now, &outbox);
 		break;
 	case NAT_OP_SUCCEEDED:
-		rc = rz_succeeded(server.rz, r->job, r->node_id, r->round, now,
-		    &outbox);
+		rc = rz_succeeded(server.rz, r->job, r->node_id, r->round,
+		    r->unjoined, now, &outbox);
 		break;
 	case NAT_OP_ADMIN_CLOSE:
 		rc = rz_admin_close(server.rz, r->job, r->reason, now, &outbox);

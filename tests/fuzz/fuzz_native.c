@@ -46,7 +46,7 @@ static const char *fuzz_req[NAT_OP_MAX + 1] = {
 	[NAT_OP_WATCH_EVENT] = "bbibb",
 	[NAT_OP_JOIN] = "bbbbiiiiiii?i?ii?iii?i",
 	[NAT_OP_HEARTBEAT] = "bi?i", [NAT_OP_LEAVE] = "bi",
-	[NAT_OP_FAILURE] = "biiiiiib?i", [NAT_OP_SUCCEEDED] = "bii",
+	[NAT_OP_FAILURE] = "biiiiiib?i", [NAT_OP_SUCCEEDED] = "bii?i",
 	[NAT_OP_ROUND] = "biiiiiiiiibib?iii", [NAT_OP_JOB_STATUS] = "b",
 	[NAT_OP_ADMIN_STATUS] = "", [NAT_OP_ADMIN_JOBS] = "",
 	[NAT_OP_ADMIN_JOB] = "b", [NAT_OP_ADMIN_EVENTS] = "bii",

@@ -19,6 +19,8 @@ EXTRA_DIST += $(INTEG_TESTS)
 INTEG_TESTS += tests/integ/ctl_basic.py tests/integ/systemd_units.py \
 	tests/integ/ctl_docs.py tests/integ/install_layout.sh \
 	tests/integ/license_check.sh
+# rdzv-agent links neither libcurl nor sqlite (the stores are rdzvd's).
+INTEG_TESTS += tests/integ/lean_agent.sh
 INTEG_TESTS += tests/integ/worker_coll.py tests/integ/worker_fail.py tests/integ/worker_launchers.py
 EXTRA_DIST += tests/integ/agent_lib.py
 INTEG_TESTS += tests/integ/tls_agent.py
@@ -44,6 +46,8 @@ INTEG_TESTS += tests/integ/repair_chan.py
 INTEG_TESTS += tests/integ/repair_agent.py
 # ... its harder cases: the watchdog, a second failure, rdzvd kill -9.
 INTEG_TESTS += tests/integ/repair_agent2.py
+# ... and the end of training while a replacement is on its way.
+INTEG_TESTS += tests/integ/repair_end.py
 # Stragglers named (events, metric, members) and replaced (repair, or a
 # standby in the straggling node's place); C workers under real agents.
 INTEG_TESTS += tests/integ/straggler.py

@@ -130,7 +130,7 @@ purge(struct fx *f, int64_t at, int jobs, int64_t keys)
 static int
 succeeded(struct fx *f, const char *job, int64_t node, int64_t round)
 {
-	return run(f, rz_succeeded(f->rz, slice_str(job), node, round, 0,
+	return run(f, rz_succeeded(f->rz, slice_str(job), node, round, 0, 0,
 	    &ob));
 }
 
@@ -1354,28 +1354,77 @@ test_repair_ends_in_shrink(void **state)
 	repair_job(f, 1, 1);
 	assert_int_equal(run(f, fail_repair(f, 2, 1, 1, 100)), 0);
 	/* Round 1 formed this membership: its SUCCEEDED counts. */
-	assert_int_equal(rz_succeeded(f->rz, slice_str("ob"), 1, 1, 150, &ob),
-	    0);
+	assert_int_equal(rz_succeeded(f->rz, slice_str("ob"), 1, 1, 0, 150,
+	    &ob), 0);
 	assert_int_equal(ob.npush, 0);
 	drain(f->rz);
 	assert_true(event_has(f, "node 1 succeeded round 1"));
 	assert_true(event_has(f, "repair: no grow: node 1 finished before "
-	    "the replacement of node 2 local rank 1 was ready"));
+	    "the replacement of node 2 local rank 1 was ready: training "
+	    "ended, the grow is called off"));
 	/* The replacement's READY after it: no grow round. */
 	assert_int_equal(ready(f, 2, 2, 1, 200), 0);
 	assert_int_equal(ob.npush + ob.nport, 0);
 	drain(f->rz);
 	/* A round after the current one is no report of it. */
-	assert_int_equal(rz_succeeded(f->rz, slice_str("ob"), 2, 3, 210, &ob),
-	    0);
+	assert_int_equal(rz_succeeded(f->rz, slice_str("ob"), 2, 3, 0, 210,
+	    &ob), 0);
 	assert_int_equal(ob.npush, 0);
 	drain(f->rz);
-	assert_int_equal(rz_succeeded(f->rz, slice_str("ob"), 2, 2, 220, &ob),
-	    0);
+	assert_int_equal(rz_succeeded(f->rz, slice_str("ob"), 2, 2, 0, 220,
+	    &ob), 0);
 	assert_int_equal(ob.npush, 2);
 	assert_int_equal(ob.push[0].round.state, RDZV_ROUND_DONE);
 	drain(f->rz);
 	assert_false(event_has(f, "escalated"));
+}
+
+/*
+ * Training ends while a grow round is open: the replacement was ready
+ * and its grow round pushed, but the survivors finished in the shrink
+ * round before they took it.  The replacement's node reports SUCCEEDED
+ * with it as unjoined (up, never stepped): the grow is called off with
+ * an event, and the job is DONE once every member succeeded, never a
+ * wait for the repair timeout, never a restart.  A repeat of the READY
+ * changes nothing.
+ */
+static void
+test_repair_ends_in_grow(void **state)
+{
+	struct fx	*f = *state;
+	struct rz_stats	st;
+
+	repair_job(f, 1, 1);
+	assert_int_equal(run(f, fail_repair(f, 2, 1, 1, 100)), 0);
+	assert_int_equal(ready(f, 2, 2, 1, 150), 0);
+	assert_int_equal(ob.npush, 2);
+	assert_repair_push(0, NAT_KIND_GROW, 3, 1, 4, 0, 0, 3);
+	drain(f->rz);
+	/* Node 1's survivors finished in the shrink round. */
+	assert_int_equal(rz_succeeded(f->rz, slice_str("ob"), 1, 2, 0, 200,
+	    &ob), 0);
+	assert_int_equal(ob.npush, 0);
+	drain(f->rz);
+	/* Node 2's survivor too; its replacement waits in round 3. */
+	assert_int_equal(rz_succeeded(f->rz, slice_str("ob"), 2, 3, 2, 210,
+	    &ob), 0);
+	assert_int_equal(ob.npush, 2);
+	assert_int_equal(ob.push[0].round.state, RDZV_ROUND_DONE);
+	assert_int_equal(ob.push[1].round.state, RDZV_ROUND_DONE);
+	drain(f->rz);
+	assert_true(event_has(f, "repair: no grow: node 2 finished before its "
+	    "replacement of local rank 1 joined grow round 3: training ended, "
+	    "the grow is called off"));
+	assert_int_equal(ready(f, 2, 3, 1, 220), 0);
+	assert_int_equal(ob.npush + ob.nport, 0);
+	drain(f->rz);
+	/* Long after: nothing is awaited, nothing times out. */
+	rz_tick(f->rz, 100 + 600000, &ob);
+	assert_int_equal(ob.npush, 0);
+	drain(f->rz);
+	assert_false(event_has(f, "escalated"));
+	rz_get_stats(f->rz, &st);
+	assert_int_equal(st.restarts_total, 0);
 }
 
 /* Job "ob" of nodes lo:hi, two workers each, lease 1000 ms: nodes 1, 2
@@ -1998,6 +2047,8 @@ main(void)
 		cmocka_unit_test_setup_teardown(test_join_timeout, setup,
 		    teardown),
 		cmocka_unit_test_setup_teardown(test_repair_ends_in_shrink,
+		    setup, teardown),
+		cmocka_unit_test_setup_teardown(test_repair_ends_in_grow,
 		    setup, teardown),
 		cmocka_unit_test_setup_teardown(test_repair_lost_standby,
 		    setup, teardown),
