@@ -69,6 +69,7 @@ struct agent_config {
 	int		 node_rank;	/* static: the group rank to take */
 	char		*master_addr;
 	int		 master_port;
+	int		 round_ports[2]; /* hosted rdzvd's LO, HI; 0: any */
 	int		 grace_ms;	/* SIGTERM -> SIGKILL */
 	int		 progress_timeout_ms; /* 0: no hang watchdog */
 	int		 gpus_per_worker; /* 0: leave CUDA_VISIBLE_DEVICES */

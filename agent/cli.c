@@ -56,7 +56,7 @@ enum cli_id {
 	O_RANKS_FILTER, O_PREFIX, O_DUP_STDOUT, O_DUP_STDERR, O_EVENT_LOG,
 	O_LOGS_SPECS, O_NUMA, O_SIGNALS, O_SHUTDOWN_TIMEOUT, O_VIRTUAL_LR,
 	/* rdzv's own */
-	O_WARM_SPARE
+	O_WARM_SPARE, O_ROUND_PORTS
 };
 
 /*
@@ -111,6 +111,7 @@ static const struct cli_opt {
 	{ "shutdown_timeout",	O_SHUTDOWN_TIMEOUT,	0, 0 },
 	{ "virtual_local_rank",	O_VIRTUAL_LR,		1, 0 },
 	{ "warm_spare",		O_WARM_SPARE,		0, 0 },
+	{ "round_ports",	O_ROUND_PORTS,		0, 0 },
 };
 
 /* --numa_binding's words, in enum sup_numa_mode order. */
@@ -281,6 +282,9 @@ cli_usage(FILE *f)
 "                            place (default 1; python programs only, not\n"
 "                            --no_python or --numa_binding; costs the RSS\n"
 "                            of one idle python with torch)\n"
+"  --round_ports LO-HI       the rendezvous this agent hosts (--standalone,\n"
+"                            static, c10d) opens each round's TCPStore on\n"
+"                            a port of LO-HI (default: any free port)\n"
 "  --dry_run                 print the resolved configuration and the\n"
 "                            environment of each worker, then exit\n"
 "  -v, --verbose             debug logging\n"
@@ -952,6 +956,20 @@ cli_apply(struct agent_config *cfg, const struct cli_opt *o, const char *v)
 	case O_VIRTUAL_LR:
 		cfg->virtual_local_rank = 1;
 		return (0);
+	case O_ROUND_PORTS: {
+		char	why[256];
+
+		if (*v == '\0') {
+			cfg->round_ports[0] = cfg->round_ports[1] = 0;
+			return (0);
+		}
+		if (hostport_range(v, &cfg->round_ports[0],
+		    &cfg->round_ports[1], why, sizeof why) != 0) {
+			fprintf(stderr, "rdzv-agent: --round_ports %s\n", why);
+			return (-1);
+		}
+		return (0);
+	}
 	}
 	return (-1);
 }
@@ -1602,6 +1620,11 @@ cli_print(const struct agent_config *cfg, FILE *f)
 	fprintf(f, "gpus_per_worker=%d\n", cfg->gpus_per_worker);
 	fprintf(f, "virtual_local_rank=%d\n", cfg->virtual_local_rank);
 	fprintf(f, "warm_spare=%d\n", cfg->warm_spare);
+	if (cfg->round_ports[0] > 0)
+		fprintf(f, "round_ports=%d-%d\n", cfg->round_ports[0],
+		    cfg->round_ports[1]);
+	else
+		fprintf(f, "round_ports=\n");
 	fprintf(f, "local_ranks_filter=%s\n", cfg->ranks_filter ?
 	    cfg->ranks_filter : "");
 	fprintf(f, "log_line_prefix_template=%s\n", cfg->prefix_tmpl ?

@@ -1380,6 +1380,7 @@ static int
 agent_embed(const char *listen, int *port)
 {
 #ifdef HAVE_RDZVD_EMBED
+	rdzvd_embed_round_ports(ag.cfg.round_ports[0], ag.cfg.round_ports[1]);
 	if (rdzvd_embed_start(ag.base, listen, port) != 0)
 		return (-1);
 	ag.embedded = 1;

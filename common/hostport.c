@@ -131,3 +131,46 @@ hostport_list_get(const char *list, size_t i, char *buf, size_t bufsz)
 	buf[len] = '\0';
 	return (0);
 }
+
+/* One port of a range: 1-65535, digits only; -1 if not. */
+static int
+hostport_range_port(const char *p, size_t len)
+{
+	char		 buf[8];
+	const char	*errstr;
+	long long	 n;
+
+	if (len == 0 || len >= sizeof buf)
+		return (-1);
+	memcpy(buf, p, len);
+	buf[len] = '\0';
+	if (buf[strspn(buf, "0123456789")] != '\0')
+		return (-1);
+	n = strtonum(buf, 1, 65535, &errstr);
+	return (errstr != NULL ? -1 : (int)n);
+}
+
+int
+hostport_range(const char *s, int *lo, int *hi, char *why, size_t whysz)
+{
+	const char	*dash;
+	int		 a, b;
+
+	if (s == NULL || *s == '\0')
+		return (hostport_bad(why, whysz, s != NULL ? s : "",
+		    "expected a port range LO-HI"));
+	dash = strchr(s, '-');
+	a = hostport_range_port(s, dash != NULL ? (size_t)(dash - s) :
+	    strlen(s));
+	b = dash != NULL ? hostport_range_port(dash + 1, strlen(dash + 1)) :
+	    a;
+	if (a == -1 || b == -1)
+		return (hostport_bad(why, whysz, s, "expected a port range "
+		    "LO-HI, ports from 1 to 65535 (e.g. 30000-30999)"));
+	if (a > b)
+		return (hostport_bad(why, whysz, s, "the range is empty: its "
+		    "low port %d is above its high port %d (LO-HI)", a, b));
+	*lo = a;
+	*hi = b;
+	return (0);
+}

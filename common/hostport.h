@@ -45,4 +45,12 @@ int	hostport_join(char *buf, size_t sz, const char *host, int port);
 size_t	hostport_list_count(const char *list);
 int	hostport_list_get(const char *list, size_t i, char *buf, size_t bufsz);
 
+/*
+ * Parses a port range "LO-HI" (decimal, 1 <= LO <= HI <= 65535; "P"
+ * alone is P-P), as --round-ports takes it.  Returns 0, or RDZV_EINVAL
+ * with a sentence that quotes s in why (size whysz; why may be NULL).
+ */
+int	hostport_range(const char *s, int *lo, int *hi, char *why,
+	    size_t whysz);
+
 #endif /* RDZV_HOSTPORT_H */

@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "etcd.h"
+#include "hostport.h"
 #include "log.h"
 #include "rdzvd.h"
 
@@ -29,7 +30,8 @@
 
 enum opt_type {
 	OT_STR, OT_SIZE, OT_UINT, OT_DURABILITY, OT_LEVEL, OT_FLAG, OT_TLS,
-	OT_SECONDS	/* int64_t ms, written in seconds; max in seconds */
+	OT_SECONDS,	/* int64_t ms, written in seconds; max in seconds */
+	OT_PORTS	/* int[2], "LO-HI"; empty: { 0, 0 } */
 };
 
 struct opt {
@@ -53,6 +55,9 @@ static const struct opt opts[] = {
 	  "; port 0 = any)" },
 	{ "port-file", 0, OT_STR, OFF(port_file), 0, "FILE",
 	  "write the listening port here once ready" },
+	{ "round-ports", 0, OT_PORTS, OFF(round_ports), 0, "LO-HI",
+	  "rounds' TCPStore ports come from LO-HI (default: any free "
+	  "port)" },
 	{ "http", 0, OT_STR, OFF(http), 0, "HOST:PORT|off",
 	  "health and metrics listener (default " RDZVD_DEFAULT_HTTP ")" },
 	{ "http-port-file", 0, OT_STR, OFF(http_port_file), 0, "FILE",
@@ -283,6 +288,21 @@ opt_apply(struct rdzvd_config *cfg, const struct opt *o, const char *val,
 			return -1;
 		}
 		return 0;
+	case OT_PORTS: {
+		int	*r = (int *)(base + o->offset);
+		char	 why[256];
+
+		if (*val == '\0') {
+			r[0] = r[1] = 0;
+			return 0;
+		}
+		if (hostport_range(val, &r[0], &r[1], why, sizeof why) != 0) {
+			fprintf(stderr, "rdzvd: %s%s--%s %s\n", where ? where :
+			    "", where ? ": " : "", o->name, why);
+			return -1;
+		}
+		return 0;
+	}
 	case OT_DURABILITY:
 		if ((d = store_durability_parse(val)) < 0) {
 			fprintf(stderr, "rdzvd: %s%s--durability: '%s' is not one "

@@ -15,6 +15,9 @@ struct event_base;
  * uses threads.  Sets *port.  Returns 0, or -1 after logging the cause.
  */
 int	rdzvd_embed_start(struct event_base *base, const char *listen, int *port);
+/* Rounds' TCPStore ports from lo..hi (rdzvd's --round-ports) in the
+ * next rdzvd_embed_start; lo 0: any free port (the default). */
+void	rdzvd_embed_round_ports(int lo, int hi);
 /* Closes every connection and frees everything rdzvd_embed_start made. */
 void	rdzvd_embed_stop(void);
 

@@ -1140,6 +1140,27 @@ rz_admin_close(struct rz *rz, struct slice job, struct slice reason,
 }
 
 int
+rz_port_refused(struct rz *rz, struct slice job, const char *why,
+    int64_t now, struct rz_outbox *ob)
+{
+	struct rz_job	*j;
+	size_t		 i, n = 0;
+
+	if ((j = rz_find_job(rz, job)) == NULL)
+		return RDZV_ENOTFOUND;
+	if (rz_closed(j))
+		return RDZV_ECLOSED;
+	/* Its nodes were to hear RUNNING with no port: FAILED instead. */
+	for (i = 0; i < ob->npush; i++)
+		if (ob->push[i].job != j)
+			ob->push[n++] = ob->push[i];
+	ob->npush = n;
+	strlcpy(j->failure, why, sizeof j->failure);
+	rz_close_job(rz, ob, j, RZJ_FAILED, now);
+	return 0;
+}
+
+int
 rz_admin_evict(struct rz *rz, struct slice job, int64_t node_id, int hard,
     int64_t now, struct rz_outbox *ob)
 {

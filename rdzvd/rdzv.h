@@ -250,6 +250,15 @@ int	rz_event_row(struct rz *, struct slice job, int64_t after,
 int	rz_admin_close(struct rz *, struct slice job, struct slice reason,
 	    int64_t now_ms, struct rz_outbox *);
 /*
+ * The adapter could not open the round port ob asked for job (no port
+ * left to give): the job fails with why, and the RUNNING pushes ob holds
+ * for it give way to FAILED ones, so that its agents hear why instead of
+ * waiting on a port.  Call before rz_settle.  Returns 0, RDZV_ENOTFOUND
+ * or RDZV_ECLOSED.
+ */
+int	rz_port_refused(struct rz *, struct slice job, const char *why,
+	    int64_t now_ms, struct rz_outbox *);
+/*
  * Evicts a node.  A member of a running job that repairs in place is
  * asked to leave at its workers' next step boundary (a DRAIN push; its
  * LEAVE shrinks the round, nothing dropped), and dropped at once if it

@@ -46,6 +46,7 @@ enum rdzvd_tls_mode {
 struct rdzvd_config {
 	char			*listen;	/* HOST:PORT */
 	char			*port_file;
+	int			 round_ports[2]; /* LO, HI; 0, 0: any free */
 	char			*http;		/* HOST:PORT, or NULL for off */
 	char			*http_port_file;
 	char			*db;
@@ -248,6 +249,15 @@ extern struct server	server;
  * to the bound port; returns the fd or -1 after logging the cause.
  */
 int	listen_socket(const char *spec, const char *what, int *port);
+/*
+ * Opens a listening socket on spec's host at a port of lo..hi, trying
+ * from *next on and wrapping around (so that a port just closed is taken
+ * last); ports another socket holds are skipped without a word.  Sets
+ * *port, and *next past it.  Returns the fd, or -1 with errno EADDRINUSE
+ * when every port is held, or another cause (logged).
+ */
+int	listen_socket_range(const char *spec, const char *what, int lo,
+	    int hi, int *next, int *port);
 /*
  * Loads --token-file and parses --tcpstore-allow into server; returns 0
  * or -1 after logging the cause.  acl_allows() tells whether a peer is

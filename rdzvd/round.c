@@ -55,6 +55,7 @@ struct round_port {
 #define ROUND_SWEEP_MS		60000
 
 static struct round_port	*ports;
+static int			 port_next;	/* --round-ports: tried first */
 static struct event		*rz_timer;
 static struct event		*purge_timer;
 static int64_t			 purge_at = -1;	/* wall ms it is armed for */
@@ -193,7 +194,8 @@ round_reply_evict(struct conn *c, const struct round_req *r, int rc)
 	conn_reply_done(c);
 }
 
-static int	round_port_open(const char *job, const char *ns, int want);
+static int	round_port_open(const char *job, const char *ns, int want,
+		    int *full);
 static void	round_port_close(const char *job);
 static void	round_arm(int64_t deadline, int64_t purge_at);
 
@@ -225,15 +227,29 @@ round_apply(struct conn *c, const struct round_req *r, int rc,
 	struct rz_outbox	*ob = &outbox;
 	struct rz_out_port	*op;
 	struct rz_out_purged	*pg;
-	char			 a[32], b[32];
+	char			 a[32], b[32], why[256], job[RZ_ID_MAX + 1];
 	size_t			 i;
+	int			 full = 0;
 
 	for (i = 0; i < ob->nport; i++) {
 		op = &ob->port[i];
 		if (op->open)
-			op->port = round_port_open(op->job, op->ns, op->want);
+			op->port = round_port_open(op->job, op->ns, op->want,
+			    &full);
 		else
 			round_port_close(op->job);
+		if (op->open && full) {
+			/* Its agents hear so, rather than wait on no port
+			 * (the outbox may grow: op is fetched again). */
+			snprintf(why, sizeof why, "no free port for the "
+			    "round's TCPStore: all of rdzvd's --round-ports "
+			    "%d-%d are held; widen the range or close other "
+			    "jobs", server.cfg->round_ports[0],
+			    server.cfg->round_ports[1]);
+			strlcpy(job, op->job, sizeof job);
+			rz_port_refused(server.rz, slice_str(job), why,
+			    mono_ms(), ob);
+		}
 	}
 	rz_settle(server.rz, ob);
 	if (c != NULL)
@@ -325,21 +341,40 @@ round_conn_gone(struct conn *c)
 	round_apply(NULL, NULL, 0, NULL);
 }
 
-/* Serves ns for job on a port like the main listener's (want: that
- * port, or 0 any).  Returns the port or -1. */
+/*
+ * Serves ns for job on a port like the main listener's (want: that
+ * port, or 0 any: one of --round-ports when given).  Returns the port or
+ * -1; -1 with *full set when every port of --round-ports is held.
+ */
 static int
-round_port_open(const char *job, const char *ns, int want)
+round_port_open(const char *job, const char *ns, int want, int *full)
 {
 	struct round_port	*rp;
 	char			 host[RDZV_HOST_MAX], spec[RDZV_HOSTPORT_MAX];
+	const int		*range = server.cfg->round_ports;
 	int			 fd, port = 0;
 
+	*full = 0;
 	/* The round's port listens where the main listener does. */
 	if (hostport_split(server.cfg->listen, HOSTPORT_PORT_ZERO |
 	    HOSTPORT_HOST_EMPTY, host, sizeof host, &port, NULL, 0) != 0 ||
 	    hostport_join(spec, sizeof spec, host, want > 0 ? want : 0) != 0)
 		return -1;
-	fd = listen_socket(spec, "round store", &port);
+	if (want == 0 && range[0] > 0) {
+		fd = listen_socket_range(spec, "round store", range[0],
+		    range[1], &port_next, &port);
+		if (fd == -1 && errno == EADDRINUSE) {
+			*full = 1;
+			log_warnx("job %s: no free port for its round store: "
+			    "all %d of --round-ports %d-%d are held (by other "
+			    "jobs' rounds or other processes); the job fails. "
+			    " Widen --round-ports, or close jobs that hold "
+			    "theirs", job, range[1] - range[0] + 1, range[0],
+			    range[1]);
+			return -1;
+		}
+	} else
+		fd = listen_socket(spec, "round store", &port);
 	if (fd == -1 && want > 0) {
 		log_warnx("job %s: cannot serve its round on port %d again; "
 		    "workers must reconnect to a new port", job, want);

@@ -19,6 +19,7 @@
 #include "rdzvd.h"
 
 static struct rdzvd_config	embed_cfg;
+static int			embed_round_ports[2];
 /* With --store etcd, while standing by. */
 static struct store_etcd_conf	etcd_conf;
 static char			*etcd_info;
@@ -206,12 +207,21 @@ rdzvd_serve_stop(void)
 	server_tls_fini();
 }
 
+void
+rdzvd_embed_round_ports(int lo, int hi)
+{
+	embed_round_ports[0] = lo;
+	embed_round_ports[1] = hi;
+}
+
 int
 rdzvd_embed_start(struct event_base *base, const char *listen, int *port)
 {
 	int	http_port;
 
 	config_defaults(&embed_cfg);
+	embed_cfg.round_ports[0] = embed_round_ports[0];
+	embed_cfg.round_ports[1] = embed_round_ports[1];
 	free(embed_cfg.listen);
 	free(embed_cfg.http);
 	embed_cfg.http = NULL;

@@ -1077,21 +1077,24 @@ resolve_listen(const char *spec, const char *what)
 }
 
 /*
- * Opens a listening socket on spec, backlog as long as the system allows;
- * returns the fd or -1 (logged).
+ * Opens a listening socket on one of res's addresses, on port instead of
+ * theirs when port > 0, backlog as long as the system allows.  Returns
+ * the fd, or -1 with *err set (nothing logged).
  */
-int
-listen_socket(const char *spec, const char *what, int *port)
+static int
+listen_open(struct addrinfo *res, int port, int *err)
 {
-	struct addrinfo		*res, *ai;
-	struct sockaddr_storage	 ss;
-	socklen_t		 sl = sizeof ss;
+	struct addrinfo		*ai;
 	int			 fd = -1, one = 1, zero = 0, saved = 0;
 
-	if ((res = resolve_listen(spec, what)) == NULL)
-		return -1;
 	/* Prefer IPv6 for a wildcard so one socket serves both families. */
 	for (ai = res; ai != NULL; ai = ai->ai_next) {
+		if (port > 0 && ai->ai_family == AF_INET6)
+			((struct sockaddr_in6 *)ai->ai_addr)->sin6_port =
+			    htons((uint16_t)port);
+		else if (port > 0 && ai->ai_family == AF_INET)
+			((struct sockaddr_in *)ai->ai_addr)->sin_port =
+			    htons((uint16_t)port);
 		if (ai->ai_next != NULL && ai->ai_family == AF_INET &&
 		    ai->ai_next->ai_family == AF_INET6 &&
 		    ((struct sockaddr_in *)ai->ai_addr)->sin_addr.s_addr ==
@@ -1122,17 +1125,75 @@ listen_socket(const char *spec, const char *what, int *port)
 		close(fd);
 		fd = -1;
 	}
+	*err = saved;
+	return fd;
+}
+
+/* The port fd listens on, or -1. */
+static int
+listen_port(int fd)
+{
+	struct sockaddr_storage	ss;
+	socklen_t		sl = sizeof ss;
+
+	if (getsockname(fd, (struct sockaddr *)&ss, &sl) != 0)
+		return -1;
+	return ss.ss_family == AF_INET6 ?
+	    ntohs(((struct sockaddr_in6 *)&ss)->sin6_port) :
+	    ntohs(((struct sockaddr_in *)&ss)->sin_port);
+}
+
+/*
+ * Opens a listening socket on spec, backlog as long as the system allows;
+ * returns the fd or -1 (logged).
+ */
+int
+listen_socket(const char *spec, const char *what, int *port)
+{
+	struct addrinfo	*res;
+	int		 fd, err = 0;
+
+	if ((res = resolve_listen(spec, what)) == NULL)
+		return -1;
+	fd = listen_open(res, 0, &err);
 	freeaddrinfo(res);
 	if (fd == -1) {
-		log_warnx("%s %s: %s%s", what, spec, strerror(saved),
-		    saved == EADDRINUSE ? " (another process has the port; "
+		log_warnx("%s %s: %s%s", what, spec, strerror(err),
+		    err == EADDRINUSE ? " (another process has the port; "
 		    "stop it or choose another with --listen/--http)" : "");
 		return -1;
 	}
-	if (getsockname(fd, (struct sockaddr *)&ss, &sl) == 0)
-		*port = ss.ss_family == AF_INET6 ?
-		    ntohs(((struct sockaddr_in6 *)&ss)->sin6_port) :
-		    ntohs(((struct sockaddr_in *)&ss)->sin_port);
+	*port = listen_port(fd);
+	return fd;
+}
+
+int
+listen_socket_range(const char *spec, const char *what, int lo, int hi,
+    int *next, int *port)
+{
+	struct addrinfo	*res;
+	int		 fd = -1, err = 0, n, p, i;
+
+	if ((res = resolve_listen(spec, what)) == NULL)
+		return -1;
+	n = hi - lo + 1;
+	p = *next >= lo && *next <= hi ? *next : lo;
+	for (i = 0; i < n; i++, p = p == hi ? lo : p + 1) {
+		if ((fd = listen_open(res, p, &err)) != -1)
+			break;
+		/* Held by another listener, or not ours to take. */
+		if (err == EADDRINUSE || err == EACCES)
+			continue;
+		log_warnx("%s %s, port %d: %s", what, spec, p, strerror(err));
+		break;
+	}
+	freeaddrinfo(res);
+	if (fd == -1) {
+		errno = i == n ? EADDRINUSE : err;
+		return -1;
+	}
+	*port = p;
+	*next = p == hi ? lo : p + 1;
 	return fd;
 }
 

@@ -228,6 +228,46 @@ test_list(void **state)
 	assert_string_equal(small, "b:2");
 }
 
+/* Port ranges (--round-ports): LO-HI within 1..65535, LO <= HI. */
+static void
+test_range(void **state)
+{
+	static const char *const bad[] = {
+		"", "-", "5-", "-5", "5-3", "0-10", "1-65536", "a-b", "+1-2",
+		"1 -2", "1-2-3", "1--2", "123456-123457", " 1-2", NULL
+	};
+	char	why[256];
+	int	lo = -2, hi = -2;
+	size_t	i;
+
+	assert_int_equal(hostport_range("30000-30999", &lo, &hi, why,
+	    sizeof why), 0);
+	assert_int_equal(lo, 30000);
+	assert_int_equal(hi, 30999);
+	assert_int_equal(hostport_range("1-65535", &lo, &hi, NULL, 0), 0);
+	assert_int_equal(lo, 1);
+	assert_int_equal(hi, 65535);
+	assert_int_equal(hostport_range("7", &lo, &hi, NULL, 0), 0);
+	assert_int_equal(lo, 7);
+	assert_int_equal(hi, 7);
+	for (i = 0; bad[i] != NULL; i++) {
+		lo = hi = -2;
+		why[0] = '\0';
+		assert_int_equal(hostport_range(bad[i], &lo, &hi, why,
+		    sizeof why), RDZV_EINVAL);
+		print_message("\"%s\": %s\n", bad[i], why);
+		assert_int_equal(lo, -2);	/* untouched */
+		assert_int_equal(hi, -2);
+		assert_true(strncmp(why, "\"", 1) == 0);
+		assert_non_null(strstr(why, bad[i]));
+	}
+	assert_int_equal(hostport_range(NULL, &lo, &hi, NULL, 0),
+	    RDZV_EINVAL);
+	assert_int_equal(hostport_range("9-8", &lo, &hi, why, sizeof why),
+	    RDZV_EINVAL);
+	assert_non_null(strstr(why, "empty"));
+}
+
 int
 main(void)
 {
@@ -236,6 +276,7 @@ main(void)
 		cmocka_unit_test(test_split_sizes),
 		cmocka_unit_test(test_join),
 		cmocka_unit_test(test_list),
+		cmocka_unit_test(test_range),
 		cmocka_unit_test(test_mono),
 	};
 
