@@ -496,6 +496,37 @@ config_check_tls(struct rdzvd_config *cfg)
 }
 
 /*
+ * Checks --store's etcd members, "HOST:PORT,..." (at least one); 0, or -1
+ * with a sentence naming the bad one in why.  Here, not in etcd.c, so
+ * that what shares config.c (rdzv-agent's embedded rdzvd) links no
+ * libcurl.
+ */
+static int
+config_check_etcd(const char *endpoints, char *why, size_t whysz)
+{
+	char		 buf[RDZV_HOSTPORT_MAX * ETCD_ENDPOINTS_MAX];
+	char		 host[RDZV_HOST_MAX], *s, *tok;
+	size_t		 n = 0;
+	int		 port;
+
+	if (strlcpy(buf, endpoints, sizeof buf) >= sizeof buf) {
+		snprintf(why, whysz, "etcd endpoint list is too long");
+		return -1;
+	}
+	for (s = buf; (tok = strsep(&s, ",")) != NULL; n++) {
+		if (n == ETCD_ENDPOINTS_MAX) {
+			snprintf(why, whysz, "more than %d etcd endpoints",
+			    ETCD_ENDPOINTS_MAX);
+			return -1;
+		}
+		if (hostport_split(tok, 0, host, sizeof host, &port, why,
+		    whysz) != 0)
+			return -1;
+	}
+	return 0;
+}
+
+/*
  * --store names an etcd cluster (or nothing: sqlite at --db); the etcd
  * options come in pairs.  A value must fit one etcd request, so
  * --value-max is lowered to it.
@@ -518,7 +549,7 @@ config_check_store(struct rdzvd_config *cfg)
 		    "out to keep the state in sqlite at --db)\n", cfg->store);
 		return -1;
 	}
-	if (etcd_conf_check(cfg->store + strlen(RDZVD_ETCD_SCHEME), why,
+	if (config_check_etcd(cfg->store + strlen(RDZVD_ETCD_SCHEME), why,
 	    sizeof why) != 0) {
 		fprintf(stderr, "rdzvd: --store: %s\n", why);
 		return -1;

@@ -57,7 +57,7 @@ docs_status(void)
 		rz_get_stats(server.rz, &rz);
 	for (i = 0; i < DIALECT_COUNT; i++)
 		conns += metrics.conns[i];
-	store_etcd_get_status(&es);
+	rdzvd_etcd_status(&es);
 	doc = json_pack("{s:s, s:I, s:s, s:s?, s:I, s:I, s:I, "
 	    "s:{s:I, s:I, s:I}, s:I, s:I}",
 	    "version", PACKAGE_VERSION,

@@ -19,7 +19,6 @@
 #include "rdzv_err.h"
 #include "etcd.h"
 
-#define ETCD_ENDPOINTS_MAX	16
 #define ETCD_ANSWER_MAX		(256U << 20)	/* a range page, bounded */
 #define ETCD_CONNECT_MS		1000
 #define ETCD_TIMEOUT_DEFAULT	5000
@@ -44,31 +43,6 @@ struct etcd {
 };
 
 static int	etcd_curl_init_done;
-
-int
-etcd_conf_check(const char *endpoints, char *why, size_t whysz)
-{
-	char		 buf[RDZV_HOSTPORT_MAX * ETCD_ENDPOINTS_MAX];
-	char		 host[RDZV_HOST_MAX], *s, *tok;
-	size_t		 n = 0;
-	int		 port;
-
-	if (strlcpy(buf, endpoints, sizeof buf) >= sizeof buf) {
-		snprintf(why, whysz, "etcd endpoint list is too long");
-		return RDZV_EINVAL;
-	}
-	for (s = buf; (tok = strsep(&s, ",")) != NULL; n++) {
-		if (n == ETCD_ENDPOINTS_MAX) {
-			snprintf(why, whysz, "more than %d etcd endpoints",
-			    ETCD_ENDPOINTS_MAX);
-			return RDZV_EINVAL;
-		}
-		if (hostport_split(tok, 0, host, sizeof host, &port, why,
-		    whysz) != 0)
-			return RDZV_EINVAL;
-	}
-	return 0;
-}
 
 static size_t
 etcd_write_cb(char *p, size_t size, size_t n, void *arg)

@@ -17,6 +17,9 @@
 
 #include <jansson.h>
 
+/* Most members in conf->endpoints (rdzvd's config.c checks the list). */
+#define ETCD_ENDPOINTS_MAX	16
+
 /* How to reach the cluster; strings are borrowed for the client's life. */
 struct etcd_conf {
 	const char	*endpoints;	/* "HOST:PORT[,HOST:PORT...]" */
@@ -29,12 +32,6 @@ struct etcd_conf {
 };
 
 struct etcd;
-
-/*
- * Checks conf->endpoints ("HOST:PORT,...", at least one); 0, or
- * RDZV_EINVAL with a sentence naming the bad one in why.
- */
-int		 etcd_conf_check(const char *endpoints, char *why, size_t whysz);
 
 /* A client; NULL (cause logged) on allocation or libcurl failure. */
 struct etcd	*etcd_new(const struct etcd_conf *);

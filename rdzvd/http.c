@@ -36,7 +36,7 @@ http_leader_text(struct evbuffer *out)
 	struct store_etcd_status	 es;
 	json_t				*info;
 
-	store_etcd_get_status(&es);
+	rdzvd_etcd_status(&es);
 	info = json_loads(es.leader_info, 0, NULL);
 	if (info == NULL)
 		evbuffer_add_printf(out, "the leader is not known yet");

@@ -67,7 +67,7 @@ metrics_write_leader(struct evbuffer *out)
 {
 	struct store_etcd_status	es;
 
-	store_etcd_get_status(&es);
+	rdzvd_etcd_status(&es);
 	if (!es.enabled)
 		return;
 	evbuffer_add_printf(out,

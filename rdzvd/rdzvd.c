@@ -23,6 +23,17 @@
 
 static struct rdzvd_config	cfg;
 static struct event_base	*base;
+/*
+ * The daemon keeps its state in sqlite or etcd; rdzv-agent's embedded
+ * rdzvd (serve.c) hands over none of these, so it links neither.
+ */
+static const struct rdzvd_stores stores = {
+	.open = store_open,
+	.etcd_stand_by = store_etcd_stand_by,
+	.etcd_stand_by_stop = store_etcd_stand_by_stop,
+	.etcd_serve = store_etcd_serve,
+	.etcd_status = store_etcd_get_status,
+};
 
 static void
 sig_stop_cb(evutil_socket_t sig, short ev, void *arg)
@@ -97,7 +108,8 @@ main(int argc, char **argv)
 		fatalx("evthread_use_pthreads failed");
 	if ((base = event_base_new()) == NULL)
 		fatalx("event_base_new failed");
-	if (rdzvd_serve_start(base, &cfg, &port, &http_port, serving) != 0)
+	if (rdzvd_serve_start(base, &cfg, &stores, &port, &http_port,
+	    serving) != 0)
 		goto out;
 	if (cfg.http_port_file != NULL && cfg.http != NULL &&
 	    write_port_file(cfg.http_port_file, http_port) != 0)

@@ -222,6 +222,7 @@ struct server {
 	struct kv		*kv;
 	struct rz		*rz;		/* the rendezvous */
 	struct store		*store;		/* NULL in memory mode */
+	const struct rdzvd_stores *stores;	/* NULL: memory alone */
 	struct evconnlistener	*listener;
 	struct event		*accept_timer;	/* EMFILE back-off */
 	TAILQ_HEAD(, conn)	 conns;
@@ -448,17 +449,42 @@ void	http_stop(void);
 /* ---- serve.c: the daemon on an event base (main and embed.h) ---- */
 
 /*
+ * The stores that keep the state beyond memory: sqlite at --db and etcd
+ * with --store (store.h).  rdzvd's main() hands serve.c these; the
+ * embedded rdzvd of rdzv-agent hands none and keeps its state in memory,
+ * so that only rdzvd links sqlite and libcurl.
+ */
+struct rdzvd_stores {
+	struct store	*(*open)(const char *path, enum store_durability,
+			    unsigned window_ms, struct event_base *,
+			    struct kv *, void (*)(void *, uint64_t), void *);
+	int		 (*etcd_stand_by)(const struct store_etcd_conf *,
+			    enum store_durability, struct event_base *,
+			    void (*)(struct store_etcd *, void *), void *);
+	void		 (*etcd_stand_by_stop)(void);
+	struct store	*(*etcd_serve)(struct store_etcd *,
+			    enum store_durability, unsigned window_ms,
+			    struct event_base *, struct kv *,
+			    void (*)(void *, uint64_t), void *);
+	void		 (*etcd_status)(struct store_etcd_status *);
+};
+
+/*
  * Starts kv, store, rendezvous and listeners on base; sets the ports.
  * With --store etcd only HTTP starts (*port is 0): the rdzvd stands by
  * until it leads, then opens the rest and calls leading(port) on the
- * loop; if it cannot, server.failed is set and the loop exits.
+ * loop; if it cannot, server.failed is set and the loop exits.  stores
+ * NULL: memory alone (anything else is refused, naming rdzvd).
  */
 int	rdzvd_serve_start(struct event_base *, struct rdzvd_config *,
-	    int *port, int *http_port, void (*leading)(int port));
+	    const struct rdzvd_stores *stores, int *port, int *http_port,
+	    void (*leading)(int port));
 /* Closes connections, commits the store and frees everything. */
 void	rdzvd_serve_stop(void);
 /* Store figures for /metrics (zeros in memory mode). */
 void	rdzvd_store_stats(struct store_stats *);
+/* The etcd leadership for /metrics and the status page (zeros without). */
+void	rdzvd_etcd_status(struct store_etcd_status *);
 
 /* Writes "PORT\n" to path atomically (temp file + rename). */
 int	write_port_file(const char *path, int port);

@@ -34,6 +34,15 @@ rdzvd_store_stats(struct store_stats *st)
 		memset(st, 0, sizeof *st);
 }
 
+void
+rdzvd_etcd_status(struct store_etcd_status *es)
+{
+	if (server.stores != NULL)
+		server.stores->etcd_status(es);
+	else
+		memset(es, 0, sizeof *es);
+}
+
 /*
  * What a standby shows of the leader: where it listens.  --listen as
  * given (give a fixed port with --store); the HTTP address with the port
@@ -95,7 +104,7 @@ serve_leading(struct store_etcd *se, void *arg)
 
 	free(etcd_info);
 	etcd_info = NULL;
-	if (se == NULL || (server.store = store_etcd_serve(se,
+	if (se == NULL || (server.store = server.stores->etcd_serve(se,
 	    cfg->durability, cfg->relaxed_window_ms, server.base, server.kv,
 	    server_commit_cb, NULL)) == NULL) {
 		log_warnx("cannot use --store %s (see above)", cfg->store);
@@ -136,15 +145,17 @@ serve_stand_by(struct rdzvd_config *cfg, int *http_port)
 	etcd_conf.prefix = cfg->etcd_prefix;
 	etcd_conf.leader_ttl_ms = cfg->leader_ttl_ms;
 	etcd_conf.leader_info = etcd_info;
-	return store_etcd_stand_by(&etcd_conf, cfg->durability, server.base,
-	    serve_leading, NULL);
+	return server.stores->etcd_stand_by(&etcd_conf, cfg->durability,
+	    server.base, serve_leading, NULL);
 }
 
 int
 rdzvd_serve_start(struct event_base *base, struct rdzvd_config *cfg,
-    int *port, int *http_port, void (*leading)(int port))
+    const struct rdzvd_stores *stores, int *port, int *http_port,
+    void (*leading)(int port))
 {
 	memset(&server, 0, sizeof server);
+	server.stores = stores;
 	server.started_ms = mono_ms();
 	TAILQ_INIT(&server.conns);
 	TAILQ_INIT(&server.held);
@@ -158,10 +169,18 @@ rdzvd_serve_start(struct event_base *base, struct rdzvd_config *cfg,
 	}
 	if (server_auth_init() != 0 || server_tls_init() != 0)
 		return -1;
+	if (stores == NULL && (cfg->store != NULL ||
+	    cfg->durability != STORE_MEMORY)) {
+		log_warnx("the embedded rdzvd keeps its state in memory "
+		    "alone: %s is rdzvd's (start rdzvd and give its "
+		    "address instead)", cfg->store != NULL ?
+		    "--store etcd://" : "a database");
+		return -1;
+	}
 	if (cfg->store != NULL)
 		return serve_stand_by(cfg, http_port);
 	if (cfg->durability != STORE_MEMORY) {
-		server.store = store_open(cfg->db, cfg->durability,
+		server.store = stores->open(cfg->db, cfg->durability,
 		    cfg->relaxed_window_ms, base, server.kv, server_commit_cb,
 		    NULL);
 		if (server.store == NULL) {
@@ -182,7 +201,8 @@ rdzvd_serve_start(struct event_base *base, struct rdzvd_config *cfg,
 void
 rdzvd_serve_stop(void)
 {
-	store_etcd_stand_by_stop();
+	if (server.stores != NULL)
+		server.stores->etcd_stand_by_stop();
 	free(etcd_info);
 	etcd_info = NULL;
 	server_shutdown();
@@ -228,7 +248,9 @@ rdzvd_embed_start(struct event_base *base, const char *listen, int *port)
 	embed_cfg.durability = STORE_MEMORY;
 	if ((embed_cfg.listen = strdup(listen)) == NULL)
 		return -1;
-	if (rdzvd_serve_start(base, &embed_cfg, port, &http_port, NULL) != 0) {
+	/* No stores: memory alone, so rdzv-agent links no sqlite or libcurl. */
+	if (rdzvd_serve_start(base, &embed_cfg, NULL, port, &http_port,
+	    NULL) != 0) {
 		rdzvd_serve_stop();
 		return -1;
 	}

@@ -305,24 +305,6 @@ store_thread_start(pthread_t *t, void *(*fn)(void *), void *arg)
 }
 
 struct store *
-store_open(const char *path, enum store_durability mode, unsigned window_ms,
-    struct event_base *base, struct kv *kv,
-    void (*done_cb)(void *, uint64_t), void *arg)
-{
-	void	*be;
-
-	if (mode != STORE_RELAXED && mode != STORE_STRICT) {
-		log_warnx("store: %s: durability %s has no database", path,
-		    store_durability_name(mode));
-		return NULL;
-	}
-	if ((be = store_sqlite_open(path, mode, kv)) == NULL)
-		return NULL;
-	return store_start(&store_sqlite_backend, be, path, mode, window_ms,
-	    base, done_cb, arg);
-}
-
-struct store *
 store_start(const struct store_backend *backend, void *be,
     const char *where, enum store_durability mode, unsigned window_ms,
     struct event_base *base, void (*done_cb)(void *, uint64_t), void *arg)

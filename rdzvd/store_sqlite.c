@@ -533,3 +533,21 @@ fail:
 	store_sqlite_close(st);
 	return NULL;
 }
+
+struct store *
+store_open(const char *path, enum store_durability mode, unsigned window_ms,
+    struct event_base *base, struct kv *kv,
+    void (*done_cb)(void *, uint64_t), void *arg)
+{
+	void	*be;
+
+	if (mode != STORE_RELAXED && mode != STORE_STRICT) {
+		log_warnx("store: %s: durability %s has no database", path,
+		    store_durability_name(mode));
+		return NULL;
+	}
+	if ((be = store_sqlite_open(path, mode, kv)) == NULL)
+		return NULL;
+	return store_start(&store_sqlite_backend, be, path, mode, window_ms,
+	    base, done_cb, arg);
+}

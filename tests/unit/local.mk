@@ -23,7 +23,7 @@ tests_unit_test_kv_CFLAGS = $(UNIT_CFLAGS)
 tests_unit_test_kv_LDADD = $(UNIT_LDADD)
 tests_unit_test_store_SOURCES = tests/unit/test_store.c
 tests_unit_test_store_CFLAGS = $(UNIT_CFLAGS)
-tests_unit_test_store_LDADD = $(UNIT_LDADD) $(SQLITE3_LIBS)
+tests_unit_test_store_LDADD = rdzvd/libbackends.la $(UNIT_LDADD)
 # Fault injection: store.c's sqlite calls go through the test's wrappers.
 tests_unit_test_store_LDFLAGS = -Wl,--wrap=sqlite3_open_v2 \
 	-Wl,--wrap=sqlite3_prepare_v2 -Wl,--wrap=sqlite3_prepare_v3 \
@@ -41,7 +41,7 @@ check_PROGRAMS += tests/unit/test_rdzv
 TESTS += tests/unit/test_rdzv
 tests_unit_test_rdzv_SOURCES = tests/unit/test_rdzv.c
 tests_unit_test_rdzv_CFLAGS = $(UNIT_CFLAGS)
-tests_unit_test_rdzv_LDADD = $(UNIT_LDADD) $(JANSSON_LIBS) $(SQLITE3_LIBS)
+tests_unit_test_rdzv_LDADD = rdzvd/libbackends.la $(UNIT_LDADD) $(JANSSON_LIBS)
 endif
 # The worker <-> agent channel's messages (common/chan.c: pure, no I/O)
 # and its one read (common/chan_recv.c, on a real socket pair).
