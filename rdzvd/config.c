@@ -25,6 +25,7 @@
 #define RDZVD_RETENTION_MAX	(100LL * 366 * 86400)
 #define RDZVD_ETCD_SCHEME	"etcd://"
 #define RDZVD_ETCD_PREFIX	"/rdzv/"
+#define RDZVD_COMPACT_MAX	(30LL * 86400)	/* seconds */
 /* A value must fit one etcd request (its default limit is 1.5 MiB). */
 #define RDZVD_ETCD_VALUE_MAX	(1024 * 1024 - 4096)
 
@@ -76,6 +77,10 @@ static const struct opt opts[] = {
 	{ "leader-ttl-ms", 0, OT_UINT, OFF(leader_ttl_ms), 3600000, "N",
 	  "etcd: a silent leader is replaced after N ms (2000; etcd rounds "
 	  "up to seconds)" },
+	{ "etcd-compact-interval", 0, OT_SECONDS, OFF(etcd_compact_ms),
+	  RDZVD_COMPACT_MAX, "SECONDS",
+	  "etcd: compact all of etcd this often; 0 = never, leaving it to "
+	  "etcd's own auto-compaction (0)" },
 	{ "etcd-cacert", 0, OT_STR, OFF(etcd_cacert), 0, "FILE",
 	  "etcd: talk https, trusting this PEM CA bundle" },
 	{ "etcd-cert", 0, OT_STR, OFF(etcd_cert), 0, "FILE",

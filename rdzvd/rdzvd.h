@@ -72,6 +72,7 @@ struct rdzvd_config {
 	char			*store;		/* etcd://...; NULL: sqlite at db */
 	char			*etcd_prefix;
 	unsigned		 leader_ttl_ms;
+	int64_t			 etcd_compact_ms; /* 0: etcd's own, if any */
 	char			*etcd_cacert;
 	char			*etcd_cert;
 	char			*etcd_key;

@@ -144,6 +144,7 @@ serve_stand_by(struct rdzvd_config *cfg, int *http_port)
 	etcd_conf.etcd.password_file = cfg->etcd_password_file;
 	etcd_conf.prefix = cfg->etcd_prefix;
 	etcd_conf.leader_ttl_ms = cfg->leader_ttl_ms;
+	etcd_conf.compact_ms = cfg->etcd_compact_ms;
 	etcd_conf.leader_info = etcd_info;
 	return server.stores->etcd_stand_by(&etcd_conf, cfg->durability,
 	    server.base, serve_leading, NULL);

@@ -75,6 +75,7 @@ struct store_etcd_conf {
 	const char		*prefix;	/* every key starts with it */
 	unsigned		 leader_ttl_ms;	/* leader lease */
 	const char		*leader_info;	/* JSON the standbys show */
+	int64_t			 compact_ms;	/* compaction period; 0 off */
 };
 
 struct store_etcd;

@@ -38,8 +38,13 @@
  * (the queue counters are rolled back), so replaying a committed prefix
  * changes nothing.
  *
- * etcd keeps every revision until compacted: the keepalive thread
- * compacts up to the revision it saw one compaction interval earlier.
+ * etcd keeps every revision until compacted.  That is the operator's to
+ * do (etcd's --auto-compaction-mode and -retention): a compaction spans
+ * the whole keyspace, other clients' watch history too (etcd 3.4 lets
+ * even a user whose role covers a prefix alone do it).  With
+ * --etcd-compact-interval the keepalive thread compacts up to the
+ * revision it saw one interval earlier; a refusal is logged at warning,
+ * naming both ways out.
  */
 #include "config.h"
 
@@ -65,7 +70,6 @@
 #define ETCD_TXN_OPS_MAX	128
 #define ETCD_TXN_BYTES_MAX	(1024U * 1024)
 #define ETCD_RANGE_PAGE		128	/* values up to 1 MiB: bounded answers */
-#define ETCD_COMPACT_MS		60000
 #define ETCD_UNREACHABLE_LOG_MS	5000
 #define STORE_ETCD_EXIT		75	/* EX_TEMPFAIL: restart as standby */
 
@@ -106,6 +110,7 @@ struct store_etcd {
 	int64_t			 lease_ttl;	/* seconds, as granted */
 	int64_t			 term;		/* leader key's create revision */
 	unsigned		 ttl_ms;
+	int64_t			 compact_ms;	/* 0: never compacts */
 
 	struct etcd_queue	*queues;
 	struct etcd_queue	**touched;	/* queues saved in this batch */
@@ -517,6 +522,40 @@ store_etcd_get_status(struct store_etcd_status *out)
 }
 
 /*
+ * Compacts etcd's history up to rev (--etcd-compact-interval).  A
+ * failure is a warning naming the fix the first time (refused 0), then
+ * debug until one succeeds.  Returns whether this one failed.
+ */
+static int
+store_etcd_compact(struct store_etcd *se, int64_t rev, int refused)
+{
+	json_t	*req, *resp;
+	char	 secs[32];
+
+	req = json_pack("{s:I}", "revision", (json_int_t)rev);
+	if (req != NULL && etcd_call(se->ka, "/v3/kv/compaction", req,
+	    &resp) == 0) {
+		json_decref(resp);
+		if (refused)
+			log_info("etcd: compaction to revision %lld done",
+			    (long long)rev);
+		return 0;
+	}
+	snprintf(secs, sizeof secs, "%lld", (long long)(se->compact_ms / 1000));
+	if (!refused)
+		log_warnx("etcd: compaction to revision %lld failed: %s.  "
+		    "--etcd-compact-interval %s compacts all of etcd: grant "
+		    "rdzvd's etcd user a role etcd lets compact, or set "
+		    "--etcd-compact-interval 0 and leave compaction to etcd's "
+		    "--auto-compaction-mode and --auto-compaction-retention",
+		    (long long)rev, etcd_errmsg(se->ka), secs);
+	else
+		log_debug("etcd: compaction to revision %lld failed: %s",
+		    (long long)rev, etcd_errmsg(se->ka));
+	return 1;
+}
+
+/*
  * Keeps the lease alive every third of its TTL.  The lease is sure only
  * until the last successful keepalive's send time plus the TTL: past
  * that, another rdzvd may lead, so this one leaves.
@@ -529,9 +568,9 @@ store_etcd_keepalive(void *arg)
 	int64_t			 t0, now, ttl, compact_at, seen_rev = 0, rev;
 	int64_t			 left;
 	unsigned		 every = (unsigned)(se->lease_ttl * 1000 / 3), nap;
-	int			 rc;
+	int			 rc, refused = 0;
 
-	compact_at = mono_us() + ETCD_COMPACT_MS * 1000LL;
+	compact_at = mono_us() + se->compact_ms * 1000LL;
 	while (!atomic_load(&se->stop)) {
 		now = mono_us();
 		if (now >= se->deadline_us)
@@ -559,23 +598,15 @@ store_etcd_keepalive(void *arg)
 			    "ms left): %s", (long long)(se->deadline_us -
 			    mono_us()) / 1000, etcd_errmsg(se->ka));
 		etcd_set_budget(se->ka, every);
-		if (mono_us() >= compact_at) {
+		if (se->compact_ms > 0 && mono_us() >= compact_at) {
 			/* What the last interval wrote stays readable for
 			 * one more interval. */
 			rev = atomic_load(&se->revision);
-			if (seen_rev > 0) {
-				req = json_pack("{s:I}", "revision",
-				    (json_int_t)seen_rev);
-				if (req != NULL && etcd_call(se->ka,
-				    "/v3/kv/compaction", req, &resp) == 0)
-					json_decref(resp);
-				else
-					log_debug("etcd: compaction to %lld: %s",
-					    (long long)seen_rev,
-					    etcd_errmsg(se->ka));
-			}
+			if (seen_rev > 0)
+				refused = store_etcd_compact(se, seen_rev,
+				    refused);
 			seen_rev = rev;
-			compact_at = mono_us() + ETCD_COMPACT_MS * 1000LL;
+			compact_at = mono_us() + se->compact_ms * 1000LL;
 		}
 		/* Wake by the deadline, to leave the moment it passes. */
 		nap = rc == 0 ? every : every / 4 + 1;
@@ -1014,6 +1045,7 @@ store_etcd_lead(const struct store_etcd_conf *c, enum store_durability mode)
 	store_cond_init(&se->ka_cond);
 	se->ec = c->etcd;
 	se->ttl_ms = c->leader_ttl_ms;
+	se->compact_ms = c->compact_ms;
 	if (se->ec.timeout_ms == 0)
 		se->ec.timeout_ms = se->ttl_ms < 2000 ? 2000 : se->ttl_ms;
 	if ((se->wr = etcd_new(&se->ec)) == NULL ||
