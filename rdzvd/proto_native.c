@@ -911,6 +911,8 @@ static const struct nat_handler native_handlers[NAT_OP_MAX + 1] = {
 	[NAT_OP_AUTH_CHALLENGE] = { OPK_ADMIN, NF_PUSH, NULL },
 	[NAT_OP_AUTH] = { OPK_ADMIN, 0, NULL },
 	[NAT_OP_READY] = { OPK_READY, 0, native_join_failure },
+	[NAT_OP_STRAGGLER] = { OPK_JOIN, NF_PUSH, NULL },
+	[NAT_OP_DRAIN] = { OPK_JOIN, NF_PUSH, NULL },
 };
 
 /*
@@ -965,7 +967,8 @@ native_dispatch(struct conn *c, const struct nat_msg *m, const char **why)
 		*why = "request before authentication";
 		return RDZV_EAUTH;
 	}
-	if (h->flags & NF_PUSH) {
+	/* A push, or an op the table has no server for. */
+	if ((h->flags & NF_PUSH) || h->fn == NULL) {
 		*why = "a client sent a server push";
 		return RDZV_EPROTO;
 	}

@@ -122,6 +122,11 @@ def test_native_malformed():
         ("unknown op 99", nat_req(99, b"x")),
         ("op 0", nat_req(0)),
     ]
+    # A server push sent by a client (WATCH_EVENT, ROUND, AUTH_CHALLENGE,
+    # STRAGGLER, DRAIN): refused like any malformed frame, never served.
+    cases += [("client sends push op %d" % op, nat_req(op, b"job", 1, 1, 1,
+                                                       b"x"))
+              for op in (20, 26, 34, 37, 38)]
     for name, data in cases:
         bad_case(env, name, data, {"malformed", "too_big"}
                  if "count" in name else {"malformed"}, native=True)
