@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * rdzvctl.c: the operator's command line for rdzvd: status, jobs,
- * members, events, top, kv, close and evict.
+ * members, events, top, kv, close, evict and forget.
  *
  * Owns option parsing (global options anywhere on the line, each
  * command's own options checked against it), one function per command,
@@ -80,6 +80,7 @@ static int	cmd_top(struct ctl *, int, char **);
 static int	cmd_kv(struct ctl *, int, char **);
 static int	cmd_close(struct ctl *, int, char **);
 static int	cmd_evict(struct ctl *, int, char **);
+static int	cmd_forget(struct ctl *, int, char **);
 
 static const struct cmd cmds[] = {
 	{ "status", "status",
@@ -149,6 +150,13 @@ static const struct cmd cmds[] = {
 	  "(\"evicted by an operator\").  Node ids are in `rdzvctl members JOB`.\n"
 	  "  --now          drop it at once\n",
 	  OPT_NOW, 2, 2, cmd_evict },
+	{ "forget", "forget JOB",
+	  "Forgets a closed job (succeeded or failed) now, as rdzvd does\n"
+	  "once its --job-retention has passed: its record, members, events,\n"
+	  "progress and keys go, and its id may be used again (a JOIN with it\n"
+	  "starts a new job from round 1).  A job that is forming or running\n"
+	  "is refused: close it first.\n",
+	  0, 1, 1, cmd_forget },
 };
 #define NCMDS	(sizeof cmds / sizeof cmds[0])
 
@@ -1132,6 +1140,29 @@ cmd_close(struct ctl *ctl, int argc, char **argv)
 	} else
 		printf("closed job %s: its nodes get FAILED (%s)\n", argv[0],
 		    ctl->reason);
+	return CTL_EXIT_OK;
+}
+
+static int
+cmd_forget(struct ctl *ctl, int argc, char **argv)
+{
+	json_t	*o;
+	char	*text, what[300];
+	size_t	 len;
+	int	 rv;
+
+	snprintf(what, sizeof what, "job \"%s\"", argv[0]);
+	rv = ctl_request(ctl, what, "`rdzvctl jobs` lists them", &text, &len,
+	    NAT_OP_ADMIN_FORGET, "b", argv[0]);
+	free(text);
+	if (rv != 0)
+		return rv;
+	if (ctl->json) {
+		o = json_pack("{s:s, s:b}", "job", argv[0], "forgotten", 1);
+		ctl_print_json(o);
+		json_decref(o);
+	} else
+		printf("forgot job %s: its id may be used again\n", argv[0]);
 	return CTL_EXIT_OK;
 }
 

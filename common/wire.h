@@ -224,7 +224,10 @@ enum nat_op {
 	NAT_OP_DRAIN = 38,	/* push: as STRAGGLER, local_rank -1 (the
 				 * whole node leaves at its workers' next step
 				 * boundary, then sends LEAVE) */
-	NAT_OP_MAX = 38,
+	NAT_OP_ADMIN_FORGET = 39, /* b job -> - | ENOTFOUND | EBUSY (not
+				 * closed): the closed job forgotten, its
+				 * id free again */
+	NAT_OP_MAX = 39,
 };
 
 /* Preamble flags (byte 5 of the server's preamble). */

@@ -809,6 +809,19 @@ native_admin_close(struct nat_req *r)
 	return 0;
 }
 
+/* ADMIN_FORGET: the job alone. */
+static int
+native_admin_forget(struct nat_req *r)
+{
+	struct round_req	rq;
+
+	native_round_req(r, &rq);
+	if (native_end(r) != 0)
+		return RDZV_EPROTO;
+	round_request(r->c, &rq);
+	return 0;
+}
+
 /* ADMIN_EVICT, LEAVE and HEARTBEAT: a node id (HEARTBEAT: and maybe
  * repairable; ADMIN_EVICT: and maybe now); SUCCEEDED: and a round, and
  * maybe the replacements that never joined. */
@@ -913,6 +926,7 @@ static const struct nat_handler native_handlers[NAT_OP_MAX + 1] = {
 	[NAT_OP_READY] = { OPK_READY, 0, native_join_failure },
 	[NAT_OP_STRAGGLER] = { OPK_JOIN, NF_PUSH, NULL },
 	[NAT_OP_DRAIN] = { OPK_JOIN, NF_PUSH, NULL },
+	[NAT_OP_ADMIN_FORGET] = { OPK_ADMIN, NF_JOB, native_admin_forget },
 };
 
 /*

@@ -143,6 +143,7 @@ struct rz_out_purged {
 	char		 job[RZ_ID_MAX + 1];
 	const char	*state;
 	int64_t		 closed_ms, keys;
+	int		 by_operator;	/* rz_admin_forget, not retention */
 };
 
 struct rz_outbox {
@@ -225,6 +226,13 @@ int64_t	rz_next_purge(struct rz *);
 /* Drops every round namespace that is not a running round's (see
  * above); returns the keys dropped. */
 int64_t	rz_sweep(struct rz *);
+/*
+ * Forgets the closed job at once, as rz_purge does when its retention has
+ * passed (its rows, events and namespaces; one ob->purged entry, marked
+ * by_operator), so that its id starts a new job.  Returns 0,
+ * RDZV_ENOTFOUND, or RDZV_EBUSY for a job not closed.
+ */
+int	rz_admin_forget(struct rz *, struct slice job, struct rz_outbox *);
 /* For a JOIN refused with ECLOSED: ms until job is purged at wall_ms,
  * or -1 when it is kept forever (or unknown). */
 int64_t	rz_retention_left(struct rz *, struct slice job, int64_t wall_ms);

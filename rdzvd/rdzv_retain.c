@@ -15,6 +15,7 @@
 #include <uthash.h>
 
 #include "rdzv.h"
+#include "rdzv_err.h"
 #include "rdzv_impl.h"
 
 /* ---- retention: purging closed jobs, sweeping dead rounds ---- */
@@ -277,6 +278,38 @@ rz_purge(struct rz *rz, int64_t wall, int max_jobs, int64_t max_keys,
 		rz_forget(rz, ob, j);
 	}
 	return n;
+}
+
+int
+rz_admin_forget(struct rz *rz, struct slice job, struct rz_outbox *ob)
+{
+	struct rz_job	*j;
+	struct rz_pick	 pk;
+	char		 pre[RZ_ID_MAX + 8];
+	int		 n;
+
+	if ((j = rz_find_job(rz, job)) == NULL)
+		return RDZV_ENOTFOUND;
+	if (!rz_closed(j))
+		return RDZV_EBUSY;
+	j->purging = 1;
+	j->purged_keys = 0;
+	/* Its namespaces (and, skipped by rz_pick_cb, those of a job whose
+	 * id merely starts with its own). */
+	n = snprintf(pre, sizeof pre, "job/%s", j->id);
+	if (n < 0 || (size_t)n >= sizeof pre)
+		return RDZV_EINVAL;
+	memset(&pk, 0, sizeof pk);
+	pk.rz = rz;
+	pk.purge = 1;
+	kv_ns_list(rz->kv, (struct slice){ (const uint8_t *)pre, (size_t)n },
+	    rz_pick_cb, &pk);
+	rz_pick_drop(&pk);
+	n = (int)ob->npurged;
+	rz_forget(rz, ob, j);
+	if (ob->npurged > (size_t)n)	/* else lost: no memory */
+		ob->purged[n].by_operator = 1;
+	return 0;
 }
 
 int64_t

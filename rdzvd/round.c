@@ -95,19 +95,21 @@ round_secs(char *buf, size_t sz, int64_t ms)
 static void
 join_closed_reply(struct conn *c, uint32_t id, struct slice job)
 {
-	char	msg[256], a[32], b[32];
+	char	msg[384], a[32], b[32];
 	int64_t	left;
 
 	left = rz_retention_left(server.rz, job, round_wall_ms());
 	if (left < 0)
 		snprintf(msg, sizeof msg, "job is closed (it succeeded or "
 		    "failed) and rdzvd keeps closed jobs (--job-retention "
-		    "0): use a new rdzv_id");
+		    "0): use a new rdzv_id, or have an operator forget the "
+		    "job (rdzvctl forget)");
 	else
 		snprintf(msg, sizeof msg, "job is closed (it succeeded or "
 		    "failed): its rdzv_id is refused for another %s s, "
 		    "until --job-retention (%s s) has passed since it "
-		    "closed; or use a new rdzv_id",
+		    "closed; or use a new rdzv_id, or have an operator "
+		    "forget the job (rdzvctl forget)",
 		    round_secs(a, sizeof a, left),
 		    round_secs(b, sizeof b, server.cfg->job_retention_ms));
 	nat_put_error(conn_reply_buf(c), NAT_OP_JOIN, id, RDZV_ECLOSED, msg);
@@ -194,6 +196,24 @@ round_reply_evict(struct conn *c, const struct round_req *r, int rc)
 	conn_reply_done(c);
 }
 
+/* ADMIN_FORGET refused: a job not closed is named, with what to do. */
+static void
+round_reply_forget(struct conn *c, const struct round_req *r, int rc)
+{
+	char	id[RZ_ID_MAX * 4 + 1], msg[2 * sizeof id + 200];
+
+	if (rc != RDZV_EBUSY) {
+		round_reply_rc(c, r->op, r->id, rc);
+		return;
+	}
+	log_escape(id, sizeof id, (const char *)r->job.p, r->job.len);
+	snprintf(msg, sizeof msg, "job %s is not closed (it is forming or "
+	    "running): only a closed job can be forgotten; close it first "
+	    "(rdzvctl close %s)", id, id);
+	nat_put_error(conn_reply_buf(c), r->op, r->id, rc, msg);
+	conn_reply_done(c);
+}
+
 static int	round_port_open(const char *job, const char *ns, int want,
 		    int *full);
 static void	round_port_close(const char *job);
@@ -264,11 +284,19 @@ round_apply(struct conn *c, const struct round_req *r, int rc,
 	}
 	for (i = 0; i < ob->npurged; i++) {
 		pg = &ob->purged[i];
-		log_info("job %s purged: it %s %s s ago, --job-retention is "
-		    "%s s; %lld keys dropped", pg->job, pg->state,
-		    round_secs(a, sizeof a, round_wall_ms() - pg->closed_ms),
-		    round_secs(b, sizeof b, server.cfg->job_retention_ms),
-		    (long long)pg->keys);
+		if (pg->by_operator)
+			log_info("job %s forgotten by an operator: it %s %s s "
+			    "ago; %lld keys dropped, its id starts a new job",
+			    pg->job, pg->state, round_secs(a, sizeof a,
+			    round_wall_ms() - pg->closed_ms),
+			    (long long)pg->keys);
+		else
+			log_info("job %s purged: it %s %s s ago, "
+			    "--job-retention is %s s; %lld keys dropped",
+			    pg->job, pg->state, round_secs(a, sizeof a,
+			    round_wall_ms() - pg->closed_ms), round_secs(b,
+			    sizeof b, server.cfg->job_retention_ms),
+			    (long long)pg->keys);
 		history_drop(pg->job);
 	}
 	if (ob->lost > 0)
@@ -311,6 +339,10 @@ round_request(struct conn *c, const struct round_req *r)
 		break;
 	case NAT_OP_ADMIN_CLOSE:
 		rc = rz_admin_close(server.rz, r->job, r->reason, now, &outbox);
+		break;
+	case NAT_OP_ADMIN_FORGET:
+		rc = rz_admin_forget(server.rz, r->job, &outbox);
+		reply = round_reply_forget;
 		break;
 	case NAT_OP_ADMIN_EVICT:
 		rc = rz_admin_evict(server.rz, r->job, r->node_id,

@@ -54,6 +54,7 @@ static const char *fuzz_req[NAT_OP_MAX + 1] = {
 	[NAT_OP_AUTH_CHALLENGE] = "b", [NAT_OP_AUTH] = "bb",
 	[NAT_OP_READY] = "biii",
 	[NAT_OP_STRAGGLER] = "biiib", [NAT_OP_DRAIN] = "biiib",
+	[NAT_OP_ADMIN_FORGET] = "b",
 };
 static const char *fuzz_rep[NAT_OP_MAX + 1] = {
 	[NAT_OP_PING] = "b", [NAT_OP_GET] = "b", [NAT_OP_ADD] = "i",

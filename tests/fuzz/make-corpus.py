@@ -168,6 +168,7 @@ def native():
         36: [fb('job'), fi(1), fi(3), fi(1)],
         37: [fb('job'), fi(1), fi(3), fi(1), fb('straggler: replaced')],
         38: [fb('job'), fi(1), fi(3), fi(-1), fb('evicted by an operator')],
+        39: [fb('job')],
     }
     rep = {
         1: [fb('ping')], 2: [], 3: [v], 4: [fi(6)], 5: [v], 6: [],
@@ -189,7 +190,7 @@ def native():
              28: 'admin-status', 29: 'admin-jobs', 30: 'admin-job',
              31: 'admin-events', 32: 'admin-close', 33: 'admin-evict',
              34: 'auth-challenge', 35: 'auth', 36: 'ready',
-             37: 'straggler', 38: 'drain'}
+             37: 'straggler', 38: 'drain', 39: 'admin-forget'}
     c = {}
     for op, fields in req.items():
         push = op in (20, 26, 34, 37, 38)
@@ -219,7 +220,7 @@ def native():
     c['preamble-tls-flag'] = b'RDZV' + bytes([1, 2, 0, 0]) + \
         frame(2, req[2])
     c['trunc'] = (PRE + frame(2, req[2]))[:-2]
-    c['bad-op'] = PRE + nhdr(0, 39, 0, 1)
+    c['bad-op'] = PRE + nhdr(0, 40, 0, 1)
     # Repair rounds' trailing fields (PROTOCOL.md "Repair rounds").
     c['req-join-repairs'] = PRE + frame(21, req[21] + [fi(-1), fi(1000),
                                                        fi(60000)])

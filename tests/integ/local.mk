@@ -55,6 +55,8 @@ INTEG_TESTS += tests/integ/straggler.py
 INTEG_TESTS += tests/integ/elastic_inplace.py
 # --round-ports: rounds' TCPStores on ports of a range (rdzvd, the agent's).
 INTEG_TESTS += tests/integ/round_ports.py
+# rdzvctl forget: a closed job's id used again.
+INTEG_TESTS += tests/integ/ctl_forget.py
 # rdzvd --store etcd: real etcd members on 127.0.0.1-3 (skipped without
 # etcd); etcd_lib.py starts them.
 INTEG_TESTS += tests/integ/etcd_store.py tests/integ/etcd_failover.py

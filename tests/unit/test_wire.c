@@ -1273,6 +1273,7 @@ static const char *nat_fields[NAT_OP_MAX + 1] = {
 	[NAT_OP_READY] = "biii",
 	[NAT_OP_STRAGGLER] = "biiib",
 	[NAT_OP_DRAIN] = "biiib",
+	[NAT_OP_ADMIN_FORGET] = "b",
 };
 
 static void
