@@ -101,9 +101,9 @@ def main():
 	ap.add_argument("--report", action="store_true",
 	    help="end with a line 'REPORT {json}'")
 	ap.add_argument("--crash-before-ddp", type=int, default=-1,
-	    metavar="RANK", help="tests: rank RANK (not a replacement) "
-	    "SIGKILLs itself just before job.ddp(), while its peers are in "
-	    "DDP's first broadcast")
+	    metavar="RANK", help="tests: rank RANK of the job's first "
+	    "attempt (not a replacement) SIGKILLs itself just before "
+	    "job.ddp(), while its peers are in DDP's first broadcast")
 	a = ap.parse_args()
 	torch.manual_seed(a.seed)
 	torch.set_num_threads(1)
@@ -114,7 +114,8 @@ def main():
 	x, y = load("train", a.limit)
 	tx, ty = load("t10k", 0)
 	job = repair.init_process_group("gloo")			# rdzv
-	if a.crash_before_ddp == job.rank and not job.replacement:
+	if a.crash_before_ddp == job.rank and not job.replacement and \
+	    os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") == "0":
 		print("rank %d: SIGKILL to myself before DDP()" % job.rank,
 		    flush=True)
 		os.kill(os.getpid(), signal.SIGKILL)

@@ -53,6 +53,13 @@ The environment (rdzv-agent sets the first two):
   RDZV_REPAIR_TIMEOUT_MS  how long to wait for a round (default 60000)
   RDZV_REPAIR=0           vetoes repair (as for librdzvworker): the worker
                           never says hello, so a failure restarts the job
+
+A worker offers repair to its agent ("hello repair=1") only once it can
+honour it: at its first job.ddp() or job.step() (a replacement at once:
+it joins with the state).  Until then a failure restarts the job as a
+plain job's does, so a script (or a framework such as Lightning) that
+calls init_process_group() but trains outside the helper is never
+"repaired" into a lone rank training in a group of its own.
   RDZV_REPAIR_DEBUG=1     every step of a repair on stderr; without it a
                           rank says one line per repair.
 
@@ -171,6 +178,7 @@ class Job(Watcher):
 		self.committed = False		# whether the last step committed
 		self.repair_times = []		# seconds each repair took
 		self._chan = chan
+		self._offer = False		# hello repair=1 still to say
 		self.replacement = chan is not None and \
 		    os.environ.get("RDZV_REPLACEMENT") == "1"
 		self._joined = not self.replacement
@@ -430,6 +438,7 @@ class Job(Watcher):
 		only once every step a survivor began is done)."""
 		if self._in_step:
 			return
+		self._offer_repair()
 		if not self._joined:	# a Job made without init_process_group
 			self._join()
 		while True:
@@ -541,6 +550,7 @@ class Job(Watcher):
 		replacement's module gets the donor's parameters first."""
 		import torch.distributed as dist
 		self._module, self._ddp_kw = module, kw
+		self._offer_repair()
 		state.apply_model(self)
 		if dist.is_available() and dist.is_initialized():
 			# DDP's constructor broadcasts the parameters: a peer that
@@ -560,6 +570,13 @@ class Job(Watcher):
 		self._tracked.extend(objs)
 		state.apply_tracked(self)
 		return objs[0] if objs else None
+
+	def _offer_repair(self):
+		"""Says hello repair=1 to the agent, once, when _start left it to
+		be said: from now on a peer's death is repaired in place."""
+		if self._offer:
+			self._offer = False
+			self._send("hello repair=1")
 
 	def step(self):
 		"""Context manager around one training step: on success the
@@ -635,16 +652,19 @@ def _close_in_child(job):
 		pass
 
 
-def _start(job):
-	"""Says hello repair=1 to the agent and guards the collectives,
-	unless RDZV_REPAIR=0 vetoes (as for librdzvworker: no hello, so the
-	worker's job restarts on a failure; steps are still reported); starts
-	the watcher and the progress reporter; closes the group's sockets in
+def _start(job, offer=True):
+	"""Guards the collectives and, with offer, says hello repair=1 to
+	the agent (else job._offer_repair() says it later), unless
+	RDZV_REPAIR=0 vetoes (as for librdzvworker: no hello, so the worker's
+	job restarts on a failure; steps are still reported); starts the
+	watcher and the progress reporter; closes the group's sockets in
 	forked children.  Returns whether this worker repairs."""
 	repairing = os.environ.get("RDZV_REPAIR") != "0"
 	progress.helper_reports()	# the Job's reporter owns the steps
 	if repairing:
-		job._send("hello repair=1")
+		job._offer = True
+		if offer:
+			job._offer_repair()
 		collectives.install(job)
 	threading.Thread(target=job._watch, name="rdzv-repair",
 	    daemon=True).start()
@@ -687,7 +707,9 @@ def init_process_group(backend="gloo", timeout=None):
 		# The host waits for each collective, so that one the watcher
 		# aborts raises in DDP's backward, before the optimizer.
 		os.environ.setdefault("TORCH_NCCL_BLOCKING_WAIT", "1")
-	_start(job)
+	# A replacement offers repair at once (it joins with the state);
+	# the others at their first job.ddp() or job.step().
+	_start(job, offer=job.replacement)
 	env = os.environ
 	job.rank = int(env.get("RANK", "0"))
 	job.world = int(env.get("WORLD_SIZE", "1"))

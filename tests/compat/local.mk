@@ -20,6 +20,8 @@ COMPAT_TESTS = \
 	tests/compat/test_repair_state.py
 # rdzv-agent's warm spare (python/rdzv/spare.py) under real agents.
 COMPAT_TESTS += tests/compat/test_repair_spare.py
+# Training that ends while a grow round is open (torch 2.13 DDP).
+COMPAT_TESTS += tests/compat/test_repair_end_torch2.py
 # A torch job grows and shrinks in place (nodes join, one leaves on SIGTERM).
 COMPAT_TESTS += tests/compat/test_elastic_torch2.py
 # rdzv.waits: the wait on peers timed, the script's comm hook kept.
@@ -28,7 +30,7 @@ COMPAT_TESTS += tests/compat/test_repair_waits.py
 COMPAT_TESTS += tests/compat/test_repair_hsdp.py
 # rdzv.progress.report() from a plain torch script: every surface, the
 # watchdog.
-COMPAT_TESTS += tests/compat/test_progress_api.py
+COMPAT_TESTS += tests/compat/test_plain_jobs.py
 TESTS += $(COMPAT_TESTS)
 EXTRA_DIST += $(COMPAT_TESTS) tests/compat/compatlib.py
 # test_repair_torch's fake agent, tests/lib/fakeagent.py, is listed in

@@ -1,7 +1,9 @@
 # SPDX-License-Identifier: Apache-2.0
-"""test_progress_api: rdzv.progress.report() from a plain torch 2.13 DDP
-script (no repair helper) under two real rdzv-agents of two workers each
-and a real rdzvd.
+"""test_plain_jobs: torch 2.13 jobs that do not repair in place (a plain
+DDP script, Lightning's own DDP) under two real rdzv-agents of two workers
+each and a real rdzvd: rdzv.progress.report() and rdzv.hooks put their
+steps where rdzv looks, and the repair helper initialised but not used
+cannot hurt them.
 
 - The job's steps reach every place an operator looks (`rdzvctl members`
   and `top`, the status page's history, /metrics), as a C job's and a
@@ -13,6 +15,10 @@ and a real rdzvd.
   rdzv.hooks.LightningProgress: its steps on every surface too.
 - report() outside rdzv-agent does nothing and says nothing; a negative
   step is refused.
+- A script that calls rdzv.repair.init_process_group() but trains with
+  torch's own DDP, never job.ddp() or job.step(), never offered repair:
+  a rank's SIGKILL restarts the job (no repair round, no rank training
+  alone), and it trains on to its end.
 """
 
 import json
@@ -44,7 +50,11 @@ import torch.distributed as dist
 from rdzv import progress
 
 d = sys.argv[1]
-dist.init_process_group("gloo")
+if os.environ.get("HELPER") == "1":
+    from rdzv import repair
+    repair.init_process_group("gloo")   # the helper's group, never used
+else:
+    dist.init_process_group("gloo")
 rank = dist.get_rank()
 attempt = int(os.environ["TORCHELASTIC_RESTART_COUNT"])
 torch.manual_seed(0)
@@ -86,7 +96,7 @@ def running(tmp, attempt):
     return out
 
 
-def start(s, d, job, report, extra=()):
+def start(s, d, job, report, extra=(), env=None):
     prog = os.path.join(s.tmp, "train.py")
     with open(prog, "w") as f:
         f.write(PROGRAM)
@@ -94,7 +104,7 @@ def start(s, d, job, report, extra=()):
             "--rdzv-endpoint", "127.0.0.1:%d" % d.port, "--rdzv-id", job,
             "--max-restarts", "2", "--grace", "1",
             "--rdzv-conf", conf(0.2, 5.0)] + list(extra)
-    env = dict(ENV, REPORT="1" if report else "0")
+    env = dict(ENV, REPORT="1" if report else "0", **(env or {}))
     a = s.agent(args, env=env, program=[prog, s.tmp])
     b = s.agent(args, env=env, program=[prog, s.tmp])
     rt.wait_until(lambda: len(running(s.tmp, 0)) == 4, timeout=90,
@@ -237,6 +247,27 @@ def test_lightning_job_on_every_surface():
                       what="4 Lightning ranks training")
         torch_surfaces(d, "pl")
         finish(s, [a, b])
+    d.stop()
+
+
+def test_helper_unused_restarts():
+    """repair.init_process_group() without job.ddp() or job.step(): a
+    SIGKILLed rank restarts the job as a plain one's does."""
+    d = rt.Rdzvd()
+    with Scope("plain-helper-") as s:
+        a, b = start(s, d, "unused", report=False, env={"HELPER": "1"})
+        first = {r["pid"] for r in running(s.tmp, 0).values()}
+        os.kill(running(s.tmp, 0)[3]["pid"], signal.SIGKILL)
+        rt.wait_until(lambda: len(running(s.tmp, 1)) == 4, timeout=90,
+                      what="4 ranks training again after a restart")
+        check(not first & {r["pid"] for r in running(s.tmp, 1).values()},
+              "a rank of the first attempt trained on in the second")
+        finish(s, [a, b])
+        ev = job_events(d, "unused")
+        check(any(t.startswith("restart 1 of") for t in ev), ev)
+        check(not any(t.startswith("repair") for t in ev), ev)
+        out = a.output() + b.output()
+        check("replacement pid" not in out, out[-3000:])
     d.stop()
 
 
