@@ -25,6 +25,9 @@ trained.
 """
 
 
+import os
+import sys
+
 from . import log
 
 POLICIES = ("rank", "global")
@@ -104,6 +107,14 @@ def _next_step(job, plan, e, what):
 	on, or no full global batch is left).  Raises when the previous
 	batch was not trained in job.step() (the position would not move)."""
 	if job._in_step:
+		if _read_ahead():
+			raise RuntimeError("rdzv.repair: a DataLoader reads %s "
+			    "ahead of the steps (batch_sampler=%s with worker "
+			    "processes prefetches batches before their steps are "
+			    "trained), so the job's position cannot follow it; "
+			    "use job.loader(dataset, batch_size, num_workers=...) "
+			    "instead: it makes its workers again at the job's "
+			    "position after a repair" % (what, what))
 		raise RuntimeError("rdzv.repair: a batch of %s was not trained "
 		    "inside `with job.step():`; the job's position moves only "
 		    "when a step commits, so wrap each step's body in it" % what)
@@ -116,6 +127,43 @@ def _next_step(job, plan, e, what):
 		job.epoch, job.pos = e + 1, 0
 		return False
 	return True
+
+
+def _read_ahead():
+	"""Whether the generator of job.batches() that called _next_step
+	was asked for its next batch by torch's DataLoader (a script's own
+	DataLoader(batch_sampler=job.batches(...)), which reads batches
+	ahead with worker processes)."""
+	f = sys._getframe(2)	# _next_step <- batches() <- its caller
+	while f is not None:
+		name = f.f_code.co_filename
+		if name.endswith(os.path.join("torch", "utils", "data",
+		    "dataloader.py")):
+			return True
+		if not name.endswith(os.path.join("rdzv", "data.py")):
+			return False
+		f = f.f_back
+	return False
+
+
+def check_dataset(dataset):
+	"""Refuses, naming what to do, a data set job.loader() cannot keep
+	a position in: one without len() and [i] (an IterableDataset)."""
+	try:
+		from torch.utils.data import IterableDataset
+	except ImportError:
+		IterableDataset = ()
+	if isinstance(dataset, IterableDataset) or \
+	    not hasattr(dataset, "__len__") or \
+	    not hasattr(dataset, "__getitem__"):
+		raise TypeError("rdzv.repair: job.loader() needs a map-style "
+		    "data set (len() and [i]) to keep the job's position in it "
+		    "through a repair; %s is not one (an IterableDataset has "
+		    "no position to resume from).  Use a map-style data set, or "
+		    "iterate your own one by job.rank and job.world inside `with "
+		    "job.step():` (a repair then resumes it where your own "
+		    "iterator is, which the job cannot check)" %
+		    type(dataset).__name__)
 
 
 def batches(job, plan):

@@ -625,10 +625,20 @@ class Job(Watcher):
 		short).  After a repair or a dropped step the DataLoader (and
 		its workers) is made again from the job's position: what they
 		prefetched is never trained."""
-		for k in ("sampler", "batch_sampler", "drop_last", "batch_size"):
+		for k in ("sampler", "batch_sampler"):
+			if k in kw:
+				raise TypeError("rdzv.repair: job.loader() chooses "
+				    "the order itself, so that a repair resumes at the "
+				    "job's position; leave %s out.  For an order of your "
+				    "own, give the data set in that order "
+				    "(torch.utils.data.Subset(dataset, order)) with "
+				    "shuffle=False; for one that changes every epoch, "
+				    "make a new job.loader() each epoch" % k)
+		for k in ("drop_last", "batch_size"):
 			if k in kw:
 				raise TypeError("rdzv.repair: job.loader() chooses %s "
 				    "itself (the job's data position); leave it out" % k)
+		data.check_dataset(dataset)
 		return data.Loader(self, dataset, data.Plan(len(dataset),
 		    batch_size, seed, shuffle, policy), kw)
 

@@ -77,5 +77,66 @@ def test_loader_reshards_without_repeats():
         check(set(flat) <= set(perm), policy)
 
 
+def raises(fn, exc, *words):
+    """fn() raises exc with every one of words in its message."""
+    try:
+        fn()
+    except exc as e:
+        check(all(w in str(e) for w in words), (words, str(e)))
+        return str(e)
+    raise AssertionError("%s did not raise %s" % (fn, exc.__name__))
+
+
+def test_loader_refusals_name_the_fix():
+    """What job.loader() cannot keep a position in is refused at once,
+    the message naming what to do instead: an IterableDataset, a
+    sampler of the script's own."""
+    import torch
+
+    class Stream(torch.utils.data.IterableDataset):
+        def __iter__(self):
+            return iter(range(10))
+
+    j = job(4)
+    raises(lambda: j.loader(Stream(), B), TypeError, "map-style",
+           "Stream", "IterableDataset", "job.rank")
+    raises(lambda: j.loader(torch.arange(N), B,
+                            sampler=torch.utils.data.SequentialSampler(
+                                range(N))),
+           TypeError, "leave sampler out", "Subset", "shuffle=False")
+    raises(lambda: j.loader(torch.arange(N), B, batch_size=4), TypeError,
+           "batch_size")
+
+
+def test_prefetching_loader_over_batches_named():
+    """A script's own DataLoader(batch_sampler=job.batches(...)) with
+    worker processes reads batches ahead of their steps: refused at its
+    first batches with a message naming job.loader(), not the message
+    for a batch trained outside job.step()."""
+    import torch
+    j = job(1, 1)
+    j.rank = 0
+    dl = torch.utils.data.DataLoader(torch.arange(N),
+                                     batch_sampler=j.batches(N, B),
+                                     num_workers=2, prefetch_factor=2)
+
+    def train():
+        for batch in dl:
+            with j.step():
+                pass
+    msg = raises(train, RuntimeError, "reads job.batches() ahead",
+                 "job.loader(")
+    check("was not trained inside" not in msg, msg)
+    # The same generator read by the script itself, a batch left out of
+    # job.step(): the other message.
+    j2 = job(1, 1)
+    j2.rank = 0
+
+    def skip_step():
+        for idx in j2.batches(N, B):
+            pass
+    raises(skip_step, RuntimeError, "was not trained inside")
+
+
 if __name__ == "__main__":
     rt.main(globals(), per_test=120.0, total=240.0)
