@@ -60,6 +60,8 @@ INTEG_TESTS += tests/integ/ctl_forget.py
 # rdzvd --store etcd: real etcd members on 127.0.0.1-3 (skipped without
 # etcd); etcd_lib.py starts them.
 INTEG_TESTS += tests/integ/etcd_store.py tests/integ/etcd_failover.py
+# ... as an etcd user whose role covers rdzvd's prefix alone.
+INTEG_TESTS += tests/integ/etcd_prefix_role.py
 EXTRA_DIST += tests/integ/etcd_lib.py
 # The fake agent of repair_c.py, test_repair_torch{,2}.py and bench/repair_*.py.
 EXTRA_DIST += tests/lib/fakeagent.py
