@@ -3,7 +3,9 @@
 and scontrol: rdzvd comes up on the "first node", one rdzv-agent per
 node takes its job id and node count from SLURM_JOB_ID and SLURM_NNODES,
 the job survives a worker failure, and everything is gone afterwards."""
+import json
 import os
+import re
 import subprocess
 import sys
 
@@ -128,6 +130,44 @@ def test_sbatch_script_runs_a_job_through_a_failure():
         assert sorted(rounds) == [1, 2], rounds
         assert len(st) == len({(i["RDZV_ROUND"], i["RANK"]) for i in st})
         assert 4 < len(st) <= 8, len(st)
+    assert_gone(s.tmp)
+
+
+def test_sbatch_script_private_port_and_token():
+    """The shipped script: #SBATCH --no-kill; rdzvd on a port of the job's
+    own (RDZV_PORT unset: any free one, read back), asking for a token
+    made for the job, kept private (0700 directory, 0600 file); the agents
+    and workers have it, and unmodified torch's TCPStore (W_STORE) still
+    reaches the round's store from the allocation's nodes."""
+    with open(script()) as f:
+        assert "\n#SBATCH --no-kill\n" in f.read()
+    with Scope("agent-slurm-") as s:
+        rc, out = run_sbatch(s, {
+            "RDZV_PORT": "", "W_STORE": "1", "W_RUN": "0",
+            "RDZV_AGENT_ARGS": "--rdzv_conf last_call_timeout=0.2,lease=1"})
+        assert rc == 0, (rc, out)
+        state = os.path.join(s.tmp, "state")
+        token = os.path.join(state, "token")
+        assert os.stat(state).st_mode & 0o777 == 0o700
+        assert os.stat(token).st_mode & 0o777 == 0o600
+        with open(token) as f:
+            assert re.fullmatch(r"[0-9a-f]{64}", f.read()), token
+        with open(os.path.join(state, "rdzvd.log")) as f:
+            log = f.read()
+        assert "authentication on" in log, log[-2000:]
+        assert "TCPStore clients only from --tcpstore-allow" in log, \
+            log[-2000:]
+        port = int(re.search(r"listening on 0\.0\.0\.0:0 \(port (\d+)\)",
+                             log).group(1))
+        rounds = by_round(s.tmp)
+        last = rounds[max(rounds)]
+        assert sorted(last) == [0, 1, 2, 3], rounds
+        for i in last.values():
+            assert i["RDZV_ENDPOINT"] == "127.0.0.1:%d" % port, i
+            assert i["RDZV_TOKEN_FILE"] == token, i
+        for r in range(4):
+            with open(os.path.join(s.tmp, "store.4711.%d" % r)) as f:
+                assert json.load(f) == {"job": "4711", "count": 4}
     assert_gone(s.tmp)
 
 
