@@ -253,6 +253,84 @@ has_job(struct fx *f, const char *job)
 	return d != NULL;
 }
 
+/*
+ * rz_admin_forget: a closed job goes at once with its namespaces (not a
+ * job's whose id extends its own), its id starts a new job; a job not
+ * closed is EBUSY, an unknown one ENOTFOUND.
+ */
+static void
+test_admin_forget(void **state)
+{
+	struct fx	*f = *state;
+
+	done(f, "a");
+	put(f, "job/a/round/1", "late");
+	put(f, "job/a/mine", "k");
+	assert_int_equal(join(f, "a/b", "i", 1, 1, NULL), 0);
+	put(f, "job/a/b/round/1", "live");
+	assert_int_equal(join(f, "run", "i", 1, 1, NULL), 0);
+	assert_int_equal(run(f, rz_admin_forget(f->rz, slice_str("run"),
+	    &ob)), RDZV_EBUSY);
+	assert_int_equal(run(f, rz_admin_forget(f->rz, slice_str("none"),
+	    &ob)), RDZV_ENOTFOUND);
+	assert_int_equal(npurged, 0);
+	assert_int_equal(run(f, rz_admin_forget(f->rz, slice_str("a"), &ob)),
+	    0);
+	assert_int_equal(npurged, 1);
+	assert_string_equal(purged[0], "a succeeded");
+	assert_false(has_job(f, "a"));
+	assert_int_equal(NK(f, "job/a/round/1"), 0);
+	assert_int_equal(NK(f, "job/a/mine"), 0);
+	assert_int_equal(NK(f, "\0rdzv/ev/a"), 0);
+	assert_int_equal(NK(f, "\0rdzv/node/a"), 0);
+	assert_int_equal(NK(f, "job/a/b/round/1"), 1);
+	assert_true(has_job(f, "a/b") && has_job(f, "run"));
+	/* Its id is free: a JOIN starts a new job. */
+	assert_int_equal(join(f, "a", "i2", 1, 1, NULL), 0);
+	assert_true(has_job(f, "a"));
+}
+
+/*
+ * rz_port_refused: the round formed but no port could be opened for it:
+ * the RUNNING pushes give way to FAILED ones carrying why, and the job
+ * is closed as failed (a JOIN again is ECLOSED).
+ */
+static void
+test_port_refused(void **state)
+{
+	struct fx	*f = *state;
+	struct nat_join	 r;
+	json_t		*d;
+	size_t		 i, n = 0;
+
+	join_req(&r, "p", "i", 1, 1);
+	assert_int_equal(rz_join(f->rz, &r, &conn_a, 0, &ob), 0);
+	assert_true(ob.nport == 1 && ob.port[0].open);
+	ob.port[0].port = -1;
+	assert_int_equal(rz_port_refused(f->rz, slice_str("p"), "no port",
+	    0, &ob), 0);
+	for (i = 0; i < ob.npush; i++) {
+		if (!slice_eq(ob.push[i].round.job, slice_str("p")))
+			continue;
+		assert_int_equal(ob.push[i].round.state, RDZV_ROUND_FAILED);
+		assert_true(slice_eq(ob.push[i].round.message,
+		    slice_str("no port")));
+		n++;
+	}
+	assert_int_equal(n, 1);
+	assert_int_equal(rz_port_refused(f->rz, slice_str("p"), "again",
+	    0, &ob), RDZV_ECLOSED);
+	drain(f->rz);
+	d = rz_job_doc(f->rz, slice_str("p"), 0);
+	assert_non_null(d);
+	assert_string_equal(json_string_value(json_object_get(d, "state")),
+	    "failed");
+	assert_string_equal(json_string_value(json_object_get(d, "failure")),
+	    "no port");
+	json_decref(d);
+	assert_int_equal(join(f, "p", "i2", 1, 1, NULL), RDZV_ECLOSED);
+}
+
 /* An operator can evict from a running job, not from a closed one. */
 static void
 test_evict_closed(void **state)
@@ -2009,6 +2087,10 @@ main(void)
 		cmocka_unit_test_setup_teardown(test_static_rank, setup,
 		    teardown),
 		cmocka_unit_test_setup_teardown(test_evict_closed, setup,
+		    teardown),
+		cmocka_unit_test_setup_teardown(test_admin_forget, setup,
+		    teardown),
+		cmocka_unit_test_setup_teardown(test_port_refused, setup,
 		    teardown),
 		cmocka_unit_test_setup_teardown(test_evict_leave, setup,
 		    teardown),
