@@ -1174,7 +1174,8 @@ listen_socket_range(const char *spec, const char *what, int lo, int hi,
 	struct addrinfo	*res;
 	int		 fd = -1, err = 0, n, p, i;
 
-	if ((res = resolve_listen(spec, what)) == NULL)
+	if ((res = resolve_listen(spec, what)) == NULL) {
+		errno = EINVAL;
 		return -1;
 	n = hi - lo + 1;
 	p = *next >= lo && *next <= hi ? *next : lo;
