@@ -159,7 +159,8 @@ usage(FILE *f)
 	}
 	fprintf(f, "\nSignals: SIGTERM or SIGINT drain and exit 0; SIGHUP reopens "
 	    "the log file\nand reloads the TLS certificate and key.\n"
-	    "See rdzvd(8) and etc/rdzvd.conf.\n");
+	    "See rdzvd(8) and " RDZV_SYSCONFDIR "/rdzvd.conf (every key "
+	    "documented).\n");
 }
 
 /* Parses a byte size with an optional K, M or G (binary) suffix. */

@@ -15,9 +15,12 @@
 #include "config.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <sqlite3.h>
 
@@ -473,12 +476,39 @@ const struct store_backend store_sqlite_backend = {
 	.close = store_sqlite_close,
 };
 
+/*
+ * When the database cannot be opened because of its directory, why
+ * (size sz) says so: the directory does not exist (make install makes
+ * the default one) or this user cannot write in it; else "".
+ */
+static void
+store_sqlite_dir_why(const char *path, char *why, size_t sz)
+{
+	char	 dir[PATH_MAX], *slash;
+
+	why[0] = '\0';
+	if (strcmp(path, ":memory:") == 0 ||
+	    strlcpy(dir, path, sizeof dir) >= sizeof dir)
+		return;
+	if ((slash = strrchr(dir, '/')) == NULL)
+		strlcpy(dir, ".", sizeof dir);
+	else
+		slash[slash == dir ? 1 : 0] = '\0';
+	if (access(dir, F_OK) != 0)
+		snprintf(why, sz, "; directory %s does not exist (create it, "
+		    "or choose another --db)", dir);
+	else if (access(dir, W_OK | X_OK) != 0)
+		snprintf(why, sz, "; this user cannot write in directory %s",
+		    dir);
+}
+
 void *
 store_sqlite_open(const char *path, enum store_durability mode,
     struct kv *kv)
 {
 	struct store_sqlite	*st;
 	char			 buf[32];
+	char			 why[PATH_MAX + 96];
 	size_t			 i;
 	int			 rc;
 
@@ -491,8 +521,9 @@ store_sqlite_open(const char *path, enum store_durability mode,
 	rc = sqlite3_open_v2(path, &st->db, SQLITE_OPEN_READWRITE |
 	    SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, NULL);
 	if (rc != SQLITE_OK) {
-		log_warnx("store: %s: cannot open: %s", path, st->db != NULL ?
-		    sqlite3_errmsg(st->db) : sqlite3_errstr(rc));
+		store_sqlite_dir_why(path, why, sizeof why);
+		log_warnx("store: %s: cannot open: %s%s", path, st->db != NULL ?
+		    sqlite3_errmsg(st->db) : sqlite3_errstr(rc), why);
 		goto fail;
 	}
 	sqlite3_extended_result_codes(st->db, 0);

@@ -4,8 +4,10 @@
 # configured prefix says, the installed programs run, a program builds
 # against the installed library through its pkg-config file, the units
 # point at the installed programs, the python helper (rdzv.repair) imports
-# from where it was installed and from a `pip install` of python/, and
-# `make uninstall` takes it all away.
+# from where it was installed and from a `pip install` of python/, the
+# man pages, configuration files and `rdzvd --help` name the configured
+# paths, rdzvd's state directory exists, a second `make install` keeps an
+# edited configuration file, and `make uninstall` takes the rest away.
 set -euo pipefail
 
 B=${RDZV_TOP_BUILDDIR:?run from make check}
@@ -30,6 +32,7 @@ libdir=$(var libdir)
 includedir=$(var includedir)
 mandir=$(var mandir)
 sysconfdir=$(var sysconfdir)
+localstatedir=$(var localstatedir)
 unitdir=$(var systemdsystemunitdir)
 pythondir=$(var pythondir)
 PYTHON=$(var PYTHON)
@@ -65,6 +68,45 @@ done
 check_file "$sysconfdir/rdzv/rdzvd.conf"
 check_file "$sysconfdir/rdzv/agent.conf"
 check_file "$sysconfdir/rdzv/rdzvd-etcd.conf"
+# rdzvd's default database is in a directory make install made.
+[ -d "$D$localstatedir/lib/rdzv" ] || fail "$localstatedir/lib/rdzv not created"
+
+# The pages, the configuration files and --help name the paths this build
+# was configured with: they name them, and every /etc/rdzv/... and
+# rdzvd.db path they name is one of them.
+conf_path="$sysconfdir/rdzv/rdzvd.conf"
+db_path="$localstatedir/lib/rdzv/rdzvd.db"
+paths_agree() {
+	local name=$1 text=$2 p rest
+	shift 2
+	for p in "$@"; do
+		case $text in *"$p"*) ;; *) fail "$name does not name $p" ;; esac
+	done
+	rest=$(printf '%s\n' "$text" |
+	    sed -e "s|$sysconfdir/rdzv/||g" -e "s|$db_path||g")
+	if printf '%s\n' "$rest" | grep -nE '/etc/rdzv/|/lib/rdzv/rdzvd\.db' >&2; then
+		fail "$name names a path this build was not configured with (above)"
+	fi
+}
+paths_agree rdzvd.8 "$(cat "$D$mandir/man8/rdzvd.8")" "$conf_path" "$db_path"
+paths_agree rdzv-agent.1 "$(cat "$D$mandir/man1/rdzv-agent.1")" \
+    "$sysconfdir/rdzv/agent.conf"
+paths_agree rdzvctl.1 "$(cat "$D$mandir/man1/rdzvctl.1")"
+paths_agree rdzvd.conf "$(cat "$D$conf_path")" "$conf_path" "#db = $db_path"
+paths_agree agent.conf "$(cat "$D$sysconfdir/rdzv/agent.conf")" \
+    "$sysconfdir/rdzv/agent.conf"
+paths_agree rdzvd-etcd.conf "$(cat "$D$sysconfdir/rdzv/rdzvd-etcd.conf")" \
+    "$sysconfdir/rdzv/rdzvd-etcd.conf"
+paths_agree "rdzvd --help" "$("$D$sbindir/rdzvd" --help 2>&1)" "$conf_path" \
+    "$db_path"
+# A database where no directory is: rdzvd says which directory is missing.
+rc=0
+got=$("$D$sbindir/rdzvd" -d --listen 127.0.0.1:0 --http off \
+    --db "$D/none/rdzvd.db" 2>&1) || rc=$?
+case "$rc:$got" in
+1:*"directory $D/none does not exist"*) ;;
+*) fail "rdzvd --db in a missing directory: $rc: $got" ;;
+esac
 # The three-host layout's drop-in: documentation, not an active drop-in.
 docdir=$(var docdir)
 check_file "$docdir/examples/rdzvd-etcd.conf"
@@ -185,8 +227,25 @@ print(repair.__file__, r.rank, r.world, r.kind)') ||
 	fi
 fi
 
-# Uninstall leaves no file behind.
+# make install again (an upgrade) keeps an edited rdzvd.conf and puts the
+# new one beside it; an unchanged agent.conf is simply replaced.
+conf=$D$conf_path
+cmp -s "$conf" "$B/etc/configured/rdzvd.conf" ||
+	fail "the installed rdzvd.conf is not the built one"
+echo "log-level = debug  # edited here" >>"$conf"
+mk install DESTDIR="$D" >/dev/null 2>"$D.err" || {
+	cat "$D.err"; fail "a second make install"; }
+grep -q "# edited here" "$conf" ||
+	fail "a second make install overwrote the edited rdzvd.conf"
+cmp -s "$conf.new" "$B/etc/configured/rdzvd.conf" ||
+	fail "the new rdzvd.conf is not installed as rdzvd.conf.new"
+[ ! -e "$D$sysconfdir/rdzv/agent.conf.new" ] ||
+	fail "agent.conf.new beside an unchanged agent.conf"
+
+# Uninstall leaves no file behind but the edited configuration.
 mk uninstall DESTDIR="$D" >/dev/null
 left=$(cd "$D" && find . -type f -o -type l)
-[ -z "$left" ] || fail "left after make uninstall: $left"
+[ "$left" = ".$conf_path" ] ||
+	fail "after make uninstall, not just the edited rdzvd.conf: $left"
+grep -q "# edited here" "$conf" || fail "make uninstall changed the edited rdzvd.conf"
 echo "ok install_layout"
