@@ -1177,6 +1177,7 @@ listen_socket_range(const char *spec, const char *what, int lo, int hi,
 	if ((res = resolve_listen(spec, what)) == NULL) {
 		errno = EINVAL;
 		return -1;
+	}
 	n = hi - lo + 1;
 	p = *next >= lo && *next <= hi ? *next : lo;
 	for (i = 0; i < n; i++, p = p == hi ? lo : p + 1) {
