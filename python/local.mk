@@ -12,6 +12,8 @@ RDZV_PY = python/rdzv/__init__.py python/rdzv/repair.py \
 RDZV_PY += python/rdzv/mesh.py
 # rdzv.progress: any job's steps to the agent and rdzvd, no repair needed.
 RDZV_PY += python/rdzv/progress.py python/rdzv/hooks.py
+# torchrun's `rdzv` rendezvous backend on rdzvd, and its native client.
+RDZV_PY += python/rdzv/torchrun.py python/rdzv/native.py
 if HAVE_PYTHON
 rdzvpydir = $(pythondir)/rdzv
 rdzvpy_PYTHON = $(RDZV_PY)

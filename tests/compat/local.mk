@@ -31,6 +31,8 @@ COMPAT_TESTS += tests/compat/test_repair_hsdp.py
 # rdzv.progress.report() from a plain torch script: every surface, the
 # watchdog.
 COMPAT_TESTS += tests/compat/test_plain_jobs.py
+# torchrun's own `rdzv` backend (python/rdzv/torchrun.py) on rdzvd.
+COMPAT_TESTS += tests/compat/test_torchrun_backend.py
 TESTS += $(COMPAT_TESTS)
 EXTRA_DIST += $(COMPAT_TESTS) tests/compat/compatlib.py
 # test_repair_torch's fake agent, tests/lib/fakeagent.py, is listed in

@@ -1,0 +1,427 @@
+# SPDX-License-Identifier: Apache-2.0
+"""test_torchrun_backend: unmodified torchrun 2.13 with `--rdzv_backend rdzv`
+(python/rdzv/torchrun.py), its rendezvous kept in rdzvd.
+
+The rdzv package is installed the way a wheel would be (pip --target a
+temporary directory, on PYTHONPATH), so torch's registry finds the backend
+through the `torchrun.handlers` entry point of its dist-info: nothing is
+patched.  Then two torchrun processes (`python -m torch.distributed.run
+--nnodes 2 --nproc_per_node 2`) train a gloo DDP model until a gate file
+exists:
+  - the job trains on rdzvd's round store (MASTER_ADDR:MASTER_PORT of the
+    workers is the round's TCPStore port) and both nodes are members in
+    `rdzvctl members`;
+  - rdzvd is killed with SIGKILL and started again on the same port and
+    database: the handlers reconnect, no worker restarts, they go on
+    stepping;
+  - a worker's SIGKILL: torchrun restarts every worker (its node's with
+    TORCHELASTIC_RESTART_COUNT 1), in a new round on a new port, and rdzvd
+    counts one restart for the job;
+  - the gate: both torchruns exit 0, every replica the same, and rdzvd
+    closes the job as done;
+  - on etcd (three rdzvds, one leads): the leading rdzvd killed mid-job,
+    the handlers follow the new leader, no worker restarts, exit 0.
+Every wait is on a condition (a file, a member count, a step), never on
+time.
+"""
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                "..", "integ"))
+import compatlib                                        # noqa: E402
+compatlib.use_torch2()
+
+import rdzvtest as rt                                   # noqa: E402
+from agent_lib import children, ctl, job_events, job_status  # noqa: E402
+
+JOB = "trun"
+PKG = None          # the directory pip installed the rdzv package into
+S = {}              # what the sections share: rdzvd, torchruns, tmp
+
+# Trains until DIR/finish exists (every rank agrees through a MAX
+# all-reduce, so they stop at the same step).  Each start writes
+# DIR/start.<pid> (rank, restart count, store), each step DIR/step.<pid>.
+PROGRAM = r'''
+import json, os, sys, time
+import torch
+import torch.distributed as dist
+
+d = sys.argv[1]
+pid = os.getpid()
+
+
+def record(name, obj):
+    tmp = os.path.join(d, ".%s.tmp" % name)
+    with open(tmp, "w") as f:
+        json.dump(obj, f)
+    os.rename(tmp, os.path.join(d, name))
+
+
+dist.init_process_group("gloo")        # env://, as torchrun's workers do
+rank, world = dist.get_rank(), dist.get_world_size()
+env = os.environ
+record("start.%d" % pid, {"rank": rank, "world": world, "pid": pid,
+       "restart": int(env["TORCHELASTIC_RESTART_COUNT"]),
+       "addr": env["MASTER_ADDR"], "port": int(env["MASTER_PORT"]),
+       "agent_store": env["TORCHELASTIC_USE_AGENT_STORE"],
+       "group_rank": int(env["GROUP_RANK"])})
+torch.manual_seed(0)
+model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 1))
+opt = torch.optim.SGD(model.parameters(), lr=0.02)
+x = torch.randn(32, 4) + rank
+y = x.sum(1, keepdim=True)
+losses = []
+step = 0
+while True:
+    opt.zero_grad()
+    loss = ((model(x) - y) ** 2).mean()
+    loss.backward()                    # gradients all-reduced by DDP
+    opt.step()
+    losses.append(loss.item())
+    step += 1
+    record("step.%d" % pid, step)
+    stop = torch.tensor([float(os.path.exists(os.path.join(d, "finish")))])
+    dist.all_reduce(stop, op=dist.ReduceOp.MAX)
+    if stop.item() > 0 and step >= 5:
+        break
+    time.sleep(0.02)
+p = torch.cat([q.detach().flatten() for q in model.parameters()])
+ps = [torch.zeros_like(p) for _ in range(world)]
+dist.all_gather(ps, p)
+record("result.%d" % pid, {"rank": rank, "world": world, "same": all(
+       bool(torch.equal(ps[0], q)) for q in ps), "first": losses[0],
+       "last": losses[-1]})
+dist.barrier()
+dist.destroy_process_group()
+# torch's gloo may abort the interpreter's finalization (a known race of
+# torch 2.13, not the launcher's): leave without it.
+sys.stdout.flush(); sys.stderr.flush()
+os._exit(0)
+'''
+
+
+def install_package():
+    """pip installs python/ (a copy: pip's build files stay out of the
+    source tree) into a directory of its own, once for the file."""
+    global PKG
+    if PKG is not None:
+        return PKG
+    tmp = rt.mktemp("trun-pkg-")
+    src = os.path.join(tmp, "src")
+    shutil.copytree(os.path.join(rt.top_srcdir(), "python"), src,
+                    ignore=shutil.ignore_patterns("build", "*.egg-info",
+                                                  "__pycache__"))
+    target = os.path.join(tmp, "site")
+    r = subprocess.run([sys.executable, "-m", "pip", "install", "-q",
+                        "--no-deps", "--no-build-isolation", "--no-index",
+                        "--target", target, src],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    PKG = target
+    return PKG
+
+
+def torch_env(extra=None):
+    """The environment of a torchrun: the installed package on PYTHONPATH
+    and nothing of the source tree."""
+    e = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    e["PYTHONPATH"] = install_package()
+    e["GLOO_SOCKET_IFNAME"] = "lo"
+    e.update(extra or {})
+    return e
+
+
+class Torchrun:
+    """`python -m torch.distributed.run` as one node of job, with the rdzv
+    backend on endpoints, output to a file in tmp."""
+
+    n = 0
+
+    def __init__(self, tmp, endpoints, job, prog, conf="lease=2"):
+        Torchrun.n += 1
+        self.name = "torchrun%d" % Torchrun.n
+        self.out_path = os.path.join(tmp, self.name + ".out")
+        argv = [compatlib.TORCH2_PY, "-m", "torch.distributed.run",
+                "--rdzv_backend", "rdzv", "--rdzv_endpoint", endpoints,
+                "--rdzv_id", job, "--nnodes", "2", "--nproc_per_node", "2",
+                "--max_restarts", "2", "--monitor_interval", "0.1",
+                "--rdzv_conf", conf, prog, tmp]
+        with open(self.out_path, "wb") as out:
+            self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL,
+                                         stdout=out, stderr=subprocess.STDOUT,
+                                         start_new_session=True,
+                                         env=torch_env(), cwd=tmp)
+        rt._track(self.proc)
+        self.pid = self.proc.pid
+
+    def output(self):
+        with open(self.out_path, "rb") as f:
+            return f.read().decode(errors="replace")
+
+    def wait(self, timeout):
+        try:
+            rc = self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raise AssertionError("%s still running after %.0f s:\n%s" % (
+                self.name, timeout, self.output()[-4000:]))
+        rt._untrack(self.proc)
+        return rc
+
+    def kill(self):
+        for p in children([self.pid]) + [self.pid]:
+            try:
+                os.kill(p, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
+        rt._untrack(self.proc)
+
+
+def read_all(tmp, prefix):
+    """{pid: the object in tmp/<prefix>.<pid>}."""
+    out = {}
+    for name in os.listdir(tmp):
+        if name.startswith(prefix + "."):
+            try:
+                with open(os.path.join(tmp, name)) as f:
+                    out[int(name.split(".")[1])] = json.load(f)
+            except (OSError, ValueError):
+                pass
+    return out
+
+
+def training(tmp, port=None, not_port=None, steps=3):
+    """{rank: start} of the 4 ranks stepping (at least `steps` steps) on
+    one store port (port, or any but not_port), else None."""
+    starts, stepped = read_all(tmp, "start"), read_all(tmp, "step")
+    by_port = {}
+    for pid, s in starts.items():
+        if (port is None or s["port"] == port) and s["port"] != not_port \
+                and stepped.get(pid, 0) >= steps:
+            by_port.setdefault(s["port"], {})[s["rank"]] = s
+    for ranks in by_port.values():
+        if sorted(ranks) == [0, 1, 2, 3]:
+            return ranks
+    return None
+
+
+def wait_stepping(tmp, pids, more=5, timeout=60):
+    """Until every one of pids has stepped `more` steps past now."""
+    base = read_all(tmp, "step")
+    rt.wait_until(lambda: all(read_all(tmp, "step").get(p, 0) >=
+                              base.get(p, 0) + more for p in pids),
+                  timeout=timeout, interval=0.05,
+                  what="ranks %s stepping on" % sorted(pids))
+
+
+def end_job(tmp, runs, timeout=120):
+    """Lets the job end (the gate) and checks both torchruns exit 0 and
+    every rank of the last round trained one model."""
+    with open(os.path.join(tmp, "finish"), "w"):
+        pass
+    for r in runs:
+        rc = r.wait(timeout)
+        assert rc == 0, (r.name, rc, r.output()[-4000:])
+    results = read_all(tmp, "result")
+    assert sorted(v["rank"] for v in results.values()) == [0, 1, 2, 3], \
+        results
+    for v in results.values():
+        assert v["world"] == 4 and v["same"], v     # DDP kept replicas equal
+        assert v["last"] < v["first"], v            # it trained
+    return results
+
+
+class Diag:
+    """What a failed section shows: rdzvd's log and the torchruns'."""
+
+    kind = "rdzvd"
+
+    def diagnostics(self):
+        out = []
+        if "d" in S:
+            out.append(S["d"].diagnostics())
+        for r in S.get("runs", []):
+            out.append("---- %s\n%s" % (r.name, r.output()[-4000:]))
+        return "\n".join(out)
+
+
+def test_registry_finds_rdzv():
+    """torch's own registry, in a fresh interpreter with only the
+    installed package on the path, finds `rdzv` and builds our handler."""
+    code = (
+        "from torch.distributed.elastic.rendezvous import registry\n"
+        "from torch.distributed.elastic.rendezvous.api import "
+        "RendezvousParameters\n"
+        "h = registry.get_rendezvous_handler(RendezvousParameters("
+        "'rdzv', '127.0.0.1:1,127.0.0.2:2', 'j', 1, 2))\n"
+        "import rdzv.torchrun as t\n"
+        "print(type(h).__name__, h.get_backend(), h.get_run_id(), "
+        "h.use_agent_store, h.num_nodes_waiting(), h.is_closed(), "
+        "t.__file__)\n")
+    r = subprocess.run([compatlib.TORCH2_PY, "-c", code], env=torch_env(),
+                       capture_output=True, text=True, timeout=120,
+                       cwd=rt.mktemp("trun-reg-"))
+    assert r.returncode == 0, r.stdout + r.stderr
+    words = r.stdout.split()
+    assert words[:6] == ["RdzvHandler", "rdzv", "j", "True", "0",
+                         "False"], r.stdout
+    assert words[6].startswith(PKG + "/"), (words[6], PKG)
+
+
+@rt.needs("test_registry_finds_rdzv")
+def test_job_trains_and_is_listed():
+    port = rt.free_port()
+    S["d"] = d = rt.Rdzvd(["--listen", "127.0.0.1:%d" % port])
+    S["tmp"] = tmp = rt.mktemp("trun-job-")
+    prog = os.path.join(tmp, "train.py")
+    with open(prog, "w") as f:
+        f.write(PROGRAM)
+    eps = "127.0.0.1:%d" % d.port
+    S["runs"] = runs = [Torchrun(tmp, eps, JOB, prog) for _ in range(2)]
+    ranks = rt.wait_until(lambda: training(tmp), timeout=120,
+                          what="4 ranks training")
+    S["ranks0"] = ranks
+    store_port = ranks[0]["port"]
+    assert store_port != d.port, ranks
+    for s in ranks.values():
+        assert s["port"] == store_port and s["addr"] == "127.0.0.1" and \
+            s["world"] == 4 and s["restart"] == 0 and \
+            s["agent_store"] == "True", s
+    r = ctl(d, "members", JOB)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "store port %d" % store_port in r.stdout, r.stdout
+    lines = [ln for ln in r.stdout.splitlines() if " member " in ln]
+    assert len(lines) == 2, r.stdout
+    for t in runs:
+        assert any(" %d " % t.pid in ln for ln in lines), (t.pid, r.stdout)
+    ev = job_events(d, JOB)
+    assert any(e.startswith("round 1 running: 2 nodes, world size 4")
+               for e in ev), ev
+
+
+@rt.needs("test_job_trains_and_is_listed")
+def test_survives_rdzvd_kill9():
+    d, tmp, runs = S["d"], S["tmp"], S["runs"]
+    pids = {s["pid"] for s in S["ranks0"].values()}
+    port = d.port
+    d.kill9()
+    d.start()
+    assert d.port == port
+    rt.wait_until(lambda: job_status(d, JOB).count(" connected") == 2,
+                  timeout=30, what="both handlers reconnected")
+    wait_stepping(tmp, pids)
+    assert set(read_all(tmp, "start")) == pids, "a worker restarted"
+    st = job_status(d, JOB)
+    assert st.count(" member ") == 2 and "restarts 0/" in st, st
+    for t in runs:
+        assert "connection to rdzvd lost" in t.output(), t.output()[-3000:]
+
+
+@rt.needs("test_survives_rdzvd_kill9")
+def test_worker_sigkill_restarts():
+    d, tmp, runs = S["d"], S["tmp"], S["runs"]
+    old = S["ranks0"]
+    victim = old[3]
+    os.kill(victim["pid"], signal.SIGKILL)
+    ranks = rt.wait_until(lambda: training(tmp, not_port=old[0]["port"]),
+                          timeout=120, what="4 ranks training again")
+    for r in (2, 3):    # the node whose worker died counts one restart
+        assert ranks[r]["restart"] == 1 and \
+            ranks[r]["group_rank"] == victim["group_rank"], ranks
+    for s in ranks.values():
+        assert s["pid"] not in {o["pid"] for o in old.values()}, \
+            "torchrun restarts every worker: %r" % ranks
+    st = job_status(d, JOB)
+    assert "restarts 1/2" in st, st
+    ev = job_events(d, JOB)
+    assert any(e.startswith("failure round 1 ") for e in ev), ev
+    assert any(e.startswith("round 2 running: 2 nodes, world size 4")
+               for e in ev), ev
+    out = "".join(t.output() for t in runs)
+    assert "exitcode: -9" in out, out[-3000:]
+    S["ranks1"] = ranks
+
+
+@rt.needs("test_worker_sigkill_restarts")
+def test_job_ends_0():
+    d, tmp, runs = S["d"], S["tmp"], S["runs"]
+    pids = {s["pid"] for s in S["ranks1"].values()}
+    end_job(tmp, runs)
+    assert pids <= set(read_all(tmp, "result")), "not the round-2 ranks"
+    ev = job_events(d, JOB)
+    assert ev[-1] == "close succeeded", ev
+    r = ctl(d, "jobs")
+    assert JOB in r.stdout and "succeeded" in r.stdout, r.stdout
+    S.pop("runs")
+    d.stop()
+
+
+def test_etcd_leader_lost():
+    """Three rdzvds on a three-member etcd; the job's torchruns are given
+    all three: the leader is killed mid-job, the handlers follow the new
+    leader, no worker restarts, both exit 0."""
+    from etcd_lib import ETCD, EtcdCluster, etcd_rdzvd
+    if not os.access(ETCD, os.X_OK):
+        rt.skip("etcd is not installed (scripts/deps.sh installs Debian's "
+                "etcd-server)")
+    etcd = EtcdCluster(3)
+    hosts = ["127.0.0.1", "127.0.0.2", "127.0.0.3"]
+    ds = [etcd_rdzvd(etcd, host=h, start=False) for h in hosts]
+    ds[0].start()
+    for x in ds[1:]:
+        x.start(wait=False)
+    for x in ds[1:]:
+        rt.wait_until(lambda: "standing by" in x.log_text(), 30,
+                      what="a standby")
+    S["d"] = ds[0]
+    tmp = rt.mktemp("trun-etcd-")
+    prog = os.path.join(tmp, "train.py")
+    with open(prog, "w") as f:
+        f.write(PROGRAM)
+    eps = ",".join(x.endpoint for x in ds)
+    S["runs"] = runs = [Torchrun(tmp, eps, "ha", prog, conf="lease=5")
+                        for _ in range(2)]
+    ranks = rt.wait_until(lambda: training(tmp), timeout=120,
+                          what="4 ranks training")
+    pids = {s["pid"] for s in ranks.values()}
+    ds[0].kill9()
+    new = []
+
+    def leading():
+        for x in ds[1:]:
+            if os.path.exists(x.port_file):
+                new.append(x)
+                return True
+        return False
+    rt.wait_until(leading, 30, 0.02, "a standby leading")
+    lead = new[0]
+    lead.wait_ready()
+    S["d"] = lead
+    rt.wait_until(lambda: job_status(lead, "ha").count(" connected") == 2,
+                  timeout=30, what="both handlers on the new leader")
+    wait_stepping(tmp, pids)
+    end_job(tmp, runs)
+    assert set(read_all(tmp, "start")) == pids, "a worker restarted"
+    ev = job_events(lead, "ha")
+    assert not any(e.startswith("restart ") for e in ev), ev
+    assert ev[-1] == "close succeeded", ev
+    S.pop("runs")
+    for x in ds[1:]:
+        x.stop()
+
+
+if __name__ == "__main__":
+    if not os.path.exists(os.path.join(rt.top_builddir(), "client",
+                                       "rdzvctl")):
+        rt.skip_all("client/rdzvctl not built")
+    rt.main(globals(), per_test=240, total=900, sections=True,
+            server=Diag())
