@@ -124,7 +124,7 @@ metrics_write(struct evbuffer *out)
 	    "# TYPE rdzvd_lease_expiries_total counter\n"
 	    "rdzvd_lease_expiries_total %" PRId64 "\n"
 	    "# HELP rdzvd_jobs_purged_total Closed jobs forgotten after "
-	    "--job-retention since start.\n"
+	    "--job-retention, or by rdzvctl forget, since start.\n"
 	    "# TYPE rdzvd_jobs_purged_total counter\n"
 	    "rdzvd_jobs_purged_total %" PRId64 "\n",
 	    rz.jobs_forming, rz.jobs_running, rz.jobs_closed, rz.nodes,
