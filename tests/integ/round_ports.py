@@ -165,6 +165,23 @@ def test_agent_standalone_round_ports():
     held.close()
 
 
+def test_agent_range_full_fails_saying_so():
+    """A real agent whose round can get no port: it exits 1 at once, its
+    output naming the range, instead of starting workers on no store."""
+    if not os.access(al.agent_path(), os.X_OK):
+        rt.skip("agent/rdzv-agent is not built")
+    lo, hi = free_range(1)
+    held = hold(lo)
+    tmp = rt.mktemp("round-ports-agent-")
+    out = os.path.join(tmp, "started")
+    a = al.Agent(["--standalone", "--round_ports", "%d-%d" % (lo, hi),
+                  "--no_python", "/bin/sh", "-c", "touch %s" % out], tmp)
+    assert a.wait() == 1, a.output()
+    assert "--round-ports %d-%d" % (lo, hi) in a.output(), a.output()
+    assert not os.path.exists(out)
+    held.close()
+
+
 def test_agent_bad_range():
     if not os.access(al.agent_path(), os.X_OK):
         rt.skip("agent/rdzv-agent is not built")
