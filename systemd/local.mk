@@ -90,7 +90,8 @@ uninstall-local:
 # The other way to run rdzv as a service: examples/k8s (Kubernetes).
 EXTRA_DIST += examples/k8s/README.md examples/k8s/rdzvd.yaml \
 	examples/k8s/agents.yaml examples/k8s/kustomization.yaml \
-	examples/k8s/Dockerfile examples/k8s/ha/etcd.yaml \
+	examples/k8s/Dockerfile examples/k8s/runtime-packages.sh \
+	examples/k8s/ha/etcd.yaml \
 	examples/k8s/ha/rdzvd.yaml examples/k8s/ha/kustomization.yaml
 
 # make distcheck installs as a user into a scratch prefix: the units too.

@@ -21,6 +21,8 @@ INTEG_TESTS += tests/integ/ctl_basic.py tests/integ/systemd_units.py \
 	tests/integ/license_check.sh
 # rdzv-agent links neither libcurl nor sqlite (the stores are rdzvd's).
 INTEG_TESTS += tests/integ/lean_agent.sh
+# examples/k8s's image recipe against configure.ac and the manifests.
+INTEG_TESTS += tests/integ/k8s_image.py
 INTEG_TESTS += tests/integ/worker_coll.py tests/integ/worker_fail.py tests/integ/worker_launchers.py
 EXTRA_DIST += tests/integ/agent_lib.py
 INTEG_TESTS += tests/integ/tls_agent.py
