@@ -226,10 +226,8 @@ class RdzvHandler(RendezvousHandler):
 					    time.monotonic() < deadline:
 						self._cv.wait(deadline - time.monotonic())
 			else:
-				why = "%s: %s" % (type(exc).__name__, exc) if exc \
-				    else "no round"
 				self._close_job("torchrun on %s gave up: %s" %
-				    (self._host, why), deadline)
+				    (self._host, _why(exc)), deadline)
 			return True
 		except native.RdzvError as e:
 			log.warning("could not tell rdzvd that this node ended: "
@@ -387,6 +385,22 @@ class RdzvHandler(RendezvousHandler):
 			if self._closed is None:
 				self._closed = reason
 			self._cv.notify_all()
+
+
+def _why(exc):
+	"""One line saying why torchrun ended with exc (None: no round)."""
+	if exc is None:
+		return "it ended before any round"
+	first = getattr(exc, "get_first_failure", None)
+	if first is not None:
+		try:
+			rank, f = first()
+			what = f.message or "exit code %s" % f.exitcode
+			return "workers failed, no restarts left: rank %d (local " \
+			    "rank %d): %s" % (rank, f.local_rank, what)
+		except (ValueError, AttributeError):
+			pass
+	return "%s: %s" % (type(exc).__name__, " ".join(str(exc).split()))
 
 
 class _RoundStore(dist.Store):

@@ -145,20 +145,22 @@ class Torchrun:
 
     n = 0
 
-    def __init__(self, tmp, endpoints, job, prog, conf="lease=2"):
+    def __init__(self, tmp, endpoints, job, prog, conf="lease=2",
+                 max_restarts=2, env=None):
         Torchrun.n += 1
         self.name = "torchrun%d" % Torchrun.n
         self.out_path = os.path.join(tmp, self.name + ".out")
         argv = [compatlib.TORCH2_PY, "-m", "torch.distributed.run",
                 "--rdzv_backend", "rdzv", "--rdzv_endpoint", endpoints,
                 "--rdzv_id", job, "--nnodes", "2", "--nproc_per_node", "2",
-                "--max_restarts", "2", "--monitor_interval", "0.1",
+                "--max_restarts", str(max_restarts),
+                "--monitor_interval", "0.1",
                 "--rdzv_conf", conf, prog, tmp]
         with open(self.out_path, "wb") as out:
             self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL,
                                          stdout=out, stderr=subprocess.STDOUT,
                                          start_new_session=True,
-                                         env=torch_env(), cwd=tmp)
+                                         env=torch_env(env), cwd=tmp)
         rt._track(self.proc)
         self.pid = self.proc.pid
 
@@ -244,6 +246,32 @@ def end_job(tmp, runs, timeout=120):
         assert v["world"] == 4 and v["same"], v     # DDP kept replicas equal
         assert v["last"] < v["first"], v            # it trained
     return results
+
+
+def start_job(job, **kw):
+    """An rdzvd and two torchruns of job training; returns (rdzvd, tmp,
+    runs, {rank: start})."""
+    d = S["d"] = rt.Rdzvd()
+    tmp = rt.mktemp("trun-%s-" % job)
+    prog = os.path.join(tmp, "train.py")
+    with open(prog, "w") as f:
+        f.write(PROGRAM)
+    runs = S["runs"] = [Torchrun(tmp, "127.0.0.1:%d" % d.port, job, prog,
+                                 **kw) for _ in range(2)]
+    ranks = rt.wait_until(lambda: training(tmp), timeout=120,
+                          what="4 ranks training")
+    return d, tmp, runs, ranks
+
+
+def both_fail(runs, timeout=120):
+    """Both torchruns exit non-zero; returns their outputs."""
+    outs = []
+    for r in runs:
+        rc = r.wait(timeout)
+        assert rc != 0, (r.name, r.output()[-3000:])
+        outs.append(r.output())
+    S.pop("runs")
+    return outs
 
 
 class Diag:
@@ -421,6 +449,43 @@ def test_job_ends_0():
     r = ctl(d, "jobs")
     assert JOB in r.stdout and "succeeded" in r.stdout, r.stdout
     S.pop("runs")
+    d.stop()
+
+
+def test_torchrun_gives_up_closes_the_job():
+    """--max_restarts 0, and TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 (worker
+    rank 0 hosts the workers' store, torch's opt-out): a worker's SIGKILL
+    and its torchrun gives up; its handler's shutdown closes the job in
+    rdzvd, as torch's handlers close the rendezvous, so the other node
+    ends too.  Both exit non-zero; rdzvd says why the job failed."""
+    d, tmp, runs, ranks = start_job("giveup", max_restarts=0, env={
+        "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"})
+    for s in ranks.values():
+        assert s["agent_store"] == "False" and \
+            s["port"] == ranks[0]["port"], ranks
+    st = job_status(d, "giveup")
+    assert "restarts 0/0" in st and " port %d\n" % ranks[0]["port"] \
+        not in st, st
+    os.kill(ranks[1]["pid"], signal.SIGKILL)
+    both_fail(runs)
+    ev = job_events(d, "giveup")
+    assert any(e.startswith("close failed: ") and " torchrun on " in e and
+               " gave up: workers failed, no restarts left: rank " in e
+               for e in ev), ev
+    assert "failed" in ctl(d, "jobs").stdout
+    d.stop()
+
+
+def test_rdzvctl_close_ends_torchrun():
+    """`rdzvctl close` of a running job: every torchrun stops its workers
+    and exits non-zero on the closed rendezvous."""
+    d, tmp, runs, ranks = start_job("closeme")
+    r = ctl(d, "close", "closeme", "--reason", "operator says stop")
+    assert r.returncode == 0, r.stdout + r.stderr
+    for out in both_fail(runs):
+        assert "RendezvousClosedError" in out and \
+            "operator says stop" in out, out[-3000:]
+    assert not children([r_.pid for r_ in runs])
     d.stop()
 
 
