@@ -626,7 +626,8 @@ agent_progress_note(int local_rank, char *msg, size_t msgsz)
 
 	if (progress_get(local_rank, &step, &when) != 0)
 		return;
-	if (local_rank < 64 && (ag.strag_killed & (1ULL << local_rank)))
+	if (local_rank < RZ_REPAIR_LWS_MAX &&
+	    (ag.strag_killed & (1ULL << local_rank)))
 		snprintf(note, sizeof note, "%slast step %llu: killed by "
 		    "rdzv-agent as a straggler (straggler_action=replace)",
 		    sep, (unsigned long long)step);
@@ -828,7 +829,7 @@ agent_can_repair(void)
 	if (ag.cfg.nproc < 1)
 		return (0);
 	for (l = 0; l < ag.cfg.nproc; l++)
-		if (!(l < 63 && (ag.pending & (1ULL << l))) &&
+		if (!(l < RZ_REPAIR_LWS_MAX && (ag.pending & (1ULL << l))) &&
 		    !progress_can_repair(l))
 			return (0);
 	return (1);
@@ -836,11 +837,13 @@ agent_can_repair(void)
 
 /*
  * In-place recovery of local rank l, whose worker just died (a failure,
- * or killed by the watchdog): when every local worker said it can repair
- * and l was no replacement still on its way, starts a replacement for l
- * alone (no other worker is signalled; another replacement here may be
- * on its way); rdzvd then answers the FAILURE with a shrink round, or
- * STOP.  Returns 0 when it did, -1 (restart as before).
+ * or killed by the watchdog): when every local worker said it can repair,
+ * starts a replacement for l alone (no other worker is signalled; another
+ * replacement here may be on its way); rdzvd then answers the FAILURE
+ * with a shrink round, or STOP.  When l was itself a replacement still on
+ * its way (killed while it loaded), this is the next one: rdzvd counts
+ * such deaths and restarts the job past a few (rz_failure).  Returns 0
+ * when it did, -1 (restart as before).
  */
 static int
 agent_respawn(int l)
@@ -849,7 +852,7 @@ agent_respawn(int l)
 	pid_t	pid;
 	int	out_fd, err_fd, rv, warm;
 
-	if (l >= 63 || (ag.pending & (1ULL << l)) || !agent_can_repair())
+	if (l >= RZ_REPAIR_LWS_MAX || !agent_can_repair())
 		return (-1);
 	if ((rv = logs_rearm(l, &out_fd, &err_fd, moved, sizeof moved)) != 0 ||
 	    (rv = progress_rearm(l)) != 0 ||
@@ -882,7 +885,7 @@ agent_repair_round(const struct rdzv_round *r)
 	struct chan_msg		rr;
 	int			l, idx = 0, nlive = 0, rv;
 
-	for (l = 0; l < ag.cfg.nproc && l < 64; l++)
+	for (l = 0; l < ag.cfg.nproc && l < RZ_REPAIR_LWS_MAX; l++)
 		if (r->live_local & (1LL << l))
 			nlive++;
 	log_info("round %lld: repair (%s): ranks from %lld of %lld, donor "
@@ -890,7 +893,7 @@ agent_repair_round(const struct rdzv_round *r)
 	    "shrink", (long long)r->rank_base, (long long)r->world_size,
 	    (long long)r->donor);
 	ag.cur = *r;
-	for (l = 0; l < ag.cfg.nproc && l < 64; l++) {
+	for (l = 0; l < ag.cfg.nproc && l < RZ_REPAIR_LWS_MAX; l++) {
 		if (!(r->live_local & (1LL << l)))
 			continue;
 		memset(&rr, 0, sizeof rr);
@@ -937,7 +940,7 @@ agent_take_place(const struct rdzv_round *r)
 	progress_end_attempt();
 	agent_start_round(r);
 	if (ag.state == AS_RUNNING)
-		ag.pending = ag.cfg.nproc >= 63 ? 0 :
+		ag.pending = ag.cfg.nproc >= RZ_REPAIR_LWS_MAX ? 0 :
 		    (1ULL << ag.cfg.nproc) - 1;
 }
 
@@ -953,7 +956,7 @@ agent_note_cb(int l, enum progress_note note, void *arg)
 		agent_spare_want();
 		return;
 	}
-	if (note == PROGRESS_READY && l < 63 && (ag.pending & (1ULL << l)) &&
+	if (note == PROGRESS_READY && l < RZ_REPAIR_LWS_MAX && (ag.pending & (1ULL << l)) &&
 	    ag.state == AS_RUNNING) {
 		ag.pending &= ~(1ULL << l);
 		/* A worker here finished: the group has no step left. */
@@ -1232,7 +1235,7 @@ agent_straggler_cb(int64_t round, int l, void *arg)
 	}
 	log_warnx("worker %d (rank %lld): rdzvd names it a straggler: "
 	    "killing it to be replaced", l, (long long)(ag.cur.rank_base + l));
-	if (sup_signal_rank(l, SIGKILL) == 0 && l < 64)
+	if (sup_signal_rank(l, SIGKILL) == 0 && l < RZ_REPAIR_LWS_MAX)
 		ag.strag_killed |= 1ULL << l;
 }
 

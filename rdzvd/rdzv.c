@@ -443,6 +443,7 @@ rz_round_end(struct rz *rz, struct rz_outbox *ob, struct rz_job *j,
 	rz_elastic_reset(j);
 	j->pend_node = 0;
 	j->pend_local = j->pend_deadline = -1;
+	j->repl_fails = 0;
 	TAILQ_FOREACH(nd, &j->nodes, entry) {
 		if (nd->state == RZN_MEMBER)
 			nd->prev_rank = nd->group_rank;

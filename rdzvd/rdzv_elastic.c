@@ -70,7 +70,7 @@ rz_elastic_join(struct rz *rz, struct rz_outbox *ob, struct rz_job *j,
 	nd->group_rank = j->members;
 	nd->succeeded = 0;
 	nd->repairable = 0;	/* its workers say so when up */
-	nd->dead_local = nd->lws >= 63 ? INT64_MAX :
+	nd->dead_local = nd->lws >= RZ_REPAIR_LWS_MAX ? INT64_MAX :
 	    (int64_t)((1ULL << nd->lws) - 1);
 	nd->joining = 1;
 	/* Closes the group ranks up and counts it among the members; the

@@ -107,6 +107,9 @@ struct rz_job {
 	int64_t			 donor_node, donor_local; /* who the donor
 						 * is (rz_rank_bases) */
 	int64_t			 pend_node, pend_local, pend_deadline;
+	/* Replacements that died before they joined since the last grow
+	 * or restart (rz_failure); not kept in rows. */
+	int64_t			 repl_fails;
 	/* Stragglers (rdzv_strag.c): JOIN's settings. */
 	int64_t			 strag_ratio_pm, strag_window_ms, strag_action;
 	/* Joining in place (rdzv_elastic.c): when the grow for the nodes

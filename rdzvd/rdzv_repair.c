@@ -70,6 +70,32 @@ rz_failure(struct rz *rz, const struct nat_failure *r, int64_t now,
 	snprintf(cause, sizeof cause, "rank %" PRId64 " (local rank %" PRId64
 	    ") on %s: %s%s%s", r->rank, r->local_rank, nd->host, what,
 	    msg[0] ? ": " : "", msg);
+	/*
+	 * A dead local rank failing again is its replacement, dead before
+	 * it joined (killed while it loaded, or crashed at its start): no
+	 * round holds it, so nothing shrinks; its agent has started another
+	 * and the grow waits for that one within the same deadline.  Past
+	 * RZ_REPL_FAILS_MAX of them between two grows the job restarts: a
+	 * replacement that cannot start is no repair.
+	 */
+	if (r->repair && r->local_rank >= 0 &&
+	    r->local_rank < RZ_REPAIR_LWS_MAX &&
+	    (nd->dead_local & (1LL << r->local_rank))) {
+		if (++j->repl_fails <= RZ_REPL_FAILS_MAX) {
+			rz_event(rz, j, now, "repair: node %" PRId64 " local "
+			    "rank %" PRId64 "'s replacement died before it "
+			    "joined (%s): another is on its way (%" PRId64
+			    " of %d such deaths before a restart)", nd->id,
+			    r->local_rank, what, j->repl_fails,
+			    RZ_REPL_FAILS_MAX);
+			return 0;
+		}
+		rz_event(rz, j, now, "repair escalated to restart: %" PRId64
+		    " replacements died before they joined", j->repl_fails);
+		rz_restart(rz, ob, j, now, cause, "replacements died before "
+		    "they joined");
+		return 0;
+	}
 	if (r->repair) {
 		if ((why = rz_repair_refused(j, nd, r->local_rank, cutbuf,
 		    sizeof cutbuf)) == NULL) {
@@ -372,6 +398,7 @@ rz_ready(struct rz *rz, const struct nat_ready *r, int64_t now,
 		    j->world_size, n, j->round, j->donor);
 	j->pend_node = 0;
 	j->pend_local = j->pend_deadline = -1;
+	j->repl_fails = 0;
 	return 0;
 }
 
@@ -404,7 +431,8 @@ rz_repair_next(struct rz_job *j, int64_t now)
 	}
 	if (p->id == j->pend_node && j->pend_local < 0)
 		return;		/* a standby's workers: still the same wait */
-	full = p->lws >= 63 ? INT64_MAX : (int64_t)((1ULL << p->lws) - 1);
+	full = p->lws >= RZ_REPAIR_LWS_MAX ? INT64_MAX :
+	    (int64_t)((1ULL << p->lws) - 1);
 	if (p->id != j->pend_node || !(p->dead_local & (1LL << j->pend_local)))
 		j->pend_deadline = now + j->repair_timeout_ms;
 	j->pend_node = p->id;

@@ -1505,6 +1505,55 @@ test_repair_ends_in_grow(void **state)
 	assert_int_equal(st.restarts_total, 0);
 }
 
+/*
+ * A replacement dies before it joined (killed while it loaded): its
+ * local rank is a dead one already, so nothing shrinks and nothing
+ * restarts; its agent's next one is awaited within the same deadline,
+ * and its READY grows the job.  Past RZ_REPL_FAILS_MAX such deaths
+ * between two grows the job restarts.
+ */
+static void
+test_repair_replacement_dies_loading(void **state)
+{
+	struct fx	*f = *state;
+	struct rz_stats	st;
+	int		 i;
+
+	repair_job(f, 1, 1);
+	assert_int_equal(fail_repair(f, 2, 1, 1, 100), 0);
+	assert_int_equal(ob.npush, 2);
+	assert_repair_push(0, NAT_KIND_SHRINK, 2, 1, 3, 0, 0, 3);
+	drain(f->rz);
+	/* Its replacement dies: no push, an event, no restart. */
+	assert_int_equal(fail_repair(f, 2, 2, 1, 150), 0);
+	assert_int_equal(ob.npush, 0);
+	drain(f->rz);
+	assert_true(event_has(f, "repair: node 2 local rank 1's replacement "
+	    "died before it joined (signal 9): another is on its way (1 of 3"));
+	/* The next one is ready: one grow takes it in. */
+	assert_int_equal(ready(f, 2, 2, 1, 200), 0);
+	assert_int_equal(ob.npush, 2);
+	assert_repair_push(0, NAT_KIND_GROW, 3, 1, 4, 0, 0, 3);
+	drain(f->rz);
+	/* Another death, then four of its replacements die loading: the
+	 * fourth restarts the job (the count began again at the grow). */
+	assert_int_equal(run(f, fail_repair(f, 2, 3, 1, 300)), 0);
+	for (i = 0; i < RZ_REPL_FAILS_MAX; i++) {
+		assert_int_equal(fail_repair(f, 2, 4, 1, 310 + i), 0);
+		assert_int_equal(ob.npush, 0);
+		drain(f->rz);
+	}
+	rz_get_stats(f->rz, &st);
+	assert_int_equal(st.restarts_total, 0);
+	assert_int_equal(fail_repair(f, 2, 4, 1, 400), 0);
+	assert_true(ob.npush > 0);
+	drain(f->rz);
+	assert_true(event_has(f, "repair escalated to restart: 4 "
+	    "replacements died before they joined"));
+	rz_get_stats(f->rz, &st);
+	assert_int_equal(st.restarts_total, 1);
+}
+
 /* Job "ob" of nodes lo:hi, two workers each, lease 1000 ms: nodes 1, 2
  * (conn_a, conn_b) form the round, node 3 (conn_c) is a standby when
  * standby; the members said repairable at 10. */
@@ -2132,6 +2181,8 @@ main(void)
 		    setup, teardown),
 		cmocka_unit_test_setup_teardown(test_repair_ends_in_grow,
 		    setup, teardown),
+		cmocka_unit_test_setup_teardown(
+		    test_repair_replacement_dies_loading, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_repair_lost_standby,
 		    setup, teardown),
 		cmocka_unit_test_setup_teardown(test_repair_lost_shrink,
