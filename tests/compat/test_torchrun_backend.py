@@ -146,13 +146,13 @@ class Torchrun:
     n = 0
 
     def __init__(self, tmp, endpoints, job, prog, conf="lease=2",
-                 max_restarts=2, env=None):
+                 max_restarts=2, env=None, nnodes="2"):
         Torchrun.n += 1
         self.name = "torchrun%d" % Torchrun.n
         self.out_path = os.path.join(tmp, self.name + ".out")
         argv = [compatlib.TORCH2_PY, "-m", "torch.distributed.run",
                 "--rdzv_backend", "rdzv", "--rdzv_endpoint", endpoints,
-                "--rdzv_id", job, "--nnodes", "2", "--nproc_per_node", "2",
+                "--rdzv_id", job, "--nnodes", nnodes, "--nproc_per_node", "2",
                 "--max_restarts", str(max_restarts),
                 "--monitor_interval", "0.1",
                 "--rdzv_conf", conf, prog, tmp]
@@ -203,9 +203,9 @@ def read_all(tmp, prefix):
     return out
 
 
-def training(tmp, port=None, not_port=None, steps=3):
-    """{rank: start} of the 4 ranks stepping (at least `steps` steps) on
-    one store port (port, or any but not_port), else None."""
+def training(tmp, port=None, not_port=None, steps=3, world=4):
+    """{rank: start} of the `world` ranks stepping (at least `steps`
+    steps) on one store port (port, or any but not_port), else None."""
     starts, stepped = read_all(tmp, "start"), read_all(tmp, "step")
     by_port = {}
     for pid, s in starts.items():
@@ -213,7 +213,7 @@ def training(tmp, port=None, not_port=None, steps=3):
                 and stepped.get(pid, 0) >= steps:
             by_port.setdefault(s["port"], {})[s["rank"]] = s
     for ranks in by_port.values():
-        if sorted(ranks) == [0, 1, 2, 3]:
+        if sorted(ranks) == list(range(world)):
             return ranks
     return None
 
@@ -486,6 +486,38 @@ def test_rdzvctl_close_ends_torchrun():
         assert "RendezvousClosedError" in out and \
             "operator says stop" in out, out[-3000:]
     assert not children([r_.pid for r_ in runs])
+    d.stop()
+
+
+def test_node_joins_below_max():
+    """--nnodes 1:2: one torchrun trains alone; a second one comes and
+    rdzvd ends the round, the first torchrun restarts its workers as
+    torchrun does for new nodes (not counted as a restart) and both train
+    in a world of 4; the job ends 0."""
+    d = S["d"] = rt.Rdzvd()
+    tmp = rt.mktemp("trun-grow-")
+    prog = os.path.join(tmp, "train.py")
+    with open(prog, "w") as f:
+        f.write(PROGRAM)
+    ep = "127.0.0.1:%d" % d.port
+    conf = "lease=2,last_call_timeout=0.2"
+    S["runs"] = runs = [Torchrun(tmp, ep, "grow", prog, conf=conf,
+                                 nnodes="1:2")]
+    alone = rt.wait_until(lambda: training(tmp, world=2), timeout=120,
+                          what="one node's 2 ranks training")
+    runs.append(Torchrun(tmp, ep, "grow", prog, conf=conf, nnodes="1:2"))
+    ranks = rt.wait_until(lambda: training(tmp, not_port=alone[0]["port"]),
+                          timeout=120, what="4 ranks training")
+    for s in ranks.values():
+        assert s["restart"] == 0 and s["world"] == 4, ranks
+    assert {ranks[r]["group_rank"] for r in (0, 1)} == {0}, ranks
+    st = job_status(d, "grow")
+    assert "restarts 0/2" in st and st.count(" member ") == 2, st
+    ev = job_events(d, "grow")
+    assert any(e.startswith("round 1 ended: a node joined below max")
+               for e in ev), ev
+    end_job(tmp, runs)
+    S.pop("runs")
     d.stop()
 
 
