@@ -6,4 +6,7 @@ survivors of a worker's death keep their processes and go on in a smaller
 group, a replacement joins at a step boundary and receives the state.
 rdzv.spare is rdzv-agent's warm spare: a python that has imported torch
 and takes a dead worker's rank when the agent hands it over.
+rdzv.torchrun is torchrun's own `rdzv` rendezvous backend (registered
+under its `torchrun.handlers` entry points): rdzvd keeps the rendezvous of
+an unmodified torchrun; rdzv.native is its client of rdzvd's protocol.
 """

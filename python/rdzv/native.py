@@ -271,7 +271,9 @@ class Round:
 	    "max_restarts")
 
 	def __init__(self, fields):
+		ints = fields[1:10] + fields[11:12] + fields[13:]
 		if len(fields) not in (13, 16) or \
+		    not all(isinstance(x, int) for x in ints) or \
 		    not isinstance(fields[0], bytes) or \
 		    not isinstance(fields[10], bytes) or \
 		    not isinstance(fields[12], bytes):
