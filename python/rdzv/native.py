@@ -533,6 +533,9 @@ class Member:
 			why = str(e)
 		except OSError as e:
 			why = str(e)
+		except Exception as e:	# never a silent end of the heartbeats
+			log.exception("rdzvd session of job %s", self.job)
+			why = repr(e)
 		finally:
 			self._drop(sock, why)
 
