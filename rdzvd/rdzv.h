@@ -77,11 +77,15 @@
  * forgets closed jobs.
  * *
  * Round namespaces "job/<id>/round/<n>": only the running round's is
- * live.  A round's namespace is dropped when it ends, and once more by
- * rz_sweep() when a late writer (a worker still reporting progress over
- * the main port after its round stopped) has brought it back, so the
- * store does not grow with a job's restarts and a job that reuses a
- * purged id never meets the old job's keys.  A namespace "job/A/..."
+ * live.  A round that ends (STOP, the job's close) drops its namespace,
+ * and the one before it that a repair round kept.  A repair round
+ * (shrink, grow) keeps the namespace of the round it replaces until the
+ * next repair round, since a worker still coming to the repair round
+ * reads there whether its peers came (rdzv_repair.c).  rz_sweep() drops
+ * any other round's namespace a late writer (a worker still reporting
+ * progress over the main port after its round stopped) has brought back,
+ * so the store does not grow with a job's restarts and a job that reuses
+ * a purged id never meets the old job's keys.  A namespace "job/A/..."
  * belongs to the job with the longest id A that exists, so job "a" never
  * touches job "a/b"'s rounds.
  */

@@ -6,8 +6,9 @@
  * per connection from its first bytes: the native rdzv protocol
  * (proto_native.c) and PyTorch's TCPStore dialects 1.13 and 2.x
  * (proto_tcpstore.c, on kv/tcps_sess.c's op mapping).  server.c owns
- * listening sockets and connections, store.c the sqlite database, http.c
- * the health/metrics listener.
+ * listening sockets and connections, store.c the journal and the writer
+ * thread in front of the store backend (sqlite: store_sqlite.c; etcd:
+ * store_etcd.c), http.c the health/metrics listener.
  */
 #ifndef RDZVD_H
 #define RDZVD_H

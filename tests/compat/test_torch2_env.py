@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""test_torch2_env: the README's env:// example on rdzvd's main port, run
+"""test_torch2_env: doc/rdzvd.md's env:// example on rdzvd's main port, run
 again and again, with torch 2.13 and 1.13.
 
 MASTER_ADDR:MASTER_PORT name rdzvd's main port and

@@ -16,7 +16,7 @@ torch 2.x does differently with a long-lived store:
     store dies with its agent): running the job again with the same
     --rdzv_id fails at once in every agent with RendezvousClosedError, as
     it does on torch's etcd backend;
-  - once the job's keys are deleted (what the README tells users to do,
+  - once the job's keys are deleted (what doc/rdzvd.md tells users to do,
     here through the 2.x DELETE_KEY) the same id runs again, from round 0.
 """
 

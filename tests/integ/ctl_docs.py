@@ -376,9 +376,14 @@ def test_repair_settings_documented():
     # Every --rdzv_conf key the agent reads (agent/cli.c's strcmp(k, ...))
     # is in rdzv-agent(1)'s list, and every RDZV_* variable of repair
     # (the agent's worker environment, librdzvworker's, the torch
-    # helper's, the warm spare's) is in the README and rdzv-agent(1).
+    # helper's, the warm spare's) is in the manual (README.md and doc/*.md)
+    # and rdzv-agent(1).
     man = open(page("rdzv-agent.1")).read()
     readme = open(os.path.join(SRC, "README.md")).read()
+    docdir = os.path.join(SRC, "doc")
+    for f in sorted(os.listdir(docdir)):
+        if f.endswith(".md"):
+            readme += open(os.path.join(docdir, f)).read()
     cli = open(os.path.join(SRC, "agent", "cli.c")).read()
     keys = set(re.findall(r'strcmp\(k, "([a-z_]+)"\)', cli))
     assert {"max_repairs", "repair_timeout"} <= keys, keys
@@ -397,7 +402,7 @@ def test_repair_settings_documented():
     assert {"RDZV_PROGRESS_FD", "RDZV_REPLACEMENT", "RDZV_REPAIR",
             "RDZV_REPAIR_TIMEOUT_MS", "RDZV_REPAIR_DEBUG"} <= names, names
     for n in sorted(names):
-        assert "`%s" % n in readme, "%s is not in README.md" % n
+        assert "`%s" % n in readme, "%s is not in README.md or doc/" % n
         assert re.search(r"^\.It Ev %s\b" % n, man, re.M), \
             "%s is not in rdzv-agent(1)'s ENVIRONMENT" % n
 
