@@ -448,7 +448,7 @@ rz_round_end(struct rz *rz, struct rz_outbox *ob, struct rz_job *j,
 		if (nd->state == RZN_MEMBER)
 			nd->prev_rank = nd->group_rank;
 		/* Every worker starts again: none dead, none said hello. */
-		nd->dead_local = nd->fresh = 0;
+		nd->dead_local = nd->ready_local = nd->fresh = 0;
 		nd->repairable = 0;
 		nd->state = RZN_WAITING;
 		nd->group_rank = -1;

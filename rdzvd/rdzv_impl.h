@@ -56,6 +56,9 @@ struct rz_node {
 	int			 repairable;	/* HEARTBEAT said so (this round) */
 	int64_t			 dead_local;	/* bit l: local rank l died,
 						 * its replacement not in */
+	int64_t			 ready_local;	/* bit l: its replacement
+						 * said READY, no grow took
+						 * it in yet (not in rows) */
 	int			 joining;	/* taken in place, its workers
 						 * not in a round yet */
 	int64_t			 fresh;		/* bit l: local rank l's

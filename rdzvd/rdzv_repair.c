@@ -72,15 +72,19 @@ rz_failure(struct rz *rz, const struct nat_failure *r, int64_t now,
 	    msg[0] ? ": " : "", msg);
 	/*
 	 * A dead local rank failing again is its replacement, dead before
-	 * it joined (killed while it loaded, or crashed at its start): no
-	 * round holds it, so nothing shrinks; its agent has started another
-	 * and the grow waits for that one within the same deadline.  Past
-	 * RZ_REPL_FAILS_MAX of them between two grows the job restarts: a
-	 * replacement that cannot start is no repair.
+	 * it joined (killed while it loaded or while it waited, READY, for
+	 * the grow; crashed at its start): no round holds it, so nothing
+	 * shrinks; its agent has started another and the grow waits for
+	 * that one within the same deadline.  Past RZ_REPL_FAILS_MAX of them
+	 * between two grows the job restarts: a replacement that cannot
+	 * start is no repair.
 	 */
 	if (r->repair && r->local_rank >= 0 &&
 	    r->local_rank < RZ_REPAIR_LWS_MAX &&
-	    (nd->dead_local & (1LL << r->local_rank))) {
+	    ((nd->dead_local | nd->ready_local) & (1LL << r->local_rank))) {
+		nd->ready_local &= ~(1LL << r->local_rank);
+		nd->dead_local |= 1LL << r->local_rank;
+		rz_save_node(rz, j, nd);
 		if (++j->repl_fails <= RZ_REPL_FAILS_MAX) {
 			rz_event(rz, j, now, "repair: node %" PRId64 " local "
 			    "rank %" PRId64 "'s replacement died before it "
@@ -363,6 +367,7 @@ rz_ready(struct rz *rz, const struct nat_ready *r, int64_t now,
 		if (m->state == RZN_MEMBER && m->succeeded)
 			return 0;
 	nd->dead_local &= ~(1LL << r->local_rank);
+	nd->ready_local |= 1LL << r->local_rank;
 	nd->fresh |= 1LL << r->local_rank;	/* never the donor */
 	rz_save_node(rz, j, nd);
 	/*
@@ -380,6 +385,8 @@ rz_ready(struct rz *rz, const struct nat_ready *r, int64_t now,
 		n += __builtin_popcountll((unsigned long long)m->fresh);
 	}
 	standby = j->pend_node == nd->id && j->pend_local < 0;
+	TAILQ_FOREACH(m, &j->nodes, entry)
+		m->ready_local = 0;	/* in the grow round now */
 	rz_repair_round(rz, ob, j, NAT_KIND_GROW);
 	if (standby)
 		rz_event(rz, j, now, "repair: grow to %" PRId64 ", node %"

@@ -1554,6 +1554,42 @@ test_repair_replacement_dies_loading(void **state)
 	assert_int_equal(st.restarts_total, 1);
 }
 
+/*
+ * Two replacements on their way; the first is READY and waits for the
+ * second (one grow takes both) when it dies: it had joined nothing, so
+ * nothing shrinks (the survivors' world stays 2) and nothing restarts;
+ * the grow opens once both local ranks' replacements are READY again.
+ */
+static void
+test_repair_ready_replacement_dies(void **state)
+{
+	struct fx	*f = *state;
+	struct rz_stats	st;
+
+	repair_job(f, 1, 1);
+	assert_int_equal(run(f, fail_repair(f, 2, 1, 1, 100)), 0);
+	assert_int_equal(run(f, fail_repair(f, 1, 2, 0, 110)), 0);
+	assert_int_equal(run(f, ready(f, 2, 3, 1, 200)), 0);
+	/* Node 2's READY replacement dies waiting for the grow. */
+	assert_int_equal(fail_repair(f, 2, 3, 1, 210), 0);
+	assert_int_equal(ob.npush, 0);
+	drain(f->rz);
+	assert_true(event_has(f, "repair: node 2 local rank 1's replacement "
+	    "died before it joined"));
+	/* Node 1's is READY: still no grow, node 2's next one is awaited. */
+	assert_int_equal(ready(f, 1, 3, 0, 220), 0);
+	assert_int_equal(ob.npush, 0);
+	drain(f->rz);
+	assert_int_equal(ready(f, 2, 3, 1, 230), 0);
+	assert_int_equal(ob.npush, 2);
+	assert_int_equal(ob.push[0].round.kind, NAT_KIND_GROW);
+	assert_int_equal(ob.push[0].round.world_size, 4);
+	drain(f->rz);
+	rz_get_stats(f->rz, &st);
+	assert_int_equal(st.restarts_total, 0);
+	assert_false(event_has(f, "escalated"));
+}
+
 /* Job "ob" of nodes lo:hi, two workers each, lease 1000 ms: nodes 1, 2
  * (conn_a, conn_b) form the round, node 3 (conn_c) is a standby when
  * standby; the members said repairable at 10. */
@@ -2183,6 +2219,8 @@ main(void)
 		    setup, teardown),
 		cmocka_unit_test_setup_teardown(
 		    test_repair_replacement_dies_loading, setup, teardown),
+		cmocka_unit_test_setup_teardown(
+		    test_repair_ready_replacement_dies, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_repair_lost_standby,
 		    setup, teardown),
 		cmocka_unit_test_setup_teardown(test_repair_lost_shrink,
