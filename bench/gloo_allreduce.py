@@ -9,7 +9,6 @@ usage: PYTHON gloo_allreduce.py [-b 1K] [-e 64M] [-f 2] [-r 5]
 """
 
 import argparse
-import os
 import time
 
 import torch

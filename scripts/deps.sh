@@ -25,9 +25,10 @@ install_torch2() {
 		"$venv/bin/pip" install -q torch==2.13.0 numpy
 		"$venv/bin/python" -c 'import torch.distributed'
 	fi
-	"$venv/bin/python" -c 'import lightning' 2>/dev/null && return 0
-	echo "deps.sh: installing Lightning into $venv"
-	"$venv/bin/pip" install -q -c "$cons" 'lightning==2.6.*'
+	"$venv/bin/python" -c 'import lightning' 2>/dev/null &&
+		"$venv/bin/python" -m ruff --version >/dev/null 2>&1 && return 0
+	echo "deps.sh: installing Lightning and ruff into $venv"
+	"$venv/bin/pip" install -q -c "$cons" 'lightning==2.6.*' 'ruff==0.17.6'
 	"$venv/bin/python" -c 'import lightning, torch; assert torch.__version__.startswith("2.13.")'
 }
 

@@ -33,52 +33,52 @@ _said = set()
 
 
 def _wrap(name, fn):
-	@functools.wraps(fn)
-	def call(*a, **kw):
-		job = _job
-		if job is None or job._in_step or not job._joined or \
-		    kw.get("async_op") or job._chan is None or \
-		    threading.get_ident() != job._main:
-			return fn(*a, **kw)
-		keep = None
-		if name in _IN_PLACE and a and hasattr(a[0], "clone"):
-			keep = a[0].detach().clone()
-		try:
-			return fn(*a, **kw)
-		except Exception as e:
-			what = "dist.%s outside `with job.step()`" % name
-			if not group.comm_error(e) or not job._recover(e, what):
-				raise
-		if keep is not None:
-			a[0].detach().copy_(keep)
-		if name not in _said:
-			_said.add(name)
-			log.warn("%s was cut off by a peer's death: the job "
-			    "repaired and it returned without a result (this "
-			    "rank's %s); call it inside the step to have it done "
-			    "again in the new group", what, "tensor as it was" if
-			    keep is not None else "outputs are undefined")
-		return None
-	return call
+    @functools.wraps(fn)
+    def call(*a, **kw):
+        job = _job
+        if job is None or job._in_step or not job._joined or \
+            kw.get("async_op") or job._chan is None or \
+            threading.get_ident() != job._main:
+            return fn(*a, **kw)
+        keep = None
+        if name in _IN_PLACE and a and hasattr(a[0], "clone"):
+            keep = a[0].detach().clone()
+        try:
+            return fn(*a, **kw)
+        except Exception as e:
+            what = "dist.%s outside `with job.step()`" % name
+            if not group.comm_error(e) or not job._recover(e, what):
+                raise
+        if keep is not None:
+            a[0].detach().copy_(keep)
+        if name not in _said:
+            _said.add(name)
+            log.warn("%s was cut off by a peer's death: the job "
+                "repaired and it returned without a result (this "
+                "rank's %s); call it inside the step to have it done "
+                "again in the new group", what, "tensor as it was" if
+                keep is not None else "outputs are undefined")
+        return None
+    return call
 
 
 def install(job):
-	"""Wraps torch.distributed's collectives for job (once per process;
-	a later job takes over)."""
-	global _job
-	import torch.distributed as dist
-	_job = job
-	if _orig:
-		return
-	for name in NAMES:
-		fn = getattr(dist, name, None)
-		if fn is not None:
-			_orig[name] = fn
-			setattr(dist, name, _wrap(name, fn))
+    """Wraps torch.distributed's collectives for job (once per process;
+    a later job takes over)."""
+    global _job
+    import torch.distributed as dist
+    _job = job
+    if _orig:
+        return
+    for name in NAMES:
+        fn = getattr(dist, name, None)
+        if fn is not None:
+            _orig[name] = fn
+            setattr(dist, name, _wrap(name, fn))
 
 
 def orig(name):
-	"""torch.distributed's own NAME, unwrapped: the helper's collectives
-	are its repair's, never one to repair."""
-	import torch.distributed as dist
-	return _orig.get(name) or getattr(dist, name)
+    """torch.distributed's own NAME, unwrapped: the helper's collectives
+    are its repair's, never one to repair."""
+    import torch.distributed as dist
+    return _orig.get(name) or getattr(dist, name)

@@ -10,17 +10,17 @@ import sys
 
 
 def _line(fmt, a):
-	print("rdzv.repair[%d]: %s" % (os.getpid(), fmt % a), file=sys.stderr,
-	    flush=True)
+    print("rdzv.repair[%d]: %s" % (os.getpid(), fmt % a), file=sys.stderr,
+        flush=True)
 
 
 def debug(fmt, *a):
-	if os.environ.get("RDZV_REPAIR_DEBUG", "0") not in ("", "0"):
-		_line(fmt, a)
+    if os.environ.get("RDZV_REPAIR_DEBUG", "0") not in ("", "0"):
+        _line(fmt, a)
 
 
 def info(fmt, *a):
-	_line(fmt, a)
+    _line(fmt, a)
 
 
 warn = info

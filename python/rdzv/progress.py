@@ -4,9 +4,9 @@
 For any program under rdzv-agent, whether it repairs or not (a plain
 script, Lightning, Accelerate, torchtitan, transformers' Trainer):
 
-	from rdzv import progress
-	...
-	progress.report(step)		# after each optimizer step
+    from rdzv import progress
+    ...
+    progress.report(step)		# after each optimizer step
 
 Each step reaches the agent at once (its --progress_timeout watchdog
 kills a worker whose step stops moving) and rdzvd within a second
@@ -42,132 +42,132 @@ _helper = False		# an rdzv.repair Job reports this process's steps
 
 
 def report(step):
-	"""Reports that training reached step (an int >= 0: optimizer steps
-	done, or any count that grows as training goes on).  Cheap enough
-	to call at every step; never blocks and never raises for rdzv's
-	sake (a step that is not an int >= 0 raises ValueError).  Does
-	nothing outside rdzv-agent or when rdzv.repair reports the steps."""
-	step = int(step)
-	if step < 0:
-		raise ValueError("step %d: want an int >= 0" % step)
-	r = _get()
-	if r is not None:
-		r.note(step)
+    """Reports that training reached step (an int >= 0: optimizer steps
+    done, or any count that grows as training goes on).  Cheap enough
+    to call at every step; never blocks and never raises for rdzv's
+    sake (a step that is not an int >= 0 raises ValueError).  Does
+    nothing outside rdzv-agent or when rdzv.repair reports the steps."""
+    step = int(step)
+    if step < 0:
+        raise ValueError("step %d: want an int >= 0" % step)
+    r = _get()
+    if r is not None:
+        r.note(step)
 
 
 def last_step():
-	"""The last step report() took, or None (none yet, or not under an
-	agent)."""
-	r = _reporter
-	return None if r is None or r is False else r.step
+    """The last step report() took, or None (none yet, or not under an
+    agent)."""
+    r = _reporter
+    return None if r is None or r is False else r.step
 
 
 def helper_reports():
-	"""rdzv.repair's Job calls this as it starts: its own reporter owns
-	this process's steps from then on, and report() stays quiet."""
-	global _helper
-	_helper = True
+    """rdzv.repair's Job calls this as it starts: its own reporter owns
+    this process's steps from then on, and report() stays quiet."""
+    global _helper
+    _helper = True
 
 
 def _get():
-	"""The process's reporter, made on first use; None when there is
-	nothing to report to (no agent, or the helper reports)."""
-	global _reporter
-	if _helper:
-		return None
-	r = _reporter
-	if r is None:
-		with _lock:
-			if _reporter is None:
-				_reporter = _Reporter.make() or False
-			r = _reporter
-	return r or None
+    """The process's reporter, made on first use; None when there is
+    nothing to report to (no agent, or the helper reports)."""
+    global _reporter
+    if _helper:
+        return None
+    r = _reporter
+    if r is None:
+        with _lock:
+            if _reporter is None:
+                _reporter = _Reporter.make() or False
+            r = _reporter
+    return r or None
 
 
 class _Reporter:
-	"""What report() sends, and the thread that writes it to rdzvd."""
+    """What report() sends, and the thread that writes it to rdzvd."""
 
-	def __init__(self, chan, addr, port, rank):
-		self.chan = chan
-		self.addr, self.port, self.rank = addr, port, rank
-		self.step = None
-		self.sent_at = 0.0		# monotonic time of the last send
-		self.closing = threading.Event()
-		self.thread = None
+    def __init__(self, chan, addr, port, rank):
+        self.chan = chan
+        self.addr, self.port, self.rank = addr, port, rank
+        self.step = None
+        self.sent_at = 0.0		# monotonic time of the last send
+        self.closing = threading.Event()
+        self.thread = None
 
-	@classmethod
-	def make(cls):
-		"""A reporter for this worker of rdzv-agent, or None outside
-		one (no channel, or no RANK and MASTER_PORT)."""
-		env = os.environ
-		chan = open_channel()
-		if chan is None:
-			return None
-		try:
-			rank = int(env["RANK"])
-			port = int(env["MASTER_PORT"])
-		except (KeyError, ValueError):
-			chan.close()
-			return None
-		r = cls(chan, env.get("MASTER_ADDR", "127.0.0.1"), port, rank)
-		r.thread = threading.Thread(target=r._write_loop,
-		    name="rdzv-progress", daemon=True)
-		r.thread.start()
-		atexit.register(r.close)
-		return r
+    @classmethod
+    def make(cls):
+        """A reporter for this worker of rdzv-agent, or None outside
+        one (no channel, or no RANK and MASTER_PORT)."""
+        env = os.environ
+        chan = open_channel()
+        if chan is None:
+            return None
+        try:
+            rank = int(env["RANK"])
+            port = int(env["MASTER_PORT"])
+        except (KeyError, ValueError):
+            chan.close()
+            return None
+        r = cls(chan, env.get("MASTER_ADDR", "127.0.0.1"), port, rank)
+        r.thread = threading.Thread(target=r._write_loop,
+            name="rdzv-progress", daemon=True)
+        r.thread.start()
+        atexit.register(r.close)
+        return r
 
-	def note(self, step):
-		"""Takes step; sends it to the agent unless one was sent in the
-		last CHAN_EVERY (the next report sends the newest)."""
-		self.step = step
-		now = time.monotonic()
-		if now - self.sent_at < CHAN_EVERY:
-			return
-		self.sent_at = now
-		try:
-			self.chan.send(b"%d" % step, socket.MSG_DONTWAIT)
-		except OSError:
-			pass		# the agent's socket is full or gone
+    def note(self, step):
+        """Takes step; sends it to the agent unless one was sent in the
+        last CHAN_EVERY (the next report sends the newest)."""
+        self.step = step
+        now = time.monotonic()
+        if now - self.sent_at < CHAN_EVERY:
+            return
+        self.sent_at = now
+        try:
+            self.chan.send(b"%d" % step, socket.MSG_DONTWAIT)
+        except OSError:
+            pass		# the agent's socket is full or gone
 
-	def _write_loop(self):
-		"""Thread: writes the newest step to rdzvd when it moved, at most
-		every STORE_EVERY, with a TCPStore client of its own (a write
-		that waits for a restarting rdzvd holds nobody else); a failed
-		write is tried again with a new client next time."""
-		st, said = None, None
-		while not self.closing.wait(STORE_EVERY):
-			step = self.step
-			if step is None or step == said:
-				continue
-			try:
-				if st is None:
-					st = self._store()
-				st.set("progress/%d" % self.rank, "%d %d 0" % (
-				    step, int(time.time() * 1000)))
-				said = step
-			except Exception as e:
-				log.debug("progress to rdzvd: %s",
-				    str(e).splitlines()[0][:160] if str(e) else e)
-				st = None
+    def _write_loop(self):
+        """Thread: writes the newest step to rdzvd when it moved, at most
+        every STORE_EVERY, with a TCPStore client of its own (a write
+        that waits for a restarting rdzvd holds nobody else); a failed
+        write is tried again with a new client next time."""
+        st, said = None, None
+        while not self.closing.wait(STORE_EVERY):
+            step = self.step
+            if step is None or step == said:
+                continue
+            try:
+                if st is None:
+                    st = self._store()
+                st.set("progress/%d" % self.rank, "%d %d 0" % (
+                    step, int(time.time() * 1000)))
+                said = step
+            except Exception as e:
+                log.debug("progress to rdzvd: %s",
+                    str(e).splitlines()[0][:160] if str(e) else e)
+                st = None
 
-	def _store(self):
-		"""A TCPStore client of the round's port (rdzvd serves the
-		round's namespace there)."""
-		import datetime
-		import torch
-		import torch.distributed as dist
-		t = STORE_TIMEOUT
-		if torch.__version__.split(".")[0] in ("0", "1"):
-			t = max(t, 1.0)		# whole seconds on torch 1.13
-		return dist.TCPStore(self.addr, self.port, None, False,
-		    datetime.timedelta(seconds=t))
+    def _store(self):
+        """A TCPStore client of the round's port (rdzvd serves the
+        round's namespace there)."""
+        import datetime
+        import torch
+        import torch.distributed as dist
+        t = STORE_TIMEOUT
+        if torch.__version__.split(".")[0] in ("0", "1"):
+            t = max(t, 1.0)		# whole seconds on torch 1.13
+        return dist.TCPStore(self.addr, self.port, None, False,
+            datetime.timedelta(seconds=t))
 
-	def close(self):
-		"""At the interpreter's exit: the writer finishes the write it
-		is in and stops, so that no thread is inside torch's C++ code
-		while Python finalizes (see rdzv.watcher's _close)."""
-		self.closing.set()
-		t = self.thread
-		if t is not None and t.is_alive() and \
-		    t is not threading.current_thread():
-			t.join(STORE_TIMEOUT + 1.0)
+    def close(self):
+        """At the interpreter's exit: the writer finishes the write it
+        is in and stops, so that no thread is inside torch's C++ code
+        while Python finalizes (see rdzv.watcher's _close)."""
+        self.closing.set()
+        t = self.thread
+        if t is not None and t.is_alive() and \
+            t is not threading.current_thread():
+            t.join(STORE_TIMEOUT + 1.0)

@@ -106,7 +106,7 @@ import time
 from . import collectives, data, group, log, progress, state, waits
 from .channel import (MSG_MAX, Round, open_channel, parse_message,
     parse_round)
-from .watcher import Watcher, _KEY
+from .watcher import Watcher
 
 __all__ = ["init_process_group", "Job", "Round", "parse_round",
     "parse_message", "MSG_MAX"]
@@ -124,613 +124,613 @@ _sockets, _reset, _comm_error = group.sockets, group.reset, group.comm_error
 
 
 class _Model:
-	"""What job.ddp() returns: calls and attributes go to the current
-	DistributedDataParallel (rebuilt by each repair), or to the module
-	itself while there is no group."""
+    """What job.ddp() returns: calls and attributes go to the current
+    DistributedDataParallel (rebuilt by each repair), or to the module
+    itself while there is no group."""
 
-	def __init__(self, job):
-		object.__setattr__(self, "_job", job)
+    def __init__(self, job):
+        object.__setattr__(self, "_job", job)
 
-	def _current(self):
-		j = self._job
-		return j._ddp if j._ddp is not None else j._module
+    def _current(self):
+        j = self._job
+        return j._ddp if j._ddp is not None else j._module
 
-	@property
-	def module(self):
-		return self._job._module
+    @property
+    def module(self):
+        return self._job._module
 
-	def __call__(self, *a, **kw):
-		return self._current()(*a, **kw)
+    def __call__(self, *a, **kw):
+        return self._current()(*a, **kw)
 
-	def register_comm_hook(self, state, hook):
-		"""The script's DDP comm hook: kept across repairs (each
-		rebuilt DistributedDataParallel gets it; rdzv.waits)."""
-		waits.script_hook(self._job, state, hook)
+    def register_comm_hook(self, state, hook):
+        """The script's DDP comm hook: kept across repairs (each
+        rebuilt DistributedDataParallel gets it; rdzv.waits)."""
+        waits.script_hook(self._job, state, hook)
 
-	def __getattr__(self, name):
-		return getattr(self._current(), name)
+    def __getattr__(self, name):
+        return getattr(self._current(), name)
 
 
 class _Step:
-	def __init__(self, job):
-		self.job = job
+    def __init__(self, job):
+        self.job = job
 
-	def __enter__(self):
-		self.job._begin()
-		return self.job
+    def __enter__(self):
+        self.job._begin()
+        return self.job
 
-	def __exit__(self, et, e, tb):
-		return self.job._end(e)
+    def __exit__(self, et, e, tb):
+        return self.job._end(e)
 
 
 class Job(Watcher):
-	"""A training job's group, state and sampler position; made by
-	init_process_group()."""
+    """A training job's group, state and sampler position; made by
+    init_process_group()."""
 
-	def __init__(self, backend, timeout, chan):
-		self.backend = backend
-		self.timeout = timeout
-		self.rank, self.world = 0, 1
-		self.step_count = 0		# steps committed, job-wide
-		self.epoch = 0
-		self.pos = 0			# samples of the epoch consumed
-		self.repairs = 0
-		self.committed = False		# whether the last step committed
-		self.repair_times = []		# seconds each repair took
-		self._chan = chan
-		self._offer = False		# hello repair=1 still to say
-		self.replacement = chan is not None and \
-		    os.environ.get("RDZV_REPLACEMENT") == "1"
-		self._joined = not self.replacement
-		ms = os.environ.get("RDZV_REPAIR_TIMEOUT_MS", "60000")
-		self.repair_timeout = int(ms) / 1000.0 if ms.isdigit() else 60.0
-		self._module = None
-		self._ddp = None
-		self._ddp_kw = {}
-		self._comm_hook = None		# the script's (state, hook)
-		self.wait_ms = 0.0		# waited on peers (rdzv.waits)
-		self._tracked = []
-		self._cv = threading.Condition()
-		self._rounds = []		# received, not yet taken
-		self._in_step = False
-		self._freeze = None		# the grow round being agreed on
-		self._target = None		# its switch step once agreed
-		self._socks = {}		# the current group's sockets
-		self._store = None
-		self._reported = 0.0
-		self._main = threading.get_ident()	# the training thread
-		self._blocked = None		# (step, since) seen inside torch
-		self._waited = 0.0
-		self._plan = None		# the data.Plan steps advance
-		self._round = None		# the group's round
-		self.full_world = 0		# the job's world at its start
-		self._pending_model = None	# received before job.ddp()
-		self._pending_tracked = []	# received before job.track()
-		self._tracked_applied = 0
-		self._lost_since = None		# when the step in flight was cut
-		self._chan_gone = False		# the watcher saw the channel end
-		self._nccl_cut = False		# the group's NCCL comm aborted
-		self._tainted = False		# a step ran on it and "ended"
-		self._leave_asked = False	# "leave": go at the step's end
-		self._whole = False		# the group is made, synced, unbroken
-		self._closing = threading.Event()	# the interpreter exits
-		self._reporter = None		# the progress reporter thread
+    def __init__(self, backend, timeout, chan):
+        self.backend = backend
+        self.timeout = timeout
+        self.rank, self.world = 0, 1
+        self.step_count = 0		# steps committed, job-wide
+        self.epoch = 0
+        self.pos = 0			# samples of the epoch consumed
+        self.repairs = 0
+        self.committed = False		# whether the last step committed
+        self.repair_times = []		# seconds each repair took
+        self._chan = chan
+        self._offer = False		# hello repair=1 still to say
+        self.replacement = chan is not None and \
+            os.environ.get("RDZV_REPLACEMENT") == "1"
+        self._joined = not self.replacement
+        ms = os.environ.get("RDZV_REPAIR_TIMEOUT_MS", "60000")
+        self.repair_timeout = int(ms) / 1000.0 if ms.isdigit() else 60.0
+        self._module = None
+        self._ddp = None
+        self._ddp_kw = {}
+        self._comm_hook = None		# the script's (state, hook)
+        self.wait_ms = 0.0		# waited on peers (rdzv.waits)
+        self._tracked = []
+        self._cv = threading.Condition()
+        self._rounds = []		# received, not yet taken
+        self._in_step = False
+        self._freeze = None		# the grow round being agreed on
+        self._target = None		# its switch step once agreed
+        self._socks = {}		# the current group's sockets
+        self._store = None
+        self._reported = 0.0
+        self._main = threading.get_ident()	# the training thread
+        self._blocked = None		# (step, since) seen inside torch
+        self._waited = 0.0
+        self._plan = None		# the data.Plan steps advance
+        self._round = None		# the group's round
+        self.full_world = 0		# the job's world at its start
+        self._pending_model = None	# received before job.ddp()
+        self._pending_tracked = []	# received before job.track()
+        self._tracked_applied = 0
+        self._lost_since = None		# when the step in flight was cut
+        self._chan_gone = False		# the watcher saw the channel end
+        self._nccl_cut = False		# the group's NCCL comm aborted
+        self._tainted = False		# a step ran on it and "ended"
+        self._leave_asked = False	# "leave": go at the step's end
+        self._whole = False		# the group is made, synced, unbroken
+        self._closing = threading.Event()	# the interpreter exits
+        self._reporter = None		# the progress reporter thread
 
-	# ---- channel ----
+    # ---- channel ----
 
-	def _send(self, text):
-		if self._chan is None:
-			return
-		try:
-			self._chan.send(text.encode("ascii"), socket.MSG_DONTWAIT)
-		except OSError:
-			pass		# the agent has no room or is gone
+    def _send(self, text):
+        if self._chan is None:
+            return
+        try:
+            self._chan.send(text.encode("ascii"), socket.MSG_DONTWAIT)
+        except OSError:
+            pass		# the agent has no room or is gone
 
-	def _abort(self):
-		"""Breaks the current group so that no collective stays blocked
-		on it (watcher on a shrink, or a survivor whose step failed)."""
-		import torch
-		import torch.distributed as dist
-		self._whole = False
-		if self.backend == "nccl":
-			# The communicator only, never the group: the training
-			# thread may be using the default group right now (taking
-			# it away turns its next call into a ValueError, not a
-			# communication error).  Kernels aborted this way may end
-			# without an error: _end commits no step that ends on it.
-			self._nccl_cut = True
-			try:
-				pg = dist.distributed_c10d._get_default_group()
-				if hasattr(pg, "_get_backend"):
-					pg = pg._get_backend(torch.device("cuda"))
-				pg.abort()
-			except Exception as e:
-				_debug("abort: %s", e)
-			return
-		_reset(self._socks)
+    def _abort(self):
+        """Breaks the current group so that no collective stays blocked
+        on it (watcher on a shrink, or a survivor whose step failed)."""
+        import torch
+        import torch.distributed as dist
+        self._whole = False
+        if self.backend == "nccl":
+            # The communicator only, never the group: the training
+            # thread may be using the default group right now (taking
+            # it away turns its next call into a ValueError, not a
+            # communication error).  Kernels aborted this way may end
+            # without an error: _end commits no step that ends on it.
+            self._nccl_cut = True
+            try:
+                pg = dist.distributed_c10d._get_default_group()
+                if hasattr(pg, "_get_backend"):
+                    pg = pg._get_backend(torch.device("cuda"))
+                pg.abort()
+            except Exception as e:
+                _debug("abort: %s", e)
+            return
+        _reset(self._socks)
 
 
-	# ---- groups ----
+    # ---- groups ----
 
-	def _group(self, r):
-		"""Joins round r's process group as the default group, once all
-		its ranks came (group.arrive: a newer round calls it off on all
-		of them or on none); leaves it again when a newer round came
-		while it was made."""
-		import torch.distributed as dist
-		current = lambda: not self._superseded(r)	# noqa: E731
-		if not current():
-			raise ConnectionError("round %d superseded before its "
-			    "group was built" % r.round)
-		if not dist.is_initialized():
-			group.reset_names()
-		store = group.round_store(r, self.repair_timeout, current)
-		group.arrive(store, _ARRIVE, r.world, current,
-		    self.repair_timeout)
-		before = group.sockets()
-		build, own = group.build_timeout(self.backend, self.timeout,
-		    self.repair_timeout)
-		kw = {} if build is None else {"timeout": build}
-		dist.init_process_group(self.backend, store=store,
-		    rank=r.rank, world_size=r.world, **kw)
-		if own is not None:
-			dist.distributed_c10d._set_pg_timeout(own)
-		self._socks = {fd: l for fd, l in group.sockets().items()
-		    if before.get(fd) != l}
-		self._store = store
-		self._nccl_cut = False
-		with self._cv:
-			self.rank, self.world, self._round = r.rank, r.world, r
-		if self.full_world < r.world and not self.replacement:
-			self.full_world = r.world
-		if not current():
-			raise ConnectionError("round %d superseded while its "
-			    "group was made" % r.round)
+    def _group(self, r):
+        """Joins round r's process group as the default group, once all
+        its ranks came (group.arrive: a newer round calls it off on all
+        of them or on none); leaves it again when a newer round came
+        while it was made."""
+        import torch.distributed as dist
+        current = lambda: not self._superseded(r)	# noqa: E731
+        if not current():
+            raise ConnectionError("round %d superseded before its "
+                "group was built" % r.round)
+        if not dist.is_initialized():
+            group.reset_names()
+        store = group.round_store(r, self.repair_timeout, current)
+        group.arrive(store, _ARRIVE, r.world, current,
+            self.repair_timeout)
+        before = group.sockets()
+        build, own = group.build_timeout(self.backend, self.timeout,
+            self.repair_timeout)
+        kw = {} if build is None else {"timeout": build}
+        dist.init_process_group(self.backend, store=store,
+            rank=r.rank, world_size=r.world, **kw)
+        if own is not None:
+            dist.distributed_c10d._set_pg_timeout(own)
+        self._socks = {fd: l for fd, l in group.sockets().items()
+            if before.get(fd) != l}
+        self._store = store
+        self._nccl_cut = False
+        with self._cv:
+            self.rank, self.world, self._round = r.rank, r.world, r
+        if self.full_world < r.world and not self.replacement:
+            self.full_world = r.world
+        if not current():
+            raise ConnectionError("round %d superseded while its "
+                "group was made" % r.round)
 
-	def _device(self):
-		import torch
-		if self.backend == "nccl":
-			return torch.device("cuda", torch.cuda.current_device())
-		return torch.device("cpu")
+    def _device(self):
+        import torch
+        if self.backend == "nccl":
+            return torch.device("cuda", torch.cuda.current_device())
+        return torch.device("cpu")
 
-	def _wrap(self):
-		from torch.nn.parallel import DistributedDataParallel as DDP
-		state.apply_model(self)
-		ddp = DDP(self._module, **self._ddp_kw)
-		waits.attach(self, ddp)
-		return ddp
+    def _wrap(self):
+        from torch.nn.parallel import DistributedDataParallel as DDP
+        state.apply_model(self)
+        ddp = DDP(self._module, **self._ddp_kw)
+        waits.attach(self, ddp)
+        return ddp
 
-	def _repair(self, r):
-		"""Main thread: leaves the old group, joins round r's, makes
-		every rank's state the donor's where the steps differ, wraps the
-		model again; says one line (round, world, time lost)."""
-		import torch.distributed as dist
-		t0 = time.monotonic()
-		lost = self._lost_since if self._lost_since is not None else t0
-		old = self.world
-		with self._cv:
-			self._whole = False
-			if self._freeze is r:	# taken: no agreement breaks it now
-				self._freeze = self._target = None
-		self._ddp = None
-		if dist.is_initialized():
-			try:
-				dist.destroy_process_group()
-			except Exception as e:
-				log.debug("destroy: %s", e)
-		if self._module is not None:
-			self._module.zero_grad(set_to_none=True)
-		self._group(r)
-		self._sync(r)
-		if self._module is not None:
-			self._ddp = self._wrap()
-		with self._cv:
-			if self._freeze is r:
-				self._freeze = self._target = None
-			self._whole = True
-		self.repairs += 1
-		self._lost_since = None
-		now = time.monotonic()
-		self.repair_times.append(now - t0)
-		log.info("rank %d: %s round %d, world %d -> %d, %.3f s lost, at "
-		    "step %d", self.rank, "joined grow" if not self._joined else
-		    r.kind, r.round, old if self._joined else 0, self.world,
-		    now - lost, self.step_count)
-		log.debug("%r done in %.3f s at step %d", r, self.repair_times[-1],
-		    self.step_count)
+    def _repair(self, r):
+        """Main thread: leaves the old group, joins round r's, makes
+        every rank's state the donor's where the steps differ, wraps the
+        model again; says one line (round, world, time lost)."""
+        import torch.distributed as dist
+        t0 = time.monotonic()
+        lost = self._lost_since if self._lost_since is not None else t0
+        old = self.world
+        with self._cv:
+            self._whole = False
+            if self._freeze is r:	# taken: no agreement breaks it now
+                self._freeze = self._target = None
+        self._ddp = None
+        if dist.is_initialized():
+            try:
+                dist.destroy_process_group()
+            except Exception as e:
+                log.debug("destroy: %s", e)
+        if self._module is not None:
+            self._module.zero_grad(set_to_none=True)
+        self._group(r)
+        self._sync(r)
+        if self._module is not None:
+            self._ddp = self._wrap()
+        with self._cv:
+            if self._freeze is r:
+                self._freeze = self._target = None
+            self._whole = True
+        self.repairs += 1
+        self._lost_since = None
+        now = time.monotonic()
+        self.repair_times.append(now - t0)
+        log.info("rank %d: %s round %d, world %d -> %d, %.3f s lost, at "
+            "step %d", self.rank, "joined grow" if not self._joined else
+            r.kind, r.round, old if self._joined else 0, self.world,
+            now - lost, self.step_count)
+        log.debug("%r done in %.3f s at step %d", r, self.repair_times[-1],
+            self.step_count)
 
-	def _repair_in(self, r):
-		"""Main thread: repairs in round r and, when a peer's death cuts
-		that repair off too (its group's collectives, or DDP's in the
-		model's wrapping), in the agent's next round, until one holds.
-		Raises what is not a peer's death, or when no round comes."""
-		while True:
-			try:
-				self._repair(r)
-				return
-			except Exception as e:
-				if self._chan is None or not group.comm_error(e):
-					raise
-				if self._lost_since is None:
-					self._lost_since = time.monotonic()
-				log.debug("repair in round %d cut off: %s", r.round,
-				    str(e).splitlines()[0][:160] if str(e) else e)
-				self._abort()
-				r = self._wait_round()
-				if r is None and self._leave_asked:
-					self._leave("with its step cut by a peer "
-					    "leaving")
-				if r is None:
-					raise
+    def _repair_in(self, r):
+        """Main thread: repairs in round r and, when a peer's death cuts
+        that repair off too (its group's collectives, or DDP's in the
+        model's wrapping), in the agent's next round, until one holds.
+        Raises what is not a peer's death, or when no round comes."""
+        while True:
+            try:
+                self._repair(r)
+                return
+            except Exception as e:
+                if self._chan is None or not group.comm_error(e):
+                    raise
+                if self._lost_since is None:
+                    self._lost_since = time.monotonic()
+                log.debug("repair in round %d cut off: %s", r.round,
+                    str(e).splitlines()[0][:160] if str(e) else e)
+                self._abort()
+                r = self._wait_round()
+                if r is None and self._leave_asked:
+                    self._leave("with its step cut by a peer "
+                        "leaving")
+                if r is None:
+                    raise
 
-	def _sync(self, r):
-		"""Every rank's committed step; where they differ, the donor's
-		state to all (rdzv/state.py).  Torch's own collectives: the
-		helper's are never repaired by collectives.py."""
-		import torch
-		all_gather = collectives.orig("all_gather")
-		broadcast = collectives.orig("broadcast")
-		dev = self._device()
-		mine = torch.tensor([self.step_count if self._joined and
-		    not self._tainted else -1], dtype=torch.int64, device=dev)
-		all_ = [torch.zeros_like(mine) for _ in range(self.world)]
-		all_gather(all_, mine)
-		steps = [int(t.item()) for t in all_]
-		top = max(steps)
-		if top < 0 and self._tainted:
-			raise RuntimeError("rdzv.repair: every rank's state may "
-			    "hold a step cut off by an NCCL abort; none to resume")
-		if top < 0 or min(steps) == top:
-			return
-		donor = r.donor if 0 <= r.donor < self.world and \
-		    steps[r.donor] == top else steps.index(top)
-		blob = state.pack(self) if self.rank == donor else b""
-		n = torch.tensor([len(blob)], dtype=torch.int64, device=dev)
-		broadcast(n, donor)
-		if self.rank == donor:
-			buf = torch.frombuffer(bytearray(blob), dtype=torch.uint8)
-		else:
-			buf = torch.empty(int(n.item()), dtype=torch.uint8)
-		buf = buf.to(dev)
-		broadcast(buf, donor)
-		if self.rank != donor:
-			state.unpack(self, buf.cpu().numpy().tobytes())
-			self._tainted = False
-		log.debug("state of step %d from rank %d (%d bytes), steps were %s",
-		    top, donor, int(n.item()), steps)
+    def _sync(self, r):
+        """Every rank's committed step; where they differ, the donor's
+        state to all (rdzv/state.py).  Torch's own collectives: the
+        helper's are never repaired by collectives.py."""
+        import torch
+        all_gather = collectives.orig("all_gather")
+        broadcast = collectives.orig("broadcast")
+        dev = self._device()
+        mine = torch.tensor([self.step_count if self._joined and
+            not self._tainted else -1], dtype=torch.int64, device=dev)
+        all_ = [torch.zeros_like(mine) for _ in range(self.world)]
+        all_gather(all_, mine)
+        steps = [int(t.item()) for t in all_]
+        top = max(steps)
+        if top < 0 and self._tainted:
+            raise RuntimeError("rdzv.repair: every rank's state may "
+                "hold a step cut off by an NCCL abort; none to resume")
+        if top < 0 or min(steps) == top:
+            return
+        donor = r.donor if 0 <= r.donor < self.world and \
+            steps[r.donor] == top else steps.index(top)
+        blob = state.pack(self) if self.rank == donor else b""
+        n = torch.tensor([len(blob)], dtype=torch.int64, device=dev)
+        broadcast(n, donor)
+        if self.rank == donor:
+            buf = torch.frombuffer(bytearray(blob), dtype=torch.uint8)
+        else:
+            buf = torch.empty(int(n.item()), dtype=torch.uint8)
+        buf = buf.to(dev)
+        broadcast(buf, donor)
+        if self.rank != donor:
+            state.unpack(self, buf.cpu().numpy().tobytes())
+            self._tainted = False
+        log.debug("state of step %d from rank %d (%d bytes), steps were %s",
+            top, donor, int(n.item()), steps)
 
-	def _join(self):
-		"""A replacement: says ready, waits for its grow round, joins it
-		and receives the state (init_process_group, so the group is
-		there from the start; what the state holds for the model and
-		the tracked objects is loaded when the script gives them)."""
-		self._send("ready")
-		# As long as the agent wants: it starts the grow round when
-		# the others can take this rank, or stops the repair.
-		r = self._wait_round(forever=True)
-		if r is None:
-			raise RuntimeError("rdzv.repair: the agent closed the "
-			    "channel before this replacement's round came")
-		self._repair_in(r)
-		self._joined = True
+    def _join(self):
+        """A replacement: says ready, waits for its grow round, joins it
+        and receives the state (init_process_group, so the group is
+        there from the start; what the state holds for the model and
+        the tracked objects is loaded when the script gives them)."""
+        self._send("ready")
+        # As long as the agent wants: it starts the grow round when
+        # the others can take this rank, or stops the repair.
+        r = self._wait_round(forever=True)
+        if r is None:
+            raise RuntimeError("rdzv.repair: the agent closed the "
+                "channel before this replacement's round came")
+        self._repair_in(r)
+        self._joined = True
 
-	def _wait_round(self, forever=False):
-		"""The newest round received (waiting up to the repair timeout
-		for one, or, forever, until the agent's end of the channel
-		closes), taken; None at the timeout or the end, or (not
-		forever) once this node leaves: no round comes for it."""
-		end = time.monotonic() + self.repair_timeout
-		with self._cv:
-			while not self._rounds:
-				left = end - time.monotonic()
-				if self._chan_gone or (not forever and
-				    (left <= 0 or self._leave_asked)):
-					return None
-				self._cv.wait(left if not forever else WAIT_LONG)
-			r = self._rounds[-1]
-			del self._rounds[:]
-			return r
+    def _wait_round(self, forever=False):
+        """The newest round received (waiting up to the repair timeout
+        for one, or, forever, until the agent's end of the channel
+        closes), taken; None at the timeout or the end, or (not
+        forever) once this node leaves: no round comes for it."""
+        end = time.monotonic() + self.repair_timeout
+        with self._cv:
+            while not self._rounds:
+                left = end - time.monotonic()
+                if self._chan_gone or (not forever and
+                    (left <= 0 or self._leave_asked)):
+                    return None
+                self._cv.wait(left if not forever else WAIT_LONG)
+            r = self._rounds[-1]
+            del self._rounds[:]
+            return r
 
-	# ---- the step ----
+    # ---- the step ----
 
-	def _begin(self):
-		"""Before a step's batch: takes a pending round (a grow round
-		only once every step a survivor began is done)."""
-		if self._in_step:
-			return
-		self._offer_repair()
-		if not self._joined:	# a Job made without init_process_group
-			self._join()
-		while True:
-			with self._cv:
-				r = self._rounds[-1] if self._rounds else None
-				if r is None:
-					self._in_step = True
-					return
-				if self._freeze is r:
-					end = time.monotonic() + self.repair_timeout
-					while self._target is None and \
-					    self._freeze is r and \
-					    time.monotonic() < end:
-						self._cv.wait(end - time.monotonic())
-					if self._rounds[-1] is not r:
-						continue	# superseded: look again
-					if self._target is not None and \
-					    self.step_count < self._target:
-						self._in_step = True
-						return
-				del self._rounds[:]
-			self._repair_in(r)
+    def _begin(self):
+        """Before a step's batch: takes a pending round (a grow round
+        only once every step a survivor began is done)."""
+        if self._in_step:
+            return
+        self._offer_repair()
+        if not self._joined:	# a Job made without init_process_group
+            self._join()
+        while True:
+            with self._cv:
+                r = self._rounds[-1] if self._rounds else None
+                if r is None:
+                    self._in_step = True
+                    return
+                if self._freeze is r:
+                    end = time.monotonic() + self.repair_timeout
+                    while self._target is None and \
+                        self._freeze is r and \
+                        time.monotonic() < end:
+                        self._cv.wait(end - time.monotonic())
+                    if self._rounds[-1] is not r:
+                        continue	# superseded: look again
+                    if self._target is not None and \
+                        self.step_count < self._target:
+                        self._in_step = True
+                        return
+                del self._rounds[:]
+            self._repair_in(r)
 
-	def _end(self, e):
-		if self._nccl_cut:
-			# Ended on an aborted NCCL communicator: what its kernels
-			# left is garbage, so the step is dropped, and a state it
-			# may have updated is no donor's (_sync).
-			if e is None:
-				self._tainted = True
-			e = RuntimeError("nccl: the group was aborted during step "
-			    "%d" % self.step_count)
-		with self._cv:		# what the watcher's _agree() reads
-			self._in_step = False
-			self.committed = e is None
-			if e is None:
-				self.step_count += 1
-		if e is None:
-			if self._plan is not None:
-				self._plan.commit(self)
-			now = time.monotonic()
-			if now - self._reported >= PROGRESS_EVERY:
-				self._reported = now
-				self._send(str(self.step_count))
-			if self._leave_asked:
-				self._leave("at a step boundary")
-			return False
-		return self._recover(e, "step %d" % self.step_count)
+    def _end(self, e):
+        if self._nccl_cut:
+            # Ended on an aborted NCCL communicator: what its kernels
+            # left is garbage, so the step is dropped, and a state it
+            # may have updated is no donor's (_sync).
+            if e is None:
+                self._tainted = True
+            e = RuntimeError("nccl: the group was aborted during step "
+                "%d" % self.step_count)
+        with self._cv:		# what the watcher's _agree() reads
+            self._in_step = False
+            self.committed = e is None
+            if e is None:
+                self.step_count += 1
+        if e is None:
+            if self._plan is not None:
+                self._plan.commit(self)
+            now = time.monotonic()
+            if now - self._reported >= PROGRESS_EVERY:
+                self._reported = now
+                self._send(str(self.step_count))
+            if self._leave_asked:
+                self._leave("at a step boundary")
+            return False
+        return self._recover(e, "step %d" % self.step_count)
 
-	def _leave(self, how):
-		"""This node leaves the job on purpose (its agent got SIGTERM):
-		the process ends here, exit 0, with every step it took part in
-		committed; the others shrink around it and lose none.  Nothing
-		collective runs on the way out (the group is left as it is)."""
-		print("rank %d leaves %s at epoch %d step %d" % (self.rank, how,
-		    self.epoch, self.step_count), flush=True)
-		sys.stderr.flush()
-		os._exit(0)
+    def _leave(self, how):
+        """This node leaves the job on purpose (its agent got SIGTERM):
+        the process ends here, exit 0, with every step it took part in
+        committed; the others shrink around it and lose none.  Nothing
+        collective runs on the way out (the group is left as it is)."""
+        print("rank %d leaves %s at epoch %d step %d" % (self.rank, how,
+            self.epoch, self.step_count), flush=True)
+        sys.stderr.flush()
+        os._exit(0)
 
-	@property
-	def leave_requested(self):
-		"""True once the agent asked this worker to leave: the job.step()
-		in flight is the last (it exits 0 when it commits)."""
-		return self._leave_asked
+    @property
+    def leave_requested(self):
+        """True once the agent asked this worker to leave: the job.step()
+        in flight is the last (it exits 0 when it commits)."""
+        return self._leave_asked
 
-	def _recover(self, e, what):
-		"""Main thread: e, raised by what, is a peer's death (a gloo or
-		NCCL communication error) in a job that repairs: aborts the
-		group, waits for the agent's round and repairs in it.  True once
-		repaired; False (raise e) otherwise."""
-		if self._chan is None or not self._joined or \
-		    not isinstance(e, Exception) or not group.comm_error(e):
-			return False
-		if self._leave_asked:
-			# A peer of this node left first: no round comes for it.
-			self._leave("with its step cut by a peer leaving")
-		self._lost_since = time.monotonic()
-		log.debug("%s cut off: %s", what, str(e).splitlines()[0][:160])
-		self._abort()
-		r = self._wait_round()
-		if r is None and self._leave_asked:
-			# A peer of this node heard "leave" first and left at
-			# its step boundary, cutting this step: leave too.
-			self._leave("with its step cut by a peer leaving")
-		if r is None:
-			log.warn("no round from the agent within %.0f s of a failed "
-			    "%s", self.repair_timeout, what)
-			return False
-		self._repair_in(r)
-		return True
+    def _recover(self, e, what):
+        """Main thread: e, raised by what, is a peer's death (a gloo or
+        NCCL communication error) in a job that repairs: aborts the
+        group, waits for the agent's round and repairs in it.  True once
+        repaired; False (raise e) otherwise."""
+        if self._chan is None or not self._joined or \
+            not isinstance(e, Exception) or not group.comm_error(e):
+            return False
+        if self._leave_asked:
+            # A peer of this node left first: no round comes for it.
+            self._leave("with its step cut by a peer leaving")
+        self._lost_since = time.monotonic()
+        log.debug("%s cut off: %s", what, str(e).splitlines()[0][:160])
+        self._abort()
+        r = self._wait_round()
+        if r is None and self._leave_asked:
+            # A peer of this node heard "leave" first and left at
+            # its step boundary, cutting this step: leave too.
+            self._leave("with its step cut by a peer leaving")
+        if r is None:
+            log.warn("no round from the agent within %.0f s of a failed "
+                "%s", self.repair_timeout, what)
+            return False
+        self._repair_in(r)
+        return True
 
-	# ---- what a script calls ----
+    # ---- what a script calls ----
 
-	@property
-	def batch_scale(self):
-		"""The global batch of a step now over the job's full one: 1.0
-		but while a shrink has the job short of ranks under the "rank"
-		batch policy (world / full world); for an LR schedule that
-		follows the batch (LambdaLR(opt, lambda s: f(s) *
-		job.batch_scale))."""
-		p = self._plan
-		if p is not None and p.policy == "global":
-			return 1.0
-		return self.world / float(max(self.full_world, self.world, 1))
+    @property
+    def batch_scale(self):
+        """The global batch of a step now over the job's full one: 1.0
+        but while a shrink has the job short of ranks under the "rank"
+        batch policy (world / full world); for an LR schedule that
+        follows the batch (LambdaLR(opt, lambda s: f(s) *
+        job.batch_scale))."""
+        p = self._plan
+        if p is not None and p.policy == "global":
+            return 1.0
+        return self.world / float(max(self.full_world, self.world, 1))
 
-	def ddp(self, module, **kw):
-		"""module wrapped in DistributedDataParallel(module, **kw),
-		wrapped again after each repair; without a group, module.  A
-		replacement's module gets the donor's parameters first."""
-		import torch.distributed as dist
-		self._module, self._ddp_kw = module, kw
-		self._offer_repair()
-		state.apply_model(self)
-		if dist.is_available() and dist.is_initialized():
-			# DDP's constructor broadcasts the parameters: a peer that
-			# dies then is repaired as in a step (_repair wraps again).
-			try:
-				self._ddp = self._wrap()
-			except Exception as e:
-				if not self._recover(e, "DistributedDataParallel()"):
-					raise
-		return _Model(self)
+    def ddp(self, module, **kw):
+        """module wrapped in DistributedDataParallel(module, **kw),
+        wrapped again after each repair; without a group, module.  A
+        replacement's module gets the donor's parameters first."""
+        import torch.distributed as dist
+        self._module, self._ddp_kw = module, kw
+        self._offer_repair()
+        state.apply_model(self)
+        if dist.is_available() and dist.is_initialized():
+            # DDP's constructor broadcasts the parameters: a peer that
+            # dies then is repaired as in a step (_repair wraps again).
+            try:
+                self._ddp = self._wrap()
+            except Exception as e:
+                if not self._recover(e, "DistributedDataParallel()"):
+                    raise
+        return _Model(self)
 
-	def track(self, *objs):
-		"""Objects with state_dict()/load_state_dict() (optimizers, LR
-		schedulers, scalers) that a replacement receives with the model,
-		in the order they are tracked (the same on every rank); returns
-		the first."""
-		self._tracked.extend(objs)
-		state.apply_tracked(self)
-		return objs[0] if objs else None
+    def track(self, *objs):
+        """Objects with state_dict()/load_state_dict() (optimizers, LR
+        schedulers, scalers) that a replacement receives with the model,
+        in the order they are tracked (the same on every rank); returns
+        the first."""
+        self._tracked.extend(objs)
+        state.apply_tracked(self)
+        return objs[0] if objs else None
 
-	def _offer_repair(self):
-		"""Says hello repair=1 to the agent, once, when _start left it to
-		be said: from now on a peer's death is repaired in place."""
-		if self._offer:
-			self._offer = False
-			self._send("hello repair=1")
+    def _offer_repair(self):
+        """Says hello repair=1 to the agent, once, when _start left it to
+        be said: from now on a peer's death is repaired in place."""
+        if self._offer:
+            self._offer = False
+            self._send("hello repair=1")
 
-	def step(self):
-		"""Context manager around one training step: on success the
-		step is committed (and reported to the agent); when a peer's
-		death cuts it off, the job repairs and the exception is
-		swallowed: the step is dropped.  job.committed says which, after
-		the `with`: a dropped step's batch comes again."""
-		return _Step(self)
+    def step(self):
+        """Context manager around one training step: on success the
+        step is committed (and reported to the agent); when a peer's
+        death cuts it off, the job repairs and the exception is
+        swallowed: the step is dropped.  job.committed says which, after
+        the `with`: a dropped step's batch comes again."""
+        return _Step(self)
 
-	def epochs(self, n):
-		"""Yields epoch numbers up to n, from the one the job is in (a
-		replacement's is the donor's)."""
-		if not self._joined:
-			self._join()
-		while self.epoch < n:
-			e = self.epoch
-			yield e
-			if self.epoch == e:	# the body did not use batches()
-				self.epoch, self.pos = e + 1, 0
+    def epochs(self, n):
+        """Yields epoch numbers up to n, from the one the job is in (a
+        replacement's is the donor's)."""
+        if not self._joined:
+            self._join()
+        while self.epoch < n:
+            e = self.epoch
+            yield e
+            if self.epoch == e:	# the body did not use batches()
+                self.epoch, self.pos = e + 1, 0
 
-	def batches(self, n, batch_size, seed=0, shuffle=True, policy="rank"):
-		"""Yields this rank's indices (a list) of each global batch
-		left in the current epoch of a data set of n samples: the
-		epoch's permutation (seeded by seed + epoch) cut in global
-		batches (policy: see loader()), this rank's share of each; an
-		incomplete last one is dropped.  A repair reshards from the
-		position the job reached.  Each must be trained in job.step()."""
-		return data.batches(self, data.Plan(n, batch_size, seed, shuffle,
-		    policy))
+    def batches(self, n, batch_size, seed=0, shuffle=True, policy="rank"):
+        """Yields this rank's indices (a list) of each global batch
+        left in the current epoch of a data set of n samples: the
+        epoch's permutation (seeded by seed + epoch) cut in global
+        batches (policy: see loader()), this rank's share of each; an
+        incomplete last one is dropped.  A repair reshards from the
+        position the job reached.  Each must be trained in job.step()."""
+        return data.batches(self, data.Plan(n, batch_size, seed, shuffle,
+            policy))
 
-	def loader(self, dataset, batch_size, shuffle=True, seed=0,
-	    policy="rank", **kw):
-		"""A torch DataLoader over dataset (a map-style one: len() and
-		[i]) for this rank, in place of DistributedSampler + DataLoader:
-		iterating it yields the batches of every step left in the
-		current epoch, each to be trained inside job.step().  kw are
-		DataLoader's own options (num_workers, prefetch_factor,
-		collate_fn, pin_memory, ...) but sampler, batch_sampler,
-		shuffle and drop_last (an incomplete last global batch is
-		dropped).  The epoch's order is a permutation seeded by seed +
-		epoch (shuffle=False: the data set's order).  policy says what a
-		shrink does to the global batch: "rank" (default) keeps
-		batch_size per rank, so the global batch is world * batch_size
-		(see batch_scale); "global" keeps full_world * batch_size, each
-		rank taking an even share (a larger batch while the job is
-		short).  After a repair or a dropped step the DataLoader (and
-		its workers) is made again from the job's position: what they
-		prefetched is never trained."""
-		for k in ("sampler", "batch_sampler"):
-			if k in kw:
-				raise TypeError("rdzv.repair: job.loader() chooses "
-				    "the order itself, so that a repair resumes at the "
-				    "job's position; leave %s out.  For an order of your "
-				    "own, give the data set in that order "
-				    "(torch.utils.data.Subset(dataset, order)) with "
-				    "shuffle=False; for one that changes every epoch, "
-				    "make a new job.loader() each epoch" % k)
-		for k in ("drop_last", "batch_size"):
-			if k in kw:
-				raise TypeError("rdzv.repair: job.loader() chooses %s "
-				    "itself (the job's data position); leave it out" % k)
-		data.check_dataset(dataset)
-		return data.Loader(self, dataset, data.Plan(len(dataset),
-		    batch_size, seed, shuffle, policy), kw)
+    def loader(self, dataset, batch_size, shuffle=True, seed=0,
+        policy="rank", **kw):
+        """A torch DataLoader over dataset (a map-style one: len() and
+        [i]) for this rank, in place of DistributedSampler + DataLoader:
+        iterating it yields the batches of every step left in the
+        current epoch, each to be trained inside job.step().  kw are
+        DataLoader's own options (num_workers, prefetch_factor,
+        collate_fn, pin_memory, ...) but sampler, batch_sampler,
+        shuffle and drop_last (an incomplete last global batch is
+        dropped).  The epoch's order is a permutation seeded by seed +
+        epoch (shuffle=False: the data set's order).  policy says what a
+        shrink does to the global batch: "rank" (default) keeps
+        batch_size per rank, so the global batch is world * batch_size
+        (see batch_scale); "global" keeps full_world * batch_size, each
+        rank taking an even share (a larger batch while the job is
+        short).  After a repair or a dropped step the DataLoader (and
+        its workers) is made again from the job's position: what they
+        prefetched is never trained."""
+        for k in ("sampler", "batch_sampler"):
+            if k in kw:
+                raise TypeError("rdzv.repair: job.loader() chooses "
+                    "the order itself, so that a repair resumes at the "
+                    "job's position; leave %s out.  For an order of your "
+                    "own, give the data set in that order "
+                    "(torch.utils.data.Subset(dataset, order)) with "
+                    "shuffle=False; for one that changes every epoch, "
+                    "make a new job.loader() each epoch" % k)
+        for k in ("drop_last", "batch_size"):
+            if k in kw:
+                raise TypeError("rdzv.repair: job.loader() chooses %s "
+                    "itself (the job's data position); leave it out" % k)
+        data.check_dataset(dataset)
+        return data.Loader(self, dataset, data.Plan(len(dataset),
+            batch_size, seed, shuffle, policy), kw)
 
 
 def _close_in_child(job):
-	"""After a fork (a DataLoader's workers): the child closes its copies
-	of the group's sockets and of the channel, so a dead trainer's peers
-	and agent see its end at once, not when its children exit."""
-	for fd, link in list(job._socks.items()):
-		try:
-			# Only while it is the same socket: a group made and
-			# broken may have left a number the child uses now.
-			if os.readlink("/proc/self/fd/%d" % fd) == link:
-				os.close(fd)
-		except OSError:
-			pass
-	try:
-		job._chan.close()
-		os.close(int(os.environ.get("RDZV_PROGRESS_FD", "")))
-	except (OSError, ValueError):
-		pass
+    """After a fork (a DataLoader's workers): the child closes its copies
+    of the group's sockets and of the channel, so a dead trainer's peers
+    and agent see its end at once, not when its children exit."""
+    for fd, link in list(job._socks.items()):
+        try:
+            # Only while it is the same socket: a group made and
+            # broken may have left a number the child uses now.
+            if os.readlink("/proc/self/fd/%d" % fd) == link:
+                os.close(fd)
+        except OSError:
+            pass
+    try:
+        job._chan.close()
+        os.close(int(os.environ.get("RDZV_PROGRESS_FD", "")))
+    except (OSError, ValueError):
+        pass
 
 
 def _start(job, offer=True):
-	"""Guards the collectives and, with offer, says hello repair=1 to
-	the agent (else job._offer_repair() says it later), unless
-	RDZV_REPAIR=0 vetoes (as for librdzvworker: no hello, so the worker's
-	job restarts on a failure; steps are still reported); starts the
-	watcher and the progress reporter; closes the group's sockets in
-	forked children.  Returns whether this worker repairs."""
-	repairing = os.environ.get("RDZV_REPAIR") != "0"
-	progress.helper_reports()	# the Job's reporter owns the steps
-	if repairing:
-		job._offer = True
-		if offer:
-			job._offer_repair()
-		collectives.install(job)
-	threading.Thread(target=job._watch, name="rdzv-repair",
-	    daemon=True).start()
-	job._reporter = threading.Thread(target=job._report,
-	    name="rdzv-progress", daemon=True)
-	job._reporter.start()
-	atexit.register(job._close)
-	os.register_at_fork(after_in_child=lambda: _close_in_child(job))
-	return repairing
+    """Guards the collectives and, with offer, says hello repair=1 to
+    the agent (else job._offer_repair() says it later), unless
+    RDZV_REPAIR=0 vetoes (as for librdzvworker: no hello, so the worker's
+    job restarts on a failure; steps are still reported); starts the
+    watcher and the progress reporter; closes the group's sockets in
+    forked children.  Returns whether this worker repairs."""
+    repairing = os.environ.get("RDZV_REPAIR") != "0"
+    progress.helper_reports()	# the Job's reporter owns the steps
+    if repairing:
+        job._offer = True
+        if offer:
+            job._offer_repair()
+        collectives.install(job)
+    threading.Thread(target=job._watch, name="rdzv-repair",
+        daemon=True).start()
+    job._reporter = threading.Thread(target=job._report,
+        name="rdzv-progress", daemon=True)
+    job._reporter.start()
+    atexit.register(job._close)
+    os.register_at_fork(after_in_child=lambda: _close_in_child(job))
+    return repairing
 
 
 def init_process_group(backend="gloo", timeout=None):
-	"""Makes the job's default process group and returns its Job.  Under
-	an agent that passes the channel: says hello repair=1 (unless
-	RDZV_REPAIR=0), starts the watcher and the progress reporter, wraps
-	torch.distributed's collectives (rdzv/collectives.py) and joins the
-	round of the environment (MASTER_ADDR, MASTER_PORT, RDZV_NAMESPACE,
-	RANK, WORLD_SIZE), or, in a replacement (RDZV_REPLACEMENT=1), says
-	ready and joins the next grow round, receiving the job's position at
-	once (the model's and the tracked objects' state as the script gives
-	them to job.ddp() and job.track()).  Either way dist.get_rank() works
-	on return.  Without a channel: torch's env:// group when WORLD_SIZE
-	is set (torchrun), else no group."""
-	import torch.distributed as dist
-	chan = open_channel()
-	job = Job(backend, timeout, chan)
-	if chan is None:
-		if os.environ.get("WORLD_SIZE") and dist.is_available():
-			kw = {} if timeout is None else {"timeout": timeout}
-			dist.init_process_group(backend, **kw)
-			job.rank, job.world = dist.get_rank(), dist.get_world_size()
-		job.full_world = job.world
-		return job
-	if backend == "nccl":
-		# The helper aborts a broken communicator itself; torch's own
-		# error handling (which rdzv-agent and torchrun turn on) would
-		# end the process first.
-		os.environ["TORCH_NCCL_ASYNC_ERROR_HANDLING"] = "0"
-		os.environ["NCCL_ASYNC_ERROR_HANDLING"] = "0"
-		# The host waits for each collective, so that one the watcher
-		# aborts raises in DDP's backward, before the optimizer.
-		os.environ.setdefault("TORCH_NCCL_BLOCKING_WAIT", "1")
-	# A replacement offers repair at once (it joins with the state);
-	# the others at their first job.ddp() or job.step().
-	_start(job, offer=job.replacement)
-	env = os.environ
-	job.rank = int(env.get("RANK", "0"))
-	job.world = int(env.get("WORLD_SIZE", "1"))
-	if job.replacement:
-		job._join()
-	else:
-		r = Round(round=int(env.get("RDZV_ROUND", "0") or 0),
-		    kind="grow", ns=env.get("RDZV_NAMESPACE", "rdzv"),
-		    rank=job.rank, world=job.world, donor=0,
-		    master_addr=env.get("MASTER_ADDR", "127.0.0.1"),
-		    master_port=int(env["MASTER_PORT"]))
-		job._group(r)
-		job._whole = True
-	return job
+    """Makes the job's default process group and returns its Job.  Under
+    an agent that passes the channel: says hello repair=1 (unless
+    RDZV_REPAIR=0), starts the watcher and the progress reporter, wraps
+    torch.distributed's collectives (rdzv/collectives.py) and joins the
+    round of the environment (MASTER_ADDR, MASTER_PORT, RDZV_NAMESPACE,
+    RANK, WORLD_SIZE), or, in a replacement (RDZV_REPLACEMENT=1), says
+    ready and joins the next grow round, receiving the job's position at
+    once (the model's and the tracked objects' state as the script gives
+    them to job.ddp() and job.track()).  Either way dist.get_rank() works
+    on return.  Without a channel: torch's env:// group when WORLD_SIZE
+    is set (torchrun), else no group."""
+    import torch.distributed as dist
+    chan = open_channel()
+    job = Job(backend, timeout, chan)
+    if chan is None:
+        if os.environ.get("WORLD_SIZE") and dist.is_available():
+            kw = {} if timeout is None else {"timeout": timeout}
+            dist.init_process_group(backend, **kw)
+            job.rank, job.world = dist.get_rank(), dist.get_world_size()
+        job.full_world = job.world
+        return job
+    if backend == "nccl":
+        # The helper aborts a broken communicator itself; torch's own
+        # error handling (which rdzv-agent and torchrun turn on) would
+        # end the process first.
+        os.environ["TORCH_NCCL_ASYNC_ERROR_HANDLING"] = "0"
+        os.environ["NCCL_ASYNC_ERROR_HANDLING"] = "0"
+        # The host waits for each collective, so that one the watcher
+        # aborts raises in DDP's backward, before the optimizer.
+        os.environ.setdefault("TORCH_NCCL_BLOCKING_WAIT", "1")
+    # A replacement offers repair at once (it joins with the state);
+    # the others at their first job.ddp() or job.step().
+    _start(job, offer=job.replacement)
+    env = os.environ
+    job.rank = int(env.get("RANK", "0"))
+    job.world = int(env.get("WORLD_SIZE", "1"))
+    if job.replacement:
+        job._join()
+    else:
+        r = Round(round=int(env.get("RDZV_ROUND", "0") or 0),
+            kind="grow", ns=env.get("RDZV_NAMESPACE", "rdzv"),
+            rank=job.rank, world=job.world, donor=0,
+            master_addr=env.get("MASTER_ADDR", "127.0.0.1"),
+            master_port=int(env["MASTER_PORT"]))
+        job._group(r)
+        job._whole = True
+    return job

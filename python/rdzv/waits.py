@@ -21,36 +21,36 @@ import time
 
 
 def attach(job, ddp):
-	"""Registers the timed hook on ddp, job's new DistributedDataParallel."""
-	if job.backend == "nccl":
-		if job._comm_hook is not None:
-			ddp.register_comm_hook(*job._comm_hook)
-		return
-	ddp.register_comm_hook(job, _timed)
+    """Registers the timed hook on ddp, job's new DistributedDataParallel."""
+    if job.backend == "nccl":
+        if job._comm_hook is not None:
+            ddp.register_comm_hook(*job._comm_hook)
+        return
+    ddp.register_comm_hook(job, _timed)
 
 
 def script_hook(job, state, hook):
-	"""The script registers its own comm hook: kept for every rebuilt
-	DistributedDataParallel (on gloo, called inside the timed one)."""
-	job._comm_hook = (state, hook)
-	if job.backend == "nccl" and job._ddp is not None:
-		job._ddp.register_comm_hook(state, hook)
+    """The script registers its own comm hook: kept for every rebuilt
+    DistributedDataParallel (on gloo, called inside the timed one)."""
+    job._comm_hook = (state, hook)
+    if job.backend == "nccl" and job._ddp is not None:
+        job._ddp.register_comm_hook(state, hook)
 
 
 def _timed(job, bucket):
-	"""The comm hook: the script's or the default allreduce; the last
-	bucket's time to completion added to job.wait_ms."""
-	t0 = time.monotonic()
-	if job._comm_hook is not None:
-		fut = job._comm_hook[1](job._comm_hook[0], bucket)
-	else:
-		from torch.distributed.algorithms.ddp_comm_hooks import \
-		    default_hooks
-		fut = default_hooks.allreduce_hook(None, bucket)
-	if not bucket.is_last():
-		return fut
+    """The comm hook: the script's or the default allreduce; the last
+    bucket's time to completion added to job.wait_ms."""
+    t0 = time.monotonic()
+    if job._comm_hook is not None:
+        fut = job._comm_hook[1](job._comm_hook[0], bucket)
+    else:
+        from torch.distributed.algorithms.ddp_comm_hooks import \
+            default_hooks
+        fut = default_hooks.allreduce_hook(None, bucket)
+    if not bucket.is_last():
+        return fut
 
-	def done(f):
-		job.wait_ms += (time.monotonic() - t0) * 1000.0
-		return f.value()
-	return fut.then(done)
+    def done(f):
+        job.wait_ms += (time.monotonic() - t0) * 1000.0
+        return f.value()
+    return fut.then(done)

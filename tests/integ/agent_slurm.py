@@ -172,7 +172,7 @@ def test_sbatch_script_private_port_and_token():
 
 
 def test_sbatch_script_needs_a_program():
-    with Scope("agent-slurm-") as s:
+    with Scope("agent-slurm-"):
         p = subprocess.run(["bash", script()], stdout=subprocess.PIPE,
                            stderr=subprocess.STDOUT, timeout=10,
                            env=dict(os.environ, SLURM_JOB_ID="1"))

@@ -95,7 +95,7 @@ def test_forget_closed_job_frees_its_id():
 def test_forget_refuses_a_job_not_closed():
     d = rt.Rdzvd(durability="memory")
     a, r = running(d, "live")
-    forming = Agent(d, "forming", nodes=(2, 2))
+    _forming = Agent(d, "forming", nodes=(2, 2))  # kept running
     for job in ("live", "forming"):
         rc, out, err = ctl(d, "forget", job)
         assert rc == 1, (job, rc, out, err)

@@ -54,7 +54,6 @@ def trio(etcd):
 def check_standby(d, leader):
     """d stands by and says, on HTTP, that leader leads (and where)."""
     import json
-    import urllib.error
     want = [leader.metric(m) for m in ("rdzvd_leader_term",
                                        "rdzvd_leader_failovers")]
     # The new leader counts its election just after it won.

@@ -32,8 +32,6 @@ import os
 import shutil
 import socket
 import ssl
-import subprocess
-import time
 import urllib.request
 
 import rdzvtest as rt

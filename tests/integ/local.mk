@@ -18,7 +18,7 @@ TESTS += $(INTEG_TESTS)
 EXTRA_DIST += $(INTEG_TESTS)
 INTEG_TESTS += tests/integ/ctl_basic.py tests/integ/systemd_units.py \
 	tests/integ/ctl_docs.py tests/integ/install_layout.sh \
-	tests/integ/license_check.sh
+	tests/integ/license_check.sh tests/integ/python_style.sh
 # rdzv-agent links neither libcurl nor sqlite (the stores are rdzvd's).
 INTEG_TESTS += tests/integ/lean_agent.sh
 # examples/k8s's image recipe against configure.ac and the manifests.
