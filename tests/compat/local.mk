@@ -31,6 +31,9 @@ COMPAT_TESTS += tests/compat/test_repair_hsdp.py
 # rdzv.progress.report() from a plain torch script: every surface, the
 # watchdog.
 COMPAT_TESTS += tests/compat/test_plain_jobs.py
+# In-place repair under a seeded random schedule of kills, rdzvd kill -9
+# and SIGSTOPs (opt-in: RDZV_TEST_CHAOS=1).
+COMPAT_TESTS += tests/compat/test_repair_chaos.py
 # torchrun's own `rdzv` backend (python/rdzv/torchrun.py) on rdzvd.
 COMPAT_TESTS += tests/compat/test_torchrun_backend.py
 TESTS += $(COMPAT_TESTS)
