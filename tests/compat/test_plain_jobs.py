@@ -34,6 +34,7 @@ compatlib.use_torch2()
 
 import rdzvtest as rt                                   # noqa: E402
 from agent_lib import Scope, conf, job_events           # noqa: E402
+from agent_torch2 import running                        # noqa: E402
 from compatlib import check, torch_surfaces             # noqa: E402
 
 PYDIR = os.path.join(rt.top_srcdir(), "python")
@@ -86,28 +87,21 @@ os._exit(0)        # torch's gloo may abort a finalizing process
 '''
 
 
-def running(tmp, attempt):
-    out = {}
-    for r in range(4):
-        p = os.path.join(tmp, "running.%d.%d" % (attempt, r))
-        if os.path.exists(p):
-            with open(p) as f:
-                out[r] = json.load(f)
-    return out
-
-
-def start(s, d, job, report, extra=(), env=None):
+def start(s, d, job, report, extra=(), env=None, program=PROGRAM,
+          restarts=2):
+    """Two agents of two workers each running program (its text) in
+    job, once the 4 ranks train (agent_torch2.running's files)."""
     prog = os.path.join(s.tmp, "train.py")
     with open(prog, "w") as f:
-        f.write(PROGRAM)
+        f.write(program)
     args = ["--nnodes", "2", "--nproc-per-node", "2",
             "--rdzv-endpoint", "127.0.0.1:%d" % d.port, "--rdzv-id", job,
-            "--max-restarts", "2", "--grace", "1",
+            "--max-restarts", str(restarts), "--grace", "1",
             "--rdzv-conf", conf(0.2, 5.0)] + list(extra)
     env = dict(ENV, REPORT="1" if report else "0", **(env or {}))
     a = s.agent(args, env=env, program=[prog, s.tmp])
     b = s.agent(args, env=env, program=[prog, s.tmp])
-    rt.wait_until(lambda: len(running(s.tmp, 0)) == 4, timeout=90,
+    rt.wait_until(lambda: len(running(s.tmp, 0)) == 4, timeout=120,
                   what="4 ranks training")
     return a, b
 
@@ -234,17 +228,8 @@ def test_lightning_job_on_every_surface():
         return
     d = rt.Rdzvd()
     with Scope("progress-lightning-") as s:
-        prog = os.path.join(s.tmp, "train_pl.py")
-        with open(prog, "w") as f:
-            f.write(LIGHTNING)
-        args = ["--nnodes", "2", "--nproc-per-node", "2",
-                "--rdzv-endpoint", "127.0.0.1:%d" % d.port,
-                "--rdzv-id", "pl", "--max-restarts", "0", "--grace", "1",
-                "--rdzv-conf", conf(0.2, 5.0)]
-        a = s.agent(args, env=ENV, program=[prog, s.tmp])
-        b = s.agent(args, env=ENV, program=[prog, s.tmp])
-        rt.wait_until(lambda: len(running(s.tmp, 0)) == 4, timeout=120,
-                      what="4 Lightning ranks training")
+        a, b = start(s, d, "pl", report=False, program=LIGHTNING,
+                     restarts=0)
         torch_surfaces(d, "pl")
         finish(s, [a, b])
     d.stop()
