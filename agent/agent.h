@@ -395,14 +395,6 @@ int64_t	progress_waited(int local_rank);
  */
 void	progress_touch(int local_rank);
 /*
- * Where local_rank's --progress_timeout clock stands: 1 with its last
- * step and when it came; 0 (step 0) for a worker that has reported no
- * step yet but was sent a round (a replacement that joined: a grow's
- * first step is due), with when the round was sent; RDZV_ENOTFOUND
- * while the clock does not run (a worker starting up).
- */
-int	progress_clock(int local_rank, uint64_t *step, int64_t *when);
-/*
  * Whether local_rank's current worker (the one on its socket now, running
  * or just exited) said "hello repair=1": 1 or 0.
  */

@@ -646,9 +646,7 @@ agent_progress_note(int local_rank, char *msg, size_t msgsz)
 /*
  * --progress_timeout: a worker that has reported a step and then reports
  * none for the timeout is hung (stopped, stuck in its own code, a
- * collective waiting on a dead peer, a deadlock); so is a replacement
- * that was sent its grow round and reports no first step for the
- * timeout (one stopped there would hold every later round of the job).  It gets SIGABRT, so
+ * collective waiting on a dead peer, a deadlock).  It gets SIGABRT, so
  * that it dumps core or a stack trace, then SIGKILL after the grace
  * period; its exit is an ordinary failure.  A worker that says "wait"
  * (librdzvworker and the torch helper do, about once a second, while a
@@ -665,12 +663,12 @@ agent_watch_cb(evutil_socket_t fd, short ev, void *arg)
 	uint64_t	step;
 	double		limit = ag.cfg.progress_timeout_ms / 1000.0;
 	double		grace = ag.cfg.grace_ms / 1000.0;
-	int		i, peers, stepped;
+	int		i, peers;
 
 	if (ag.state != AS_RUNNING)
 		return;
 	for (i = 0; i < ag.cfg.nproc; i++) {
-		if ((stepped = progress_clock(i, &step, &when)) < 0)
+		if (progress_get(i, &step, &when) != 0)
 			continue;
 		if (ag.hung_at[i] != 0) {
 			if (agent_age(ag.hung_at[i]) * 1000 >= ag.cfg.grace_ms)
@@ -689,11 +687,9 @@ agent_watch_cb(evutil_socket_t fd, short ev, void *arg)
 		(void)sup_signal_rank(i, SIGCONT);
 		ag.hung_at[i] = mono_ms();
 		log_warnx("worker %d (rank %lld) reported no progress for %g "
-		    "s %s %llu%s: sending SIGABRT", i,
+		    "s after step %llu%s: sending SIGABRT", i,
 		    (long long)(ag.cur.rank_base + i), peers ? 2 * limit +
-		    grace : limit, stepped ? "after step" : "since it was sent "
-		    "round", stepped ? (unsigned long long)step :
-		    (unsigned long long)ag.cur.round, peers ? " (all that time "
+		    grace : limit, (unsigned long long)step, peers ? " (all that time "
 		    "waiting on its peers)" : "");
 	}
 }

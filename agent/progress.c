@@ -48,8 +48,6 @@ struct progress_rank {
 	int		 seen;		/* a report came */
 	uint64_t	 step;
 	int64_t		 when;		/* mono_ms() of the last one */
-	int64_t		 since;		/* no report yet: mono_ms() of the
-					   round sent to it (progress_touch) */
 	int		 can_repair;	/* said "hello repair=1" */
 	int		 ready;		/* said "ready" */
 	int64_t		 waited;	/* mono_ms() of its last "wait" */
@@ -331,31 +329,8 @@ progress_touch(int local_rank)
 {
 	struct progress_rank	*p;
 
-	if ((p = progress_rank_read(local_rank)) == NULL)
-		return;
-	if (p->seen)
+	if ((p = progress_rank_read(local_rank)) != NULL && p->seen)
 		p->when = mono_ms();
-	else
-		p->since = mono_ms();
-}
-
-int
-progress_clock(int local_rank, uint64_t *step, int64_t *when)
-{
-	struct progress_rank	*p;
-
-	if ((p = progress_rank_read(local_rank)) == NULL)
-		return (RDZV_ENOTFOUND);
-	if (p->seen) {
-		*step = p->step;
-		*when = p->when;
-		return (1);
-	}
-	if (p->since == 0)
-		return (RDZV_ENOTFOUND);
-	*step = 0;
-	*when = p->since;
-	return (0);
 }
 
 int64_t
