@@ -26,7 +26,10 @@ batch again, late in the epoch: the job's position went back to 0 after
 overlapping kills and rdzvd restarts; seeds 3, 6 and 7 have shown it),
 and the end of training during a grow whose every replacement sits on
 one node (the grow is called off but that node's replacements are then
-caught by the watchdog and the job escalates to a restart).
+caught by the watchdog and the job escalates to a restart).  With the
+"stop" kind: a replacement SIGSTOPped as it joined is never caught by
+the watchdog (it watches workers that have stepped), and every later
+grow times out waiting for it.
 """
 
 import os
