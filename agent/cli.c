@@ -507,12 +507,12 @@ cli_conf_key(struct agent_config *cfg, const char *k, const char *v)
 		return (cli_int(name + 2, v, 1, 1000, &cli_keep_alive_n));
 	if (strcmp(k, "close_timeout") == 0)
 		return (cli_seconds(name, v, &cfg->close_ms));
-	/* In-place repair (README "Repair or restart"): the job's own. */
+	/* In-place repair (doc/repair.md, "Repair or restart"): the job's own. */
 	if (strcmp(k, "max_repairs") == 0)
 		return (cli_int(name + 2, v, 0, INT_MAX, &cfg->max_repairs));
 	if (strcmp(k, "repair_timeout") == 0)
 		return (cli_seconds(name, v, &cfg->repair_timeout_ms));
-	/* Stragglers (README "Stragglers"): the job's own, like repair. */
+	/* Stragglers (doc/repair.md, "Stragglers"): the job's own, like repair. */
 	if (strcmp(k, "straggler_ratio") == 0)
 		return (cli_ratio(name, v, &cfg->strag_ratio_pm));
 	if (strcmp(k, "straggler_window") == 0)

@@ -152,7 +152,7 @@ def main():
             "digest": digest(model.module, opt), "accuracy": acc}),
             flush=True)
     # PyTorch's gloo may abort a process that finalizes right after its
-    # last collective (README, "Using it from unmodified PyTorch"): a
+    # last collective (doc/rdzvd.md, "Using it from unmodified PyTorch"): a
     # worker of a repairing job that dies so is repaired, for nothing.
     if torch.distributed.is_initialized():
         sys.stdout.flush()

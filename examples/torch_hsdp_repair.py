@@ -242,7 +242,7 @@ def main():
         flush=True)
     job.close()
     # PyTorch's gloo may abort a process that finalizes right after its
-    # last collective (README, "Using it from unmodified PyTorch").
+    # last collective (doc/rdzvd.md, "Using it from unmodified PyTorch").
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)

@@ -1,8 +1,9 @@
 # SPDX-License-Identifier: Apache-2.0
 """rdzv.torchrun: torchrun's `rdzv` rendezvous backend, kept in rdzvd.
 
-`pip install rdzv` registers it under torchrun's `torchrun.handlers` entry
-points, so an unmodified torchrun, and every launcher that calls
+Installing the package with pip (`pip install ./python` from a source
+tree: there is no release on PyPI yet) registers it under torchrun's
+`torchrun.handlers` entry points, so an unmodified torchrun, and every launcher that calls
 torch.distributed.run (accelerate, Lightning, torchx, Kubeflow images):
 
     torchrun --rdzv_backend rdzv --rdzv_endpoint H:P[,H2:P2,...] \\
