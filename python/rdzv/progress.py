@@ -29,11 +29,11 @@ import socket
 import threading
 import time
 
-from . import log
+from . import group, log
 from .channel import open_channel
+# The repair helper's reporter's pace and patience, for the same writes.
+from .watcher import STORE_EVERY, STORE_TIMEOUT
 
-STORE_EVERY = 1.0	# seconds between writes of the step to rdzvd
-STORE_TIMEOUT = 2.0	# seconds one write may take (a restarting rdzvd)
 CHAN_EVERY = 0.1	# seconds between steps sent to the agent
 
 _lock = threading.Lock()
@@ -89,7 +89,9 @@ class _Reporter:
 
     def __init__(self, chan, addr, port, rank):
         self.chan = chan
-        self.addr, self.port, self.rank = addr, port, rank
+        # The round's store, as group.raw_store() reads a Round's.
+        self.master_addr, self.master_port = addr, port
+        self.rank = rank
         self.step = None
         self.sent_at = 0.0		# monotonic time of the last send
         self.closing = threading.Event()
@@ -141,7 +143,7 @@ class _Reporter:
                 continue
             try:
                 if st is None:
-                    st = self._store()
+                    st = group.raw_store(self, STORE_TIMEOUT)
                 st.set("progress/%d" % self.rank, "%d %d 0" % (
                     step, int(time.time() * 1000)))
                 said = step
@@ -149,18 +151,6 @@ class _Reporter:
                 log.debug("progress to rdzvd: %s",
                     str(e).splitlines()[0][:160] if str(e) else e)
                 st = None
-
-    def _store(self):
-        """A TCPStore client of the round's port (rdzvd serves the
-        round's namespace there)."""
-        import datetime
-        import torch
-        import torch.distributed as dist
-        t = STORE_TIMEOUT
-        if torch.__version__.split(".")[0] in ("0", "1"):
-            t = max(t, 1.0)		# whole seconds on torch 1.13
-        return dist.TCPStore(self.addr, self.port, None, False,
-            datetime.timedelta(seconds=t))
 
     def close(self):
         """At the interpreter's exit: the writer finishes the write it
