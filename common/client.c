@@ -28,6 +28,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -110,35 +111,8 @@ client_left_ms(int64_t deadline)
 static int
 client_poll(struct rdzv_client *c, short events, int64_t deadline)
 {
-	struct pollfd	 pfd;
-	struct timespec	 ts, *tsp;
-	int64_t		 left;
-	int		 n;
-
-	for (;;) {
-		/* Checked before each wait: the signal may have come earlier. */
-		if (c->intr_flag != NULL && *c->intr_flag)
-			return (RDZV_ECANCELED);
-		tsp = NULL;
-		if (deadline >= 0) {
-			left = deadline - mono_ns();
-			if (left < 0)
-				left = 0;
-			ts.tv_sec = left / 1000000000;
-			ts.tv_nsec = left % 1000000000;
-			tsp = &ts;
-		}
-		pfd.fd = c->fd;
-		pfd.events = events;
-		pfd.revents = 0;
-		n = ppoll(&pfd, 1, tsp, c->intr_mask);
-		if (n > 0)
-			return (1);
-		if (n == 0)
-			return (0);
-		if (errno != EINTR)
-			return (RDZV_EIO);
-	}
+	return (connect_poll(c->fd, events, deadline, c->intr_mask,
+	    c->intr_flag));
 }
 
 /* Marks the client dead with its first cause and returns that cause. */
@@ -523,13 +497,10 @@ client_await(struct rdzv_client *c, uint32_t id, int64_t deadline,
 	}
 }
 
-/*
- * Starts a request: a fresh id and frame header, and the namespace for
- * ops that name one.
- */
+/* Starts a request: a fresh id and frame header. */
 static int
 client_begin(struct rdzv_client *c, struct nat_wr *wr, uint16_t op,
-    int with_ns, uint32_t *id)
+    uint32_t *id)
 {
 	if (c->dead)
 		return (client_dead_code(c));
@@ -541,8 +512,6 @@ client_begin(struct rdzv_client *c, struct nat_wr *wr, uint16_t op,
 	*id = c->next_id;
 	if (nat_frame_begin(wr, c->out, op, 0, *id) != 0)
 		return (RDZV_ENOMEM);
-	if (with_ns && nat_put_bytes(wr, c->ns, strlen(c->ns)) != 0)
-		return (RDZV_ENOMEM);
 	return (0);
 }
 
@@ -553,7 +522,7 @@ client_cancel(struct rdzv_client *c, uint32_t id)
 	struct nat_wr	wr;
 	uint32_t	cid;
 
-	if (client_begin(c, &wr, NAT_OP_CANCEL, 0, &cid) != 0)
+	if (client_begin(c, &wr, NAT_OP_CANCEL, &cid) != 0)
 		return;
 	if (nat_put_i64(&wr, id) != 0 || nat_frame_end(&wr) != 0) {
 		evbuffer_drain(c->out, evbuffer_get_length(c->out));
@@ -602,39 +571,170 @@ client_dup(struct slice s, void **out, size_t *len)
 	return (0);
 }
 
-/* Parses a reply with no fields. */
+/*
+ * The one request helper every op goes through.  fmt lists the fields of
+ * the request, a letter each, taken from the arguments that follow in
+ * this order and of exactly these types (they pass through varargs):
+ *	n	the client's namespace (no argument)
+ *	s	a C string: const char *
+ *	b	bytes: const void *, size_t
+ *	i	an integer: int64_t
+ *	t	the call's own timeout_ms, the time rdzvd may wait (-1
+ *		forever; no argument): such an op gets a grace period to
+ *		answer and is cancelled in rdzvd when we stop waiting
+ *	K	a key list, "i n, n*b": const char *const *, size_t n
+ *	P	n key-value pairs, "i n, n*(b b)": const char *const *keys,
+ *		const void *const *vals, const size_t *lens, size_t n
+ *	r	fields already encoded: const void *, size_t
+ * The format may go on with '>' and the reply's fields (client_vreply);
+ * *fmtp is left there.  Sends the request and waits for its reply into
+ * *msg (valid until the next call).
+ */
 static int
-client_reply_empty(const struct nat_msg *msg)
+client_vrequest(struct rdzv_client *c, uint16_t op, int timeout_ms,
+    struct nat_msg *msg, const char **fmtp, va_list *ap)
 {
-	struct nat_rd	rd;
+	struct nat_wr		 wr;
+	const char *const	*keys;
+	const void *const	*vals;
+	const size_t		*lens;
+	const char		*f, *s;
+	const void		*p;
+	size_t			 len, n, i;
+	uint32_t		 id;
+	int			 rv, waits = 0, bad = 0;
 
-	nat_rd_init(&rd, msg->payload);
-	return (nat_rd_end(&rd) == 0 ? 0 : RDZV_EPROTO);
+	if ((rv = client_begin(c, &wr, op, &id)) != 0)
+		return (rv);
+	for (f = *fmtp; *f != '\0' && *f != '>' && !bad; f++) {
+		switch (*f) {
+		case 'n':
+			bad = nat_put_bytes(&wr, c->ns, strlen(c->ns));
+			break;
+		case 's':
+			s = va_arg(*ap, const char *);
+			bad = nat_put_bytes(&wr, s, strlen(s));
+			break;
+		case 'b':
+		case 'r':
+			p = va_arg(*ap, const void *);
+			len = va_arg(*ap, size_t);
+			bad = *f == 'b' ? nat_put_bytes(&wr, p, len) :
+			    nat_put_raw(&wr, p, len);
+			break;
+		case 'i':
+			bad = nat_put_i64(&wr, va_arg(*ap, int64_t));
+			break;
+		case 't':
+			waits = 1;
+			bad = nat_put_i64(&wr, timeout_ms < 0 ? -1 : timeout_ms);
+			break;
+		case 'K':
+		case 'P':
+			keys = va_arg(*ap, const char *const *);
+			vals = *f == 'P' ? va_arg(*ap, const void *const *) :
+			    NULL;
+			lens = *f == 'P' ? va_arg(*ap, const size_t *) : NULL;
+			n = va_arg(*ap, size_t);
+			bad = n > INT64_MAX || nat_put_i64(&wr, (int64_t)n);
+			for (i = 0; i < n && !bad; i++)
+				bad = nat_put_bytes(&wr, keys[i],
+				    strlen(keys[i])) || (vals != NULL &&
+				    nat_put_bytes(&wr, vals[i], lens[i]));
+			break;
+		default:
+			return (RDZV_EINVAL);
+		}
+	}
+	*fmtp = f;
+	if (bad)
+		return (RDZV_ENOMEM);
+	if (waits && timeout_ms >= 0)
+		timeout_ms = timeout_ms > INT_MAX - CLIENT_WAIT_GRACE_MS ?
+		    INT_MAX : timeout_ms + CLIENT_WAIT_GRACE_MS;
+	return (client_call(c, &wr, id, client_deadline(timeout_ms), waits,
+	    msg));
 }
 
-/* Parses a reply of one integer. */
+/*
+ * Decodes a reply of exactly the fields fmt lists, storing each through
+ * the arguments ap points at (a NULL pointer drops the field):
+ *	i	int64_t *
+ *	b	void ** (malloc'ed, NUL-terminated), size_t * (may be NULL);
+ *		one such field at most
+ *	f	an integer the call returns as a flag, 0 or 1 (no argument)
+ * The whole reply is checked before anything is stored.  Returns 0, the
+ * flag, RDZV_EPROTO or RDZV_ENOMEM.
+ */
 static int
-client_reply_i64(const struct nat_msg *msg, int64_t *v)
+client_vreply(const struct nat_msg *msg, const char *fmt, va_list *ap)
 {
-	struct nat_rd	rd;
+	struct nat_rd	 rd;
+	struct slice	 s;
+	const char	*f;
+	int64_t		 v, *vp;
+	void		**pp;
+	size_t		*lp;
+	int		 flag = 0;
 
 	nat_rd_init(&rd, msg->payload);
-	if (nat_get_i64(&rd, v) != 0 || nat_rd_end(&rd) != 0)
+	for (f = fmt; *f != '\0'; f++)
+		if ((*f == 'b' ? nat_get_bytes(&rd, &s) :
+		    nat_get_i64(&rd, &v)) != 0)
+			return (RDZV_EPROTO);
+	if (nat_rd_end(&rd) != 0)
 		return (RDZV_EPROTO);
-	return (0);
+	nat_rd_init(&rd, msg->payload);
+	for (f = fmt; *f != '\0'; f++) {
+		if (*f == 'b') {
+			(void)nat_get_bytes(&rd, &s);
+			pp = va_arg(*ap, void **);
+			lp = va_arg(*ap, size_t *);
+			if (pp != NULL && client_dup(s, pp, lp) != 0)
+				return (RDZV_ENOMEM);
+			continue;
+		}
+		(void)nat_get_i64(&rd, &v);
+		if (*f == 'f')
+			flag = v != 0;
+		else if ((vp = va_arg(*ap, int64_t *)) != NULL)
+			*vp = v;
+	}
+	return (flag);
 }
 
-/* Parses a reply of one byte string into a malloc'ed copy. */
+/* A request (client_vrequest's fmt), its reply left in *msg. */
 static int
-client_reply_bytes(const struct nat_msg *msg, void **val, size_t *len)
+client_request(struct rdzv_client *c, uint16_t op, int timeout_ms,
+    struct nat_msg *msg, const char *fmt, ...)
 {
-	struct nat_rd	rd;
-	struct slice	s;
+	va_list	ap;
+	int	rv;
 
-	nat_rd_init(&rd, msg->payload);
-	if (nat_get_bytes(&rd, &s) != 0 || nat_rd_end(&rd) != 0)
-		return (RDZV_EPROTO);
-	return (client_dup(s, val, len));
+	va_start(ap, fmt);
+	rv = client_vrequest(c, op, timeout_ms, msg, &fmt, &ap);
+	va_end(ap);
+	return (rv);
+}
+
+/*
+ * A request and its reply, both in fmt: "nsi>i" sends the namespace, a
+ * key and an integer, and stores the reply's integer.
+ */
+static int
+client_rpc(struct rdzv_client *c, uint16_t op, int timeout_ms,
+    const char *fmt, ...)
+{
+	struct nat_msg	msg;
+	va_list		ap;
+	int		rv;
+
+	va_start(ap, fmt);
+	rv = client_vrequest(c, op, timeout_ms, &msg, &fmt, &ap);
+	if (rv == 0)
+		rv = client_vreply(&msg, *fmt == '>' ? fmt + 1 : fmt, &ap);
+	va_end(ap);
+	return (rv);
 }
 
 /* Tunes a connected socket: no Nagle delay, keepalive to find dead peers. */
@@ -1000,9 +1100,6 @@ rdzv_client_call(struct rdzv_client *c, uint16_t op, const void *payload,
     size_t len, void **reply, size_t *rlen, int timeout_ms)
 {
 	struct nat_msg	msg;
-	struct nat_wr	wr;
-	uint32_t	id;
-	int64_t		deadline;
 	int		rv;
 
 	if (reply != NULL)
@@ -1011,19 +1108,9 @@ rdzv_client_call(struct rdzv_client *c, uint16_t op, const void *payload,
 		*rlen = 0;
 	if (len > UINT32_MAX - (NAT_HDR_LEN - 4))
 		return (RDZV_ETOOBIG);
-	if ((rv = client_begin(c, &wr, op, 0, &id)) != 0)
+	rv = client_request(c, op, timeout_ms, &msg, "r", payload, len);
+	if (rv != 0 || reply == NULL)
 		return (rv);
-	if (nat_put_raw(&wr, payload, len) != 0 || nat_frame_end(&wr) != 0) {
-		evbuffer_drain(c->out, evbuffer_get_length(c->out));
-		return (RDZV_ENOMEM);
-	}
-	deadline = client_deadline(timeout_ms);
-	if ((rv = client_flush(c, deadline)) < 0)
-		return (rv);
-	if ((rv = client_await(c, id, deadline, &msg)) != 0)
-		return (rv);
-	if (reply == NULL)
-		return (0);
 	return (client_dup(msg.payload, reply, rlen));
 }
 
@@ -1068,18 +1155,13 @@ int
 rdzv_client_ping(struct rdzv_client *c, int timeout_ms)
 {
 	static const char	 data[] = "rdzv";
-	struct nat_wr		 wr;
 	struct nat_msg		 msg;
 	struct nat_rd		 rd;
 	struct slice		 s;
-	uint32_t		 id;
 	int			 rv;
 
-	if ((rv = client_begin(c, &wr, NAT_OP_PING, 0, &id)) != 0)
-		return (rv);
-	if (nat_put_bytes(&wr, data, sizeof data - 1) != 0)
-		return (RDZV_ENOMEM);
-	rv = client_call(c, &wr, id, client_deadline(timeout_ms), 0, &msg);
+	rv = client_request(c, NAT_OP_PING, timeout_ms, &msg, "b", data,
+	    sizeof data - 1);
 	if (rv != 0)
 		return (rv);
 	nat_rd_init(&rd, msg.payload);
@@ -1089,139 +1171,67 @@ rdzv_client_ping(struct rdzv_client *c, int timeout_ms)
 	return (0);
 }
 
-/* SET, APPEND and QUEUE_PUSH share a shape: ns, key, value -> nothing. */
-static int
-client_key_value(struct rdzv_client *c, uint16_t op, const char *key,
-    const void *val, size_t len, int timeout_ms)
-{
-	struct nat_wr	wr;
-	struct nat_msg	msg;
-	uint32_t	id;
-	int		rv;
-
-	if ((rv = client_begin(c, &wr, op, 1, &id)) != 0)
-		return (rv);
-	if (nat_put_bytes(&wr, key, strlen(key)) != 0 ||
-	    nat_put_bytes(&wr, val, len) != 0)
-		return (RDZV_ENOMEM);
-	rv = client_call(c, &wr, id, client_deadline(timeout_ms), 0, &msg);
-	if (rv != 0)
-		return (rv);
-	return (client_reply_empty(&msg));
-}
+/*
+ * The ops of one request and one reply of fixed fields, each a line: what
+ * goes out and what comes back is in the format (client_vrequest).
+ */
 
 int
 rdzv_client_set(struct rdzv_client *c, const char *key, const void *val,
     size_t len, int timeout_ms)
 {
-	return (client_key_value(c, NAT_OP_SET, key, val, len, timeout_ms));
+	return (client_rpc(c, NAT_OP_SET, timeout_ms, "nsb>", key, val, len));
 }
 
 int
 rdzv_client_append(struct rdzv_client *c, const char *key, const void *val,
     size_t len, int timeout_ms)
 {
-	return (client_key_value(c, NAT_OP_APPEND, key, val, len, timeout_ms));
+	return (client_rpc(c, NAT_OP_APPEND, timeout_ms, "nsb>", key, val,
+	    len));
 }
 
 int
 rdzv_client_queue_push(struct rdzv_client *c, const char *key,
     const void *val, size_t len, int timeout_ms)
 {
-	return (client_key_value(c, NAT_OP_QUEUE_PUSH, key, val, len,
-	    timeout_ms));
-}
-
-/* GET, DELETE and QUEUE_LEN share a shape: ns, key -> one field. */
-static int
-client_key_only(struct rdzv_client *c, uint16_t op, const char *key,
-    int timeout_ms, struct nat_msg *msg)
-{
-	struct nat_wr	wr;
-	uint32_t	id;
-	int		rv;
-
-	if ((rv = client_begin(c, &wr, op, 1, &id)) != 0)
-		return (rv);
-	if (nat_put_bytes(&wr, key, strlen(key)) != 0)
-		return (RDZV_ENOMEM);
-	return (client_call(c, &wr, id, client_deadline(timeout_ms), 0, msg));
+	return (client_rpc(c, NAT_OP_QUEUE_PUSH, timeout_ms, "nsb>", key, val,
+	    len));
 }
 
 int
 rdzv_client_get(struct rdzv_client *c, const char *key, void **val,
     size_t *len, int timeout_ms)
 {
-	struct nat_msg	msg;
-	int		rv;
-
-	if ((rv = client_key_only(c, NAT_OP_GET, key, timeout_ms, &msg)) != 0)
-		return (rv);
-	return (client_reply_bytes(&msg, val, len));
+	return (client_rpc(c, NAT_OP_GET, timeout_ms, "ns>b", key, val, len));
 }
 
 int
 rdzv_client_delete(struct rdzv_client *c, const char *key, int timeout_ms)
 {
-	struct nat_msg	msg;
-	int64_t		v;
-	int		rv;
-
-	rv = client_key_only(c, NAT_OP_DELETE, key, timeout_ms, &msg);
-	if (rv != 0)
-		return (rv);
-	if ((rv = client_reply_i64(&msg, &v)) != 0)
-		return (rv);
-	return (v != 0);
+	return (client_rpc(c, NAT_OP_DELETE, timeout_ms, "ns>f", key));
 }
 
 int
 rdzv_client_queue_len(struct rdzv_client *c, const char *key,
     int64_t *length, int timeout_ms)
 {
-	struct nat_msg	msg;
-	int		rv;
-
-	rv = client_key_only(c, NAT_OP_QUEUE_LEN, key, timeout_ms, &msg);
-	if (rv != 0)
-		return (rv);
-	return (client_reply_i64(&msg, length));
+	return (client_rpc(c, NAT_OP_QUEUE_LEN, timeout_ms, "ns>i", key,
+	    length));
 }
 
 int
 rdzv_client_watch(struct rdzv_client *c, const char *key, int timeout_ms)
 {
-	struct nat_msg	msg;
-	int		rv;
-
-	if ((rv = client_key_only(c, NAT_OP_WATCH, key, timeout_ms, &msg)) != 0)
-		return (rv);
-	return (client_reply_empty(&msg));
+	return (client_rpc(c, NAT_OP_WATCH, timeout_ms, "ns>", key));
 }
 
 int
 rdzv_client_add(struct rdzv_client *c, const char *key, int64_t delta,
     int64_t *value, int timeout_ms)
 {
-	struct nat_wr	wr;
-	struct nat_msg	msg;
-	uint32_t	id;
-	int64_t		v;
-	int		rv;
-
-	if ((rv = client_begin(c, &wr, NAT_OP_ADD, 1, &id)) != 0)
-		return (rv);
-	if (nat_put_bytes(&wr, key, strlen(key)) != 0 ||
-	    nat_put_i64(&wr, delta) != 0)
-		return (RDZV_ENOMEM);
-	rv = client_call(c, &wr, id, client_deadline(timeout_ms), 0, &msg);
-	if (rv != 0)
-		return (rv);
-	if ((rv = client_reply_i64(&msg, &v)) != 0)
-		return (rv);
-	if (value != NULL)
-		*value = v;
-	return (0);
+	return (client_rpc(c, NAT_OP_ADD, timeout_ms, "nsi>i", key, delta,
+	    value));
 }
 
 int
@@ -1229,122 +1239,67 @@ rdzv_client_cas(struct rdzv_client *c, const char *key, const void *expected,
     size_t elen, const void *desired, size_t dlen, void **now, size_t *nowlen,
     int timeout_ms)
 {
-	struct nat_wr	wr;
-	struct nat_msg	msg;
-	struct nat_rd	rd;
-	struct slice	s;
-	uint32_t	id;
-	int		rv;
-
-	if ((rv = client_begin(c, &wr, NAT_OP_CAS, 1, &id)) != 0)
-		return (rv);
-	if (nat_put_bytes(&wr, key, strlen(key)) != 0 ||
-	    nat_put_bytes(&wr, expected, elen) != 0 ||
-	    nat_put_bytes(&wr, desired, dlen) != 0)
-		return (RDZV_ENOMEM);
-	rv = client_call(c, &wr, id, client_deadline(timeout_ms), 0, &msg);
-	if (rv != 0)
-		return (rv);
-	nat_rd_init(&rd, msg.payload);
-	if (nat_get_bytes(&rd, &s) != 0 || nat_rd_end(&rd) != 0)
-		return (RDZV_EPROTO);
-	if (now == NULL)
-		return (0);
-	return (client_dup(s, now, nowlen));
-}
-
-/* Appends "i n, n*b key" to a request. */
-static int
-client_put_keys(struct nat_wr *wr, const char *const *keys, size_t n)
-{
-	size_t	i;
-
-	if (n > INT64_MAX || nat_put_i64(wr, (int64_t)n) != 0)
-		return (RDZV_ENOMEM);
-	for (i = 0; i < n; i++)
-		if (nat_put_bytes(wr, keys[i], strlen(keys[i])) != 0)
-			return (RDZV_ENOMEM);
-	return (0);
+	return (client_rpc(c, NAT_OP_CAS, timeout_ms, "nsbb>b", key, expected,
+	    elen, desired, dlen, now, nowlen));
 }
 
 int
 rdzv_client_wait(struct rdzv_client *c, const char *const *keys, size_t n,
     int timeout_ms)
 {
-	struct nat_wr	wr;
-	struct nat_msg	msg;
-	uint32_t	id;
-	int64_t		deadline;
-	int		rv;
-
-	if ((rv = client_begin(c, &wr, NAT_OP_WAIT, 1, &id)) != 0)
-		return (rv);
-	if (nat_put_i64(&wr, timeout_ms < 0 ? -1 : timeout_ms) != 0 ||
-	    client_put_keys(&wr, keys, n) != 0)
-		return (RDZV_ENOMEM);
-	deadline = client_deadline(timeout_ms < 0 ? -1 :
-	    (timeout_ms > INT_MAX - CLIENT_WAIT_GRACE_MS ? INT_MAX :
-	    timeout_ms + CLIENT_WAIT_GRACE_MS));
-	if ((rv = client_call(c, &wr, id, deadline, 1, &msg)) != 0)
-		return (rv);
-	return (client_reply_empty(&msg));
+	return (client_rpc(c, NAT_OP_WAIT, timeout_ms, "ntK>", keys, n));
 }
 
 int
 rdzv_client_check(struct rdzv_client *c, const char *const *keys, size_t n,
     int timeout_ms)
 {
-	struct nat_wr	wr;
-	struct nat_msg	msg;
-	uint32_t	id;
-	int64_t		v;
-	int		rv;
-
-	if ((rv = client_begin(c, &wr, NAT_OP_CHECK, 1, &id)) != 0)
-		return (rv);
-	if (client_put_keys(&wr, keys, n) != 0)
-		return (RDZV_ENOMEM);
-	rv = client_call(c, &wr, id, client_deadline(timeout_ms), 0, &msg);
-	if (rv != 0)
-		return (rv);
-	if ((rv = client_reply_i64(&msg, &v)) != 0)
-		return (rv);
-	return (v != 0);
+	return (client_rpc(c, NAT_OP_CHECK, timeout_ms, "nK>f", keys, n));
 }
 
 int
 rdzv_client_num_keys(struct rdzv_client *c, int64_t *count, int timeout_ms)
 {
-	struct nat_wr	wr;
-	struct nat_msg	msg;
-	uint32_t	id;
-	int		rv;
-
-	if ((rv = client_begin(c, &wr, NAT_OP_NUM_KEYS, 1, &id)) != 0)
-		return (rv);
-	rv = client_call(c, &wr, id, client_deadline(timeout_ms), 0, &msg);
-	if (rv != 0)
-		return (rv);
-	return (client_reply_i64(&msg, count));
+	return (client_rpc(c, NAT_OP_NUM_KEYS, timeout_ms, "n>i", count));
 }
+
+int
+rdzv_client_multi_set(struct rdzv_client *c, const char *const *keys,
+    const void *const *vals, const size_t *lens, size_t n, int timeout_ms)
+{
+	return (client_rpc(c, NAT_OP_MULTI_SET, timeout_ms, "nP>", keys, vals,
+	    lens, n));
+}
+
+int
+rdzv_client_queue_pop(struct rdzv_client *c, const char *key, void **val,
+    size_t *len, int timeout_ms)
+{
+	return (client_rpc(c, NAT_OP_QUEUE_POP, timeout_ms, "nst>b", key, val,
+	    len));
+}
+
+int
+rdzv_client_barrier(struct rdzv_client *c, const char *key, int64_t world,
+    int timeout_ms)
+{
+	return (client_rpc(c, NAT_OP_BARRIER, timeout_ms, "nsit>", key, world));
+}
+
+/* The two replies of a variable number of fields. */
 
 int
 rdzv_client_multi_get(struct rdzv_client *c, const char *const *keys,
     size_t n, void **vals, size_t *lens, int timeout_ms)
 {
-	struct nat_wr	wr;
 	struct nat_msg	msg;
 	struct nat_rd	rd;
 	struct slice	s;
-	uint32_t	id;
 	size_t		i;
 	int		rv;
 
-	if ((rv = client_begin(c, &wr, NAT_OP_MULTI_GET, 1, &id)) != 0)
-		return (rv);
-	if (client_put_keys(&wr, keys, n) != 0)
-		return (RDZV_ENOMEM);
-	rv = client_call(c, &wr, id, client_deadline(timeout_ms), 0, &msg);
+	rv = client_request(c, NAT_OP_MULTI_GET, timeout_ms, &msg, "nK", keys,
+	    n);
 	if (rv != 0)
 		return (rv);
 
@@ -1370,70 +1325,19 @@ rdzv_client_multi_get(struct rdzv_client *c, const char *const *keys,
 }
 
 int
-rdzv_client_multi_set(struct rdzv_client *c, const char *const *keys,
-    const void *const *vals, const size_t *lens, size_t n, int timeout_ms)
-{
-	struct nat_wr	wr;
-	struct nat_msg	msg;
-	uint32_t	id;
-	size_t		i;
-	int		rv;
-
-	if ((rv = client_begin(c, &wr, NAT_OP_MULTI_SET, 1, &id)) != 0)
-		return (rv);
-	if (n > INT64_MAX || nat_put_i64(&wr, (int64_t)n) != 0)
-		return (RDZV_ENOMEM);
-	for (i = 0; i < n; i++)
-		if (nat_put_bytes(&wr, keys[i], strlen(keys[i])) != 0 ||
-		    nat_put_bytes(&wr, vals[i], lens[i]) != 0)
-			return (RDZV_ENOMEM);
-	rv = client_call(c, &wr, id, client_deadline(timeout_ms), 0, &msg);
-	if (rv != 0)
-		return (rv);
-	return (client_reply_empty(&msg));
-}
-
-int
-rdzv_client_queue_pop(struct rdzv_client *c, const char *key, void **val,
-    size_t *len, int timeout_ms)
-{
-	struct nat_wr	wr;
-	struct nat_msg	msg;
-	uint32_t	id;
-	int64_t		deadline;
-	int		rv;
-
-	if ((rv = client_begin(c, &wr, NAT_OP_QUEUE_POP, 1, &id)) != 0)
-		return (rv);
-	if (nat_put_bytes(&wr, key, strlen(key)) != 0 ||
-	    nat_put_i64(&wr, timeout_ms < 0 ? -1 : timeout_ms) != 0)
-		return (RDZV_ENOMEM);
-	deadline = client_deadline(timeout_ms < 0 ? -1 :
-	    (timeout_ms > INT_MAX - CLIENT_WAIT_GRACE_MS ? INT_MAX :
-	    timeout_ms + CLIENT_WAIT_GRACE_MS));
-	if ((rv = client_call(c, &wr, id, deadline, 1, &msg)) != 0)
-		return (rv);
-	return (client_reply_bytes(&msg, val, len));
-}
-
-int
 rdzv_client_list_keys(struct rdzv_client *c, char ***keys, size_t *n,
     int timeout_ms)
 {
-	struct nat_wr	wr;
 	struct nat_msg	msg;
 	struct nat_rd	rd;
 	struct slice	s;
-	uint32_t	id;
 	int64_t		count;
 	size_t		i, have;
 	char		**list;
 	void		*p;
 	int		rv;
 
-	if ((rv = client_begin(c, &wr, NAT_OP_LIST_KEYS, 1, &id)) != 0)
-		return (rv);
-	rv = client_call(c, &wr, id, client_deadline(timeout_ms), 0, &msg);
+	rv = client_request(c, NAT_OP_LIST_KEYS, timeout_ms, &msg, "n");
 	if (rv != 0)
 		return (rv);
 
@@ -1474,28 +1378,4 @@ rdzv_client_free_keys(char **keys, size_t n)
 	for (i = 0; i < n; i++)
 		free(keys[i]);
 	free(keys);
-}
-
-int
-rdzv_client_barrier(struct rdzv_client *c, const char *key, int64_t world,
-    int timeout_ms)
-{
-	struct nat_wr	wr;
-	struct nat_msg	msg;
-	uint32_t	id;
-	int64_t		deadline;
-	int		rv;
-
-	if ((rv = client_begin(c, &wr, NAT_OP_BARRIER, 1, &id)) != 0)
-		return (rv);
-	if (nat_put_bytes(&wr, key, strlen(key)) != 0 ||
-	    nat_put_i64(&wr, world) != 0 ||
-	    nat_put_i64(&wr, timeout_ms < 0 ? -1 : timeout_ms) != 0)
-		return (RDZV_ENOMEM);
-	deadline = client_deadline(timeout_ms < 0 ? -1 :
-	    (timeout_ms > INT_MAX - CLIENT_WAIT_GRACE_MS ? INT_MAX :
-	    timeout_ms + CLIENT_WAIT_GRACE_MS));
-	if ((rv = client_call(c, &wr, id, deadline, 1, &msg)) != 0)
-		return (rv);
-	return (client_reply_empty(&msg));
 }

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * connect.c: a TCP connect bounded by a timeout (see connect.h).
+ * connect.c: a TCP connect bounded by a timeout and the one wait for a
+ * socket under a deadline (see connect.h).
  */
 #include "config.h"
 
@@ -11,15 +12,50 @@
 
 #include <errno.h>
 #include <poll.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "connect.h"
+#include "mono.h"
 #include "rdzv_err.h"
+
+int
+connect_poll(int fd, short events, int64_t deadline, const sigset_t *mask,
+    volatile sig_atomic_t *flag)
+{
+	struct pollfd	 pfd;
+	struct timespec	 ts, *tsp;
+	int64_t		 left;
+	int		 n;
+
+	for (;;) {
+		if (flag != NULL && *flag)
+			return (RDZV_ECANCELED);
+		tsp = NULL;
+		if (deadline >= 0) {
+			left = deadline - mono_ns();
+			if (left < 0)
+				left = 0;
+			ts.tv_sec = left / 1000000000;
+			ts.tv_nsec = left % 1000000000;
+			tsp = &ts;
+		}
+		pfd.fd = fd;
+		pfd.events = events;
+		pfd.revents = 0;
+		n = ppoll(&pfd, 1, tsp, mask);
+		if (n > 0)
+			return (1);
+		if (n == 0)
+			return (0);
+		if (errno != EINTR)
+			return (RDZV_EIO);
+	}
+}
 
 int
 connect_addr(const struct addrinfo *ai, int bufsz, int timeout_ms, int *fdp)
 {
-	struct pollfd	pfd;
 	socklen_t	sl;
 	int		fd, n, soerr;
 
@@ -43,12 +79,8 @@ connect_addr(const struct addrinfo *ai, int bufsz, int timeout_ms, int *fdp)
 		close(fd);
 		return (RDZV_ECONN);
 	}
-	do {
-		pfd.fd = fd;
-		pfd.events = POLLOUT;
-		pfd.revents = 0;
-		n = poll(&pfd, 1, timeout_ms < 0 ? -1 : timeout_ms);
-	} while (n == -1 && errno == EINTR);
+	n = connect_poll(fd, POLLOUT, timeout_ms < 0 ? -1 :
+	    mono_ns() + (int64_t)timeout_ms * 1000000, NULL, NULL);
 	if (n == 0) {
 		close(fd);
 		return (RDZV_ETIMEDOUT);

@@ -66,21 +66,8 @@ net_tune(int fd, int bulk)
 int
 net_poll1(int fd, short events, int64_t deadline)
 {
-	struct pollfd	pfd;
-	int		n;
-
-	for (;;) {
-		pfd.fd = fd;
-		pfd.events = events;
-		pfd.revents = 0;
-		n = poll(&pfd, 1, deadline_left(deadline));
-		if (n > 0)
-			return (1);
-		if (n == 0)
-			return (0);
-		if (errno != EINTR)
-			return (RDZV_EIO);
-	}
+	/* libworker's deadlines are mono_ms() instants. */
+	return (connect_poll(fd, events, deadline * 1000000, NULL, NULL));
 }
 
 int
