@@ -151,23 +151,65 @@ cpu_tmp(struct cpu *cpu, size_t len)
 	return (0);
 }
 
+void
+cpu_pass_begin(struct cpu_pass *ps, struct cpu *cpu)
+{
+	ps->cpu = cpu;
+	ps->np = 0;
+	ps->progressed = 0;
+}
+
+int
+cpu_pass_move(struct cpu_pass *ps, int peer, int send, void *buf,
+    size_t *done, size_t upto)
+{
+	struct cpu	*cpu = ps->cpu;
+	struct pollfd	*pfd;
+	uint8_t		*p = (uint8_t *)buf + *done;
+	ssize_t		 m;
+
+	if (*done >= upto)
+		return (0);
+	m = send ? cpu_send_some(cpu, peer, p, upto - *done) :
+	    cpu_recv_some(cpu, peer, p, upto - *done);
+	if (m < 0)
+		return ((int)m);
+	*done += (size_t)m;
+	if (m > 0)
+		ps->progressed = 1;
+	if (*done < upto) {
+		pfd = &cpu->pfd[ps->np++];
+		pfd->fd = cpu->links[peer].fd;
+		pfd->events = send ? POLLOUT : POLLIN;
+		pfd->revents = 0;
+	}
+	return (0);
+}
+
+int
+cpu_pass_wait(struct cpu_pass *ps, int64_t deadline, const char *what)
+{
+	if (ps->progressed || ps->np == 0)
+		return (0);
+	return (cpu_poll(ps->cpu, ps->np, deadline, what));
+}
+
 int
 cpu_xfer(struct cpu *cpu, struct xop *ops, size_t n, int64_t deadline,
     const char *what)
 {
-	size_t	 i, left;
-	ssize_t	 m;
-	int	 np, progressed, rc;
-	uint32_t *st;
+	struct cpu_pass	 ps;
+	struct xop	*x;
+	size_t		 i, left;
+	uint32_t	*st;
+	int		 rc;
 
 	for (;;) {
 		cpu->pass++;
+		cpu_pass_begin(&ps, cpu);
 		left = 0;
-		np = 0;
-		progressed = 0;
 		for (i = 0; i < n; i++) {
-			struct xop	*x = &ops[i];
-
+			x = &ops[i];
 			if (x->done == x->len)
 				continue;
 			st = &cpu->stamp[2 * x->peer + (x->send ? 1 : 0)];
@@ -175,29 +217,17 @@ cpu_xfer(struct cpu *cpu, struct xop *ops, size_t n, int64_t deadline,
 				left++;
 				continue;
 			}
-			if (x->send)
-				m = cpu_send_some(cpu, x->peer, x->buf + x->done,
-				    x->len - x->done);
-			else
-				m = cpu_recv_some(cpu, x->peer, x->buf + x->done,
-				    x->len - x->done);
-			if (m < 0)
-				return ((int)m);
-			if (m > 0)
-				progressed = 1;
-			x->done += (size_t)m;
+			if ((rc = cpu_pass_move(&ps, x->peer, x->send, x->buf,
+			    &x->done, x->len)) != 0)
+				return (rc);
 			if (x->done < x->len) {
 				*st = cpu->pass;
 				left++;
-				cpu->pfd[np].fd = cpu->links[x->peer].fd;
-				cpu->pfd[np].events = x->send ? POLLOUT : POLLIN;
-				cpu->pfd[np].revents = 0;
-				np++;
 			}
 		}
 		if (left == 0)
 			return (0);
-		if (!progressed && (rc = cpu_poll(cpu, np, deadline, what)) != 0)
+		if ((rc = cpu_pass_wait(&ps, deadline, what)) != 0)
 			return (rc);
 	}
 }

@@ -38,7 +38,7 @@ struct cpu {
 	size_t			 chunk;		/* ring chunk, bytes, a multiple of 64 */
 	size_t			 direct_max;	/* allreduce: direct exchange up to */
 	int			 direct_ranks;	/* ... among at most this many */
-	struct pollfd		*pfd;		/* n + 2 poll entries */
+	struct pollfd		*pfd;		/* 2n + 4 poll entries */
 	uint32_t		*stamp;		/* 2n: xfer bookkeeping */
 	uint32_t		 pass;
 	struct shm_arena	*shm;		/* all ranks on one host, or NULL */
@@ -62,6 +62,28 @@ ssize_t	cpu_recv_some(struct cpu *, int peer, void *p, size_t len);
  * operation for the message).
  */
 int	cpu_poll(struct cpu *, int n, int64_t deadline, const char *what);
+/*
+ * The one progress loop every transfer engine and chain runs: each pass
+ * begins (cpu_pass_begin), moves what the sockets take now of each
+ * transfer (cpu_pass_move, which arms a wait for what is left), and ends
+ * (cpu_pass_wait), polling only when nothing moved.  A step that makes
+ * progress of its own (a reduction) sets progressed.
+ */
+struct cpu_pass {
+	struct cpu	*cpu;
+	int		 np;		/* waits armed in cpu->pfd */
+	int		 progressed;
+};
+void	cpu_pass_begin(struct cpu_pass *, struct cpu *);
+/*
+ * Moves what the socket takes now of buf[*done, upto) to (send) or from
+ * peer, advancing *done; nothing when *done >= upto.  Returns 0, or < 0
+ * after breaking the communicator.
+ */
+int	cpu_pass_move(struct cpu_pass *, int peer, int send, void *buf,
+	    size_t *done, size_t upto);
+/* Ends a pass: 0, or cpu_poll()'s failure when it had to wait. */
+int	cpu_pass_wait(struct cpu_pass *, int64_t deadline, const char *what);
 /* Makes cpu->tmp at least len bytes; 0 or RDZV_ENOMEM. */
 int	cpu_tmp(struct cpu *, size_t len);
 

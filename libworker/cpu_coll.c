@@ -90,86 +90,63 @@ ring_reduce(struct ring *g, int s, int seg, size_t from, size_t to)
 static int
 ring_run(struct ring *g, int64_t deadline, const char *what)
 {
-	struct cpu	*cpu = g->cpu;
+	struct cpu_pass	 ps;
 	const uint8_t	*src;
-	uint8_t		*dst;
-	size_t		 soff = 0, roff = 0, rred = 0, avail, slen, rlen, want;
-	ssize_t		 m;
-	int		 ss = g->s0, rs = g->s0, sseg, rseg, np, progressed,
-			 rc;
+	size_t		 soff = 0, roff = 0, rred = 0, avail, slen, rlen, in,
+			 want;
+	int		 ss = g->s0, rs = g->s0, sseg, rseg, rc;
 
 	while (ss < g->s1 || rs < g->s1) {
-		progressed = 0;
-		np = 0;
+		cpu_pass_begin(&ps, g->cpu);
 		if (ss < g->s1) {
 			sseg = mod(g->r - ss - 1, g->n);
 			slen = g->len[sseg];
 			/* What is ready: all of it at the first step, else
 			 * what the previous step has finished. */
-			if (ss == g->s0 || rs > ss - 1)
-				avail = slen;
-			else
-				avail = rred;
+			avail = ss == g->s0 || rs > ss - 1 ? slen : rred;
 			src = (ss == 0 ? g->sbuf : g->work) + g->off[sseg];
-			if (soff < avail) {
-				m = cpu_send_some(cpu, g->right, src + soff,
-				    avail - soff);
-				if (m < 0)
-					return ((int)m);
-				soff += (size_t)m;
-				progressed |= m > 0;
-			}
+			if ((rc = cpu_pass_move(&ps, g->right, 1, (void *)src,
+			    &soff, avail)) != 0)
+				return (rc);
 			if (soff == slen) {
 				ss++;
 				soff = 0;
-				progressed = 1;
-			} else if (soff < avail) {
-				cpu->pfd[np].fd = cpu->links[g->right].fd;
-				cpu->pfd[np].events = POLLOUT;
-				np++;
+				ps.progressed = 1;
 			}
 		}
 		if (rs < g->s1) {
 			rseg = mod(g->r - rs - 2, g->n);
 			rlen = g->len[rseg];
 			if (rs < g->n - 1) {
-				/* Up to one chunk past what is reduced. */
-				dst = g->rtmp + (roff - rred);
-				want = cpu->chunk - (roff - rred);
-				if (want > rlen - roff)
-					want = rlen - roff;
-			} else {
-				dst = g->work + g->off[rseg] + roff;
-				want = rlen - roff;
-			}
-			if (want > 0) {
-				m = cpu_recv_some(cpu, g->left, dst, want);
-				if (m < 0)
-					return ((int)m);
-				roff += (size_t)m;
-				progressed |= m > 0;
-			}
-			if (rs >= g->n - 1)
-				rred = roff;
-			else if (roff - rred == cpu->chunk || roff == rlen) {
+				/* Up to one chunk past what is reduced, into
+				 * rtmp. */
+				in = roff - rred;
+				want = rlen - rred < g->cpu->chunk ?
+				    rlen - rred : g->cpu->chunk;
+				if ((rc = cpu_pass_move(&ps, g->left, 0,
+				    g->rtmp, &in, want)) != 0)
+					return (rc);
+				roff = rred + in;
 				/* Whole elements: chunk is a multiple of
 				 * every element size. */
-				ring_reduce(g, rs, rseg, rred, roff);
+				if (in == g->cpu->chunk || roff == rlen) {
+					ring_reduce(g, rs, rseg, rred, roff);
+					rred = roff;
+					ps.progressed = 1;
+				}
+			} else {
+				if ((rc = cpu_pass_move(&ps, g->left, 0,
+				    g->work + g->off[rseg], &roff, rlen)) != 0)
+					return (rc);
 				rred = roff;
-				progressed = 1;
 			}
 			if (rred == rlen) {
 				rs++;
 				roff = rred = 0;
-				progressed = 1;
-			} else {
-				cpu->pfd[np].fd = cpu->links[g->left].fd;
-				cpu->pfd[np].events = POLLIN;
-				np++;
+				ps.progressed = 1;
 			}
 		}
-		if (!progressed && np > 0 &&
-		    (rc = cpu_poll(cpu, np, deadline, what)) != 0)
+		if ((rc = cpu_pass_wait(&ps, deadline, what)) != 0)
 			return (rc);
 	}
 	return (0);
@@ -215,17 +192,92 @@ ring_init(struct ring *g, struct cpu *cpu, enum rdzv_dtype dt,
 	g->avg = op == RDZV_AVG;
 }
 
+/* ---- direct exchanges ---- */
+
+/*
+ * Every rank sends its len bytes at mine to every other and receives rank
+ * j's at base + len * j.  For at most DIRECT_RANKS_MAX ranks.
+ */
+static int
+direct_all(struct cpu *cpu, const void *mine, void *base, size_t len,
+    int64_t deadline, const char *what)
+{
+	struct xop	x[2 * DIRECT_RANKS_MAX];
+	int		j, nx = 0;
+
+	if (cpu->n > DIRECT_RANKS_MAX)
+		return (RDZV_EINVAL);
+	for (j = 0; j < cpu->n; j++) {
+		if (j == cpu->rank)
+			continue;
+		x[nx++] = (struct xop){ j, 1, (uint8_t *)mine, len, 0 };
+		x[nx++] = (struct xop){ j, 0, (uint8_t *)base + len * (size_t)j,
+		    len, 0 };
+	}
+	return (cpu_xfer(cpu, x, (size_t)nx, deadline, what));
+}
+
+/*
+ * A star around root: every other rank sends (to_root) its len bytes at
+ * mine to root, or receives them from it; root moves rank j's at base +
+ * stride * j (stride 0: the same bytes for every rank).
+ */
+static int
+direct_star(struct cpu *cpu, int root, int to_root, const void *mine,
+    const void *base, size_t stride, size_t len, int64_t deadline,
+    const char *what)
+{
+	struct xop	*x;
+	int		 j, nx = 0, rc;
+
+	if (cpu->rank != root) {
+		struct xop	one = { root, to_root, (uint8_t *)mine, len, 0 };
+
+		return (cpu_xfer(cpu, &one, 1, deadline, what));
+	}
+	if ((x = calloc((size_t)cpu->n, sizeof *x)) == NULL)
+		return (RDZV_ENOMEM);
+	for (j = 0; j < cpu->n; j++)
+		if (j != root)
+			x[nx++] = (struct xop){ j, !to_root,
+			    (uint8_t *)base + stride * (size_t)j, len, 0 };
+	rc = cpu_xfer(cpu, x, (size_t)nx, deadline, what);
+	free(x);
+	return (rc);
+}
+
+/*
+ * rbuf = the n contributions of count elements reduced in rank order:
+ * rank j's at slots + bytes * j, but rank me's at mine; averaged for
+ * RDZV_AVG.
+ */
+static void
+direct_reduce(struct cpu *cpu, void *rbuf, const uint8_t *slots,
+    const uint8_t *mine, int me, size_t count, enum rdzv_dtype dt,
+    enum rdzv_op op)
+{
+	reduce3_fn	 red = reduce3_get(dt, op);
+	size_t		 bytes = count * rdzv_dtype_size(dt);
+	int		 j;
+
+#define SLOT(j) ((j) == me ? mine : slots + bytes * (size_t)(j))
+	red(rbuf, SLOT(0), SLOT(1), count);
+	for (j = 2; j < cpu->n; j++)
+		red(rbuf, rbuf, SLOT(j), count);
+#undef SLOT
+	if (op == RDZV_AVG)
+		reduce_avg_finish(rbuf, count, dt, cpu->n);
+}
+
 /* ---- allreduce ---- */
 
 static int
 allreduce_direct(struct cpu *cpu, const void *sbuf, void *rbuf, size_t count,
     enum rdzv_dtype dt, enum rdzv_op op, int64_t deadline)
 {
-	struct xop	 x[2 * DIRECT_RANKS_MAX];
 	size_t		 bytes = count * rdzv_dtype_size(dt);
-	reduce3_fn	 red = reduce3_get(dt, op);
 	const uint8_t	*mine = sbuf;
-	int		 j, nx = 0, rc;
+	int		 rc;
 
 	if ((rc = cpu_tmp(cpu, bytes * (size_t)cpu->n)) != 0)
 		return (rc);
@@ -233,22 +285,10 @@ allreduce_direct(struct cpu *cpu, const void *sbuf, void *rbuf, size_t count,
 		memcpy(cpu->tmp + bytes * (size_t)cpu->rank, sbuf, bytes);
 		mine = cpu->tmp + bytes * (size_t)cpu->rank;
 	}
-	for (j = 0; j < cpu->n; j++) {
-		if (j == cpu->rank)
-			continue;
-		x[nx++] = (struct xop){ j, 1, (uint8_t *)mine, bytes, 0 };
-		x[nx++] = (struct xop){ j, 0, cpu->tmp + bytes * (size_t)j,
-		    bytes, 0 };
-	}
-	if ((rc = cpu_xfer(cpu, x, (size_t)nx, deadline, "allreduce")) != 0)
+	rc = direct_all(cpu, mine, cpu->tmp, bytes, deadline, "allreduce");
+	if (rc != 0)
 		return (rc);
-#define SLOT(j) ((j) == cpu->rank ? mine : cpu->tmp + bytes * (size_t)(j))
-	red(rbuf, SLOT(0), SLOT(1), count);
-	for (j = 2; j < cpu->n; j++)
-		red(rbuf, rbuf, SLOT(j), count);
-#undef SLOT
-	if (op == RDZV_AVG)
-		reduce_avg_finish(rbuf, count, dt, cpu->n);
+	direct_reduce(cpu, rbuf, cpu->tmp, mine, cpu->rank, count, dt, op);
 	return (0);
 }
 
@@ -408,10 +448,9 @@ cpu_allgather(struct rdzv_comm *c, const void *sbuf, void *rbuf,
 {
 	struct cpu	*cpu = cpu_of(c);
 	struct ring	 g;
-	struct xop	 x[2 * DIRECT_RANKS_MAX];
 	size_t		 bytes = count * rdzv_dtype_size(dt);
 	uint8_t		*own = (uint8_t *)rbuf + bytes * (size_t)cpu->rank;
-	int		 rc, j, nx = 0;
+	int		 rc;
 
 	if (cpu->n > 1 && bytes > 0 && cpu->shm != NULL)
 		return (shm_allgather(cpu, sbuf, rbuf, bytes, deadline));
@@ -419,16 +458,9 @@ cpu_allgather(struct rdzv_comm *c, const void *sbuf, void *rbuf,
 		memmove(own, sbuf, bytes);
 	if (cpu->n == 1 || bytes == 0)
 		return (0);
-	if (bytes <= cpu->direct_max && cpu->n <= DIRECT_RANKS_MAX) {
-		for (j = 0; j < cpu->n; j++) {
-			if (j == cpu->rank)
-				continue;
-			x[nx++] = (struct xop){ j, 1, own, bytes, 0 };
-			x[nx++] = (struct xop){ j, 0,
-			    (uint8_t *)rbuf + bytes * (size_t)j, bytes, 0 };
-		}
-		return (cpu_xfer(cpu, x, (size_t)nx, deadline, "allgather"));
-	}
+	if (bytes <= cpu->direct_max && cpu->n <= DIRECT_RANKS_MAX)
+		return (direct_all(cpu, own, rbuf, bytes, deadline,
+		    "allgather"));
 	ring_init(&g, cpu, dt, RDZV_SUM);
 	if ((rc = ring_segments(&g, count, 1)) != 0)
 		return (rc);
@@ -449,31 +481,17 @@ cpu_broadcast(struct rdzv_comm *c, void *buf, size_t count,
     enum rdzv_dtype dt, int root, int64_t deadline)
 {
 	struct cpu	*cpu = cpu_of(c);
-	struct xop	*x;
+	struct cpu_pass	 ps;
 	size_t		 bytes = count * rdzv_dtype_size(dt), got, sent;
-	uint8_t		*p = buf;
-	ssize_t		 m;
-	int		 pos, prev, next, np, progressed, rc, j, nx = 0;
+	int		 pos, prev, next, rc;
 
 	if (cpu->n == 1 || bytes == 0)
 		return (0);
 	if (cpu->shm != NULL)
 		return (shm_broadcast(cpu, buf, bytes, root, deadline));
-	if (bytes <= cpu->direct_max) {
-		if (cpu->rank != root) {
-			struct xop	one = { root, 0, buf, bytes, 0 };
-
-			return (cpu_xfer(cpu, &one, 1, deadline, "broadcast"));
-		}
-		if ((x = calloc((size_t)cpu->n, sizeof *x)) == NULL)
-			return (RDZV_ENOMEM);
-		for (j = 0; j < cpu->n; j++)
-			if (j != root)
-				x[nx++] = (struct xop){ j, 1, buf, bytes, 0 };
-		rc = cpu_xfer(cpu, x, (size_t)nx, deadline, "broadcast");
-		free(x);
-		return (rc);
-	}
+	if (bytes <= cpu->direct_max)
+		return (direct_star(cpu, root, 0, buf, buf, 0, bytes, deadline,
+		    "broadcast"));
 	/* A chain root -> root+1 -> ...: each rank forwards what it has. */
 	pos = mod(cpu->rank - root, cpu->n);
 	prev = mod(cpu->rank - 1, cpu->n);
@@ -481,32 +499,10 @@ cpu_broadcast(struct rdzv_comm *c, void *buf, size_t count,
 	got = pos == 0 ? bytes : 0;
 	sent = pos == cpu->n - 1 ? bytes : 0;
 	while (got < bytes || sent < bytes) {
-		progressed = 0;
-		np = 0;
-		if (got < bytes) {
-			if ((m = cpu_recv_some(cpu, prev, p + got,
-			    bytes - got)) < 0)
-				return ((int)m);
-			got += (size_t)m;
-			progressed |= m > 0;
-			if (got < bytes) {
-				cpu->pfd[np].fd = cpu->links[prev].fd;
-				cpu->pfd[np++].events = POLLIN;
-			}
-		}
-		if (sent < got) {
-			if ((m = cpu_send_some(cpu, next, p + sent,
-			    got - sent)) < 0)
-				return ((int)m);
-			sent += (size_t)m;
-			progressed |= m > 0;
-			if (sent < got) {
-				cpu->pfd[np].fd = cpu->links[next].fd;
-				cpu->pfd[np++].events = POLLOUT;
-			}
-		}
-		if (!progressed && np > 0 &&
-		    (rc = cpu_poll(cpu, np, deadline, "broadcast")) != 0)
+		cpu_pass_begin(&ps, cpu);
+		if ((rc = cpu_pass_move(&ps, prev, 0, buf, &got, bytes)) != 0 ||
+		    (rc = cpu_pass_move(&ps, next, 1, buf, &sent, got)) != 0 ||
+		    (rc = cpu_pass_wait(&ps, deadline, "broadcast")) != 0)
 			return (rc);
 	}
 	return (0);
@@ -516,40 +512,22 @@ static int
 reduce_direct(struct cpu *cpu, const void *sbuf, void *rbuf, size_t count,
     enum rdzv_dtype dt, enum rdzv_op op, int root, int64_t deadline)
 {
-	struct xop	*x;
 	size_t		 bytes = count * rdzv_dtype_size(dt);
-	reduce3_fn	 red = reduce3_get(dt, op);
 	const uint8_t	*mine = sbuf;
-	int		 j, nx = 0, rc;
+	int		 rc;
 
-	if (cpu->rank != root) {
-		struct xop	one = { root, 1, (uint8_t *)sbuf, bytes, 0 };
-
-		return (cpu_xfer(cpu, &one, 1, deadline, "reduce"));
-	}
-	if ((rc = cpu_tmp(cpu, bytes * (size_t)cpu->n)) != 0)
+	if (cpu->rank == root &&
+	    (rc = cpu_tmp(cpu, bytes * (size_t)cpu->n)) != 0)
 		return (rc);
-	if ((x = calloc((size_t)cpu->n, sizeof *x)) == NULL)
-		return (RDZV_ENOMEM);
-	for (j = 0; j < cpu->n; j++)
-		if (j != root)
-			x[nx++] = (struct xop){ j, 0,
-			    cpu->tmp + bytes * (size_t)j, bytes, 0 };
-	rc = cpu_xfer(cpu, x, (size_t)nx, deadline, "reduce");
-	free(x);
-	if (rc != 0)
+	rc = direct_star(cpu, root, 1, sbuf, cpu->tmp, bytes, bytes, deadline,
+	    "reduce");
+	if (rc != 0 || cpu->rank != root)
 		return (rc);
 	if (sbuf == rbuf) {
 		memcpy(cpu->tmp + bytes * (size_t)root, sbuf, bytes);
 		mine = cpu->tmp + bytes * (size_t)root;
 	}
-#define SLOT(j) ((j) == root ? mine : cpu->tmp + bytes * (size_t)(j))
-	red(rbuf, SLOT(0), SLOT(1), count);
-	for (j = 2; j < cpu->n; j++)
-		red(rbuf, rbuf, SLOT(j), count);
-#undef SLOT
-	if (op == RDZV_AVG)
-		reduce_avg_finish(rbuf, count, dt, cpu->n);
+	direct_reduce(cpu, rbuf, cpu->tmp, mine, root, count, dt, op);
 	return (0);
 }
 
@@ -563,8 +541,8 @@ cpu_reduce(struct rdzv_comm *c, const void *sbuf, void *rbuf, size_t count,
 	reduce3_fn	 red = reduce3_get(dt, op);
 	const uint8_t	*in = sbuf;
 	uint8_t		*acc, *tmp;
-	ssize_t		 m;
-	int		 pos, prev, next, np, progressed, rc;
+	struct cpu_pass	 ps;
+	int		 pos, prev, next, rc;
 
 	if (cpu->n == 1 || bytes == 0) {
 		if (bytes > 0 && sbuf != rbuf)
@@ -597,15 +575,9 @@ cpu_reduce(struct rdzv_comm *c, const void *sbuf, void *rbuf, size_t count,
 	got = red_to = 0;
 	sent = pos == cpu->n - 1 ? bytes : 0;
 	while (red_to < bytes || sent < bytes) {
-		progressed = 0;
-		np = 0;
-		if (got < bytes) {
-			if ((m = cpu_recv_some(cpu, prev, tmp + got,
-			    bytes - got)) < 0)
-				return ((int)m);
-			got += (size_t)m;
-			progressed |= m > 0;
-		}
+		cpu_pass_begin(&ps, cpu);
+		if ((rc = cpu_pass_move(&ps, prev, 0, tmp, &got, bytes)) != 0)
+			return (rc);
 		if (got - red_to >= cpu->chunk || got == bytes) {
 			to = got == bytes ? bytes : got - got % es;
 			if (to > red_to) {
@@ -615,26 +587,11 @@ cpu_reduce(struct rdzv_comm *c, const void *sbuf, void *rbuf, size_t count,
 					reduce_avg_finish(acc + red_to,
 					    (to - red_to) / es, dt, cpu->n);
 				red_to = to;
-				progressed = 1;
+				ps.progressed = 1;
 			}
 		}
-		if (got < bytes) {
-			cpu->pfd[np].fd = cpu->links[prev].fd;
-			cpu->pfd[np++].events = POLLIN;
-		}
-		if (sent < red_to) {
-			if ((m = cpu_send_some(cpu, next, acc + sent,
-			    red_to - sent)) < 0)
-				return ((int)m);
-			sent += (size_t)m;
-			progressed |= m > 0;
-			if (sent < red_to) {
-				cpu->pfd[np].fd = cpu->links[next].fd;
-				cpu->pfd[np++].events = POLLOUT;
-			}
-		}
-		if (!progressed && np > 0 &&
-		    (rc = cpu_poll(cpu, np, deadline, "reduce")) != 0)
+		if ((rc = cpu_pass_move(&ps, next, 1, acc, &sent, red_to)) != 0 ||
+		    (rc = cpu_pass_wait(&ps, deadline, "reduce")) != 0)
 			return (rc);
 	}
 	return (0);
@@ -647,29 +604,15 @@ cpu_gather(struct rdzv_comm *c, const void *sbuf, void *rbuf, size_t count,
     enum rdzv_dtype dt, int root, int64_t deadline)
 {
 	struct cpu	*cpu = cpu_of(c);
-	struct xop	*x;
 	size_t		 bytes = count * rdzv_dtype_size(dt);
-	int		 j, nx = 0, rc;
 
 	if (cpu->rank == root && bytes > 0 &&
 	    (uint8_t *)rbuf + bytes * (size_t)root != sbuf)
 		memmove((uint8_t *)rbuf + bytes * (size_t)root, sbuf, bytes);
 	if (cpu->n == 1 || bytes == 0)
 		return (0);
-	if (cpu->rank != root) {
-		struct xop	one = { root, 1, (uint8_t *)sbuf, bytes, 0 };
-
-		return (cpu_xfer(cpu, &one, 1, deadline, "gather"));
-	}
-	if ((x = calloc((size_t)cpu->n, sizeof *x)) == NULL)
-		return (RDZV_ENOMEM);
-	for (j = 0; j < cpu->n; j++)
-		if (j != root)
-			x[nx++] = (struct xop){ j, 0,
-			    (uint8_t *)rbuf + bytes * (size_t)j, bytes, 0 };
-	rc = cpu_xfer(cpu, x, (size_t)nx, deadline, "gather");
-	free(x);
-	return (rc);
+	return (direct_star(cpu, root, 1, sbuf, rbuf, bytes, bytes, deadline,
+	    "gather"));
 }
 
 int
@@ -677,9 +620,7 @@ cpu_scatter(struct rdzv_comm *c, const void *sbuf, void *rbuf, size_t count,
     enum rdzv_dtype dt, int root, int64_t deadline)
 {
 	struct cpu	*cpu = cpu_of(c);
-	struct xop	*x;
 	size_t		 bytes = count * rdzv_dtype_size(dt);
-	int		 j, nx = 0, rc;
 
 	if (cpu->rank == root && bytes > 0 &&
 	    (const uint8_t *)sbuf + bytes * (size_t)root != rbuf)
@@ -687,20 +628,8 @@ cpu_scatter(struct rdzv_comm *c, const void *sbuf, void *rbuf, size_t count,
 		    bytes);
 	if (cpu->n == 1 || bytes == 0)
 		return (0);
-	if (cpu->rank != root) {
-		struct xop	one = { root, 0, rbuf, bytes, 0 };
-
-		return (cpu_xfer(cpu, &one, 1, deadline, "scatter"));
-	}
-	if ((x = calloc((size_t)cpu->n, sizeof *x)) == NULL)
-		return (RDZV_ENOMEM);
-	for (j = 0; j < cpu->n; j++)
-		if (j != root)
-			x[nx++] = (struct xop){ j, 1,
-			    (uint8_t *)sbuf + bytes * (size_t)j, bytes, 0 };
-	rc = cpu_xfer(cpu, x, (size_t)nx, deadline, "scatter");
-	free(x);
-	return (rc);
+	return (direct_star(cpu, root, 0, rbuf, sbuf, bytes, bytes, deadline,
+	    "scatter"));
 }
 
 int
