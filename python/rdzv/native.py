@@ -232,11 +232,40 @@ def connect(host, port, token=None, tls_ca=None, timeout=CONNECT_S):
         raise
 
 
+CRED_HEADER = b"rdzv job credential v1"     # common/auth.h
+
+
+def job_credential(token):
+    """(job, key) when token (a token file's bytes) is a job credential
+    (rdzvctl credential; common/auth.c rdzv_cred_parse), else None (the
+    operator's secret); raises ValueError for a malformed one."""
+    lines = token.split(b"\n")
+    if lines[0].rstrip(b"\r") != CRED_HEADER:
+        return None
+    if len(lines) != 3 or not lines[1].startswith(b"job ") or \
+        not lines[2].startswith(b"key "):
+        raise ValueError("a malformed job credential: want \"job ID\" "
+            "and \"key HEX\" lines")
+    job, key = lines[1][4:], lines[2][4:]
+    if not 1 <= len(job) <= 256 or \
+        any(c <= 0x20 or c >= 0x7f for c in job) or len(key) != 64:
+        raise ValueError("a malformed job credential")
+    return job, bytes.fromhex(key.decode("ascii"))
+
+
 def _authenticate(sock, token, where):
-    """Answers rdzvd's challenge with the token and checks its proof."""
+    """Answers rdzvd's challenge with the token and checks its proof.
+    A job credential's key makes the MACs, and AUTH names its job."""
     if token is None:
         raise RdzvError(EAUTH, "rdzvd at %s requires a token: pass "
             "token_file= in --rdzv_conf or set RDZV_TOKEN_FILE" % where)
+    try:
+        cred = job_credential(token)
+    except ValueError as e:
+        raise RdzvError(EAUTH, "the token file is %s" % e) from None
+    extra = []
+    if cred is not None:
+        extra, token = [cred[0]], cred[1]
     op, flags, _, f = read_frame(sock)
     if op != OP_AUTH_CHALLENGE or flags != F_PUSH or len(f) != 1 or \
         len(f[0]) != 32:
@@ -244,7 +273,7 @@ def _authenticate(sock, token, where):
     sn, cn = f[0], os.urandom(32)
     mac = hmac.new(token, b"rdzv-auth-v1 client" + sn + cn,
         hashlib.sha256).digest()
-    sock.sendall(frame(OP_AUTH, [cn, mac], 1))
+    sock.sendall(frame(OP_AUTH, [cn, mac] + extra, 1))
     op, flags, id, f = read_frame(sock)
     if op != OP_AUTH or id != 1 or not flags & F_REPLY:
         raise RdzvError(EPROTO, "unexpected frame from %s while "
