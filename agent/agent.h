@@ -40,6 +40,8 @@ enum agent_rdzv_mode {
 				 * (is_host), or rdzvd running there */
 };
 
+#define AGENT_DEFAULT_ID	"none"	/* --rdzv_id when not given (cli.c) */
+
 struct agent_config {
 	int		 nnodes_min;
 	int		 nnodes_max;
@@ -465,6 +467,11 @@ struct rdzv_cbs {
  */
 int	rdzv_start(struct event_base *, const struct agent_config *,
 	    const struct rdzv_cbs *, void *arg);
+/*
+ * The token file the workers get as RDZV_TOKEN_FILE (NULL: none): the
+ * job's credential, never the operator's secret.
+ */
+const char	*rdzv_worker_token_file(void);
 /* This agent's instance id (hex) and node id (-1 before JOIN). */
 const char	*rdzv_instance(void);
 /* Host of the rdzvd last joined (of --rdzv_endpoint's list): MASTER_ADDR. */

@@ -350,9 +350,9 @@ agent_worker_vars(int local_rank, const struct rdzv_round *r, size_t *np)
 	agent_setenv(&e, &n, &cap, "TORCHELASTIC_ERROR_FILE", "%s",
 	    logs_error_file(local_rank));
 	agent_setenv(&e, &n, &cap, "RDZV_ENDPOINT", "%s", ag.cfg.endpoint);
-	if (ag.cfg.token_file != NULL)
+	if (rdzv_worker_token_file() != NULL)
 		agent_setenv(&e, &n, &cap, "RDZV_TOKEN_FILE", "%s",
-		    ag.cfg.token_file);
+		    rdzv_worker_token_file());
 	if (ag.cfg.tls_ca != NULL)
 		agent_setenv(&e, &n, &cap, "RDZV_TLS_CA", "%s",
 		    ag.cfg.tls_ca);
@@ -1541,6 +1541,13 @@ main(int argc, char **argv)
 	    ag.cfg.rdzv_id, ag.cfg.nproc, ag.cfg.nproc == 1 ? "" : "s",
 	    ag.cfg.nnodes_min, ag.cfg.nnodes_max, ag.cfg.rdzv_backend,
 	    ag.cfg.endpoint, ag.embedded ? " (hosted here)" : "");
+	/* A shared rdzvd: two users who both left the id alone would share
+	 * a job, each one's nodes joining the other's rounds. */
+	if (!ag.embedded && strcmp(ag.cfg.rdzv_id, AGENT_DEFAULT_ID) == 0)
+		log_warnx("--rdzv_id is \"%s\", the default, with the rdzvd at "
+		    "%s: every agent started without --rdzv_id there joins "
+		    "this same job; give each job an id of its own",
+		    AGENT_DEFAULT_ID, ag.cfg.endpoint);
 	if ((rv = rdzv_start(ag.base, &ag.cfg, &agent_rdzv_cbs, NULL)) != 0) {
 		/* A token or CA problem was logged with its file already. */
 		if (rv == RDZV_EINVAL)

@@ -160,6 +160,8 @@ static struct wire_limits		 rc_lim;
 static unsigned				 rc_gen;	/* bumps on drop */
 static uint8_t				*rc_token;	/* NULL: none */
 static size_t				 rc_tokenlen;
+static char				 rc_wtoken[PATH_MAX]; /* workers' */
+static int				 rc_wtoken_ours; /* unlink at end */
 static struct hs			 rc_hs;		/* in RC_HELLO */
 static int				 rc_hb_ms;	/* heartbeat period */
 static int				 rc_lease_ms;	/* the job's, from JOIN */
@@ -1106,6 +1108,82 @@ rdzv_endpoints(const struct agent_config *cfg)
 	return (0);
 }
 
+/*
+ * What the workers get as RDZV_TOKEN_FILE: never the operator's secret.
+ * A job credential (rdzvctl credential) must name this job and is handed
+ * on as it is; from the operator's secret the job's credential is
+ * derived and written to a file of mode 0600 in $TMPDIR, removed by
+ * rdzv_shutdown().  Returns 0 or RDZV_EAUTH (logged).
+ */
+static int
+rdzv_worker_cred(const struct agent_config *cfg)
+{
+	struct rdzv_cred	 cred;
+	const char		*tmp;
+	char			 why[512], text[RDZV_CRED_FILE_MAX + 1];
+	int			 kind, fd, n, rv = RDZV_EAUTH;
+
+	kind = rdzv_cred_parse(rc_token, rc_tokenlen, &cred, why, sizeof why);
+	if (kind < 0) {
+		log_warnx("--token_file %s is %s", cfg->token_file, why);
+		return (RDZV_EAUTH);
+	}
+	if (kind == 1) {
+		if (strcmp(cred.job, cfg->rdzv_id) != 0) {
+			log_warnx("--token_file %s is the credential of job "
+			    "%s, but --rdzv_id is %s: give this job's (rdzvctl "
+			    "credential %s)", cfg->token_file, cred.job,
+			    cfg->rdzv_id, cfg->rdzv_id);
+			goto out;
+		}
+		if (strlcpy(rc_wtoken, cfg->token_file, sizeof rc_wtoken) >=
+		    sizeof rc_wtoken)
+			goto out;
+		rv = 0;
+		goto out;
+	}
+	/* The operator's secret: the workers get the job's credential. */
+	if ((tmp = getenv("TMPDIR")) == NULL || *tmp == '\0')
+		tmp = "/tmp";
+	if (strlcpy(cred.job, cfg->rdzv_id, sizeof cred.job) >=
+	    sizeof cred.job)
+		goto out;
+	cred.joblen = strlen(cred.job);
+	if (rdzv_cred_derive(rc_token, rc_tokenlen, cred.job, cred.joblen,
+	    cred.key) != 0 ||
+	    (n = rdzv_cred_format(&cred, text, sizeof text)) < 0) {
+		log_warnx("cannot derive job %s's credential", cred.job);
+		goto out;
+	}
+	if ((size_t)snprintf(rc_wtoken, sizeof rc_wtoken,
+	    "%s/rdzv-cred-XXXXXX", tmp) >= sizeof rc_wtoken ||
+	    (fd = mkstemp(rc_wtoken)) == -1) {
+		log_warn("cannot write the workers' credential in %s", tmp);
+		rc_wtoken[0] = '\0';
+		goto out;
+	}
+	rc_wtoken_ours = 1;
+	if (write(fd, text, (size_t)n) != n) {
+		log_warn("cannot write %s", rc_wtoken);
+		close(fd);
+		goto out;
+	}
+	close(fd);
+	log_info("workers get job %s's credential (%s), not the operator's "
+	    "secret", cred.job, rc_wtoken);
+	rv = 0;
+out:
+	explicit_bzero(text, sizeof text);
+	explicit_bzero(&cred, sizeof cred);
+	return (rv);
+}
+
+const char *
+rdzv_worker_token_file(void)
+{
+	return (rc_wtoken[0] != '\0' ? rc_wtoken : NULL);
+}
+
 int
 rdzv_start(struct event_base *base, const struct agent_config *cfg,
     const struct rdzv_cbs *cbs, void *arg)
@@ -1148,6 +1226,8 @@ rdzv_start(struct event_base *base, const struct agent_config *cfg,
 		if (insecure)
 			log_warnx("token file %s is readable by group or "
 			    "others; chmod 600 it", cfg->token_file);
+		if ((rv = rdzv_worker_cred(cfg)) != 0)
+			return (rv);
 	}
 	if (cfg->tls_ca != NULL) {
 		char	why[512];
@@ -1259,6 +1339,10 @@ rdzv_shutdown(void)
 	struct rdzv_report	*r;
 	size_t			 i;
 
+	if (rc_wtoken_ours) {
+		(void)unlink(rc_wtoken);
+		rc_wtoken_ours = 0;
+	}
 	if (rc_state == RC_CLOSED)
 		return;
 	rdzv_set_state(RC_CLOSED);

@@ -12,7 +12,10 @@
  */
 #include "config.h"
 
+#include <sys/stat.h>
+
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <inttypes.h>
 #include <limits.h>
@@ -25,6 +28,7 @@
 
 #include <jansson.h>
 
+#include "auth.h"
 #include "client.h"
 #include "ctl.h"
 #include "hostport.h"
@@ -47,7 +51,8 @@
 #define OPT_AFTER	0x08
 #define OPT_COUNT	0x10
 #define OPT_NOW		0x20
-#define OPT_LAST	OPT_NOW		/* the highest */
+#define OPT_OUT		0x40
+#define OPT_LAST	OPT_OUT		/* the highest */
 
 struct ctl {
 	struct ctl_opts	 o;
@@ -59,6 +64,7 @@ struct ctl {
 	int64_t		 after;
 	int64_t		 count;		/* top: views, 0 until closed */
 	int		 now;		/* evict: drop at once */
+	const char	*out;		/* credential: the file to write */
 	const char	*cmd;
 	char		 errmsg[256];
 };
@@ -81,6 +87,7 @@ static int	cmd_kv(struct ctl *, int, char **);
 static int	cmd_close(struct ctl *, int, char **);
 static int	cmd_evict(struct ctl *, int, char **);
 static int	cmd_forget(struct ctl *, int, char **);
+static int	cmd_credential(struct ctl *, int, char **);
 
 static const struct cmd cmds[] = {
 	{ "status", "status",
@@ -157,6 +164,16 @@ static const struct cmd cmds[] = {
 	  "starts a new job from round 1).  A job that is forming or running\n"
 	  "is refused: close it first.\n",
 	  0, 1, 1, cmd_forget },
+	{ "credential", "credential JOB [--out FILE]",
+	  "Prints the credential of job JOB, derived from the operator's\n"
+	  "secret (--token-file; rdzvd is not asked).  Give it to the job's\n"
+	  "nodes instead of the secret (a Slurm prolog, a Kubernetes Secret):\n"
+	  "rdzv-agent --token_file takes it, and the job's agents and workers\n"
+	  "then reach that job's rounds, keys, events and progress only, never\n"
+	  "another job's, the root namespace, or close of another job, evict,\n"
+	  "forget, status and jobs (doc/security.md).\n"
+	  "  --out FILE     write it to FILE (mode 0600) instead of stdout\n",
+	  OPT_OUT, 1, 1, cmd_credential },
 };
 #define NCMDS	(sizeof cmds / sizeof cmds[0])
 
@@ -1206,10 +1223,85 @@ cmd_evict(struct ctl *ctl, int argc, char **argv)
 	return CTL_EXIT_OK;
 }
 
+/*
+ * credential JOB: the job's credential, derived here from the operator's
+ * secret; nothing is sent to rdzvd.
+ */
+static int
+cmd_credential(struct ctl *ctl, int argc, char **argv)
+{
+	struct rdzv_cred	 cred;
+	uint8_t			*tok = NULL;
+	size_t			 toklen = 0;
+	char			 text[RDZV_CRED_FILE_MAX + 1], why[512];
+	int			 insecure, n, fd, rv = CTL_EXIT_SERVER;
+	FILE			*f;
+
+	if (ctl->o.token_file == NULL) {
+		fprintf(stderr, "rdzvctl: credential needs the operator's "
+		    "secret: --token-file FILE or RDZV_TOKEN_FILE\n");
+		return CTL_EXIT_USAGE;
+	}
+	if (!rdzv_cred_job_ok(argv[0], strlen(argv[0])))
+		return usage_error("credential: \"%s\" is not a job id (1 to "
+		    "%d printable characters, no space)", argv[0],
+		    RDZV_CRED_JOB_MAX);
+	if (rdzv_token_load(ctl->o.token_file, &tok, &toklen, &insecure, why,
+	    sizeof why) != 0) {
+		fprintf(stderr, "rdzvctl: %s\n", why);
+		return CTL_EXIT_SERVER;
+	}
+	if (rdzv_cred_parse(tok, toklen, &cred, why, sizeof why) != 0) {
+		fprintf(stderr, "rdzvctl: %s is a job credential, not the "
+		    "operator's secret: a credential is derived from the "
+		    "secret (rdzvd's --token-file)\n", ctl->o.token_file);
+		goto out;
+	}
+	memcpy(cred.job, argv[0], strlen(argv[0]) + 1);
+	cred.joblen = strlen(argv[0]);
+	if (rdzv_cred_derive(tok, toklen, cred.job, cred.joblen,
+	    cred.key) != 0 ||
+	    (n = rdzv_cred_format(&cred, text, sizeof text)) < 0) {
+		fprintf(stderr, "rdzvctl: cannot derive the credential\n");
+		goto out;
+	}
+	if (ctl->out == NULL) {
+		fwrite(text, 1, (size_t)n, stdout);
+		rv = fflush(stdout) == 0 ? CTL_EXIT_OK : CTL_EXIT_SERVER;
+		goto out;
+	}
+	if ((fd = open(ctl->out, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC,
+	    0600)) == -1 || fchmod(fd, 0600) != 0 ||
+	    (f = fdopen(fd, "w")) == NULL) {
+		fprintf(stderr, "rdzvctl: cannot write %s: %s\n", ctl->out,
+		    strerror(errno));
+		goto out;
+	}
+	fwrite(text, 1, (size_t)n, f);
+	if (fclose(f) != 0) {
+		fprintf(stderr, "rdzvctl: cannot write %s: %s\n", ctl->out,
+		    strerror(errno));
+		goto out;
+	}
+	if (!ctl->json)
+		fprintf(stderr, "wrote job %s's credential to %s\n", cred.job,
+		    ctl->out);
+	rv = CTL_EXIT_OK;
+out:
+	explicit_bzero(text, sizeof text);
+	explicit_bzero(&cred, sizeof cred);
+	if (tok != NULL) {
+		explicit_bzero(tok, toklen);
+		free(tok);
+	}
+	return rv;
+}
+
 /* ---- the command line ---- */
 
 enum {
-	O_TOKEN_FILE = 256, O_NS, O_REASON, O_AFTER, O_TLS_CA, O_COUNT, O_NOW
+	O_TOKEN_FILE = 256, O_NS, O_REASON, O_AFTER, O_TLS_CA, O_COUNT, O_NOW,
+	O_OUT
 };
 
 static const struct option longopts[] = {
@@ -1226,6 +1318,7 @@ static const struct option longopts[] = {
 	{ "after",	required_argument,	NULL,	O_AFTER },
 	{ "count",	required_argument,	NULL,	O_COUNT },
 	{ "now",	no_argument,		NULL,	O_NOW },
+	{ "out",	required_argument,	NULL,	O_OUT },
 	{ NULL,		0,			NULL,	0 }
 };
 
@@ -1238,6 +1331,7 @@ opt_name(unsigned bit)
 	case OPT_FOLLOW:	return "--follow";
 	case OPT_COUNT:		return "--count";
 	case OPT_NOW:		return "--now";
+	case OPT_OUT:		return "--out";
 	}
 	return "--after";
 }
@@ -1338,6 +1432,10 @@ main(int argc, char **argv)
 		case O_NOW:
 			ctl.now = 1;
 			ctl.given |= OPT_NOW;
+			break;
+		case O_OUT:
+			ctl.out = optarg;
+			ctl.given |= OPT_OUT;
 			break;
 		case ':':
 			return usage_error("%s needs a value",

@@ -63,6 +63,10 @@ hs_start(struct hs *hs, const struct hs_config *cfg, struct evbuffer *out)
 	if (hs->cfg.random == NULL)
 		hs->cfg.random = rdzv_random;
 	hs->state = HS_PREAMBLE;
+	/* A malformed credential fails only if rdzvd asks for a token. */
+	if (hs->cfg.token != NULL)
+		hs->cred_kind = rdzv_cred_parse(hs->cfg.token,
+		    hs->cfg.tokenlen, &hs->cred, hs->why, sizeof hs->why);
 	if (nat_preamble_put(out, NAT_VERSION) != 0)
 		return (hs_fail(hs, RDZV_ENOMEM, "out of memory"));
 	return (0);
@@ -102,17 +106,42 @@ hs_preamble(struct hs *hs, const uint8_t *p, size_t len, size_t *used)
 	if (hs->cfg.token == NULL)
 		return (hs_fail(hs, RDZV_EAUTH, "rdzvd requires a token: pass "
 		    "%s or set RDZV_TOKEN_FILE", hs->cfg.token_flag));
+	if (hs->cred_kind < 0) {
+		char	why[sizeof hs->why];
+
+		memcpy(why, hs->why, sizeof why);
+		return (hs_fail(hs, RDZV_EINVAL, "the file given with %s is "
+		    "%s", hs->cfg.token_flag, why));
+	}
 	hs_set_state(hs, HS_CHALLENGE);
 	return (0);
 }
 
-/* The challenge: answers rdzvd's nonce with ours and our MAC. */
+/* The key our MACs are made with: the job's, or the operator's secret. */
+static void
+hs_key(const struct hs *hs, const void **key, size_t *len)
+{
+	if (hs->cred_kind == 1) {
+		*key = hs->cred.key;
+		*len = sizeof hs->cred.key;
+	} else {
+		*key = hs->cfg.token;
+		*len = hs->cfg.tokenlen;
+	}
+}
+
+/*
+ * The challenge: answers rdzvd's nonce with ours and our MAC, and, with
+ * a job credential, the job it speaks for (rdzvd derives its key).
+ */
 static int
 hs_challenge(struct hs *hs, const struct nat_msg *m, struct evbuffer *out)
 {
 	struct nat_rd	rd;
 	struct nat_wr	wr;
 	struct slice	s;
+	const void	*key;
+	size_t		 keylen;
 	uint8_t		mac[NAT_MAC_LEN];
 
 	if (m->op != NAT_OP_AUTH_CHALLENGE || m->flags != NAT_F_PUSH)
@@ -125,14 +154,17 @@ hs_challenge(struct hs *hs, const struct nat_msg *m, struct evbuffer *out)
 		return (hs_fail(hs, RDZV_EPROTO, "malformed challenge from %s",
 		    hs->cfg.endpoint));
 	memcpy(hs->sn, s.p, NAT_NONCE_LEN);
+	hs_key(hs, &key, &keylen);
 	if (hs->cfg.random(hs->cn, sizeof hs->cn) != 0 ||
-	    nat_auth_mac(hs->cfg.token, hs->cfg.tokenlen, NAT_AUTH_CLIENT_TAG,
+	    nat_auth_mac(key, keylen, NAT_AUTH_CLIENT_TAG,
 	    hs->sn, hs->cn, mac) != 0)
 		return (hs_fail(hs, RDZV_EIO, "cannot answer the challenge: "
 		    "no random bytes or no HMAC"));
 	if (nat_frame_begin(&wr, out, NAT_OP_AUTH, 0, HS_AUTH_ID) != 0 ||
 	    nat_put_bytes(&wr, hs->cn, sizeof hs->cn) != 0 ||
 	    nat_put_bytes(&wr, mac, sizeof mac) != 0 ||
+	    (hs->cred_kind == 1 &&
+	    nat_put_bytes(&wr, hs->cred.job, hs->cred.joblen) != 0) ||
 	    nat_frame_end(&wr) != 0)
 		return (hs_fail(hs, RDZV_ENOMEM, "out of memory"));
 	hs_set_state(hs, HS_PROVE);
@@ -146,6 +178,8 @@ hs_prove(struct hs *hs, const struct nat_msg *m)
 	struct nat_rd	rd;
 	struct slice	s;
 	int64_t		code;
+	const void	*key;
+	size_t		 keylen;
 	uint8_t		mac[NAT_MAC_LEN];
 	char		text[256];
 
@@ -160,6 +194,11 @@ hs_prove(struct hs *hs, const struct nat_msg *m)
 		    code >= 0 || code < RDZV_ERR_MIN)
 			return (hs_fail(hs, RDZV_EPROTO, "malformed error reply "
 			    "from %s", hs->cfg.endpoint));
+		if (code == RDZV_EAUTH && hs->cred_kind == 1)
+			return (hs_fail(hs, RDZV_EAUTH, "rdzvd refused our "
+			    "credential for job %s: make it again with "
+			    "rdzvctl credential (%s)", hs->cred.job,
+			    hs->cfg.token_flag));
 		if (code == RDZV_EAUTH)
 			return (hs_fail(hs, RDZV_EAUTH, "rdzvd refused our "
 			    "token: check %s against rdzvd's --token-file",
@@ -172,7 +211,8 @@ hs_prove(struct hs *hs, const struct nat_msg *m)
 	    s.len != NAT_MAC_LEN)
 		return (hs_fail(hs, RDZV_EPROTO, "malformed AUTH reply from %s",
 		    hs->cfg.endpoint));
-	if (nat_auth_mac(hs->cfg.token, hs->cfg.tokenlen, NAT_AUTH_SERVER_TAG,
+	hs_key(hs, &key, &keylen);
+	if (nat_auth_mac(key, keylen, NAT_AUTH_SERVER_TAG,
 	    hs->cn, hs->sn, mac) != 0)
 		return (hs_fail(hs, RDZV_EIO, "cannot check rdzvd's proof: no "
 		    "HMAC"));

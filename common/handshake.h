@@ -17,6 +17,7 @@
  *     | preamble with NAT_PRE_AUTH (and a token to answer with)
  *     v
  *   HS_CHALLENGE --AUTH_CHALLENGE push: our nonce and MAC out--> HS_PROVE
+ *                  (and our job, when the token is a job credential)
  *                                                                  |
  *   HS_OPEN <--AUTH reply whose MAC proves rdzvd holds the token---+
  *
@@ -30,6 +31,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "auth.h"
 #include "wire.h"
 
 struct evbuffer;
@@ -41,7 +43,9 @@ struct evbuffer;
 
 /* What the driver tells the machine; pointers are borrowed until done. */
 struct hs_config {
-	const void	*token;		/* NULL: none; a challenge then fails */
+	const void	*token;		/* NULL: none; a challenge then fails.
+					 * The operator's secret or a job
+					 * credential file's bytes (auth.h) */
 	size_t		 tokenlen;
 	const char	*endpoint;	/* names rdzvd in reasons */
 	const char	*token_flag;	/* the driver's option for a token file */
@@ -65,6 +69,8 @@ struct hs {
 	int			 code;		/* the failure's RDZV_E* */
 	uint8_t			 sn[NAT_NONCE_LEN];	/* rdzvd's nonce */
 	uint8_t			 cn[NAT_NONCE_LEN];	/* ours */
+	int			 cred_kind;	/* rdzv_cred_parse() of token */
+	struct rdzv_cred	 cred;		/* cred_kind 1: the job's */
 	char			 why[512];	/* the failure's reason */
 };
 
@@ -86,6 +92,7 @@ int	hs_start(struct hs *, const struct hs_config *cfg, struct evbuffer *out);
  *   RDZV_EVERSION  rdzvd refused our protocol version
  *   RDZV_EAUTH     a token is wanted and none was given, rdzvd refused
  *                  ours, or rdzvd did not prove it holds the same one
+ *   RDZV_EINVAL    the token is a malformed job credential
  *   RDZV_EPROTO    the peer is not rdzvd (bad preamble or frame)
  *   RDZV_EIO, RDZV_ENOMEM  a local failure (random bytes, HMAC, memory)
  *   another        rdzvd refused AUTH with that code

@@ -213,7 +213,8 @@ enum nat_op {
 
 	/* Authentication (PROTOCOL.md "Authentication"). */
 	NAT_OP_AUTH_CHALLENGE = 34, /* push: b server_nonce (32 bytes) */
-	NAT_OP_AUTH = 35,	/* b client_nonce (32), b mac (32)
+	NAT_OP_AUTH = 35,	/* b client_nonce (32), b mac (32) [, b job:
+				 * the MACs are the job credential's]
 				 * -> b server_mac (32) | EAUTH + close */
 	/* Repair (PROTOCOL.md "Repair rounds"). */
 	NAT_OP_READY = 36,	/* b job, i node_id, i round, i local_rank

@@ -42,6 +42,7 @@ static const char *err_names[ERRK_COUNT] = {
 	[ERRK_TLS_HANDSHAKE] = "tls_handshake",
 	[ERRK_TLS_REQUIRED] = "tls_required",
 	[ERRK_TLS_NOT_CONFIGURED] = "tls_not_configured",
+	[ERRK_FORBIDDEN] = "forbidden",
 };
 
 static const char *dialect_names[DIALECT_COUNT] = {

@@ -5,16 +5,21 @@
  * answer out of order; each wait in flight is a `struct pending` on its
  * connection, with its own deadline, found by id for CANCEL.  Semantic
  * failures (a missing key, a timeout) are error replies; a frame that
- * breaks the protocol or a limit closes the connection.
+ * breaks the protocol or a limit closes the connection.  A connection
+ * that proved a job credential (c->scope) reaches its own job only: each
+ * op's row in native_handlers says what it may touch (doc/security.md).
  */
 #include "config.h"
 
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include <event2/buffer.h>
 #include <event2/event.h>
 
+#include "auth.h"
 #include "log.h"
 #include "rdzv_err.h"
 #include "rdzvd.h"
@@ -54,6 +59,8 @@ native_conn_free(struct conn *c)
 
 	while ((pd = LIST_FIRST(&c->pending)) != NULL)
 		pending_free(pd);
+	free(c->scope);
+	c->scope = NULL;
 }
 
 /* An empty successful reply. */
@@ -253,18 +260,28 @@ list_put_cb(void *arg, struct slice key)
 	nat_put_bytes(((struct list_acc *)arg)->wr, key.p, key.len);
 }
 
-/* AUTH: checks the client's MAC over our nonce and answers with ours. */
+/*
+ * AUTH: checks the client's MAC over our nonce and answers with ours.
+ * With a third field, the job it speaks for, the MACs are made with that
+ * job's credential, derived here from the operator's secret, and the
+ * connection is scoped to that job.
+ */
 static int
 native_auth(struct conn *c, const struct nat_msg *m, const char **why)
 {
 	struct nat_rd	rd;
 	struct nat_wr	wr;
-	struct slice	cn, mac;
+	struct slice	cn, mac, job = { NULL, 0 };
 	uint8_t		want[NAT_MAC_LEN], ours[NAT_MAC_LEN];
+	uint8_t		jkey[RDZV_CRED_KEY_LEN];
+	const void	*key = server.token;
+	size_t		keylen = server.tokenlen;
+	int		rc = 0;
 
 	metrics.ops[OPK_ADMIN]++;
 	nat_rd_init(&rd, m->payload);
 	if (nat_get_bytes(&rd, &cn) != 0 || nat_get_bytes(&rd, &mac) != 0 ||
+	    (rd.left > 0 && nat_get_bytes(&rd, &job) != 0) ||
 	    nat_rd_end(&rd) != 0 || cn.len != NAT_NONCE_LEN ||
 	    mac.len != NAT_MAC_LEN) {
 		*why = "malformed AUTH";
@@ -274,24 +291,48 @@ native_auth(struct conn *c, const struct nat_msg *m, const char **why)
 		reply_error(c, m->op, m->id, RDZV_EINVAL);
 		return 0;
 	}
-	if (nat_auth_mac(server.token, server.tokenlen, NAT_AUTH_CLIENT_TAG,
-	    c->nonce, cn.p, want) != 0 || !nat_mac_equal(want, mac.p)) {
-		nat_put_error(c->out, m->op, m->id, RDZV_EAUTH,
-		    "wrong token");
-		*why = "wrong token";
-		return RDZV_EAUTH;
+	if (job.p != NULL) {
+		if (rdzv_cred_derive(server.token, server.tokenlen, job.p,
+		    job.len, jkey) != 0) {
+			nat_put_error(c->out, m->op, m->id, RDZV_EAUTH,
+			    "not a valid job id");
+			*why = "AUTH for an invalid job id";
+			return RDZV_EAUTH;
+		}
+		key = jkey;
+		keylen = sizeof jkey;
 	}
-	if (nat_auth_mac(server.token, server.tokenlen, NAT_AUTH_SERVER_TAG,
-	    cn.p, c->nonce, ours) != 0) {
+	if (nat_auth_mac(key, keylen, NAT_AUTH_CLIENT_TAG, c->nonce, cn.p,
+	    want) != 0 || !nat_mac_equal(want, mac.p)) {
+		nat_put_error(c->out, m->op, m->id, RDZV_EAUTH, job.p != NULL ?
+		    "wrong job credential" : "wrong token");
+		*why = job.p != NULL ? "wrong job credential" : "wrong token";
+		rc = RDZV_EAUTH;
+		goto out;
+	}
+	if (nat_auth_mac(key, keylen, NAT_AUTH_SERVER_TAG, cn.p, c->nonce,
+	    ours) != 0) {
 		*why = "HMAC failed";
-		return RDZV_EAUTH;
+		rc = RDZV_EAUTH;
+		goto out;
+	}
+	if (job.p != NULL) {
+		if ((c->scope = malloc(job.len + 1)) == NULL) {
+			*why = "out of memory";
+			rc = RDZV_ENOMEM;
+			goto out;
+		}
+		memcpy(c->scope, job.p, job.len);
+		c->scope[job.len] = '\0';
 	}
 	c->authed = 1;
 	nat_frame_begin(&wr, conn_reply_buf(c), m->op, NAT_F_REPLY, m->id);
 	nat_put_bytes(&wr, ours, sizeof ours);
 	nat_frame_end(&wr);
 	conn_reply_done(c);
-	return 0;
+out:
+	explicit_bzero(jkey, sizeof jkey);
+	return rc;
 }
 
 /*
@@ -318,10 +359,23 @@ struct nat_req {
 #define NF_JOB		0x08	/* b job: a rendezvous or admin op */
 #define NF_PUSH		0x20	/* server to client only */
 
+/*
+ * Who may send an op: what a connection scoped to a job (a job
+ * credential) must own for it.  An unscoped connection (the operator's
+ * secret, or no token at all) may send every op.
+ */
+enum nat_access {
+	NA_ANY,		/* nothing of anyone's: PING, CANCEL */
+	NA_NS,		/* the namespace: a round of its job */
+	NA_JOB,		/* the job field (NF_JOB, or the payload's first) */
+	NA_OPERATOR,	/* never: every job's, or the daemon's */
+};
+
 struct nat_handler {
 	enum op_kind	 kind;	/* the metrics counter */
 	int		 flags;
 	int		(*fn)(struct nat_req *);
+	enum nat_access	 access;
 };
 
 static int
@@ -877,56 +931,61 @@ native_join_failure(struct nat_req *r)
  * table (it is the one op allowed before authentication).
  */
 static const struct nat_handler native_handlers[NAT_OP_MAX + 1] = {
-	[NAT_OP_PING] = { OPK_PING, 0, native_ping },
-	[NAT_OP_SET] = { OPK_SET, NF_NS | NF_KEY | NF_WRITES, native_put },
-	[NAT_OP_GET] = { OPK_GET, NF_NS | NF_KEY, native_get },
-	[NAT_OP_ADD] = { OPK_ADD, NF_NS | NF_KEY | NF_WRITES, native_add },
+	[NAT_OP_PING] = { OPK_PING, 0, native_ping, NA_ANY },
+	[NAT_OP_SET] = { OPK_SET, NF_NS | NF_KEY | NF_WRITES, native_put,
+	    NA_NS },
+	[NAT_OP_GET] = { OPK_GET, NF_NS | NF_KEY, native_get, NA_NS },
+	[NAT_OP_ADD] = { OPK_ADD, NF_NS | NF_KEY | NF_WRITES, native_add,
+	    NA_NS },
 	[NAT_OP_CAS] = { OPK_COMPARE_SET, NF_NS | NF_KEY | NF_WRITES,
-	    native_cas },
-	[NAT_OP_WAIT] = { OPK_WAIT, NF_NS, native_check_wait },
-	[NAT_OP_CHECK] = { OPK_CHECK, NF_NS, native_check_wait },
+	    native_cas, NA_NS },
+	[NAT_OP_WAIT] = { OPK_WAIT, NF_NS, native_check_wait, NA_NS },
+	[NAT_OP_CHECK] = { OPK_CHECK, NF_NS, native_check_wait, NA_NS },
 	[NAT_OP_DELETE] = { OPK_DELETE, NF_NS | NF_KEY | NF_WRITES,
-	    native_delete },
-	[NAT_OP_NUM_KEYS] = { OPK_NUM_KEYS, NF_NS, native_num_keys },
+	    native_delete, NA_NS },
+	[NAT_OP_NUM_KEYS] = { OPK_NUM_KEYS, NF_NS, native_num_keys, NA_NS },
 	[NAT_OP_APPEND] = { OPK_APPEND, NF_NS | NF_KEY | NF_WRITES,
-	    native_put },
-	[NAT_OP_MULTI_GET] = { OPK_MULTI_GET, NF_NS, native_multi_get },
+	    native_put, NA_NS },
+	[NAT_OP_MULTI_GET] = { OPK_MULTI_GET, NF_NS, native_multi_get, NA_NS },
 	[NAT_OP_MULTI_SET] = { OPK_MULTI_SET, NF_NS | NF_WRITES,
-	    native_multi_set },
+	    native_multi_set, NA_NS },
 	[NAT_OP_QUEUE_PUSH] = { OPK_QUEUE_PUSH, NF_NS | NF_KEY | NF_WRITES,
-	    native_put },
+	    native_put, NA_NS },
 	[NAT_OP_QUEUE_POP] = { OPK_QUEUE_POP, NF_NS | NF_KEY | NF_WRITES,
-	    native_queue_pop },
+	    native_queue_pop, NA_NS },
 	[NAT_OP_QUEUE_LEN] = { OPK_QUEUE_LEN, NF_NS | NF_KEY,
-	    native_queue_len },
-	[NAT_OP_LIST_KEYS] = { OPK_LIST_KEYS, NF_NS, native_list_keys },
+	    native_queue_len, NA_NS },
+	[NAT_OP_LIST_KEYS] = { OPK_LIST_KEYS, NF_NS, native_list_keys, NA_NS },
 	[NAT_OP_BARRIER] = { OPK_BARRIER, NF_NS | NF_KEY | NF_WRITES,
-	    native_barrier },
-	[NAT_OP_CANCEL] = { OPK_CANCEL, 0, native_cancel },
-	[NAT_OP_WATCH] = { OPK_WATCH, NF_NS | NF_KEY, native_watch },
+	    native_barrier, NA_NS },
+	[NAT_OP_CANCEL] = { OPK_CANCEL, 0, native_cancel, NA_ANY },
+	[NAT_OP_WATCH] = { OPK_WATCH, NF_NS | NF_KEY, native_watch, NA_NS },
 	[NAT_OP_WATCH_EVENT] = { OPK_WATCH, NF_PUSH, NULL },
-	[NAT_OP_JOIN] = { OPK_JOIN, 0, native_join_failure },
-	[NAT_OP_HEARTBEAT] = { OPK_HEARTBEAT, NF_JOB, native_node_op },
-	[NAT_OP_LEAVE] = { OPK_LEAVE, NF_JOB, native_node_op },
-	[NAT_OP_FAILURE] = { OPK_FAILURE, 0, native_join_failure },
-	[NAT_OP_SUCCEEDED] = { OPK_SUCCEEDED, NF_JOB, native_node_op },
+	[NAT_OP_JOIN] = { OPK_JOIN, 0, native_join_failure, NA_JOB },
+	[NAT_OP_HEARTBEAT] = { OPK_HEARTBEAT, NF_JOB, native_node_op, NA_JOB },
+	[NAT_OP_LEAVE] = { OPK_LEAVE, NF_JOB, native_node_op, NA_JOB },
+	[NAT_OP_FAILURE] = { OPK_FAILURE, 0, native_join_failure, NA_JOB },
+	[NAT_OP_SUCCEEDED] = { OPK_SUCCEEDED, NF_JOB, native_node_op, NA_JOB },
 	[NAT_OP_ROUND] = { OPK_JOIN, NF_PUSH, NULL },
 	[NAT_OP_JOB_STATUS] = { OPK_JOB_STATUS, NF_JOB,
-	    native_job_status },
-	[NAT_OP_ADMIN_STATUS] = { OPK_ADMIN, 0, native_admin_doc },
-	[NAT_OP_ADMIN_JOBS] = { OPK_ADMIN, 0, native_admin_doc },
+	    native_job_status, NA_JOB },
+	[NAT_OP_ADMIN_STATUS] = { OPK_ADMIN, 0, native_admin_doc, NA_OPERATOR },
+	[NAT_OP_ADMIN_JOBS] = { OPK_ADMIN, 0, native_admin_doc, NA_OPERATOR },
 	[NAT_OP_ADMIN_JOB] = { OPK_ADMIN, NF_JOB,
-	    native_admin_job },
+	    native_admin_job, NA_JOB },
 	[NAT_OP_ADMIN_EVENTS] = { OPK_ADMIN, NF_JOB,
-	    native_admin_events },
-	[NAT_OP_ADMIN_CLOSE] = { OPK_ADMIN, NF_JOB, native_admin_close },
-	[NAT_OP_ADMIN_EVICT] = { OPK_ADMIN, NF_JOB, native_node_op },
+	    native_admin_events, NA_JOB },
+	[NAT_OP_ADMIN_CLOSE] = { OPK_ADMIN, NF_JOB, native_admin_close,
+	    NA_JOB },
+	[NAT_OP_ADMIN_EVICT] = { OPK_ADMIN, NF_JOB, native_node_op,
+	    NA_OPERATOR },
 	[NAT_OP_AUTH_CHALLENGE] = { OPK_ADMIN, NF_PUSH, NULL },
 	[NAT_OP_AUTH] = { OPK_ADMIN, 0, NULL },
-	[NAT_OP_READY] = { OPK_READY, 0, native_join_failure },
+	[NAT_OP_READY] = { OPK_READY, 0, native_join_failure, NA_JOB },
 	[NAT_OP_STRAGGLER] = { OPK_JOIN, NF_PUSH, NULL },
 	[NAT_OP_DRAIN] = { OPK_JOIN, NF_PUSH, NULL },
-	[NAT_OP_ADMIN_FORGET] = { OPK_ADMIN, NF_JOB, native_admin_forget },
+	[NAT_OP_ADMIN_FORGET] = { OPK_ADMIN, NF_JOB, native_admin_forget,
+	    NA_OPERATOR },
 };
 
 /*
@@ -956,6 +1015,113 @@ native_prefix(struct nat_req *r, int flags)
 			return RDZV_ETOOBIG;
 	}
 	return 0;
+}
+
+/*
+ * Whether ns is the namespace of one of job's rounds, "job/<job>/round/
+ * <n>": what a job credential's key-value ops may reach.  Nothing else:
+ * not "job/<job>/..." at large, which can be another job's ("job/a/b" of
+ * job "a/b"), nor the root or rdzvd's own (NUL-led) spaces.  A name
+ * ending in "/round/<digits>" names one job and round only, as no digit
+ * is a '/'.
+ */
+static int
+native_ns_in_scope(const char *job, struct slice ns)
+{
+	static const char	 tag[] = "/round/";
+	size_t			 jl = strlen(job), i, n;
+	const uint8_t		*p;
+
+	if (ns.len < 4 + jl + sizeof tag || memcmp(ns.p, "job/", 4) != 0 ||
+	    memcmp(ns.p + 4, job, jl) != 0 ||
+	    memcmp(ns.p + 4 + jl, tag, sizeof tag - 1) != 0)
+		return 0;
+	p = ns.p + 4 + jl + sizeof tag - 1;
+	n = ns.len - 4 - jl - (sizeof tag - 1);
+	if (n == 0 || n > 18)
+		return 0;
+	for (i = 0; i < n; i++)
+		if (p[i] < '0' || p[i] > '9')
+			return 0;
+	return 1;
+}
+
+/*
+ * A job credential's request that reaches past its job: an EAUTH reply
+ * saying what was refused and which credential would do, logged with
+ * the peer and counted as rdzvd_errors_total{kind="forbidden"}.  The
+ * connection stays open (the request changed nothing).
+ */
+static void
+native_forbid(struct nat_req *r, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+static void
+native_forbid(struct nat_req *r, const char *fmt, ...)
+{
+	char	msg[512];
+	va_list	ap;
+
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof msg, fmt, ap);
+	va_end(ap);
+	log_info("%s: refused op %u: %s", r->c->peer, r->m->op, msg);
+	metrics.errors[ERRK_FORBIDDEN]++;
+	nat_put_error(conn_reply_buf(r->c), r->m->op, r->m->id, RDZV_EAUTH,
+	    msg);
+	conn_reply_done(r->c);
+}
+
+/*
+ * Decides whether r's connection may send r's op (h->access): 0 yes, 1
+ * refused (replied), or RDZV_EPROTO when the job field it names is not
+ * there.  Runs after native_prefix() read the namespace or job.
+ */
+static int
+native_authorize(struct nat_req *r, const struct nat_handler *h)
+{
+	const char	*scope = r->c->scope;
+	struct nat_rd	 peek;
+	struct slice	 job;
+	char		 esc[128];
+
+	if (scope == NULL)
+		return 0;	/* the operator, or no token: everything */
+	switch (h->access) {
+	case NA_ANY:
+		return 0;
+	case NA_NS:
+		if (native_ns_in_scope(scope, r->ns))
+			return 0;
+		log_escape(esc, sizeof esc, r->ns.p, r->ns.len);
+		native_forbid(r, "job %s's credential reaches only its rounds' "
+		    "namespaces (job/%s/round/N), not \"%s\": that needs the "
+		    "operator's secret or that job's credential", scope, scope,
+		    esc);
+		return 1;
+	case NA_JOB:
+		job = r->job;
+		if (!(h->flags & NF_JOB)) {
+			/* JOIN, FAILURE, READY: the job is the first field. */
+			peek = r->rd;
+			if (nat_get_bytes(&peek, &job) != 0)
+				return RDZV_EPROTO;
+		}
+		if (job.len == strlen(scope) &&
+		    memcmp(job.p, scope, job.len) == 0)
+			return 0;
+		log_escape(esc, sizeof esc, job.p, job.len);
+		native_forbid(r, "job %s's credential cannot reach job \"%s\": "
+		    "that needs the operator's secret or that job's credential",
+		    scope, esc);
+		return 1;
+	case NA_OPERATOR:
+		break;
+	}
+	native_forbid(r, "op %u (%s) needs the operator's secret: this "
+	    "connection holds job %s's credential", r->m->op,
+	    metrics_op_name(h->kind), scope);
+	return 1;
 }
 
 /*
@@ -993,9 +1159,13 @@ native_dispatch(struct conn *c, const struct nat_msg *m, const char **why)
 	r.m = m;
 	nat_rd_init(&r.rd, m->payload);
 	if ((rc = native_prefix(&r, h->flags)) == 1) {
-		reply_error(c, m->op, m->id, RDZV_EINVAL);
+		/* A job credential hears it may not, not that it is bad. */
+		if (native_authorize(&r, h) == 0)
+			reply_error(c, m->op, m->id, RDZV_EINVAL);
 		return 0;
 	}
+	if (rc == 0 && (rc = native_authorize(&r, h)) == 1)
+		return 0;
 	if (rc == 0)
 		rc = h->fn(&r);
 	if (rc == 0)

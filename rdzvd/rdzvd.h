@@ -113,6 +113,8 @@ enum err_kind {
 	ERRK_TLS_HANDSHAKE,	/* failed, stalled or garbled TLS handshake */
 	ERRK_TLS_REQUIRED,	/* plaintext native client, --tls required */
 	ERRK_TLS_NOT_CONFIGURED, /* a TLS client, but no --tls-cert */
+	ERRK_FORBIDDEN,		/* a job credential's request out of scope,
+				 * or HTTP without the viewer credential */
 	ERRK_COUNT
 };
 
@@ -191,6 +193,9 @@ struct conn {
 	int			 read_paused;	/* output over output_max */
 	int			 closing;	/* closes once output is sent */
 	int			 authed;	/* native: token proven, or none */
+	char			*scope;		/* native: the job a job
+						 * credential speaks for;
+						 * NULL: the operator */
 	uint8_t			 nonce[NAT_NONCE_LEN]; /* our challenge */
 	struct sockaddr_storage	 sa;		/* the peer */
 

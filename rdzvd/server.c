@@ -1310,8 +1310,9 @@ acl_allows(const struct acl *a, const struct sockaddr *sa)
 int
 server_auth_init(void)
 {
-	char	why[512];
-	int	insecure;
+	struct rdzv_cred	cred;
+	char			why[512];
+	int			insecure;
 
 	if (server.cfg->token_file == NULL) {
 		if (server.cfg->tcpstore_allow != NULL)
@@ -1325,13 +1326,21 @@ server_auth_init(void)
 		log_warnx("%s", why);
 		return -1;
 	}
+	if (rdzv_cred_parse(server.token, server.tokenlen, &cred, why,
+	    sizeof why) != 0) {
+		explicit_bzero(&cred, sizeof cred);
+		log_warnx("--token-file %s is a job credential, not the "
+		    "operator's secret that rdzvd needs", server.cfg->token_file);
+		return -1;
+	}
 	if (insecure)
 		log_warnx("token file %s is readable by group or others; "
 		    "chmod 600 it", server.cfg->token_file);
 	if (server.cfg->tcpstore_allow != NULL &&
 	    acl_parse(server.cfg->tcpstore_allow, &server.tcps_allow) != 0)
 		return -1;
-	log_info("authentication on: native clients need the token; "
+	log_info("authentication on: native clients need the token or "
+	    "their job's credential; "
 	    "TCPStore clients %s", server.tcps_allow != NULL ?
 	    "only from --tcpstore-allow" : "refused");
 	return 0;

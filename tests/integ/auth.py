@@ -180,16 +180,18 @@ def test_bad_token_file_is_a_clear_error():
     assert rc == 1 and "cannot read token file" in err, err
 
 
-def agent(d, token_file, out, timeout=30):
-    """Runs a one-node job whose worker writes RDZV_TOKEN_FILE to out."""
+def agent(d, token_file, out, timeout=30, job=None):
+    """Runs a one-node job whose worker writes RDZV_TOKEN_FILE to out and
+    the file's bytes to out + ".bytes"."""
     import subprocess
     argv = [os.path.join(rt.top_builddir(), "agent", "rdzv-agent"),
             "--nnodes", "1", "--nproc_per_node", "1",
             "--rdzv_endpoint", "127.0.0.1:%d" % d.port,
-            "--rdzv_id", "auth-" + os.urandom(4).hex(), "--no_python"]
+            "--rdzv_id", job or "auth-" + os.urandom(4).hex(), "--no_python"]
     if token_file is not None:
         argv += ["--token_file", token_file]
-    argv += ["/bin/sh", "-c", 'printf %s "$RDZV_TOKEN_FILE" > ' + out]
+    argv += ["/bin/sh", "-c", 'printf %s "$RDZV_TOKEN_FILE" > ' + out +
+             '; cat "$RDZV_TOKEN_FILE" > ' + out + '.bytes']
     env = dict(os.environ)
     env.pop("RDZV_TOKEN_FILE", None)
     p = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True,
@@ -205,9 +207,17 @@ def test_agent_with_token():
         f.write(TOKEN)
     os.chmod(tok, 0o600)
     out = os.path.join(tmp, "seen")
-    rc, err = agent(d, tok, out)
+    rc, err = agent(d, tok, out, job="auth-job")
     assert rc == 0, err
-    assert open(out).read() == tok          # workers get the token file
+    # Workers get their job's credential, never the operator's secret,
+    # in a file the agent removes when it ends.
+    seen = open(out).read()
+    assert seen != tok and not os.path.exists(seen), seen
+    key = hmac.new(TOKEN, b"rdzv job credential v1\0auth-job",
+                   hashlib.sha256).hexdigest()
+    got = open(out + ".bytes", "rb").read()
+    assert got == b"rdzv job credential v1\njob auth-job\nkey %s\n" % \
+        key.encode(), got
     rc, err = agent(d, None, os.path.join(tmp, "x"))
     assert rc == 1 and "requires a token" in err, err
     bad = os.path.join(tmp, "bad")

@@ -38,6 +38,8 @@ INTEG_TESTS += tests/integ/agent_static.py
 INTEG_TESTS += tests/integ/agent_cli2.py
 INTEG_TESTS += tests/integ/tstore_hosted_ops.py
 INTEG_TESTS += tests/integ/storm.py
+# Job credentials: a job reaches its own job only.
+INTEG_TESTS += tests/integ/security_jobs.py
 INTEG_TESTS += tests/integ/agent_repair.py
 # In-place repair of C workers under the fake agent (issue 12).
 INTEG_TESTS += tests/integ/repair_c.py

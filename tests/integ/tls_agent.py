@@ -109,14 +109,16 @@ def test_two_agents_tls_and_token():
         assert len(st) == 2, st
         for i in st:
             assert i["RDZV_TLS_CA"] == os.path.join(s.tmp, "ca.pem"), i
-            assert i["RDZV_TOKEN_FILE"] == tok, i
+            # The job's credential (derived), never the operator's secret.
+            assert i["RDZV_TOKEN_FILE"] != tok, i
+            assert "/rdzv-cred-" in i["RDZV_TOKEN_FILE"], i
             assert i["WORLD_SIZE"] == "4", i
         out = b.output()
         ranks = set()
         for line in out.splitlines():
             if "rank=" in line and "tls=" in line:
-                assert "world=4 tls=%s token=%s" % (certs["ca"], tok) \
-                    in line, line
+                assert "world=4 tls=%s token=" % certs["ca"] in line, line
+                assert "token=%s" % tok not in line, line
                 ranks.add(line.split("rank=")[1].split()[0])
         assert len(ranks) == 2, out
         assert "job tlsjob succeeded" in a.output(), a.output()
