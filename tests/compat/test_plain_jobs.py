@@ -34,7 +34,7 @@ compatlib.use_torch2()
 
 import rdzvtest as rt                                   # noqa: E402
 from agent_lib import Scope, conf, job_events           # noqa: E402
-from agent_torch2 import running                        # noqa: E402
+from agent_torch import running                         # noqa: E402
 from compatlib import check, torch_surfaces             # noqa: E402
 
 PYDIR = os.path.join(rt.top_srcdir(), "python")
@@ -90,7 +90,7 @@ os._exit(0)        # torch's gloo may abort a finalizing process
 def start(s, d, job, report, extra=(), env=None, program=PROGRAM,
           restarts=2):
     """Two agents of two workers each running program (its text) in
-    job, once the 4 ranks train (agent_torch2.running's files)."""
+    job, once the 4 ranks train (agent_torch.running's files)."""
     prog = os.path.join(s.tmp, "train.py")
     with open(prog, "w") as f:
         f.write(program)

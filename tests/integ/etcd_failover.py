@@ -283,7 +283,7 @@ def test_repair_in_flight_failover():
 
 def test_torch_job_survives_failover():
     import json
-    from agent_torch2 import PROGRAM, running
+    from agent_torch import PROGRAM, running
     if not rt.has_torch(rt.TORCH2_PYTHON):
         rt.skip("no torch 2.x at %s (TORCH2_PYTHON)" % rt.TORCH2_PYTHON)
     etcd = EtcdCluster(3)

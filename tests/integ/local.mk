@@ -9,7 +9,7 @@ INTEG_TESTS = \
 	tests/integ/memory.py \
 	tests/integ/persistence.py \
 	tests/integ/daemon.py \
-	tests/integ/agent_basic.py tests/integ/agent_elastic.py tests/integ/agent_torch.py tests/integ/agent_torch2.py tests/integ/agent_slurm.py \
+	tests/integ/agent_basic.py tests/integ/agent_elastic.py tests/integ/agent_torch.py tests/integ/agent_slurm.py \
 	tests/integ/rendezvous.py \
 	tests/integ/auth.py \
 	tests/integ/status_page.py
@@ -145,3 +145,8 @@ INTEG_TESTS += tests/integ/slurm_preempt.py
 # ... a node lost mid-job (its agent killed, or set DOWN): repaired,
 # COMPLETED.
 INTEG_TESTS += tests/integ/slurm_nodeloss.py
+
+# pip install of scripts/wheel.sh's wheel into a fresh virtualenv: its
+# programs, library and helper run torch and C jobs with no paths set.
+INTEG_TESTS += tests/integ/wheel_install.sh
+EXTRA_DIST += scripts/wheel.sh
