@@ -894,17 +894,57 @@ check_buf(struct rdzv_comm *c, const void *p, size_t bytes, const char *what)
 
 /* ---- collectives ---- */
 
+/* What coll_check checks beside the count and the buffers. */
+#define COLL_OP		0x1	/* op is a known one */
+#define COLL_ROOT	0x2	/* root is a rank */
+
+/* What a collective's buffer holds: unchecked, count elements, or count
+ * per rank. */
+enum coll_size {
+	COLL_SKIP,
+	COLL_ONE,
+	COLL_ALL
+};
+
+/*
+ * The checks every collective makes, in this order: count elements of dt
+ * (and count per rank when a buffer holds every rank's), op and root in
+ * range when what has COLL_OP and COLL_ROOT, sbuf and rbuf not NULL for
+ * the sizes they hold.  Returns 0 or the first failing check's code (its
+ * message noted on c).
+ */
+static int
+coll_check(struct rdzv_comm *c, size_t count, enum rdzv_dtype dt, int what,
+    int op, int root, const void *sbuf, enum coll_size ssz, const void *rbuf,
+    enum coll_size rsz)
+{
+	size_t	one, all = 0;
+	int	rc;
+
+	if ((rc = check(c, count, dt, 1, &one)) != 0 ||
+	    ((ssz == COLL_ALL || rsz == COLL_ALL) &&
+	    (rc = check(c, count, dt, (size_t)c->size, &all)) != 0) ||
+	    ((what & COLL_OP) && (rc = check_op(c, op)) != 0) ||
+	    ((what & COLL_ROOT) && (rc = check_rank(c, root, "root")) != 0) ||
+	    (ssz != COLL_SKIP && (rc = check_buf(c, sbuf,
+	    ssz == COLL_ALL ? all : one, "sendbuf")) != 0) ||
+	    (rsz != COLL_SKIP && (rc = check_buf(c, rbuf,
+	    rsz == COLL_ALL ? all : one, "recvbuf")) != 0))
+		return (rc);
+	return (0);
+}
+
+/* A buffer only the root uses. */
+#define AT_ROOT(c, root, sz)	((c)->rank == (root) ? (sz) : COLL_SKIP)
+
 int
 rdzv_allreduce(struct rdzv_comm *c, const void *sbuf, void *rbuf,
     size_t count, enum rdzv_dtype dt, enum rdzv_op op, int timeout_ms)
 {
-	size_t	bytes;
 	int	rc;
 
-	if ((rc = check(c, count, dt, 1, &bytes)) != 0 ||
-	    (rc = check_op(c, op)) != 0 ||
-	    (rc = check_buf(c, sbuf, bytes, "sendbuf")) != 0 ||
-	    (rc = check_buf(c, rbuf, bytes, "recvbuf")) != 0)
+	if ((rc = coll_check(c, count, dt, COLL_OP, op, 0, sbuf, COLL_ONE, rbuf,
+	    COLL_ONE)) != 0)
 		return (rc);
 	queue_drain(c);
 	return (repair_result(c, c->ops->allreduce(c, sbuf, rbuf, count, dt, op,
@@ -915,12 +955,10 @@ int
 rdzv_broadcast(struct rdzv_comm *c, void *buf, size_t count,
     enum rdzv_dtype dt, int root, int timeout_ms)
 {
-	size_t	bytes;
 	int	rc;
 
-	if ((rc = check(c, count, dt, 1, &bytes)) != 0 ||
-	    (rc = check_rank(c, root, "root")) != 0 ||
-	    (rc = check_buf(c, buf, bytes, "buf")) != 0)
+	if ((rc = coll_check(c, count, dt, COLL_ROOT, 0, root, buf, COLL_ONE,
+	    NULL, COLL_SKIP)) != 0)
 		return (rc);
 	queue_drain(c);
 	return (repair_result(c, c->ops->broadcast(c, buf, count, dt, root,
@@ -931,15 +969,10 @@ int
 rdzv_reduce(struct rdzv_comm *c, const void *sbuf, void *rbuf, size_t count,
     enum rdzv_dtype dt, enum rdzv_op op, int root, int timeout_ms)
 {
-	size_t	bytes;
 	int	rc;
 
-	if ((rc = check(c, count, dt, 1, &bytes)) != 0 ||
-	    (rc = check_op(c, op)) != 0 ||
-	    (rc = check_rank(c, root, "root")) != 0 ||
-	    (rc = check_buf(c, sbuf, bytes, "sendbuf")) != 0 ||
-	    (c->rank == root &&
-	    (rc = check_buf(c, rbuf, bytes, "recvbuf")) != 0))
+	if ((rc = coll_check(c, count, dt, COLL_OP | COLL_ROOT, op, root, sbuf,
+	    COLL_ONE, rbuf, AT_ROOT(c, root, COLL_ONE))) != 0)
 		return (rc);
 	queue_drain(c);
 	return (repair_result(c, c->ops->reduce(c, sbuf, rbuf, count, dt, op, root,
@@ -950,13 +983,10 @@ int
 rdzv_allgather(struct rdzv_comm *c, const void *sbuf, void *rbuf,
     size_t count, enum rdzv_dtype dt, int timeout_ms)
 {
-	size_t	bytes, all;
 	int	rc;
 
-	if ((rc = check(c, count, dt, 1, &bytes)) != 0 ||
-	    (rc = check(c, count, dt, (size_t)c->size, &all)) != 0 ||
-	    (rc = check_buf(c, sbuf, bytes, "sendbuf")) != 0 ||
-	    (rc = check_buf(c, rbuf, all, "recvbuf")) != 0)
+	if ((rc = coll_check(c, count, dt, 0, 0, 0, sbuf, COLL_ONE, rbuf,
+	    COLL_ALL)) != 0)
 		return (rc);
 	queue_drain(c);
 	return (repair_result(c, c->ops->allgather(c, sbuf, rbuf, count, dt,
@@ -967,14 +997,10 @@ int
 rdzv_reduce_scatter(struct rdzv_comm *c, const void *sbuf, void *rbuf,
     size_t count, enum rdzv_dtype dt, enum rdzv_op op, int timeout_ms)
 {
-	size_t	bytes, all;
 	int	rc;
 
-	if ((rc = check(c, count, dt, 1, &bytes)) != 0 ||
-	    (rc = check(c, count, dt, (size_t)c->size, &all)) != 0 ||
-	    (rc = check_op(c, op)) != 0 ||
-	    (rc = check_buf(c, sbuf, all, "sendbuf")) != 0 ||
-	    (rc = check_buf(c, rbuf, bytes, "recvbuf")) != 0)
+	if ((rc = coll_check(c, count, dt, COLL_OP, op, 0, sbuf, COLL_ALL, rbuf,
+	    COLL_ONE)) != 0)
 		return (rc);
 	queue_drain(c);
 	return (repair_result(c, c->ops->reduce_scatter(c, sbuf, rbuf, count, dt, op,
@@ -985,15 +1011,10 @@ int
 rdzv_gather(struct rdzv_comm *c, const void *sbuf, void *rbuf, size_t count,
     enum rdzv_dtype dt, int root, int timeout_ms)
 {
-	size_t	bytes, all;
 	int	rc;
 
-	if ((rc = check(c, count, dt, 1, &bytes)) != 0 ||
-	    (rc = check(c, count, dt, (size_t)c->size, &all)) != 0 ||
-	    (rc = check_rank(c, root, "root")) != 0 ||
-	    (rc = check_buf(c, sbuf, bytes, "sendbuf")) != 0 ||
-	    (c->rank == root &&
-	    (rc = check_buf(c, rbuf, all, "recvbuf")) != 0))
+	if ((rc = coll_check(c, count, dt, COLL_ROOT, 0, root, sbuf, COLL_ONE,
+	    rbuf, AT_ROOT(c, root, COLL_ALL))) != 0)
 		return (rc);
 	queue_drain(c);
 	return (repair_result(c, c->ops->gather(c, sbuf, rbuf, count, dt, root,
@@ -1004,15 +1025,10 @@ int
 rdzv_scatter(struct rdzv_comm *c, const void *sbuf, void *rbuf, size_t count,
     enum rdzv_dtype dt, int root, int timeout_ms)
 {
-	size_t	bytes, all;
 	int	rc;
 
-	if ((rc = check(c, count, dt, 1, &bytes)) != 0 ||
-	    (rc = check(c, count, dt, (size_t)c->size, &all)) != 0 ||
-	    (rc = check_rank(c, root, "root")) != 0 ||
-	    (c->rank == root &&
-	    (rc = check_buf(c, sbuf, all, "sendbuf")) != 0) ||
-	    (rc = check_buf(c, rbuf, bytes, "recvbuf")) != 0)
+	if ((rc = coll_check(c, count, dt, COLL_ROOT, 0, root, sbuf,
+	    AT_ROOT(c, root, COLL_ALL), rbuf, COLL_ONE)) != 0)
 		return (rc);
 	queue_drain(c);
 	return (repair_result(c, c->ops->scatter(c, sbuf, rbuf, count, dt, root,
@@ -1023,14 +1039,12 @@ int
 rdzv_alltoall(struct rdzv_comm *c, const void *sbuf, void *rbuf, size_t count,
     enum rdzv_dtype dt, int timeout_ms)
 {
-	size_t	all;
 	int	rc;
 
-	if ((rc = check(c, count, dt, (size_t)c->size, &all)) != 0 ||
-	    (rc = check_buf(c, sbuf, all, "sendbuf")) != 0 ||
-	    (rc = check_buf(c, rbuf, all, "recvbuf")) != 0)
+	if ((rc = coll_check(c, count, dt, 0, 0, 0, sbuf, COLL_ALL, rbuf,
+	    COLL_ALL)) != 0)
 		return (rc);
-	if (all > 0 && sbuf == rbuf)
+	if (count > 0 && sbuf == rbuf)
 		return (comm_note(c, RDZV_EINVAL, "alltoall is not in place"));
 	queue_drain(c);
 	return (repair_result(c, c->ops->alltoall(c, sbuf, rbuf, count, dt,
@@ -1040,10 +1054,10 @@ rdzv_alltoall(struct rdzv_comm *c, const void *sbuf, void *rbuf, size_t count,
 int
 rdzv_barrier(struct rdzv_comm *c, int timeout_ms)
 {
-	size_t	bytes;
 	int	rc;
 
-	if ((rc = check(c, 0, RDZV_U8, 1, &bytes)) != 0)
+	if ((rc = coll_check(c, 0, RDZV_U8, 0, 0, 0, NULL, COLL_SKIP, NULL,
+	    COLL_SKIP)) != 0)
 		return (rc);
 	queue_drain(c);
 	return (repair_result(c, c->ops->barrier(c, comm_deadline(c, timeout_ms))));
@@ -1131,16 +1145,13 @@ rdzv_iallreduce(struct rdzv_comm *c, const void *sbuf, void *rbuf,
     struct rdzv_request **reqp)
 {
 	struct rdzv_request	*r;
-	size_t			 bytes;
 	int			 rc;
 
 	if (reqp == NULL)
 		return (RDZV_EINVAL);
 	*reqp = NULL;
-	if ((rc = check(c, count, dt, 1, &bytes)) != 0 ||
-	    (rc = check_op(c, op)) != 0 ||
-	    (rc = check_buf(c, sbuf, bytes, "sendbuf")) != 0 ||
-	    (rc = check_buf(c, rbuf, bytes, "recvbuf")) != 0)
+	if ((rc = coll_check(c, count, dt, COLL_OP, op, 0, sbuf, COLL_ONE, rbuf,
+	    COLL_ONE)) != 0)
 		return (rc);
 	if (c->ops->iallreduce != NULL) {
 		queue_drain(c);
