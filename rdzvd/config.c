@@ -20,7 +20,7 @@
 #include "rdzvd.h"
 
 #define RDZVD_DEFAULT_LISTEN	"[::]:29400"
-#define RDZVD_DEFAULT_HTTP	"[::]:29401"
+#define RDZVD_DEFAULT_HTTP	"127.0.0.1:29401"
 #define RDZVD_DEFAULT_RETENTION	604800	/* seconds: a week */
 #define RDZVD_RETENTION_MAX	(100LL * 366 * 86400)
 #define RDZVD_ETCD_SCHEME	"etcd://"
@@ -132,6 +132,11 @@ static const struct opt opts[] = {
 	  "the certificate's PEM private key" },
 	{ "tls", 0, OT_TLS, OFF(tls_mode), 0, "required|optional",
 	  "plaintext native clients refused or served (default required)" },
+	{ "http-token-file", 0, OT_STR, OFF(http_token_file), 0, "FILE",
+	  "the status page and /api/ need this viewer secret (never the "
+	  "native one)" },
+	{ "http-tls", 0, OT_STR, OFF(http_tls), 0, "on|off",
+	  "HTTPS on --http with --tls-cert and --tls-key (default off)" },
 	{ "help", 'h', OT_FLAG, NOFIELD, 0, NULL, "show this help" },
 	{ "version", 'V', OT_FLAG, NOFIELD, 0, NULL, "show the version" },
 };
@@ -491,6 +496,22 @@ config_check_tls(struct rdzvd_config *cfg)
 		    "belongs to: add --tls-cert FILE\n", cfg->tls_key);
 		return -1;
 	}
+	if (cfg->http_tls != NULL && strcmp(cfg->http_tls, "on") != 0 &&
+	    strcmp(cfg->http_tls, "off") != 0 && cfg->http_tls[0] != '\0') {
+		fprintf(stderr, "rdzvd: --http-tls: '%s' is not one of on, "
+		    "off\n", cfg->http_tls);
+		return -1;
+	}
+	if (cfg->http_tls != NULL && strcmp(cfg->http_tls, "on") == 0 &&
+	    cfg->tls_cert == NULL) {
+		fprintf(stderr, "rdzvd: --http-tls on needs a certificate: add "
+		    "--tls-cert FILE and --tls-key FILE\n");
+		return -1;
+	}
+	if (cfg->http_token_file != NULL && cfg->http_token_file[0] == '\0') {
+		free(cfg->http_token_file);
+		cfg->http_token_file = NULL;
+	}
 	if (cfg->tls_mode != RDZVD_TLS_UNSET && cfg->tls_cert == NULL) {
 		fprintf(stderr, "rdzvd: --tls %s needs a certificate: add "
 		    "--tls-cert FILE and --tls-key FILE\n",
@@ -681,6 +702,8 @@ config_free(struct rdzvd_config *cfg)
 	free(cfg->log_file);
 	free(cfg->token_file);
 	free(cfg->tcpstore_allow);
+	free(cfg->http_token_file);
+	free(cfg->http_tls);
 	free(cfg->tls_cert);
 	free(cfg->tls_key);
 	free(cfg->store);

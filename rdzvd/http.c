@@ -10,6 +10,16 @@
  * A standby (--store etcd, another rdzvd leads) serves /healthz, /readyz,
  * /metrics (rdzvd_leader 0), /api/status (who leads, and where) and the
  * page; the rest of /api/ answers 503 with where the leader is.
+ *
+ * Who may read what (doc/security.md): /healthz, /readyz and /metrics are
+ * open to whoever reaches the port (loopback by default).  The page and
+ * /api/ need the viewer secret (--http-token-file) when one is set, and
+ * are closed when only the native token is set: the native secret is
+ * never accepted here.  The viewer secret comes as "Authorization:
+ * Bearer" or as the cookie the login form (/login) sets: HttpOnly,
+ * SameSite=Strict, a MAC of the secret and a nonce drawn at start (so a
+ * restart signs everyone out).  --http-tls on serves all of it over TLS
+ * with the native port's certificate.
  */
 #include "config.h"
 
@@ -19,15 +29,26 @@
 #include <unistd.h>
 
 #include <event2/buffer.h>
+#include <event2/bufferevent.h>
+#include <event2/bufferevent_ssl.h>
 #include <event2/event.h>
 #include <event2/http.h>
 #include <event2/keyvalq_struct.h>
 #include <jansson.h>
+#include <openssl/ssl.h>
 
+#include "auth.h"
 #include "log.h"
 #include "rdzvd.h"
 
+#define HTTP_COOKIE	"rdzv_view"	/* the login form's cookie */
+#define HTTP_BODY_MAX	4096		/* the login form's body */
+
 static struct evhttp	*http;
+static uint8_t		*http_token;	/* the viewer secret; NULL: none */
+static size_t		 http_tokenlen;
+static char		 http_session[2 * NAT_MAC_LEN + 1]; /* cookie value */
+static int		 http_tls;	/* --http-tls on */
 
 /* "the leader is HOST (clients LISTEN, http HTTP)", from its info. */
 static void
@@ -307,34 +328,296 @@ http_api(struct evhttp_request *req, const char *path)
 	free(job);
 }
 
+/*
+ * Whether s (len bytes) is the viewer secret: compares MACs of both, so
+ * the time taken says nothing of the secret.
+ */
+static int
+http_secret_ok(const void *s, size_t len)
+{
+	uint8_t	a[NAT_MAC_LEN], b[NAT_MAC_LEN];
+	uint8_t	zero[NAT_NONCE_LEN] = { 0 };
+
+	if (http_token == NULL)
+		return 0;
+	if (nat_auth_mac(http_token, http_tokenlen, "viewer", zero, zero,
+	    a) != 0 || nat_auth_mac(s, len, "viewer", zero, zero, b) != 0)
+		return 0;
+	return nat_mac_equal(a, b);
+}
+
+/* The value of cookie name in a Cookie header, or NULL; copied to buf. */
+static const char *
+http_cookie(const char *h, const char *name, char *buf, size_t bufsz)
+{
+	size_t	nl = strlen(name), vl;
+
+	while (h != NULL && *h != '\0') {
+		while (*h == ' ' || *h == ';')
+			h++;
+		vl = strcspn(h, ";");
+		if (vl > nl && strncmp(h, name, nl) == 0 && h[nl] == '=') {
+			vl -= nl + 1;
+			if (vl >= bufsz)
+				return NULL;
+			memcpy(buf, h + nl + 1, vl);
+			buf[vl] = '\0';
+			return buf;
+		}
+		h += vl;
+	}
+	return NULL;
+}
+
+/*
+ * Whether req may read the page and /api/: 1 yes; 0 no credential at
+ * all; -1 a wrong one (a Bearer or a cookie that is not the viewer's).
+ */
+static int
+http_viewer(struct evhttp_request *req)
+{
+	struct evkeyvalq	*in = evhttp_request_get_input_headers(req);
+	const char		*a, *c;
+	char			 buf[2 * NAT_MAC_LEN + 2];
+	uint8_t			 x[NAT_MAC_LEN], y[NAT_MAC_LEN];
+	uint8_t			 zero[NAT_NONCE_LEN] = { 0 };
+
+	if (http_token == NULL && server.token == NULL)
+		return 1;	/* no secret anywhere: open, as it always was */
+	if ((a = evhttp_find_header(in, "Authorization")) != NULL) {
+		if (strncmp(a, "Bearer ", 7) == 0 &&
+		    http_secret_ok(a + 7, strlen(a + 7)))
+			return 1;
+		return -1;
+	}
+	c = http_cookie(evhttp_find_header(in, "Cookie"), HTTP_COOKIE, buf,
+	    sizeof buf);
+	if (c == NULL)
+		return 0;
+	if (http_token == NULL || strlen(c) != sizeof http_session - 1)
+		return -1;
+	/* A constant-time compare of the session value. */
+	if (nat_auth_mac(c, strlen(c), "session", zero, zero, x) != 0 ||
+	    nat_auth_mac(http_session, strlen(http_session), "session", zero,
+	    zero, y) != 0)
+		return -1;
+	return nat_mac_equal(x, y) ? 1 : -1;
+}
+
+/* Logs a refusal of req with its peer, and counts it. */
+static void
+http_count_refusal(struct evhttp_request *req, const char *what)
+{
+	struct evhttp_connection	*conn;
+	char				*addr = NULL;
+	ev_uint16_t			 port = 0;
+
+	if ((conn = evhttp_request_get_connection(req)) != NULL)
+		evhttp_connection_get_peer(conn, &addr, &port);
+	log_info("http: refused %s:%u: %s", addr != NULL ? addr : "?",
+	    (unsigned)port, what);
+	metrics.errors[ERRK_FORBIDDEN]++;
+}
+
+/* 401 for /api/ (and a wrong credential anywhere), counted. */
+static void
+http_refuse(struct evhttp_request *req, const char *why)
+{
+	http_count_refusal(req, "no viewer secret");
+	evhttp_add_header(evhttp_request_get_output_headers(req),
+	    "WWW-Authenticate", "Bearer realm=\"rdzvd\"");
+	evhttp_add_header(evhttp_request_get_output_headers(req),
+	    "Content-Type", "text/plain; charset=utf-8");
+	evbuffer_add_printf(evhttp_request_get_output_buffer(req), "%s\n",
+	    why);
+	evhttp_send_reply(req, 401, "Unauthorized", NULL);
+}
+
+static const char login_page[] =
+"<!doctype html>\n<html lang=en><head><meta charset=utf-8>\n"
+"<title>rdzvd: sign in</title>\n<style>body{font:14px system-ui,"
+"sans-serif;margin:1.5em;color:#222}#err{color:#b00}</style></head><body>\n"
+"<h1>rdzvd</h1>\n<p>This status page needs the viewer secret: the "
+"contents of the file given to rdzvd as <code>--http-token-file</code> "
+"(never the native token).</p>\n"
+"<form method=post action=/login><label>Viewer secret <input "
+"type=password name=token id=token autocomplete=current-password "
+"required autofocus></label> <button type=submit id=signin>Sign in"
+"</button></form>\n<p id=err>%s</p>\n</body></html>\n";
+
+/* The login form, with a line saying what went wrong (or none). */
+static void
+http_login_page(struct evhttp_request *req, int code, const char *reason,
+    const char *err)
+{
+	evhttp_add_header(evhttp_request_get_output_headers(req),
+	    "Content-Type", "text/html; charset=utf-8");
+	evhttp_add_header(evhttp_request_get_output_headers(req),
+	    "Cache-Control", "no-store");
+	evbuffer_add_printf(evhttp_request_get_output_buffer(req), login_page,
+	    err);
+	evhttp_send_reply(req, code, reason, NULL);
+}
+
+/*
+ * POST /login: the form's "token" checked; a right one sets the session
+ * cookie and sends the browser to the page, a wrong one gets the form
+ * again (401, counted).  GET /login shows the form.
+ */
+static void
+http_login(struct evhttp_request *req)
+{
+	struct evkeyvalq	 q;
+	struct evbuffer		*body = evhttp_request_get_input_buffer(req);
+	char			 buf[HTTP_BODY_MAX + 1], cookie[256];
+	const char		*tok;
+	size_t			 len;
+	int			 ok = 0;
+
+	if (http_token == NULL) {
+		http_login_page(req, 403, "Forbidden", server.token != NULL ?
+		    "This rdzvd has no viewer secret: start it with "
+		    "--http-token-file FILE." : "This rdzvd needs no sign-in.");
+		return;
+	}
+	if (evhttp_request_get_command(req) != EVHTTP_REQ_POST) {
+		http_login_page(req, HTTP_OK, "OK", "");
+		return;
+	}
+	len = evbuffer_get_length(body);
+	if (len > HTTP_BODY_MAX)
+		len = HTTP_BODY_MAX;
+	evbuffer_copyout(body, buf, len);
+	buf[len] = '\0';
+	TAILQ_INIT(&q);
+	if (evhttp_parse_query_str(buf, &q) == 0 &&
+	    (tok = evhttp_find_header(&q, "token")) != NULL)
+		ok = http_secret_ok(tok, strlen(tok));
+	evhttp_clear_headers(&q);
+	explicit_bzero(buf, sizeof buf);
+	if (!ok) {
+		http_count_refusal(req, "a wrong viewer secret at /login");
+		http_login_page(req, 401, "Unauthorized", "Wrong viewer "
+		    "secret.");
+		return;
+	}
+	snprintf(cookie, sizeof cookie, HTTP_COOKIE "=%s; Path=/; HttpOnly; "
+	    "SameSite=Strict%s", http_session, http_tls ? "; Secure" : "");
+	evhttp_add_header(evhttp_request_get_output_headers(req), "Set-Cookie",
+	    cookie);
+	evhttp_add_header(evhttp_request_get_output_headers(req), "Location",
+	    "/");
+	evhttp_send_reply(req, 303, "See Other", NULL);
+}
+
 static void
 http_notfound_cb(struct evhttp_request *req, void *arg)
 {
 	const struct evhttp_uri	*uri = evhttp_request_get_evhttp_uri(req);
 	const char		*path = uri ? evhttp_uri_get_path(uri) : NULL;
+	int			 page, api, v;
 
-	if (!server_bearer_ok(evhttp_find_header(
-	    evhttp_request_get_input_headers(req), "Authorization"))) {
-		evhttp_add_header(evhttp_request_get_output_headers(req),
-		    "WWW-Authenticate", "Bearer realm=\"rdzvd\"");
+	if (path != NULL && strcmp(path, "/login") == 0) {
+		http_login(req);
+		return;
+	}
+	if (evhttp_request_get_command(req) == EVHTTP_REQ_POST) {
+		evhttp_send_reply(req, 405, "Method Not Allowed", NULL);
+		return;
+	}
+	page = path != NULL && (strcmp(path, "/") == 0 ||
+	    strcmp(path, "/index.html") == 0);
+	api = path != NULL && strncmp(path, "/api/", 5) == 0;
+	if (!page && !api) {
+		/* Nothing to guard (a browser's /favicon.ico): no refusal. */
 		evbuffer_add_printf(evhttp_request_get_output_buffer(req),
-		    "this rdzvd has a token: send Authorization: Bearer "
-		    "<token>\n");
-		evhttp_send_reply(req, 401, "Unauthorized", NULL);
+		    "not found: try /, /healthz, /readyz, /metrics or "
+		    "/api/jobs\n");
+		evhttp_send_reply(req, HTTP_NOTFOUND, "Not Found", NULL);
 		return;
 	}
-	if (path != NULL && (strcmp(path, "/") == 0 ||
-	    strcmp(path, "/index.html") == 0)) {
+	if ((v = http_viewer(req)) != 1) {
+		if (page && v == 0 && http_token != NULL) {
+			/* A browser without the cookie: the form. */
+			evhttp_add_header(evhttp_request_get_output_headers(
+			    req), "Location", "/login");
+			evhttp_send_reply(req, 303, "See Other", NULL);
+			return;
+		}
+		http_refuse(req, http_token == NULL ? "this rdzvd has a "
+		    "native token, which is never accepted over HTTP: its page "
+		    "and /api/ need a viewer secret (start it with "
+		    "--http-token-file FILE)" : "the page and /api/ need the "
+		    "viewer secret (--http-token-file): send Authorization: "
+		    "Bearer <it>, or sign in at /login");
+		return;
+	}
+	if (page)
 		http_page_cb(req, arg);
-		return;
-	}
-	if (path != NULL && strncmp(path, "/api/", 5) == 0) {
+	else
 		http_api(req, path);
-		return;
+}
+
+/* --http-tls on: each HTTP connection is a TLS server connection with
+ * the native port's certificate (reloaded on SIGHUP for new ones). */
+static struct bufferevent *
+http_bev_cb(struct event_base *base, void *arg)
+{
+	SSL	*ssl;
+
+	if (server.tls_ctx == NULL || (ssl = SSL_new(server.tls_ctx)) == NULL)
+		return NULL;
+	return bufferevent_openssl_socket_new(base, -1, ssl,
+	    BUFFEREVENT_SSL_ACCEPTING, BEV_OPT_CLOSE_ON_FREE);
+}
+
+/*
+ * Loads --http-token-file: the viewer secret, which must not be the
+ * native one; draws the session nonce.  0 or -1 (logged).
+ */
+static int
+http_auth_init(void)
+{
+	struct rdzvd_config	*cfg = server.cfg;
+	uint8_t			 nonce[NAT_NONCE_LEN], mac[NAT_MAC_LEN];
+	uint8_t			 zero[NAT_NONCE_LEN] = { 0 };
+	char			 why[512];
+	size_t			 i;
+	int			 insecure;
+
+	if (cfg->http_token_file == NULL) {
+		if (server.token != NULL)
+			log_info("http: the page and /api/ are closed: the "
+			    "native token is never accepted over HTTP; "
+			    "--http-token-file gives them a viewer secret");
+		return 0;
 	}
-	evbuffer_add_printf(evhttp_request_get_output_buffer(req),
-	    "not found: try /, /healthz, /readyz, /metrics or /api/jobs\n");
-	evhttp_send_reply(req, HTTP_NOTFOUND, "Not Found", NULL);
+	if (rdzv_token_load(cfg->http_token_file, &http_token, &http_tokenlen,
+	    &insecure, why, sizeof why) != 0) {
+		log_warnx("--http-token-file: %s", why);
+		return -1;
+	}
+	if (insecure)
+		log_warnx("token file %s is readable by group or others; "
+		    "chmod 600 it", cfg->http_token_file);
+	if (server.token != NULL && server.tokenlen == http_tokenlen &&
+	    http_secret_ok(server.token, server.tokenlen)) {
+		log_warnx("--http-token-file %s holds the native token: give "
+		    "the page a secret of its own (the native one never goes "
+		    "over HTTP)", cfg->http_token_file);
+		return -1;
+	}
+	if (rdzv_random(nonce, sizeof nonce) != 0 ||
+	    nat_auth_mac(http_token, http_tokenlen, "rdzv session", nonce,
+	    zero, mac) != 0) {
+		log_warnx("http: no random bytes for the session");
+		return -1;
+	}
+	for (i = 0; i < sizeof mac; i++)
+		snprintf(http_session + 2 * i, 3, "%02x", mac[i]);
+	log_info("http: the page and /api/ need the viewer secret of %s",
+	    cfg->http_token_file);
+	return 0;
 }
 
 int
@@ -345,13 +628,20 @@ http_start(int *port)
 	*port = 0;
 	if (server.cfg->http == NULL)
 		return 0;
+	if (http_auth_init() != 0)
+		return -1;
+	http_tls = server.cfg->http_tls != NULL &&
+	    strcmp(server.cfg->http_tls, "on") == 0;
 	if ((fd = listen_socket(server.cfg->http, "http", port)) == -1)
 		return -1;
 	if ((http = evhttp_new(server.base)) == NULL)
 		fatalx("evhttp_new");
-	evhttp_set_allowed_methods(http, EVHTTP_REQ_GET | EVHTTP_REQ_HEAD);
+	evhttp_set_allowed_methods(http, EVHTTP_REQ_GET | EVHTTP_REQ_HEAD |
+	    EVHTTP_REQ_POST);
 	evhttp_set_max_headers_size(http, 8192);
-	evhttp_set_max_body_size(http, 0);
+	evhttp_set_max_body_size(http, HTTP_BODY_MAX);
+	if (http_tls)
+		evhttp_set_bevcb(http, http_bev_cb, NULL);
 	evhttp_set_timeout(http, 10);
 	evhttp_set_cb(http, "/healthz", http_healthz_cb, NULL);
 	evhttp_set_cb(http, "/readyz", http_readyz_cb, NULL);
@@ -362,7 +652,8 @@ http_start(int *port)
 		close(fd);
 		return -1;
 	}
-	log_info("http on %s (port %d)", server.cfg->http, *port);
+	log_info("http%s on %s (port %d)", http_tls ? "s" : "",
+	    server.cfg->http, *port);
 	return 0;
 }
 
@@ -373,4 +664,10 @@ http_stop(void)
 		evhttp_free(http);
 		http = NULL;
 	}
+	if (http_token != NULL) {
+		explicit_bzero(http_token, http_tokenlen);
+		free(http_token);
+		http_token = NULL;
+	}
+	explicit_bzero(http_session, sizeof http_session);
 }

@@ -27,8 +27,8 @@ rdzvd_librdzvd_la_SOURCES = \
 	rdzvd/proto_native.c \
 	rdzvd/round.c rdzvd/http.c rdzvd/metrics.c
 rdzvd_librdzvd_la_SOURCES += rdzvd/docs.c rdzvd/history.c rdzvd/stragwatch.c
-rdzvd_librdzvd_la_CFLAGS = $(AM_CFLAGS) $(LIBEVENT_CFLAGS) $(JANSSON_CFLAGS) $(LIBSYSTEMD_CFLAGS) -DRDZV_STATEDIR='"$(localstatedir)/lib/rdzv"' -DRDZV_SYSCONFDIR='"$(sysconfdir)/rdzv"'
-rdzvd_librdzvd_la_LIBADD = rdzvd/librdzvstate.la kv/libkv.la common/libcommon.la $(LIBEVENT_LIBS) $(LIBBSD_LIBS) $(JANSSON_LIBS) $(LIBSYSTEMD_LIBS)
+rdzvd_librdzvd_la_CFLAGS = $(AM_CFLAGS) $(LIBEVENT_CFLAGS) $(LIBEVENT_OPENSSL_CFLAGS) $(JANSSON_CFLAGS) $(LIBSYSTEMD_CFLAGS) -DRDZV_STATEDIR='"$(localstatedir)/lib/rdzv"' -DRDZV_SYSCONFDIR='"$(sysconfdir)/rdzv"'
+rdzvd_librdzvd_la_LIBADD = rdzvd/librdzvstate.la kv/libkv.la common/libcommon.la $(LIBEVENT_OPENSSL_LIBS) $(LIBEVENT_LIBS) $(LIBBSD_LIBS) $(JANSSON_LIBS) $(LIBSYSTEMD_LIBS)
 
 sbin_PROGRAMS += rdzvd/rdzvd
 rdzvd_rdzvd_SOURCES = rdzvd/rdzvd.c

@@ -70,6 +70,8 @@ struct rdzvd_config {
 	char			*tls_cert;	/* PEM chain; NULL: no TLS */
 	char			*tls_key;	/* its PEM private key */
 	enum rdzvd_tls_mode	 tls_mode;
+	char			*http_token_file; /* the page's viewer secret */
+	char			*http_tls;	/* "on": TLS on the HTTP port */
 	char			*store;		/* etcd://...; NULL: sqlite at db */
 	char			*etcd_prefix;
 	unsigned		 leader_ttl_ms;
@@ -288,8 +290,6 @@ int	server_tls_reload(void);
 void	server_tls_fini(void);
 struct acl;
 int	acl_allows(const struct acl *, const struct sockaddr *);
-/* Whether an HTTP "Authorization" header value carries the token. */
-int	server_bearer_ok(const char *header);
 /* Binds cfg->listen and starts accepting; sets *port. */
 int	server_listen(int *port);
 /* Accepts on fd (a listening socket) into namespace ns (a reference is

@@ -1347,26 +1347,6 @@ server_auth_init(void)
 }
 
 int
-server_bearer_ok(const char *h)
-{
-	uint8_t	a[NAT_MAC_LEN], b[NAT_MAC_LEN];
-	uint8_t	zero[NAT_NONCE_LEN] = { 0 };
-	size_t	len;
-
-	if (server.token == NULL)
-		return 1;
-	if (h == NULL || strncmp(h, "Bearer ", 7) != 0)
-		return 0;
-	h += 7;
-	len = strlen(h);
-	/* Compare MACs of both, so the time says nothing of the token. */
-	if (nat_auth_mac(server.token, server.tokenlen, "bearer", zero, zero,
-	    a) != 0 || nat_auth_mac(h, len, "bearer", zero, zero, b) != 0)
-		return 0;
-	return nat_mac_equal(a, b);
-}
-
-int
 write_port_file(const char *path, int port)
 {
 	char	tmp[4096];

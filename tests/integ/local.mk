@@ -40,6 +40,8 @@ INTEG_TESTS += tests/integ/tstore_hosted_ops.py
 INTEG_TESTS += tests/integ/storm.py
 # Job credentials: a job reaches its own job only.
 INTEG_TESTS += tests/integ/security_jobs.py
+# The HTTP side: a viewer secret of its own, login cookie, TLS.
+INTEG_TESTS += tests/integ/security_http.py
 INTEG_TESTS += tests/integ/agent_repair.py
 # In-place repair of C workers under the fake agent (issue 12).
 INTEG_TESTS += tests/integ/repair_c.py
