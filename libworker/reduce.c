@@ -137,49 +137,18 @@ float_to_bf16(float f)
 
 /*
  * One function per (type, op): d = a OP b over n elements, blocks first.
- * T is the element type, U the type the operation is computed in.
+ * T is the element type; FROM turns an element into the type the
+ * operation is computed in (a cast, or h2f/b2f for f16 and bf16) and TO
+ * turns the result back.
  */
 #define OP_SUM(x, y)	((x) + (y))
 #define OP_PROD(x, y)	((x) * (y))
 #define OP_MIN(x, y)	((y) < (x) ? (y) : (x))
 #define OP_MAX(x, y)	((y) > (x) ? (y) : (x))
 
-#define DEF_REDUCE(name, T, U, OP)					\
+#define DEF_REDUCE(name, T, TO, FROM, OP)				\
 static void REDUCE_CLONES						\
 name##_2(T *restrict d, const T *restrict b, size_t n)			\
-{									\
-	size_t	i, j;							\
-									\
-	for (i = 0; n - i >= REDUCE_BLOCK; i += REDUCE_BLOCK)		\
-		for (j = 0; j < REDUCE_BLOCK; j++)			\
-			d[i + j] = (T)OP((U)d[i + j], (U)b[i + j]);	\
-	for (; i < n; i++)						\
-		d[i] = (T)OP((U)d[i], (U)b[i]);				\
-}									\
-static void REDUCE_CLONES						\
-name##_3(T *restrict d, const T *restrict a, const T *restrict b,	\
-    size_t n)								\
-{									\
-	size_t	i, j;							\
-									\
-	for (i = 0; n - i >= REDUCE_BLOCK; i += REDUCE_BLOCK)		\
-		for (j = 0; j < REDUCE_BLOCK; j++)			\
-			d[i + j] = (T)OP((U)a[i + j], (U)b[i + j]);	\
-	for (; i < n; i++)						\
-		d[i] = (T)OP((U)a[i], (U)b[i]);				\
-}									\
-static void								\
-name(void *d, const void *a, const void *b, size_t n)			\
-{									\
-	if (d == a)							\
-		name##_2(d, b, n);					\
-	else								\
-		name##_3(d, a, b, n);					\
-}
-
-#define DEF_REDUCE_CONV(name, TO, FROM, OP)				\
-static void REDUCE_CLONES						\
-name##_2(uint16_t *restrict d, const uint16_t *restrict b, size_t n)	\
 {									\
 	size_t	i, j;							\
 									\
@@ -191,8 +160,8 @@ name##_2(uint16_t *restrict d, const uint16_t *restrict b, size_t n)	\
 		d[i] = TO(OP(FROM(d[i]), FROM(b[i])));			\
 }									\
 static void REDUCE_CLONES						\
-name##_3(uint16_t *restrict d, const uint16_t *restrict a,		\
-    const uint16_t *restrict b, size_t n)				\
+name##_3(T *restrict d, const T *restrict a, const T *restrict b,	\
+    size_t n)								\
 {									\
 	size_t	i, j;							\
 									\
@@ -212,26 +181,20 @@ name(void *d, const void *a, const void *b, size_t n)			\
 		name##_3(d, a, b, n);					\
 }
 
-#define DEF_ALL(t, T, U)						\
-	DEF_REDUCE(t##_sum, T, U, OP_SUM)				\
-	DEF_REDUCE(t##_prod, T, U, OP_PROD)				\
-	DEF_REDUCE(t##_min, T, T, OP_MIN)				\
-	DEF_REDUCE(t##_max, T, T, OP_MAX)
+/* CMP: what min and max compare in (FROM, or the element type itself). */
+#define DEF_ALL(t, T, TO, FROM, CMP)					\
+	DEF_REDUCE(t##_sum, T, TO, FROM, OP_SUM)			\
+	DEF_REDUCE(t##_prod, T, TO, FROM, OP_PROD)			\
+	DEF_REDUCE(t##_min, T, TO, CMP, OP_MIN)				\
+	DEF_REDUCE(t##_max, T, TO, CMP, OP_MAX)
 
-DEF_ALL(f32, float, float)
-DEF_ALL(f64, double, double)
-DEF_ALL(i32, int32_t, uint32_t)
-DEF_ALL(i64, int64_t, uint64_t)
-DEF_ALL(u8, uint8_t, uint32_t)
-
-#define DEF_ALL_CONV(t, TO, FROM)					\
-	DEF_REDUCE_CONV(t##_sum, TO, FROM, OP_SUM)			\
-	DEF_REDUCE_CONV(t##_prod, TO, FROM, OP_PROD)			\
-	DEF_REDUCE_CONV(t##_min, TO, FROM, OP_MIN)			\
-	DEF_REDUCE_CONV(t##_max, TO, FROM, OP_MAX)
-
-DEF_ALL_CONV(f16, f2h, h2f)
-DEF_ALL_CONV(bf16, f2b, b2f)
+DEF_ALL(f32, float, (float), (float), (float))
+DEF_ALL(f64, double, (double), (double), (double))
+DEF_ALL(i32, int32_t, (int32_t), (uint32_t), (int32_t))
+DEF_ALL(i64, int64_t, (int64_t), (uint64_t), (int64_t))
+DEF_ALL(u8, uint8_t, (uint8_t), (uint32_t), (uint8_t))
+DEF_ALL(f16, uint16_t, f2h, h2f, h2f)
+DEF_ALL(bf16, uint16_t, f2b, b2f, b2f)
 
 /* Indexed by dtype, then op (SUM, PROD, MIN, MAX; AVG uses SUM). */
 static const reduce3_fn	table[RDZV_DTYPE_COUNT][4] = {
