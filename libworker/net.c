@@ -198,24 +198,30 @@ net_local_addr(int fd, char *buf, size_t len)
 	return (0);
 }
 
-int
-net_write_all(int fd, const void *buf, size_t len, int64_t deadline)
+/*
+ * Moves exactly len bytes of buf to (out) or from fd, waiting for the
+ * socket as often as it takes until deadline.
+ */
+static int
+net_all(int fd, int out, void *buf, size_t len, int64_t deadline)
 {
-	const uint8_t	*p = buf;
-	ssize_t		 n;
-	int		 rc;
+	uint8_t	*p = buf;
+	ssize_t	 n;
+	int	 rc;
 
 	while (len > 0) {
-		n = send(fd, p, len, MSG_NOSIGNAL);
+		n = out ? send(fd, p, len, MSG_NOSIGNAL) : recv(fd, p, len, 0);
 		if (n > 0) {
 			p += n;
 			len -= (size_t)n;
 			continue;
 		}
-		if (n == -1 && errno == EINTR)
+		if (n == 0)
+			return (RDZV_ECONN);	/* peer closed */
+		if (errno == EINTR)
 			continue;
-		if (n == -1 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-			rc = net_poll1(fd, POLLOUT, deadline);
+		if (errno == EAGAIN || errno == EWOULDBLOCK) {
+			rc = net_poll1(fd, out ? POLLOUT : POLLIN, deadline);
 			if (rc == 0)
 				return (RDZV_ETIMEDOUT);
 			if (rc < 0)
@@ -228,32 +234,13 @@ net_write_all(int fd, const void *buf, size_t len, int64_t deadline)
 }
 
 int
+net_write_all(int fd, const void *buf, size_t len, int64_t deadline)
+{
+	return (net_all(fd, 1, (void *)buf, len, deadline));
+}
+
+int
 net_read_all(int fd, void *buf, size_t len, int64_t deadline)
 {
-	uint8_t	*p = buf;
-	ssize_t	 n;
-	int	 rc;
-
-	while (len > 0) {
-		n = recv(fd, p, len, 0);
-		if (n > 0) {
-			p += n;
-			len -= (size_t)n;
-			continue;
-		}
-		if (n == 0)
-			return (RDZV_ECONN);	/* peer closed */
-		if (errno == EINTR)
-			continue;
-		if (errno == EAGAIN || errno == EWOULDBLOCK) {
-			rc = net_poll1(fd, POLLIN, deadline);
-			if (rc == 0)
-				return (RDZV_ETIMEDOUT);
-			if (rc < 0)
-				return (rc);
-			continue;
-		}
-		return (RDZV_ECONN);
-	}
-	return (0);
+	return (net_all(fd, 0, buf, len, deadline));
 }
