@@ -37,11 +37,8 @@ getenv_cb(const char *name, void *arg)
 	return (getenv(name));
 }
 
-static void	seterr(char *, size_t, const char *, ...)
-		    __attribute__((format(printf, 3, 4)));
-
-static void
-seterr(char *err, size_t errlen, const char *fmt, ...)
+void
+wenv_seterr(char *err, size_t errlen, const char *fmt, ...)
 {
 	va_list	ap;
 
@@ -65,12 +62,13 @@ num(const struct lookup *l, const char *name, long long lo, long long hi,
 
 	v = lk(l, name);
 	if (v == NULL) {
-		seterr(err, errlen, "%s is not set", name);
+		wenv_seterr(err, errlen, "%s is not set", name);
 		return (RDZV_EINVAL);
 	}
 	n = strtonum(v, lo, hi, &why);
 	if (why != NULL) {
-		seterr(err, errlen, "%s=\"%.64s\" is %s (expected %lld..%lld)",
+		wenv_seterr(err, errlen,
+		    "%s=\"%.64s\" is %s (expected %lld..%lld)",
 		    name, v, why, lo, hi);
 		return (RDZV_EINVAL);
 	}
@@ -199,7 +197,7 @@ parse_store(struct wenv *e, const struct lookup *l, char *err, size_t errlen)
 	if (ep != NULL) {
 		if (strlcpy(e->endpoint, ep, sizeof e->endpoint) >=
 		    sizeof e->endpoint) {
-			seterr(err, errlen, "RDZV_ENDPOINT is too long");
+			wenv_seterr(err, errlen, "RDZV_ENDPOINT is too long");
 			return (RDZV_EINVAL);
 		}
 		ns = lk(l, "RDZV_NAMESPACE");
@@ -210,13 +208,13 @@ parse_store(struct wenv *e, const struct lookup *l, char *err, size_t errlen)
 		else if (job != NULL && round != NULL)
 			n = snprintf(e->ns, sizeof e->ns, "%s/%s", job, round);
 		else {
-			seterr(err, errlen, "RDZV_ENDPOINT is set but the "
+			wenv_seterr(err, errlen, "RDZV_ENDPOINT is set but the "
 			    "store scope is not: set RDZV_NAMESPACE (or "
 			    "RDZV_JOB and RDZV_ROUND)");
 			return (RDZV_EINVAL);
 		}
 		if (n < 0 || (size_t)n >= sizeof e->ns) {
-			seterr(err, errlen, "RDZV_NAMESPACE is too long");
+			wenv_seterr(err, errlen, "RDZV_NAMESPACE is too long");
 			return (RDZV_EINVAL);
 		}
 		e->store = WENV_STORE_NATIVE;
@@ -226,13 +224,13 @@ parse_store(struct wenv *e, const struct lookup *l, char *err, size_t errlen)
 	addr = lk(l, "MASTER_ADDR");
 	if (addr != NULL || lk(l, "MASTER_PORT") != NULL) {
 		if (addr == NULL) {
-			seterr(err, errlen, "MASTER_PORT is set but "
+			wenv_seterr(err, errlen, "MASTER_PORT is set but "
 			    "MASTER_ADDR is not");
 			return (RDZV_EINVAL);
 		}
 		if (strlcpy(e->master_addr, addr, sizeof e->master_addr) >=
 		    sizeof e->master_addr) {
-			seterr(err, errlen, "MASTER_ADDR is too long");
+			wenv_seterr(err, errlen, "MASTER_ADDR is too long");
 			return (RDZV_EINVAL);
 		}
 		if ((rc = num(l, "MASTER_PORT", 1, 65535, &e->master_port,
@@ -255,7 +253,7 @@ parse_store(struct wenv *e, const struct lookup *l, char *err, size_t errlen)
 		e->store = WENV_STORE_NONE;
 		return (0);
 	}
-	seterr(err, errlen, "world size %d (from %s) needs a store, but "
+	wenv_seterr(err, errlen, "world size %d (from %s) needs a store, but "
 	    "neither RDZV_ENDPOINT (with RDZV_NAMESPACE, as rdzv-agent sets) "
 	    "nor MASTER_ADDR and MASTER_PORT (as torchrun sets) is set",
 	    e->size, e->source);
@@ -278,7 +276,8 @@ parse_options(struct wenv *e, const struct lookup *l, char *err,
 		else if (strcmp(b, "nccl") == 0)
 			e->backend = RDZV_BACKEND_NCCL;
 		else {
-			seterr(err, errlen, "RDZV_BACKEND=\"%.32s\" is not "
+			wenv_seterr(err, errlen,
+			    "RDZV_BACKEND=\"%.32s\" is not "
 			    "auto, cpu or nccl", b);
 			return (RDZV_EINVAL);
 		}

@@ -68,21 +68,6 @@ struct wstore {
 	char			 local[64];
 };
 
-static void	seterr(char *, size_t, const char *, ...)
-		    __attribute__((format(printf, 3, 4)));
-
-static void
-seterr(char *err, size_t errlen, const char *fmt, ...)
-{
-	va_list	ap;
-
-	if (err == NULL || errlen == 0)
-		return;
-	va_start(ap, fmt);
-	vsnprintf(err, errlen, fmt, ap);
-	va_end(ap);
-}
-
 /* ---- TCPStore 1.13 client ---- */
 
 /* A request under construction. */
@@ -390,7 +375,7 @@ wstore_open(struct wstore **sp, const struct wenv *e, int timeout_ms,
 
 		if (tf != NULL && *tf != '\0' && (rc = rdzv_token_load(tf, &tok,
 		    &toklen, &insecure, why, sizeof why)) != 0) {
-			seterr(err, errlen, "RDZV_TOKEN_FILE: %s", why);
+			wenv_seterr(err, errlen, "RDZV_TOKEN_FILE: %s", why);
 			goto fail;
 		}
 		memset(&co, 0, sizeof co);
@@ -408,16 +393,18 @@ wstore_open(struct wstore **sp, const struct wenv *e, int timeout_ms,
 		if (s->nat == NULL && rc == RDZV_ETLS) {
 			/* why names rdzvd and the check to make. */
 			if (co.tls_ca == NULL)
-				seterr(err, errlen, "%s (" RDZV_TLS_CA_ENV " is "
+				wenv_seterr(err, errlen,
+				    "%s (" RDZV_TLS_CA_ENV " is "
 				    "unset: rdzv-agent sets it from its --tls_ca)",
 				    why);
 			else
-				seterr(err, errlen, "%s (" RDZV_TLS_CA_ENV "=%s)",
+				wenv_seterr(err, errlen,
+				    "%s (" RDZV_TLS_CA_ENV "=%s)",
 				    why, co.tls_ca);
 			goto fail;
 		}
 		if (s->nat == NULL) {
-			seterr(err, errlen, "cannot reach rdzvd at %s "
+			wenv_seterr(err, errlen, "cannot reach rdzvd at %s "
 			    "(RDZV_ENDPOINT): %s%s", e->endpoint,
 			    rdzv_strerror(rc), rc == RDZV_EAUTH ? " (rdzvd has "
 			    "a token: set RDZV_TOKEN_FILE, rdzv-agent does)" : "");
@@ -425,7 +412,7 @@ wstore_open(struct wstore **sp, const struct wenv *e, int timeout_ms,
 		}
 	}
 		if ((rc = rdzv_client_set_namespace(s->nat, e->ns)) != 0) {
-			seterr(err, errlen, "RDZV_NAMESPACE: %s",
+			wenv_seterr(err, errlen, "RDZV_NAMESPACE: %s",
 			    rdzv_strerror(rc));
 			goto fail;
 		}
@@ -444,14 +431,16 @@ wstore_open(struct wstore **sp, const struct wenv *e, int timeout_ms,
 				rc = tstore_srv_start(&s->srv, "0.0.0.0",
 				    e->master_port, &port);
 			if (rc != 0) {
-				seterr(err, errlen, "rank 0 cannot serve the "
+				wenv_seterr(err, errlen,
+				    "rank 0 cannot serve the "
 				    "store on port %d (MASTER_PORT): %s",
 				    e->master_port, rdzv_strerror(rc));
 				goto fail;
 			}
 		}
 		if ((rc = t_connect(s, deadline)) != 0) {
-			seterr(err, errlen, "cannot reach the store at %s:%d "
+			wenv_seterr(err, errlen,
+			    "cannot reach the store at %s:%d "
 			    "(MASTER_ADDR, MASTER_PORT): %s", e->master_addr,
 			    e->master_port, rdzv_strerror(rc));
 			goto fail;
@@ -459,7 +448,7 @@ wstore_open(struct wstore **sp, const struct wenv *e, int timeout_ms,
 		break;
 	default:
 		rc = RDZV_EINVAL;
-		seterr(err, errlen, "no store configured");
+		wenv_seterr(err, errlen, "no store configured");
 		goto fail;
 	}
 	*sp = s;

@@ -94,6 +94,10 @@ typedef const char	*(*wenv_get_fn)(const char *name, void *arg);
  */
 int	wenv_detect(struct wenv *e, wenv_get_fn get, void *arg, char *err,
 	    size_t errlen);
+/* Formats a message into err (errlen bytes), the caller's error buffer;
+ * err NULL or errlen 0: nothing. */
+void	wenv_seterr(char *err, size_t errlen, const char *fmt, ...)
+	    __attribute__((format(printf, 3, 4)));
 
 /* ---- net.c ---- */
 
