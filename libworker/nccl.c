@@ -131,26 +131,30 @@ struct nccl_req {
 	TAILQ_ENTRY(nccl_req) entry;	/* n->reqs */
 };
 
+static const ncclDataType_t	nccl_types[RDZV_DTYPE_COUNT] = {
+	[RDZV_F32] = ncclFloat32,
+	[RDZV_F64] = ncclFloat64,
+	[RDZV_F16] = ncclFloat16,
+	[RDZV_BF16] = ncclBfloat16,
+	[RDZV_I32] = ncclInt32,
+	[RDZV_I64] = ncclInt64,
+	[RDZV_U8] = ncclUint8,
+};
+
+/* AVG of integers is done as SUM then divided on the host (see below). */
+static const ncclRedOp_t	nccl_ops[RDZV_OP_COUNT][2] = {	/* float, int */
+	[RDZV_SUM] = { ncclSum, ncclSum },
+	[RDZV_PROD] = { ncclProd, ncclProd },
+	[RDZV_MIN] = { ncclMin, ncclMin },
+	[RDZV_MAX] = { ncclMax, ncclMax },
+	[RDZV_AVG] = { ncclAvg, ncclSum },
+};
+
+/* dt and op were checked by the caller (comm.c). */
 static ncclDataType_t
 nccl_type(enum rdzv_dtype dt)
 {
-	switch (dt) {
-	case RDZV_F32:
-		return (ncclFloat32);
-	case RDZV_F64:
-		return (ncclFloat64);
-	case RDZV_F16:
-		return (ncclFloat16);
-	case RDZV_BF16:
-		return (ncclBfloat16);
-	case RDZV_I32:
-		return (ncclInt32);
-	case RDZV_I64:
-		return (ncclInt64);
-	case RDZV_U8:
-	default:
-		return (ncclUint8);
-	}
+	return (nccl_types[dt]);
 }
 
 static int
@@ -159,23 +163,10 @@ nccl_is_int(enum rdzv_dtype dt)
 	return (dt == RDZV_I32 || dt == RDZV_I64 || dt == RDZV_U8);
 }
 
-/* AVG of integers is done as SUM then divided on the host (see below). */
 static ncclRedOp_t
 nccl_op(enum rdzv_op op, enum rdzv_dtype dt)
 {
-	switch (op) {
-	case RDZV_PROD:
-		return (ncclProd);
-	case RDZV_MIN:
-		return (ncclMin);
-	case RDZV_MAX:
-		return (ncclMax);
-	case RDZV_AVG:
-		return (nccl_is_int(dt) ? ncclSum : ncclAvg);
-	case RDZV_SUM:
-	default:
-		return (ncclSum);
-	}
+	return (nccl_ops[op][nccl_is_int(dt)]);
 }
 
 static int
@@ -558,6 +549,7 @@ nccl_int_avg(struct rdzv_comm *c, void *r, size_t count, enum rdzv_dtype dt)
 {
 	size_t	bytes = count * rdzv_dtype_size(dt);
 	void	*h;
+	int	 rc = RDZV_EIO;
 
 	if (!nccl_is_dev(r)) {
 		reduce_avg_finish(r, count, dt, c->size);
@@ -566,17 +558,43 @@ nccl_int_avg(struct rdzv_comm *c, void *r, size_t count, enum rdzv_dtype dt)
 	if ((h = malloc(bytes)) == NULL)
 		return (comm_fail(c, RDZV_ENOMEM, "nccl: integer average"));
 	if (cudart.cudaMemcpy(h, r, bytes, cudaMemcpyDeviceToHost) !=
-	    cudaSuccess) {
-		free(h);
-		return (comm_fail(c, RDZV_EIO, "nccl: integer average"));
-	}
+	    cudaSuccess)
+		goto out;
 	reduce_avg_finish(h, count, dt, c->size);
 	if (cudart.cudaMemcpy(r, h, bytes, cudaMemcpyHostToDevice) !=
-	    cudaSuccess) {
-		free(h);
-		return (comm_fail(c, RDZV_EIO, "nccl: integer average"));
-	}
+	    cudaSuccess)
+		goto out;
+	rc = 0;
+out:
 	free(h);
+	return (rc == 0 ? 0 : comm_fail(c, rc, "nccl: integer average"));
+}
+
+/* After a reduction's rc: an integer AVG's division, else rc. */
+static int
+nccl_avg_after(struct rdzv_comm *c, int rc, void *r, size_t count,
+    enum rdzv_dtype dt, enum rdzv_op op)
+{
+	if (rc != 0 || op != RDZV_AVG || !nccl_is_int(dt))
+		return (rc);
+	return (nccl_int_avg(c, r, count, dt));
+}
+
+/*
+ * Starts a collective on x: takes the communicator (nccl_enter) and
+ * stages host buffers (nccl_xfer_in).  Returns 0, or the code to return
+ * (staging that failed has been ended by nccl_xfer_out).
+ */
+static int
+nccl_begin(struct rdzv_comm *c, struct nccl *n, struct xfer *x,
+    int64_t deadline, const char *what)
+{
+	int	rc;
+
+	if ((rc = nccl_enter(c, n)) != 0)
+		return (rc);
+	if ((rc = nccl_xfer_in(c, n, x)) != 0)
+		return (nccl_xfer_out(c, n, x, rc, deadline, what));
 	return (0);
 }
 
@@ -591,17 +609,14 @@ nccl_allreduce(struct rdzv_comm *c, const void *s, void *r, size_t count,
 	size_t		 bytes = count * rdzv_dtype_size(dt);
 	int		 rc;
 
-	if ((rc = nccl_enter(c, n)) != 0)
-		return (rc);
 	x = (struct xfer){ .s = s, .r = r, .sbytes = bytes, .rbytes = bytes };
-	if ((rc = nccl_xfer_in(c, n, &x)) == 0)
-		rc = nccl_settle(c, n, libnccl.ncclAllReduce(x.ds, x.dr, count,
-		    nccl_type(dt), nccl_op(op, dt), n->comm, n->stream),
-		    deadline, "ncclAllReduce");
+	if ((rc = nccl_begin(c, n, &x, deadline, "allreduce")) != 0)
+		return (rc);
+	rc = nccl_settle(c, n, libnccl.ncclAllReduce(x.ds, x.dr, count,
+	    nccl_type(dt), nccl_op(op, dt), n->comm, n->stream), deadline,
+	    "ncclAllReduce");
 	rc = nccl_xfer_out(c, n, &x, rc, deadline, "allreduce");
-	if (rc == 0 && op == RDZV_AVG && nccl_is_int(dt))
-		rc = nccl_int_avg(c, r, count, dt);
-	return (rc);
+	return (nccl_avg_after(c, rc, r, count, dt, op));
 }
 
 static int
@@ -613,14 +628,13 @@ nccl_broadcast(struct rdzv_comm *c, void *buf, size_t count,
 	size_t		 bytes = count * rdzv_dtype_size(dt);
 	int		 rc;
 
-	if ((rc = nccl_enter(c, n)) != 0)
-		return (rc);
 	x = (struct xfer){ .s = buf, .r = buf, .sbytes = bytes,
 	    .rbytes = bytes };
-	if ((rc = nccl_xfer_in(c, n, &x)) == 0)
-		rc = nccl_settle(c, n, libnccl.ncclBroadcast(x.ds, x.dr, count,
-		    nccl_type(dt), root, n->comm, n->stream), deadline,
-		    "ncclBroadcast");
+	if ((rc = nccl_begin(c, n, &x, deadline, "broadcast")) != 0)
+		return (rc);
+	rc = nccl_settle(c, n, libnccl.ncclBroadcast(x.ds, x.dr, count,
+	    nccl_type(dt), root, n->comm, n->stream), deadline,
+	    "ncclBroadcast");
 	return (nccl_xfer_out(c, n, &x, rc, deadline, "broadcast"));
 }
 
@@ -633,21 +647,18 @@ nccl_reduce(struct rdzv_comm *c, const void *s, void *r, size_t count,
 	size_t		 bytes = count * rdzv_dtype_size(dt);
 	int		 rc, isroot = c->rank == root;
 
-	if ((rc = nccl_enter(c, n)) != 0)
-		return (rc);
 	/* Only the root has a receive buffer; NCCL wants a valid pointer
 	 * elsewhere, which the send buffer is and never written. */
 	x = (struct xfer){ .s = s, .r = isroot ? r : NULL, .sbytes = bytes,
 	    .rbytes = isroot ? bytes : 0 };
-	if ((rc = nccl_xfer_in(c, n, &x)) == 0)
-		rc = nccl_settle(c, n, libnccl.ncclReduce(x.ds,
-		    isroot ? x.dr : (void *)x.ds, count, nccl_type(dt),
-		    nccl_op(op, dt), root, n->comm, n->stream), deadline,
-		    "ncclReduce");
+	if ((rc = nccl_begin(c, n, &x, deadline, "reduce")) != 0)
+		return (rc);
+	rc = nccl_settle(c, n, libnccl.ncclReduce(x.ds,
+	    isroot ? x.dr : (void *)x.ds, count, nccl_type(dt),
+	    nccl_op(op, dt), root, n->comm, n->stream), deadline,
+	    "ncclReduce");
 	rc = nccl_xfer_out(c, n, &x, rc, deadline, "reduce");
-	if (rc == 0 && isroot && op == RDZV_AVG && nccl_is_int(dt))
-		rc = nccl_int_avg(c, r, count, dt);
-	return (rc);
+	return (isroot ? nccl_avg_after(c, rc, r, count, dt, op) : rc);
 }
 
 static int
@@ -660,12 +671,10 @@ nccl_allgather(struct rdzv_comm *c, const void *s, void *r, size_t count,
 	char		*slot;
 	int		 rc;
 
-	if ((rc = nccl_enter(c, n)) != 0)
-		return (rc);
 	x = (struct xfer){ .s = s, .r = r, .sbytes = bytes,
 	    .rbytes = bytes * (size_t)c->size };
-	if ((rc = nccl_xfer_in(c, n, &x)) != 0)
-		return (nccl_xfer_out(c, n, &x, rc, deadline, "allgather"));
+	if ((rc = nccl_begin(c, n, &x, deadline, "allgather")) != 0)
+		return (rc);
 	/*
 	 * NCCL's in-place form reads this rank's block from its slot of the
 	 * receive buffer; ours (s == r) has it at the start: move it.
@@ -691,13 +700,10 @@ nccl_reduce_scatter(struct rdzv_comm *c, const void *s, void *r,
 	char		*slot;
 	int		 rc;
 
-	if ((rc = nccl_enter(c, n)) != 0)
-		return (rc);
 	x = (struct xfer){ .s = s, .r = r, .sbytes = bytes * (size_t)c->size,
 	    .rbytes = bytes };
-	if ((rc = nccl_xfer_in(c, n, &x)) != 0)
-		return (nccl_xfer_out(c, n, &x, rc, deadline,
-		    "reduce_scatter"));
+	if ((rc = nccl_begin(c, n, &x, deadline, "reduce_scatter")) != 0)
+		return (rc);
 	/* In place, NCCL writes our block's slot; ours wants the start. */
 	slot = (char *)x.dr + bytes * (size_t)c->rank;
 	rc = nccl_settle(c, n, libnccl.ncclReduceScatter(x.ds, x.ds == x.dr ?
@@ -707,9 +713,7 @@ nccl_reduce_scatter(struct rdzv_comm *c, const void *s, void *r,
 		rc = nccl_cuda(c, n, cudart.cudaMemcpyAsync(x.dr, slot, bytes,
 		    cudaMemcpyDeviceToDevice, n->stream), "reduce_scatter");
 	rc = nccl_xfer_out(c, n, &x, rc, deadline, "reduce_scatter");
-	if (rc == 0 && op == RDZV_AVG && nccl_is_int(dt))
-		rc = nccl_int_avg(c, r, count, dt);
-	return (rc);
+	return (nccl_avg_after(c, rc, r, count, dt, op));
 }
 
 /*
@@ -733,8 +737,6 @@ nccl_p2p_coll(struct rdzv_comm *c, const void *s, void *r, size_t count,
 	ncclResult_t	 nr = ncclSuccess;
 	int		 rc, p, me = c->rank;
 
-	if ((rc = nccl_enter(c, n)) != 0)
-		return (rc);
 	all = bytes * (size_t)c->size;
 	x = (struct xfer){ .s = s, .r = r,
 	    .sbytes = kind == GATHER ? bytes : (kind == SCATTER ?
@@ -745,8 +747,8 @@ nccl_p2p_coll(struct rdzv_comm *c, const void *s, void *r, size_t count,
 		x.r = NULL;
 	if (kind == SCATTER && me != root)
 		x.s = NULL;
-	if ((rc = nccl_xfer_in(c, n, &x)) != 0)
-		return (nccl_xfer_out(c, n, &x, rc, deadline, what));
+	if ((rc = nccl_begin(c, n, &x, deadline, what)) != 0)
+		return (rc);
 	sp = x.ds;
 	rp = x.dr;
 	if ((rc = nccl_settle(c, n, libnccl.ncclGroupStart(), deadline, what))
@@ -755,31 +757,20 @@ nccl_p2p_coll(struct rdzv_comm *c, const void *s, void *r, size_t count,
 	for (p = 0; p < c->size && rc == 0; p++) {
 		if (p == me)
 			continue;
-		switch (kind) {
-		case GATHER:
-			if (me == root)
-				nr = libnccl.ncclRecv(rp + bytes * (size_t)p,
-				    count, t, p, n->comm, n->stream);
-			else if (p == root)
-				nr = libnccl.ncclSend(sp, count, t, p, n->comm,
-				    n->stream);
-			break;
-		case SCATTER:
-			if (me == root)
-				nr = libnccl.ncclSend(sp + bytes * (size_t)p,
-				    count, t, p, n->comm, n->stream);
-			else if (p == root)
-				nr = libnccl.ncclRecv(rp, count, t, p, n->comm,
-				    n->stream);
-			break;
-		default:
-			nr = libnccl.ncclSend(sp + bytes * (size_t)p, count, t,
-			    p, n->comm, n->stream);
-			if (nr == ncclSuccess || nr == ncclInProgress)
-				nr = libnccl.ncclRecv(rp + bytes * (size_t)p,
-				    count, t, p, n->comm, n->stream);
-			break;
-		}
+		/* Gather sends to the root, scatter from it, alltoall both
+		 * ways; a block at the root is the peer's slot. */
+		nr = ncclSuccess;
+		if (kind == ALLTOALL || (kind == GATHER ? p == root :
+		    me == root))
+			nr = libnccl.ncclSend(kind == GATHER ? sp :
+			    sp + bytes * (size_t)p, count, t, p, n->comm,
+			    n->stream);
+		if ((nr == ncclSuccess || nr == ncclInProgress) &&
+		    (kind == ALLTOALL || (kind == GATHER ? me == root :
+		    p == root)))
+			nr = libnccl.ncclRecv(kind == SCATTER ? rp :
+			    rp + bytes * (size_t)p, count, t, p, n->comm,
+			    n->stream);
 		/* Inside a group, InProgress settles at ncclGroupEnd. */
 		if (nr != ncclSuccess && nr != ncclInProgress)
 			rc = nccl_settle(c, n, nr, deadline, what);
