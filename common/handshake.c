@@ -52,6 +52,8 @@ hs_fail(struct hs *hs, int code, const char *fmt, ...)
 int
 hs_start(struct hs *hs, const struct hs_config *cfg, struct evbuffer *out)
 {
+	char	why[sizeof hs->why];
+
 	memset(hs, 0, sizeof *hs);
 	hs->cfg = *cfg;
 	if (hs->cfg.endpoint == NULL)
@@ -66,7 +68,7 @@ hs_start(struct hs *hs, const struct hs_config *cfg, struct evbuffer *out)
 	/* A malformed credential fails only if rdzvd asks for a token. */
 	if (hs->cfg.token != NULL)
 		hs->cred_kind = rdzv_cred_parse(hs->cfg.token,
-		    hs->cfg.tokenlen, &hs->cred, hs->why, sizeof hs->why);
+		    hs->cfg.tokenlen, &hs->cred, why, sizeof why);
 	if (nat_preamble_put(out, NAT_VERSION) != 0)
 		return (hs_fail(hs, RDZV_ENOMEM, "out of memory"));
 	return (0);
@@ -108,8 +110,10 @@ hs_preamble(struct hs *hs, const uint8_t *p, size_t len, size_t *used)
 		    "%s or set RDZV_TOKEN_FILE", hs->cfg.token_flag));
 	if (hs->cred_kind < 0) {
 		char	why[sizeof hs->why];
+		struct rdzv_cred	cred;
 
-		memcpy(why, hs->why, sizeof why);
+		(void)rdzv_cred_parse(hs->cfg.token, hs->cfg.tokenlen, &cred,
+		    why, sizeof why);
 		return (hs_fail(hs, RDZV_EINVAL, "the file given with %s is "
 		    "%s", hs->cfg.token_flag, why));
 	}

@@ -3,7 +3,8 @@
  * fuzz_handshake.c: libFuzzer target for the client's handshake machine
  * (common/handshake.c), the decoder of what rdzvd sends before a session.
  * The first input byte picks the configuration (bit 0: a token to answer
- * a challenge with) and, with the second, where to cut the stream; the
+ * a challenge with; bit 1: that token is a job credential, bit 2: a
+ * malformed one) and, with the second, where to cut the stream; the
  * rest is rdzvd's bytes.  Our nonce is fixed, so a seed can carry rdzvd's
  * right answer (tests/fuzz/make-corpus.py) and the fuzzer reaches the
  * open state.  The stream is fed all at once, cut in two, and one byte at
@@ -12,7 +13,8 @@
  * input; a reason exactly when failed; done stays done; an open
  * handshake needs no byte past what it took; and what was sent is our
  * preamble, then at most one AUTH whose MAC a server holding the token
- * accepts.  Any broken invariant aborts.
+ * (or deriving the job's key from it) accepts.  Any broken invariant
+ * aborts.
  */
 #include "config.h"
 
@@ -22,11 +24,16 @@
 
 #include <event2/buffer.h>
 
+#include "auth.h"
 #include "handshake.h"
 #include "rdzv_err.h"
 #include "wire.h"
 
 #define FUZZ_TOKEN	"fuzz-token"
+#define FUZZ_JOB	"fuzz-job"
+
+static char	fuzz_cred[RDZV_CRED_FILE_MAX + 1];	/* FUZZ_JOB's */
+static uint8_t	fuzz_key[RDZV_CRED_KEY_LEN];
 
 int	LLVMFuzzerTestOneInput(const uint8_t *, size_t);
 
@@ -108,10 +115,11 @@ fuzz_check_out(const struct hs_config *cfg, struct fuzz_run *r)
 	struct wire_limits	 lim;
 	struct nat_msg		 m;
 	struct nat_rd		 rd;
-	struct slice		 cn, mac;
+	struct slice		 cn, mac, job;
 	const uint8_t		*p;
 	uint8_t			 want[NAT_MAC_LEN], version;
 	size_t			 len = evbuffer_get_length(r->out), need;
+	int			 cred = cfg->token == fuzz_cred;
 
 	fuzz_check(len >= NAT_PREAMBLE_LEN);
 	p = evbuffer_pullup(r->out, -1);
@@ -126,10 +134,20 @@ fuzz_check_out(const struct hs_config *cfg, struct fuzz_run *r)
 	fuzz_check(m.op == NAT_OP_AUTH && m.flags == 0 && m.id == HS_AUTH_ID);
 	nat_rd_init(&rd, m.payload);
 	fuzz_check(nat_get_bytes(&rd, &cn) == 0 &&
-	    nat_get_bytes(&rd, &mac) == 0 && nat_rd_end(&rd) == 0);
+	    nat_get_bytes(&rd, &mac) == 0);
+	if (cred)
+		fuzz_check(nat_get_bytes(&rd, &job) == 0 &&
+		    job.len == strlen(FUZZ_JOB) &&
+		    memcmp(job.p, FUZZ_JOB, job.len) == 0);
+	fuzz_check(nat_rd_end(&rd) == 0);
 	fuzz_check(cn.len == NAT_NONCE_LEN && mac.len == NAT_MAC_LEN);
-	fuzz_check(nat_auth_mac(cfg->token, cfg->tokenlen, NAT_AUTH_CLIENT_TAG,
-	    r->hs.sn, cn.p, want) == 0 && memcmp(want, mac.p, NAT_MAC_LEN) == 0);
+	if (cred)
+		fuzz_check(nat_auth_mac(fuzz_key, sizeof fuzz_key,
+		    NAT_AUTH_CLIENT_TAG, r->hs.sn, cn.p, want) == 0);
+	else
+		fuzz_check(nat_auth_mac(cfg->token, cfg->tokenlen,
+		    NAT_AUTH_CLIENT_TAG, r->hs.sn, cn.p, want) == 0);
+	fuzz_check(memcmp(want, mac.p, NAT_MAC_LEN) == 0);
 }
 
 int
@@ -142,10 +160,28 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
 	if (size < 2)
 		return (0);
+	if (fuzz_cred[0] == '\0') {
+		struct rdzv_cred	c;
+
+		memset(&c, 0, sizeof c);
+		memcpy(c.job, FUZZ_JOB, sizeof FUZZ_JOB);
+		c.joblen = strlen(FUZZ_JOB);
+		fuzz_check(rdzv_cred_derive(FUZZ_TOKEN, strlen(FUZZ_TOKEN),
+		    c.job, c.joblen, c.key) == 0);
+		memcpy(fuzz_key, c.key, sizeof fuzz_key);
+		fuzz_check(rdzv_cred_format(&c, fuzz_cred, sizeof fuzz_cred) >
+		    0);
+	}
 	memset(&cfg, 0, sizeof cfg);
-	if (data[0] & 1) {
+	if ((data[0] & 7) == 1) {
 		cfg.token = FUZZ_TOKEN;
 		cfg.tokenlen = strlen(FUZZ_TOKEN);
+	} else if ((data[0] & 7) == 3) {
+		cfg.token = fuzz_cred;
+		cfg.tokenlen = strlen(fuzz_cred);
+	} else if (data[0] & 1) {
+		cfg.token = RDZV_CRED_HEADER "\njob " FUZZ_JOB "\nkey 00";
+		cfg.tokenlen = strlen(cfg.token);
 	}
 	cfg.endpoint = "127.0.0.1:29400";
 	cfg.random = fuzz_random;

@@ -6,7 +6,9 @@
  * same result and the same bytes out as all at once; every truncation
  * waits for more; the TLS refusal, a version refusal, a missing, wrong or
  * unproven token and bytes that are not rdzvd's each fail with their code
- * and words.
+ * and words.  A job credential as the token: AUTH names the job and the
+ * MACs are made with the job's key; a malformed one fails only when
+ * rdzvd asks for a token.
  */
 #include "config.h"
 
@@ -21,6 +23,7 @@
 #include <cmocka.h>
 #include <event2/buffer.h>
 
+#include "auth.h"
 #include "handshake.h"
 #include "rdzv_err.h"
 #include "wire.h"
@@ -326,6 +329,146 @@ test_auth_open(void **state)
 	evbuffer_free(b);
 }
 
+/* A job credential file's text for job, with key derived from TOKEN. */
+static void
+cred_text(const char *job, char *buf, size_t bufsz,
+    uint8_t key[RDZV_CRED_KEY_LEN])
+{
+	struct rdzv_cred	cred;
+
+	memset(&cred, 0, sizeof cred);
+	strcpy(cred.job, job);
+	cred.joblen = strlen(job);
+	assert_int_equal(rdzv_cred_derive(TOKEN, strlen(TOKEN), job,
+	    strlen(job), cred.key), 0);
+	memcpy(key, cred.key, RDZV_CRED_KEY_LEN);
+	assert_true(rdzv_cred_format(&cred, buf, bufsz) > 0);
+}
+
+static void
+test_job_credential(void **state)
+{
+	struct hs_config	 cfg;
+	struct evbuffer		*b = evbuffer_new();
+	struct nat_msg		 m;
+	struct nat_rd		 rd;
+	struct nat_wr		 wr;
+	struct slice		 cn, mac, job;
+	struct wire_limits	 lim;
+	struct run		 r;
+	const uint8_t		*s, *o;
+	uint8_t			 key[RDZV_CRED_KEY_LEN], want[NAT_MAC_LEN];
+	uint8_t			 fixed[NAT_NONCE_LEN];
+	char			 text[RDZV_CRED_FILE_MAX + 1];
+	size_t			 len, need;
+
+	cred_text("jobA", text, sizeof text, key);
+	cfg = config(text);
+	our_nonce(fixed);
+	put_preamble(b, NAT_VERSION, NAT_PRE_AUTH);
+	put_challenge(b, server_nonce, NAT_NONCE_LEN);
+	/* rdzvd proves it holds the job's key (it derives it). */
+	assert_int_equal(nat_auth_mac(key, sizeof key, NAT_AUTH_SERVER_TAG,
+	    fixed, server_nonce, want), 0);
+	assert_int_equal(nat_frame_begin(&wr, b, NAT_OP_AUTH, NAT_F_REPLY,
+	    HS_AUTH_ID), 0);
+	assert_int_equal(nat_put_bytes(&wr, want, sizeof want), 0);
+	assert_int_equal(nat_frame_end(&wr), 0);
+	s = evbuffer_pullup(b, -1);
+	len = evbuffer_get_length(b);
+	feed_every_way(&cfg, s, len, &r);
+	assert_int_equal(r.rv, 1);
+	assert_int_equal(r.used, len);
+	wire_limits_default(&lim);
+	o = evbuffer_pullup(r.out, -1);
+	assert_int_equal(nat_decode(o + NAT_PREAMBLE_LEN,
+	    evbuffer_get_length(r.out) - NAT_PREAMBLE_LEN, &lim, &m, &need),
+	    (int)(evbuffer_get_length(r.out) - NAT_PREAMBLE_LEN));
+	assert_int_equal(m.op, NAT_OP_AUTH);
+	nat_rd_init(&rd, m.payload);
+	assert_int_equal(nat_get_bytes(&rd, &cn), 0);
+	assert_int_equal(nat_get_bytes(&rd, &mac), 0);
+	assert_int_equal(nat_get_bytes(&rd, &job), 0);
+	assert_int_equal(nat_rd_end(&rd), 0);
+	assert_int_equal(job.len, 4);
+	assert_memory_equal(job.p, "jobA", 4);
+	assert_int_equal(nat_auth_mac(key, sizeof key, NAT_AUTH_CLIENT_TAG,
+	    server_nonce, cn.p, want), 0);
+	assert_memory_equal(mac.p, want, NAT_MAC_LEN);
+	run_free(&r);
+	assert_prefixes_wait(&cfg, s, len);
+
+	/* rdzvd refuses it (another secret): the reason names the job. */
+	evbuffer_drain(b, len);
+	put_preamble(b, NAT_VERSION, NAT_PRE_AUTH);
+	put_challenge(b, server_nonce, NAT_NONCE_LEN);
+	assert_int_equal(nat_put_error(b, NAT_OP_AUTH, HS_AUTH_ID, RDZV_EAUTH,
+	    "wrong job credential"), 0);
+	feed_every_way(&cfg, evbuffer_pullup(b, -1), evbuffer_get_length(b),
+	    &r);
+	assert_int_equal(r.rv, RDZV_EAUTH);
+	assert_non_null(strstr(r.why, "credential for job jobA"));
+	run_free(&r);
+
+	/* A malformed credential: unused without auth, a failure with. */
+	cfg = config(RDZV_CRED_HEADER "\njob jobA\nkey nothex");
+	evbuffer_drain(b, evbuffer_get_length(b));
+	put_preamble(b, NAT_VERSION, 0);
+	feed(&cfg, evbuffer_pullup(b, -1), evbuffer_get_length(b), NULL, 0,
+	    &r);
+	assert_int_equal(r.rv, 1);
+	assert_string_equal(r.why, "");
+	run_free(&r);
+	evbuffer_drain(b, evbuffer_get_length(b));
+	put_preamble(b, NAT_VERSION, NAT_PRE_AUTH);
+	put_challenge(b, server_nonce, NAT_NONCE_LEN);
+	feed_every_way(&cfg, evbuffer_pullup(b, -1), evbuffer_get_length(b),
+	    &r);
+	assert_int_equal(r.rv, RDZV_EINVAL);
+	assert_non_null(strstr(r.why, "--token_file"));
+	assert_non_null(strstr(r.why, "job credential"));
+	assert_out_preamble_only(r.out);
+	run_free(&r);
+	evbuffer_free(b);
+}
+
+static void
+test_cred_parse(void **state)
+{
+	struct rdzv_cred	c;
+	char			why[256], text[RDZV_CRED_FILE_MAX + 1];
+	uint8_t			key[RDZV_CRED_KEY_LEN];
+	const char		*bad[] = {
+		RDZV_CRED_HEADER,
+		RDZV_CRED_HEADER "\njob \nkey 00",
+		RDZV_CRED_HEADER "\njob a b\nkey 00",
+		RDZV_CRED_HEADER "\nkey 00\njob a",
+		RDZV_CRED_HEADER "\njob a\nkey 0011",
+	};
+	size_t			i;
+
+	/* No header: the operator's secret, whatever else it holds. */
+	assert_int_equal(rdzv_cred_parse((const uint8_t *)TOKEN,
+	    strlen(TOKEN), &c, why, sizeof why), 0);
+	assert_int_equal(rdzv_cred_parse((const uint8_t *)"rdzv job", 8, &c,
+	    why, sizeof why), 0);
+	cred_text("a/b.c", text, sizeof text, key);
+	/* The loader drops one trailing newline; parse what it keeps. */
+	assert_int_equal(rdzv_cred_parse((const uint8_t *)text,
+	    strlen(text) - 1, &c, why, sizeof why), 1);
+	assert_string_equal(c.job, "a/b.c");
+	assert_memory_equal(c.key, key, sizeof key);
+	for (i = 0; i < sizeof bad / sizeof bad[0]; i++)
+		assert_int_equal(rdzv_cred_parse((const uint8_t *)bad[i],
+		    strlen(bad[i]), &c, why, sizeof why), RDZV_EINVAL);
+	/* One-way and per job: another job's key differs. */
+	assert_int_equal(rdzv_cred_derive(TOKEN, strlen(TOKEN), "a/b.d", 5,
+	    c.key), 0);
+	assert_memory_not_equal(c.key, key, sizeof key);
+	assert_int_equal(rdzv_cred_derive(TOKEN, strlen(TOKEN), "a b", 3,
+	    c.key), -1);
+}
+
 /* The default nonce source, with rdzvd answering what was sent. */
 static void
 test_auth_real_nonce(void **state)
@@ -603,6 +746,8 @@ main(void)
 		cmocka_unit_test(test_not_rdzvd),
 		cmocka_unit_test(test_bad_frames),
 		cmocka_unit_test(test_no_random),
+		cmocka_unit_test(test_job_credential),
+		cmocka_unit_test(test_cred_parse),
 	};
 
 	return (cmocka_run_group_tests(tests, NULL, NULL));
