@@ -168,6 +168,24 @@ def chan_eof(s):
     return inq[0] == 0
 
 
+def home_rank(env=None):
+    """This process's home rank: the rank it started as, kept for the
+    whole job however repairs renumber the group, and inherited by a
+    replacement from the worker it replaces.  Under rdzv-agent,
+    GROUP_RANK * LOCAL_WORLD_SIZE + RDZV_LOCAL_RANK (the node's place in
+    the job and the worker's on the node, which a repair never moves);
+    else RANK (torchrun), else 0."""
+    env = os.environ if env is None else env
+    try:
+        if "GROUP_RANK" in env and "RDZV_LOCAL_RANK" in env:
+            return int(env["GROUP_RANK"]) * \
+                int(env.get("LOCAL_WORLD_SIZE", "1")) + \
+                int(env["RDZV_LOCAL_RANK"])
+        return int(env.get("RANK", "0"))
+    except ValueError:
+        return 0
+
+
 def open_channel():
     """The agent's end as a socket, or None: RDZV_PROGRESS_FD is trusted
     only when it is a local SOCK_SEQPACKET socket (a wrapper may have

@@ -12,10 +12,15 @@ returns without a result: an all_reduce's, broadcast's or reduce's tensor
 holds this rank's own value again, the outputs of the others are
 undefined, and one line says so and names the fix (call it inside the
 step to have it redone).  Asynchronous calls (async_op=True) are not
-wrapped.
+wrapped, and neither are calls from torch's own modules (DDP, DCP,
+torch.compile): they see torch's behaviour, a peer's death raising in
+them, which the step around them (or job.save()) repairs.  DCP called
+by the script directly, outside job.save()/job.load(), is refused at
+once (rdzv/checkpoint.py says why).
 """
 
 import functools
+import sys
 import threading
 
 from . import group, log
@@ -32,12 +37,27 @@ _orig = {}
 _said = set()
 
 
+def _caller(depth=2):
+    """The module name of the code that called dist.NAME."""
+    try:
+        return sys._getframe(depth).f_globals.get("__name__") or ""
+    except ValueError:
+        return ""
+
+
 def _wrap(name, fn):
     @functools.wraps(fn)
     def call(*a, **kw):
         job = _job
-        if job is None or job._in_step or not job._joined or \
-            kw.get("async_op") or job._chan is None or \
+        if job is None or job._chan is None or job._dcp:
+            return fn(*a, **kw)
+        who = _caller()
+        if who.startswith("torch.distributed.checkpoint") and \
+            job._repairing:
+            from . import checkpoint
+            checkpoint.refuse_direct(job, name)
+        if who == "torch" or who.startswith("torch.") or \
+            job._in_step or not job._joined or kw.get("async_op") or \
             threading.get_ident() != job._main:
             return fn(*a, **kw)
         keep = None

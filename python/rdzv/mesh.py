@@ -61,7 +61,7 @@ import re
 import time
 
 from . import collectives, group, log
-from .channel import Round, open_channel
+from .channel import Round, home_rank, open_channel
 from .repair import Job, _start
 
 __all__ = ["init_process_group", "MeshJob", "plan", "fully_shard"]
@@ -802,11 +802,7 @@ def init_process_group(backend="gloo", replicas=1, timeout=None):
     if env.get("RDZV_REPLICAS", "").isdigit():
         replicas = int(env["RDZV_REPLICAS"])
     world = int(env.get("WORLD_SIZE", "1"))
-    lws = int(env.get("LOCAL_WORLD_SIZE", "1"))
-    if "GROUP_RANK" in env and "RDZV_LOCAL_RANK" in env:
-        home = int(env["GROUP_RANK"]) * lws + int(env["RDZV_LOCAL_RANK"])
-    else:
-        home = int(env.get("RANK", "0"))
+    home = home_rank(env)
     chan = open_channel()
     job = MeshJob(backend, timeout, chan, replicas, world, home)
     for var, mine in (("RDZV_REPLICA", job.replica), ("RDZV_SHARD",
@@ -831,7 +827,7 @@ def init_process_group(backend="gloo", replicas=1, timeout=None):
             dist.init_process_group(backend, **kw)
         _mesh_only(job)
         return job
-    job._repairing = _start(job)
+    job._repairing = _start(job, offer=job.replacement)
     if job.replacement:
         _after_shrink()
         job._join()

@@ -55,11 +55,19 @@ The environment (rdzv-agent sets the first two):
                           never says hello, so a failure restarts the job
 
 A worker offers repair to its agent ("hello repair=1") only once it can
-honour it: at its first job.ddp() or job.step() (a replacement at once:
-it joins with the state).  Until then a failure restarts the job as a
-plain job's does, so a script (or a framework such as Lightning) that
-calls init_process_group() but trains outside the helper is never
-"repaired" into a lone rank training in a group of its own.
+honour it: when its first step commits (a replacement at once: it joins
+with the state).  Until then a failure restarts the job as a plain job's
+does, so a script (or a framework such as Lightning) that calls
+init_process_group() but trains outside the helper is never "repaired"
+into a lone rank training in a group of its own, and a script error at
+the start is never repaired round after round: a worker that dies of its
+own exception before its first committed step withdraws its offer
+("hello repair=0", _fail_fast), so the job restarts or fails with the
+traceback as under torchrun.
+
+job.home is the rank a process started as (channel.home_rank), kept
+across repairs and inherited by a replacement: where a rank-0 logger
+belongs, since dist.get_rank() == 0 moves when rank 0 dies.
   RDZV_REPAIR_DEBUG=1     every step of a repair on stderr; without it a
                           rank says one line per repair.
 
@@ -103,9 +111,10 @@ import sys
 import threading
 import time
 
-from . import collectives, data, group, log, progress, state, waits
-from .channel import (MSG_MAX, Round, open_channel, parse_message,
-    parse_round)
+from . import (checkpoint, collectives, data, group, log, progress,
+    state, waits)
+from .channel import (MSG_MAX, Round, home_rank, open_channel,
+    parse_message, parse_round)
 from .watcher import Watcher
 
 __all__ = ["init_process_group", "Job", "Round", "parse_round",
@@ -123,32 +132,72 @@ _debug, _warn = log.debug, log.warn
 _sockets, _reset, _comm_error = group.sockets, group.reset, group.comm_error
 
 
-class _Model:
-    """What job.ddp() returns: calls and attributes go to the current
-    DistributedDataParallel (rebuilt by each repair), or to the module
-    itself while there is no group."""
+# What a DistributedDataParallel made again after a repair keeps of the
+# one before: the hooks a script (or a library) registered on it.
+_KEPT = ("_forward_hooks", "_forward_hooks_with_kwargs",
+    "_forward_hooks_always_called", "_forward_pre_hooks",
+    "_forward_pre_hooks_with_kwargs", "_backward_hooks",
+    "_backward_pre_hooks", "_state_dict_hooks", "_state_dict_pre_hooks",
+    "_load_state_dict_pre_hooks", "_load_state_dict_post_hooks")
+_ddp_class = None
 
-    def __init__(self, job):
-        object.__setattr__(self, "_job", job)
 
-    def _current(self):
-        j = self._job
-        return j._ddp if j._ddp is not None else j._module
+def _repairable_ddp():
+    """The DistributedDataParallel subclass job.ddp() returns (made at
+    its first use: torch is imported then)."""
+    global _ddp_class
+    if _ddp_class is not None:
+        return _ddp_class
+    from torch.nn.parallel import DistributedDataParallel
 
-    @property
-    def module(self):
-        return self._job._module
+    class RepairableDDP(DistributedDataParallel):
+        """A DistributedDataParallel that stays the same object across
+        repairs: each repair initialises it again on the new group
+        (_rebuild), so torch.compile(model), a state_dict helper or an
+        isinstance check keep working on what job.ddp() returned."""
 
-    def __call__(self, *a, **kw):
-        return self._current()(*a, **kw)
+        def register_comm_hook(self, state, hook):
+            """The script's DDP comm hook: kept across repairs (each
+            rebuilt group gets it; rdzv.waits)."""
+            waits.script_hook(self.__dict__["_rdzv_job"], state, hook)
 
-    def register_comm_hook(self, state, hook):
-        """The script's DDP comm hook: kept across repairs (each
-        rebuilt DistributedDataParallel gets it; rdzv.waits)."""
-        waits.script_hook(self._job, state, hook)
+        def _rebuild(self, module, kw):
+            """Initialises this object again on the current group (a
+            peer's death may cut that off: the next repair does it
+            again), keeping its hooks, its job and its train/eval mode."""
+            d = self.__dict__
+            kept = {k: d[k] for k in _KEPT + ("_rdzv_job",) if k in d}
+            training = d.get("training", True)
+            d.clear()
+            try:
+                DistributedDataParallel.__init__(self, module, **kw)
+            finally:
+                d.update(kept)
+            self.train(training)
 
-    def __getattr__(self, name):
-        return getattr(self._current(), name)
+    _ddp_class = RepairableDDP
+    return _ddp_class
+
+
+def _single(module):
+    """What job.ddp() returns without a process group (one process):
+    module under .module, as DistributedDataParallel holds it, so that
+    a script's model.module and its state_dict keys are the same."""
+    import torch
+
+    class Single(torch.nn.Module):
+        def __init__(self, m):
+            super().__init__()
+            self.module = m
+
+        def forward(self, *a, **kw):
+            return self.module(*a, **kw)
+    return Single(module)
+
+
+class ScriptError(RuntimeError):
+    """A use of the helper that cannot work (the script's to fix): it
+    ends the job as a script error does (_fail_fast), never repaired."""
 
 
 class _Step:
@@ -171,6 +220,7 @@ class Job(Watcher):
         self.backend = backend
         self.timeout = timeout
         self.rank, self.world = 0, 1
+        self.home = home_rank()		# kept across repairs
         self.step_count = 0		# steps committed, job-wide
         self.epoch = 0
         self.pos = 0			# samples of the epoch consumed
@@ -179,13 +229,17 @@ class Job(Watcher):
         self.repair_times = []		# seconds each repair took
         self._chan = chan
         self._offer = False		# hello repair=1 still to say
+        self._stepped = False		# this process committed a step
+        self._repairing = False		# offers repair (RDZV_REPAIR)
+        self._dcp = False		# in job.save()/job.load()
         self.replacement = chan is not None and \
             os.environ.get("RDZV_REPLACEMENT") == "1"
         self._joined = not self.replacement
         ms = os.environ.get("RDZV_REPAIR_TIMEOUT_MS", "60000")
         self.repair_timeout = int(ms) / 1000.0 if ms.isdigit() else 60.0
         self._module = None
-        self._ddp = None
+        self._ddp = None		# the model, while its group is whole
+        self._ddp_model = None		# what job.ddp() returned
         self._ddp_kw = {}
         self._comm_hook = None		# the script's (state, hook)
         self.wait_ms = 0.0		# waited on peers (rdzv.waits)
@@ -294,9 +348,16 @@ class Job(Watcher):
         return torch.device("cpu")
 
     def _wrap(self):
-        from torch.nn.parallel import DistributedDataParallel as DDP
+        """The model wrapped for the current group: the object job.ddp()
+        returned, initialised again (a RepairableDDP), or a new one."""
         state.apply_model(self)
-        ddp = DDP(self._module, **self._ddp_kw)
+        ddp = self._ddp_model
+        if ddp is None:
+            ddp = _repairable_ddp()(self._module, **self._ddp_kw)
+            ddp.__dict__["_rdzv_job"] = self
+            self._ddp_model = ddp
+        else:
+            ddp._rebuild(self._module, self._ddp_kw)
         waits.attach(self, ddp)
         return ddp
 
@@ -438,7 +499,6 @@ class Job(Watcher):
         only once every step a survivor began is done)."""
         if self._in_step:
             return
-        self._offer_repair()
         if not self._joined:	# a Job made without init_process_group
             self._join()
         while True:
@@ -477,6 +537,8 @@ class Job(Watcher):
             if e is None:
                 self.step_count += 1
         if e is None:
+            self._stepped = True
+            self._offer_repair()	# before the step: hello first
             if self._plan is not None:
                 self._plan.commit(self)
             now = time.monotonic()
@@ -545,12 +607,14 @@ class Job(Watcher):
         return self.world / float(max(self.full_world, self.world, 1))
 
     def ddp(self, module, **kw):
-        """module wrapped in DistributedDataParallel(module, **kw),
-        wrapped again after each repair; without a group, module.  A
-        replacement's module gets the donor's parameters first."""
+        """module wrapped in a DistributedDataParallel(module, **kw) (a
+        subclass that each repair initialises again on the new group:
+        the same object all along, for torch.compile, state_dict helpers
+        and isinstance); without a group, an nn.Module that holds module
+        as .module, as DistributedDataParallel does.  A replacement's
+        module gets the donor's parameters first."""
         import torch.distributed as dist
         self._module, self._ddp_kw = module, kw
-        self._offer_repair()
         state.apply_model(self)
         if dist.is_available() and dist.is_initialized():
             # DDP's constructor broadcasts the parameters: a peer that
@@ -560,7 +624,25 @@ class Job(Watcher):
             except Exception as e:
                 if not self._recover(e, "DistributedDataParallel()"):
                     raise
-        return _Model(self)
+            if self._ddp_model is not None:
+                return self._ddp_model
+        return _single(module)
+
+    def save(self, root):
+        """Checkpoints the job in directory root (torch.distributed.
+        checkpoint): the model, the tracked objects and the position,
+        as root/step-N, then root/latest names it.  Call it after a
+        committed step; a peer's death during it is repaired and the
+        save done again.  Returns the checkpoint's path
+        (rdzv/checkpoint.py)."""
+        return checkpoint.save(self, root)
+
+    def load(self, root):
+        """Loads root's latest checkpoint, if any, into the model, the
+        tracked objects and the position (call it after job.ddp() and
+        job.track(), before the loop); True when it did.  A replacement
+        never loads: its state comes from a live donor."""
+        return checkpoint.load(self, root)
 
     def track(self, *objs):
         """Objects with state_dict()/load_state_dict() (optimizers, LR
@@ -662,6 +744,29 @@ def _close_in_child(job):
         pass
 
 
+def _fail_fast(job):
+    """Chains sys.excepthook: a worker that dies of an exception of its
+    own before its first committed step tells its agent that it cannot
+    be repaired ("hello repair=0", a replacement's offer withdrawn): a
+    crash there is the script's (a typo, a wrong shape, a bad path), and
+    its replacement would crash the same way, round after round.  The
+    job restarts (--max-restarts) or ends with this traceback, as under
+    torchrun.  A peer's death never gets here: the step repairs it."""
+    prev = sys.excepthook
+
+    def hook(et, e, tb):
+        if job._chan is not None and issubclass(et, Exception) and \
+            (not job._stepped or issubclass(et, ScriptError)):
+            job._send("hello repair=0")
+            log.warn("rank %d (home %d) failed %s: %s: not repaired "
+                "(the same error would end its replacement); the job "
+                "restarts or ends as a plain job does", job.rank, job.home,
+                "with a script error" if job._stepped else "before its "
+                "first committed step", et.__name__)
+        prev(et, e, tb)
+    sys.excepthook = hook
+
+
 def _start(job, offer=True):
     """Guards the collectives and, with offer, says hello repair=1 to
     the agent (else job._offer_repair() says it later), unless
@@ -670,12 +775,14 @@ def _start(job, offer=True):
     watcher and the progress reporter; closes the group's sockets in
     forked children.  Returns whether this worker repairs."""
     repairing = os.environ.get("RDZV_REPAIR") != "0"
+    job._repairing = repairing
     progress.helper_reports()	# the Job's reporter owns the steps
     if repairing:
         job._offer = True
         if offer:
             job._offer_repair()
         collectives.install(job)
+    _fail_fast(job)
     threading.Thread(target=job._watch, name="rdzv-repair",
         daemon=True).start()
     job._reporter = threading.Thread(target=job._report,
@@ -718,7 +825,7 @@ def init_process_group(backend="gloo", timeout=None):
         # aborts raises in DDP's backward, before the optimizer.
         os.environ.setdefault("TORCH_NCCL_BLOCKING_WAIT", "1")
     # A replacement offers repair at once (it joins with the state);
-    # the others at their first job.ddp() or job.step().
+    # the others when their first step commits (_end).
     _start(job, offer=job.replacement)
     env = os.environ
     job.rank = int(env.get("RANK", "0"))

@@ -20,13 +20,21 @@ script's hook is registered as it is.
 import time
 
 
+def _register(ddp, state, hook):
+    """DistributedDataParallel's own register_comm_hook (job.ddp()'s
+    model keeps a script's hook in the job instead)."""
+    from torch.nn.parallel import DistributedDataParallel
+    DistributedDataParallel.register_comm_hook(ddp, state, hook)
+
+
 def attach(job, ddp):
-    """Registers the timed hook on ddp, job's new DistributedDataParallel."""
+    """Registers the timed hook on ddp, job's DistributedDataParallel made
+    (again) for a new group."""
     if job.backend == "nccl":
         if job._comm_hook is not None:
-            ddp.register_comm_hook(*job._comm_hook)
+            _register(ddp, *job._comm_hook)
         return
-    ddp.register_comm_hook(job, _timed)
+    _register(ddp, job, _timed)
 
 
 def script_hook(job, state, hook):
@@ -34,7 +42,7 @@ def script_hook(job, state, hook):
     DistributedDataParallel (on gloo, called inside the timed one)."""
     job._comm_hook = (state, hook)
     if job.backend == "nccl" and job._ddp is not None:
-        job._ddp.register_comm_hook(state, hook)
+        _register(job._ddp, state, hook)
 
 
 def _timed(job, bucket):
