@@ -290,8 +290,9 @@ cli_usage(FILE *f)
 "  -v, --verbose             debug logging\n"
 "  -h, --help, -V, --version\n"
 "\n"
-"The python interpreter is $PYTHON_EXEC, else $PYTHON, else python3 on\n"
-"$PATH (the environment's: a virtualenv's, conda's).\n"
+"The python interpreter is $PYTHON_EXEC, else $PYTHON, else the python3\n"
+"beside rdzv-agent when it is installed in a virtualenv (pip install\n"
+"rdzv), else python3 on $PATH (the environment's: a virtualenv's, conda's).\n"
 "Exit status: 0 when every worker of the job succeeded, 1 when the job\n"
 "failed (a summary in torchrun's layout names the first failure), 2 on\n"
 "a usage error, 128+N when the agent was stopped by signal N (SIGTERM,\n"
@@ -1186,21 +1187,52 @@ cli_endpoint(struct agent_config *cfg)
 }
 
 /*
- * The user's python: $PYTHON_EXEC (torchrun's), $PYTHON, else the first
- * python3 on $PATH, as found (a virtualenv's python3 is a link that must
- * stay one).  NULL when there is none.
+ * The python3 of the virtualenv this rdzv-agent was installed into (pip
+ * install rdzv): the one beside it, when its directory's parent has a
+ * pyvenv.cfg, as a virtualenv's torchrun runs its own python (the
+ * spare's rdzv.spare is installed there).  NULL elsewhere.
+ */
+static char *
+cli_venv_python(void)
+{
+	char		 self[PATH_MAX], exe[PATH_MAX];
+	char		*slash;
+	ssize_t		 n;
+
+	if ((n = readlink("/proc/self/exe", self, sizeof self - 1)) <= 0)
+		return (NULL);
+	self[n] = '\0';
+	if ((slash = strrchr(self, '/')) == NULL || slash == self)
+		return (NULL);
+	*slash = '\0';
+	if ((size_t)snprintf(exe, sizeof exe, "%s/../pyvenv.cfg", self) >=
+	    sizeof exe || access(exe, R_OK) != 0)
+		return (NULL);
+	if ((size_t)snprintf(exe, sizeof exe, "%s/python3", self) >=
+	    sizeof exe || access(exe, X_OK) != 0)
+		return (NULL);
+	return (cli_strdup(exe));
+}
+
+/*
+ * The user's python: $PYTHON_EXEC (torchrun's), $PYTHON, the python3 of
+ * the virtualenv this program is in, else the first python3 on $PATH, as
+ * found (a virtualenv's python3 is a link that must stay one).  NULL when
+ * there is none.
  */
 static char *
 cli_python(void)
 {
 	const char	*v, *path, *p;
-	char		 exe[PATH_MAX];
+	char		 exe[PATH_MAX], *venv;
 	size_t		 n;
 
 	if ((v = getenv("PYTHON_EXEC")) != NULL && *v != '\0')
 		return (cli_strdup(v));
 	if ((v = getenv("PYTHON")) != NULL && *v != '\0')
 		return (cli_strdup(v));
+	if ((venv = cli_venv_python()) != NULL)
+		return (venv);
 	if ((path = getenv("PATH")) == NULL || *path == '\0')
 		path = "/usr/local/bin:/usr/bin:/bin";
 	for (p = path; *p != '\0'; p += n + (p[n] == ':')) {

@@ -147,3 +147,8 @@ INTEG_TESTS += tests/integ/slurm_preempt.py
 # ... a node lost mid-job (its agent killed, or set DOWN): repaired,
 # COMPLETED.
 INTEG_TESTS += tests/integ/slurm_nodeloss.py
+
+# pip install of scripts/wheel.sh's wheel into a fresh virtualenv: its
+# programs, library and helper run torch and C jobs with no paths set.
+INTEG_TESTS += tests/integ/wheel_install.sh
+EXTRA_DIST += scripts/wheel.sh
