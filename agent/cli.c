@@ -160,7 +160,8 @@ cli_usage(FILE *f)
 "                            agent hosts it (default port 29400);\n"
 "                            A,B,C: rdzvds of which one leads, in turn\n"
 "  --rdzv_id ID              the job's name in rdzvd (default \"none\"):\n"
-"                            printable ASCII, no spaces\n"
+"                            printable ASCII, no spaces; give each job its\n"
+"                            own on a shared rdzvd\n"
 "  --rdzv_backend NAME       static: node rank 0's agent hosts the\n"
 "                              rendezvous at --master_addr:--master_port\n"
 "                              (or the endpoint), group rank = node rank\n"
@@ -226,8 +227,9 @@ cli_usage(FILE *f)
 "                            worker to its log file only\n"
 "  -t, --tee N|R:N,...       to the log file and the console (prefixed)\n"
 "  --local_addr ADDR         this node's address as told to rdzvd\n"
-"  --token_file FILE         rdzvd's shared secret (default $RDZV_TOKEN_FILE);\n"
-"                            passed on to workers as RDZV_TOKEN_FILE\n"
+"  --token_file FILE         rdzvd's secret or this job's credential (rdzvctl\n"
+"                            credential; default $RDZV_TOKEN_FILE); workers\n"
+"                            get the job's credential as RDZV_TOKEN_FILE\n"
 "  --tls_ca FILE|system      talk TLS to rdzvd, verifying its certificate\n"
 "                            against the CA bundle FILE or the system's\n"
 "                            store (default $RDZV_TLS_CA); passed on to\n"
@@ -1468,7 +1470,7 @@ cli_parse(struct agent_config *cfg, int argc, char **argv)
 	memset(cfg, 0, sizeof *cfg);
 	cfg->nnodes_min = cfg->nnodes_max = 1;
 	cfg->nproc_spec = cli_strdup("1");
-	cfg->rdzv_id = cli_strdup("none");
+	cfg->rdzv_id = cli_strdup(AGENT_DEFAULT_ID);
 	cfg->rdzv_backend = cli_strdup("static");
 	cfg->is_host = -1;
 	cfg->close_ms = 2000;

@@ -164,7 +164,10 @@ def test_sbatch_script_private_port_and_token():
         assert sorted(last) == [0, 1, 2, 3], rounds
         for i in last.values():
             assert i["RDZV_ENDPOINT"] == "127.0.0.1:%d" % port, i
-            assert i["RDZV_TOKEN_FILE"] == token, i
+            # The job's credential, derived by the agent: never the
+            # operator's secret (doc/security.md).
+            assert i["RDZV_TOKEN_FILE"] != token, i
+            assert "/rdzv-cred-" in i["RDZV_TOKEN_FILE"], i
         for r in range(4):
             with open(os.path.join(s.tmp, "store.4711.%d" % r)) as f:
                 assert json.load(f) == {"job": "4711", "count": 4}
