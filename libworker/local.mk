@@ -26,7 +26,8 @@ libworker_librdzvworker_la_SOURCES += libworker/gpulib.h libworker/gpulib.c
 libworker_librdzvworker_la_CFLAGS += $(CUDA_CFLAGS)
 endif
 if HAVE_NCCL
-libworker_librdzvworker_la_SOURCES += libworker/nccl.c
+libworker_librdzvworker_la_SOURCES += libworker/nccl_be.h libworker/nccl.c \
+	libworker/nccl_coll.c libworker/nccl_p2p.c
 libworker_librdzvworker_la_CFLAGS += $(NCCL_CFLAGS)
 endif
 EXTRA_DIST += libworker/rdzvworker.pc.in libworker/librdzvworker.sym

@@ -29,6 +29,11 @@
  * small collectives (checkpoints, barriers, the example's loss sums) work
  * with either backend.  Sends and receives to oneself never enter NCCL:
  * a send is copied and completed at once and matched by a later receive.
+ *
+ * This file owns the communicator (its lock, abort and failure), the
+ * staging of host buffers, the polling, and set-up and tear-down; the
+ * collectives are in nccl_coll.c, sends and receives in nccl_p2p.c
+ * (nccl_be.h what they share).
  */
 #include "config.h"
 
@@ -43,8 +48,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "worker.h"
-#include "gpulib.h"
+#include "nccl_be.h"
 
 #define NCCL_SCALABLE_MIN	256	/* ranks: several unique ids from here */
 #define NCCL_RANKS_PER_ID	128
@@ -63,74 +67,6 @@
 #error "the nccl backend needs NCCL 2.10 or later (ncclAvg, ncclBfloat16)"
 #endif
 
-/* A message sent to oneself, kept until its receive comes. */
-struct nccl_self {
-	void			*buf;	/* host copy */
-	size_t			 len;
-	TAILQ_ENTRY(nccl_self)	 entry;
-};
-TAILQ_HEAD(nccl_selfq, nccl_self);
-
-/*
- * A staging pair: device memory and its pinned host twin.  Host buffers
- * go through pinned memory so that no copy ever blocks the calling thread
- * (a copy into pageable memory waits for the kernel before it, which a
- * dead peer can hold forever).  Buffers are never freed while kernels of
- * ours may run (cudaFree waits for the whole device): replaced or
- * abandoned ones are retired and freed after the communicator is
- * destroyed or aborted.
- */
-struct nccl_buf {
-	void			*dev;
-	void			*host;	/* pinned */
-	size_t			 len;
-	TAILQ_ENTRY(nccl_buf)	 entry;
-};
-TAILQ_HEAD(nccl_bufq, nccl_buf);
-
-struct nccl_req;
-TAILQ_HEAD(nccl_reqq, nccl_req);
-
-struct nccl {
-	ncclComm_t	 comm;
-	cudaStream_t	 stream;
-	cudaEvent_t	 ev;		/* completion of blocking calls */
-	cudaEvent_t	 caller;	/* the caller's work, waited for */
-	int		 dev;
-	pthread_mutex_t	 lock;		/* held while using comm */
-	int		 abort_req;	/* atomic: an abort is wanted */
-	int		 aborted;	/* atomic: ncclCommAbort was called */
-	int		 keep;		/* repair on: a broken comm is kept ... */
-	int		 kept;		/* ... for ncclCommShrink (under lock) */
-	struct nccl_buf	*stage;		/* host buffers', under lock */
-	struct nccl_bufq pool;		/* iallreduce buffers to reuse */
-	struct nccl_bufq retired;	/* to free once no kernel can run */
-	struct nccl_reqq reqs;		/* iallreduce requests alive */
-	int32_t		*one;		/* device: barrier token */
-	struct nccl_selfq selfq;	/* self sends not yet received */
-	struct req_list	 selfwait;	/* self receives waiting for one */
-};
-
-/*
- * An asynchronous all-reduce (REQ_BACKEND request).  n is NULL once the
- * communicator is gone (finalize or a repair): the request then holds
- * nothing of it and has failed.
- */
-struct nccl_req {
-	struct nccl	*n;
-	cudaEvent_t	 ev;
-	struct nccl_buf	*buf;		/* host buffers' staging */
-	void		*hostr;		/* host result buffer, if staged */
-	size_t		 count;
-	size_t		 bytes;
-	enum rdzv_dtype	 dtype;
-	int		 int_avg;	/* integer AVG: divide on the host */
-	int64_t		 deadline;
-	int		 done;
-	int		 result;
-	TAILQ_ENTRY(nccl_req) entry;	/* n->reqs */
-};
-
 static const ncclDataType_t	nccl_types[RDZV_DTYPE_COUNT] = {
 	[RDZV_F32] = ncclFloat32,
 	[RDZV_F64] = ncclFloat64,
@@ -141,8 +77,11 @@ static const ncclDataType_t	nccl_types[RDZV_DTYPE_COUNT] = {
 	[RDZV_U8] = ncclUint8,
 };
 
-/* AVG of integers is done as SUM then divided on the host (see below). */
-static const ncclRedOp_t	nccl_ops[RDZV_OP_COUNT][2] = {	/* float, int */
+/*
+ * By op, then for float and for integer types: integer AVG is done as
+ * SUM, then divided on the host (nccl_coll.c).
+ */
+static const ncclRedOp_t	nccl_ops[RDZV_OP_COUNT][2] = {
 	[RDZV_SUM] = { ncclSum, ncclSum },
 	[RDZV_PROD] = { ncclProd, ncclProd },
 	[RDZV_MIN] = { ncclMin, ncclMin },
@@ -151,25 +90,25 @@ static const ncclRedOp_t	nccl_ops[RDZV_OP_COUNT][2] = {	/* float, int */
 };
 
 /* dt and op were checked by the caller (comm.c). */
-static ncclDataType_t
+ncclDataType_t
 nccl_type(enum rdzv_dtype dt)
 {
 	return (nccl_types[dt]);
 }
 
-static int
+int
 nccl_is_int(enum rdzv_dtype dt)
 {
 	return (dt == RDZV_I32 || dt == RDZV_I64 || dt == RDZV_U8);
 }
 
-static ncclRedOp_t
+ncclRedOp_t
 nccl_op(enum rdzv_op op, enum rdzv_dtype dt)
 {
 	return (nccl_ops[op][nccl_is_int(dt)]);
 }
 
-static int
+int
 nccl_is_dev(const void *p)
 {
 	int	t = gpulib_mem_type(p);
@@ -177,7 +116,7 @@ nccl_is_dev(const void *p)
 	return (t == cudaMemoryTypeDevice || t == cudaMemoryTypeManaged);
 }
 
-static size_t
+size_t
 nccl_align(size_t n)
 {
 	return ((n + NCCL_ALIGN - 1) / NCCL_ALIGN * NCCL_ALIGN);
@@ -281,7 +220,7 @@ static int	nccl_poll_wait(struct rdzv_comm *, struct nccl *, cudaEvent_t,
  * abort is asked for or deadline passes.  Called with n->lock held.
  * Returns 0 or the code that broke the communicator.
  */
-static int
+int
 nccl_poll(struct rdzv_comm *c, struct nccl *n, cudaEvent_t ev,
     int64_t deadline, const char *what)
 {
@@ -340,7 +279,7 @@ nccl_poll_wait(struct rdzv_comm *c, struct nccl *n, cudaEvent_t ev,
 }
 
 /* Checks an enqueueing call's result; waits out ncclInProgress. */
-static int
+int
 nccl_settle(struct rdzv_comm *c, struct nccl *n, ncclResult_t r,
     int64_t deadline, const char *what)
 {
@@ -353,7 +292,7 @@ nccl_settle(struct rdzv_comm *c, struct nccl *n, ncclResult_t r,
 	return (comm_broken(c));
 }
 
-static int
+int
 nccl_cuda(struct rdzv_comm *c, struct nccl *n, cudaError_t e,
     const char *what)
 {
@@ -373,7 +312,7 @@ nccl_cuda(struct rdzv_comm *c, struct nccl *n, cudaError_t e,
  * default stream (kernels on other streams must be complete: see
  * rdzv_worker.h).
  */
-static int
+int
 nccl_enter(struct rdzv_comm *c, struct nccl *n)
 {
 	int	rc;
@@ -402,7 +341,7 @@ nccl_enter(struct rdzv_comm *c, struct nccl *n)
 }
 
 /* A staging pair of len bytes, or NULL after comm_fail (under n->lock). */
-static struct nccl_buf *
+struct nccl_buf *
 nccl_buf_new(struct rdzv_comm *c, struct nccl *n, size_t len)
 {
 	struct nccl_buf	*b;
@@ -444,7 +383,7 @@ nccl_buf_free(struct nccl_buf *b)
 }
 
 /* Grows the staging pair to at least len bytes (caller holds n->lock). */
-static int
+int
 nccl_stage(struct rdzv_comm *c, struct nccl *n, size_t len)
 {
 	struct nccl_buf	*b;
@@ -463,23 +402,7 @@ nccl_stage(struct rdzv_comm *c, struct nccl *n, size_t len)
 	return (0);
 }
 
-/*
- * The device views of a call's send and receive buffers: each is the
- * buffer itself when it is device memory, else a region of the staging
- * pair (the send region filled from the host through its pinned twin).
- * In place (s == r) both views are one region.
- */
-struct xfer {
-	const void	*s;
-	void		*r;
-	size_t		 sbytes, rbytes;
-	const void	*ds;
-	void		*dr;
-	void		*hr;		/* dr's pinned twin */
-	int		 stage_r;	/* copy dr back to r at the end */
-};
-
-static int
+int
 nccl_xfer_in(struct rdzv_comm *c, struct nccl *n, struct xfer *x)
 {
 	int	hs = x->s != NULL && x->sbytes > 0 && !nccl_is_dev(x->s);
@@ -524,7 +447,7 @@ nccl_xfer_in(struct rdzv_comm *c, struct nccl *n, struct xfer *x)
  * communicator's errors seen within a millisecond), copies the result
  * to the caller's buffer, releases the lock.
  */
-static int
+int
 nccl_xfer_out(struct rdzv_comm *c, struct nccl *n, struct xfer *x,
     int rc, int64_t deadline, const char *what)
 {
@@ -540,701 +463,6 @@ nccl_xfer_out(struct rdzv_comm *c, struct nccl *n, struct xfer *x,
 	if (rc == 0 && x != NULL && x->stage_r)
 		memcpy(x->r, x->hr, x->rbytes);
 	pthread_mutex_unlock(&n->lock);
-	return (rc);
-}
-
-/* Integer AVG: the sum is in r (host or device); divide it on the host. */
-static int
-nccl_int_avg(struct rdzv_comm *c, void *r, size_t count, enum rdzv_dtype dt)
-{
-	size_t	bytes = count * rdzv_dtype_size(dt);
-	void	*h;
-	int	 rc = RDZV_EIO;
-
-	if (!nccl_is_dev(r)) {
-		reduce_avg_finish(r, count, dt, c->size);
-		return (0);
-	}
-	if ((h = malloc(bytes)) == NULL)
-		return (comm_fail(c, RDZV_ENOMEM, "nccl: integer average"));
-	if (cudart.cudaMemcpy(h, r, bytes, cudaMemcpyDeviceToHost) !=
-	    cudaSuccess)
-		goto out;
-	reduce_avg_finish(h, count, dt, c->size);
-	if (cudart.cudaMemcpy(r, h, bytes, cudaMemcpyHostToDevice) !=
-	    cudaSuccess)
-		goto out;
-	rc = 0;
-out:
-	free(h);
-	return (rc == 0 ? 0 : comm_fail(c, rc, "nccl: integer average"));
-}
-
-/* After a reduction's rc: an integer AVG's division, else rc. */
-static int
-nccl_avg_after(struct rdzv_comm *c, int rc, void *r, size_t count,
-    enum rdzv_dtype dt, enum rdzv_op op)
-{
-	if (rc != 0 || op != RDZV_AVG || !nccl_is_int(dt))
-		return (rc);
-	return (nccl_int_avg(c, r, count, dt));
-}
-
-/*
- * Starts a collective on x: takes the communicator (nccl_enter) and
- * stages host buffers (nccl_xfer_in).  Returns 0, or the code to return
- * (staging that failed has been ended by nccl_xfer_out).
- */
-static int
-nccl_begin(struct rdzv_comm *c, struct nccl *n, struct xfer *x,
-    int64_t deadline, const char *what)
-{
-	int	rc;
-
-	if ((rc = nccl_enter(c, n)) != 0)
-		return (rc);
-	if ((rc = nccl_xfer_in(c, n, x)) != 0)
-		return (nccl_xfer_out(c, n, x, rc, deadline, what));
-	return (0);
-}
-
-/* ---- collectives ---- */
-
-static int
-nccl_allreduce(struct rdzv_comm *c, const void *s, void *r, size_t count,
-    enum rdzv_dtype dt, enum rdzv_op op, int64_t deadline)
-{
-	struct nccl	*n = c->be;
-	struct xfer	 x;
-	size_t		 bytes = count * rdzv_dtype_size(dt);
-	int		 rc;
-
-	x = (struct xfer){ .s = s, .r = r, .sbytes = bytes, .rbytes = bytes };
-	if ((rc = nccl_begin(c, n, &x, deadline, "allreduce")) != 0)
-		return (rc);
-	rc = nccl_settle(c, n, libnccl.ncclAllReduce(x.ds, x.dr, count,
-	    nccl_type(dt), nccl_op(op, dt), n->comm, n->stream), deadline,
-	    "ncclAllReduce");
-	rc = nccl_xfer_out(c, n, &x, rc, deadline, "allreduce");
-	return (nccl_avg_after(c, rc, r, count, dt, op));
-}
-
-static int
-nccl_broadcast(struct rdzv_comm *c, void *buf, size_t count,
-    enum rdzv_dtype dt, int root, int64_t deadline)
-{
-	struct nccl	*n = c->be;
-	struct xfer	 x;
-	size_t		 bytes = count * rdzv_dtype_size(dt);
-	int		 rc;
-
-	x = (struct xfer){ .s = buf, .r = buf, .sbytes = bytes,
-	    .rbytes = bytes };
-	if ((rc = nccl_begin(c, n, &x, deadline, "broadcast")) != 0)
-		return (rc);
-	rc = nccl_settle(c, n, libnccl.ncclBroadcast(x.ds, x.dr, count,
-	    nccl_type(dt), root, n->comm, n->stream), deadline,
-	    "ncclBroadcast");
-	return (nccl_xfer_out(c, n, &x, rc, deadline, "broadcast"));
-}
-
-static int
-nccl_reduce(struct rdzv_comm *c, const void *s, void *r, size_t count,
-    enum rdzv_dtype dt, enum rdzv_op op, int root, int64_t deadline)
-{
-	struct nccl	*n = c->be;
-	struct xfer	 x;
-	size_t		 bytes = count * rdzv_dtype_size(dt);
-	int		 rc, isroot = c->rank == root;
-
-	/* Only the root has a receive buffer; NCCL wants a valid pointer
-	 * elsewhere, which the send buffer is and never written. */
-	x = (struct xfer){ .s = s, .r = isroot ? r : NULL, .sbytes = bytes,
-	    .rbytes = isroot ? bytes : 0 };
-	if ((rc = nccl_begin(c, n, &x, deadline, "reduce")) != 0)
-		return (rc);
-	rc = nccl_settle(c, n, libnccl.ncclReduce(x.ds,
-	    isroot ? x.dr : (void *)x.ds, count, nccl_type(dt),
-	    nccl_op(op, dt), root, n->comm, n->stream), deadline,
-	    "ncclReduce");
-	rc = nccl_xfer_out(c, n, &x, rc, deadline, "reduce");
-	return (isroot ? nccl_avg_after(c, rc, r, count, dt, op) : rc);
-}
-
-static int
-nccl_allgather(struct rdzv_comm *c, const void *s, void *r, size_t count,
-    enum rdzv_dtype dt, int64_t deadline)
-{
-	struct nccl	*n = c->be;
-	struct xfer	 x;
-	size_t		 bytes = count * rdzv_dtype_size(dt);
-	char		*slot;
-	int		 rc;
-
-	x = (struct xfer){ .s = s, .r = r, .sbytes = bytes,
-	    .rbytes = bytes * (size_t)c->size };
-	if ((rc = nccl_begin(c, n, &x, deadline, "allgather")) != 0)
-		return (rc);
-	/*
-	 * NCCL's in-place form reads this rank's block from its slot of the
-	 * receive buffer; ours (s == r) has it at the start: move it.
-	 */
-	slot = (char *)x.dr + bytes * (size_t)c->rank;
-	if (x.ds == x.dr && c->rank > 0)
-		rc = nccl_cuda(c, n, cudart.cudaMemcpyAsync(slot, x.dr, bytes,
-		    cudaMemcpyDeviceToDevice, n->stream), "allgather");
-	if (rc == 0)
-		rc = nccl_settle(c, n, libnccl.ncclAllGather(x.ds == x.dr ? slot
-		    : x.ds, x.dr, count, nccl_type(dt), n->comm, n->stream),
-		    deadline, "ncclAllGather");
-	return (nccl_xfer_out(c, n, &x, rc, deadline, "allgather"));
-}
-
-static int
-nccl_reduce_scatter(struct rdzv_comm *c, const void *s, void *r,
-    size_t count, enum rdzv_dtype dt, enum rdzv_op op, int64_t deadline)
-{
-	struct nccl	*n = c->be;
-	struct xfer	 x;
-	size_t		 bytes = count * rdzv_dtype_size(dt);
-	char		*slot;
-	int		 rc;
-
-	x = (struct xfer){ .s = s, .r = r, .sbytes = bytes * (size_t)c->size,
-	    .rbytes = bytes };
-	if ((rc = nccl_begin(c, n, &x, deadline, "reduce_scatter")) != 0)
-		return (rc);
-	/* In place, NCCL writes our block's slot; ours wants the start. */
-	slot = (char *)x.dr + bytes * (size_t)c->rank;
-	rc = nccl_settle(c, n, libnccl.ncclReduceScatter(x.ds, x.ds == x.dr ?
-	    slot : x.dr, count, nccl_type(dt), nccl_op(op, dt), n->comm,
-	    n->stream), deadline, "ncclReduceScatter");
-	if (rc == 0 && x.ds == x.dr && c->rank > 0)
-		rc = nccl_cuda(c, n, cudart.cudaMemcpyAsync(x.dr, slot, bytes,
-		    cudaMemcpyDeviceToDevice, n->stream), "reduce_scatter");
-	rc = nccl_xfer_out(c, n, &x, rc, deadline, "reduce_scatter");
-	return (nccl_avg_after(c, rc, r, count, dt, op));
-}
-
-/*
- * gather, scatter and alltoall as grouped sends and receives; a rank's
- * own block is a device copy.  root < 0: every rank both sends and
- * receives (alltoall).
- */
-static int
-nccl_p2p_coll(struct rdzv_comm *c, const void *s, void *r, size_t count,
-    enum rdzv_dtype dt, int root, int kind, int64_t deadline)
-{
-	enum { GATHER, SCATTER, ALLTOALL };
-	struct nccl	*n = c->be;
-	struct xfer	 x;
-	size_t		 bytes = count * rdzv_dtype_size(dt), all;
-	ncclDataType_t	 t = nccl_type(dt);
-	const char	*what = kind == GATHER ? "gather" : kind == SCATTER ?
-			    "scatter" : "alltoall";
-	const char	*sp;
-	char		*rp;
-	ncclResult_t	 nr = ncclSuccess;
-	int		 rc, p, me = c->rank;
-
-	all = bytes * (size_t)c->size;
-	x = (struct xfer){ .s = s, .r = r,
-	    .sbytes = kind == GATHER ? bytes : (kind == SCATTER ?
-	    (me == root ? all : 0) : all),
-	    .rbytes = kind == SCATTER ? bytes : (kind == GATHER ?
-	    (me == root ? all : 0) : all) };
-	if (kind == GATHER && me != root)
-		x.r = NULL;
-	if (kind == SCATTER && me != root)
-		x.s = NULL;
-	if ((rc = nccl_begin(c, n, &x, deadline, what)) != 0)
-		return (rc);
-	sp = x.ds;
-	rp = x.dr;
-	if ((rc = nccl_settle(c, n, libnccl.ncclGroupStart(), deadline, what))
-	    != 0)
-		return (nccl_xfer_out(c, n, &x, rc, deadline, what));
-	for (p = 0; p < c->size && rc == 0; p++) {
-		if (p == me)
-			continue;
-		/* Gather sends to the root, scatter from it, alltoall both
-		 * ways; a block at the root is the peer's slot. */
-		nr = ncclSuccess;
-		if (kind == ALLTOALL || (kind == GATHER ? p == root :
-		    me == root))
-			nr = libnccl.ncclSend(kind == GATHER ? sp :
-			    sp + bytes * (size_t)p, count, t, p, n->comm,
-			    n->stream);
-		if ((nr == ncclSuccess || nr == ncclInProgress) &&
-		    (kind == ALLTOALL || (kind == GATHER ? me == root :
-		    p == root)))
-			nr = libnccl.ncclRecv(kind == SCATTER ? rp :
-			    rp + bytes * (size_t)p, count, t, p, n->comm,
-			    n->stream);
-		/* Inside a group, InProgress settles at ncclGroupEnd. */
-		if (nr != ncclSuccess && nr != ncclInProgress)
-			rc = nccl_settle(c, n, nr, deadline, what);
-	}
-	if (rc == 0)
-		rc = nccl_settle(c, n, libnccl.ncclGroupEnd(), deadline, what);
-	else
-		(void)libnccl.ncclGroupEnd();
-	/* Our own block. */
-	if (rc == 0 && bytes > 0 && (kind == ALLTOALL || me == root)) {
-		const void	*from = kind == GATHER ? sp :
-				    sp + bytes * (size_t)me;
-		void		*to = kind == SCATTER ? (void *)rp :
-				    rp + bytes * (size_t)me;
-
-		rc = nccl_cuda(c, n, cudart.cudaMemcpyAsync(to, from, bytes,
-		    cudaMemcpyDeviceToDevice, n->stream), what);
-	}
-	return (nccl_xfer_out(c, n, &x, rc, deadline, what));
-}
-
-static int
-nccl_gather(struct rdzv_comm *c, const void *s, void *r, size_t count,
-    enum rdzv_dtype dt, int root, int64_t deadline)
-{
-	return (nccl_p2p_coll(c, s, r, count, dt, root, 0, deadline));
-}
-
-static int
-nccl_scatter(struct rdzv_comm *c, const void *s, void *r, size_t count,
-    enum rdzv_dtype dt, int root, int64_t deadline)
-{
-	return (nccl_p2p_coll(c, s, r, count, dt, root, 1, deadline));
-}
-
-static int
-nccl_alltoall(struct rdzv_comm *c, const void *s, void *r, size_t count,
-    enum rdzv_dtype dt, int64_t deadline)
-{
-	return (nccl_p2p_coll(c, s, r, count, dt, -1, 2, deadline));
-}
-
-static int
-nccl_barrier(struct rdzv_comm *c, int64_t deadline)
-{
-	struct nccl	*n = c->be;
-	int		 rc;
-
-	if ((rc = nccl_enter(c, n)) != 0)
-		return (rc);
-	rc = nccl_settle(c, n, libnccl.ncclAllReduce(n->one, n->one, 1,
-	    ncclInt32, ncclMax, n->comm, n->stream), deadline, "barrier");
-	return (nccl_xfer_out(c, n, NULL, rc, deadline, "barrier"));
-}
-
-/* ---- point to point ---- */
-
-/*
- * Stages a batch's host buffers in one staging pair (under n->lock):
- * off[i] is request i's region, SIZE_MAX for device memory; a send's
- * bytes are copied in through pinned memory.
- */
-static int
-nccl_p2p_stage(struct rdzv_comm *c, struct nccl *n,
-    struct rdzv_request **batch, size_t nb, size_t *off)
-{
-	struct rdzv_request	*r;
-	size_t			 i, need = 0;
-	int			 rc;
-
-	for (i = 0; i < nb; i++) {
-		r = batch[i];
-		off[i] = SIZE_MAX;
-		if (r->count == 0 || nccl_is_dev(r->kind == REQ_SEND ?
-		    r->sbuf : r->rbuf))
-			continue;
-		off[i] = need;
-		need += nccl_align(r->count);
-	}
-	if (need == 0)
-		return (0);
-	if ((rc = nccl_stage(c, n, need)) != 0)
-		return (rc);
-	for (i = 0; i < nb; i++) {
-		r = batch[i];
-		if (off[i] == SIZE_MAX || r->kind != REQ_SEND)
-			continue;
-		memcpy((char *)n->stage->host + off[i], r->sbuf, r->count);
-		if ((rc = nccl_cuda(c, n, cudart.cudaMemcpyAsync(
-		    (char *)n->stage->dev + off[i],
-		    (char *)n->stage->host + off[i], r->count,
-		    cudaMemcpyHostToDevice, n->stream), "staging a send")) != 0)
-			return (rc);
-	}
-	return (0);
-}
-
-/* A self send: copied now, completed at once, queued for its receive. */
-static int
-nccl_self_send(struct rdzv_comm *c, struct nccl *n, struct rdzv_request *r)
-{
-	struct nccl_self	*m;
-	int			 rc;
-
-	if ((m = calloc(1, sizeof *m)) == NULL)
-		return (comm_fail(c, RDZV_ENOMEM, "nccl: self send"));
-	m->len = r->count;
-	/* Host memory: cudaFree would wait for every kernel on the device. */
-	if (m->len > 0 && (m->buf = malloc(m->len)) == NULL) {
-		free(m);
-		return (comm_fail(c, RDZV_ENOMEM, "nccl: self send"));
-	}
-	if (m->len > 0 && (rc = nccl_cuda(c, n, cudart.cudaMemcpy(m->buf,
-	    r->sbuf, m->len, cudaMemcpyDefault), "self send")) != 0) {
-		free(m->buf);
-		free(m);
-		return (rc);
-	}
-	TAILQ_INSERT_TAIL(&n->selfq, m, entry);
-	comm_complete(r, 0);
-	return (0);
-}
-
-/* Matches waiting self receives with queued self sends, in order. */
-static int
-nccl_self_match(struct rdzv_comm *c, struct nccl *n)
-{
-	struct rdzv_request	*r;
-	struct nccl_self	*m;
-	int			 rc = 0;
-
-	while ((r = TAILQ_FIRST(&n->selfwait)) != NULL &&
-	    (m = TAILQ_FIRST(&n->selfq)) != NULL) {
-		TAILQ_REMOVE(&n->selfwait, r, qentry);
-		TAILQ_REMOVE(&n->selfq, m, entry);
-		if (m->len != r->count)
-			rc = comm_fail(c, RDZV_EINVAL, "nccl: a receive of %zu "
-			    "bytes from self matched a send of %zu", r->count,
-			    m->len);
-		else if (m->len > 0)
-			rc = nccl_cuda(c, n, cudart.cudaMemcpy(r->rbuf, m->buf,
-			    m->len, cudaMemcpyDefault), "self receive");
-		free(m->buf);
-		free(m);
-		comm_complete(r, rc);
-		if (rc != 0)
-			return (rc);
-	}
-	return (0);
-}
-
-/*
- * backend_ops.p2p: runs first and whatever else is queued, as one NCCL
- * group per round, until nothing is left.  A group holds every request
- * queued at the time it starts, so an isend and an irecv posted together
- * (the usual exchange) cannot wait on each other.
- */
-static int
-nccl_p2p(struct rdzv_comm *c, struct rdzv_request *first)
-{
-	struct nccl		*n = c->be;
-	struct rdzv_request	*batch[64], *r;
-	size_t			 off[64], nb, i;
-	void			*d;
-	int64_t			 deadline;
-	int			 rc = 0, p;
-	struct pollfd		 pfd;
-
-	r = first;
-	for (;;) {
-		if ((rc = nccl_enter(c, n)) != 0) {
-			if (r != NULL)
-				comm_complete(r, rc);
-			while ((r = comm_take_p2p(c)) != NULL)
-				comm_complete(r, rc);
-			while ((r = TAILQ_FIRST(&n->selfwait)) != NULL) {
-				TAILQ_REMOVE(&n->selfwait, r, qentry);
-				comm_complete(r, rc);
-			}
-			return (rc);
-		}
-		nb = 0;
-		deadline = INT64_MAX;
-		while (r != NULL && nb < 64) {
-			if (r->peer == c->rank) {
-				if (r->kind == REQ_SEND &&
-				    (rc = nccl_self_send(c, n, r)) != 0)
-					comm_complete(r, rc);
-				else if (r->kind == REQ_RECV)
-					TAILQ_INSERT_TAIL(&n->selfwait, r,
-					    qentry);
-			} else {
-				batch[nb++] = r;
-				if (r->deadline < deadline)
-					deadline = r->deadline;
-			}
-			if (rc != 0)
-				break;
-			r = nb < 64 ? comm_take_p2p(c) : NULL;
-		}
-		if (rc == 0)
-			rc = nccl_self_match(c, n);
-		if (rc == 0 && nb > 0)
-			rc = nccl_p2p_stage(c, n, batch, nb, off);
-		if (rc == 0 && nb > 0) {
-			rc = nccl_settle(c, n, libnccl.ncclGroupStart(),
-			    deadline, "p2p");
-			for (i = 0; i < nb && rc == 0; i++) {
-				struct rdzv_request *q = batch[i];
-				ncclResult_t	 nr;
-
-				d = off[i] == SIZE_MAX ? NULL :
-				    (char *)n->stage->dev + off[i];
-				if (q->kind == REQ_SEND)
-					nr = libnccl.ncclSend(d != NULL ? d :
-					    q->sbuf, q->count, ncclUint8,
-					    q->peer, n->comm, n->stream);
-				else
-					nr = libnccl.ncclRecv(d != NULL ? d :
-					    q->rbuf, q->count, ncclUint8,
-					    q->peer, n->comm, n->stream);
-				if (nr != ncclSuccess && nr != ncclInProgress)
-					rc = nccl_settle(c, n, nr, deadline,
-					    "p2p");
-			}
-			if (rc == 0)
-				rc = nccl_settle(c, n, libnccl.ncclGroupEnd(),
-				    deadline, "p2p");
-			else
-				(void)libnccl.ncclGroupEnd();
-			/* Staged receives: into pinned memory (never a
-			 * blocking copy), to the caller's once done. */
-			for (i = 0; i < nb && rc == 0; i++)
-				if (off[i] != SIZE_MAX &&
-				    batch[i]->kind == REQ_RECV)
-					rc = nccl_cuda(c, n,
-					    cudart.cudaMemcpyAsync(
-					    (char *)n->stage->host + off[i],
-					    (char *)n->stage->dev + off[i],
-					    batch[i]->count,
-					    cudaMemcpyDeviceToHost, n->stream),
-					    "unstaging a receive");
-			if (rc == 0)
-				rc = nccl_cuda(c, n, cudart.cudaEventRecord(
-				    n->ev, n->stream), "cudaEventRecord");
-			if (rc == 0)
-				rc = nccl_poll(c, n, n->ev, deadline,
-				    "send/recv");
-			for (i = 0; i < nb && rc == 0; i++)
-				if (off[i] != SIZE_MAX &&
-				    batch[i]->kind == REQ_RECV)
-					memcpy(batch[i]->rbuf,
-					    (char *)n->stage->host + off[i],
-					    batch[i]->count);
-		}
-		pthread_mutex_unlock(&n->lock);
-		for (i = 0; i < nb; i++)
-			comm_complete(batch[i], rc);
-		if (rc != 0) {
-			r = NULL;
-			continue;	/* nccl_enter fails the rest */
-		}
-		if ((r = comm_take_p2p(c)) != NULL)
-			continue;
-		if (TAILQ_EMPTY(&n->selfwait))
-			return (0);
-		/* A self receive waits for its send: sleep until queued. */
-		deadline = TAILQ_FIRST(&n->selfwait)->deadline;
-		pfd.fd = comm_wake_fd(c);
-		pfd.events = POLLIN;
-		p = poll(&pfd, 1, deadline_left(deadline) < 100 ?
-		    deadline_left(deadline) : 100);
-		(void)p;
-		if ((r = comm_take_p2p(c)) == NULL && mono_ms() >= deadline) {
-			rc = comm_fail(c, RDZV_ETIMEDOUT, "nccl: a receive from "
-			    "self found no send within the timeout");
-			r = NULL;
-		}
-	}
-}
-
-/* ---- asynchronous all-reduce ---- */
-
-/* A staging pair of at least len bytes from the pool, else a new one. */
-static struct nccl_buf *
-nccl_pool_get(struct rdzv_comm *c, struct nccl *n, size_t len)
-{
-	struct nccl_buf	*b;
-
-	TAILQ_FOREACH(b, &n->pool, entry)
-		if (b->len >= len) {
-			TAILQ_REMOVE(&n->pool, b, entry);
-			return (b);
-		}
-	return (nccl_buf_new(c, n, nccl_align(len)));
-}
-
-/*
- * rdzv_request.free: the staging pair goes back to the pool when its
- * all-reduce is known complete, else to the retired list (its kernel may
- * still run); both are freed only after the communicator is gone.
- */
-static void
-nccl_req_free(struct rdzv_request *r)
-{
-	struct nccl_req	*q = r->be;
-
-	if (q == NULL)
-		return;
-	if (q->n != NULL) {
-		pthread_mutex_lock(&q->n->lock);
-		if (q->buf != NULL)
-			TAILQ_INSERT_TAIL(q->done && q->result == 0 ?
-			    &q->n->pool : &q->n->retired, q->buf, entry);
-		TAILQ_REMOVE(&q->n->reqs, q, entry);
-		pthread_mutex_unlock(&q->n->lock);
-	}
-	if (q->ev != NULL)
-		cudart.cudaEventDestroy(q->ev);
-	free(q);
-	r->be = NULL;
-}
-
-/* Finishes a completed request (host copy-back, integer average). */
-static int
-nccl_req_finish(struct rdzv_request *r)
-{
-	struct nccl_req	*q = r->be;
-	struct rdzv_comm *c = r->comm;
-
-	q->done = 1;
-	if (q->result == 0 && q->hostr != NULL)
-		memcpy(q->hostr, q->buf->host, q->bytes);
-	if (q->result == 0 && q->int_avg)
-		q->result = nccl_int_avg(c, q->hostr != NULL ? q->hostr :
-		    r->rbuf, q->count, q->dtype);
-	return (q->result);
-}
-
-static int
-nccl_req_wait(struct rdzv_request *r)
-{
-	struct nccl_req	*q = r->be;
-	struct rdzv_comm *c = r->comm;
-	int		 rc;
-
-	if (q->done || q->n == NULL) {
-		q->done = 1;
-		return (q->result);
-	}
-	if ((rc = nccl_enter(c, q->n)) != 0) {
-		q->done = 1;
-		return (q->result = rc);
-	}
-	q->result = nccl_poll(c, q->n, q->ev, q->deadline, "iallreduce");
-	pthread_mutex_unlock(&q->n->lock);
-	return (nccl_req_finish(r));
-}
-
-static int
-nccl_req_test(struct rdzv_request *r)
-{
-	struct nccl_req	*q = r->be;
-	struct rdzv_comm *c = r->comm;
-	cudaError_t	 ce;
-	int		 rc;
-
-	if (!q->done && q->n != NULL) {
-		ce = cudart.cudaEventQuery(q->ev);
-		if (ce == cudaErrorNotReady && mono_ms() < q->deadline &&
-		    !comm_broken(c))
-			return (0);
-		/* Done, failed or late: wait() sorts out which. */
-		return ((rc = nccl_req_wait(r)) == 0 ? 1 : rc);
-	}
-	q->done = 1;
-	return (q->result == 0 ? 1 : q->result);
-}
-
-/*
- * backend_ops.iallreduce: enqueued and returned at once, host buffers
- * too (staged through a pinned pair of the request's own, so several can
- * be in flight); the result reaches a host buffer in wait/test.
- */
-static int
-nccl_iallreduce(struct rdzv_comm *c, const void *s, void *r, size_t count,
-    enum rdzv_dtype dt, enum rdzv_op op, int64_t timeout_ms,
-    struct rdzv_request **reqp)
-{
-	struct nccl		*n = c->be;
-	struct rdzv_request	*req;
-	struct nccl_req		*q;
-	const void		*ds = s;
-	void			*dr = r;
-	int			 rc;
-
-	*reqp = NULL;
-	if ((req = request_new(c)) == NULL)
-		return (RDZV_ENOMEM);
-	if ((q = calloc(1, sizeof *q)) == NULL) {
-		/* A plain request marked done: rdzv_wait just frees it. */
-		req->done = 1;
-		(void)rdzv_wait(req);
-		return (RDZV_ENOMEM);
-	}
-	req->kind = REQ_BACKEND;
-	req->be = q;
-	req->wait = nccl_req_wait;
-	req->test = nccl_req_test;
-	req->free = nccl_req_free;
-	q->count = count;
-	q->dtype = dt;
-	q->bytes = count * rdzv_dtype_size(dt);
-	q->int_avg = op == RDZV_AVG && nccl_is_int(dt);
-	q->deadline = comm_deadline(c, (int)timeout_ms);
-	if ((rc = nccl_enter(c, n)) != 0)
-		goto fail;
-	q->n = n;
-	TAILQ_INSERT_TAIL(&n->reqs, q, entry);
-	rc = nccl_cuda(c, n, cudart.cudaEventCreateWithFlags(&q->ev,
-	    cudaEventDisableTiming), "cudaEventCreate");
-	if (rc == 0 && q->bytes > 0 && (!nccl_is_dev(s) || !nccl_is_dev(r))) {
-		if ((q->buf = nccl_pool_get(c, n, q->bytes)) == NULL)
-			rc = comm_broken(c) != 0 ? comm_broken(c) :
-			    RDZV_ENOMEM;
-		else if (!nccl_is_dev(s)) {
-			memcpy(q->buf->host, s, q->bytes);
-			rc = nccl_cuda(c, n, cudart.cudaMemcpyAsync(
-			    q->buf->dev, q->buf->host, q->bytes,
-			    cudaMemcpyHostToDevice, n->stream), "staging");
-		} else
-			rc = nccl_cuda(c, n, cudart.cudaMemcpyAsync(
-			    q->buf->dev, s, q->bytes,
-			    cudaMemcpyDeviceToDevice, n->stream), "staging");
-		if (q->buf != NULL) {
-			ds = dr = q->buf->dev;
-			if (!nccl_is_dev(r))
-				q->hostr = r;
-		}
-	}
-	if (rc == 0)
-		rc = nccl_settle(c, n, libnccl.ncclAllReduce(ds, dr, count,
-		    nccl_type(dt), nccl_op(op, dt), n->comm, n->stream),
-		    q->deadline, "ncclAllReduce");
-	/* Into pinned memory, or the caller's device buffer: neither copy
-	 * blocks this thread. */
-	if (rc == 0 && q->buf != NULL)
-		rc = nccl_cuda(c, n, q->hostr != NULL ?
-		    cudart.cudaMemcpyAsync(q->buf->host, q->buf->dev, q->bytes,
-		    cudaMemcpyDeviceToHost, n->stream) :
-		    cudart.cudaMemcpyAsync(r, q->buf->dev, q->bytes,
-		    cudaMemcpyDeviceToDevice, n->stream), "unstaging");
-	if (rc == 0)
-		rc = nccl_cuda(c, n, cudart.cudaEventRecord(q->ev, n->stream),
-		    "cudaEventRecord");
-	pthread_mutex_unlock(&n->lock);
-	if (rc != 0)
-		goto fail;
-	*reqp = req;
-	return (0);
-fail:
-	q->done = 1;
-	q->result = rc;
-	(void)rdzv_wait(req);
 	return (rc);
 }
 

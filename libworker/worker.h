@@ -18,7 +18,9 @@
  *		non-blocking progress with deadlines
  *   cpu_coll.c	the cpu backend's collective algorithms
  *   shm.c	shared-memory segments and the same-host collective arena
- *   nccl.c	the nccl backend (HAVE_NCCL)
+ *   nccl.c	the nccl backend (HAVE_NCCL): its communicator, staging,
+ *		polling, set-up and tear-down (nccl_be.h what its files share)
+ *   nccl_coll.c, nccl_p2p.c  its collectives, its sends and receives
  *   gpulib.c	libcudart and libnccl, loaded when run (HAVE_CUDA)
  *   repair.c	in-place repair: hello and ready, the watcher thread,
  *		waiting for a round, rdzv_comm_repair
