@@ -46,12 +46,11 @@ static char		cudart_why[1024];
 static int		cudart_ok;
 static pthread_once_t	cudart_once = PTHREAD_ONCE_INIT;
 
-#define GPULIB_SYM(ret, name, args)	\
-	{ #name, offsetof(struct gpulib_cudart, name), 0 },
-static const struct gpulib_sym	cudart_syms[] = {
-	GPULIB_CUDART(GPULIB_SYM)
-};
-#undef GPULIB_SYM
+/* A table entry: function name of struct gpulib_LIB; opt: may be absent. */
+#define GPULIB_ENTRY(lib, name, opt)	\
+	{ #name, offsetof(struct gpulib_##lib, name), opt },
+#define CUDART_SYM(ret, name, args)	GPULIB_ENTRY(cudart, name, 0)
+static const struct gpulib_sym	cudart_syms[] = { GPULIB_CUDART(CUDART_SYM) };
 
 /*
  * dlopens soname as the steps above say; env names the override.  Fills
@@ -173,15 +172,11 @@ static char		nccl_why[1024];
 static int		nccl_ok;
 static pthread_once_t	nccl_once = PTHREAD_ONCE_INIT;
 
-#define GPULIB_SYM(ret, name, args)	\
-	{ #name, offsetof(struct gpulib_nccl, name), 0 },
-#define GPULIB_OPT(ret, name, args)	\
-	{ #name, offsetof(struct gpulib_nccl, name), 1 },
+#define NCCL_SYM(ret, name, args)	GPULIB_ENTRY(nccl, name, 0)
+#define NCCL_OPT(ret, name, args)	GPULIB_ENTRY(nccl, name, 1)
 static const struct gpulib_sym	nccl_syms[] = {
-	GPULIB_NCCL(GPULIB_SYM, GPULIB_OPT)
+	GPULIB_NCCL(NCCL_SYM, NCCL_OPT)
 };
-#undef GPULIB_SYM
-#undef GPULIB_OPT
 
 static void
 gpulib_nccl_load(void)
