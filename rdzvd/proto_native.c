@@ -1072,6 +1072,14 @@ native_forbid(struct nat_req *r, const char *fmt, ...)
 	conn_reply_done(r->c);
 }
 
+/* The operator's ops, named in refusals as an operator knows them. */
+static const char *const native_op_names[NAT_OP_MAX + 1] = {
+	[NAT_OP_ADMIN_STATUS] = "ADMIN_STATUS (rdzvctl status)",
+	[NAT_OP_ADMIN_JOBS] = "ADMIN_JOBS (rdzvctl jobs)",
+	[NAT_OP_ADMIN_EVICT] = "ADMIN_EVICT (rdzvctl evict)",
+	[NAT_OP_ADMIN_FORGET] = "ADMIN_FORGET (rdzvctl forget)",
+};
+
 /*
  * Decides whether r's connection may send r's op (h->access): 0 yes, 1
  * refused (replied), or RDZV_EPROTO when the job field it names is not
@@ -1118,9 +1126,9 @@ native_authorize(struct nat_req *r, const struct nat_handler *h)
 	case NA_OPERATOR:
 		break;
 	}
-	native_forbid(r, "op %u (%s) needs the operator's secret: this "
-	    "connection holds job %s's credential", r->m->op,
-	    metrics_op_name(h->kind), scope);
+	native_forbid(r, "%s needs the operator's secret: this connection "
+	    "holds job %s's credential", native_op_names[r->m->op] != NULL ?
+	    native_op_names[r->m->op] : metrics_op_name(h->kind), scope);
 	return 1;
 }
 

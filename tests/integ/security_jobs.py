@@ -225,6 +225,12 @@ def test_other_job_refused_nothing_changed():
     assert op.call(OP["HEARTBEAT"], b"jobA", anode)[0] == 1
     # The operator's secret still reaches everything.
     assert b"jobB" in op.call(OP["ADMIN_JOBS"])[0]
+    # A refusal says what was refused in an operator's words.
+    try:
+        a.call(OP["ADMIN_FORGET"], b"jobB")
+    except rt.RdzvError as e:
+        assert "rdzvctl forget" in str(e) and "operator's secret" in \
+            str(e), e
 
 
 def test_forged_credential_refused():
