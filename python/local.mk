@@ -14,6 +14,8 @@ RDZV_PY += python/rdzv/mesh.py
 RDZV_PY += python/rdzv/progress.py python/rdzv/hooks.py
 # torchrun's `rdzv` rendezvous backend on rdzvd, and its native client.
 RDZV_PY += python/rdzv/torchrun.py python/rdzv/native.py
+# rdzv.checkpoint: DCP checkpoints of a repairing job (rdzv.repair imports it).
+RDZV_PY += python/rdzv/checkpoint.py
 if HAVE_PYTHON
 rdzvpydir = $(pythondir)/rdzv
 rdzvpy_PYTHON = $(RDZV_PY)
