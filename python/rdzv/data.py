@@ -19,9 +19,9 @@ The global batch after a shrink is the script's choice (policy):
            samples as in the failure-free run; a rank's batch grows while
            the job is short.
 Batches() yields index lists; Loader is a torch DataLoader (workers,
-prefetch) over the same slices, rebuilt whenever a repair moved the job,
-so nothing a worker prefetched for a dropped or resharded step is
-trained.
+prefetch) over the same slices, its iterator reset whenever a repair
+moved the job (its workers kept), so nothing a worker prefetched for a
+dropped or resharded step is trained.
 """
 
 
@@ -38,7 +38,8 @@ class Plan:
     batch_size per rank under policy; shuffle: a permutation per epoch
     seeded by seed + epoch, else the samples in order."""
 
-    def __init__(self, n, batch_size, seed=0, shuffle=True, policy="rank"):
+    def __init__(self, n, batch_size, seed=0, shuffle=True, policy="rank",
+        order=None):
         if policy not in POLICIES:
             raise ValueError("rdzv.repair: batch policy %r: use one of "
                 "%s" % (policy, ", ".join(POLICIES)))
@@ -47,7 +48,13 @@ class Plan:
                 % (batch_size,))
         self.n, self.batch_size = n, batch_size
         self.seed, self.shuffle, self.policy = seed, shuffle, policy
+        self._order = order	# the script's: epoch -> sample order
         self._perm = (None, None)
+
+    def size(self, epoch):
+        """Samples in epoch's order (n, or what the script's order()
+        gives)."""
+        return self.n if self._order is None else len(self.order(epoch))
 
     def global_batch(self, job):
         """Samples the job trains in one step in its current group."""
@@ -56,10 +63,18 @@ class Plan:
 
     def done(self, job):
         """Whether job's epoch has no full global batch left."""
-        return self.n - job.pos < self.global_batch(job)
+        return self.size(job.epoch) - job.pos < self.global_batch(job)
 
     def order(self, epoch):
         """The epoch's sample order (a list, the same on every rank)."""
+        if self._perm[0] != epoch and self._order is not None:
+            p = [int(i) for i in self._order(epoch)]
+            bad = [i for i in p if not 0 <= i < self.n]
+            if bad:
+                raise IndexError("rdzv.repair: job.loader()'s order(%d) "
+                    "gave index %d, outside the data set's %d samples"
+                    % (epoch, bad[0], self.n))
+            self._perm = (epoch, p)
         if self._perm[0] != epoch:
             import torch
             if self.shuffle:
@@ -87,7 +102,7 @@ class Plan:
         """This rank's index lists of every global batch left in the
         epoch from the job's position, as the group is now."""
         out, pos, g = [], job.pos, self.global_batch(job)
-        while self.n - pos >= g:
+        while self.size(job.epoch) - pos >= g:
             out.append(self.indices(job, pos))
             pos += g
         return out
@@ -166,6 +181,34 @@ def check_dataset(dataset):
             type(dataset).__name__)
 
 
+_sampler_said = False
+
+
+def warn_own_sampler(frame):
+    """Says once, when the code in frame (the script's, at its first
+    job.step()) holds a DistributedSampler, or a DataLoader over one,
+    that its order does not follow the job's position."""
+    try:
+        from torch.utils.data import DataLoader, DistributedSampler
+    except ImportError:
+        return
+    global _sampler_said
+    if _sampler_said:
+        return
+    seen = list(frame.f_locals.values()) + list(frame.f_globals.values())
+    for v in seen:
+        if isinstance(v, DataLoader):
+            v = v.sampler
+        if isinstance(v, DistributedSampler):
+            _sampler_said = True
+            log.warn("the script iterates a DistributedSampler of its "
+                "own: its order does not follow the job's position, so "
+                "after a repair it trains batches again or skips some; "
+                "use job.loader(dataset, batch_size, ...) in its place "
+                "(order= takes a sampler's order of your own)")
+            return
+
+
 def batches(job, plan):
     """Generator behind job.batches(): this rank's index list of each
     global batch left in the current epoch."""
@@ -175,18 +218,45 @@ def batches(job, plan):
         yield plan.indices(job)
 
 
+class _Rest:
+    """The batch sampler of job.loader()'s DataLoader: each iteration
+    yields this rank's index lists of the global batches left in the
+    epoch, from the job's position and for the group, as they are when
+    the iteration starts (a DataLoader iterator made or reset after a
+    repair starts one)."""
+
+    def __init__(self, job, plan):
+        self.job, self.plan = job, plan
+
+    def __iter__(self):
+        return iter(self.plan.rest(self.job))
+
+    def __len__(self):
+        return len(self.plan.rest(self.job))
+
+
 class Loader:
     """What job.loader() returns: iterating it yields the DataLoader's
     batches of this rank for every step left in the current epoch; see
-    job.loader()."""
+    job.loader().  With worker processes its DataLoader keeps them
+    (persistent_workers, unless the script says otherwise): a repair
+    resets the DataLoader's iterator, which drops what the workers had
+    prefetched and starts again at the job's position, without making
+    the workers (and running their worker_init_fn) again."""
 
     def __init__(self, job, dataset, plan, kw):
-        self.job, self.dataset, self.plan, self.kw = job, dataset, plan, kw
-        self.rebuilt = 0	# DataLoaders made (tests, curiosity)
+        self.job, self.dataset, self.plan = job, dataset, plan
+        self.kw = dict(kw)
+        if self.kw.get("num_workers", 0) > 0:
+            self.kw.setdefault("persistent_workers", True)
+        self._keep = bool(self.kw.get("persistent_workers"))
+        self._dl = None
+        self.rebuilt = 0	# iterators made or reset (tests, curiosity)
 
     def __len__(self):
         """Steps of a whole epoch in the current group."""
-        return self.plan.n // self.plan.global_batch(self.job)
+        return self.plan.size(self.job.epoch) // \
+            self.plan.global_batch(self.job)
 
     def set_epoch(self, epoch):
         """Nothing: the epoch is the job's (DistributedSampler's call,
@@ -195,8 +265,10 @@ class Loader:
     def _make(self):
         from torch.utils.data import DataLoader
         self.rebuilt += 1
-        return iter(DataLoader(self.dataset,
-            batch_sampler=self.plan.rest(self.job), **self.kw))
+        if self._dl is None or not self._keep:
+            self._dl = DataLoader(self.dataset,
+                batch_sampler=_Rest(self.job, self.plan), **self.kw)
+        return iter(self._dl)
 
     def __iter__(self):
         job, plan = self.job, self.plan
@@ -209,19 +281,21 @@ class Loader:
                 if it is None or now != expect:
                     # A repair, or a dropped step: what the
                     # workers prefetched is for another cut.
-                    _shutdown(it)
+                    if not self._keep:
+                        _shutdown(it)
                     it = self._make()
                 try:
                     batch = next(it)
                 except StopIteration:
                     raise RuntimeError("rdzv.repair: the loader "
                         "ended before the epoch's position %d of %d"
-                        % (job.pos, plan.n)) from None
+                        % (job.pos, plan.size(e))) from None
                 expect = (job.repairs, job.rank, job.world,
                     job.pos + plan.global_batch(job))
                 yield batch
         finally:
-            _shutdown(it)
+            if not self._keep:
+                _shutdown(it)
 
 
 def _shutdown(it):

@@ -666,6 +666,9 @@ class Job(Watcher):
         death cuts it off, the job repairs and the exception is
         swallowed: the step is dropped.  job.committed says which, after
         the `with`: a dropped step's batch comes again."""
+        if not self._stepped and not self._in_step and \
+            self._chan is not None:
+            data.warn_own_sampler(sys._getframe(1))
         return _Step(self)
 
     def epochs(self, n):
@@ -690,7 +693,7 @@ class Job(Watcher):
             policy))
 
     def loader(self, dataset, batch_size, shuffle=True, seed=0,
-        policy="rank", **kw):
+        policy="rank", order=None, **kw):
         """A torch DataLoader over dataset (a map-style one: len() and
         [i]) for this rank, in place of DistributedSampler + DataLoader:
         iterating it yields the batches of every step left in the
@@ -704,25 +707,31 @@ class Job(Watcher):
         batch_size per rank, so the global batch is world * batch_size
         (see batch_scale); "global" keeps full_world * batch_size, each
         rank taking an even share (a larger batch while the job is
-        short).  After a repair or a dropped step the DataLoader (and
-        its workers) is made again from the job's position: what they
-        prefetched is never trained."""
+        short).  order, a function of the epoch, gives the epoch's
+        sample order instead (a sampler of the script's own:
+        lambda e: list(sampler) with its generator seeded by e; the same
+        on every rank; its length is the epoch's).  After a repair or a
+        dropped step the DataLoader's iterator starts again from the
+        job's position (its workers kept): what they prefetched is never
+        trained."""
         for k in ("sampler", "batch_sampler"):
             if k in kw:
-                raise TypeError("rdzv.repair: job.loader() chooses "
-                    "the order itself, so that a repair resumes at the "
-                    "job's position; leave %s out.  For an order of your "
-                    "own, give the data set in that order "
-                    "(torch.utils.data.Subset(dataset, order)) with "
-                    "shuffle=False; for one that changes every epoch, "
-                    "make a new job.loader() each epoch" % k)
+                raise TypeError("rdzv.repair: job.loader() cuts the "
+                    "epoch's order itself, so that a repair resumes at "
+                    "the job's position; leave %s out.  For an order of "
+                    "your own, give job.loader(order=fn): fn(epoch) "
+                    "returns the epoch's sample indices, the same on "
+                    "every rank (e.g. lambda e: list(sampler) with the "
+                    "sampler's generator seeded by e); or give the data "
+                    "set in that order (torch.utils.data.Subset(dataset, "
+                    "order)) with shuffle=False" % k)
         for k in ("drop_last", "batch_size"):
             if k in kw:
                 raise TypeError("rdzv.repair: job.loader() chooses %s "
                     "itself (the job's data position); leave it out" % k)
         data.check_dataset(dataset)
         return data.Loader(self, dataset, data.Plan(len(dataset),
-            batch_size, seed, shuffle, policy), kw)
+            batch_size, seed, shuffle, policy, order), kw)
 
 
 def _close_in_child(job):

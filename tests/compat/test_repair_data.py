@@ -7,7 +7,8 @@ and each rank takes an even share), and job.loader() -- a real
 DataLoader with a worker process and prefetch -- trains each sample of an
 epoch once when the group changes in the middle of it : what the worker had
 prefetched for the old cut is never yielded, each batch is this rank's
-share of the global batch at the job's position.  (Under real agents, with SIGKILLs: test_repair_ddp_twin.py.)"""
+share of the global batch at the job's position; its workers are kept
+across the repair (worker_init_fn runs once per worker).  (Under real agents, with SIGKILLs: test_repair_ddp_twin.py.)"""
 
 import compatlib as cl
 
@@ -136,6 +137,107 @@ def test_prefetching_loader_over_batches_named():
         for idx in j2.batches(N, B):
             pass
     raises(skip_step, RuntimeError, "was not trained inside")
+
+
+def test_loader_order_of_the_scripts_own():
+    """order=: a weighted sampler's order (with replacement, seeded by
+    the epoch) drives job.loader(): each step trains this rank's share
+    of the order at the job's position, through a shrink, and the epoch
+    is as long as the order."""
+    import torch
+    weights = torch.linspace(0.1, 1.0, N)
+
+    def order(epoch):
+        g = torch.Generator()
+        g.manual_seed(100 + epoch)
+        return list(torch.utils.data.WeightedRandomSampler(
+            weights, 600, replacement=True, generator=g))
+    j = job(4)
+    ld = j.loader(torch.arange(N), B, order=order)
+    want = order(0)
+    steps, last = 0, 0
+    for batch in ld:
+        lo, hi = j._plan.slice(j, j.pos)
+        check(batch.tolist() == want[lo:hi], (steps, batch))
+        last = j.pos + j._plan.global_batch(j)
+        with j.step():
+            steps += 1
+            if steps == 5:
+                j.world, j.repairs = 3, j.repairs + 1
+    check(j.epoch == 1 and j.pos == 0, (j.epoch, j.pos))
+    check(last <= 600 and 600 - last < 3 * B, last)
+    raises(lambda: list(job(4).loader(torch.arange(10), 2,
+                                      order=lambda e: [3, 12])),
+           IndexError, "order(0)", "index 12", "10 samples")
+
+
+def test_own_distributed_sampler_warned():
+    """A DistributedSampler (or a DataLoader over one) in the script's
+    frame at its first step: one warning naming job.loader()."""
+    import subprocess
+    prog = (
+        "import sys, torch\n"
+        "sys.path.insert(0, %r)\n"
+        "from rdzv import data\n"
+        "from torch.utils.data import DataLoader, DistributedSampler\n"
+        "ds = torch.arange(8)\n"
+        "dl = DataLoader(ds, sampler=DistributedSampler(ds, 2, 0))\n"
+        "data.warn_own_sampler(sys._getframe(0))\n"
+        "data.warn_own_sampler(sys._getframe(0))\n"
+        % os.path.join(rt.top_srcdir(), "python"))
+    r = subprocess.run([sys.executable, "-c", prog], capture_output=True,
+                       text=True, timeout=120)
+    check(r.returncode == 0, r.stderr[-2000:])
+    check(r.stderr.count("DistributedSampler of its own") == 1 and
+          "job.loader(" in r.stderr, r.stderr)
+    r = subprocess.run([sys.executable, "-c", prog.replace(
+        "sampler=DistributedSampler(ds, 2, 0)", "shuffle=True")],
+        capture_output=True, text=True, timeout=120)
+    check(r.returncode == 0 and "DistributedSampler" not in r.stderr,
+          r.stderr[-2000:])
+
+
+def _slow_init(wid):
+    """A worker_init_fn that takes 1 s and counts its calls."""
+    import time
+    time.sleep(1.0)
+    with open(os.environ["INIT_LOG"], "a") as f:
+        f.write("%d\n" % os.getpid())
+
+
+def test_loader_workers_kept_across_a_repair():
+    """job.loader() with 2 workers whose worker_init_fn takes 1 s: a
+    repair in mid-epoch (the group shrinks) resets the DataLoader's
+    iterator at the job's new position, its workers kept: worker_init
+    runs twice in all (once per worker), the epoch trains every sample
+    once, and the first batch after the repair is there in well under
+    the second a new pair of workers would take."""
+    import time
+    import torch
+    d = rt.mktemp("loader-workers-")
+    os.environ["INIT_LOG"] = os.path.join(d, "init")
+    j = job(4)
+    ld = j.loader(torch.arange(N), B, seed=5, num_workers=2,
+                  prefetch_factor=2, worker_init_fn=_slow_init)
+    seen, steps, waits = [], 0, []
+    t = time.monotonic()
+    for batch in ld:
+        if steps == 10:
+            waits.append(time.monotonic() - t)
+        check(batch.tolist() == j._plan.indices(j), (steps, batch))
+        with j.step():
+            steps += 1
+            if steps == 10:
+                j.world, j.repairs = 3, j.repairs + 1
+            seen.append(batch.tolist())
+        t = time.monotonic()
+    with open(os.environ["INIT_LOG"]) as f:
+        inits = f.read().split()
+    check(len(inits) == 2, inits)
+    flat = sum(seen, [])
+    check(len(flat) == len(set(flat)), "a sample twice")
+    cl.log("the first batch after the repair came in %.3f s; worker_init "
+           "ran %d times (1 s each)" % (waits[0], len(inits)))
 
 
 if __name__ == "__main__":

@@ -51,9 +51,10 @@ def test_timed_and_script_hook_kept():
         step()
         check(calls and set(calls) == {"mine"}, calls)
         check(j.wait_ms > w, (w, j.wait_ms))
-        old = j._ddp
+        old, reducer = j._ddp, j._ddp.reducer
         j._ddp = j._wrap()              # what a repair does
-        check(j._ddp is not old, "not rebuilt")
+        check(j._ddp is old and j._ddp.reducer is not reducer,
+              "not initialised again")
         n = len(calls)
         step()
         check(len(calls) > n, (n, calls))
