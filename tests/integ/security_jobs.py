@@ -9,7 +9,10 @@ nothing of B changes; A's own rounds, keys, events and status work.  A
 forged credential and a replayed handshake are refused.  rdzvctl
 credential writes what rdzvd derives; rdzvd refuses a job credential as
 its own secret; rdzv-agent takes either kind and hands its workers the
-job's credential only, and refuses one of another job."""
+job's credential only, and refuses one of another job; a training script
+under the agent cannot close or evict another job with what it was
+given.  Unmodified TCPStore clients are refused on a round's port too
+unless --tcpstore-allow lists them, and then reach that round only."""
 import hashlib
 import hmac
 import os
@@ -332,6 +335,63 @@ def test_agent_warns_of_the_default_id():
     assert '--rdzv_id is "none", the default' in err, err
     rc, err = agent(d, d.secret_file, "named", os.path.join(tmp, "o"))
     assert rc == 0 and "the default" not in err, err
+
+
+def test_worker_cannot_close_another_job():
+    # The issue's case: a training script under an agent started with the
+    # operator's secret runs rdzvctl with the RDZV_TOKEN_FILE it was given.
+    d = daemon()
+    op = as_operator(d)
+    bnode, rb = join(op, b"jobB")
+    tmp = rt.mktemp("worker-sec-")
+    out = os.path.join(tmp, "rc")
+    ctlbin = os.path.join(rt.top_builddir(), "client", "rdzvctl")
+    argv = [os.path.join(rt.top_builddir(), "agent", "rdzv-agent"),
+            "--nnodes", "1", "--nproc_per_node", "1",
+            "--rdzv_endpoint", "127.0.0.1:%d" % d.port,
+            "--token_file", d.secret_file, "--rdzv_id", "jobA",
+            "--no_python", "/bin/sh", "-c",
+            '"$0" -e "$RDZV_ENDPOINT" close jobB 2>"$1.err"; echo $? > "$1";'
+            '"$0" -e "$RDZV_ENDPOINT" evict jobB %d --now; '
+            'echo $? >> "$1"; "$0" -e "$RDZV_ENDPOINT" members jobA >/dev/null;'
+            ' echo $? >> "$1"' % bnode, ctlbin, out]
+    env = dict(os.environ)
+    env.pop("RDZV_TOKEN_FILE", None)
+    p = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True,
+                       timeout=60, env=env, start_new_session=True)
+    assert p.returncode == 0, p.stderr.decode(errors="replace")
+    # close and evict refused (exit 4, authentication), its own job read.
+    assert open(out).read().split() == ["4", "4", "0"], open(out).read()
+    assert "cannot reach job" in open(out + ".err").read()
+    assert op.call(OP["HEARTBEAT"], b"jobB", bnode)[0] == 1
+    assert b'"running"' in op.call(OP["ADMIN_JOB"], b"jobB")[0]
+    assert d.metric("rdzvd_errors_total", kind="forbidden") == 2
+
+
+def test_tcpstore_rules_with_a_secret():
+    # Unmodified torch has no credential: refused on a round's port too,
+    # unless --tcpstore-allow lists it; then that round's keys only.
+    d = daemon()
+    op = as_operator(d)
+    _, ra = join(op, b"jobA")
+    t = rt.TCPStore2(rt.connect("127.0.0.1", ra["store_port"]),
+                     handshake=False)
+    t.send_raw(rt.enc2("set", b"k", b"v"))
+    assert rt.expect_closed(t.sock, 5) == b""
+    assert d.metric("rdzvd_errors_total", kind="tcpstore_denied") == 1
+    tmp = rt.mktemp("rdzvd-sec-")
+    d2 = rt.Rdzvd(args=["--token-file", write(os.path.join(tmp, "s"),
+                                              SECRET),
+                        "--tcpstore-allow", "127.0.0.0/8"])
+    d2.secret_file = os.path.join(tmp, "s")
+    op2 = as_operator(d2)
+    _, ra = join(op2, b"jobA")
+    _, rb = join(op2, b"jobB")
+    op2.set(b"secret", b"B's", ns=rb["store_ns"])
+    t = rt.TCPStore2(rt.connect("127.0.0.1", ra["store_port"]))
+    t.set(b"k", b"v")
+    assert op2.get(b"k", ns=ra["store_ns"]) == b"v"
+    assert t.num_keys() == 1         # not B's key, nor anything else
 
 
 def test_python_member_with_a_job_credential():
