@@ -21,7 +21,7 @@
 #define RDZV_CRED_JOB_MAX	256	/* bytes in a job id (RZ_ID_MAX) */
 /* A job credential file's size at most (header, job, hex key). */
 #define RDZV_CRED_FILE_MAX	(sizeof RDZV_CRED_HEADER + 5 + \
-				 RDZV_CRED_JOB_MAX + 5 + 2 * RDZV_CRED_KEY_LEN + 1)
+	RDZV_CRED_JOB_MAX + 5 + 2 * RDZV_CRED_KEY_LEN + 1)
 
 /* A job credential: the job it speaks for and its key. */
 struct rdzv_cred {
@@ -51,8 +51,8 @@ int	rdzv_cred_job_ok(const void *job, size_t len);
  * nothing of the secret or of another job's key.  Returns 0, or -1 when
  * the id is not valid or OpenSSL fails.
  */
-int	rdzv_cred_derive(const void *secret, size_t secretlen, const void *job,
-	    size_t joblen, uint8_t key[RDZV_CRED_KEY_LEN]);
+int	rdzv_cred_derive(const void *secret, size_t secretlen,
+	    const void *job, size_t joblen, uint8_t key[RDZV_CRED_KEY_LEN]);
 
 /*
  * Tells what a token file's bytes are: 0 the operator's secret (no
@@ -60,8 +60,8 @@ int	rdzv_cred_derive(const void *secret, size_t secretlen, const void *job,
  * RDZV_EINVAL, with a reason in why, when the header is there but the
  * rest is not "job ID" and "key HEX" (64 hex digits), one per line.
  */
-int	rdzv_cred_parse(const uint8_t *tok, size_t len, struct rdzv_cred *cred,
-	    char *why, size_t whysz);
+int	rdzv_cred_parse(const uint8_t *tok, size_t len,
+	    struct rdzv_cred *cred, char *why, size_t whysz);
 
 /*
  * Writes a job credential file's text (header, job, key; a newline after

@@ -45,9 +45,9 @@
 #define HTTP_BODY_MAX	4096		/* the login form's body */
 
 static struct evhttp	*http;
-static uint8_t		*http_token;	/* the viewer secret; NULL: none */
+static uint8_t		*http_token;	/* viewer secret; NULL: none */
 static size_t		 http_tokenlen;
-static char		 http_session[2 * NAT_MAC_LEN + 1]; /* cookie value */
+static char		 http_session[2 * NAT_MAC_LEN + 1]; /* the cookie */
 static int		 http_tls;	/* --http-tls on */
 
 /* "the leader is HOST (clients LISTEN, http HTTP)", from its info. */
@@ -383,7 +383,7 @@ http_viewer(struct evhttp_request *req)
 	uint8_t			 zero[NAT_NONCE_LEN] = { 0 };
 
 	if (http_token == NULL && server.token == NULL)
-		return 1;	/* no secret anywhere: open, as it always was */
+		return 1;	/* no secret anywhere: open, as always */
 	if ((a = evhttp_find_header(in, "Authorization")) != NULL) {
 		if (strncmp(a, "Bearer ", 7) == 0 &&
 		    http_secret_ok(a + 7, strlen(a + 7)))
@@ -468,7 +468,7 @@ static void
 http_login(struct evhttp_request *req)
 {
 	struct evkeyvalq	 q;
-	struct evbuffer		*body = evhttp_request_get_input_buffer(req);
+	struct evbuffer		*body;
 	char			 buf[HTTP_BODY_MAX + 1], cookie[256];
 	const char		*tok;
 	size_t			 len;
@@ -484,6 +484,7 @@ http_login(struct evhttp_request *req)
 		http_login_page(req, HTTP_OK, "OK", "");
 		return;
 	}
+	body = evhttp_request_get_input_buffer(req);
 	len = evbuffer_get_length(body);
 	if (len > HTTP_BODY_MAX)
 		len = HTTP_BODY_MAX;

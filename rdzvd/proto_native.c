@@ -367,7 +367,7 @@ struct nat_req {
 enum nat_access {
 	NA_ANY,		/* nothing of anyone's: PING, CANCEL */
 	NA_NS,		/* the namespace: a round of its job */
-	NA_JOB,		/* the job field (NF_JOB, or the payload's first) */
+	NA_JOB,		/* the job (NF_JOB, or the payload's first field) */
 	NA_OPERATOR,	/* never: every job's, or the daemon's */
 };
 
