@@ -205,8 +205,12 @@ class _Step:
         self.job = job
 
     def __enter__(self):
-        self.job._begin()
-        return self.job
+        job = self.job
+        if not job._stepped and not job._in_step and \
+            job._chan is not None:
+            data.warn_own_sampler(sys._getframe(1))
+        job._begin()
+        return job
 
     def __exit__(self, et, e, tb):
         return self.job._end(e)
@@ -666,10 +670,28 @@ class Job(Watcher):
         death cuts it off, the job repairs and the exception is
         swallowed: the step is dropped.  job.committed says which, after
         the `with`: a dropped step's batch comes again."""
+        return _Step(self)
+
+    def begin_step(self):
+        """The start of a step, for a loop the script does not write (a
+        framework's batch-start hook): what `with job.step():` does on
+        entry; a pending round (a grow) is taken here."""
         if not self._stepped and not self._in_step and \
             self._chan is not None:
             data.warn_own_sampler(sys._getframe(1))
-        return _Step(self)
+        self._begin()
+
+    def end_step(self, error=None):
+        """The end of a step begun by begin_step(): with error None the
+        step commits (True); error, an exception the framework caught in
+        the step, repairs the job and drops the step when it is a peer's
+        death (False: the batch comes again); any other is raised."""
+        if error is None:
+            self._end(None)
+            return True
+        if self._end(error):
+            return False
+        raise error
 
     def epochs(self, n):
         """Yields epoch numbers up to n, from the one the job is in (a

@@ -50,7 +50,8 @@ ENV = {"PYTHON": rt.TORCH2_PYTHON, "GLOO_SOCKET_IFNAME": "lo",
 # 10, for the test to kill it there).  MODE=crash: every rank raises in
 # its first step;
 # MODE=crash_repl: a replacement does; MODE=compile_before,
-# compile_after: torch.compile on the module or on job.ddp()'s model.
+# compile_after: torch.compile on the module or on job.ddp()'s model;
+# MODE=driven: job.begin_step()/end_step() in place of `with`.
 PROGRAM = r'''
 import json, os, sys, time
 import torch
@@ -78,17 +79,31 @@ ids = open(os.path.join(d, "ids.%d.%d.%d" % (attempt, job.home,
 log = open(os.path.join(d, "log.txt"), "a") if job.home == 0 else None
 first = True
 done = False
+
+
+def train(idx):
+    if mode == "crash" or (mode == "crash_repl" and job.replacement):
+        train_stpe(model)   # the script's typo
+    opt.zero_grad()
+    ((model(x[idx]) - y[idx]) ** 2).mean().backward()
+    opt.step()
+    stop = torch.tensor([float(os.path.exists(os.path.join(d, "finish")))])
+    dist.all_reduce(stop, op=dist.ReduceOp.MAX)
+    return stop
+
+
 for epoch in job.epochs(10 ** 6):
     for idx in job.batches(256, 4):
-        with job.step():
-            if mode == "crash" or (mode == "crash_repl" and job.replacement):
-                train_stpe(model)   # the script's typo
-            opt.zero_grad()
-            ((model(x[idx]) - y[idx]) ** 2).mean().backward()
-            opt.step()
-            stop = torch.tensor([float(os.path.exists(
-                os.path.join(d, "finish")))])
-            dist.all_reduce(stop, op=dist.ReduceOp.MAX)
+        if mode == "driven":    # a framework's loop: no `with`
+            job.begin_step()
+            try:
+                stop, err = train(idx), None
+            except Exception as e:
+                err = e
+            job.end_step(err)
+        else:
+            with job.step():
+                stop = train(idx)
         if not job.committed:
             continue
         ids.write("%d %d %s\n" % (job.step_count, epoch,
@@ -385,6 +400,36 @@ def test_direct_dcp_refused():
         check("Use job.save(DIR) and job.load(DIR)" in out, out[-3000:])
         ev = job_events(d, "dcpdirect")
         check(not any(t.startswith("repair") for t in ev), ev)
+    d.stop()
+
+
+def test_step_driven_by_a_framework():
+    """begin_step()/end_step(error) in place of `with job.step():`, as a
+    framework's hooks would call them: a SIGKILLed rank is repaired in
+    place, the replacement steps, the job ends 0 with no restart, and
+    every global batch of each epoch is trained once."""
+    d = rt.Rdzvd()
+    with Scope("driven-") as s:
+        agents = start(s, d, "driven", "driven", restarts=0)
+        rt.wait_until(lambda: len(running(s.tmp, 0)) == 4, timeout=240,
+                      what="4 ranks training")
+        os.kill(running(s.tmp, 0)[1]["pid"], signal.SIGKILL)
+        rt.wait_until(lambda: running(s.tmp, 0)[1]["replacement"],
+                      timeout=240, what="home 1's replacement stepping")
+        finish(s, agents)
+        ev = job_events(d, "driven")
+        check(not any(t.startswith("restart ") for t in ev), ev)
+        check(any(t.startswith("repair: shrink") for t in ev), ev)
+        steps = committed(s.tmp, 0)
+        seen = {}
+        for k in sorted(steps)[:-1]:	# the last may be logged in part
+            e, got = steps[k]
+            before = seen.setdefault(e, set())
+            check(not before & set(got), "epoch %d: step %d trains %s "
+                  "again" % (e, k, sorted(before & set(got))))
+            before.update(got)
+        log("driven by begin_step/end_step: %d steps through a kill, no "
+            "sample twice" % len(steps))
     d.stop()
 
 
