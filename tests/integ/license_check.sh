@@ -20,7 +20,7 @@ if ! git -C "$S" rev-parse --git-dir >/dev/null 2>&1; then
 	echo "SKIP: $S is not a git checkout (the SPDX check walks git's file list)"
 	exit 77
 fi
-missing=$(git ls-files | grep -vE '^tests/fuzz/corpus/|\.(md|png|sym)$|^tests/fuzz/README$|^LICENSE$' |
+missing=$(git ls-files | grep -vE '^debian/(changelog|copyright|source/format)$|^tests/fuzz/corpus/|\.(md|png|sym)$|^tests/fuzz/README$|^LICENSE$' |
 	while read -r f; do
 		head -n 3 "$f" | grep -q 'SPDX-License-Identifier: Apache-2.0' || echo "$f"
 	done)

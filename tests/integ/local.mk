@@ -152,3 +152,11 @@ INTEG_TESTS += tests/integ/slurm_nodeloss.py
 # programs, library and helper run torch and C jobs with no paths set.
 INTEG_TESTS += tests/integ/wheel_install.sh
 EXTRA_DIST += scripts/wheel.sh
+# The Debian packages of debian/: built, lintian-clean, installed,
+# reinstalled and purged in an overlay of / (root only; skipped else).
+INTEG_TESTS += tests/integ/debian_pkg.sh
+EXTRA_DIST += debian/changelog debian/control debian/copyright debian/rules \
+	debian/source/format debian/rdzvd.install debian/rdzvd.postrm \
+	debian/rdzv-agent.install debian/librdzvworker0.install \
+	debian/librdzvworker0.symbols debian/librdzvworker-dev.install \
+	debian/python3-rdzv.install
