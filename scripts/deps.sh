@@ -57,6 +57,8 @@ PKGS=(
 	systemd procps man-db groff-base mandoc python3-yaml
 	# where a hung test's workers are (tests/lib/rdzvtest.py stacks())
 	gdb
+	# the Debian packages of debian/ (tests/integ/debian_pkg.sh)
+	debhelper dh-python dpkg-dev lintian
 	# a real Slurm on one machine: scripts/slurm-cluster.sh
 	slurmctld slurmd slurm-client munge iproute2 util-linux
 )
