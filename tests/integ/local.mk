@@ -155,7 +155,7 @@ EXTRA_DIST += scripts/wheel.sh
 # The Debian packages of debian/: built, lintian-clean, installed,
 # reinstalled and purged in an overlay of / (root only; skipped else).
 INTEG_TESTS += tests/integ/debian_pkg.sh
-EXTRA_DIST += debian/changelog debian/control debian/copyright debian/rules \
+EXTRA_DIST += debian/.gitignore debian/changelog debian/control debian/copyright debian/rules \
 	debian/source/format debian/rdzvd.install debian/rdzvd.postrm \
 	debian/rdzv-agent.install debian/librdzvworker0.install \
 	debian/librdzvworker0.symbols debian/librdzvworker-dev.install \
