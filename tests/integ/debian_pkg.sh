@@ -170,7 +170,9 @@ trap '[ -n "${RDZV_TEST_KEEP:-}" ] || rm -rf "$T"' EXIT
 # A copy of the tree: git's files (with what is not committed yet), or
 # the release tarball's.
 mkdir "$T/src"
-if git -C "$S" rev-parse --git-dir >/dev/null 2>&1; then
+# (A tree inside another checkout, as make distcheck's, is a tarball's.)
+top=$(git -C "$S" rev-parse --show-toplevel 2>/dev/null)
+if [ -n "$top" ] && [ "$top" -ef "$S" ]; then
 	(cd "$S" && git ls-files -co --exclude-standard -z |
 	    xargs -0 cp --parents -t "$T/src") || fail "copy the tree"
 else
