@@ -2,8 +2,11 @@
 # SPDX-License-Identifier: Apache-2.0
 # wheel.sh: builds `pip install`'s rdzv wheel from this tree.
 #
-#   scripts/wheel.sh [OUTDIR]        (default ./dist)
+#   scripts/wheel.sh [OUTDIR [CONFIGURE-OPTION...]]     (OUTDIR: ./dist)
 #
+# CONFIGURE-OPTIONs go to ./configure: --with-cuda=DIR, --with-nccl=DIR
+# (their headers; librdzvworker loads CUDA's and NCCL's libraries when
+# run, see doc/gpu.md, so the wheel carries neither).
 # The wheel holds rdzv-agent, rdzvd and rdzvctl (installed into the
 # environment's bin/), the rdzv python package, librdzvworker with
 # rdzv_worker.h and rdzvworker.pc (lib/, include/, lib/pkgconfig/, for C
@@ -15,15 +18,17 @@
 # carries nor may expect.
 #
 # The tree is configured and built afresh in a directory of its own
-# (RDZV_WHEEL_WORK, default a temporary one, removed at the end), with
-# the system paths the .deb uses for rdzvd's defaults (/etc/rdzv,
-# /var/lib/rdzv): from a wheel, rdzvd is given --db and --config.  Needs
+# (RDZV_WHEEL_WORK, default a temporary one, removed at the end; one
+# given is configured once, then only rebuilt), with the system paths
+# the .deb uses for rdzvd's defaults (/etc/rdzv, /var/lib/rdzv): from a
+# wheel, rdzvd is given --db and --config.  Needs
 # the build dependencies (scripts/deps.sh), readelf and a python 3
 # (PYTHON, default python3); no network, no root.
 set -euo pipefail
 
 SRC=$(cd "$(dirname "$0")/.." && pwd)
 OUT=${1:-$PWD/dist}
+[ $# -eq 0 ] || shift
 PYTHON=${PYTHON:-python3}
 JOBS=${JOBS:-$(nproc 2>/dev/null || echo 2)}
 [ -x "$SRC/configure" ] || {
@@ -49,7 +54,7 @@ mkdir -p "$W/build"
 	cd "$W/build"
 	[ -f Makefile ] || "$SRC/configure" -q --prefix=/usr/local \
 	    --sysconfdir=/etc --localstatedir=/var \
-	    --with-systemdsystemunitdir=no --disable-dependency-tracking
+	    --with-systemdsystemunitdir=no --disable-dependency-tracking "$@"
 	# On both: a source touched meanwhile is relinked by the install.
 	rpath='-Wl,--disable-new-dtags -Wl,-rpath,\$$ORIGIN/../lib/rdzv'
 	make -s -j"$JOBS" LDFLAGS="$rpath"
