@@ -28,6 +28,7 @@ struct event_base;
 struct chan_msg;
 
 #define AGENT_NPROC_MAX		4096	/* local workers, a sanity bound */
+#define SUP_SPARES_MAX		64	/* warm spares of one agent */
 #define AGENT_MSG_MAX		4096	/* bytes of a failure message sent */
 
 /* ---- cli.c: command line, PET_* and SLURM_* defaults ---- */
@@ -165,10 +166,13 @@ int	sup_init(struct event_base *, sup_exit_cb cb, void *arg);
  * own session and process group, a parent-death SIGKILL, default signal handlers,
  * out_fd/err_fd (>= 0) as stdout/stderr, prog_fd (>= 0) as fd
  * PROGRESS_CHILD_FD, no other descriptor, and execs argv[0] (PATH
- * search) with envp.  Returns 0 with *pid set, or RDZV_EIO / RDZV_EINVAL.
+ * search) with envp.  With a warm spare waiting (and prog_fd >= 0, no
+ * --numa_binding for the rank) the spare takes the launch instead, as
+ * in sup_respawn (*warm, when not NULL, says which).  Returns 0 with
+ * *pid set, or RDZV_EIO / RDZV_EINVAL.
  */
 int	sup_spawn(int local_rank, char *const argv[], char *const envp[],
-	    int out_fd, int err_fd, int prog_fd, pid_t *pid);
+	    int out_fd, int err_fd, int prog_fd, pid_t *pid, int *warm);
 /*
  * Starts a replacement for local_rank alone (in-place recovery): the argv
  * and environment of local_rank's last sup_spawn, plus RDZV_REPLACEMENT=1,
@@ -183,22 +187,22 @@ int	sup_spawn(int local_rank, char *const argv[], char *const envp[],
 int	sup_respawn(int local_rank, int out_fd, int err_fd, int prog_fd,
 	    pid_t *pid, int *warm);
 /*
- * The warm spare: one child that is no worker (sup_live, sup_signal and
- * sup_stop leave it alone), started like one (own session, parent-death
- * SIGKILL) with argv and envp, stdout and stderr on /dev/null and a
- * control socket at fd 3 (rdzv.spare, which imports torch and waits).
- * While one runs, sup_respawn hands it the rank instead of forking (with
- * *warm set to 1): the rank's argv, environment and descriptors in one
- * datagram (a spare that cannot take it is killed, with one line, and
- * the replacement starts cold).  A spare that ends unused is reaped with
- * one line and never started again.  Returns 0; RDZV_EEXIST (one runs),
- * RDZV_EBUSY (one died before, or a sup_stop is under way), RDZV_EINVAL
- * or RDZV_EIO.
+ * Starts one more warm spare: a child that is no worker (sup_live,
+ * sup_signal and sup_stop leave it alone), started like one (own session,
+ * parent-death SIGKILL) with argv and envp, stdout and stderr on
+ * /dev/null and a control socket at fd 3 (rdzv.spare, which imports
+ * torch and waits).  While spares wait, sup_respawn and sup_spawn hand
+ * the oldest the rank instead of forking (with *warm set to 1): the
+ * rank's argv, environment and descriptors in one datagram (a spare that
+ * cannot take it is killed, with one line, and the worker starts cold).
+ * A spare that ends unused is reaped with one line and none is started
+ * again.  Returns 0; RDZV_EEXIST (SUP_SPARES_MAX wait), RDZV_EBUSY (one
+ * died before, or a sup_stop is under way), RDZV_EINVAL or RDZV_EIO.
  */
 int	sup_spare_start(char *const argv[], char *const envp[]);
-/* The spare's pid, 0 when none runs. */
-pid_t	sup_spare_pid(void);
-/* SIGKILLs the spare's group and reaps it (the agent is leaving). */
+/* The spares waiting. */
+int	sup_spare_count(void);
+/* SIGKILLs every spare's group and reaps it (the agent is leaving). */
 void	sup_spare_stop(void);
 /* The pid of local_rank's running worker, 0 when none runs. */
 pid_t	sup_pid(int local_rank);

@@ -39,12 +39,16 @@
  * reconnect) changes nothing; one for another round while workers run
  * stops them first and spawns the new round when they are gone.
  *
- * The warm spare (--warm_spare, python programs): once every local worker
+ * The warm spares (--warm_spare, python programs): once every local worker
  * said it can repair, and again after a grow round took a replacement in,
  * agent_spare_want() has sup.c start one python that imports torch and
  * waits; a local worker's death then hands it the rank (sup_respawn)
- * instead of starting a cold python.  It is no worker: it never counts
- * toward a round's exits, and it is killed when the agent leaves.
+ * instead of starting a cold python.  A round's workers that have run
+ * AGENT_SPARE_SETTLE_MS without all saying they can repair would
+ * restart on a failure: then one spare per local worker waits, and the
+ * restart's workers are those spares (sup_spawn), a warm restart.
+ * Spares are no workers: they never count toward a round's exits, and
+ * they are killed when the agent leaves.
  *
  * Before JOINING, the agent may host the rendezvous itself, an embedded
  * rdzvd on its event loop (agent_rendezvous): --standalone; node rank 0
@@ -99,6 +103,9 @@ static const char *const agent_state_names[AS_NSTATES] = {
 };
 
 #define AS_BIT(s)	(1u << (s))
+/* A round's workers run this long before spares for a restart start
+ * (their own imports and first steps have the CPU first). */
+#define AGENT_SPARE_SETTLE_MS	10000
 /*
  * The states each state may move to (the diagram above).  A round push
  * may come in any state but LEAVING, so most states reach most others;
@@ -143,6 +150,9 @@ static struct {
 	struct event		*watch_ev;	/* --progress_timeout */
 	struct event		*drain_ev;	/* leaving on purpose: SIGTERM
 						 * half-way through the grace */
+	struct event		*spare_ev;	/* a round's workers settled:
+						 * spares for a restart */
+	int			 spare_restart;	/* spare_ev has fired */
 	int64_t			*hung_at;	/* per local rank; 0: not */
 	uint64_t		 strag_killed;	/* bit l: killed as a straggler */
 	uint64_t		 pending;	/* bit l: local rank l is
@@ -447,12 +457,19 @@ agent_spare_want(void)
 {
 	char	**argv, **vars = NULL, **env;
 	size_t	  n = 0, cap = 0;
-	int	  i, rv;
+	int	  i, rv = 0, want;
 
+	/* One for a replacement; one per worker for a restart. */
+	if (progress_all_can_repair())
+		want = 1;
+	else if (ag.spare_restart)
+		want = ag.cfg.nproc < SUP_SPARES_MAX ? ag.cfg.nproc :
+		    SUP_SPARES_MAX;
+	else
+		return;
 	if (!ag.cfg.warm_spare || ag.cfg.no_python || ag.cfg.argc < 3 ||
-	    ag.cfg.numa_mode != SUP_NUMA_NONE || sup_spare_pid() != 0 ||
-	    ag.state != AS_RUNNING || ag.pending != 0 ||
-	    !progress_all_can_repair())
+	    ag.cfg.numa_mode != SUP_NUMA_NONE || sup_spare_count() >= want ||
+	    ag.state != AS_RUNNING || ag.pending != 0)
 		return;
 	/* cli_command's python -u [-m] PROGRAM ARGS... */
 	if ((argv = calloc(ag.cfg.argc + 3, sizeof *argv)) == NULL)
@@ -467,12 +484,21 @@ agent_spare_want(void)
 	agent_setenv(&vars, &n, &cap, "RDZV_SPARE_FD", "%d",
 	    PROGRESS_CHILD_FD);
 	env = agent_merge_env(vars, n);
-	rv = sup_spare_start(argv, env);
+	while (rv == 0 && sup_spare_count() < want)
+		rv = sup_spare_start(argv, env);
 	agent_free_env(env);
 	free(argv);
 	if (rv != 0 && rv != RDZV_EBUSY)
-		log_warnx("cannot start the warm spare: %s; replacements "
-		    "start cold", rdzv_strerror(rv));
+		log_warnx("cannot start a warm spare: %s; workers start cold",
+		    rdzv_strerror(rv));
+}
+
+/* A round's workers have run AGENT_SPARE_SETTLE_MS: spares may start. */
+static void
+agent_spare_cb(evutil_socket_t fd, short ev, void *arg)
+{
+	ag.spare_restart = 1;
+	agent_spare_want();
 }
 
 /* Seconds from t (mono_ms) to now. */
@@ -536,9 +562,10 @@ agent_finish(int code)
 static void
 agent_start_round(const struct rdzv_round *r)
 {
-	char	**env;
-	pid_t	  pid;
-	int	  i, out_fd, err_fd, rv;
+	struct timeval	  settle;
+	char		**env;
+	pid_t		  pid;
+	int		  i, out_fd, err_fd, rv, warm, nwarm = 0;
 
 	ag.cur = *r;
 	ag.nok = 0;
@@ -557,6 +584,10 @@ agent_start_round(const struct rdzv_round *r)
 	ag.pending = 0;
 	ag.fresh = 0;
 	ag.unjoined = 0;
+	ag.spare_restart = 0;
+	settle.tv_sec = AGENT_SPARE_SETTLE_MS / 1000;
+	settle.tv_usec = (AGENT_SPARE_SETTLE_MS % 1000) * 1000;
+	evtimer_add(ag.spare_ev, &settle);
 	rdzv_set_repairable(0);		/* until every new worker says so */
 	if ((rv = progress_attempt(ag.cfg.nproc)) != 0)
 		log_warnx("workers cannot report progress this round: %s",
@@ -575,7 +606,8 @@ agent_start_round(const struct rdzv_round *r)
 		env = agent_worker_env(i, r);
 		logs_child_fds(i, &out_fd, &err_fd);
 		rv = sup_spawn(i, ag.cfg.argv, env, out_fd, err_fd,
-		    progress_child_fd(i), &pid);
+		    progress_child_fd(i), &pid, &warm);
+		nwarm += rv == 0 && warm;
 		logs_spawned(i);
 		progress_spawned(i);
 		agent_free_env(env);
@@ -587,6 +619,9 @@ agent_start_round(const struct rdzv_round *r)
 			return;
 		}
 	}
+	if (nwarm > 0)
+		log_info("round %lld: %d of %d workers from warm spares",
+		    (long long)r->round, nwarm, ag.cfg.nproc);
 }
 
 static void
@@ -1516,7 +1551,8 @@ main(int argc, char **argv)
 	}
 	ag.join_ev = evtimer_new(ag.base, agent_join_timeout_cb, NULL);
 	ag.drain_ev = evtimer_new(ag.base, agent_drain_cb, NULL);
-	if (ag.join_ev == NULL || ag.drain_ev == NULL)
+	ag.spare_ev = evtimer_new(ag.base, agent_spare_cb, NULL);
+	if (ag.join_ev == NULL || ag.drain_ev == NULL || ag.spare_ev == NULL)
 		fatalx("evtimer_new");
 	progress_init(ag.base);
 	progress_set_cb(agent_note_cb, NULL);

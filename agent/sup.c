@@ -16,16 +16,17 @@
  * For in-place recovery, sup_respawn starts one local rank again, alone,
  * from the argv and environment its last sup_spawn kept, with
  * RDZV_REPLACEMENT=1 added; the other workers are not touched.
- * The warm spare (sup_spare_*) is one more child, started like a worker
- * but counted as none: a python that has imported torch and waits on a
- * control socket at fd 3 (rdzv.spare).  sup_respawn hands it the dead
- * rank's launch in one SOCK_SEQPACKET datagram, "rdzv-spare 1\0", the
+ * The warm spares (sup_spare_*) are more children, each started like a
+ * worker but counted as none: a python that has imported torch and waits
+ * on a control socket at fd 3 (rdzv.spare).  sup_respawn hands the
+ * oldest the dead rank's launch (and sup_spawn, in a restart, each new
+ * worker's) in one SOCK_SEQPACKET datagram, "rdzv-spare 1\0", the
  * argv count, the argv and the environment as NUL-terminated strings,
  * with its stdout, stderr and progress socket as SCM_RIGHTS; the spare
  * dup2()s them onto 1, 2 and 3, takes the environment and runs the
  * program as __main__.  From then on it is that rank's worker.  A spare
- * that dies before it is used is reaped with one log line and not
- * started again (replacements start cold).
+ * that dies before it is used is reaped with one log line and none is
+ * started again (workers start cold).
  */
 #include "config.h"
 
@@ -72,11 +73,10 @@ struct sup_launch {
 /* The variable a replacement worker finds set. */
 #define SUP_REPLACEMENT_VAR	"RDZV_REPLACEMENT"
 
-/* The warm spare: a started python waiting for a rank to take over. */
+/* A warm spare: a started python waiting for a rank to take over. */
 struct sup_spare {
-	pid_t		 pid;		/* 0: none */
+	pid_t		 pid;
 	int		 ctl;		/* the agent's end of its socket */
-	int		 dead;		/* it died unused: never again */
 };
 /* The handoff's first string, its version. */
 #define SUP_SPARE_MAGIC		"rdzv-spare 1"
@@ -95,11 +95,14 @@ static struct sup_worker	*sup_workers;
 static size_t			 sup_nworkers;
 static struct sup_launch	*sup_launches;	/* by local rank */
 static int			 sup_nlaunches;
-static struct sup_spare		 sup_spare = { 0, -1, 0 };
+static struct sup_spare		 sup_spares[SUP_SPARES_MAX]; /* oldest first */
+static int			 sup_nspares;
+static int			 sup_spare_dead; /* one died unused: no more */
 
-static void	sup_spare_died(int);
+static int	sup_spare_find(pid_t);
+static void	sup_spare_died(int, int);
 static int	sup_spare_hand(int, char *const [], char *const [], int, int,
-		    int, pid_t *);
+		    int, int, pid_t *);
 
 /* --numa_binding: where each local rank runs. */
 struct sup_bind {
@@ -177,7 +180,7 @@ sup_chld_cb(evutil_socket_t sig, short ev, void *arg)
 	struct sup_exit		 x;
 	siginfo_t		 si;
 	pid_t			 pid;
-	int			 status;
+	int			 status, spare;
 
 	for (;;) {
 		memset(&si, 0, sizeof si);
@@ -192,12 +195,13 @@ sup_chld_cb(evutil_socket_t sig, short ev, void *arg)
 		 * The zombie still holds its pid as a group id: whatever the
 		 * worker left in its group is killed before the id is freed.
 		 */
-		if ((w = sup_find(pid)) != NULL || pid == sup_spare.pid)
+		spare = sup_spare_find(pid);
+		if ((w = sup_find(pid)) != NULL || spare >= 0)
 			(void)kill(-pid, SIGKILL);
 		if (waitpid(pid, &status, 0) == -1)
 			continue;
-		if (pid == sup_spare.pid)
-			sup_spare_died(status);
+		if (spare >= 0)
+			sup_spare_died(spare, status);
 		if (w == NULL)
 			continue;
 		x.local_rank = w->local_rank;
@@ -432,7 +436,7 @@ sup_fork(int local_rank, char *const argv[], char *const envp[], int out_fd,
 
 int
 sup_spawn(int local_rank, char *const argv[], char *const envp[], int out_fd,
-    int err_fd, int prog_fd, pid_t *pidp)
+    int err_fd, int prog_fd, pid_t *pidp, int *warm)
 {
 	int	rv;
 
@@ -440,6 +444,17 @@ sup_spawn(int local_rank, char *const argv[], char *const envp[], int out_fd,
 		return (RDZV_EINVAL);
 	if ((rv = sup_keep(local_rank, argv, envp)) != 0)
 		return (rv);
+	if (warm != NULL)
+		*warm = 0;
+	/* A restart's worker from a warm spare when one waits. */
+	if (sup_nspares > 0 && prog_fd >= 0 && sup_done_fn == NULL &&
+	    (sup_binds == NULL || local_rank >= sup_nbinds) &&
+	    sup_spare_hand(local_rank, argv, envp, out_fd, err_fd, prog_fd,
+	    0, pidp) == 0) {
+		if (warm != NULL)
+			*warm = 1;
+		return (0);
+	}
 	return (sup_fork(local_rank, argv, envp, out_fd, err_fd, prog_fd, 0,
 	    pidp));
 }
@@ -489,8 +504,8 @@ sup_respawn(int local_rank, int out_fd, int err_fd, int prog_fd, pid_t *pidp,
 	env[n] = NULL;
 	if (warm != NULL)
 		*warm = 0;
-	if (sup_spare.pid != 0 && sup_spare_hand(local_rank, l->argv, env,
-	    out_fd, err_fd, prog_fd, pidp) == 0) {
+	if (sup_nspares > 0 && sup_spare_hand(local_rank, l->argv, env,
+	    out_fd, err_fd, prog_fd, 1, pidp) == 0) {
 		if (warm != NULL)
 			*warm = 1;
 		rv = 0;
@@ -501,7 +516,7 @@ sup_respawn(int local_rank, int out_fd, int err_fd, int prog_fd, pid_t *pidp,
 	return (rv);
 }
 
-/* ---- the warm spare ---- */
+/* ---- the warm spares ---- */
 
 int
 sup_spare_start(char *const argv[], char *const envp[])
@@ -510,9 +525,9 @@ sup_spare_start(char *const argv[], char *const envp[])
 	pid_t		pid, parent = getpid();
 	int		sv[2], devnull, sz = 2 * SUP_SPARE_MSG_MAX;
 
-	if (sup_spare.pid != 0)
+	if (sup_nspares >= SUP_SPARES_MAX)
 		return (RDZV_EEXIST);
-	if (sup_spare.dead || sup_done_fn != NULL)
+	if (sup_spare_dead || sup_done_fn != NULL)
 		return (RDZV_EBUSY);
 	if (argv == NULL || argv[0] == NULL || envp == NULL)
 		return (RDZV_EINVAL);
@@ -538,55 +553,75 @@ sup_spare_start(char *const argv[], char *const envp[])
 		close(sv[0]);
 		return (RDZV_EIO);
 	}
-	sup_spare.pid = pid;
-	sup_spare.ctl = sv[0];
-	log_debug("warm spare started, pid %ld", (long)pid);
+	sup_spares[sup_nspares].pid = pid;
+	sup_spares[sup_nspares].ctl = sv[0];
+	sup_nspares++;
+	log_debug("warm spare started, pid %ld (%d waiting)", (long)pid,
+	    sup_nspares);
 	return (0);
 }
 
-pid_t
-sup_spare_pid(void)
+int
+sup_spare_count(void)
 {
-	return (sup_spare.pid);
+	return (sup_nspares);
 }
 
-/* Forgets the spare (already reaped, or to be reaped unrecognized). */
-static void
-sup_spare_forget(int dead)
+/* The index of the spare pid, -1 when it is none. */
+static int
+sup_spare_find(pid_t pid)
 {
-	if (sup_spare.ctl != -1)
-		close(sup_spare.ctl);
-	sup_spare.ctl = -1;
-	sup_spare.pid = 0;
-	sup_spare.dead = dead;
+	int	i;
+
+	for (i = 0; i < sup_nspares; i++)
+		if (sup_spares[i].pid == pid)
+			return (i);
+	return (-1);
 }
 
-/* The spare exited unused (reaped by sup_chld_cb): one line, no retry. */
+/*
+ * Forgets spare i (already reaped, handed a rank, or to be reaped
+ * unrecognized); dead: it died unused, so none is started again.
+ */
 static void
-sup_spare_died(int status)
+sup_spare_forget(int i, int dead)
+{
+	if (sup_spares[i].ctl != -1)
+		close(sup_spares[i].ctl);
+	memmove(&sup_spares[i], &sup_spares[i + 1],
+	    (size_t)(sup_nspares - i - 1) * sizeof sup_spares[0]);
+	sup_nspares--;
+	if (dead)
+		sup_spare_dead = 1;
+}
+
+/* Spare i exited unused (reaped by sup_chld_cb): one line, no more. */
+static void
+sup_spare_died(int i, int status)
 {
 	char	desc[64];
 
 	log_warnx("warm spare (pid %ld) ended before it was used (%s): "
-	    "replacements start cold (the workers' python must import "
-	    "rdzv.spare; --warm_spare 0 turns it off)", (long)sup_spare.pid,
-	    sup_describe(status, desc, sizeof desc));
-	sup_spare_forget(1);
+	    "workers start cold (the workers' python must import "
+	    "rdzv.spare; --warm_spare 0 turns it off)",
+	    (long)sup_spares[i].pid, sup_describe(status, desc, sizeof desc));
+	sup_spare_forget(i, 1);
 }
 
 void
 sup_spare_stop(void)
 {
-	pid_t	pid = sup_spare.pid;
+	pid_t	pid;
 	int	status;
 
-	if (pid == 0)
-		return;
-	(void)sup_kill_group(pid, SIGKILL);
-	while (waitpid(pid, &status, 0) == -1 && errno == EINTR)
-		;
-	log_debug("warm spare (pid %ld) stopped", (long)pid);
-	sup_spare_forget(0);
+	while (sup_nspares > 0) {
+		pid = sup_spares[sup_nspares - 1].pid;
+		(void)sup_kill_group(pid, SIGKILL);
+		while (waitpid(pid, &status, 0) == -1 && errno == EINTR)
+			;
+		log_debug("warm spare (pid %ld) stopped", (long)pid);
+		sup_spare_forget(sup_nspares - 1, 0);
+	}
 }
 
 /*
@@ -624,15 +659,16 @@ sup_spare_msg(char *const argv[], char *const envp[], char **out,
 }
 
 /*
- * Hands the spare local_rank's launch (sup_respawn's argv and envp) and
- * its descriptors (-1 for stdout or stderr: the agent's own, as a
- * worker that inherits them); the spare becomes that rank's worker.
- * Returns 0 with *pidp set; otherwise the spare is killed and forgotten,
- * with one line, and the caller starts the replacement cold.
+ * Hands the oldest spare local_rank's launch (sup_respawn's or
+ * sup_spawn's argv and envp) and its descriptors (-1 for stdout or
+ * stderr: the agent's own, as a worker that inherits them); the spare
+ * becomes that rank's worker.  Returns 0 with *pidp set; otherwise the
+ * spare is killed and forgotten, with one line, and the caller starts
+ * the worker cold.
  */
 static int
 sup_spare_hand(int local_rank, char *const argv[], char *const envp[],
-    int out_fd, int err_fd, int prog_fd, pid_t *pidp)
+    int out_fd, int err_fd, int prog_fd, int replacement, pid_t *pidp)
 {
 	union {
 		struct cmsghdr	hdr;
@@ -645,7 +681,7 @@ sup_spare_hand(int local_rank, char *const argv[], char *const envp[],
 	char			*msg = NULL;
 	size_t			 len;
 	ssize_t			 n;
-	pid_t			 pid = sup_spare.pid;
+	pid_t			 pid = sup_spares[0].pid;
 	int			 fds[3], rv;
 
 	if (prog_fd < 0)
@@ -673,31 +709,31 @@ sup_spare_hand(int local_rank, char *const argv[], char *const envp[],
 	c->cmsg_len = CMSG_LEN(sizeof fds);
 	memcpy(CMSG_DATA(c), fds, sizeof fds);
 	/* Queued at once (the spare may still be importing): never blocks. */
-	n = sendmsg(sup_spare.ctl, &mh, MSG_DONTWAIT | MSG_NOSIGNAL);
+	n = sendmsg(sup_spares[0].ctl, &mh, MSG_DONTWAIT | MSG_NOSIGNAL);
 	free(msg);
 	if (n != (ssize_t)len) {
 		rv = n == -1 && errno == EMSGSIZE ? RDZV_ETOOBIG : RDZV_EIO;
 		goto fail;
 	}
 	/* Closing our end leaves the datagram queued for the spare. */
-	sup_spare_forget(0);
+	sup_spare_forget(0, 0);
 	w->pid = pid;
 	w->local_rank = local_rank;
 	w->stopping = 0;
-	w->replacement = 1;
+	w->replacement = replacement;
 	if (pidp != NULL)
 		*pidp = pid;
-	log_debug("worker %d replacement: the warm spare, pid %ld",
-	    local_rank, (long)pid);
+	log_debug("worker %d: the warm spare, pid %ld", local_rank,
+	    (long)pid);
 	return (0);
 
 fail:
 	log_warnx("warm spare (pid %ld) cannot take local rank %d (%s): it "
-	    "is stopped and the replacement starts cold", (long)pid,
+	    "is stopped and the worker starts cold", (long)pid,
 	    local_rank, rdzv_strerror(rv));
 	/* Not reaped here: sup_chld_cb reaps it as no one's. */
 	(void)sup_kill_group(pid, SIGKILL);
-	sup_spare_forget(1);
+	sup_spare_forget(0, 1);
 	return (rv);
 }
 

@@ -1,8 +1,10 @@
 # SPDX-License-Identifier: Apache-2.0
-"""rdzv.spare: a warm python that becomes a replacement worker.
+"""rdzv.spare: a warm python that becomes a worker.
 
 rdzv-agent (--warm_spare 1, its default for python programs) keeps one
-per node in a job whose workers can repair in place, started as
+per node in a job whose workers can repair in place (a replacement), and
+one per local worker in a job whose workers would restart (every worker
+of the restart), started as
 
     python -u -m rdzv.spare PROGRAM ARGS...      (or -m MODULE ARGS...)
 
@@ -11,7 +13,8 @@ in a session of its own, killed with the agent, stdout and stderr on
 (SOCK_SEQPACKET) at fd RDZV_SPARE_FD.  It imports what is safe to import
 before it knows its rank (preload()), then waits, named "rdzv-spare"
 (/proc/PID/comm: ps, top) until it is used.  When a local worker
-dies, the agent sends it one datagram,
+dies (or a restart starts the workers again), the agent sends it one
+datagram,
 
     "rdzv-spare 1" NUL  N NUL  argv[0] NUL ... argv[N-1] NUL  env NUL ...
 
@@ -32,7 +35,9 @@ imports), rdzv.repair, and of the program's own top-level
 imports those of the standard library, torch, torchvision, torchaudio,
 numpy and rdzv ("from P import M" counts P.M too), with what such a
 module lists in its SPARE_IMPORTS (rdzv.mesh: FSDP2's modules), plus the
-modules RDZV_SPARE_IMPORTS names (a comma list).
+modules RDZV_SPARE_IMPORTS names (a comma list: a framework the
+program runs, e.g. RDZV_SPARE_IMPORTS=lightning, makes its restarts warm
+too).
 Nothing of the script itself runs, nor a module of the script's own
 directory: such code may read RANK or start CUDA at import time.  An
 import that fails is left for the program to fail on.

@@ -15,6 +15,8 @@ cannot hurt them.
   rdzv.hooks.LightningProgress: its steps on every surface too.
 - report() outside rdzv-agent does nothing and says nothing; a negative
   step is refused.
+- Its restarts are warm: once its workers have run a while each agent
+  keeps a spare python per worker, and a restart's workers are those.
 - A script that calls rdzv.repair.init_process_group() but trains with
   torch's own DDP, never job.ddp() or job.step(), never offered repair:
   a rank's SIGKILL restarts the job (no repair round, no rank training
@@ -253,6 +255,60 @@ def test_helper_unused_restarts():
         check(not any(t.startswith("repair") for t in ev), ev)
         out = a.output() + b.output()
         check("replacement pid" not in out, out[-3000:])
+    d.stop()
+
+
+def spares(agent_pids):
+    """The pids of the warm spares (comm rdzv-spare, once warm) whose
+    parent is one of agent_pids."""
+    out = set()
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open("/proc/%s/stat" % d) as f:
+                st = f.read()
+        except OSError:
+            continue
+        comm = st[st.index("(") + 1:st.rindex(")")]
+        ppid = int(st[st.rindex(")") + 2:].split()[1])
+        if comm == "rdzv-spare" and ppid in agent_pids:
+            out.add(int(d))
+    return out
+
+
+def test_restart_is_warm():
+    """A plain job (it cannot repair) once its workers have run a while:
+    each agent keeps one warm spare per worker, and a SIGKILL's restart
+    starts every new worker from them (the new ranks' pids are the
+    spares', each agent says so); --warm_spare 0 keeps none."""
+    d = rt.Rdzvd()
+    with Scope("warm-restart-") as s:
+        a, b = start(s, d, "warm", report=True)
+        agents = {a.proc.pid, b.proc.pid}
+        rt.wait_until(lambda: len(spares(agents)) == 4, timeout=120,
+                      what="4 warm spares (2 per agent)")
+        warm = spares(agents)
+        os.kill(running(s.tmp, 0)[3]["pid"], signal.SIGKILL)
+        rt.wait_until(lambda: len(running(s.tmp, 1)) == 4, timeout=90,
+                      what="4 ranks training again after a restart")
+        now = {r["pid"] for r in running(s.tmp, 1).values()}
+        check(now == warm, (now, warm))
+        out = a.output() + b.output()
+        check(out.count("of 2 workers from warm spares") == 2,
+              out[-3000:])
+        finish(s, [a, b])
+    with Scope("cold-restart-") as s:
+        a, b = start(s, d, "cold", report=True,
+                     extra=["--warm_spare", "0"])
+        agents = {a.proc.pid, b.proc.pid}
+        os.kill(running(s.tmp, 0)[3]["pid"], signal.SIGKILL)
+        rt.wait_until(lambda: len(running(s.tmp, 1)) == 4, timeout=90,
+                      what="4 ranks training again after a restart")
+        check(not spares(agents), spares(agents))
+        out = a.output() + b.output()
+        check("from warm spares" not in out, out[-3000:])
+        finish(s, [a, b])
     d.stop()
 
 

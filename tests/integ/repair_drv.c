@@ -398,7 +398,7 @@ main(int argc, char **argv)
 		env = drv_env(i);
 		logs_child_fds(i, &out_fd, &err_fd);
 		if (sup_spawn(i, drv.argv, env, out_fd, err_fd,
-		    progress_child_fd(i), &pid) != 0)
+		    progress_child_fd(i), &pid, NULL) != 0)
 			fatalx("sup_spawn");
 		logs_spawned(i);
 		progress_spawned(i);
