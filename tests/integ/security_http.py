@@ -266,15 +266,17 @@ class DevTools:
             self.js("document.body&&document.body.innerText")))
 
 
-def browser():
+def browser(tls=False):
     """A headless Chromium with DevTools on a free port; its page's
-    DevTools client."""
+    DevTools client.  tls: it takes the test CA's certificates (the
+    test's own CA is no system one)."""
     tmp = rt.mktemp("chromium-")
     prof = os.path.join(tmp, "profile")
+    extra = ["--ignore-certificate-errors"] if tls else []
     p = rt.spawn([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu",
                   "--disable-dev-shm-usage", "--no-first-run",
-                  "--user-data-dir=" + prof, "--remote-debugging-port=0",
-                  "about:blank"], stdout=subprocess.DEVNULL,
+                  "--user-data-dir=" + prof, "--remote-debugging-port=0"] +
+                 extra + ["about:blank"], stdout=subprocess.DEVNULL,
                  stderr=subprocess.DEVNULL, cwd=tmp)
     portfile = os.path.join(prof, "DevToolsActivePort")
     rt.wait_until(lambda: os.path.exists(portfile) and
@@ -290,15 +292,21 @@ def browser():
     return p, DevTools(pages[0]["webSocketDebuggerUrl"])
 
 
-def test_browser_signs_in_and_the_page_loads():
+def _sign_in(tls):
+    """Chromium at the page (over HTTPS with tls): sent to the login
+    form, the native secret refused there, the viewer secret signs in and
+    the page's job table loads; the cookie is HttpOnly, SameSite=Strict
+    (and Secure over HTTPS)."""
     if CHROMIUM is None:
         rt.skip("chromium is not installed (scripts/deps.sh installs it)")
-    d = daemon()
+    certs = rt.make_tls_certs(rt.mktemp("rdzvd-page-tls-")) if tls else None
+    d = daemon(*(["--http-tls", "on"] if tls else []), tls=certs)
     op = sj.as_operator(d)
     sj.join(op, b"page-job")
-    p, dt = browser()
+    p, dt = browser(tls)
     try:
-        base = "http://127.0.0.1:%d" % d.http_port
+        base = "%s://127.0.0.1:%d" % ("https" if tls else "http",
+                                      d.http_port)
         dt.call("Page.navigate", url=base + "/")
         dt.until("location.pathname==='/login'&&"
                  "!!document.getElementById('token')", "the login form")
@@ -320,9 +328,22 @@ def test_browser_signs_in_and_the_page_loads():
         got = [c for c in cookies["cookies"] if c["name"] == "rdzv_view"]
         assert len(got) == 1, cookies
         assert got[0]["httpOnly"] and got[0]["sameSite"] == "Strict", got
+        assert got[0]["secure"] == tls, got
     finally:
         rt.end(p)
-    assert d.metric("rdzvd_errors_total", kind="forbidden") == 1
+    st, _, body = req(d, "/metrics", tls_ca=certs["ca"] if tls else None)
+    assert st == 200, st
+    n = rt.metric_value(rt.parse_metrics(body.decode())[0],
+                        "rdzvd_errors_total", 0.0, kind="forbidden")
+    assert n == 1, n
+
+
+def test_browser_signs_in_and_the_page_loads():
+    _sign_in(tls=False)
+
+
+def test_browser_over_https():
+    _sign_in(tls=True)
 
 
 if __name__ == "__main__":

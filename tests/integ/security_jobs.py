@@ -71,6 +71,8 @@ def ctl(*args):
 def challenge(d):
     """A connection past the preamble, and rdzvd's nonce."""
     s = rt.connect(d.host, d.port)
+    if d.tls_ca:		# a TLS port: the handshake comes first
+        s = rt.tls_wrap(s, d.tls_ca)
     s.sendall(rt.nat_preamble())
     pre = rt.recv_exact(s, 8)
     assert pre[:4] == b"RDZV" and pre[5] == 1, pre
