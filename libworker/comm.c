@@ -275,7 +275,6 @@ choose_backend(struct rdzv_comm *c, char *why, size_t whylen)
 	return (&cpu_backend_ops);
 }
 
-static int	progress_fd(void);
 
 int
 rdzv_init(struct rdzv_comm **commp, const struct rdzv_options *opts,
@@ -313,7 +312,7 @@ rdzv_init(struct rdzv_comm **commp, const struct rdzv_options *opts,
 	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
 	pthread_cond_init(&c->rcond, &ca);
 	pthread_condattr_destroy(&ca);
-	c->progress_fd = progress_fd();
+	c->progress.fd = wprogress_fd();
 
 	if ((rc = wenv_detect(&c->env, NULL, NULL, msg, sizeof msg)) != 0) {
 		init_err(opts, err, errlen, "rdzv_init: %s", msg);
@@ -508,8 +507,8 @@ comm_rebuild_on(struct rdzv_comm *c, const struct chan_msg *m)
 	comm_clear(c);
 	pthread_mutex_unlock(&c->rlock);
 	/* The agent hears the first step of the new round at once. */
-	c->progress_ms = 0;
-	c->progress_sent_ms = 0;
+	c->progress.store_ms = 0;
+	c->progress.sent_ms = 0;
 	/* A dead peer must cost the repair timeout at most, not the
 	 * bootstrap's ten minutes.  A world of one has nobody to meet but
 	 * reports its steps there under rdzvd (members, the status page). */
@@ -1177,72 +1176,12 @@ rdzv_iallreduce(struct rdzv_comm *c, const void *sbuf, void *rbuf,
 
 /* ---- progress ---- */
 
-#define PROGRESS_EVERY_MS	1000	/* to the store */
-#define PROGRESS_AGENT_MS	100	/* to the agent */
-
-/*
- * The socket rdzv-agent passes as RDZV_PROGRESS_FD, or -1.  It is only
- * trusted when it really is a local datagram socket: a wrapper script
- * may have reused the descriptor number for a file of its own.
- */
-static int
-progress_fd(void)
-{
-	const char	*v = getenv("RDZV_PROGRESS_FD"), *errstr;
-	socklen_t	 len;
-	int		 fd, type, domain;
-
-	if (v == NULL)
-		return (-1);
-	fd = strtonum(v, 0, INT_MAX, &errstr);
-	if (errstr != NULL)
-		return (-1);
-	len = sizeof type;
-	if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &len) == -1 ||
-	    type != SOCK_SEQPACKET)
-		return (-1);
-	len = sizeof domain;
-	if (getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &domain, &len) == -1 ||
-	    domain != AF_UNIX)
-		return (-1);
-	return (fd);
-}
-
 int
 rdzv_report_progress(struct rdzv_comm *c, uint64_t step)
 {
-	struct timespec	ts;
-	struct chan_msg	m;
-	char		key[128], val[64];
-	int64_t		now;
-	int		n;
-
 	if (c == NULL)
 		return (RDZV_EINVAL);
-	c->progress_step = step;
-	now = mono_ms();
-	if (c->progress_fd != -1 && (c->progress_sent_ms == 0 ||
-	    now - c->progress_sent_ms >= PROGRESS_AGENT_MS)) {
-		c->progress_sent_ms = now;
-		memset(&m, 0, sizeof m);
-		m.verb = CHAN_PROGRESS;
-		m.step = step;
-		/* Never blocks: a report the agent has no room for is lost.
-		 * A step over INT64_MAX, which the agent would refuse, is
-		 * not sent. */
-		if ((n = chan_format(val, sizeof val, &m)) > 0)
-			(void)send(c->progress_fd, val, (size_t)n,
-			    MSG_DONTWAIT | MSG_NOSIGNAL);
-	}
-	if (c->store == NULL || c->env.store != WENV_STORE_NATIVE)
-		return (0);
-	if (c->progress_ms != 0 && now - c->progress_ms < PROGRESS_EVERY_MS)
-		return (0);
-	c->progress_ms = now;
-	clock_gettime(CLOCK_REALTIME, &ts);
-	snprintf(key, sizeof key, "progress/%d", c->rank);
-	snprintf(val, sizeof val, "%llu %lld %lld", (unsigned long long)step,
-	    (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000,
-	    (long long)__atomic_load_n(&c->wait_total, __ATOMIC_RELAXED));
-	return (wstore_set(c->store, key, val, strlen(val), 1000));
+	return (wprogress_report(&c->progress, c->env.store ==
+	    WENV_STORE_NATIVE ? c->store : NULL, c->rank, step,
+	    __atomic_load_n(&c->wait_total, __ATOMIC_RELAXED)));
 }

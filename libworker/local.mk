@@ -14,7 +14,8 @@ libworker_librdzvworker_la_SOURCES = \
 	libworker/comm.c libworker/env.c libworker/net.c libworker/store.c \
 	libworker/tstore_srv.c libworker/cpu.h libworker/cpu.c libworker/cpu_coll.c \
 	libworker/reduce.c libworker/shm.c libworker/repair.c \
-	libworker/dp.c libworker/sampler.c libworker/ckpt.c libworker/errnums.c
+	libworker/dp.c libworker/sampler.c libworker/ckpt.c libworker/errnums.c \
+	libworker/progress.c
 libworker_librdzvworker_la_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/libworker
 libworker_librdzvworker_la_CFLAGS = $(AM_CFLAGS) $(LIBEVENT_CFLAGS) -pthread
 libworker_librdzvworker_la_LDFLAGS = -version-info 0:0:0 -export-symbols $(srcdir)/libworker/librdzvworker.sym -pthread

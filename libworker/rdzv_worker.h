@@ -321,6 +321,16 @@ int	rdzv_test(struct rdzv_request *req);
  * 100 ms.  Returns 0 or a store error (the communicator stays usable).
  */
 int	rdzv_report_progress(struct rdzv_comm *, uint64_t step);
+/*
+ * The same without a communicator, for a program that trains with
+ * collectives of its own (MPI, a framework's) under rdzv-agent: step to
+ * the agent, and "progress/<RANK>" into the round's store through a
+ * connection of its own, opened at the first call (from rdzv-agent's
+ * variables; a failed one is tried again after 10 s; wait_ms is 0).
+ * Thread-safe; without an agent it does nothing.  Returns 0 or a store
+ * error (the next call tries again).
+ */
+int	rdzv_progress_report(uint64_t step);
 
 /* ---- in-place repair (under rdzv-agent) ---- */
 

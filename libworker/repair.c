@@ -67,8 +67,8 @@ repair_say(struct rdzv_comm *c, enum chan_verb verb)
 	if ((n = chan_format(buf, sizeof buf, &m)) < 0)
 		return (comm_note(c, n, "a channel message of verb %d: %s",
 		    verb, rdzv_strerror(n)));
-	(void)net_poll1(c->progress_fd, POLLOUT, mono_ms() + 1000);
-	if (send(c->progress_fd, buf, (size_t)n, MSG_NOSIGNAL |
+	(void)net_poll1(c->progress.fd, POLLOUT, mono_ms() + 1000);
+	if (send(c->progress.fd, buf, (size_t)n, MSG_NOSIGNAL |
 	    MSG_DONTWAIT) == -1) {
 		comm_note(c, RDZV_EIO, "telling the agent \"%s\": %s", buf,
 		    strerror(errno));
@@ -174,7 +174,7 @@ repair_main(void *arg)
 	int64_t			 last = 0;
 	int			 rc;
 
-	pfd[0].fd = c->progress_fd;
+	pfd[0].fd = c->progress.fd;
 	pfd[0].events = POLLIN | POLLRDHUP;
 	pfd[1].fd = c->wwake[0];
 	pfd[1].events = POLLIN;
@@ -188,7 +188,7 @@ repair_main(void *arg)
 		if (pfd[1].revents != 0)
 			return (NULL);
 		/* An empty datagram (0) is no message and not the end. */
-		if ((n = chan_recv(c->progress_fd, buf, sizeof buf)) == 0 ||
+		if ((n = chan_recv(c->progress.fd, buf, sizeof buf)) == 0 ||
 		    n == RDZV_EBUSY)
 			continue;
 		if (n < 0)
@@ -275,12 +275,12 @@ repair_start(struct rdzv_comm *c)
 	if (on < 0)
 		on = c->opts.repair == 1;
 	v = getenv("RDZV_REPLACEMENT");
-	if (v != NULL && strcmp(v, "1") == 0 && (!on || c->progress_fd == -1))
+	if (v != NULL && strcmp(v, "1") == 0 && (!on || c->progress.fd == -1))
 		/* Its RANK and scope are stale: bootstrapping on them hangs. */
 		return (comm_note(c, RDZV_EINVAL, "RDZV_REPLACEMENT=1 but "
 		    "repair is off (%s)", !on ? "rdzv_options.repair unset or "
 		    "RDZV_REPAIR=0" : "no agent channel in RDZV_PROGRESS_FD"));
-	if (!on || c->progress_fd == -1)
+	if (!on || c->progress.fd == -1)
 		return (0);
 	if (pipe2(c->wwake, O_CLOEXEC | O_NONBLOCK) == -1)
 		return (comm_note(c, RDZV_EIO, "pipe: %s", strerror(errno)));

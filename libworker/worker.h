@@ -126,6 +126,30 @@ int	net_local_addr(int fd, char *buf, size_t len);
 int	net_write_all(int fd, const void *buf, size_t len, int64_t deadline);
 int	net_read_all(int fd, void *buf, size_t len, int64_t deadline);
 
+/* ---- progress.c ---- */
+
+struct wstore;
+
+/* Where a reporter's steps went last. */
+struct wprogress {
+	int		 fd;		/* the agent's socket, or -1 */
+	uint64_t	 step;		/* the last reported */
+	int64_t		 sent_ms;	/* last sent on fd (mono_ms) */
+	int64_t		 store_ms;	/* last published to the store */
+};
+
+/* The socket rdzv-agent passes as RDZV_PROGRESS_FD when it really is a
+ * local SOCK_SEQPACKET socket (a wrapper may have reused the number),
+ * else -1. */
+int	wprogress_fd(void);
+/*
+ * Reports step: to p->fd at most every 100 ms (never blocking), and as
+ * "progress/<rank>" = "<step> <unix_ms> <wait_ms>" into store (none:
+ * NULL) at most every second.  Returns 0 or the store's error.
+ */
+int	wprogress_report(struct wprogress *p, struct wstore *store, int rank,
+	    uint64_t step, int64_t wait_ms);
+
 /* ---- store.c ---- */
 
 struct wstore;
@@ -356,11 +380,8 @@ struct rdzv_comm {
 	int		 qthread_on;
 	pthread_t	 qthread;
 
-	/* Progress reporting (rdzv-agent). */
-	int64_t		 progress_ms;	/* last published to the store */
-	uint64_t	 progress_step;
-	int		 progress_fd;	/* the agent's socket, or -1 */
-	int64_t		 progress_sent_ms; /* last sent on progress_fd */
+	/* Progress reporting (rdzv-agent; progress.c). */
+	struct wprogress progress;
 
 	/* In-place repair (repair.c). */
 	int		 repair;	/* on: hello sent, watcher running */

@@ -8,13 +8,14 @@ descriptor that is not the agent's socket is left alone.
 The workers are tests/integ/worker_check in its "progress" mode: STEPS
 allreduce steps 20 ms apart, each reported, W_FAIL=rank:step exits 3 there,
 W_HANG=rank:step stops there (restart 0 only)."""
+import json
 import os
 import re
 import subprocess
 import time
 
 import rdzvtest as rt
-from agent_lib import Scope, agent_path
+from agent_lib import Scope, agent_path, conf, ctl
 
 
 def prog():
@@ -59,6 +60,44 @@ def test_summary_names_last_steps():
         # The error file is still only the worker's own (none here).
         assert "error_file: <N/A>" in out, out
         print("  last steps", got)
+
+
+def test_report_without_a_comm():
+    """rdzv_progress_report() in a program with no communicator (its
+    collectives its own), two agents of one worker on a real rdzvd: the
+    steps reach rdzvctl members (both ranks reporting, the step rising)
+    and the failure summary's source, the agent."""
+    d = rt.Rdzvd()
+    with Scope() as s:
+        gate = os.path.join(s.tmp, "gate")
+        args = ["--nnodes", "2", "--nproc_per_node", "1", "--no_python",
+                "--rdzv_endpoint", "127.0.0.1:%d" % d.port,
+                "--rdzv_id", "solo", "--rdzv_conf", conf(0.2, 5.0)]
+        agents = [s.agent(args, program=[prog(), "solo", gate])
+                  for _ in range(2)]
+
+        def progress():
+            r = ctl(d, "--json", "members", "solo")
+            if r.returncode != 0:
+                return None
+            ps = [m.get("progress") for m in json.loads(r.stdout)["members"]]
+            if len(ps) != 2 or any(p is None for p in ps):
+                return None
+            return (sum(p["ranks_reporting"] for p in ps),
+                    min(p["min_step"] for p in ps))
+        rt.wait_until(lambda: (progress() or (0, 0))[0] == 2, timeout=30,
+                      what="both ranks' progress in rdzvctl members")
+        first = progress()[1]
+        rt.wait_until(lambda: (progress() or (0, -1))[1] > first,
+                      timeout=30, what="min_step rising past %d" % first)
+        open(gate, "w").close()
+        for a in agents:
+            rc = a.wait(30)
+            out = clean(a.output())
+            assert rc == 0 and "ok solo steps=" in out, (rc, out)
+            assert "progress_report" not in out, out
+        print("  members showed steps rising from", first)
+    d.stop()
 
 
 def test_watchdog_restarts_hung_rank():

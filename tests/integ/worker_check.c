@@ -672,6 +672,27 @@ mode_timeouts(void)
 	}
 }
 
+/*
+ * solo GATE: no communicator: rdzv_progress_report of steps 20 ms apart
+ * until the file GATE exists, as a program with collectives of its own
+ * would report them.
+ */
+static int
+mode_solo(const char *gate)
+{
+	uint64_t	step;
+	int		rc;
+
+	for (step = 1; access(gate, F_OK) != 0; step++) {
+		if ((rc = rdzv_progress_report(step)) != 0)
+			printf("progress_report step=%llu code=%d\n",
+			    (unsigned long long)step, rc);
+		usleep(20 * 1000);
+	}
+	printf("ok solo steps=%llu\n", (unsigned long long)step - 1);
+	return (0);
+}
+
 static void
 log_cb(void *arg, enum rdzv_log_level lvl, const char *msg)
 {
@@ -687,6 +708,8 @@ main(int argc, char **argv)
 	int			rc;
 
 	setvbuf(stdout, NULL, _IOLBF, 0);
+	if (strcmp(mode, "solo") == 0 && argc > 2)
+		return (mode_solo(argv[2]));
 	rdzv_options_init(&opts);
 	opts.log = log_cb;
 	if (getenv("WORKER_CHECK_TIMEOUT_MS") != NULL)
