@@ -5,6 +5,8 @@ bench_storeload_SOURCES = bench/storeload.c
 bench_storeload_CFLAGS = $(AM_CFLAGS) $(LIBEVENT_CFLAGS)
 bench_storeload_LDADD = common/libcommon.la $(LIBEVENT_LIBS) $(LIBBSD_LIBS) -lm
 EXTRA_DIST += bench/README.md bench/RESULTS.md bench/torch_store_server.py bench/store_vs_torch.sh
+EXTRA_DIST += bench/runs/2026-11-22.md bench/runs/2026-11-23.md bench/runs/2026-11-26.md \
+	bench/runs/2026-11-27.md bench/runs/2026-11-29.md
 # librdzvworker's allreduce, timed like nccl-tests (beside torch gloo:
 # bench/allreduce_vs_gloo.sh).
 noinst_PROGRAMS += bench/allreduce_perf

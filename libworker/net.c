@@ -32,7 +32,7 @@
  * Bulk sockets' buffers (the kernel doubles it).  Small enough that what
  * is in flight on loopback is still in cache when the peer copies it out:
  * at 4 MiB a 2-rank 64 MiB allreduce took ~15% more CPU than at 1 MiB
- * (bench/RESULTS.md, 2026-11-23); 2 MiB in flight still fills a 10 Gb/s
+ * (bench/runs/2026-11-23.md); 2 MiB in flight still fills a 10 Gb/s
  * link at 1.6 ms of round trip.
  */
 #define NET_SOCKBUF	(1 << 20)

@@ -841,9 +841,9 @@ def _after_shrink():
     death, while the other replicas are still taking the shrink round:
     its READY would bring the grow round before they began a step in
     the shrink, and a grow taken straight from the dropped step hung a
-    job once in about twenty kills (bench/RESULTS.md).  It waits until
-    GROW_GAP after it took the rank (a cold replacement, seconds in its
-    imports, never waits)."""
+    job once in about twenty kills (bench/runs/2026-11-27.md).  It waits
+    until GROW_GAP after it took the rank (a cold replacement, seconds in
+    its imports, never waits)."""
     try:
         taken = float(os.environ.get("RDZV_SPARE_TAKEN", ""))
     except ValueError:

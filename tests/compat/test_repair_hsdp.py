@@ -191,7 +191,8 @@ def test_hsdp_kill_heals_from_peer():
     which sleeps 2 s before it says ready: a spare is ready about 0.2 s
     after the death, and a grow round that comes before the healthy
     replica began a step in the shrink takes it straight into the grow
-    (bench/RESULTS.md), where this test wants to see it step alone."""
+    (bench/runs/2026-11-27.md), where this test wants to see it step
+    alone."""
     d = rt.Rdzvd()
     with Scope("repair-hsdp-") as s:
         out, ev = _hsdp_run(d, s, "hsdp", 2, policy="global", spare=True)

@@ -7,7 +7,7 @@ torchrun 1.13 --no_python), training on a subset of Debian's Fashion-MNIST
 so each run takes seconds.  Checks:
   - rdzv_dp_* on its own (tests/integ/dp_check.c) with 1 to 5 ranks;
   - it learns: the loss falls and test accuracy passes what a short run on
-    6000 samples reaches (the full >= 85% run is in bench/RESULTS.md);
+    6000 samples reaches (the full >= 85% run: bench/runs/2026-11-22.md);
   - world sizes 1 to 4 with one global batch follow one loss curve (the
     sampler's global order and the averaged gradient make it one
     computation, up to rounding);
