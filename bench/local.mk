@@ -32,11 +32,14 @@ EXTRA_DIST += bench/rdzvd_ab.sh bench/tls_vs_plain.sh bench/lib.sh
 # rdzvd on etcd beside sqlite, and its failover (needs etcd).
 EXTRA_DIST += bench/etcd_ha.py
 # In-place repair of C workers and of a torch DDP job through rdzv.repair
-# (issue 12), under rdzv-agent beside a full restart and torchrun 2.13
+# under rdzv-agent beside a full restart and torchrun 2.13
 # (or the fake agent of tests/lib/fakeagent.py); bench/jobs.py starts
 # their 2 x 2 jobs, goodput.py's too.
 EXTRA_DIST += bench/repair_c.py bench/repair_torch.py bench/jobs.py
 EXTRA_DIST += bench/straggler.py bench/join_c.py bench/hsdp_repair.py
+# A Lightning job's restart, warm and cold, beside torchrun; a checkpoint's
+# cost to the loop (job.save, dcp.save, dcp.async_save).
+EXTRA_DIST += bench/warm_restart.py bench/ckpt_save.py
 # Goodput through repeated worker failures: rdzv-agent with repair,
 # without, and torchrun 2.13 (bench/goodput.py).
 EXTRA_DIST += bench/goodput.py
