@@ -113,12 +113,13 @@ import time
 
 from . import (checkpoint, collectives, data, group, log, progress,
     state, waits)
-from .channel import (MSG_MAX, Round, home_rank, open_channel,
-    parse_message, parse_round)
+from .channel import Round, home_rank, open_channel
+from .channel import MSG_MAX, parse_message, parse_round  # noqa: F401 (tests)
 from .watcher import Watcher
 
-__all__ = ["init_process_group", "Job", "Round", "parse_round",
-    "parse_message", "MSG_MAX"]
+# The public surface; the channel's grammar (Round, parse_round,
+# parse_message, MSG_MAX) is rdzv.channel's, importable here for tests.
+__all__ = ["init_process_group", "Job", "ScriptError"]
 
 PROGRESS_EVERY = 0.1		# seconds between step reports to the agent
 _ARRIVE = "rdzv_repair/came"	# a round's arrival count (group.arrive)
@@ -597,6 +598,16 @@ class Job(Watcher):
         return True
 
     # ---- what a script calls ----
+
+    @property
+    def stats(self):
+        """The job's counters as a dict: steps committed, repairs, the
+        seconds each repair took (last 100), time waited on peers (ms),
+        whether this process is a replacement and its home rank."""
+        return {"steps": self.step_count, "repairs": self.repairs,
+            "repair_seconds": list(self.repair_times[-100:]),
+            "wait_ms": self.wait_ms, "replacement": self.replacement,
+            "home": self.home, "rank": self.rank, "world": self.world}
 
     @property
     def batch_scale(self):

@@ -234,6 +234,9 @@ def test_loader_workers_kept_across_a_repair():
     with open(os.environ["INIT_LOG"]) as f:
         inits = f.read().split()
     check(len(inits) == 2, inits)
+    st = j.stats
+    check(st["steps"] == steps and st["repairs"] == 1 and
+          st["world"] == 3 and not st["replacement"], st)
     flat = sum(seen, [])
     check(len(flat) == len(set(flat)), "a sample twice")
     cl.log("the first batch after the repair came in %.3f s; worker_init "
