@@ -2,7 +2,7 @@
 /*
  * tls.c: the TLS contexts rdzvd and the clients build (tls.h): versions,
  * key material, and peer verification.  The record layer itself lives
- * with each connection's I/O (rdzvd/server.c, common/client.c,
+ * with each connection's I/O (rdzvd/server_tls.c, common/client.c,
  * agent/rdzv.c).
  */
 #include "config.h"

@@ -19,7 +19,7 @@
  * where that I/O already lives.  Folding them was weighed (issue 10) and
  * left: each would either lose what its owner needs or add a pump of our
  * own beside one the program already has.
- *  - rdzvd (rdzvd/server.c): a BIO pair.  rdzvd reads a connection's
+ *  - rdzvd (rdzvd/server_tls.c): a BIO pair.  rdzvd reads a connection's
  *    first bytes before it knows it is TLS (one port for TLS, native and
  *    TCPStore), and those bytes must be OpenSSL's first input; and it
  *    keeps every read(2) and write(2) itself, so its memory budget, one

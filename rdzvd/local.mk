@@ -23,7 +23,8 @@ rdzvd_librdzvstate_la_LIBADD = kv/libkv.la common/libcommon.la $(LIBEVENT_LIBS) 
 
 rdzvd_librdzvd_la_SOURCES = \
 	rdzvd/rdzvd.h rdzvd/embed.h rdzvd/serve.c rdzvd/config.c \
-	rdzvd/server.c rdzvd/proto_tcpstore.c rdzvd/tcps_group.c \
+	rdzvd/server.c rdzvd/server_impl.h rdzvd/server_tls.c \
+	rdzvd/proto_tcpstore.c rdzvd/tcps_group.c \
 	rdzvd/proto_native.c \
 	rdzvd/round.c rdzvd/http.c rdzvd/metrics.c
 rdzvd_librdzvd_la_SOURCES += rdzvd/docs.c rdzvd/history.c rdzvd/stragwatch.c

@@ -8,7 +8,8 @@
  * (proto_tcpstore.c, on kv/tcps_sess.c's op mapping).  server.c owns
  * listening sockets and connections, store.c the journal and the writer
  * thread in front of the store backend (sqlite: store_sqlite.c; etcd:
- * store_etcd.c), http.c the health/metrics listener.
+ * store_etcd.c), http.c the health/metrics listener.  server_tls.c is
+ * the TLS layer under server.c's connections.
  */
 #ifndef RDZVD_H
 #define RDZVD_H
@@ -156,9 +157,9 @@ void		 metrics_write(struct evbuffer *out);
  *
  * Only conn_set_state() changes the state.  TLS is a layer under the
  * states, not one of them: c->ssl is set at the first byte 0x16 and from
- * then on the socket carries ciphertext that server.c moves between the
- * socket and OpenSSL (through the BIO pair c->tls_net), while c->in and
- * c->out hold plaintext exactly as on a plain connection.
+ * then on the socket carries ciphertext that server_tls.c moves between
+ * the socket and OpenSSL (through the BIO pair c->tls_net), while c->in
+ * and c->out hold plaintext exactly as on a plain connection.
  */
 enum conn_state {
 	CONN_SNIFF,		/* no dialect yet: waiting for first bytes */
@@ -274,20 +275,6 @@ int	listen_socket_range(const char *spec, const char *what, int lo,
  * in the list (IPv4-mapped IPv6 addresses match IPv4 entries).
  */
 int	server_auth_init(void);
-/*
- * Loads --tls-cert and --tls-key into server.tls_ctx (nothing when no
- * certificate is configured); returns 0 or -1 after logging the cause,
- * which names the file and the option to fix.
- */
-int	server_tls_init(void);
-/*
- * SIGHUP: loads the certificate and key again for new connections
- * (rotation); on failure logs why and keeps the current ones.  Open
- * connections keep the context they started with.  Returns 0 or -1.
- */
-int	server_tls_reload(void);
-/* Frees server.tls_ctx. */
-void	server_tls_fini(void);
 struct acl;
 int	acl_allows(const struct acl *, const struct sockaddr *);
 /* Binds cfg->listen and starts accepting; sets *port. */
@@ -321,6 +308,23 @@ void		 conn_close_after_flush(struct conn *, enum err_kind ek,
  * its requests until the peer reads (back-pressure). */
 int		 conn_output_full(struct conn *);
 void		 conn_set_state(struct conn *, enum conn_state);
+
+/* ---- server_tls.c: TLS on the store port ---- */
+
+/*
+ * Loads --tls-cert and --tls-key into server.tls_ctx (nothing when no
+ * certificate is configured); returns 0 or -1 after logging the cause,
+ * which names the file and the option to fix.
+ */
+int	server_tls_init(void);
+/*
+ * SIGHUP: loads the certificate and key again for new connections
+ * (rotation); on failure logs why and keeps the current ones.  Open
+ * connections keep the context they started with.  Returns 0 or -1.
+ */
+int	server_tls_reload(void);
+/* Frees server.tls_ctx. */
+void	server_tls_fini(void);
 
 /* ---- proto_tcpstore.c / proto_native.c: the adapters ---- */
 
