@@ -12,7 +12,8 @@ cannot hurt them.
   --progress_timeout (the job restarts: it cannot repair), and the
   restarted job trains to its end.
 - A Lightning job (Lightning's own DDP under rdzv-agent) with
-  rdzv.hooks.LightningProgress: its steps on every surface too.
+  rdzv.hooks.LightningProgress, and an Accelerate job with one
+  report() a step: their steps on every surface too.
 - report() outside rdzv-agent does nothing and says nothing; a negative
   step is refused.
 - Its restarts are warm: once its workers have run a while each agent
@@ -233,6 +234,61 @@ def test_lightning_job_on_every_surface():
         a, b = start(s, d, "pl", report=False, program=LIGHTNING,
                      restarts=0)
         torch_surfaces(d, "pl")
+        finish(s, [a, b])
+    d.stop()
+
+
+# An Accelerate job (Accelerator(cpu=True): MULTI_CPU on gloo under
+# rdzv-agent's environment) that reports each step with one call,
+# rdzv.progress.report; it trains until DIR/finish exists (a sum over
+# the ranks through Accelerate's own reduce).
+ACCELERATE = r'''
+import json, os, sys, time
+import torch
+from accelerate import Accelerator
+from rdzv import progress
+
+d = sys.argv[1]
+acc = Accelerator(cpu=True)
+assert acc.num_processes == 4, acc.state
+torch.manual_seed(0)
+model = torch.nn.Linear(4, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.02)
+x = torch.randn(256, 4)
+data = torch.utils.data.TensorDataset(x, x.sum(1, keepdim=True))
+model, opt, dl = acc.prepare(model, opt,
+                             torch.utils.data.DataLoader(data, batch_size=8))
+step, done = 0, False
+while not done:
+    for xb, yb in dl:
+        opt.zero_grad()
+        acc.backward(((model(xb) - yb) ** 2).mean())
+        opt.step()
+        step += 1
+        progress.report(step)
+        if step == 3:
+            p = os.path.join(d, "running.0.%d" % acc.process_index)
+            with open(p + ".tmp", "w") as f:
+                json.dump({"pid": os.getpid()}, f)
+            os.rename(p + ".tmp", p)
+        stop = torch.tensor([float(os.path.exists(os.path.join(d, "finish")))])
+        if acc.reduce(stop, reduction="sum").item() > 0 and step >= 5:
+            done = True
+            break
+        time.sleep(0.02)
+acc.wait_for_everyone()
+sys.stdout.flush(); sys.stderr.flush()
+os._exit(0)
+'''
+
+
+def test_accelerate_job_on_every_surface():
+    """An Accelerate job reporting with rdzv.progress.report: its steps
+    on every surface, as a plain script's."""
+    d = rt.Rdzvd()
+    with Scope("progress-acc-") as s:
+        a, b = start(s, d, "acc", report=True, program=ACCELERATE)
+        torch_surfaces(d, "acc")
         finish(s, [a, b])
     d.stop()
 
