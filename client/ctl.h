@@ -2,11 +2,14 @@
 /*
  * ctl.h: rdzvctl's internal index, one section per file.
  *
- * rdzvctl.c owns the command line and the commands; ctl_conn.c the
- * connection to rdzvd (plaintext or TLS, through common/client.h) and
- * the operator requests (ADMIN_*), which client.h has no calls of their
- * own for; ctl_fmt.c the human output (aligned tables, durations,
- * wall-clock times).
+ * rdzvctl.c owns the command line, the table of commands and what the
+ * commands share (one request, failures worded for the operator, JSON
+ * output); the commands are in cmd_admin.c (status), cmd_jobs.c (jobs,
+ * members, events, top, close, evict, forget, credential) and cmd_kv.c
+ * (kv get, set, del, list); ctl_conn.c the connection to rdzvd
+ * (plaintext or TLS, through common/client.h) and the operator requests
+ * (ADMIN_*), which client.h has no calls of their own for; ctl_fmt.c the
+ * human output (aligned tables, durations, wall-clock times).
  */
 #ifndef RDZV_CTL_H
 #define RDZV_CTL_H
@@ -15,6 +18,8 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+
+#include <jansson.h>
 
 struct rdzv_client;
 
@@ -99,5 +104,85 @@ void	ctl_table_free(struct ctl_table *);
 char	*ctl_fmt_duration(char *buf, size_t sz, int64_t ms);
 /* Local time "2026-11-22 10:51:03.123" of a wall-clock time in ms. */
 char	*ctl_fmt_time(char *buf, size_t sz, int64_t epoch_ms);
+
+/* ---- rdzvctl.c ---- */
+
+/* The command line, as parsed: what every command is handed. */
+struct ctl {
+	struct ctl_opts	 o;
+	int		 json;
+	unsigned	 given;		/* OPT_* (rdzvctl.c) seen on the line */
+	const char	*ns;
+	const char	*reason;
+	int		 follow;
+	int64_t		 after;
+	int64_t		 count;		/* top: views, 0 until closed */
+	int		 now;		/* evict: drop at once */
+	const char	*out;		/* credential: the file to write */
+	const char	*cmd;
+	char		 errmsg[256];
+};
+
+/* Prints "rdzvctl: <message> (rdzvctl --help)"; returns CTL_EXIT_USAGE. */
+int	ctl_usage(const char *fmt, ...)
+	    __attribute__((format(printf, 1, 2)));
+/*
+ * Reports a failed request (code, an RDZV_E* code) in words that say
+ * what happened and what to try, and returns the exit status.  what
+ * names the object for not-found errors ("job \"x\""), hint says where
+ * to look (may be NULL).
+ */
+int	ctl_fail(struct ctl *, int code, const char *what, const char *hint);
+/*
+ * Connects, makes one operator request (op, fmt and the arguments as in
+ * ctl_admin()) and closes.  Returns 0 with *text (the reply's JSON,
+ * malloc'ed; NULL for an empty reply), or the exit status after
+ * reporting the failure, with *text NULL (so the caller may free it
+ * either way); what and hint word a not-found answer.
+ */
+int	ctl_request(struct ctl *, const char *what, const char *hint,
+	    char **text, size_t *len, uint16_t op, const char *fmt, ...);
+/*
+ * Takes a reply's JSON text (freed here): with --json prints it as it is
+ * and returns CTL_EXIT_OK with *doc NULL; otherwise returns CTL_EXIT_OK
+ * with *doc parsed, or CTL_EXIT_SERVER when it is not JSON.
+ */
+int	ctl_document(struct ctl *, char *text, size_t len, json_t **doc);
+/* Parses a reply's JSON text; NULL (after saying so) if it is not JSON
+ * or text is NULL. */
+json_t	*ctl_parse(struct ctl *, const char *text, size_t len);
+/* o's member key: an integer (-1 when absent or not one), a string ("-"
+ * when absent or not one). */
+int64_t		 ctl_jint(const json_t *o, const char *key);
+const char	*ctl_jstr(const json_t *o, const char *key);
+/* Prints a JSON value compactly on one line; returns the exit status. */
+int	ctl_print_json(const json_t *);
+
+/*
+ * The commands: each takes the parsed line and its operands (argc within
+ * the table's minargs..maxargs, options checked against its opts) and
+ * returns the exit status (CTL_EXIT_*).
+ */
+
+/* ---- cmd_admin.c ---- */
+
+int	cmd_status(struct ctl *, int argc, char **argv);
+
+/* ---- cmd_jobs.c ---- */
+
+int	cmd_jobs(struct ctl *, int argc, char **argv);
+int	cmd_members(struct ctl *, int argc, char **argv);
+int	cmd_events(struct ctl *, int argc, char **argv);
+int	cmd_top(struct ctl *, int argc, char **argv);
+int	cmd_close(struct ctl *, int argc, char **argv);
+int	cmd_evict(struct ctl *, int argc, char **argv);
+int	cmd_forget(struct ctl *, int argc, char **argv);
+/* Derives the job's credential from --token-file; rdzvd is not asked. */
+int	cmd_credential(struct ctl *, int argc, char **argv);
+
+/* ---- cmd_kv.c ---- */
+
+/* kv get|set|del|list, in namespace ctl->ns. */
+int	cmd_kv(struct ctl *, int argc, char **argv);
 
 #endif /* RDZV_CTL_H */
