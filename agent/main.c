@@ -43,10 +43,11 @@
  * said it can repair, and again after a grow round took a replacement in,
  * agent_spare_want() has sup.c start one python that imports torch and
  * waits; a local worker's death then hands it the rank (sup_respawn)
- * instead of starting a cold python.  A round's workers that have run
- * AGENT_SPARE_SETTLE_MS without all saying they can repair would
- * restart on a failure: then one spare per local worker waits, and the
- * restart's workers are those spares (sup_spawn), a warm restart.
+ * instead of starting a cold python.  Workers that all report steps
+ * without all saying they can repair (or that have run
+ * AGENT_SPARE_SETTLE_MS without either) would restart on a failure:
+ * then one spare per local worker waits, and the restart's workers are
+ * those spares (sup_spawn), a warm restart.
  * Spares are no workers: they never count toward a round's exits, and
  * they are killed when the agent leaves.
  *
@@ -103,9 +104,12 @@ static const char *const agent_state_names[AS_NSTATES] = {
 };
 
 #define AS_BIT(s)	(1u << (s))
-/* A round's workers run this long before spares for a restart start
- * (their own imports and first steps have the CPU first). */
-#define AGENT_SPARE_SETTLE_MS	10000
+/* Spares for a restart start once every local worker reported a step
+ * without all saying they can repair (the repair helper says so with its
+ * first step), or after this long without either (a job that reports
+ * nothing): the workers' own imports and first steps have the CPU first. */
+#define AGENT_SPARE_SETTLE_MS	30000
+#define AGENT_SPARE_LOOK_MS	1000	/* how often the agent looks */
 /*
  * The states each state may move to (the diagram above).  A round push
  * may come in any state but LEAVING, so most states reach most others;
@@ -150,9 +154,10 @@ static struct {
 	struct event		*watch_ev;	/* --progress_timeout */
 	struct event		*drain_ev;	/* leaving on purpose: SIGTERM
 						 * half-way through the grace */
-	struct event		*spare_ev;	/* a round's workers settled:
-						 * spares for a restart */
-	int			 spare_restart;	/* spare_ev has fired */
+	struct event		*spare_ev;	/* looks whether spares for a
+						 * restart are wanted */
+	int			 spare_restart;	/* they are */
+	int64_t			 round_ms;	/* mono_ms the round began */
 	int64_t			*hung_at;	/* per local rank; 0: not */
 	uint64_t		 strag_killed;	/* bit l: killed as a straggler */
 	uint64_t		 pending;	/* bit l: local rank l is
@@ -493,12 +498,48 @@ agent_spare_want(void)
 		    rdzv_strerror(rv));
 }
 
-/* A round's workers have run AGENT_SPARE_SETTLE_MS: spares may start. */
+/* Whether every local worker has reported a step this round. */
+static int
+agent_all_stepped(void)
+{
+	uint64_t	step;
+	int64_t		when;
+	int		l;
+
+	for (l = 0; l < ag.cfg.nproc; l++)
+		if (progress_get(l, &step, &when) != 0)
+			return (0);
+	return (1);
+}
+
+/* Arms spare_ev to look again in AGENT_SPARE_LOOK_MS. */
+static void
+agent_spare_look(void)
+{
+	struct timeval	tv = { AGENT_SPARE_LOOK_MS / 1000,
+			    (AGENT_SPARE_LOOK_MS % 1000) * 1000 };
+
+	evtimer_add(ag.spare_ev, &tv);
+}
+
+/*
+ * Every AGENT_SPARE_LOOK_MS of a running round until it is decided: a
+ * job whose workers all said they can repair keeps one spare (the
+ * hello starts it); one whose workers all step without saying so, or
+ * that has run AGENT_SPARE_SETTLE_MS, keeps one per worker.
+ */
 static void
 agent_spare_cb(evutil_socket_t fd, short ev, void *arg)
 {
-	ag.spare_restart = 1;
-	agent_spare_want();
+	if (ag.state != AS_RUNNING || progress_all_can_repair())
+		return;
+	if (agent_all_stepped() ||
+	    mono_ms() - ag.round_ms >= AGENT_SPARE_SETTLE_MS) {
+		ag.spare_restart = 1;
+		agent_spare_want();
+		return;
+	}
+	agent_spare_look();
 }
 
 /* Seconds from t (mono_ms) to now. */
@@ -562,10 +603,9 @@ agent_finish(int code)
 static void
 agent_start_round(const struct rdzv_round *r)
 {
-	struct timeval	  settle;
-	char		**env;
-	pid_t		  pid;
-	int		  i, out_fd, err_fd, rv, warm, nwarm = 0;
+	char	**env;
+	pid_t	  pid;
+	int	  i, out_fd, err_fd, rv, warm, nwarm = 0;
 
 	ag.cur = *r;
 	ag.nok = 0;
@@ -585,9 +625,8 @@ agent_start_round(const struct rdzv_round *r)
 	ag.fresh = 0;
 	ag.unjoined = 0;
 	ag.spare_restart = 0;
-	settle.tv_sec = AGENT_SPARE_SETTLE_MS / 1000;
-	settle.tv_usec = (AGENT_SPARE_SETTLE_MS % 1000) * 1000;
-	evtimer_add(ag.spare_ev, &settle);
+	ag.round_ms = mono_ms();
+	agent_spare_look();
 	rdzv_set_repairable(0);		/* until every new worker says so */
 	if ((rv = progress_attempt(ag.cfg.nproc)) != 0)
 		log_warnx("workers cannot report progress this round: %s",

@@ -12,8 +12,9 @@ One node, 2 workers (--standalone), Lightning 2.6's own DDP on the CPU
 (a linear model, batches of 8) with --max_restarts 1:
 
   warm      rdzv-agent, RDZV_SPARE_IMPORTS=lightning: once the workers
-            have run 10 s the agent keeps one spare python per worker
-            that has imported torch and Lightning; the kill waits until
+            have run a while (30 s: the job reports no steps) the agent
+            keeps one spare python per worker that has imported torch
+            and Lightning; the kill waits until
             both are warm (named rdzv-spare), and the restart's workers
             are those spares;
   cold      rdzv-agent --warm_spare 0: the restart starts new pythons;
