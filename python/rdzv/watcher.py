@@ -238,7 +238,11 @@ class Watcher:
         while not self._closing.wait(STORE_EVERY):
             with self._cv:
                 r, step = self._round, self.step_count
-            if r is None or not self._joined or (r, step) == said:
+            # Nothing before this process committed a step (a
+            # replacement: before it joined): a rank reporting has
+            # offered repair, as librdzvworker's do.
+            if r is None or not self._joined or (r, step) == said or \
+                not (self._stepped or self.replacement):
                 continue
             try:
                 if st is None or at is not r:
