@@ -292,6 +292,77 @@ def _authenticate(sock, token, where):
             "token: not our rdzvd" % where)
 
 
+OP_SET = 2
+
+
+class Writer:
+    """Keys SET in rdzvd's namespaces over one native connection of its
+    own: how a worker publishes its progress (progress/<rank> in its
+    round's namespace) without torch's TCPStore client, which logs a C++
+    stack trace whenever rdzvd closes a round's port under it.  set()
+    connects (to the first of the endpoints that takes it: a standby
+    refuses) when it has no connection, and raises OSError or RdzvError
+    on failure, dropping the connection for the next call to make again.
+    Not thread-safe: one thread writes."""
+
+    def __init__(self, endpoints, token=None, tls_ca=None,
+        timeout=CONNECT_S):
+        self.endpoints, self.token, self.tls_ca = endpoints, token, tls_ca
+        self.timeout = timeout
+        self.sock, self.id = None, 0
+
+    @classmethod
+    def from_env(cls, timeout=CONNECT_S):
+        """A Writer to the rdzvd rdzv-agent names (RDZV_ENDPOINT,
+        RDZV_TOKEN_FILE, RDZV_TLS_CA), or None outside one."""
+        env = os.environ
+        try:
+            eps = parse_endpoints(env.get("RDZV_ENDPOINT", ""))
+            path = env.get("RDZV_TOKEN_FILE")
+            token = load_token(path) if path else None
+        except (ValueError, OSError):
+            return None
+        return cls(eps, token, env.get("RDZV_TLS_CA") or None, timeout)
+
+    def set(self, ns, key, value):
+        """Sets key to value in namespace ns; returns once rdzvd
+        acknowledged it."""
+        if self.sock is None:
+            err = None
+            for host, port in self.endpoints:
+                try:
+                    self.sock = connect(host, port, self.token,
+                        self.tls_ca, self.timeout)
+                    break
+                except (OSError, RdzvError) as e:
+                    err = e
+            if self.sock is None:
+                raise err
+        try:
+            self.sock.settimeout(self.timeout)
+            self.id = self.id % 0x7fffffff + 1
+            self.sock.sendall(frame(OP_SET, [ns, key, value], self.id))
+            while True:
+                op, flags, id, f = read_frame(self.sock)
+                if flags & F_REPLY and id == self.id:
+                    break		# pushes and others' replies: none here
+            if flags & F_ERROR:
+                code, msg = _error(f)
+                raise RdzvError(code, "rdzvd refused SET %s: %s" % (key,
+                    msg))
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self):
+        s, self.sock = self.sock, None
+        if s is not None:
+            try:
+                s.close()
+            except OSError:
+                pass
+
+
 class Round:
     """One ROUND push: what rdzvd tells a node of its job's round."""
 

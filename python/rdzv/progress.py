@@ -29,8 +29,9 @@ import socket
 import threading
 import time
 
-from . import group, log
+from . import log
 from .channel import open_channel
+from .native import Writer
 # The repair helper's reporter's pace and patience, for the same writes.
 from .watcher import STORE_EVERY, STORE_TIMEOUT
 
@@ -87,10 +88,9 @@ def _get():
 class _Reporter:
     """What report() sends, and the thread that writes it to rdzvd."""
 
-    def __init__(self, chan, addr, port, rank):
+    def __init__(self, chan, ns, rank):
         self.chan = chan
-        # The round's store, as group.raw_store() reads a Round's.
-        self.master_addr, self.master_port = addr, port
+        self.ns = ns		# the round's namespace on rdzvd
         self.rank = rank
         self.step = None
         self.sent_at = 0.0		# monotonic time of the last send
@@ -107,11 +107,10 @@ class _Reporter:
             return None
         try:
             rank = int(env["RANK"])
-            port = int(env["MASTER_PORT"])
         except (KeyError, ValueError):
             chan.close()
             return None
-        r = cls(chan, env.get("MASTER_ADDR", "127.0.0.1"), port, rank)
+        r = cls(chan, env.get("RDZV_NAMESPACE", ""), rank)
         r.thread = threading.Thread(target=r._write_loop,
             name="rdzv-progress", daemon=True)
         r.thread.start()
@@ -133,24 +132,24 @@ class _Reporter:
 
     def _write_loop(self):
         """Thread: writes the newest step to rdzvd when it moved, at most
-        every STORE_EVERY, with a TCPStore client of its own (a write
-        that waits for a restarting rdzvd holds nobody else); a failed
-        write is tried again with a new client next time."""
-        st, said = None, None
+        every STORE_EVERY, over a native connection of its own
+        (rdzv.native.Writer: a write that waits for a restarting rdzvd
+        holds nobody else); a failed write is tried again next time."""
+        st, said = Writer.from_env(STORE_TIMEOUT), None
+        if st is None or not self.ns:
+            return		# no rdzvd named: the agent hears the steps
         while not self.closing.wait(STORE_EVERY):
             step = self.step
             if step is None or step == said:
                 continue
             try:
-                if st is None:
-                    st = group.raw_store(self, STORE_TIMEOUT)
-                st.set("progress/%d" % self.rank, "%d %d 0" % (
+                st.set(self.ns, "progress/%d" % self.rank, "%d %d 0" % (
                     step, int(time.time() * 1000)))
                 said = step
             except Exception as e:
                 log.debug("progress to rdzvd: %s",
                     str(e).splitlines()[0][:160] if str(e) else e)
-                st = None
+        st.close()
 
     def close(self):
         """At the interpreter's exit: the writer finishes the write it

@@ -230,11 +230,16 @@ class Watcher:
 
     def _report(self):
         """Reporter thread: writes the committed step, when it moved or
-        the round changed, at most every STORE_EVERY, to the current
-        round's store on rdzvd.  Its own TCPStore client: a write that
-        waits for an rdzvd restarting blocks nobody but this thread, and
-        a failed one is tried again with a new client next time."""
-        st, at, said = None, None, None
+        the round changed, at most every STORE_EVERY, into the current
+        round's namespace on rdzvd.  A native connection of its own
+        (rdzv.native.Writer; torch's TCPStore client would log a C++
+        stack trace each time a round's port closes under it): a write
+        that waits for an rdzvd restarting blocks nobody but this thread,
+        and a failed one is tried again next time."""
+        from .native import Writer
+        st, said = Writer.from_env(STORE_TIMEOUT), None
+        if st is None:
+            return		# no rdzvd named: the agent hears the steps
         while not self._closing.wait(STORE_EVERY):
             with self._cv:
                 r, step = self._round, self.step_count
@@ -245,14 +250,11 @@ class Watcher:
                 not (self._stepped or self.replacement):
                 continue
             try:
-                if st is None or at is not r:
-                    st, at = None, None
-                    st, at = group.raw_store(r, STORE_TIMEOUT), r
-                st.set("progress/%d" % r.rank, "%d %d %d" % (
+                st.set(r.ns, "progress/%d" % r.rank, "%d %d %d" % (
                     step, int(time.time() * 1000),
                     int(self.wait_ms)))
                 said = (r, step)
             except Exception as e:
                 log.debug("progress to rdzvd: %s",
                     str(e).splitlines()[0][:160] if str(e) else e)
-                st = at = None
+        st.close()
