@@ -81,8 +81,8 @@
 #include "hostport.h"
 #include "log.h"
 #include "mono.h"
-#include "rdzv.h"		/* rz_topo_*: replica groups */
 #include "rdzv_err.h"
+#include "rz.h"		/* rz_topo_*: replica groups */
 #include "wire.h"
 
 #ifdef HAVE_RDZVD_EMBED
@@ -306,7 +306,7 @@ agent_default_vars(char ***e, size_t *n, size_t *cap)
 /*
  * A job of replica groups (--rdzv_conf replicas=R, which rdzvd checked
  * against the world): where local_rank sits, by its home rank (group
- * rank x nproc + local rank; rdzv_topo.c).
+ * rank x nproc + local rank; rz/rz_topo.c).
  */
 static void
 agent_topo_vars(char ***e, size_t *n, size_t *cap, int local_rank,

@@ -3,11 +3,11 @@
  * docs.c: the JSON documents of common/PROTOCOL.md "Operators", one
  * builder each, which the native ADMIN_* ops (proto_native.c) and HTTP's
  * /api/ (http.c) both serve: rdzvd's status, the job list, one job's
- * detail, a job's events, a job's history.  The rendezvous (rdzv.c) gives what only it
+ * detail, a job's events, a job's history.  The rendezvous (rz/rz.c) gives what only it
  * sees as jansson documents; this file adds what the daemon knows and
  * writes them out, all in one form.
  *
- * Job detail: rdzv.c's document plus, per member of the running round,
+ * Job detail: rz.c's document plus, per member of the running round,
  * how far its ranks got, read from the "progress/<rank>" keys workers
  * write into the round's namespace.  It is done here, at output time,
  * because it needs the kv store and the wall clock, which the pure state

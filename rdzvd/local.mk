@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
-# rdzvd/: the rendezvous daemon.  The rendezvous state machine and the
-# store's journal (rdzv*.c, store.c) are librdzvstate, a convenience
-# library of their own on kv/libkv (the kv core) so unit tests link them
+# rdzvd/: the rendezvous daemon.  The store's journal (store.c) is
+# librdzvstate, a convenience library of its own on rz/librz (the
+# rendezvous machine) and kv/libkv (the kv core) so unit tests link it
 # without the server; the server is librdzvd (everything but main()),
 # which rdzv-agent also links for --standalone (embed.h).  The store's
 # backends, sqlite and etcd (store_sqlite.c, store_etcd.c, etcd.c), are
@@ -14,12 +14,9 @@ rdzvd_libbackends_la_SOURCES = rdzvd/store_sqlite.c rdzvd/store_etcd.c \
 rdzvd_libbackends_la_CFLAGS = $(AM_CFLAGS) $(LIBEVENT_CFLAGS) $(SQLITE3_CFLAGS) $(JANSSON_CFLAGS) $(LIBCURL_CFLAGS) $(LIBCRYPTO_CFLAGS)
 rdzvd_libbackends_la_LIBADD = $(SQLITE3_LIBS) $(JANSSON_LIBS) $(LIBCURL_LIBS) $(LIBCRYPTO_LIBS)
 rdzvd_librdzvstate_la_SOURCES = rdzvd/store.h rdzvd/store_impl.h \
-	rdzvd/store.c rdzvd/etcd.h rdzvd/rdzv.h rdzvd/rdzv_impl.h rdzvd/rdzv.c \
-	rdzvd/rdzv_repair.c rdzvd/rdzv_elastic.c rdzvd/rdzv_rows.c \
-	rdzvd/rdzv_retain.c rdzvd/straggler.h rdzvd/straggler.c \
-	rdzvd/rdzv_strag.c rdzvd/rdzv_topo.c
+	rdzvd/store.c rdzvd/etcd.h
 rdzvd_librdzvstate_la_CFLAGS = $(AM_CFLAGS) $(LIBEVENT_CFLAGS) $(JANSSON_CFLAGS) $(LIBCRYPTO_CFLAGS)
-rdzvd_librdzvstate_la_LIBADD = kv/libkv.la common/libcommon.la $(LIBEVENT_LIBS) $(JANSSON_LIBS) $(LIBCRYPTO_LIBS) $(LIBSYSTEMD_LIBS)
+rdzvd_librdzvstate_la_LIBADD = rz/librz.la kv/libkv.la common/libcommon.la $(LIBEVENT_LIBS) $(JANSSON_LIBS) $(LIBCRYPTO_LIBS) $(LIBSYSTEMD_LIBS)
 
 rdzvd_librdzvd_la_SOURCES = \
 	rdzvd/rdzvd.h rdzvd/embed.h rdzvd/serve.c rdzvd/config.c \

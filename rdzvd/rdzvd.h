@@ -23,7 +23,7 @@
 
 #include "kv.h"
 #include "mono.h"
-#include "rdzv.h"
+#include "rz.h"
 #include "store.h"
 #include "tcps_sess.h"
 #include "wire.h"
@@ -418,7 +418,7 @@ int	docs_progress_get(struct slice ns, int64_t rank, int64_t *step,
 int	docs_progress_read(struct slice ns, int64_t rank, int64_t *step,
 	    int64_t *ms, int64_t *wait);
 
-/* ---- stragwatch.c: naming stragglers (rdzvd/straggler.c) ---- */
+/* ---- stragwatch.c: naming stragglers (rz/straggler.c) ---- */
 
 /* Starts judging every running job about once a second. */
 int	stragwatch_init(void);

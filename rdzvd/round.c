@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * round.c: the rendezvous state machine (rdzv.c) wired to the daemon.
+ * round.c: the rendezvous state machine (rz/rz.c) wired to the daemon.
  * Every rendezvous event goes one way: a request (round_request, from
  * proto_native.c), the lease timer, a connection gone and the purge
  * timer each call the machine, which fills an outbox, and round_apply()
@@ -236,7 +236,7 @@ round_straggler_put(const struct rz_out_push *p)
 }
 
 /*
- * Carries out the outbox of the event just served, in the order rdzv.h
+ * Carries out the outbox of the event just served, in the order rz.h
  * gives: ports, rz_settle, the reply to r (when c is not NULL), the
  * pushes, purged jobs' log lines, timers.
  */

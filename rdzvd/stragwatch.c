@@ -3,7 +3,7 @@
  * stragwatch.c: straggler detection wired to the daemon.  A timer
  * (every STRAGWATCH_TICK_MS) reads every running job's ranks' progress
  * reports (docs_progress_read: step, wall ms, total wait on peers) into
- * the job's detector (straggler.c), judges, and hands what it finds to
+ * the job's detector (rz/straggler.c), judges, and hands what it finds to
  * the rendezvous: an event per straggler named or cleared
  * (rz_straggler_news) and, with straggler_action=replace, at most one
  * action per window (round_straggler_replace).  The ranks named now are

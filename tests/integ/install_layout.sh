@@ -116,7 +116,7 @@ grep -q "^ExecStart=$sbindir/rdzvd --config $sysconfdir/rdzv/rdzvd-etcd.conf$" \
 	fail "a drop-in installed for rdzvd.service"
 # Nothing of the build's own (libcommon, test programs) is installed.
 extra=$(cd "$D" && find . -type f |
-    grep -E 'libcommon|libkv|librdzvstate|librdzvd|worker_check|storeload|ddp_mlp' || true)
+    grep -E 'libcommon|libkv|librz|librdzvstate|librdzvd|worker_check|storeload|ddp_mlp' || true)
 [ -z "$extra" ] || fail "installed but internal: $extra"
 
 # The programs run from where they were installed.

@@ -40,12 +40,16 @@ tests_unit_test_worker_env_SOURCES = tests/unit/test_worker_env.c libworker/env.
 tests_unit_test_worker_env_CFLAGS = $(UNIT_CFLAGS) -I$(top_srcdir)/libworker
 tests_unit_test_worker_env_LDADD = $(UNIT_LDADD) -lm
 endif
+# The rendezvous machine (rz/librz: pure, no I/O) on kv/ and common/
+# alone: no sqlite, no libcurl, no libevent.
+RZ_UNIT_CFLAGS = $(AM_CFLAGS) $(CMOCKA_CFLAGS) $(JANSSON_CFLAGS)
+RZ_UNIT_LDADD = rz/librz.la common/libcommon.la $(CMOCKA_LIBS) $(JANSSON_LIBS) $(LIBBSD_LIBS)
 if HAVE_CMOCKA
 check_PROGRAMS += tests/unit/test_rdzv
 TESTS += tests/unit/test_rdzv
 tests_unit_test_rdzv_SOURCES = tests/unit/test_rdzv.c
-tests_unit_test_rdzv_CFLAGS = $(UNIT_CFLAGS)
-tests_unit_test_rdzv_LDADD = rdzvd/libbackends.la $(UNIT_LDADD) $(JANSSON_LIBS)
+tests_unit_test_rdzv_CFLAGS = $(RZ_UNIT_CFLAGS)
+tests_unit_test_rdzv_LDADD = $(RZ_UNIT_LDADD)
 endif
 # The worker <-> agent channel's messages (common/chan.c: pure, no I/O)
 # and its one read (common/chan_recv.c, on a real socket pair).
@@ -79,11 +83,11 @@ tests_unit_test_handshake_SOURCES = tests/unit/test_handshake.c
 tests_unit_test_handshake_CFLAGS = $(AM_CFLAGS) $(CMOCKA_CFLAGS) $(LIBEVENT_CFLAGS)
 tests_unit_test_handshake_LDADD = common/libcommon.la $(CMOCKA_LIBS) $(LIBEVENT_LIBS) $(LIBBSD_LIBS)
 endif
-# The straggler detector (rdzvd/straggler.c: pure, no I/O).
+# The straggler detector (rz/straggler.c: pure, no I/O).
 if HAVE_CMOCKA
 check_PROGRAMS += tests/unit/test_straggler
 TESTS += tests/unit/test_straggler
 tests_unit_test_straggler_SOURCES = tests/unit/test_straggler.c
-tests_unit_test_straggler_CFLAGS = $(UNIT_CFLAGS)
-tests_unit_test_straggler_LDADD = $(UNIT_LDADD)
+tests_unit_test_straggler_CFLAGS = $(RZ_UNIT_CFLAGS)
+tests_unit_test_straggler_LDADD = $(RZ_UNIT_LDADD)
 endif

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * test_rdzv.c: unit tests of the rendezvous state machine (rdzvd/rdzv*.c)
+ * test_rdzv.c: unit tests of the rendezvous state machine (rz/rz*.c)
  * over a real kv core, with a fake wall clock: retention (closed jobs
  * purged after it, in batches, in close order, never a running one; 0
  * keeps them), what a purge drops and what it leaves (another job's
@@ -27,7 +27,7 @@
 
 #include "rdzv_err.h"
 #include "kv.h"
-#include "rdzv.h"
+#include "rz.h"
 
 static int64_t	 wall;			/* the fake wall clock, ms */
 static int	 next_port = 40000;

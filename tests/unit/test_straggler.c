@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * test_straggler.c: the straggler detector (rdzvd/straggler.c), driven
+ * test_straggler.c: the straggler detector (rz/straggler.c), driven
  * directly with the reports a synchronous data-parallel job makes: every
  * rank at the same step, the fast ones waiting on the slow one.
  */

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * rdzv_repair.c: repair rounds (rdzv.h).  A worker's death in a
+ * rz_repair.c: repair rounds (rz.h).  A worker's death in a
  * repairable job shrinks the running round around it (the survivors go on
  * without it); its replacement's READY grows the round back; a failure
  * that cannot be repaired, or a replacement not ready in time, restarts
@@ -15,9 +15,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "rdzv.h"
 #include "rdzv_err.h"
-#include "rdzv_impl.h"
+#include "rz.h"
+#include "rz_impl.h"
 #include "wire.h"
 
 static const char *rz_repair_refused(struct rz_job *, struct rz_node *,

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * rdzv_elastic.c: joining in place (rdzv.h).  A node that joins a
+ * rz_elastic.c: joining in place (rz.h).  A node that joins a
  * running job below its maximum used to end the round: every worker of
  * the job stopped and the job restarted from its checkpoint to take in
  * capacity that only adds.  In a job that can repair, the node is taken
@@ -30,9 +30,9 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "rdzv.h"
 #include "rdzv_err.h"
-#include "rdzv_impl.h"
+#include "rz.h"
+#include "rz_impl.h"
 #include "wire.h"
 
 static void	rz_elastic_grow(struct rz *, struct rz_outbox *,

@@ -1,9 +1,14 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * rdzv.h: the server-side rendezvous (jobs, rounds, members, leases,
+ * rz.h: the server-side rendezvous (jobs, rounds, members, leases,
  * restarts), a pure state machine: no I/O, no libevent, no monotonic
  * clock (the caller passes the time in; a hook reads the wall clock for
  * the event log and retention).
+ *
+ * rz/ is librz, this machine's own library (rz_impl.h lists its files)
+ * with the straggler detector (straggler.h): it links kv/ and common/
+ * alone, nothing of rdzvd/, sqlite or libcurl, so that rdzvd, the
+ * agent's embedded rdzvd and the unit tests all drive the same code.
  *
  * Every event (a request, a tick, a connection gone, a purge, the load)
  * is one call that changes the state and fills a struct rz_outbox with
@@ -28,7 +33,7 @@
  * while a replacement is pending shrinks again, and the grow then
  * waits for every replacement on its way.  A node that joins a
  * running job below its maximum whose members can all repair is taken
- * in place (rdzv_elastic.c): a member at once with none of its workers
+ * in place (rz_elastic.c): a member at once with none of its workers
  * in, grown in with the other joiners once all are ready and the last
  * call has passed.  A READY not in by the job's repair
  * timeout (an rz_tick deadline), a node that cannot repair or the job's
@@ -62,7 +67,7 @@
  *   RUNNING --READY of the pending replacement--> RUNNING (round GROW)
  *   RUNNING --new node below max, repairable--> RUNNING (the joiner
  *             alone told; round GROW once every joiner is ready and the
- *             last call is over: rdzv_elastic.c)
+ *             last call is over: rz_elastic.c)
  *   RUNNING --FAILURE (restarts left) / lease lapse / LEAVE /
  *             new node below max--> FORMING   (members get STOP)
  *   RUNNING --FAILURE, no restarts left--> FAILED   (all get FAILED)
@@ -81,7 +86,7 @@
  * and the one before it that a repair round kept.  A repair round
  * (shrink, grow) keeps the namespace of the round it replaces until the
  * next repair round, since a worker still coming to the repair round
- * reads there whether its peers came (rdzv_repair.c).  rz_sweep() drops
+ * reads there whether its peers came (rz_repair.c).  rz_sweep() drops
  * any other round's namespace a late writer (a worker still reporting
  * progress over the main port after its round stopped) has brought back,
  * so the store does not grow with a job's restarts and a job that reuses
@@ -89,8 +94,8 @@
  * belongs to the job with the longest id A that exists, so job "a" never
  * touches job "a/b"'s rounds.
  */
-#ifndef RDZVD_RDZV_H
-#define RDZVD_RDZV_H
+#ifndef RDZV_RZ_H
+#define RDZV_RZ_H
 
 #include <stdint.h>
 
@@ -285,7 +290,7 @@ int	rz_admin_evict(struct rz *, struct slice job, int64_t node_id,
 	    int now, int64_t now_ms, struct rz_outbox *);
 
 /*
- * Stragglers (rdzv_strag.c; the detector is rdzvd/straggler.c, fed by
+ * Stragglers (rz_strag.c; the detector is rz/straggler.c, fed by
  * rdzvd/stragwatch.c).  rz_strag_each calls cb with every running job
  * whose detection is on (its JOIN's straggler_ratio > 0) and that waits
  * for no replacement (a job left out is forgotten by the detector).
@@ -310,7 +315,7 @@ int	rz_straggler_replace(struct rz *, struct slice job, int64_t round,
 	    int64_t rank, int64_t now, struct rz_outbox *);
 
 /*
- * Replica groups (rdzv_topo.c): a world of replicas x shards ranks, rank
+ * Replica groups (rz_topo.c): a world of replicas x shards ranks, rank
  * h (its home) in replica h / shards at shard h % shards.  Pure; the
  * agent uses them for its workers' RDZV_REPLICA and RDZV_SHARD.
  */
@@ -339,4 +344,4 @@ struct rz_stats {
 void	rz_get_stats(struct rz *, struct rz_stats *);
 
 
-#endif /* RDZVD_RDZV_H */
+#endif /* RDZV_RZ_H */

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * rdzv_topo.c: replica groups (sharded training, HSDP).  A job that says
+ * rz_topo.c: replica groups (sharded training, HSDP).  A job that says
  * replicas=R (JOIN) has world W = R x S ranks: rank h (its home: its
  * node's group rank x the node's workers + its local rank, fixed while
  * the membership holds) is replica h / S, shard h % S.  A rank's shards
@@ -18,9 +18,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "rdzv.h"
 #include "rdzv_err.h"
-#include "rdzv_impl.h"
+#include "rz.h"
+#include "rz_impl.h"
 
 int
 rz_topo_check(int64_t world, int64_t replicas, char *why, size_t whysz)

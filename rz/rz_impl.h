@@ -1,26 +1,26 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * rdzv_impl.h: what the files of the rendezvous state machine share, and
- * nothing else sees (the rest of rdzvd uses rdzv.h).  One machine, one
+ * rz_impl.h: what the files of the rendezvous state machine share, and
+ * nothing else sees (the rest of rdzvd uses rz.h).  One machine, one
  * outbox, split by responsibility:
  *
- *	rdzv.c		the outbox, lookups, pushes, forming and ending
+ *	rz.c		the outbox, lookups, pushes, forming and ending
  *			rounds, the ops (JOIN, HEARTBEAT, LEAVE, SUCCEEDED),
  *			the tick, status documents, operators
- *	rdzv_repair.c	repair rounds: a failure shrinks the round around the
+ *	rz_repair.c	repair rounds: a failure shrinks the round around the
  *			dead, a READY grows it back, or the job restarts
- *	rdzv_elastic.c	joining in place: a node that joins a running,
+ *	rz_elastic.c	joining in place: a node that joins a running,
  *			repairable job below its maximum is taken in by a
  *			grow round instead of a restart; leaving on purpose
- *	rdzv_rows.c	the rows kept in kv (jobs, nodes, events) and loading
+ *	rz_rows.c	the rows kept in kv (jobs, nodes, events) and loading
  *			them after a restart
- *	rdzv_retain.c	retention: purging closed jobs, sweeping dead rounds'
+ *	rz_retain.c	retention: purging closed jobs, sweeping dead rounds'
  *			namespaces
- *	rdzv_topo.c	replica groups: which rank holds which shard, the
+ *	rz_topo.c	replica groups: which rank holds which shard, the
  *			donor of a lost rank's shard
  */
-#ifndef RDZV_IMPL_H
-#define RDZV_IMPL_H
+#ifndef RDZV_RZ_IMPL_H
+#define RDZV_RZ_IMPL_H
 
 #include <sys/queue.h>
 
@@ -30,7 +30,7 @@
 #include <jansson.h>
 #include <uthash.h>
 
-#include "rdzv.h"
+#include "rz.h"
 
 enum rz_job_state { RZJ_FORMING = 1, RZJ_RUNNING, RZJ_DONE, RZJ_FAILED };
 enum rz_node_state { RZN_WAITING = 1, RZN_MEMBER, RZN_STANDBY };
@@ -103,7 +103,7 @@ struct rz_job {
 	TAILQ_ENTRY(rz_job)	 closed_entry;	/* on rz->closed, once closed */
 	int			 purging;	/* in this rz_purge's batch */
 	int64_t			 purged_keys;
-	/* Repair (rdzv.h): this round's kind and donor, repairs made, and
+	/* Repair (rz.h): this round's kind and donor, repairs made, and
 	 * the replacement awaited (pend_node 0: none) with its deadline. */
 	int64_t			 max_repairs, repair_timeout_ms, repairs;
 	int64_t			 kind, donor;
@@ -113,9 +113,9 @@ struct rz_job {
 	/* Replacements that died before they joined since the last grow
 	 * or restart (rz_failure); not kept in rows. */
 	int64_t			 repl_fails;
-	/* Stragglers (rdzv_strag.c): JOIN's settings. */
+	/* Stragglers (rz_strag.c): JOIN's settings. */
 	int64_t			 strag_ratio_pm, strag_window_ms, strag_action;
-	/* Joining in place (rdzv_elastic.c): when the grow for the nodes
+	/* Joining in place (rz_elastic.c): when the grow for the nodes
 	 * taken in may open (the last call after the latest), and when
 	 * their workers must be ready by; -1: none.  Not kept in rows. */
 	int64_t			 join_at, join_deadline;
@@ -138,7 +138,7 @@ struct rz {
 /* The reserved namespace of job rows. */
 extern const struct slice rz_ns_jobs;
 
-/* ---- rdzv.c ---- */
+/* ---- rz.c ---- */
 void *rz_outbox_grow(struct rz_outbox *ob, void **v, size_t *n, size_t *cap,
     size_t sz);
 struct rz_out_push *rz_out_push(struct rz_outbox *ob);
@@ -165,7 +165,7 @@ void rz_evict(struct rz *rz, struct rz_outbox *ob, struct rz_job *j,
 int64_t rz_live(const struct rz_node *nd);
 void rz_nodes_free(struct rz_job *j);
 
-/* ---- rdzv_repair.c ---- */
+/* ---- rz_repair.c ---- */
 int rz_repair_lost(struct rz *rz, struct rz_outbox *ob, struct rz_job *j,
     const struct rz_node *lost, const char *how, int64_t now);
 void rz_repair_timeout(struct rz *rz, struct rz_outbox *ob, struct rz_job *j,
@@ -179,13 +179,13 @@ void rz_repair_round(struct rz *rz, struct rz_outbox *ob, struct rz_job *j,
 void rz_restart(struct rz *rz, struct rz_outbox *ob, struct rz_job *j,
     int64_t now, const char *cause, const char *why);
 
-/* ---- rdzv_strag.c ---- */
+/* ---- rz_strag.c ---- */
 void rz_strag_conf(struct rz_job *j, const struct nat_join *r);
 json_t *rz_strag_row(const struct rz_job *j);
 void rz_strag_load(struct rz_job *j, const json_t *row);
 json_t *rz_strag_doc(const struct rz_job *j);
 
-/* ---- rdzv_elastic.c ---- */
+/* ---- rz_elastic.c ---- */
 int rz_elastic_join(struct rz *rz, struct rz_outbox *ob, struct rz_job *j,
     struct rz_node *nd, int64_t now);
 int rz_elastic_ready(struct rz *rz, struct rz_outbox *ob, struct rz_job *j,
@@ -200,7 +200,7 @@ void rz_elastic_drain_tick(struct rz *rz, struct rz_outbox *ob,
     struct rz_job *j, int64_t now);
 void rz_elastic_reset(struct rz_job *j);
 
-/* ---- rdzv_topo.c ---- */
+/* ---- rz_topo.c ---- */
 int rz_topo_form(struct rz *rz, struct rz_outbox *ob, struct rz_job *j,
     struct rz_node **order, int64_t members, int64_t now);
 const char *rz_topo_refused(const struct rz_job *j);
@@ -210,7 +210,7 @@ const char *rz_topo_fixed(const struct rz_job *j);
 void rz_topo_lost(struct rz *rz, struct rz_job *j, const struct rz_node *nd,
     int64_t l, int64_t now);
 
-/* ---- rdzv_rows.c ---- */
+/* ---- rz_rows.c ---- */
 void rz_ns_name(char *out, size_t outsz, const char *kind,
     const struct rz_job *j, struct slice *ns);
 int rz_round_ns(char *out, size_t outsz, const struct rz_job *j,
@@ -224,7 +224,7 @@ void rz_event(struct rz *rz, struct rz_job *j, int64_t now, const char *fmt,
     ...) __attribute__((format(printf, 4, 5)));
 int rz_event_parse(struct slice v, int64_t *ms, char **text);
 
-/* ---- rdzv_retain.c ---- */
+/* ---- rz_retain.c ---- */
 int64_t rz_sweep_job(struct rz *rz, struct rz_job *j);
 
-#endif /* RDZV_IMPL_H */
+#endif /* RDZV_RZ_IMPL_H */

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * rdzv_strag.c: the rendezvous' side of stragglers (rdzv.h): each job's
+ * rz_strag.c: the rendezvous' side of stragglers (rz.h): each job's
  * straggler settings (from its first JOIN, kept in its row), the running
  * jobs the detector (rdzvd/stragwatch.c) looks at, the events naming a
  * straggler, and the action on one with straggler_action=replace: with
@@ -19,9 +19,9 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "rdzv.h"
 #include "rdzv_err.h"
-#include "rdzv_impl.h"
+#include "rz.h"
+#include "rz_impl.h"
 #include "wire.h"
 
 static const char *rz_strag_actions[] = { "off", "replace" };

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * rdzv.c: the server-side rendezvous state machine (see rdzv.h for the
- * states, the rows it keeps in kv and the outbox it fills; rdzv_impl.h
+ * rz.c: the server-side rendezvous state machine (see rz.h for the
+ * states, the rows it keeps in kv and the outbox it fills; rz_impl.h
  * for how it is split into files).  Deterministic: the same events at
  * the same times give the same rounds, ranks and pushes.
  */
@@ -18,9 +18,9 @@
 #include <jansson.h>
 #include <uthash.h>
 
-#include "rdzv.h"
 #include "rdzv_err.h"
-#include "rdzv_impl.h"
+#include "rz.h"
+#include "rz_impl.h"
 #include "wire.h"
 
 /* ---- the outbox ---- */

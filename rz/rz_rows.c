@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * rdzv_rows.c: the rows the state machine keeps in kv's reserved
+ * rz_rows.c: the rows the state machine keeps in kv's reserved
  * namespaces (a job row, a row per node, the event log), and loading them
  * after a restart (this rdzvd's JSON rows and an older one's k=v text).
  */
@@ -17,9 +17,9 @@
 #include <jansson.h>
 #include <uthash.h>
 
-#include "rdzv.h"
 #include "rdzv_err.h"
-#include "rdzv_impl.h"
+#include "rz.h"
+#include "rz_impl.h"
 #include "wire.h"
 
 const struct slice rz_ns_jobs = { (const uint8_t *)"\0rdzv/job", 9 };

@@ -29,8 +29,8 @@
  * rounds: the slowest named rank, once straggler_acted() says the last
  * action was a window ago.
  */
-#ifndef RDZVD_STRAGGLER_H
-#define RDZVD_STRAGGLER_H
+#ifndef RDZV_STRAGGLER_H
+#define RDZV_STRAGGLER_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -86,4 +86,4 @@ int	straggler_named(const struct straggler *, int64_t rank);
 size_t	straggler_count(const struct straggler *);
 double	straggler_speed(const struct straggler *, int64_t rank);
 
-#endif /* RDZVD_STRAGGLER_H */
+#endif /* RDZV_STRAGGLER_H */

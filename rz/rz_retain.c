@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * rdzv_retain.c: retention (--job-retention).  Closed jobs are purged in
+ * rz_retain.c: retention (--job-retention).  Closed jobs are purged in
  * batches once their time is up, and the namespaces of rounds that are
  * over are swept now and then.
  */
@@ -14,9 +14,9 @@
 
 #include <uthash.h>
 
-#include "rdzv.h"
 #include "rdzv_err.h"
-#include "rdzv_impl.h"
+#include "rz.h"
+#include "rz_impl.h"
 
 /* ---- retention: purging closed jobs, sweeping dead rounds ---- */
 
