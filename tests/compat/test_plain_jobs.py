@@ -198,12 +198,16 @@ class Until(pl.Callback):
             trainer.should_stop = True
         if trainer.global_step == 3:
             rank = int(os.environ["RANK"])
-            p = os.path.join(d, "running.0.%d" % rank)
+            p = os.path.join(d, "running.%s.%d" % (
+                os.environ["TORCHELASTIC_RESTART_COUNT"], rank))
             with open(p + ".tmp", "w") as f:
                 f.write('{"pid": %d}' % os.getpid())
             os.rename(p + ".tmp", p)
 
 
+if os.environ.get("HELPER") == "1":
+    from rdzv import repair
+    repair.init_process_group("gloo")   # before the Trainer, never used
 torch.manual_seed(0)
 x = torch.randn(256, 4)
 data = torch.utils.data.TensorDataset(x, x.sum(1, keepdim=True))
@@ -295,10 +299,18 @@ def test_accelerate_job_on_every_surface():
 
 def test_helper_unused_restarts():
     """repair.init_process_group() without job.ddp() or job.step(): a
-    SIGKILLed rank restarts the job as a plain one's does."""
+    SIGKILLed rank restarts the job as a plain one's does (a plain
+    script's and a Lightning job's, the helper's group made before the
+    Trainer)."""
+    _helper_unused("unused", PROGRAM)
+    _helper_unused("unusedpl", LIGHTNING)
+
+
+def _helper_unused(job, program):
     d = rt.Rdzvd()
     with Scope("plain-helper-") as s:
-        a, b = start(s, d, "unused", report=False, env={"HELPER": "1"})
+        a, b = start(s, d, job, report=False, env={"HELPER": "1"},
+                     program=program)
         first = {r["pid"] for r in running(s.tmp, 0).values()}
         os.kill(running(s.tmp, 0)[3]["pid"], signal.SIGKILL)
         rt.wait_until(lambda: len(running(s.tmp, 1)) == 4, timeout=90,
@@ -306,7 +318,7 @@ def test_helper_unused_restarts():
         check(not first & {r["pid"] for r in running(s.tmp, 1).values()},
               "a rank of the first attempt trained on in the second")
         finish(s, [a, b])
-        ev = job_events(d, "unused")
+        ev = job_events(d, job)
         check(any(t.startswith("restart 1 of") for t in ev), ev)
         check(not any(t.startswith("repair") for t in ev), ev)
         out = a.output() + b.output()
