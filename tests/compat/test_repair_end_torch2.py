@@ -40,8 +40,9 @@ HOUR = 3600
 GATE_SH = ('if [ "$RDZV_REPLACEMENT" = 1 ]; then '
            'while [ ! -e "$RDZV_E2E_GATE" ]; do sleep 0.02; done; fi; '
            'exec "$@"')
-# Steps until DIR/end exists (agreed in each step's all-reduce); a step
-# begun while DIR/go is absent marks itself (held.PID) and waits for it.
+# Steps until DIR/end exists (agreed in each step's all-reduce); in a
+# step where any rank finds DIR/go absent (agreed too) every rank marks
+# itself (held.PID) and waits for it.
 SCRIPT = r'''
 import os, sys, time
 sys.path.insert(0, sys.argv[2])
@@ -56,7 +57,12 @@ opt = job.track(torch.optim.SGD(model.parameters(), lr=0.01))
 flag = torch.zeros(1)
 while True:
     with job.step():
-        if not os.path.exists(os.path.join(d, "go")):
+        # Held together: a rank that saw go and went on to the step's
+        # all-reduce would wait there for ranks held before theirs.
+        hold = torch.tensor([float(not os.path.exists(
+            os.path.join(d, "go")))])
+        dist.all_reduce(hold, op=dist.ReduceOp.MAX)
+        if hold.item() > 0:
             open(os.path.join(d, "held.%d" % os.getpid()), "w").close()
             while not os.path.exists(os.path.join(d, "go")):
                 time.sleep(0.01)
