@@ -206,12 +206,8 @@ class _Step:
         self.job = job
 
     def __enter__(self):
-        job = self.job
-        if not job._stepped and not job._in_step and \
-            job._chan is not None:
-            data.warn_own_sampler(sys._getframe(1))
-        job._begin()
-        return job
+        self.job._enter_step(sys._getframe(1))
+        return self.job
 
     def __exit__(self, et, e, tb):
         return self.job._end(e)
@@ -687,9 +683,15 @@ class Job(Watcher):
         """The start of a step, for a loop the script does not write (a
         framework's batch-start hook): what `with job.step():` does on
         entry; a pending round (a grow) is taken here."""
+        self._enter_step(sys._getframe(1))
+
+    def _enter_step(self, caller):
+        """A step's start, from the script's frame caller: until this
+        process has committed a step, a DistributedSampler of the
+        script's own is looked for there (data.warn_own_sampler)."""
         if not self._stepped and not self._in_step and \
             self._chan is not None:
-            data.warn_own_sampler(sys._getframe(1))
+            data.warn_own_sampler(caller)
         self._begin()
 
     def end_step(self, error=None):
