@@ -21,7 +21,6 @@ real rdzvd.
   stack trace in the output.
 """
 
-import json
 import os
 import signal
 import sys
@@ -34,6 +33,7 @@ compatlib.use_torch2()
 
 import rdzvtest as rt                                   # noqa: E402
 from agent_lib import Scope, conf, job_events           # noqa: E402
+from agent_torch import running                         # noqa: E402
 from compatlib import check, log                        # noqa: E402
 
 PYDIR = os.path.join(rt.top_srcdir(), "python")
@@ -146,17 +146,6 @@ dist.barrier()
 sys.stdout.flush(); sys.stderr.flush()
 os._exit(0)
 '''
-
-
-def running(tmp, attempt):
-    """home -> what the process training as that home recorded."""
-    out = {}
-    for h in range(4):
-        p = os.path.join(tmp, "running.%d.%d" % (attempt, h))
-        if os.path.exists(p):
-            with open(p) as f:
-                out[h] = json.load(f)
-    return out
 
 
 def start(s, d, job, mode, restarts, env=None):
