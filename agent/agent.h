@@ -7,8 +7,9 @@
  * torchrun's agent would (main.c), starts the local workers of each round
  * and supervises them (sup.c, the only file that forks), routes their
  * output and error files (logs.c), and ties the three together in one
- * event-driven state machine (main.c).  cli.c turns torchrun's command
- * line, PET_* and SLURM_* variables into a struct agent_config.
+ * event-driven state machine (main.c).  cli_opts.c reads torchrun's
+ * command line, PET_* and SLURM_* variables through one table of
+ * options; cli.c resolves what they mean into a struct agent_config.
  * progress.c is the two-way channel to each worker (steps, "hello",
  * "ready" in; repair rounds and "stop" out); common/chan.c has its
  * messages.
@@ -31,7 +32,7 @@ struct chan_msg;
 #define SUP_SPARES_MAX		64	/* warm spares of one agent */
 #define AGENT_MSG_MAX		4096	/* bytes of a failure message sent */
 
-/* ---- cli.c: command line, PET_* and SLURM_* defaults ---- */
+/* ---- cli.c: what the options mean (rendezvous, endpoint, command) ---- */
 
 /* Which rendezvous the agent takes part in (torchrun's backends). */
 enum agent_rdzv_mode {
@@ -115,6 +116,99 @@ struct agent_config {
 int	cli_parse(struct agent_config *cfg, int argc, char **argv);
 /* Prints the resolved configuration (--dry-run). */
 void	cli_print(const struct agent_config *cfg, FILE *);
+/* Counts the GPUs this node shows (CUDA_VISIBLE_DEVICES, /proc, /dev,
+ * nvidia-smi -L), 0 when none. */
+int	cli_count_gpus(char **list);
+
+/* ---- cli_opts.c: the option table, PET_* and SLURM_* defaults ---- */
+
+/* struct cli_state's given: what was named, not left to a default. */
+#define CLI_GIVEN_NNODES	0x001
+#define CLI_GIVEN_ID		0x002
+#define CLI_GIVEN_ENDPOINT	0x004	/* a non-empty --rdzv_endpoint */
+#define CLI_GIVEN_BACKEND	0x008
+#define CLI_GIVEN_MASTER	0x010	/* --master_addr or --master_port */
+#define CLI_GIVEN_NODE_RANK	0x020
+#define CLI_GIVEN_LEASE		0x040	/* --rdzv_conf lease */
+#define CLI_GIVEN_HEARTBEAT	0x080	/* --rdzv_conf heartbeat */
+#define CLI_GIVEN_JOIN		0x100	/* --rdzv_conf join_timeout */
+#define CLI_GIVEN_RECONNECT	0x200	/* --rdzv_conf reconnect_timeout */
+
+/*
+ * One reading of the options: the configuration it fills, and what cli.c
+ * needs besides to resolve it.
+ */
+struct cli_state {
+	struct agent_config	*cfg;
+	unsigned		 given;		/* CLI_GIVEN_* */
+	/* torchrun's --rdzv_conf keys, mapped onto ours once all are read:
+	 * ms (keep_alive_n a count); -1 when not given. */
+	int			 read_ms, hb_timeout_ms, timeout_ms;
+	int			 keep_alive_ms, keep_alive_n;
+};
+
+/* How a row's value is set (CLI_FN: by the row's own setter). */
+enum cli_kind {
+	CLI_FLAG,	/* takes no value: the int at off becomes 1 */
+	CLI_STR,	/* a copy of the value into the char * at off */
+	CLI_INT,	/* a whole number min..max into the int at off */
+	CLI_SECONDS,	/* seconds, maybe fractional, into the int at off, ms */
+	CLI_ACCEPT,	/* torchrun's, accepted: nothing to set */
+	CLI_FN		/* set(), which may use off */
+};
+
+struct cli_opt;
+/* A row's setter: 0, 1 (--help, --version: exit 0) or -1 (printed). */
+typedef int	cli_set_fn(struct cli_state *, const struct cli_opt *,
+		    const char *v);
+
+/* One option: a row of cli_opts[]. */
+struct cli_opt {
+	const char	*name;	/* the underscore spelling; the hyphen one
+				 * and PET_<NAME> follow from it */
+	int		 shortc;	/* its letter, or 0 */
+	enum cli_kind	 kind;
+	size_t		 off;	/* offsetof(struct agent_config, field) */
+	long long	 min, max;	/* CLI_INT's bounds */
+	unsigned	 given;	/* CLI_GIVEN_* bits it sets */
+	cli_set_fn	*set;	/* CLI_FN's setter, else NULL */
+	const char	*arg;	/* its value in --help; NULL: a flag */
+	const char	*help;	/* --help's lines for it, '\n' between */
+};
+
+extern const struct cli_opt	 cli_opts[];
+extern const size_t		 cli_nopts;
+/* --numa_binding's words, in enum sup_numa_mode order ("" for none). */
+extern const char *const	 cli_numa_modes[];
+
+/* Starts a reading: st over cfg, which gets every option's default. */
+void	cli_opts_init(struct cli_state *st, struct agent_config *cfg);
+/*
+ * The environment's defaults: SLURM_*, torch's own variables, then
+ * PET_<OPTION> for every option.  Returns 0, or -1 (printed).
+ */
+int	cli_opts_env(struct cli_state *st);
+/*
+ * The command line, both spellings, up to PROGRAM, whose index goes in
+ * *first.  Returns 0, 1 (--help or --version printed) or -1 (printed).
+ */
+int	cli_opts_argv(struct cli_state *st, int argc, char **argv,
+	    int *first);
+/*
+ * Applies one row's value: v is NULL for a flag on the command line, and
+ * a flag's PET_ value ("1", "0", "true" ...) otherwise.  Returns as a
+ * setter does.
+ */
+int	cli_opts_apply(struct cli_state *st, const struct cli_opt *o,
+	    const char *v);
+/* --help, from the table. */
+void	cli_opts_usage(FILE *);
+/* strdup that cannot fail (fatal), and *dst replaced by a copy of v. */
+char	*cli_strdup(const char *);
+void	cli_setstr(char **dst, const char *v);
+/* A whole number min..max into *out; else prints why, naming --name. */
+int	cli_int(const char *name, const char *v, long long min,
+	    long long max, int *out);
 /*
  * The redirect/tee mask (0 none, 1 stdout, 2 stderr, 3 both) for
  * local_rank from a torchrun spec ("3", or "0:3,1:2"); -1 when malformed.
@@ -125,9 +219,6 @@ int	cli_std_for(const char *spec, int local_rank);
  * 1 or 0.
  */
 int	cli_rank_shown(const struct agent_config *, int local_rank);
-/* Counts the GPUs this node shows (CUDA_VISIBLE_DEVICES, /proc, /dev,
- * nvidia-smi -L), 0 when none. */
-int	cli_count_gpus(char **list);
 
 /* ---- sup.c: spawning and supervising workers (the only fork) ---- */
 

@@ -4,8 +4,8 @@
 # librdzvd gives --standalone its in-process rdzvd (rdzvd/embed.h).
 bin_PROGRAMS += agent/rdzv-agent
 agent_rdzv_agent_SOURCES = \
-	agent/agent.h agent/main.c agent/cli.c agent/rdzv.c agent/sup.c \
-	agent/logs.c agent/progress.c
+	agent/agent.h agent/main.c agent/cli.c agent/cli_opts.c agent/rdzv.c \
+	agent/sup.c agent/logs.c agent/progress.c
 agent_rdzv_agent_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/rdzvd \
 	-DHAVE_RDZVD_EMBED=1
 agent_rdzv_agent_CFLAGS = $(AM_CFLAGS) $(LIBEVENT_CFLAGS) \

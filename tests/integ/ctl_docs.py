@@ -373,7 +373,7 @@ def test_public_error_codes_match_the_internal_ones():
 
 
 def test_repair_settings_documented():
-    # Every --rdzv_conf key the agent reads (agent/cli.c's strcmp(k, ...))
+    # Every --rdzv_conf key the agent reads (cli_opts.c's strcmp(k, ...))
     # is in rdzv-agent(1)'s list, and every RDZV_* variable of repair
     # (the agent's worker environment, librdzvworker's, the torch
     # helper's, the warm spare's) is in the manual (README.md and doc/*.md)
@@ -384,7 +384,7 @@ def test_repair_settings_documented():
     for f in sorted(os.listdir(docdir)):
         if f.endswith(".md"):
             readme += open(os.path.join(docdir, f)).read()
-    cli = open(os.path.join(SRC, "agent", "cli.c")).read()
+    cli = open(os.path.join(SRC, "agent", "cli_opts.c")).read()
     keys = set(re.findall(r'strcmp\(k, "([a-z_]+)"\)', cli))
     assert {"max_repairs", "repair_timeout"} <= keys, keys
     missing = [k for k in sorted(keys)

@@ -118,11 +118,12 @@ check_PROGRAMS += tests/integ/client_check
 tests_integ_client_check_SOURCES = tests/integ/client_check.c
 tests_integ_client_check_LDADD = common/libcommon.la $(LIBEVENT_LIBS) $(LIBBSD_LIBS)
 # repair_drv drives rdzv-agent's local repair pieces (sup.c, progress.c,
-# logs.c, with cli.c's options) with real workers for
+# logs.c, with cli.c's and cli_opts.c's options) with real workers for
 # agent_repair.py, as main.c will.
 check_PROGRAMS += tests/integ/repair_drv
 tests_integ_repair_drv_SOURCES = tests/integ/repair_drv.c agent/agent.h \
-	agent/sup.c agent/progress.c agent/logs.c agent/cli.c
+	agent/sup.c agent/progress.c agent/logs.c agent/cli.c \
+	agent/cli_opts.c
 tests_integ_repair_drv_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/agent
 tests_integ_repair_drv_CFLAGS = $(AM_CFLAGS) $(LIBEVENT_CFLAGS) \
 	$(LIBSSL_CFLAGS) $(JANSSON_CFLAGS)
