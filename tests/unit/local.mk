@@ -91,3 +91,12 @@ tests_unit_test_straggler_SOURCES = tests/unit/test_straggler.c
 tests_unit_test_straggler_CFLAGS = $(RZ_UNIT_CFLAGS)
 tests_unit_test_straggler_LDADD = $(RZ_UNIT_LDADD)
 endif
+# rdzv-agent's option table (agent/cli_opts.c), row by row.
+if HAVE_CMOCKA
+check_PROGRAMS += tests/unit/test_cli_opts
+TESTS += tests/unit/test_cli_opts
+tests_unit_test_cli_opts_SOURCES = tests/unit/test_cli_opts.c agent/cli_opts.c
+tests_unit_test_cli_opts_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/agent
+tests_unit_test_cli_opts_CFLAGS = $(AM_CFLAGS) $(CMOCKA_CFLAGS)
+tests_unit_test_cli_opts_LDADD = common/libcommon.la $(CMOCKA_LIBS) $(LIBBSD_LIBS)
+endif
