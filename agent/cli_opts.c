@@ -14,6 +14,8 @@
  * Precedence, lowest first: defaults, SLURM_*, PET_*, the command line.
  * What the options mean once all are read (the rendezvous, the
  * endpoint, the worker count and command) is cli.c's.
+ * Why about 1,200 lines: the table with its help (210) and the setters
+ * (280) stand together on purpose; a row and what sets it are read at once.
  */
 #include "config.h"
 
@@ -38,6 +40,7 @@
 
 #define OFF(f)	offsetof(struct agent_config, f)
 
+/* --numa_binding's words (agent.h). */
 const char *const cli_numa_modes[] = {
 	"", "node", "socket", "exclusive", "core-complex", NULL
 };
