@@ -14,7 +14,14 @@ framework's job under rdzv-agent shows its steps in `rdzvctl members`,
     from rdzv.hooks import TransformersProgress
     trainer = Trainer(..., callbacks=[TransformersProgress()])
 
-    # Accelerate, torchtitan, any loop of your own: one call a step
+    # torchtitan: its Trainer with a step hook, named by the config
+    # function that --module/--config choose
+    from rdzv.hooks import TorchtitanProgress
+    from torchtitan.config.override import derive
+    def my_run():
+        return derive(llama3_8b(), TorchtitanProgress.Config)
+
+    # Accelerate, any loop of your own: one call a step
     from rdzv import progress
     progress.report(step)
 
@@ -24,7 +31,9 @@ importing rdzv.hooks needs none of the frameworks.
 
 from . import progress
 
-__all__ = ["LightningProgress", "TransformersProgress"]  # noqa: F822 (made by __getattr__)
+# The names are made by __getattr__.
+__all__ = ["LightningProgress", "TorchtitanProgress",  # noqa: F822
+    "TransformersProgress"]
 
 
 def _lightning_progress():
@@ -57,7 +66,41 @@ def _transformers_progress():
     return TransformersProgress
 
 
+def _torchtitan_progress():
+    from dataclasses import dataclass
+    from torchtitan.trainer import Trainer
+
+    class TorchtitanProgress(Trainer):
+        """torchtitan's Trainer, reporting self.step (optimizer steps
+        done) after each train_step.
+
+        torchtitan (0.3) has no per-step callback; its loop,
+        Trainer.train(), counts self.step up and calls train_step(),
+        which ends with the optimizer's step.  Overriding train_step is
+        the boundary torchtitan's own extensions use (torchft's
+        FaultTolerantTrainer is such a subclass), and self.step is the
+        step a checkpoint resumes from.  A config function returns this
+        class's Config (torchtitan.config.override.derive copies any
+        Trainer.Config into it; Config.build() makes the class that
+        owns the Config), so `python -m torchtitan.train --module M
+        --config F` runs it: nothing of torchtitan's is forked or
+        patched.  A trainer class of your own (a FaultTolerantTrainer
+        subclass, say) calls progress.report(self.step) after its
+        super().train_step() instead."""
+
+        @dataclass(kw_only=True, slots=True)
+        class Config(Trainer.Config):
+            pass
+
+        def train_step(self, data_iterator):
+            super().train_step(data_iterator)
+            progress.report(self.step)
+
+    return TorchtitanProgress
+
+
 _MAKERS = {"LightningProgress": _lightning_progress,
+    "TorchtitanProgress": _torchtitan_progress,
     "TransformersProgress": _transformers_progress}
 
 
