@@ -443,8 +443,8 @@ rz_round_end(struct rz *rz, struct rz_outbox *ob, struct rz_job *j,
 	rz_elastic_reset(j);
 	j->pend_node = 0;
 	j->pend_local = j->pend_deadline = -1;
-	j->repl_fails = 0;
 	TAILQ_FOREACH(nd, &j->nodes, entry) {
+		memset(nd->repl_fails, 0, sizeof nd->repl_fails);
 		if (nd->state == RZN_MEMBER)
 			nd->prev_rank = nd->group_rank;
 		/* Every worker starts again: none dead, none said hello. */

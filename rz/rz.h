@@ -111,8 +111,9 @@ struct rz_job;
 #define RZ_MAX_REPAIRS	1000	/* a job's repairs, unless JOIN says */
 #define RZ_REPAIR_TIMEOUT_MS 60000	/* for a replacement's READY */
 #define RZ_REPAIR_LWS_MAX 63	/* local ranks a live_local mask holds */
-#define RZ_REPL_FAILS_MAX 3	/* replacements dead before they joined,
-				   between two grows, before a restart */
+#define RZ_REPL_FAILS_MAX 3	/* a local rank's replacements dead before
+				   they joined, between two grows, before a
+				   restart */
 #define RZ_STRAG_RATIO_PM 500	/* a straggler's speed, of the median */
 #define RZ_STRAG_WINDOW_MS 30000	/* ... for this long */
 

@@ -64,6 +64,12 @@ struct rz_node {
 	int64_t			 fresh;		/* bit l: local rank l's
 						 * replacement is ready, not in
 						 * a round yet (never a donor) */
+	unsigned char		 repl_fails[RZ_REPAIR_LWS_MAX];
+						/* [l]: local rank l's
+						 * replacements dead before
+						 * they joined since the last
+						 * grow or restart (rz_failure;
+						 * not in rows) */
 	int64_t			 drain_by;	/* asked to leave (evict):
 						 * dropped if here then; 0
 						 * none.  Not kept in rows. */
@@ -110,9 +116,6 @@ struct rz_job {
 	int64_t			 donor_node, donor_local; /* who the donor
 						 * is (rz_rank_bases) */
 	int64_t			 pend_node, pend_local, pend_deadline;
-	/* Replacements that died before they joined since the last grow
-	 * or restart (rz_failure); not kept in rows. */
-	int64_t			 repl_fails;
 	/* Stragglers (rz_strag.c): JOIN's settings. */
 	int64_t			 strag_ratio_pm, strag_window_ms, strag_action;
 	/* Joining in place (rz_elastic.c): when the grow for the nodes

@@ -37,6 +37,7 @@ rz_failure(struct rz *rz, const struct nat_failure *r, int64_t now,
 	char		 cause[RZ_MSG_MAX - 64], cutbuf[RZ_ID_MAX + 64];
 	const char	*why;
 	size_t		 mlen;
+	int		 n;
 
 	if ((j = rz_find_job(rz, r->job)) == NULL ||
 	    (nd = rz_find_node(j, r->node_id)) == NULL)
@@ -75,9 +76,11 @@ rz_failure(struct rz *rz, const struct nat_failure *r, int64_t now,
 	 * it joined (killed while it loaded or while it waited, READY, for
 	 * the grow; crashed at its start): no round holds it, so nothing
 	 * shrinks; its agent has started another and the grow waits for
-	 * that one within the same deadline.  Past RZ_REPL_FAILS_MAX of them
-	 * between two grows the job restarts: a replacement that cannot
-	 * start is no repair.
+	 * that one within the same deadline.  Past RZ_REPL_FAILS_MAX of one
+	 * local rank's between two grows the job restarts: a replacement
+	 * that cannot start is no repair.  Counted per local rank: the
+	 * replacements of different ranks dying (several failures at
+	 * once, kills from outside) tell nothing of one that cannot start.
 	 */
 	if (r->repair && r->local_rank >= 0 &&
 	    r->local_rank < RZ_REPAIR_LWS_MAX &&
@@ -85,17 +88,19 @@ rz_failure(struct rz *rz, const struct nat_failure *r, int64_t now,
 		nd->ready_local &= ~(1LL << r->local_rank);
 		nd->dead_local |= 1LL << r->local_rank;
 		rz_save_node(rz, j, nd);
-		if (++j->repl_fails <= RZ_REPL_FAILS_MAX) {
+		n = ++nd->repl_fails[r->local_rank];
+		if (n <= RZ_REPL_FAILS_MAX) {
 			rz_event(rz, j, now, "repair: node %" PRId64 " local "
 			    "rank %" PRId64 "'s replacement died before it "
-			    "joined (%s): another is on its way (%" PRId64
-			    " of %d such deaths before a restart)", nd->id,
-			    r->local_rank, what, j->repl_fails,
+			    "joined (%s): another is on its way (%d of %d "
+			    "such deaths of the rank before a restart)",
+			    nd->id, r->local_rank, what, n,
 			    RZ_REPL_FAILS_MAX);
 			return 0;
 		}
-		rz_event(rz, j, now, "repair escalated to restart: %" PRId64
-		    " replacements died before they joined", j->repl_fails);
+		rz_event(rz, j, now, "repair escalated to restart: node %"
+		    PRId64 " local rank %" PRId64 "'s replacements died "
+		    "before they joined %d times", nd->id, r->local_rank, n);
 		rz_restart(rz, ob, j, now, cause, "replacements died before "
 		    "they joined");
 		return 0;
@@ -286,6 +291,8 @@ rz_repair_round(struct rz *rz, struct rz_outbox *ob, struct rz_job *j,
 		if (nd->state == RZN_MEMBER)
 			rz_push_node(ob, j, nd, RDZV_ROUND_RUNNING, NULL);
 		nd->fresh = 0;	/* in the round now: donors from here on */
+		if (kind == NAT_KIND_GROW)	/* every replacement is in */
+			memset(nd->repl_fails, 0, sizeof nd->repl_fails);
 	}
 	rz_elastic_opened(rz, j);
 }
@@ -405,7 +412,6 @@ rz_ready(struct rz *rz, const struct nat_ready *r, int64_t now,
 		    j->world_size, n, j->round, j->donor);
 	j->pend_node = 0;
 	j->pend_local = j->pend_deadline = -1;
-	j->repl_fails = 0;
 	return 0;
 }
 

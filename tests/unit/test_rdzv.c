@@ -1509,8 +1509,8 @@ test_repair_ends_in_grow(void **state)
  * A replacement dies before it joined (killed while it loaded): its
  * local rank is a dead one already, so nothing shrinks and nothing
  * restarts; its agent's next one is awaited within the same deadline,
- * and its READY grows the job.  Past RZ_REPL_FAILS_MAX such deaths
- * between two grows the job restarts.
+ * and its READY grows the job.  Past RZ_REPL_FAILS_MAX such deaths of
+ * one local rank between two grows the job restarts.
  */
 static void
 test_repair_replacement_dies_loading(void **state)
@@ -1548,8 +1548,44 @@ test_repair_replacement_dies_loading(void **state)
 	assert_int_equal(fail_repair(f, 2, 4, 1, 400), 0);
 	assert_true(ob.npush > 0);
 	drain(f->rz);
-	assert_true(event_has(f, "repair escalated to restart: 4 "
-	    "replacements died before they joined"));
+	assert_true(event_has(f, "repair escalated to restart: node 2 local "
+	    "rank 1's replacements died before they joined 4 times"));
+	rz_get_stats(f->rz, &st);
+	assert_int_equal(st.restarts_total, 1);
+}
+
+/*
+ * The count is per local rank: two ranks dead at once, each of their
+ * replacements dying RZ_REPL_FAILS_MAX times (kills from outside, twice
+ * the limit in all) restart nothing; the next death of one of them is
+ * its rank's fourth, and restarts the job.
+ */
+static void
+test_repair_replacement_fails_per_rank(void **state)
+{
+	struct fx	*f = *state;
+	struct rz_stats	st;
+	int		 i;
+
+	repair_job(f, 1, 1);
+	assert_int_equal(run(f, fail_repair(f, 2, 1, 1, 100)), 0);
+	assert_int_equal(run(f, fail_repair(f, 1, 2, 0, 110)), 0);
+	for (i = 0; i < RZ_REPL_FAILS_MAX; i++) {
+		assert_int_equal(fail_repair(f, 2, 3, 1, 200 + i), 0);
+		assert_int_equal(fail_repair(f, 1, 3, 0, 250 + i), 0);
+		assert_int_equal(ob.npush, 0);
+		drain(f->rz);
+	}
+	rz_get_stats(f->rz, &st);
+	assert_int_equal(st.restarts_total, 0);
+	assert_true(event_has(f, "repair: node 1 local rank 0's replacement "
+	    "died before it joined (signal 9): another is on its way (3 of 3 "
+	    "such deaths of the rank before a restart)"));
+	assert_int_equal(fail_repair(f, 1, 3, 0, 300), 0);
+	assert_true(ob.npush > 0);
+	drain(f->rz);
+	assert_true(event_has(f, "repair escalated to restart: node 1 local "
+	    "rank 0's replacements died before they joined 4 times"));
 	rz_get_stats(f->rz, &st);
 	assert_int_equal(st.restarts_total, 1);
 }
@@ -2219,6 +2255,8 @@ main(void)
 		    setup, teardown),
 		cmocka_unit_test_setup_teardown(
 		    test_repair_replacement_dies_loading, setup, teardown),
+		cmocka_unit_test_setup_teardown(
+		    test_repair_replacement_fails_per_rank, setup, teardown),
 		cmocka_unit_test_setup_teardown(
 		    test_repair_ready_replacement_dies, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_repair_lost_standby,
