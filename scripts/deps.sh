@@ -11,8 +11,9 @@
 set -euo pipefail
 
 # install_torch2: the torch 2.13 virtualenv, unless it already imports,
-# and the training frameworks the tests run (Lightning, Accelerate), from PyPI with
-# torch held at 2.13.0 by scripts/torch-constraints.txt.
+# and the training frameworks the tests run (Lightning, Accelerate,
+# transformers, torchtitan), from PyPI with torch held at 2.13.0 by
+# scripts/torch-constraints.txt.
 install_torch2() {
 	local venv=${RDZV_TORCH2_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/rdzv/torch-2.13}
 	local cons
@@ -25,12 +26,14 @@ install_torch2() {
 		"$venv/bin/pip" install -q torch==2.13.0 numpy
 		"$venv/bin/python" -c 'import torch.distributed'
 	fi
-	"$venv/bin/python" -c 'import lightning, accelerate' 2>/dev/null &&
+	"$venv/bin/python" -c 'import lightning, accelerate, transformers, torchtitan' \
+		2>/dev/null &&
 		"$venv/bin/python" -m ruff --version >/dev/null 2>&1 && return 0
-	echo "deps.sh: installing Lightning, Accelerate and ruff into $venv"
+	echo "deps.sh: installing Lightning, Accelerate, transformers, torchtitan and ruff into $venv"
 	"$venv/bin/pip" install -q -c "$cons" 'lightning==2.6.*' \
-	    'accelerate==1.15.*' 'ruff==0.17.6'
-	"$venv/bin/python" -c 'import lightning, accelerate, torch; assert torch.__version__.startswith("2.13.")'
+	    'accelerate==1.15.*' 'transformers==5.24.*' 'torchtitan==0.3.0' \
+	    'ruff==0.17.6'
+	"$venv/bin/python" -c 'import lightning, accelerate, transformers, torchtitan, torch; assert torch.__version__.startswith("2.13.")'
 }
 
 # install_nccl: NCCL's headers and library for building the NCCL backend

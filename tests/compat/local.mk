@@ -31,6 +31,8 @@ COMPAT_TESTS += tests/compat/test_repair_hsdp.py
 # rdzv.progress.report() from a plain torch script: every surface, the
 # watchdog.
 COMPAT_TESTS += tests/compat/test_plain_jobs.py
+# rdzv.hooks in transformers' Trainer and torchtitan jobs (its start()).
+COMPAT_TESTS += tests/compat/test_framework_progress.py
 COMPAT_TESTS += tests/compat/test_helper_scripts.py
 # In-place repair under a seeded random schedule of kills, rdzvd kill -9
 # and SIGSTOPs (opt-in: RDZV_TEST_CHAOS=1).

@@ -91,22 +91,23 @@ os._exit(0)        # torch's gloo may abort a finalizing process
 
 
 def start(s, d, job, report, extra=(), env=None, program=PROGRAM,
-          restarts=2):
-    """Two agents of two workers each running program (its text) in
-    job, once the 4 ranks train (agent_torch.running's files)."""
+          restarts=2, nodes=2):
+    """nodes agents (two by default) of two workers each running program
+    (its text, as DIR/train.py) in job, once its ranks train
+    (agent_torch.running's files); returns the agents."""
     prog = os.path.join(s.tmp, "train.py")
     with open(prog, "w") as f:
         f.write(program)
-    args = ["--nnodes", "2", "--nproc-per-node", "2",
+    args = ["--nnodes", str(nodes), "--nproc-per-node", "2",
             "--rdzv-endpoint", "127.0.0.1:%d" % d.port, "--rdzv-id", job,
             "--max-restarts", str(restarts), "--grace", "1",
             "--rdzv-conf", conf(0.2, 5.0)] + list(extra)
     env = dict(ENV, REPORT="1" if report else "0", **(env or {}))
-    a = s.agent(args, env=env, program=[prog, s.tmp])
-    b = s.agent(args, env=env, program=[prog, s.tmp])
-    rt.wait_until(lambda: len(running(s.tmp, 0)) == 4, timeout=120,
-                  what="4 ranks training")
-    return a, b
+    agents = tuple(s.agent(args, env=env, program=[prog, s.tmp])
+                   for _ in range(nodes))
+    rt.wait_until(lambda: len(running(s.tmp, 0)) == 2 * nodes, timeout=120,
+                  what="%d ranks training" % (2 * nodes))
+    return agents
 
 
 def finish(s, agents):

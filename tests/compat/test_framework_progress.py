@@ -1,0 +1,275 @@
+# SPDX-License-Identifier: Apache-2.0
+"""test_framework_progress: rdzv.hooks' ready-made hooks for
+transformers' Trainer and torchtitan, in real jobs of each framework (torch
+2.13, CPU, gloo) under a real rdzv-agent of two workers and a real rdzvd.
+test_plain_jobs runs the plain script, Lightning and Accelerate jobs the
+same way, with its start() and finish().
+
+- A transformers Trainer job (a tiny GPT-2 made from its config, data
+  in memory) with callbacks=[rdzv.hooks.TransformersProgress()]: its
+  steps on every surface (`rdzvctl members`, `top`, the status page's
+  history, /metrics).
+- A torchtitan job (its llama3 debug model, a word-level tokenizer and a
+  few lines of text written by the test) run by torchtitan's own main
+  through a config function that returns rdzv.hooks.TorchtitanProgress's
+  Config: its steps on every surface too.
+
+Neither job touches the network (HF_HUB_OFFLINE and friends, HF_HOME in
+the test's directory).  Each trains until DIR/finish exists, never for a
+set time.  A framework that does not import skips its test, visibly;
+under RDZV_REQUIRE_TORCH=1 (CI) it fails it.
+"""
+
+import importlib.util
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                "..", "integ"))
+import compatlib                                        # noqa: E402
+compatlib.use_torch2()
+
+import rdzvtest as rt                                   # noqa: E402
+from agent_lib import Scope                             # noqa: E402
+from compatlib import torch_surfaces                    # noqa: E402
+from test_plain_jobs import finish, start               # noqa: E402
+
+
+def offline(s):
+    """The env that keeps Hugging Face's libraries off the network and
+    their caches in the test's directory."""
+    return {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
+            "TRANSFORMERS_OFFLINE": "1", "HF_HOME": os.path.join(s.tmp, "hf"),
+            "WANDB_MODE": "disabled", "TOKENIZERS_PARALLELISM": "false"}
+
+
+def need(module):
+    """True when the torch 2.13 python has module; else a visible skip of
+    the test (a failure under RDZV_REQUIRE_TORCH=1)."""
+    if importlib.util.find_spec(module) is not None:
+        return True
+    rt.no_torch("%s not importable by %s" % (module, sys.executable),
+                whole_file=False)
+    return False
+
+
+# transformers' Trainer on a 1-layer GPT-2 of 16 dims made from its config
+# (no download), reporting through rdzv.hooks.TransformersProgress; Until
+# stops it once DIR/finish exists (any rank's view, a MAX all-reduce) and
+# records each rank's pid at step 3.
+TRANSFORMERS = r'''
+import json, os, sys, time
+import torch
+import torch.distributed as dist
+from transformers import (GPT2Config, GPT2LMHeadModel, Trainer,
+                          TrainerCallback, TrainingArguments)
+from rdzv.hooks import TransformersProgress
+
+d = sys.argv[1]
+
+
+class Tokens(torch.utils.data.Dataset):
+    def __init__(self):
+        g = torch.Generator().manual_seed(0)
+        self.x = torch.randint(0, 64, (256, 16), generator=g)
+
+    def __len__(self):
+        return len(self.x)
+
+    def __getitem__(self, i):
+        return {"input_ids": self.x[i], "labels": self.x[i]}
+
+
+class Until(TrainerCallback):
+    def on_step_end(self, args, state, control, **kw):
+        stop = torch.tensor([float(os.path.exists(os.path.join(d, "finish")))])
+        dist.all_reduce(stop, op=dist.ReduceOp.MAX)
+        if stop.item() > 0 and state.global_step >= 5:
+            control.should_training_stop = True
+        if state.global_step == 3:
+            p = os.path.join(d, "running.%s.%s" % (
+                os.environ["TORCHELASTIC_RESTART_COUNT"], os.environ["RANK"]))
+            with open(p + ".tmp", "w") as f:
+                json.dump({"pid": os.getpid()}, f)
+            os.rename(p + ".tmp", p)
+        time.sleep(0.02)
+
+
+torch.manual_seed(0)
+model = GPT2LMHeadModel(GPT2Config(vocab_size=64, n_positions=16, n_embd=16,
+                                   n_layer=1, n_head=2, bos_token_id=0,
+                                   eos_token_id=0))
+args = TrainingArguments(output_dir=os.path.join(d, "out"), use_cpu=True,
+                         ddp_backend="gloo", ddp_find_unused_parameters=False,
+                         per_device_train_batch_size=4, max_steps=10 ** 6,
+                         learning_rate=1e-3, report_to="none",
+                         save_strategy="no", logging_strategy="no",
+                         disable_tqdm=True, dataloader_num_workers=0)
+Trainer(model=model, args=args, train_dataset=Tokens(),
+        callbacks=[TransformersProgress(), Until()]).train()
+sys.stdout.flush(); sys.stderr.flush()
+os._exit(0)        # torch's gloo may abort a finalizing process
+'''
+
+
+def test_transformers_job_on_every_surface():
+    """A transformers Trainer job with rdzv.hooks.TransformersProgress:
+    its steps where operators look."""
+    if not need("transformers"):
+        return
+    d = rt.Rdzvd()
+    with Scope("progress-hf-") as s:
+        agents = start(s, d, "hf", report=False, program=TRANSFORMERS,
+                       restarts=0, nodes=1, env=offline(s))
+        torch_surfaces(d, "hf", world=2)
+        finish(s, agents)
+    d.stop()
+
+
+# torchtitan's own main (torchtitan.train.main) with --module train
+# --config rdzv_debug: this file, imported again as the module "train",
+# gives the config function, its llama3 debug model on the test's
+# tokenizer and text, its Trainer rdzv.hooks.TorchtitanProgress (Until
+# adds the test's gate).  DDP (replicate) on gloo, 32 tokens a sample.
+# The shim, for torchtitan 0.3 on a CPU: torchtitan takes "cuda" when no
+# accelerator is found; FlexAttention cannot run a backward on CPU in
+# eager mode (causal SDPA stands in); torch.cpu lacks what its memory
+# monitor asks; its expert-parallel kernels import triton, which torch's
+# CPU build lacks (a dense model never runs them); after step 1 it
+# shortens its groups' timeouts behind a barrier on device "cpu", which
+# gloo refuses (they keep their length).
+TORCHTITAN = r'''
+import json, os, sys, types
+import torch
+import torch.nn.functional as F
+
+torch._utils._get_available_device_type = lambda: "cpu"
+for name, fn in {"get_device_name": lambda d=None: "cpu",
+                 "get_device_properties": lambda d=None: types.SimpleNamespace(
+                     total_memory=1 << 34),
+                 "reset_peak_memory_stats": lambda d=None: None,
+                 "empty_cache": lambda: None,
+                 "memory_stats": lambda d=None: {}}.items():
+    if not hasattr(torch.cpu, name):
+        setattr(torch.cpu, name, fn)
+
+
+class Inert(types.ModuleType):
+    def __getattr__(self, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return self
+
+    def __call__(self, *a, **kw):
+        return self
+
+
+KERNELS = "torchtitan.distributed.minimal_async_ep.kernels"
+sys.modules.setdefault(KERNELS, Inert(KERNELS))
+
+from torchtitan.distributed import utils as dist_utils            # noqa: E402
+from torchtitan.models.common.attention import FlexAttention      # noqa: E402
+
+
+def causal_sdpa(self, q_BLNH, k_BLNH, v_BLNH, *, scale=None,
+                enable_gqa=False, **kw):
+    out = F.scaled_dot_product_attention(
+        q_BLNH.transpose(1, 2), k_BLNH.transpose(1, 2),
+        v_BLNH.transpose(1, 2), scale=scale, is_causal=True,
+        enable_gqa=enable_gqa)
+    return out.transpose(1, 2)
+
+
+FlexAttention.forward = causal_sdpa
+dist_utils.set_pg_timeouts = lambda **kw: None
+
+from dataclasses import dataclass                                 # noqa: E402
+import torch.distributed as dist                                  # noqa: E402
+from torchtitan.config.override import derive                     # noqa: E402
+from torchtitan.models.llama3.config_registry import llama3_debugmodel  # noqa: E402
+from rdzv.hooks import TorchtitanProgress                         # noqa: E402
+
+d = os.path.dirname(os.path.abspath(__file__))
+
+
+class Until(TorchtitanProgress):
+    @dataclass(kw_only=True, slots=True)
+    class Config(TorchtitanProgress.Config):
+        pass
+
+    def should_continue_training(self):
+        stop = torch.tensor([float(os.path.exists(os.path.join(d, "finish")))])
+        dist.all_reduce(stop, op=dist.ReduceOp.MAX)
+        if self.step == 3:
+            p = os.path.join(d, "running.%s.%s" % (
+                os.environ["TORCHELASTIC_RESTART_COUNT"], os.environ["RANK"]))
+            with open(p + ".tmp", "w") as f:
+                json.dump({"pid": os.getpid()}, f)
+            os.rename(p + ".tmp", p)
+        return not (stop.item() > 0 and self.step >= 5)
+
+
+def rdzv_debug():
+    c = derive(llama3_debugmodel(), Until.Config)
+    c.hf_assets_path = os.path.join(d, "tokenizer")
+    c.dump_folder = os.path.join(d, "outputs")
+    c.dataloader.dataset_path = os.path.join(d, "text")
+    c.training.seq_len = 32
+    c.training.local_batch_size = 2
+    c.training.steps = 10 ** 6
+    c.parallelism.spmd_backend = "partial_dtensor"
+    c.parallelism.data_parallel_shard_degree = 1
+    c.parallelism.data_parallel_replicate_degree = int(os.environ["WORLD_SIZE"])
+    c.checkpoint.enable = False
+    c.validator.enable = False
+    c.metrics.log_freq = 10 ** 6
+    return c
+
+
+if __name__ == "__main__":
+    from torchtitan.train import main
+    sys.argv[1:] = ["--module", "train", "--config", "rdzv_debug"]
+    main()
+    sys.stdout.flush(); sys.stderr.flush()
+    os._exit(0)
+'''
+
+# The words of the torchtitan job's tokenizer and text.
+WORDS = ("the a of to and in is on for with rank step train model data "
+         "loss").split()
+
+
+def torchtitan_assets(tmp):
+    """A word-level tokenizer (DIR/tokenizer/tokenizer.json) and a json
+    text set (DIR/text) for the torchtitan job."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    vocab = {w: i for i, w in enumerate(["<unk>", "<s>", "</s>"] + WORDS)}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    os.makedirs(os.path.join(tmp, "tokenizer"))
+    tok.save(os.path.join(tmp, "tokenizer", "tokenizer.json"))
+    os.makedirs(os.path.join(tmp, "text"))
+    with open(os.path.join(tmp, "text", "train.json"), "w") as f:
+        for i in range(64):
+            words = (WORDS[(i + j) % len(WORDS)] for j in range(40))
+            f.write(json.dumps({"text": " ".join(words)}) + "\n")
+
+
+def test_torchtitan_job_on_every_surface():
+    """A torchtitan job whose Trainer is rdzv.hooks.TorchtitanProgress:
+    its steps where operators look."""
+    if not need("torchtitan"):
+        return
+    d = rt.Rdzvd()
+    with Scope("progress-titan-") as s:
+        torchtitan_assets(s.tmp)
+        agents = start(s, d, "titan", report=False, program=TORCHTITAN,
+                       restarts=0, nodes=1, env=offline(s))
+        torch_surfaces(d, "titan", world=2)
+        finish(s, agents)
+    d.stop()
+
+
+if __name__ == "__main__":
+    rt.main(globals(), per_test=150.0, total=300.0)
