@@ -525,52 +525,56 @@ cmd_top(struct ctl *ctl, int argc, char **argv)
 	return rv;
 }
 
-int
-cmd_close(struct ctl *ctl, int argc, char **argv)
+/*
+ * close and forget: one request about job JOB that answers nothing, then
+ * one line (or one JSON object) saying what was done.  Closing sends
+ * the reason its nodes are given with their FAILED.
+ */
+static int
+cmd_job_end(struct ctl *ctl, const char *job, int closing)
 {
 	json_t	*o;
 	char	*text, what[300];
 	size_t	 len;
 	int	 rv;
 
-	snprintf(what, sizeof what, "job \"%s\"", argv[0]);
-	rv = ctl_request(ctl, what, "`rdzvctl jobs` lists them", &text, &len,
-	    NAT_OP_ADMIN_CLOSE, "bb", argv[0], ctl->reason);
+	snprintf(what, sizeof what, "job \"%s\"", job);
+	if (closing)
+		rv = ctl_request(ctl, what, "`rdzvctl jobs` lists them", &text,
+		    &len, NAT_OP_ADMIN_CLOSE, "bb", job, ctl->reason);
+	else
+		rv = ctl_request(ctl, what, "`rdzvctl jobs` lists them", &text,
+		    &len, NAT_OP_ADMIN_FORGET, "b", job);
 	free(text);
 	if (rv != 0)
 		return rv;
 	if (ctl->json) {
-		o = json_pack("{s:s, s:b, s:s}", "job", argv[0], "closed", 1,
-		    "reason", ctl->reason);
+		if (closing)
+			o = json_pack("{s:s, s:b, s:s}", "job", job, "closed",
+			    1, "reason", ctl->reason);
+		else
+			o = json_pack("{s:s, s:b}", "job", job, "forgotten",
+			    1);
 		ctl_print_json(o);
 		json_decref(o);
-	} else
-		printf("closed job %s: its nodes get FAILED (%s)\n", argv[0],
+	} else if (closing)
+		printf("closed job %s: its nodes get FAILED (%s)\n", job,
 		    ctl->reason);
+	else
+		printf("forgot job %s: its id may be used again\n", job);
 	return CTL_EXIT_OK;
+}
+
+int
+cmd_close(struct ctl *ctl, int argc, char **argv)
+{
+	return cmd_job_end(ctl, argv[0], 1);
 }
 
 int
 cmd_forget(struct ctl *ctl, int argc, char **argv)
 {
-	json_t	*o;
-	char	*text, what[300];
-	size_t	 len;
-	int	 rv;
-
-	snprintf(what, sizeof what, "job \"%s\"", argv[0]);
-	rv = ctl_request(ctl, what, "`rdzvctl jobs` lists them", &text, &len,
-	    NAT_OP_ADMIN_FORGET, "b", argv[0]);
-	free(text);
-	if (rv != 0)
-		return rv;
-	if (ctl->json) {
-		o = json_pack("{s:s, s:b}", "job", argv[0], "forgotten", 1);
-		ctl_print_json(o);
-		json_decref(o);
-	} else
-		printf("forgot job %s: its id may be used again\n", argv[0]);
-	return CTL_EXIT_OK;
+	return cmd_job_end(ctl, argv[0], 0);
 }
 
 int
