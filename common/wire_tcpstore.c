@@ -119,27 +119,16 @@ tcps_take(struct tcps_cur *c, size_t n, size_t after, const uint8_t **p)
 	return (0);
 }
 
+/* Takes a number of n bytes (4 or 8), host order as TCPStore sends it. */
 static int
-tcps_get_u32(struct tcps_cur *c, size_t after, uint32_t *v)
+tcps_get_num(struct tcps_cur *c, size_t after, void *v, size_t n)
 {
 	const uint8_t	*p;
 	int		 r;
 
-	if ((r = tcps_take(c, sizeof(*v), after, &p)) != 0)
+	if ((r = tcps_take(c, n, after, &p)) != 0)
 		return (r);
-	memcpy(v, p, sizeof(*v));
-	return (0);
-}
-
-static int
-tcps_get_u64(struct tcps_cur *c, size_t after, uint64_t *v)
-{
-	const uint8_t	*p;
-	int		 r;
-
-	if ((r = tcps_take(c, sizeof(*v), after, &p)) != 0)
-		return (r);
-	memcpy(v, p, sizeof(*v));
+	memcpy(v, p, n);
 	return (0);
 }
 
@@ -154,7 +143,7 @@ tcps_get_str(struct tcps_cur *c, size_t max, size_t after, struct slice *s)
 	const uint8_t	*p;
 	int		 r;
 
-	if ((r = tcps_get_u64(c, after, &n)) != 0)
+	if ((r = tcps_get_num(c, after, &n, sizeof n)) != 0)
 		return (r);
 	if (n > max)
 		return (RDZV_ETOOBIG);
@@ -179,7 +168,7 @@ tcps_get_list(struct tcps_cur *c, const struct wire_limits *lim, int pairs,
 	struct slice	 s;
 	int		 r;
 
-	if ((r = tcps_get_u64(c, 0, &n)) != 0)
+	if ((r = tcps_get_num(c, 0, &n, sizeof n)) != 0)
 		return (r);
 	if (pairs && (int64_t)n < 0)
 		return (RDZV_EPROTO);
@@ -244,13 +233,14 @@ tcps_decode(enum tcps_dialect d, const uint8_t *buf, size_t len,
 
 	switch (req->op) {
 	case TCPS_VALIDATE:
-		if ((r = tcps_get_u32(&c, 0, &req->u32)) != 0)
+		if ((r = tcps_get_num(&c, 0, &req->u32,
+		    sizeof req->u32)) != 0)
 			break;
 		if (req->u32 != TCPS_V2_MAGIC)
 			r = RDZV_EPROTO;
 		break;
 	case TCPS_PING:
-		r = tcps_get_u32(&c, 0, &req->u32);
+		r = tcps_get_num(&c, 0, &req->u32, sizeof req->u32);
 		break;
 	case TCPS_SET:
 	case TCPS_APPEND:
@@ -277,7 +267,7 @@ tcps_decode(enum tcps_dialect d, const uint8_t *buf, size_t len,
 	case TCPS_BARRIER:
 		if ((r = tcps_get_str(&c, lim->key_max, 8, &req->key)) != 0)
 			break;
-		if ((r = tcps_get_u64(&c, 0, (uint64_t *)&num)) != 0)
+		if ((r = tcps_get_num(&c, 0, &num, sizeof num)) != 0)
 			break;
 		req->num = num;
 		break;
