@@ -16,13 +16,15 @@ it trains 2 replicas x 2 shards and prints at exit one line per rank:
             "loss": …, "eval_loss": …, "digest": "<sha256 of its
             parameter and optimizer shards>"}
 
-so that anyone can check the replicas agree shard by shard.
+so that anyone can check the replicas agree shard by shard.  With
+--checkpoint DIR it resumes from DIR's latest checkpoint and saves one
+every --ckpt-every steps (job.load/job.save: DCP, written by one
+replica, where a whole-job restart resumes from).
 """
 
 import argparse
 import json
 import os
-import shutil
 import signal
 import sys
 import time
@@ -76,55 +78,6 @@ def evaluate(model, x, y, vocab, batch):
     return total / y.numel()
 
 
-def save(job, d):
-    """A DCP checkpoint of the job in d/step-N (every rank writes its own
-    shards), then d/latest names it."""
-    import torch.distributed as dist
-    import torch.distributed.checkpoint as dcp
-    from torch.distributed.checkpoint.state_dict import get_state_dict
-    m, o, s = job.objects()
-    msd, osd = get_state_dict(m, o)
-    path = os.path.join(d, "step-%d" % job.step_count)
-    dcp.save({"model": msd, "optim": osd, "sched": s.state_dict(),
-        "job": {"step": job.step_count, "epoch": job.epoch,
-        "pos": job.pos}}, checkpoint_id=path)
-    dist.barrier()
-    if dist.get_rank() == 0:
-        try:
-            with open(os.path.join(d, "latest")) as f:
-                old = f.read()
-        except FileNotFoundError:
-            old = None
-        with open(os.path.join(d, "latest.tmp"), "w") as f:
-            f.write(path)
-        os.rename(os.path.join(d, "latest.tmp"), os.path.join(d, "latest"))
-        if old is not None and old != path:
-            shutil.rmtree(old, ignore_errors=True)
-
-
-def load(job, d):
-    """Loads d/latest, if there is one; returns its step or -1."""
-    import torch.distributed.checkpoint as dcp
-    from torch.distributed.checkpoint.state_dict import (get_state_dict,
-        set_state_dict)
-    try:
-        with open(os.path.join(d, "latest")) as f:
-            path = f.read()
-    except FileNotFoundError:
-        return -1
-    m, o, s = job.objects()
-    msd, osd = get_state_dict(m, o)
-    st = {"model": msd, "optim": osd, "sched": s.state_dict(),
-        "job": {"step": 0, "epoch": 0, "pos": 0}}
-    dcp.load(st, checkpoint_id=path)
-    set_state_dict(m, o, model_state_dict=st["model"],
-        optim_state_dict=st["optim"])
-    s.load_state_dict(st["sched"])
-    job.step_count, job.epoch, job.pos = (st["job"]["step"],
-        st["job"]["epoch"], st["job"]["pos"])
-    return job.step_count
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--replicas", type=int, default=2)
@@ -147,8 +100,16 @@ def main():
         help="tests: rank RANK (not a replacement) SIGKILLs itself inside "
         "step STEP, after its forward")
     ap.add_argument("--checkpoint", metavar="DIR", help="DCP checkpoints "
-        "in DIR (one replica, plain FSDP2: where a restart resumes from)")
+        "in DIR (job.save/job.load: where a whole-job restart resumes "
+        "from; with replica groups the lowest stepping replica writes)")
     ap.add_argument("--ckpt-every", type=int, default=20, metavar="N")
+    ap.add_argument("--die-in-save", type=int, nargs=2,
+        metavar=("STEP", "RANK"), help="tests: rank RANK (not a "
+        "replacement) SIGKILLs itself as the save of step STEP begins, "
+        "its shard peers in it")
+    ap.add_argument("--hold-at", type=int, metavar="STEP", help="tests: "
+        "every rank stops after step STEP (for the job to be killed "
+        "there), unless it resumed from a checkpoint")
     ap.add_argument("--replacement-delay", type=float, default=0,
         metavar="S", help="tests: a replacement sleeps S seconds first")
     ap.add_argument("--step-delay", type=float, default=0, metavar="S",
@@ -182,15 +143,10 @@ def main():
         weight_decay=0.01))
     sched = job.scheduler(lambda o: torch.optim.lr_scheduler.LambdaLR(o,
         lambda s: min(1.0, (s + 1) / 20)))
-    if a.checkpoint and job.replicas > 1:
-        ap.error("--checkpoint is for one replica (plain FSDP2); replica "
-            "groups heal from each other")
-    if a.checkpoint:
-        os.makedirs(a.checkpoint, exist_ok=True)
-        at = load(job, a.checkpoint)
-        if at >= 0:
-            print("rank %d: resumed from checkpoint at step %d" % (
-                job.home, at), flush=True)
+    resumed = a.checkpoint is not None and job.load(a.checkpoint)
+    if resumed:
+        print("rank %d: resumed from checkpoint at step %d" % (job.home,
+            job.step_count), flush=True)
     torch.manual_seed(a.seed + 1000 + job.home)
     loss = None		# a rank healed at the end never steps
     for epoch in job.epochs(a.epochs):
@@ -221,8 +177,16 @@ def main():
                 print("STEP %d %d %d %.4f %.4f %d" % (job.home,
                     job.replica, job.step_count, t0, time.time(),
                     job.stepping), flush=True)
-            if a.checkpoint and job.step_count % a.ckpt_every == 0:
-                save(job, a.checkpoint)
+            if a.checkpoint and job.committed and \
+                job.step_count % a.ckpt_every == 0:
+                if a.die_in_save == [job.step_count, job.home] and \
+                    not job.replacement:
+                    os.kill(os.getpid(), signal.SIGKILL)
+                job.save(a.checkpoint)
+            if a.hold_at == job.step_count and job.committed and \
+                not resumed:
+                while True:
+                    time.sleep(1)
             if job.step_count % 20 == 0 and job.shard == 0 and \
                 loss is not None:
                 print("replica %d epoch %d step %d loss %.4f" % (

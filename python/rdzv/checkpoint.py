@@ -20,6 +20,27 @@ a try left behind stays .partial and is never loaded.  A replacement
 never loads (its state comes from a live donor, newer than any
 checkpoint).
 
+With replica groups (rdzv.mesh, R replicas x S shards, repairing in
+place) the default group is the replica's shard group and every stepping
+replica holds the same state after a step, so one replica's shards are
+the whole checkpoint: the writer is the lowest replica that steps
+(job.rank < job.shards, its ranks the first S of the stepping ones), and
+DCP saves over its shard group alone; rank 0 of that group publishes.
+The other replicas write nothing: each rank meets its writer peer of the
+same shard index in the replicate group (an all-reduce with the job's
+collective timeout, not the repair timeout, so a long save never looks
+like a death to them) and returns the same path.  A death in the writer
+replica cuts its save: its survivors repair, wait and are healed from a
+peer replica (newer than the save), and the save is dropped, never
+published (the try stays .partial); the meet fails in the others, whose
+next step is then cut and repaired as any step a death cuts.  A death in
+another replica never touches the writer's save.  A load at the start
+reads the same latest in every replica, each over its own shard group
+(DCP reshards, so a checkpoint of any mesh of the same model loads); a
+replica healed while it loaded keeps its donor's state.  Without an
+agent's channel (torchrun) or with one replica the default group is the
+whole job's and every rank takes part, as for DDP.
+
 DCP's own collectives run as torch's (rdzv/collectives.py passes calls
 from torch's modules through); one called by the script directly in a
 job that repairs is refused at once, since a peer's death inside it
@@ -39,6 +60,27 @@ def _optimizer(o):
     return isinstance(o, torch.optim.Optimizer)
 
 
+def _objects(job):
+    """(the model or None, the objects saved beside it, in order):
+    job.ddp()'s module and job.track()'s; a MeshJob's model, optimizer
+    and scheduler as they are now (job.objects(): a heal makes them
+    again), then job.track()'s."""
+    if hasattr(job, "objects"):
+        m, o, s = job.objects()
+        return m, [x for x in (o, s) if x is not None] + \
+            list(job._tracked)
+    return job._module, job._tracked
+
+
+def _replicated(job):
+    """Whether job's default group is one replica's shard group
+    (rdzv.mesh with replica groups that repair in place): one replica
+    then writes for all."""
+    import torch.distributed as dist
+    return getattr(job, "replicas", 1) > 1 and dist.is_initialized() \
+        and dist.get_world_size() == job.shards
+
+
 def _state(job):
     """The state dict a checkpoint of job holds (as it is now: a load
     fills it in place)."""
@@ -46,10 +88,10 @@ def _state(job):
         get_model_state_dict, get_optimizer_state_dict)
     st = {"job": {"step": job.step_count, "epoch": job.epoch,
         "pos": job.pos, "full_world": job.full_world}}
-    m = job._module
+    m, tracked = _objects(job)
     if m is not None:
         st["model"] = get_model_state_dict(m)
-    for i, o in enumerate(job._tracked):
+    for i, o in enumerate(tracked):
         if m is not None and _optimizer(o):
             st["tracked%d" % i] = get_optimizer_state_dict(m, o)
         else:
@@ -61,10 +103,10 @@ def _apply(job, st):
     """Makes st (a loaded _state) job's state."""
     from torch.distributed.checkpoint.state_dict import (
         set_model_state_dict, set_optimizer_state_dict)
-    m = job._module
+    m, tracked = _objects(job)
     if m is not None:
         set_model_state_dict(m, st["model"])
-    for i, o in enumerate(job._tracked):
+    for i, o in enumerate(tracked):
         if m is not None and _optimizer(o):
             set_optimizer_state_dict(m, o, st["tracked%d" % i])
         else:
@@ -109,27 +151,38 @@ def _publish(root, tmp, final):
     os.replace(t, os.path.join(root, LATEST))
 
 
-def save(job, root):
-    """Checkpoints job in root as step-N; a peer's death during it is
-    repaired and the save done again in the new group.  Returns the
-    path."""
+def _write(job, root):
+    """One try: DCP saves job's state over the default group into
+    step-N.rR.partial, which the group's rank 0 publishes.  Returns the
+    final path."""
     import torch.distributed as dist
     import torch.distributed.checkpoint as dcp
+    final = os.path.join(root, _STEP % job.step_count)
+    rnd = job._round.round if job._round is not None else 0
+    tmp = "%s.r%d.partial" % (final, rnd)
+    dcp.save(_state(job), checkpoint_id=tmp)
+    if not dist.is_initialized() or dist.get_rank() == 0:
+        _publish(root, tmp, final)
+    return final
+
+
+def save(job, root):
+    """Checkpoints job in root as step-N; every rank calls it after the
+    same committed step.  A peer's death during it is repaired and the
+    save done again in the new group; with replica groups, one replica
+    writes and a death in it drops the save (see above).  Returns the
+    path, or None where the save was dropped."""
     if job._in_step:
         raise RuntimeError("rdzv.repair: job.save() inside `with "
             "job.step():` would save a step that is not committed yet; "
             "call it after the step, where `job.committed` is True")
     os.makedirs(root, exist_ok=True)
+    if _replicated(job):
+        return _save_replicated(job, root)
     while True:
-        final = os.path.join(root, _STEP % job.step_count)
-        rnd = job._round.round if job._round is not None else 0
-        tmp = "%s.r%d.partial" % (final, rnd)
         job._dcp = True
         try:
-            dcp.save(_state(job), checkpoint_id=tmp)
-            if not dist.is_initialized() or dist.get_rank() == 0:
-                _publish(root, tmp, final)
-            return final
+            return _write(job, root)
         except Exception as e:
             if not job._recover(e, "job.save()"):
                 raise
@@ -140,19 +193,78 @@ def save(job, root):
             job._dcp = False
 
 
+def _save_replicated(job, root):
+    """save() with replica groups: the lowest stepping replica writes,
+    the others meet it (see above)."""
+    step = job.step_count
+    path = os.path.join(root, _STEP % step)
+    writer = job.rank < job.shards
+    if writer:
+        job._dcp = True
+        try:
+            _write(job, root)
+        except Exception as e:
+            if not job._recover(e, "job.save()"):
+                raise
+            log.info("rank %d (replica %d shard %d): the save of step %d "
+                "was cut by a peer's death and dropped: the replica was "
+                "healed from a peer at step %d", job.home, job.replica,
+                job.shard, step, job.step_count)
+            return None
+        finally:
+            job._dcp = False
+    return path if _meet(job) or writer else None
+
+
+def _meet(job):
+    """Each rank of the stepping replicas meets its peers of the same
+    shard index once the writer's save is done (the replicate group,
+    under the job's collective timeout).  False when a death cut it:
+    the replicate group is then reset, so the next step's all-reduce
+    fails at once and the step is repaired as a cut one is."""
+    import datetime
+    import torch
+    import torch.distributed as dist
+    from . import group
+    rep = job._rep
+    if rep is None:
+        return True		# one replica steps: it wrote
+    opts = dist.AllreduceOptions()
+    opts.timeout = job.timeout if isinstance(job.timeout,
+        datetime.timedelta) else dist.default_pg_timeout
+    job._dcp = True		# blocked on its peers (the watcher's "wait")
+    try:
+        rep.allreduce([torch.ones(1)], opts).wait()
+    except Exception as e:
+        if not group.comm_error(e):
+            raise
+        log.info("rank %d (replica %d shard %d): the replicas' meet "
+            "after the save of step %d was cut by a death: the next "
+            "step repairs", job.home, job.replica, job.shard,
+            job.step_count)
+        group.reset(job._rep_socks)
+        return False
+    finally:
+        job._dcp = False
+    return True
+
+
 def load(job, root):
     """Loads root's latest checkpoint into job's model, tracked objects
     and position; False when there is none, or in a replacement (its
-    state comes from a donor)."""
+    state comes from a donor).  Every rank calls it before the loop; with
+    replica groups each replica loads it over its own shard group."""
     import torch.distributed.checkpoint as dcp
     if job.replacement:
         log.info("rank %d (home %d) replaces a dead rank: its state comes "
             "from a live donor, not from %s", job.rank, job.home, root)
         return False
-    if job._module is None:
-        raise RuntimeError("rdzv.repair: job.load() before job.ddp(): "
-            "give the model (and job.track() the optimizer) first, so "
-            "that the checkpoint has somewhere to go")
+    if _objects(job)[0] is None:
+        raise RuntimeError("rdzv.repair: job.load() before the model "
+            "(job.ddp(), or job.fsdp() and job.optimizer() with "
+            "rdzv.mesh): give it first, so that the checkpoint has "
+            "somewhere to go")
+    replicated = _replicated(job)
     while True:
         path = latest(root)
         if path is None:
@@ -169,6 +281,12 @@ def load(job, root):
         except Exception as e:
             if not job._recover(e, "job.load()"):
                 raise
+            if replicated:
+                # Healed from a peer replica, which loaded it.
+                log.info("rank %d: a death cut the load of %s: the "
+                    "state came from a peer replica, at step %d",
+                    job.home, path, job.step_count)
+                return True
         finally:
             job._dcp = False
 

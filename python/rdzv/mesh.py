@@ -29,8 +29,19 @@ rebuilds only that dimension:
   pair, never a full state_dict on any rank.
 
 With one replica (plain FSDP2) no peer holds a lost shard: the helper
-does not offer repair, so a death restarts the job the old way (from the
-script's checkpoint).  torch 1.13 has no FSDP2: the helper refuses.
+does not offer repair, so a death restarts the job the old way (from its
+checkpoint).  torch 1.13 has no FSDP2: the helper refuses.
+
+Checkpoints: job.save(DIR) after a committed step (every rank, at the
+same step) and job.load(DIR) before the loop, as in rdzv.repair
+(rdzv/checkpoint.py owns them): DCP, with the model, optimizer,
+scheduler and the job's position.  With replica groups the lowest
+stepping replica writes over its shard group and the others meet it; a
+death in that replica drops the save (its survivors are healed from a
+peer), never leaving a latest that names an incomplete checkpoint; a
+replacement never loads; a whole-job restart (every replica lost, below
+the minimum, preemption) loads latest in every replica, each over its
+shard group, and resumes at its step and data position.
 
 A script (examples/torch_hsdp_repair.py):
 
@@ -39,12 +50,15 @@ A script (examples/torch_hsdp_repair.py):
     model = job.fsdp(lambda m: build(m))        # build: fully_shard on m
     opt = job.optimizer(lambda ps: torch.optim.AdamW(ps, lr=1e-3))
     sched = job.scheduler(lambda o: LambdaLR(o, warmup))
+    job.load(CKPT)                              # its latest, if any
     for epoch in job.epochs(E):
         for idx in job.batches(N, B, seed=0):
             with job.step():
                 loss = model(x[idx]).loss; loss.backward()
                 torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
                 opt.step(); sched.step(); opt.zero_grad()
+            if job.committed and job.step_count % 100 == 0:
+                job.save(CKPT)
 
 model, opt and sched are stand-ins for the current objects (made again
 by a heal).  job.replica, job.shard, job.replicas, job.shards say where
@@ -401,8 +415,10 @@ class MeshJob(Job):
     def _in_torch(self):
         """A replica waiting for its replacement is blocked on its peers
         as a rank inside a collective is: it says "wait", so the agent's
-        --progress_timeout watchdog does not take it for hung."""
-        return not self.active or super()._in_torch()
+        --progress_timeout watchdog does not take it for hung; so is a
+        rank in job.save() or job.load() (in another replica, waiting
+        for the writer's save)."""
+        return not self.active or self._dcp or super()._in_torch()
 
     # ---- repair ----
 
