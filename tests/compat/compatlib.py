@@ -464,6 +464,20 @@ def check_samples(out, n, batch, epochs, full_world=4, seed=0,
             "in part)" % (e, len(steps), pos, partial))
 
 
+def checkpoints_complete(root):
+    """rdzv.checkpoint's root: its step-N directories each have DCP's
+    .metadata, and latest names one; returns latest's name."""
+    names = sorted(os.listdir(root))
+    for n in names:
+        if n.startswith("step-") and not n.endswith(".partial"):
+            check(os.path.exists(os.path.join(root, n, ".metadata")),
+                "%s looks complete but has no .metadata" % n)
+    with open(os.path.join(root, "latest")) as f:
+        name = f.read().strip()
+    check(name in names and not name.endswith(".partial"), (name, names))
+    return name
+
+
 def repair_reports(out):
     """The REPORT documents (dicts) in the workers' output."""
     return [json.loads(m) for m in _REPORT_RE.findall(out)]

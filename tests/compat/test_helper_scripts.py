@@ -34,7 +34,7 @@ compatlib.use_torch2()
 import rdzvtest as rt                                   # noqa: E402
 from agent_lib import Scope, conf, job_events           # noqa: E402
 from agent_torch import running                         # noqa: E402
-from compatlib import check, log                        # noqa: E402
+from compatlib import check, checkpoints_complete, log  # noqa: E402
 
 PYDIR = os.path.join(rt.top_srcdir(), "python")
 ENV = {"PYTHON": rt.TORCH2_PYTHON, "GLOO_SOCKET_IFNAME": "lo",
@@ -276,20 +276,6 @@ def committed(tmp, attempt):
                 check(e == int(epoch), (name, ln))
                 got.extend(int(i) for i in idx.split(","))
     return {k: (e, sorted(v)) for k, (e, v) in out.items()}
-
-
-def checkpoints_complete(root):
-    """root's step-N directories each have DCP's .metadata, and latest
-    names one; returns latest's name."""
-    names = sorted(os.listdir(root))
-    for n in names:
-        if n.startswith("step-") and not n.endswith(".partial"):
-            check(os.path.exists(os.path.join(root, n, ".metadata")),
-                  "%s looks complete but has no .metadata" % n)
-    with open(os.path.join(root, "latest")) as f:
-        name = f.read().strip()
-    check(name in names and not name.endswith(".partial"), (name, names))
-    return name
 
 
 def test_checkpoint_cut_by_a_kill():

@@ -14,7 +14,11 @@ set is a failure-free run's within the noise between seeds.  A second
 death in the waiting replica shrinks again and one grow takes both
 replacements in; a third agent waiting as a standby takes the place of a
 replica group's lost node, its workers healed as replacements.
-rdzv.mesh's topology (plan) is checked without torch; torch 1.13 refuses
+Checkpoints (job.save/job.load through DCP): a rank killed as the save
+of the replica that writes begins drops that save and the job heals and
+ends with only complete checkpoints; a job stopped whole resumes from
+the last one in both replicas, no sample of the epoch trained twice or
+skipped.  rdzv.mesh's topology (plan) is checked without torch; torch 1.13 refuses
 HSDP with a message that names the fix.
 """
 
@@ -119,19 +123,20 @@ def _wait_ok(agents):
 
 
 def _hsdp_run(d, s, job, delay, during=None, nodes=2, policy="rank",
-              spare=False):
+              spare=False, samples=SAMPLES, die=None):
     """examples/torch_hsdp_repair.py, 2 replicas x 2 shards over nodes
     agents (2: one replica group each; 4: each group spans two), rank
     DIE_HOME SIGKILLing itself in step DIE_STEP; a replacement sleeps
     delay seconds before it says ready (the healthy replica steps on
     meanwhile); policy: the example's --batch-policy; spare: the agents
-    keep warm spares (else replacements start cold).  during(agents),
-    when given, runs once the agents are up.  Returns the agents' output
+    keep warm spares (else replacements start cold); die: the example's
+    options that kill a rank, if not --die-at.  during(agents), when
+    given, runs once the agents are up.  Returns the agents' output
     and the job's events once every agent exited 0."""
-    prog = [_example(), "--epochs", "1", "--samples", str(SAMPLES),
-            "--die-at", str(DIE_STEP), str(DIE_HOME),
+    prog = [_example(), "--epochs", "1", "--samples", str(samples),
             "--replacement-delay", str(delay), "--log-ids",
-            "--batch-policy", policy]
+            "--batch-policy", policy] + (die or [
+                "--die-at", str(DIE_STEP), str(DIE_HOME)])
     agents = [s.agent(_hsdp_args(d, job, nodes=nodes, spare=spare),
                       env=_ENV, program=prog) for _ in range(nodes)]
     if during is not None:
@@ -375,6 +380,89 @@ def test_hsdp_standby_takes_lost_node():
                   if not r["replacement"]), c.output()[-3000:])
     compatlib.log("replica %d lost with its node, healed at step %s on "
                   "the standby's" % (lost[0] // 2, healed))
+    d.stop()
+
+
+
+
+def test_hsdp_save_cut_by_a_kill():
+    """job.save() every 4 steps with 2 replicas x 2 shards: replica 0,
+    the lowest that steps, writes each checkpoint over its shard group,
+    replica 1 meets it.  Rank 1 is SIGKILLed as the save of step 4
+    begins, rank 0 in it: rank 0's save is cut and dropped (never
+    published), replica 1 steps on alone (writing meanwhile), replica 0
+    (its replacement the warm spare) heals from it and writes again; the
+    job ends 0, every step-N directory is complete and latest names the
+    last step's."""
+    d = rt.Rdzvd()
+    with Scope("repair-hsdp-ckpt-") as s:
+        root = os.path.join(s.tmp, "ckpt")
+        out, ev = _hsdp_run(d, s, "hsdpck", 1, spare=True, die=[
+            "--checkpoint", root, "--ckpt-every", "4", "--die-in-save",
+            "4", str(DIE_HOME)])
+        name = compatlib.checkpoints_complete(root)
+        names = sorted(os.listdir(root))
+    reports, healed = _check_healed(out, ev, [DIE_HOME], died=4)
+    check("rank 0 (replica 0 shard 0): the save of step 4 was cut by a "
+          "peer's death and dropped" in out, out[-6000:])
+    check("step-%09d" % 4 not in names, names)
+    steps = reports[0]["steps"]
+    check(name == "step-%09d" % (steps - steps % 4), (name, steps, names))
+    # Healed before the last save (not at the end): written after it.
+    check(max(healed.values()) > steps - 4 or any(
+        n.startswith("step-") and not n.endswith(".partial") and
+        int(n[5:]) > max(healed.values()) for n in names), (healed, names))
+    compatlib.log("save of step 4 cut: healed at %s, checkpoints %s" % (
+        healed, names))
+    d.stop()
+
+
+def test_hsdp_restart_resumes_from_checkpoint():
+    """2 replicas x 2 shards checkpointing every 4 steps are stopped
+    whole (both agents SIGKILLed, their workers with them) after step 6,
+    two past the checkpoint replica 0 wrote.  The job started again
+    loads step 4 in both replicas, each over its own shard group, and
+    trains steps 5 and 6 again on the same samples: attempt 0 up to the
+    checkpoint and attempt 1 after it train each sample of the epoch
+    once, and the replicas end equal shard by shard."""
+    d = rt.Rdzvd()
+    with Scope("repair-hsdp-ckpt-") as s:
+        root = os.path.join(s.tmp, "ckpt")
+        prog = [_example(), "--epochs", "1", "--samples", "512",
+                "--log-ids", "--checkpoint", root, "--ckpt-every", "4",
+                "--hold-at", "6"]
+        first = [s.agent(_hsdp_args(d, "hsdprs0"), env=_ENV, program=prog)
+                 for _ in range(2)]
+        rt.wait_until(lambda: sum(1 for m in compatlib.COMMIT_RE.findall(
+            "".join(x.output() for x in first)) if m[1] == "6") == 4,
+                      timeout=120, what="4 ranks at step 6")
+        check(compatlib.checkpoints_complete(root) == "step-%09d" % 4,
+              os.listdir(root))
+        for x in first:
+            x.kill()
+        out0 = "".join(x.output() for x in first)
+        again = [s.agent(_hsdp_args(d, "hsdprs1"), env=_ENV, program=prog)
+                 for _ in range(2)]
+        _wait_ok(again)
+        out1 = "".join(x.output() for x in again)
+    resumed = re.findall(r"rank (\d): resumed from checkpoint at step "
+                         r"(\d+)", out1)
+    check(sorted(resumed) == [(str(r), "4") for r in range(4)], resumed)
+    c0, c1 = compatlib.commits(out0), compatlib.commits(out1)
+    check(min(s for _, s in c1) == 5, sorted(c1))
+    for k in ((0, 5), (0, 6)):
+        check(sorted(i for x in c0[k] for i in x[2]) ==
+              sorted(i for x in c1[k] for i in x[2]), (k, c0[k], c1[k]))
+    compatlib.check_samples("\n".join(
+        m.group(0) for m in compatlib.COMMIT_RE.finditer(out0)
+        if int(m.group(2)) <= 4) + "\n" + out1, 512, 8, 1)
+    reports = _docs(out1, "REPORT")
+    check(sorted(r["rank"] for r in reports) == [0, 1, 2, 3], out1[-6000:])
+    for shard in (0, 1):
+        check(len({r["digest"] for r in reports if r["shard"] == shard})
+              == 1, reports)
+    compatlib.log("restarted whole from step 4 (attempt 0 reached 6): %d "
+                  "steps in attempt 1" % len(c1))
     d.stop()
 
 
