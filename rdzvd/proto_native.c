@@ -851,45 +851,25 @@ native_round_req(struct nat_req *r, struct round_req *rq)
 	rq->job = r->job;
 }
 
+/* ADMIN_CLOSE: a reason; ADMIN_FORGET: the job alone; ADMIN_EVICT, LEAVE
+ * and HEARTBEAT: a node id (HEARTBEAT: and maybe repairable; ADMIN_EVICT:
+ * and maybe now); SUCCEEDED: a node id and a round, and maybe the
+ * replacements that never joined. */
 static int
-native_admin_close(struct nat_req *r)
+native_round_op(struct nat_req *r)
 {
 	struct round_req	rq;
 
 	native_round_req(r, &rq);
-	if (nat_get_bytes(&r->rd, &rq.reason) != 0 || native_end(r) != 0)
-		return RDZV_EPROTO;
-	round_request(r->c, &rq);
-	return 0;
-}
-
-/* ADMIN_FORGET: the job alone. */
-static int
-native_admin_forget(struct nat_req *r)
-{
-	struct round_req	rq;
-
-	native_round_req(r, &rq);
-	if (native_end(r) != 0)
-		return RDZV_EPROTO;
-	round_request(r->c, &rq);
-	return 0;
-}
-
-/* ADMIN_EVICT, LEAVE and HEARTBEAT: a node id (HEARTBEAT: and maybe
- * repairable; ADMIN_EVICT: and maybe now); SUCCEEDED: and a round, and
- * maybe the replacements that never joined. */
-static int
-native_node_op(struct nat_req *r)
-{
-	struct round_req	rq;
-
-	native_round_req(r, &rq);
-	if (nat_get_i64(&r->rd, &rq.node_id) != 0 ||
-	    (rq.op == NAT_OP_SUCCEEDED &&
-	    nat_get_i64(&r->rd, &rq.round) != 0))
-		return RDZV_EPROTO;
 	rq.repairable = -1;
+	if (rq.op == NAT_OP_ADMIN_CLOSE) {
+		if (nat_get_bytes(&r->rd, &rq.reason) != 0)
+			return RDZV_EPROTO;
+	} else if (rq.op != NAT_OP_ADMIN_FORGET &&
+	    (nat_get_i64(&r->rd, &rq.node_id) != 0 ||
+	    (rq.op == NAT_OP_SUCCEEDED &&
+	    nat_get_i64(&r->rd, &rq.round) != 0)))
+		return RDZV_EPROTO;
 	if (rq.op == NAT_OP_HEARTBEAT && r->rd.left > 0 &&
 	    nat_get_i64(&r->rd, &rq.repairable) != 0)
 		return RDZV_EPROTO;
@@ -962,10 +942,10 @@ static const struct nat_handler native_handlers[NAT_OP_MAX + 1] = {
 	[NAT_OP_WATCH] = { OPK_WATCH, NF_NS | NF_KEY, native_watch, NA_NS },
 	[NAT_OP_WATCH_EVENT] = { OPK_WATCH, NF_PUSH, NULL },
 	[NAT_OP_JOIN] = { OPK_JOIN, 0, native_join_failure, NA_JOB },
-	[NAT_OP_HEARTBEAT] = { OPK_HEARTBEAT, NF_JOB, native_node_op, NA_JOB },
-	[NAT_OP_LEAVE] = { OPK_LEAVE, NF_JOB, native_node_op, NA_JOB },
+	[NAT_OP_HEARTBEAT] = { OPK_HEARTBEAT, NF_JOB, native_round_op, NA_JOB },
+	[NAT_OP_LEAVE] = { OPK_LEAVE, NF_JOB, native_round_op, NA_JOB },
 	[NAT_OP_FAILURE] = { OPK_FAILURE, 0, native_join_failure, NA_JOB },
-	[NAT_OP_SUCCEEDED] = { OPK_SUCCEEDED, NF_JOB, native_node_op, NA_JOB },
+	[NAT_OP_SUCCEEDED] = { OPK_SUCCEEDED, NF_JOB, native_round_op, NA_JOB },
 	[NAT_OP_ROUND] = { OPK_JOIN, NF_PUSH, NULL },
 	[NAT_OP_JOB_STATUS] = { OPK_JOB_STATUS, NF_JOB,
 	    native_job_status, NA_JOB },
@@ -975,16 +955,16 @@ static const struct nat_handler native_handlers[NAT_OP_MAX + 1] = {
 	    native_admin_job, NA_JOB },
 	[NAT_OP_ADMIN_EVENTS] = { OPK_ADMIN, NF_JOB,
 	    native_admin_events, NA_JOB },
-	[NAT_OP_ADMIN_CLOSE] = { OPK_ADMIN, NF_JOB, native_admin_close,
+	[NAT_OP_ADMIN_CLOSE] = { OPK_ADMIN, NF_JOB, native_round_op,
 	    NA_JOB },
-	[NAT_OP_ADMIN_EVICT] = { OPK_ADMIN, NF_JOB, native_node_op,
+	[NAT_OP_ADMIN_EVICT] = { OPK_ADMIN, NF_JOB, native_round_op,
 	    NA_OPERATOR },
 	[NAT_OP_AUTH_CHALLENGE] = { OPK_ADMIN, NF_PUSH, NULL },
 	[NAT_OP_AUTH] = { OPK_ADMIN, 0, NULL },
 	[NAT_OP_READY] = { OPK_READY, 0, native_join_failure, NA_JOB },
 	[NAT_OP_STRAGGLER] = { OPK_JOIN, NF_PUSH, NULL },
 	[NAT_OP_DRAIN] = { OPK_JOIN, NF_PUSH, NULL },
-	[NAT_OP_ADMIN_FORGET] = { OPK_ADMIN, NF_JOB, native_admin_forget,
+	[NAT_OP_ADMIN_FORGET] = { OPK_ADMIN, NF_JOB, native_round_op,
 	    NA_OPERATOR },
 };
 
