@@ -1576,6 +1576,17 @@ class _TCPStoreBase:
             raise RdzvError(RDZV_EPROTO, "reply length %d" % n)
         return recv_exact(self.sock, n)
 
+    def read_u8_within(self, timeout):
+        """read_u8 with the socket's timeout set to timeout (None: as it
+        is) while it reads; socket.timeout propagates."""
+        old = self.sock.gettimeout()
+        if timeout is not None:
+            self.sock.settimeout(timeout)
+        try:
+            return self.read_u8()
+        finally:
+            self.sock.settimeout(old)
+
     def _req(self, op, *args):
         self.sock.sendall(self.enc(op, *args))
 
@@ -1606,13 +1617,7 @@ class _TCPStoreBase:
         """Blocks until the server answers (STOP_WAITING, 0); with timeout
         a socket.timeout propagates (1.13 sends nothing on timeout)."""
         self._req("wait", keys)
-        old = self.sock.gettimeout()
-        if timeout is not None:
-            self.sock.settimeout(timeout)
-        try:
-            return self.read_u8()
-        finally:
-            self.sock.settimeout(old)
+        return self.read_u8_within(timeout)
 
     def num_keys(self):
         self._req("num_keys")
@@ -1710,13 +1715,7 @@ class TCPStore2(_TCPStoreBase):
 
     def barrier(self, key, world, timeout=None):
         self._req("barrier", key, world)
-        old = self.sock.gettimeout()
-        if timeout is not None:
-            self.sock.settimeout(timeout)
-        try:
-            return self.read_u8()
-        finally:
-            self.sock.settimeout(old)
+        return self.read_u8_within(timeout)
 
 
 # ---- torch's own server: the reference the clients and rdzvd are held to ----
