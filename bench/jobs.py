@@ -30,6 +30,9 @@ monotonic time of this process at arrival.
     job.stop(marker)     SIGTERM to the launchers, then SIGKILL to what is
                          left, marker: a string in the workers' command
                          lines
+
+    runs(sides, reps, tmp)  (rep, side, n, name, dir) of every job, sides
+                         rotated by one a repetition
 """
 
 import os
@@ -57,6 +60,21 @@ END_RE = re.compile(r"epoch (\d+) loss ")
 SHRINK_RE = re.compile(r"rdzv-agent\[\d+\]: round (\d+): repair \(shrink\)")
 RESTART_RE = re.compile(r"rdzv-agent\[\d+\]: round \d+: group rank 0 .* "
                         r"restart (\d+)$")
+
+
+def runs(sides, reps, tmp):
+    """(rep, side, n, name, d) for every job of a benchmark: reps
+    repetitions of sides, each order rotated by one from the last (so that
+    drifting machine load falls on every side alike); n counts the jobs
+    from 1, name is "SIDE-n" and d a new directory of that name in tmp."""
+    n = 0
+    for rep in range(reps):
+        for side in sides[rep % len(sides):] + sides[:rep % len(sides)]:
+            n += 1
+            name = "%s-%d" % (side, n)
+            d = os.path.join(tmp, name)
+            os.makedirs(d)
+            yield rep, side, n, name, d
 
 
 def launcher_argv(side, prog, name, port, build, torchrun=TORCHRUN,

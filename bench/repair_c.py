@@ -139,66 +139,59 @@ def real(a, build, src):
     failed = {}		# side -> jobs that did not recover
     tmp = tempfile.mkdtemp(prefix="repair-c-")
     d = rt.Rdzvd()
-    n = 0
     try:
-        for rep in range(a.reps):
-            order = sides[rep % len(sides):] + sides[:rep % len(sides)]
-            for side in order:
-                n += 1
-                name = "%s-%d" % (side, n)
-                jd = os.path.join(tmp, name)
-                os.makedirs(jd)
-                load = os.getloadavg()[0]
-                job = jobs.Job(side, prog + ["--seed", str(n)], jd, name,
-                               d.port, build, torchrun=a.torchrun,
-                               worker="ddp_mlp")
-                try:
-                    t = job.t0
-                    for _ in range(20):
-                        t, _ = job.wait_line(progress, t)
-                    ws = job.workers()
-                    assert len(ws) == 4, (side, ws)
-                    t_kill = time.monotonic()
-                    os.kill(ws[rep % 4], signal.SIGKILL)
-                    row = {}
-                    t, s = job.wait_line(
+        for rep, side, n, name, jd in jobs.runs(sides, a.reps, tmp):
+            load = os.getloadavg()[0]
+            job = jobs.Job(side, prog + ["--seed", str(n)], jd, name,
+                           d.port, build, torchrun=a.torchrun,
+                           worker="ddp_mlp")
+            try:
+                t = job.t0
+                for _ in range(20):
+                    t, _ = job.wait_line(progress, t)
+                ws = job.workers()
+                assert len(ws) == 4, (side, ws)
+                t_kill = time.monotonic()
+                os.kill(ws[rep % 4], signal.SIGKILL)
+                row = {}
+                t, s = job.wait_line(
+                    lambda s: "ddp_mlp: world 4" in s or
+                    ("repaired: round" in s and "(shrink)" in s),
+                    t_kill)
+                if "repaired" in s:
+                    row["survivors"] = job.wait_line(progress, t)[0]
+                    row["grow"] = job.wait_line(
+                        lambda s: "repair (grow)" in s, t_kill)[0]
+                    # Rank 0 of the grow round: a survivor says
+                    # "repaired", the replacement its first line.
+                    t, _ = job.wait_line(
                         lambda s: "ddp_mlp: world 4" in s or
-                        ("repaired: round" in s and "(shrink)" in s),
-                        t_kill)
-                    if "repaired" in s:
-                        row["survivors"] = job.wait_line(progress, t)[0]
-                        row["grow"] = job.wait_line(
-                            lambda s: "repair (grow)" in s, t_kill)[0]
-                        # Rank 0 of the grow round: a survivor says
-                        # "repaired", the replacement its first line.
-                        t, _ = job.wait_line(
-                            lambda s: "ddp_mlp: world 4" in s or
-                            ("repaired: round" in s and "(grow)" in s),
-                            row["grow"])
-                        row["all"] = job.wait_line(progress, t)[0]
-                    else:
-                        row["all"] = row["survivors"] = \
-                            job.wait_line(progress, t)[0]
-                    row = {k: v - t_kill for k, v in row.items()}
-                except AssertionError as e:
-                    # A job that does not recover: counted, not timed.
-                    print("rep %d %-8s did not recover: %s (output: %s)"
-                          % (rep + 1, side, str(e).splitlines()[0], jd),
-                          flush=True)
-                    failed[side] = failed.get(side, 0) + 1
-                    continue
-                finally:
-                    rp, rs = job.rounds()
-                    job.stop(jd)
-                for k, v in row.items():
-                    figs.setdefault((side, k), []).append(v)
-                print("rep %d %-8s %s  repairs %s restarts %s  load "
-                      "%.1f->%.1f" % (rep + 1, side, "  ".join(
-                          "%s %.3f s" % (k, row[k]) for k in
-                          ("survivors", "grow", "all") if k in row),
-                          "-" if rp is None else rp,
-                          "-" if rs is None else rs, load,
-                          os.getloadavg()[0]), flush=True)
+                        ("repaired: round" in s and "(grow)" in s),
+                        row["grow"])
+                    row["all"] = job.wait_line(progress, t)[0]
+                else:
+                    row["all"] = row["survivors"] = \
+                        job.wait_line(progress, t)[0]
+                row = {k: v - t_kill for k, v in row.items()}
+            except AssertionError as e:
+                # A job that does not recover: counted, not timed.
+                print("rep %d %-8s did not recover: %s (output: %s)"
+                      % (rep + 1, side, str(e).splitlines()[0], jd),
+                      flush=True)
+                failed[side] = failed.get(side, 0) + 1
+                continue
+            finally:
+                rp, rs = job.rounds()
+                job.stop(jd)
+            for k, v in row.items():
+                figs.setdefault((side, k), []).append(v)
+            print("rep %d %-8s %s  repairs %s restarts %s  load "
+                  "%.1f->%.1f" % (rep + 1, side, "  ".join(
+                      "%s %.3f s" % (k, row[k]) for k in
+                      ("survivors", "grow", "all") if k in row),
+                      "-" if rp is None else rp,
+                      "-" if rs is None else rs, load,
+                      os.getloadavg()[0]), flush=True)
     finally:
         d.stop()
         if not failed:

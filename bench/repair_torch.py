@@ -228,82 +228,75 @@ def real(a):
     d = rdzvtest.Rdzvd(tmpdir=rdzvtest.mktemp("rdzv-bench-repair-"))
     figs = {}		# (side, figure) -> [seconds]
     loads = []
-    n = 0
     try:
-        for run in range(a.runs):
-            order = sides[run % len(sides):] + sides[:run % len(sides)]
-            for side in order:
-                n += 1
-                name = "%s-%d" % (side, n)
-                jd = os.path.join(tmp, name)
-                os.makedirs(jd)
-                loads.append(os.getloadavg()[0])
-                # rdzv.repair does not read RDZV_REPAIR: without the
-                # agent channel a worker never says hello, and the
-                # agent restarts the job.
-                py = side in ("repair", "cold")
-                wprog = ["env", "-u", "RDZV_PROGRESS_FD", a.python] + \
-                    prog if side == "restart" else prog if py else \
-                    [a.python] + prog
-                job = jobs.Job(side, wprog, jd, name, d.port, build,
-                    env=env, torchrun=a.torchrun,
-                    python=a.python if py else None)
-                try:
-                    job.wait_line(lambda s: re.search(
-                        r"STEP 0 (\d\d+) ", s) is not None,
-                        job.t0, timeout=300)
-                    if side == "repair":
-                        mem.extend(warm_spares(job))
-                    ws = job.workers()
-                    assert len(ws) == 4, (side, ws)
-                    at = max(st[2] for st in job_steps(job))
-                    tk = time.monotonic()
-                    os.kill(ws[run % 4], signal.SIGKILL)
-                    row = {}
-                    if side in ("repair", "cold"):
-                        row["ready"] = job.wait_line(lambda s:
-                            "replacement is ready" in s, tk,
-                            timeout=300)[0]
-                        row["all"] = max(firsts(job, lambda st:
-                            st[0] > tk and st[3] == 4, range(4),
-                            "a step in 4").values())
-                        # (a): every survivor's first step in
-                        # the group of 3; a grow that came first
-                        # (the survivors waited for the
-                        # replacement) makes (a) = (b).
-                        ta = {}
-                        for st in job_steps(job):
-                            if tk < st[0] < row["all"] and \
-                                st[3] == 3 and st[1] not in ta:
-                                ta[st[1]] = st[0]
-                        row["survivors"] = max(ta.values()) if \
-                            len(ta) == 3 else row["all"]
-                    else:
-                        row["all"] = row["survivors"] = max(firsts(
-                            job, lambda st: st[0] > tk and
-                            st[2] < at, range(4),
-                            "a step of the new job").values())
-                    row = {k: v - tk for k, v in row.items()}
-                except AssertionError as e:
-                    # A job that does not recover: counted, not timed.
-                    print("# run %d %-8s did not recover: %s (output: "
-                        "%s)" % (run + 1, side, str(e).splitlines()[0], jd),
-                        file=sys.stderr, flush=True)
-                    figs.setdefault((side, "failed"), []).append(1)
-                    continue
-                finally:
-                    rp, rs = job.rounds()
-                    job.stop(jd)
-                for k, v in row.items():
-                    figs.setdefault((side, k), []).append(v)
-                print("# run %d %-8s %s  repairs %s restarts %s  load "
-                    "%.1f->%.1f" % (run + 1, side, "  ".join(
-                    "%s %.3f s" % (k, row[k]) for k in ("survivors",
-                    "ready", "all") if k in row),
-                    "-" if rp is None else rp,
-                    "-" if rs is None else rs, loads[-1],
-                    os.getloadavg()[0]), file=sys.stderr, flush=True)
-                loads.append(os.getloadavg()[0])
+        for run, side, n, name, jd in jobs.runs(sides, a.runs, tmp):
+            loads.append(os.getloadavg()[0])
+            # rdzv.repair does not read RDZV_REPAIR: without the
+            # agent channel a worker never says hello, and the
+            # agent restarts the job.
+            py = side in ("repair", "cold")
+            wprog = ["env", "-u", "RDZV_PROGRESS_FD", a.python] + \
+                prog if side == "restart" else prog if py else \
+                [a.python] + prog
+            job = jobs.Job(side, wprog, jd, name, d.port, build,
+                env=env, torchrun=a.torchrun,
+                python=a.python if py else None)
+            try:
+                job.wait_line(lambda s: re.search(
+                    r"STEP 0 (\d\d+) ", s) is not None,
+                    job.t0, timeout=300)
+                if side == "repair":
+                    mem.extend(warm_spares(job))
+                ws = job.workers()
+                assert len(ws) == 4, (side, ws)
+                at = max(st[2] for st in job_steps(job))
+                tk = time.monotonic()
+                os.kill(ws[run % 4], signal.SIGKILL)
+                row = {}
+                if side in ("repair", "cold"):
+                    row["ready"] = job.wait_line(lambda s:
+                        "replacement is ready" in s, tk,
+                        timeout=300)[0]
+                    row["all"] = max(firsts(job, lambda st:
+                        st[0] > tk and st[3] == 4, range(4),
+                        "a step in 4").values())
+                    # (a): every survivor's first step in
+                    # the group of 3; a grow that came first
+                    # (the survivors waited for the
+                    # replacement) makes (a) = (b).
+                    ta = {}
+                    for st in job_steps(job):
+                        if tk < st[0] < row["all"] and \
+                            st[3] == 3 and st[1] not in ta:
+                            ta[st[1]] = st[0]
+                    row["survivors"] = max(ta.values()) if \
+                        len(ta) == 3 else row["all"]
+                else:
+                    row["all"] = row["survivors"] = max(firsts(
+                        job, lambda st: st[0] > tk and
+                        st[2] < at, range(4),
+                        "a step of the new job").values())
+                row = {k: v - tk for k, v in row.items()}
+            except AssertionError as e:
+                # A job that does not recover: counted, not timed.
+                print("# run %d %-8s did not recover: %s (output: "
+                    "%s)" % (run + 1, side, str(e).splitlines()[0], jd),
+                    file=sys.stderr, flush=True)
+                figs.setdefault((side, "failed"), []).append(1)
+                continue
+            finally:
+                rp, rs = job.rounds()
+                job.stop(jd)
+            for k, v in row.items():
+                figs.setdefault((side, k), []).append(v)
+            print("# run %d %-8s %s  repairs %s restarts %s  load "
+                "%.1f->%.1f" % (run + 1, side, "  ".join(
+                "%s %.3f s" % (k, row[k]) for k in ("survivors",
+                "ready", "all") if k in row),
+                "-" if rp is None else rp,
+                "-" if rs is None else rs, loads[-1],
+                os.getloadavg()[0]), file=sys.stderr, flush=True)
+            loads.append(os.getloadavg()[0])
     finally:
         d.stop()
         if not any(k[1] == "failed" for k in figs):

@@ -22,18 +22,11 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PY = "/usr/bin/python3"
-
-
-def cpu_ms(pid):
-    """User + system CPU time of pid in ms (clock-tick resolution)."""
-    with open("/proc/%d/stat" % pid) as f:
-        st = f.read()
-    f = st[st.rfind(")") + 2:].split()
-    return (int(f[11]) + int(f[12])) * 1000.0 / os.sysconf("SC_CLK_TCK")
+sys.path.insert(0, HERE)
+from restart import cpu_ms, rdzvd_port  # noqa: E402
 
 
 def start(binary, d, durability):
@@ -44,13 +37,7 @@ def start(binary, d, durability):
             "--log-file", os.path.join(d, "rdzvd.log")]
     p = subprocess.Popen(argv, stdout=subprocess.DEVNULL,
                          stderr=open(os.path.join(d, "stderr"), "w"))
-    end = time.monotonic() + 10
-    while not os.path.exists(pf):
-        if p.poll() is not None or time.monotonic() > end:
-            raise RuntimeError("rdzvd did not start: see %s" % d)
-        time.sleep(0.02)
-    with open(pf) as f:
-        return p, int(f.read().split()[0])
+    return p, rdzvd_port(p, pf, d)
 
 
 def one(binary, n, tmp, tag, durability):

@@ -98,6 +98,19 @@ def cpu_ms(pid):
     return (int(f[11]) + int(f[12])) * 1000.0 / os.sysconf("SC_CLK_TCK")
 
 
+def rdzvd_port(p, pf, d):
+    """The port rdzvd p (started with --port-file pf) listens on, once it
+    wrote pf; RuntimeError (naming directory d) when p exits first or 10 s
+    pass."""
+    end = time.monotonic() + 10
+    while not os.path.exists(pf):
+        if p.poll() is not None or time.monotonic() > end:
+            raise RuntimeError("rdzvd did not start: see %s" % d)
+        time.sleep(0.02)
+    with open(pf) as f:
+        return int(f.read().split()[0])
+
+
 def proc_stat(pid):
     """(ppid, session, state) of pid, or None."""
     try:
@@ -235,13 +248,7 @@ class Bench:
         if durability:
             argv += ["--durability", durability]
         p = self.spawn(argv, os.path.join(d, "stderr"), d)
-        end = time.monotonic() + 10
-        while not os.path.exists(pf):
-            if p.poll() is not None or time.monotonic() > end:
-                raise RuntimeError("rdzvd did not start: see %s" % d)
-            time.sleep(0.02)
-        with open(pf) as f:
-            return p, int(f.read().split()[0])
+        return p, rdzvd_port(p, pf, d)
 
     def stop_proc(self, p, timeout=10):
         if p.poll() is None:
