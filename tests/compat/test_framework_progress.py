@@ -140,7 +140,7 @@ def test_transformers_job_on_every_surface():
 # shortens its groups' timeouts behind a barrier on device "cpu", which
 # gloo refuses (they keep their length).
 TORCHTITAN = r'''
-import json, os, sys, types
+import json, os, sys, time, types
 import torch
 import torch.nn.functional as F
 
@@ -207,6 +207,7 @@ class Until(TorchtitanProgress):
             with open(p + ".tmp", "w") as f:
                 json.dump({"pid": os.getpid()}, f)
             os.rename(p + ".tmp", p)
+        time.sleep(0.05)        # the surfaces need steps, not speed
         return not (stop.item() > 0 and self.step >= 5)
 
 
