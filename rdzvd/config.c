@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <getopt.h>
 #include <limits.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -245,6 +246,57 @@ parse_seconds(const char *s, long long max, int64_t *out)
 	return 0;
 }
 
+/* The words an option of a few values takes, and the value of each. */
+struct opt_word {
+	const char	*word;
+	int		 value;
+};
+
+static const struct opt_word opt_levels[] = {
+	{ "warn", LOG_LVL_WARN }, { "info", LOG_LVL_INFO },
+	{ "debug", LOG_LVL_DEBUG }, { NULL, 0 }
+};
+static const struct opt_word opt_tls_modes[] = {
+	{ "required", RDZVD_TLS_REQUIRED }, { "optional", RDZVD_TLS_OPTIONAL },
+	{ NULL, 0 }
+};
+static const struct opt_word opt_flags[] = {
+	{ "yes", 1 }, { "true", 1 }, { "1", 1 },
+	{ "no", 0 }, { "false", 0 }, { "0", 0 }, { NULL, 0 }
+};
+
+/*
+ * Prints why val is no value of o: "rdzvd: [WHERE: ]--NAME: 'VAL' is "
+ * (a flag's name without the dashes: it comes from a file) and then fmt.
+ * Returns -1.
+ */
+static int __attribute__((format(printf, 4, 5)))
+opt_bad(const struct opt *o, const char *val, const char *where,
+    const char *fmt, ...)
+{
+	va_list	ap;
+
+	fprintf(stderr, "rdzvd: %s%s%s%s: '%s' is ", where ? where : "",
+	    where ? ": " : "", o->type == OT_FLAG ? "" : "--", o->name, val);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputc('\n', stderr);
+	return -1;
+}
+
+/* The value of word val in w (NULL-terminated); -1 when it is none. */
+static int
+opt_word(const struct opt_word *w, const char *val, int *out)
+{
+	for (; w->word != NULL; w++)
+		if (strcmp(w->word, val) == 0) {
+			*out = w->value;
+			return 0;
+		}
+	return -1;
+}
+
 /* Applies one option's value; prints the cause and returns -1 if bad. */
 static int
 opt_apply(struct rdzvd_config *cfg, const struct opt *o, const char *val,
@@ -270,34 +322,24 @@ opt_apply(struct rdzvd_config *cfg, const struct opt *o, const char *val,
 		return 0;
 	}
 	case OT_SIZE:
-		if (parse_size(val, o->max, &sz) != 0 || sz == 0) {
-			fprintf(stderr, "rdzvd: %s%s--%s: '%s' is not a size from 1 "
-			    "to %zu (a number, optionally with K, M or G)\n",
-			    where ? where : "", where ? ": " : "", o->name, val,
-			    o->max);
-			return -1;
-		}
+		if (parse_size(val, o->max, &sz) != 0 || sz == 0)
+			return opt_bad(o, val, where, "not a size from 1 to %zu "
+			    "(a number, optionally with K, M or G)", o->max);
 		*(size_t *)(base + o->offset) = sz;
 		return 0;
 	case OT_UINT:
 		n = strtonum(val, 0, (long long)o->max, &errstr);
-		if (errstr != NULL) {
-			fprintf(stderr, "rdzvd: %s%s--%s: '%s' is %s (0 to %zu)\n",
-			    where ? where : "", where ? ": " : "", o->name, val,
-			    errstr, o->max);
-			return -1;
-		}
+		if (errstr != NULL)
+			return opt_bad(o, val, where, "%s (0 to %zu)", errstr,
+			    o->max);
 		*(unsigned *)(base + o->offset) = (unsigned)n;
 		return 0;
 	case OT_SECONDS:
 		if (parse_seconds(val, (long long)o->max,
-		    (int64_t *)(base + o->offset)) != 0) {
-			fprintf(stderr, "rdzvd: %s%s--%s: '%s' is not a number "
-			    "of seconds from 0 to %zu (up to 3 decimals, "
-			    "optionally with s, m, h or d)\n", where ? where : "",
-			    where ? ": " : "", o->name, val, o->max);
-			return -1;
-		}
+		    (int64_t *)(base + o->offset)) != 0)
+			return opt_bad(o, val, where, "not a number of seconds "
+			    "from 0 to %zu (up to 3 decimals, optionally with "
+			    "s, m, h or d)", o->max);
 		return 0;
 	case OT_PORTS: {
 		int	*r = (int *)(base + o->offset);
@@ -315,54 +357,27 @@ opt_apply(struct rdzvd_config *cfg, const struct opt *o, const char *val,
 		return 0;
 	}
 	case OT_DURABILITY:
-		if ((d = store_durability_parse(val)) < 0) {
-			fprintf(stderr, "rdzvd: %s%s--durability: '%s' is not one "
-			    "of memory, relaxed, strict\n", where ? where : "",
-			    where ? ": " : "", val);
-			return -1;
-		}
+		if ((d = store_durability_parse(val)) < 0)
+			return opt_bad(o, val, where,
+			    "not one of memory, relaxed, strict");
 		*(enum store_durability *)(base + o->offset) = d;
 		return 0;
 	case OT_LEVEL:
-		if (strcmp(val, "warn") == 0)
-			d = LOG_LVL_WARN;
-		else if (strcmp(val, "info") == 0)
-			d = LOG_LVL_INFO;
-		else if (strcmp(val, "debug") == 0)
-			d = LOG_LVL_DEBUG;
-		else {
-			fprintf(stderr, "rdzvd: %s%s--log-level: '%s' is not one "
-			    "of warn, info, debug\n", where ? where : "",
-			    where ? ": " : "", val);
-			return -1;
-		}
+		if (opt_word(opt_levels, val, &d) != 0)
+			return opt_bad(o, val, where,
+			    "not one of warn, info, debug");
 		*(int *)(base + o->offset) = d;
 		return 0;
 	case OT_TLS:
-		if (strcmp(val, "required") == 0)
-			d = RDZVD_TLS_REQUIRED;
-		else if (strcmp(val, "optional") == 0)
-			d = RDZVD_TLS_OPTIONAL;
-		else {
-			fprintf(stderr, "rdzvd: %s%s--tls: '%s' is not one of "
-			    "required, optional\n", where ? where : "",
-			    where ? ": " : "", val);
-			return -1;
-		}
+		if (opt_word(opt_tls_modes, val, &d) != 0)
+			return opt_bad(o, val, where,
+			    "not one of required, optional");
 		*(enum rdzvd_tls_mode *)(base + o->offset) = d;
 		return 0;
 	case OT_FLAG:
-		if (strcmp(val, "yes") == 0 || strcmp(val, "true") == 0 ||
-		    strcmp(val, "1") == 0)
-			*(int *)(base + o->offset) = 1;
-		else if (strcmp(val, "no") == 0 || strcmp(val, "false") == 0 ||
-		    strcmp(val, "0") == 0)
-			*(int *)(base + o->offset) = 0;
-		else {
-			fprintf(stderr, "rdzvd: %s%s%s: '%s' is not yes or no\n",
-			    where ? where : "", where ? ": " : "", o->name, val);
-			return -1;
-		}
+		if (opt_word(opt_flags, val, &d) != 0)
+			return opt_bad(o, val, where, "not yes or no");
+		*(int *)(base + o->offset) = d;
 		return 0;
 	}
 	return -1;
