@@ -17,12 +17,41 @@ wait_port() {
 	return 1
 }
 
+# bench_dirs NAME: a temporary directory $tmp (/tmp/NAME.XXXXXX); the
+# results directory $results ($RESULTS_DIR, else $tmp) holding an empty
+# $raw (raw.tsv); an empty array pids and an EXIT trap, bench_kill, that
+# ends every process in it (a script that needs more at exit traps its own
+# function, which calls bench_kill).
+bench_dirs() {
+	tmp=$(mktemp -d "/tmp/$1.XXXXXX")
+	results=${RESULTS_DIR:-$tmp}
+	mkdir -p "$results"
+	raw=$results/raw.tsv
+	: > "$raw"
+	pids=()
+	trap bench_kill EXIT
+}
+bench_kill() {
+	local p
+	for p in "${pids[@]}"; do
+		kill "$p" 2>/dev/null || true
+	done
+	wait 2>/dev/null || true
+}
+
 # CPU time all threads of process PID have used, in ns (/proc/PID/stat
 # counts 10 ms ticks, too coarse for one connection's handshake).
 cpu_ns() { cat /proc/"$1"/task/*/schedstat | awk '{ s += $1 } END { printf "%.0f", s }'; }
 
 # The value of KEY in a "k1=v1 k2=v2 ..." line.
 field() { sed -n "s/.* $1=\([^ ]*\).*/\1/p" <<< " $2"; }
+
+# cpu_per_op NS LINE: NS ns of a server's CPU time over the total_ops of
+# load generator output LINE, in us per op (0 when LINE counts none).
+cpu_per_op() {
+	awk -v d="$1" -v n="$(field total_ops "$2")" \
+	    'BEGIN { printf "%.2f", (n > 0 ? d / 1e3 / n : 0) }'
+}
 
 # The python whose torch is the peer of a side-by-side benchmark: TORCH_PYTHON
 # if set (torch 1.13 is /usr/bin/python3), else torch 2.13's (TORCH2_PYTHON,

@@ -48,19 +48,7 @@ for f in "$storeload" "$bin_old" "$bin_new"; do
 	[ -x "$f" ] || { echo "rdzvd_ab: $f is not an executable" >&2; exit 1; }
 done
 
-tmp=$(mktemp -d /tmp/rdzvd_ab.XXXXXX)
-results=${RESULTS_DIR:-$tmp}
-mkdir -p "$results"
-raw=$results/raw.tsv
-: > "$raw"
-pids=()
-cleanup() {
-	for p in "${pids[@]}"; do
-		kill "$p" 2>/dev/null || true
-	done
-	wait 2>/dev/null || true
-}
-trap cleanup EXIT
+bench_dirs rdzvd_ab
 
 log() { echo "rdzvd_ab: $*" >&2; }
 
@@ -104,9 +92,7 @@ for k in $CONNS; do
 					    "$proto" "$k" "$rep" "$side" >> "$raw"
 					continue
 				fi
-				cpu=$(awk -v d=$((c1 - c0)) \
-				    -v n="$(field total_ops "$line")" \
-				    'BEGIN { printf "%.2f", (n > 0 ? d / 1e3 / n : 0) }')
+				cpu=$(cpu_per_op $((c1 - c0)) "$line")
 				printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$proto" "$k" \
 				    "$rep" "$side" "$(field ops_per_s "$line")" \
 				    "$(field p50_us "$line")" "$(field p99_us "$line")" \

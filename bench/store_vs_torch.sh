@@ -101,17 +101,9 @@ if [ "${STORE_BENCH_NETNS:-0}" = 1 ]; then
 fi
 echo "store_vs_torch: $(date -u '+%F %T UTC'), load: $(uptime)" >&2
 
-tmp=$(mktemp -d /tmp/store_vs_torch.XXXXXX)
-results=${RESULTS_DIR:-$tmp}
-mkdir -p "$results"
-raw=$results/raw.tsv
-: > "$raw"
-pids=()
+bench_dirs store_vs_torch
 cleanup() {
-	for p in "${pids[@]}"; do
-		kill "$p" 2>/dev/null || true
-	done
-	wait 2>/dev/null || true
+	bench_kill
 	rm -f "$tmp"/*.db "$tmp"/*.db-wal "$tmp"/*.db-shm
 }
 trap cleanup EXIT

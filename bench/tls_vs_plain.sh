@@ -44,17 +44,7 @@ for f in "$tlsload" "$rdzvd"; do
 done
 command -v openssl > /dev/null || { echo "tls_vs_plain: no openssl command" >&2; exit 1; }
 
-tmp=$(mktemp -d /tmp/tls_vs_plain.XXXXXX)
-results=${RESULTS_DIR:-$tmp}
-mkdir -p "$results"
-raw=$results/raw.tsv
-: > "$raw"
-rpid=
-cleanup() {
-	[ -n "$rpid" ] && kill "$rpid" 2>/dev/null || true
-	wait 2>/dev/null || true
-}
-trap cleanup EXIT
+bench_dirs tls_vs_plain
 
 log() { echo "tls_vs_plain: $*" >&2; }
 
@@ -71,6 +61,7 @@ ca=$tmp/ca.pem
     --tls-cert "$tmp/server.pem" --tls-key "$tmp/server.key" --tls optional \
     2> "$results/rdzvd.log" &
 rpid=$!
+pids+=("$rpid")
 ep=127.0.0.1:$(wait_port "$tmp/port")
 hport=$(wait_port "$tmp/http.port")
 log "rdzvd $rdzvd at $ep (TLS optional); raw results in $results"
@@ -84,6 +75,25 @@ tls_total() {
 tls_opened=0
 tls0=$(tls_total)
 
+# run_tlsload MODE N ARGS...: one tlsload run against rdzvd with ARGS (and
+# the CA in MODE tls); sets line (its output, or "failed") and used (ns of
+# rdzvd's CPU time over the run); N TLS connections (MODE tls) are added
+# to tls_opened.
+run_tlsload() {
+	local mode=$1 n=$2 c0 args=()
+
+	shift 2
+	[ "$mode" = tls ] && args=(--tls-ca "$ca")
+	c0=$(cpu_ns "$rpid")
+	line=$("$tlsload" --endpoint "$ep" "${args[@]}" "$@" \
+	    2>>"$results/tlsload.err") || line=failed
+	used=$(( $(cpu_ns "$rpid") - c0 ))
+	echo "$line" >> "$results/tlsload.out"
+	if [ "$mode" = tls ]; then
+		tls_opened=$((tls_opened + n))
+	fi
+}
+
 # ---- 1. load ----
 started=$(date +%s)
 for p in $PROCS; do
@@ -91,25 +101,16 @@ for p in $PROCS; do
 		for rep in $(seq 1 "$REPS"); do
 			if [ $((rep % 2)) = 1 ]; then order="plain tls"; else order="tls plain"; fi
 			for mode in $order; do
-				args=()
-				[ "$mode" = tls ] && args=(--tls-ca "$ca")
-				c0=$(cpu_ns "$rpid")
-				line=$("$tlsload" --endpoint "$ep" "${args[@]}" \
-				    --procs "$p" --value-size "$size" \
-				    --duration "$DURATION" --warmup "$WARMUP" \
-				    2>>"$results/tlsload.err") || line=failed
-				c1=$(cpu_ns "$rpid")
-				echo "$line" >> "$results/tlsload.out"
-				[ "$mode" = tls ] && tls_opened=$((tls_opened + p))
+				run_tlsload "$mode" "$p" --procs "$p" \
+				    --value-size "$size" --duration "$DURATION" \
+				    --warmup "$WARMUP"
 				if [ "$line" = failed ]; then
 					log "P=$p size=$size rep $rep $mode: FAILED"
 					printf 'load\t%s\t%s\t%s\t%s\tnan\tnan\tnan\tnan\tnan\n' \
 					    "$p" "$size" "$rep" "$mode" >> "$raw"
 					continue
 				fi
-				cpu=$(awk -v d=$((c1 - c0)) \
-				    -v n="$(field total_ops "$line")" \
-				    'BEGIN { printf "%.2f", (n > 0 ? d / 1e3 / n : 0) }')
+				cpu=$(cpu_per_op "$used" "$line")
 				printf 'load\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$p" \
 				    "$size" "$rep" "$mode" "$(field ops_per_s "$line")" \
 				    "$(field p50_us "$line")" "$(field p99_us "$line")" \
@@ -125,17 +126,10 @@ log "load phase took $(( $(date +%s) - started )) s"
 for rep in $(seq 1 "$REPS"); do
 	if [ $((rep % 2)) = 1 ]; then order="plain tls"; else order="tls plain"; fi
 	for mode in $order; do
-		args=()
-		[ "$mode" = tls ] && args=(--tls-ca "$ca")
-		c0=$(cpu_ns "$rpid")
-		line=$("$tlsload" --endpoint "$ep" "${args[@]}" \
-		    --connects "$CONNECTS" 2>>"$results/tlsload.err") || line=failed
-		c1=$(cpu_ns "$rpid")
-		echo "$line" >> "$results/tlsload.out"
-		[ "$mode" = tls ] && tls_opened=$((tls_opened + CONNECTS))
+		run_tlsload "$mode" "$CONNECTS" --connects "$CONNECTS"
 		# rdzvd's CPU per connection: accept, handshake, preamble,
 		# one PING, close.
-		cpu=$(awk -v d=$((c1 - c0)) -v n="$CONNECTS" \
+		cpu=$(awk -v d="$used" -v n="$CONNECTS" \
 		    'BEGIN { printf "%.1f", d / 1e3 / n }')
 		printf 'connect\t1\t0\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$rep" \
 		    "$mode" "$(field connect_p50_us "$line")" \
