@@ -17,6 +17,16 @@ wait_port() {
 	return 1
 }
 
+# bench_build [DIR]: sets build, the build directory (DIR, else
+# $RDZV_TOP_BUILDDIR, else the current directory), and rdzvd, storeload and
+# tlsload, the programs built there.
+bench_build() {
+	build=${1:-${RDZV_TOP_BUILDDIR:-$(pwd)}}
+	rdzvd=$build/rdzvd/rdzvd
+	storeload=$build/bench/storeload
+	tlsload=$build/bench/tlsload
+}
+
 # bench_dirs NAME: a temporary directory $tmp (/tmp/NAME.XXXXXX); the
 # results directory $results ($RESULTS_DIR, else $tmp) holding an empty
 # $raw (raw.tsv); an empty array pids and an EXIT trap, bench_kill, that
@@ -59,3 +69,39 @@ cpu_per_op() {
 peer_python() {
 	echo "${TORCH_PYTHON:-${TORCH2_PYTHON:-${XDG_CACHE_HOME:-$HOME/.cache}/rdzv/torch-2.13/bin/python}}"
 }
+
+# The awk functions of the benchmarks' tables, to put in front of a program
+# (awk "$AWK_TABLES"'...'): median(LIST) of a space-separated list ("nan"
+# when empty); add(ARR, KEY, V) appends V to ARR[KEY] unless it is "nan" or
+# empty; fmt(X, D) X with D decimals and thou(X) X with thousands
+# separators, both "—" for "nan" or empty.
+AWK_TABLES='
+function median(list,    a, n, i, j, t) {
+	n = split(list, a, " ")
+	if (n == 0)
+		return "nan"
+	for (i = 2; i <= n; i++)
+		for (j = i; j > 1 && a[j - 1] + 0 > a[j] + 0; j--) {
+			t = a[j]; a[j] = a[j - 1]; a[j - 1] = t
+		}
+	return (n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2)
+}
+function add(arr, key, v) {
+	if (v == "nan" || v == "")
+		return
+	arr[key] = (key in arr) ? arr[key] " " v : v
+}
+function fmt(x, d) {
+	return (x == "nan" || x == "") ? "—" : sprintf("%." d "f", x)
+}
+function thou(x,    s, r) {
+	if (x == "nan" || x == "")
+		return "—"
+	s = sprintf("%.0f", x); r = ""
+	while (length(s) > 3) {
+		r = "," substr(s, length(s) - 2) r
+		s = substr(s, 1, length(s) - 3)
+	}
+	return s r
+}
+'

@@ -31,8 +31,7 @@ if [ $# -lt 2 ] || [ $# -gt 3 ]; then
 fi
 bin_old=$1
 bin_new=$2
-build=${3:-${RDZV_TOP_BUILDDIR:-$(pwd)}}
-storeload=$build/bench/storeload
+bench_build "${3:-}"
 
 REPS=${REPS:-5}
 DURATION=${DURATION:-3}
@@ -105,37 +104,7 @@ done
 log "took $(( $(date +%s) - started )) s; load average $(cut -d' ' -f1-3 /proc/loadavg)"
 
 # Tables from raw.tsv: proto K rep side ops p50 p99 cpu.
-awk -F'\t' -v reps="$REPS" '
-function median(list,    a, n, i, j, t) {
-	n = split(list, a, " ")
-	for (i = 2; i <= n; i++)
-		for (j = i; j > 1 && a[j - 1] + 0 > a[j] + 0; j--) {
-			t = a[j]; a[j] = a[j - 1]; a[j - 1] = t
-		}
-	if (n == 0)
-		return "nan"
-	return (n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2)
-}
-function add(arr, key, v) {
-	if (v == "nan")
-		return
-	arr[key] = (key in arr) ? arr[key] " " v : v
-}
-function fmt(x, d) {
-	if (x == "nan")
-		return "—"
-	return sprintf("%." d "f", x)
-}
-function thou(x,    s, r) {
-	if (x == "nan")
-		return "—"
-	s = sprintf("%.0f", x); r = ""
-	while (length(s) > 3) {
-		r = "," substr(s, length(s) - 2) r
-		s = substr(s, 1, length(s) - 3)
-	}
-	return s r
-}
+awk -F'\t' -v reps="$REPS" "$AWK_TABLES"'
 {
 	g = $1 "\t" $2
 	if (!(g in seen)) { seen[g] = 1; order[++ng] = g }

@@ -36,9 +36,7 @@ set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/lib.sh"
-build=${1:-${RDZV_TOP_BUILDDIR:-$(pwd)}}
-storeload=$build/bench/storeload
-rdzvd=$build/rdzvd/rdzvd
+bench_build "${1:-}"
 python=${TORCH_PYTHON:-/usr/bin/python3}
 python2=${TORCH2_PYTHON:-/root/.cache/rdzv/torch-2.13/bin/python}
 

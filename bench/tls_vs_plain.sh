@@ -28,9 +28,7 @@ set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/lib.sh"
-build=${1:-${RDZV_TOP_BUILDDIR:-$(pwd)}}
-tlsload=$build/bench/tlsload
-rdzvd=$build/rdzvd/rdzvd
+bench_build "${1:-}"
 
 REPS=${REPS:-5}
 PROCS=${PROCS:-"1 16"}
@@ -149,35 +147,7 @@ fi
 
 # raw.tsv: load P size rep mode ops p50 p99 mbps cpu
 #          connect 1 0 rep mode p50 p90 min ca_load client_cpu server_cpu
-awk -F'\t' -v reps="$REPS" '
-function median(list,    a, n, i, j, t) {
-	n = split(list, a, " ")
-	if (n == 0)
-		return "nan"
-	for (i = 2; i <= n; i++)
-		for (j = i; j > 1 && a[j - 1] + 0 > a[j] + 0; j--) {
-			t = a[j]; a[j] = a[j - 1]; a[j - 1] = t
-		}
-	return (n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2)
-}
-function add(arr, key, v) {
-	if (v == "nan" || v == "")
-		return
-	arr[key] = (key in arr) ? arr[key] " " v : v
-}
-function fmt(x, d) {
-	return (x == "nan" || x == "") ? "—" : sprintf("%." d "f", x)
-}
-function thou(x,    s, r) {
-	if (x == "nan" || x == "")
-		return "—"
-	s = sprintf("%.0f", x); r = ""
-	while (length(s) > 3) {
-		r = "," substr(s, length(s) - 2) r
-		s = substr(s, 1, length(s) - 3)
-	}
-	return s r
-}
+awk -F'\t' -v reps="$REPS" "$AWK_TABLES"'
 function ratio(a, b) {
 	return (a == "nan" || b == "nan" || b + 0 == 0) ? "—" : sprintf("%.2fx", a / b)
 }
