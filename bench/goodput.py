@@ -169,6 +169,14 @@ def lost(curve, kills, every, end):
     return out
 
 
+def done_with(tmp, keep):
+    """Removes the jobs' directory tmp, or says where it is with keep."""
+    if keep:
+        print("jobs' output kept in %s" % tmp)
+    else:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 def main():
     global jobs
     ap = argparse.ArgumentParser()
@@ -365,10 +373,7 @@ def main():
                       % (side, "-" if ev == 0 else "%gs" % ev,
                          100 * statistics.median(xs), 100 * min(xs),
                          100 * max(xs), len(xs)), flush=True)
-    if a.keep:
-        print("jobs' output kept in %s" % tmp)
-    else:
-        shutil.rmtree(tmp, ignore_errors=True)
+    done_with(tmp, a.keep)
 
 
 if __name__ == "__main__":

@@ -43,7 +43,6 @@ import json
 import os
 import random
 import re
-import shutil
 import signal
 import statistics
 import subprocess
@@ -53,7 +52,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from goodput import at, lost  # noqa: E402
+from goodput import at, done_with, lost  # noqa: E402
 
 STEP_RE = re.compile(r"STEP (\d+) (\d+) (\d+) ([0-9.]+) ([0-9.]+) (\d+)$")
 
@@ -273,10 +272,7 @@ def main():
                   100 * statistics.median(inj[(side, a.every)]),
                   "%.2fs [%.2f %.2f]" % (statistics.median(ls), min(ls),
                                          max(ls)) if ls else "-"))
-    if a.keep:
-        print("jobs' output kept in %s" % tmp)
-    else:
-        shutil.rmtree(tmp, ignore_errors=True)
+    done_with(tmp, a.keep)
 
 
 if __name__ == "__main__":

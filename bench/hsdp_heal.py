@@ -24,10 +24,11 @@ import json
 import os
 import re
 import socket
-import statistics
 import sys
 import threading
 import time
+
+import figures
 
 REPORT_RE = re.compile(r"^(?:\[\w+\]:)?REPORT (\{.*\})$", re.M)
 # dim, layers: 8 dim^2 per layer, about 1, 10 and 100 M parameters.
@@ -118,14 +119,9 @@ def main():
             row = run(size, rep)
             row["time_x"] = row["xfer_s"] / row["send_s"]
             row["peak_x"] = row["peak_mib"] / row["shard_mib"]
-            for k, v in row.items():
-                figs.setdefault((size, k), []).append(v)
-            print("%3d M rep %d " % (size, rep + 1) + "  ".join(
-                "%s %.3f" % kv for kv in row.items()) +
-                "  load %.1f" % os.getloadavg()[0], flush=True)
-    for (size, k), v in sorted(figs.items()):
-        print("%3d M %-9s median %9.3f [%.3f %.3f] of %d" % (
-            size, k, statistics.median(v), min(v), max(v), len(v)))
+            figures.show(figs, size, "%3d M rep %d " % (size, rep + 1),
+                         row)
+    figures.medians(figs, "%3d M %-9s median %9.3f [%.3f %.3f] of %d")
 
 
 if __name__ == "__main__":

@@ -39,6 +39,8 @@ import subprocess
 import sys
 import time
 
+import figures
+
 # The agents' output: each worker's line after its "[default0]:" tag.
 STEP_RE = re.compile(r"^(?:\[\w+\]:)?STEP (\d+) (\d+) (\d+) ([0-9.]+) "
                      r"([0-9.]+) \d+$", re.M)
@@ -137,14 +139,8 @@ def main():
     for rep in range(a.reps):
         for name, fn in (sides if rep % 2 == 0 else sides[::-1]):
             row = fn(rep)
-            for k, v in row.items():
-                figs.setdefault((name, k), []).append(v)
-            print("rep %d %-7s " % (rep + 1, name) + "  ".join(
-                "%s %.3f" % kv for kv in row.items()) +
-                "  load %.1f" % os.getloadavg()[0], flush=True)
-    for (name, k), v in sorted(figs.items()):
-        print("%-7s %-4s median %7.3f s [%.3f %.3f] of %d" % (
-            name, k, statistics.median(v), min(v), max(v), len(v)))
+            figures.show(figs, name, "rep %d %-7s " % (rep + 1, name), row)
+    figures.medians(figs, "%-7s %-4s median %7.3f s [%.3f %.3f] of %d")
 
 
 if __name__ == "__main__":

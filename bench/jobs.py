@@ -30,9 +30,12 @@ monotonic time of this process at arrival.
     job.stop(marker)     SIGTERM to the launchers, then SIGKILL to what is
                          left, marker: a string in the workers' command
                          lines
+    job.end(marker)      job.rounds(), then job.stop(marker)
 
     runs(sides, reps, tmp)  (rep, side, n, name, dir) of every job, sides
                          rotated by one a repetition
+    report(label, row, keys, rounds, load)  a job's line: its figures,
+                         rounds and the load average
 """
 
 import os
@@ -75,6 +78,17 @@ def runs(sides, reps, tmp):
             d = os.path.join(tmp, name)
             os.makedirs(d)
             yield rep, side, n, name, d
+
+
+def report(label, row, keys, rounds, load, **kw):
+    """Prints one line for a job: label, the figures of row ({name:
+    seconds}) named in keys, rounds (Job.rounds(): "-" for None) and the
+    load average before it (load) and now; kw go to print."""
+    rp, rs = rounds
+    print("%s %s  repairs %s restarts %s  load %.1f->%.1f" % (
+        label, "  ".join("%s %.3f s" % (k, row[k]) for k in keys if k in row),
+        "-" if rp is None else rp, "-" if rs is None else rs, load,
+        os.getloadavg()[0]), flush=True, **kw)
 
 
 def launcher_argv(side, prog, name, port, build, torchrun=TORCHRUN,
@@ -196,6 +210,13 @@ class Job:
         rst = max([int(m.group(1)) for m in map(RESTART_RE.search, lines)
                    if m] or [0])
         return rep, rst
+
+    def end(self, marker):
+        """rounds(), then stop(marker): what the launchers printed of the
+        job's rounds, once it is over."""
+        rounds = self.rounds()
+        self.stop(marker)
+        return rounds
 
     def stop(self, marker):
         ws = self.workers()

@@ -63,6 +63,8 @@ import sys
 import tempfile
 import time
 
+import figures
+
 
 def fake(a, build):
     """The fake agent's measurement (the header's --fake)."""
@@ -181,17 +183,10 @@ def real(a, build, src):
                 failed[side] = failed.get(side, 0) + 1
                 continue
             finally:
-                rp, rs = job.rounds()
-                job.stop(jd)
-            for k, v in row.items():
-                figs.setdefault((side, k), []).append(v)
-            print("rep %d %-8s %s  repairs %s restarts %s  load "
-                  "%.1f->%.1f" % (rep + 1, side, "  ".join(
-                      "%s %.3f s" % (k, row[k]) for k in
-                      ("survivors", "grow", "all") if k in row),
-                      "-" if rp is None else rp,
-                      "-" if rs is None else rs, load,
-                      os.getloadavg()[0]), flush=True)
+                rounds = job.end(jd)
+            figures.add(figs, side, row)
+            jobs.report("rep %d %-8s" % (rep + 1, side), row,
+                        ("survivors", "grow", "all"), rounds, load)
     finally:
         d.stop()
         if not failed:

@@ -63,6 +63,8 @@ import sys
 import tempfile
 import time
 
+import figures
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "tests", "lib"))
 
@@ -285,17 +287,11 @@ def real(a):
                 figs.setdefault((side, "failed"), []).append(1)
                 continue
             finally:
-                rp, rs = job.rounds()
-                job.stop(jd)
-            for k, v in row.items():
-                figs.setdefault((side, k), []).append(v)
-            print("# run %d %-8s %s  repairs %s restarts %s  load "
-                "%.1f->%.1f" % (run + 1, side, "  ".join(
-                "%s %.3f s" % (k, row[k]) for k in ("survivors",
-                "ready", "all") if k in row),
-                "-" if rp is None else rp,
-                "-" if rs is None else rs, loads[-1],
-                os.getloadavg()[0]), file=sys.stderr, flush=True)
+                rounds = job.end(jd)
+            figures.add(figs, side, row)
+            jobs.report("# run %d %-8s" % (run + 1, side), row,
+                        ("survivors", "ready", "all"), rounds, loads[-1],
+                        file=sys.stderr)
             loads.append(os.getloadavg()[0])
     finally:
         d.stop()

@@ -41,9 +41,10 @@ Prints one line per job, then median [min max] per side and figure.
 
 import argparse
 import os
-import statistics
 import sys
 import time
+
+import figures
 
 
 def main():
@@ -135,13 +136,9 @@ def main():
         sides = ["off", "replace"] if rep % 2 == 0 else ["replace", "off"]
         for side in sides:
             row = one(side, rep)
-            for k, v in row.items():
-                figs.setdefault((side, k), []).append(v)
-            print("rep %d %-7s " % (rep + 1, side) + "  ".join(
-                "%s %.2f" % (k, v) for k, v in row.items()), flush=True)
-    for (side, k), v in sorted(figs.items()):
-        print("%-7s %-9s median %8.2f [%.2f %.2f] of %d" % (
-            side, k, statistics.median(v), min(v), max(v), len(v)))
+            figures.show(figs, side, "rep %d %-7s " % (rep + 1, side), row,
+                         digits=2, load=False)
+    figures.medians(figs, "%-7s %-9s median %8.2f [%.2f %.2f] of %d")
 
 
 if __name__ == "__main__":
