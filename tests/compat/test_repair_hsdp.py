@@ -405,6 +405,10 @@ def test_hsdp_save_cut_by_a_kill():
     reports, healed = _check_healed(out, ev, [DIE_HOME], died=4)
     check("rank 0 (replica 0 shard 0): the save of step 4 was cut by a "
           "peer's death and dropped" in out, out[-6000:])
+    check(sorted(re.findall(r"rank (\d) \(replica 1 shard \d\): the "
+                            r"replicas' meet after the save of step 4 was "
+                            r"cut by a death", out)) == ["2", "3"],
+          out[-6000:])
     check("step-%09d" % 4 not in names, names)
     steps = reports[0]["steps"]
     check(name == "step-%09d" % (steps - steps % 4), (name, steps, names))
