@@ -812,11 +812,14 @@ rz_succeeded(struct rz *rz, struct slice job, int64_t node_id, int64_t round,
 	rz_event(rz, j, now, "node %" PRId64 " succeeded round %" PRId64,
 	    nd->id, round);
 	rz_repair_ended(rz, j, nd, unjoined, now);
-	/* A standby that took a lost node's place and never got its
-	 * workers in has nothing to report. */
+	/* A member none of whose workers trained in a round since (each
+	 * dead, or a replacement that never joined: a standby that took a
+	 * lost node's place, a node whose every worker was replaced) has
+	 * nothing to report. */
 	TAILQ_FOREACH(nd, &j->nodes, entry)
 		if (nd->state == RZN_MEMBER && !nd->succeeded &&
-		    rz_live(nd) > 0)
+		    nd->lws > __builtin_popcountll((unsigned long long)
+		    (nd->dead_local | nd->ready_local)))
 			return 0;
 	rz_close_job(rz, ob, j, RZJ_DONE, now);
 	return 0;

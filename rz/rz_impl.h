@@ -58,7 +58,7 @@ struct rz_node {
 						 * its replacement not in */
 	int64_t			 ready_local;	/* bit l: its replacement
 						 * said READY, no grow took
-						 * it in yet (not in rows) */
+						 * it in yet */
 	int			 joining;	/* taken in place, its workers
 						 * not in a round yet */
 	int64_t			 fresh;		/* bit l: local rank l's

@@ -288,11 +288,18 @@ rz_repair_round(struct rz *rz, struct rz_outbox *ob, struct rz_job *j,
 	rz->stats.rounds_total++;
 	rz_mark(rz, j);
 	TAILQ_FOREACH(nd, &j->nodes, entry) {
+		/* The rows keep fresh and ready_local (a grow cleared the
+		 * latter): an rdzvd restarted later must not take a worker
+		 * of this round for a replacement that never joined. */
+		int	save = nd->fresh != 0 || kind == NAT_KIND_GROW;
+
 		if (nd->state == RZN_MEMBER)
 			rz_push_node(ob, j, nd, RDZV_ROUND_RUNNING, NULL);
 		nd->fresh = 0;	/* in the round now: donors from here on */
 		if (kind == NAT_KIND_GROW)	/* every replacement is in */
 			memset(nd->repl_fails, 0, sizeof nd->repl_fails);
+		if (save && nd->state == RZN_MEMBER)
+			rz_save_node(rz, j, nd);
 	}
 	rz_elastic_opened(rz, j);
 }

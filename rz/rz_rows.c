@@ -136,7 +136,7 @@ rz_save_node(struct rz *rz, struct rz_job *j, struct rz_node *nd)
 	k = snprintf(key, sizeof key, "%" PRId64, nd->id);
 	rz_put_row(rz, ns, (struct slice){ (const uint8_t *)key, (size_t)k },
 	    json_pack("{s:s, s:s, s:s, s:I, s:I, s:i, s:I, s:I, s:I, s:i, "
-	    "s:I, s:I, s:i, s:i}",
+	    "s:I, s:I, s:I, s:I, s:i, s:i}",
 	    "instance", nd->instance, "host", nd->host, "addr", nd->addr,
 	    "pid", (json_int_t)nd->pid, "lws", (json_int_t)nd->lws,
 	    "state", (int)nd->state, "group_rank", (json_int_t)nd->group_rank,
@@ -144,6 +144,8 @@ rz_save_node(struct rz *rz, struct rz_job *j, struct rz_node *nd)
 	    "join_seq", (json_int_t)nd->join_seq, "succeeded", nd->succeeded,
 	    "want_rank", (json_int_t)nd->want_rank,
 	    "dead_local", (json_int_t)nd->dead_local,
+	    "ready_local", (json_int_t)nd->ready_local,
+	    "fresh", (json_int_t)nd->fresh,
 	    "repairable", nd->repairable, "joining", nd->joining));
 }
 
@@ -375,6 +377,8 @@ rz_load_node_cb(void *arg, struct slice key)
 	nd->want_rank = row_i64(row, "want_rank", -1);
 	nd->succeeded = (int)row_i64(row, "succeeded", 0);
 	nd->dead_local = row_i64(row, "dead_local", 0);
+	nd->ready_local = row_i64(row, "ready_local", 0);
+	nd->fresh = row_i64(row, "fresh", 0);
 	nd->repairable = (int)row_i64(row, "repairable", 0);
 	nd->joining = (int)row_i64(row, "joining", 0);
 	nd->lease_end = ctx->now + j->lease_ms;

@@ -2024,6 +2024,45 @@ test_repair_reload(void **state)
 }
 
 /*
+ * rdzvd restarted while a replacement was READY, waiting for the other
+ * one to come (node 1's two workers died): the rows keep it READY, so
+ * its death after the restart is a replacement's (nothing shrinks), and
+ * when node 2's survivors finish, the job is DONE at once: node 1 has
+ * no worker that trained to wait for.
+ */
+static void
+test_repair_reload_ready(void **state)
+{
+	struct fx	*f = *state;
+
+	repair_job(f, 1, 1);
+	assert_int_equal(run(f, fail_repair(f, 1, 1, 0, 100)), 0);
+	assert_int_equal(run(f, fail_repair(f, 1, 2, 1, 110)), 0);
+	assert_int_equal(ready(f, 1, 3, 0, 200), 0);
+	assert_int_equal(ob.npush, 0);		/* local rank 1 still dead */
+	drain(f->rz);
+	rz_free(f->rz);
+	assert_non_null(f->rz = rz_new(f->kv, &hooks, 0, 60000));
+	assert_int_equal(rz_load(f->rz, 5000, &ob), 0);
+	rz_settle(f->rz, &ob);
+	drain(f->rz);
+	assert_int_equal(join_keep(f, "i1", 2, &conn_a), 0);
+	assert_int_equal(join_keep(f, "i2", 2, &conn_b), 0);
+	drain(f->rz);
+	assert_int_equal(fail_repair(f, 1, 3, 0, 5100), 0);
+	assert_int_equal(ob.npush, 0);
+	drain(f->rz);
+	assert_true(event_has(f, "repair: node 1 local rank 0's replacement "
+	    "died before it joined"));
+	assert_int_equal(rz_succeeded(f->rz, slice_str("ob"), 2, 3, 0, 5200,
+	    &ob), 0);
+	assert_int_equal(ob.npush, 2);
+	assert_int_equal(ob.push[0].round.state, RDZV_ROUND_DONE);
+	drain(f->rz);
+	assert_false(event_has(f, "escalated"));
+}
+
+/*
  * Joining in place: job "ob" of nodes 2:4 (two workers each), nodes 1
  * and 2 running and repairable at 10, a last call of last_call ms and a
  * repair timeout of 500 ms.
@@ -2271,6 +2310,8 @@ main(void)
 		    setup, teardown),
 		cmocka_unit_test_setup_teardown(test_repair_max_repairs, setup,
 		    teardown),
+		cmocka_unit_test_setup_teardown(test_repair_reload_ready,
+		    setup, teardown),
 		cmocka_unit_test_setup_teardown(test_repair_reload, setup,
 		    teardown),
 		cmocka_unit_test(test_topo_pure),
