@@ -301,6 +301,8 @@ def refuse_direct(job, name):
         "collectives, %s.  Use job.save(DIR) and job.load(DIR): they "
         "checkpoint the model, the tracked objects and the job's "
         "position through DCP, save again in the new group when a death "
-        "cuts a save, and never load in a replacement" % (name,
+        "cuts a save (with replica groups one replica writes, and a "
+        "death in it drops that save), and never load in a replacement"
+        % (name,
         "the replacement alone in dcp.load()" if job.replacement else
         "and the job hung"))
