@@ -40,6 +40,10 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TOP = os.path.dirname(HERE)
+sys.path[:0] = [os.path.join(TOP, "tests", "lib"),
+                os.path.join(TOP, "tests", "integ")]
+from agent_lib import children  # noqa: E402
+from rdzvtest import wait_until  # noqa: E402
 
 PROGRAM = r'''
 import os, sys, time
@@ -106,32 +110,6 @@ def marks(d, attempt):
     return out
 
 
-def wait(pred, timeout, what):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        v = pred()
-        if v:
-            return v
-        time.sleep(0.01)
-    raise RuntimeError("timed out waiting for " + what)
-
-
-def spares(parent):
-    n = 0
-    for d in os.listdir("/proc"):
-        if not d.isdigit():
-            continue
-        try:
-            with open("/proc/%s/stat" % d) as f:
-                st = f.read()
-        except OSError:
-            continue
-        comm = st[st.index("(") + 1:st.rindex(")")]
-        ppid = int(st[st.rindex(")") + 2:].split()[1])
-        n += comm == "rdzv-spare" and ppid == parent
-    return n
-
-
 def one(side, py, build):
     d = tempfile.mkdtemp(prefix="warm-restart-")
     prog = os.path.join(d, "train.py")
@@ -153,15 +131,18 @@ def one(side, py, build):
     p = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT,
                          start_new_session=True)
     try:
-        wait(lambda: len(marks(d, 0)) == 2, 180, "attempt 0 training")
+        wait_until(lambda: len(marks(d, 0)) == 2, 180,
+                   what="attempt 0 training")
         if side == "warm":
-            wait(lambda: spares(p.pid) == 2, 180, "2 warm spares")
+            wait_until(lambda: len(children([p.pid], "rdzv-spare",
+                                            spares=True)) == 2,
+                       180, what="2 warm spares")
             time.sleep(1.0)	# their imports done: they wait named
         victim = marks(d, 0)[1][0]
         t0 = time.monotonic()
         os.kill(victim, signal.SIGKILL)
-        m = wait(lambda: len(marks(d, 1)) == 2 and marks(d, 1), 180,
-                 "attempt 1 training")
+        m = wait_until(lambda: len(marks(d, 1)) == 2 and marks(d, 1), 180,
+                       what="attempt 1 training")
         took = max(t for _, t in m.values()) - t0
         open(os.path.join(d, "finish"), "w").close()
         p.wait(120)
