@@ -424,6 +424,18 @@ native_ping(struct nat_req *r)
 	return 0;
 }
 
+/* The empty reply of a write that is done (rc >= 0), or rc's error.
+ * Returns 0: the connection goes on either way. */
+static int
+native_reply_rc(struct nat_req *r, int rc)
+{
+	if (rc < 0)
+		reply_error(r->c, r->m->op, r->m->id, rc);
+	else
+		reply_ok(r->c, r->m->op, r->m->id);
+	return 0;
+}
+
 /* SET, APPEND, QUEUE_PUSH: a key and a value, an empty reply. */
 static int
 native_put(struct nat_req *r)
@@ -439,11 +451,7 @@ native_put(struct nat_req *r)
 		rc = kv_append(server.kv, r->ns, r->key, v);
 	else
 		rc = kv_qpush(server.kv, r->ns, r->key, v);
-	if (rc < 0)
-		reply_error(r->c, r->m->op, r->m->id, rc);
-	else
-		reply_ok(r->c, r->m->op, r->m->id);
-	return 0;
+	return native_reply_rc(r, rc);
 }
 
 static int
@@ -677,11 +685,7 @@ native_multi_set(struct nat_req *r)
 		nat_get_bytes(&r->rd, &v);
 		rc = kv_set(server.kv, r->ns, key, v);
 	}
-	if (rc < 0)
-		reply_error(r->c, r->m->op, r->m->id, rc);
-	else
-		reply_ok(r->c, r->m->op, r->m->id);
-	return 0;
+	return native_reply_rc(r, rc);
 }
 
 static int
