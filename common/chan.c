@@ -113,6 +113,25 @@ chan_word_ok(const char *s, size_t size)
 	return (i > 0 && i < size);
 }
 
+/*
+ * The next key of m's verb in chan_keys from *i on, its field of m in *f;
+ * *i moves past it.  NULL when the verb has no more keys.
+ */
+static const struct chan_key *
+chan_key_next(const struct chan_msg *m, size_t *i, const char **f)
+{
+	const struct chan_key	*k;
+
+	while (*i < CHAN_NKEYS) {
+		k = &chan_keys[(*i)++];
+		if (k->verb == m->verb) {
+			*f = (const char *)m + k->off;
+			return (k);
+		}
+	}
+	return (NULL);
+}
+
 /* Whether the fields of m's verb hold what chan_parse() promises. */
 static int
 chan_fields_ok(const struct chan_msg *m)
@@ -135,11 +154,7 @@ chan_fields_ok(const struct chan_msg *m)
 	default:
 		return (0);
 	}
-	for (i = 0; i < CHAN_NKEYS; i++) {
-		k = &chan_keys[i];
-		if (k->verb != m->verb)
-			continue;
-		f = (const char *)m + k->off;
+	for (i = 0; (k = chan_key_next(m, &i, &f)) != NULL;) {
 		switch (k->type) {
 		case CHAN_T_INT:
 			memcpy(&v, f, sizeof v);
@@ -291,11 +306,7 @@ chan_format(char *buf, size_t len, const struct chan_msg *m)
 	else
 		n = (size_t)snprintf(out, sizeof out, "%s",
 		    chan_verbs[m->verb]);
-	for (i = 0; i < CHAN_NKEYS; i++) {
-		k = &chan_keys[i];
-		if (k->verb != m->verb)
-			continue;
-		f = (const char *)m + k->off;
+	for (i = 0; (k = chan_key_next(m, &i, &f)) != NULL;) {
 		switch (k->type) {
 		case CHAN_T_INT:
 			memcpy(&v, f, sizeof v);
