@@ -23,10 +23,7 @@ def mac(token, tag, a, b):
 
 def daemon(*extra, token=TOKEN):
     tmp = rt.mktemp("rdzvd-auth-")
-    path = os.path.join(tmp, "token")
-    with open(path, "wb") as f:
-        f.write(token + b"\n")
-    os.chmod(path, 0o600)
+    path = rt.secret_file(os.path.join(tmp, "token"), token + b"\n")
     return rt.Rdzvd(args=["--token-file", path] + list(extra))
 
 
@@ -198,10 +195,7 @@ def agent(d, token_file, out, timeout=30, job=None):
 def test_agent_with_token():
     d = daemon()
     tmp = rt.mktemp("agent-auth-")
-    tok = os.path.join(tmp, "token")
-    with open(tok, "wb") as f:
-        f.write(TOKEN)
-    os.chmod(tok, 0o600)
+    tok = rt.secret_file(os.path.join(tmp, "token"), TOKEN)
     out = os.path.join(tmp, "seen")
     rc, err = agent(d, tok, out, job="auth-job")
     assert rc == 0, err
@@ -216,10 +210,7 @@ def test_agent_with_token():
         key.encode(), got
     rc, err = agent(d, None, os.path.join(tmp, "x"))
     assert rc == 1 and "requires a token" in err, err
-    bad = os.path.join(tmp, "bad")
-    with open(bad, "wb") as f:
-        f.write(b"wrong")
-    os.chmod(bad, 0o600)
+    bad = rt.secret_file(os.path.join(tmp, "bad"), b"wrong")
     rc, err = agent(d, bad, os.path.join(tmp, "y"))
     assert rc == 1 and "refused our token" in err, err
     assert not os.path.exists(os.path.join(tmp, "y"))
@@ -234,10 +225,7 @@ def test_library_workers_use_the_token():
         rt.skip("tests/integ/worker_check not built (make check builds it)")
     d = daemon()
     tmp = rt.mktemp("worker-auth-")
-    tok = os.path.join(tmp, "token")
-    with open(tok, "wb") as f:
-        f.write(TOKEN)
-    os.chmod(tok, 0o600)
+    tok = rt.secret_file(os.path.join(tmp, "token"), TOKEN)
     argv = [os.path.join(rt.top_builddir(), "agent", "rdzv-agent"),
             "--nnodes", "1", "--nproc_per_node", "2",
             "--rdzv_endpoint", "127.0.0.1:%d" % d.port,

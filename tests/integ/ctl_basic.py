@@ -592,10 +592,7 @@ def test_close_reply_cut_short_or_unreadable():
 
 def token_daemon(token=b"ctl-test-token"):
     tmp = rt.mktemp("rdzvctl-auth-")
-    path = os.path.join(tmp, "token")
-    with open(path, "wb") as f:
-        f.write(token + b"\n")
-    os.chmod(path, 0o600)
+    path = rt.secret_file(os.path.join(tmp, "token"), token + b"\n")
     return rt.Rdzvd(args=["--token-file", path],
                     durability="memory"), path, tmp
 
@@ -619,10 +616,7 @@ def test_token_right_wrong_missing():
         assert rc == 4, (args, rc, err)
         assert "requires a token" in err and "--token-file" in err, err
     # A wrong token: exit 4, nothing changed.
-    wrong = os.path.join(tmp, "wrong")
-    with open(wrong, "wb") as f:
-        f.write(b"not-the-token\n")
-    os.chmod(wrong, 0o600)
+    wrong = rt.secret_file(os.path.join(tmp, "wrong"), b"not-the-token\n")
     rc, out, err = ctl("--token-file", wrong, "kv", "set", "k", "changed",
                        endpoint=ep(d))
     assert rc == 4 and "refused the token" in err, (rc, err)
@@ -667,10 +661,7 @@ def test_failed_connect_close_and_evict_exit_cleanly():
     # the runs, whatever bytes the stack held.  Every failure before a
     # request is sent, several times each, must exit with its status.
     d, path, tmp = token_daemon()
-    wrong = os.path.join(tmp, "wrong")
-    with open(wrong, "wb") as f:
-        f.write(b"not-the-token\n")
-    os.chmod(wrong, 0o600)
+    wrong = rt.secret_file(os.path.join(tmp, "wrong"), b"not-the-token\n")
     dead = "127.0.0.1:%d" % rt.free_port()
     cases = [((), ep(d), 4, "requires a token"),
              (("--token-file", wrong), ep(d), 4, "refused the token"),

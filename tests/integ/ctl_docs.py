@@ -199,10 +199,7 @@ def test_k8s_rdzvd_config_and_command_run():
     conf = os.path.join(tmp, "rdzvd.conf")
     with open(conf, "w") as f:
         f.write(cm["data"]["rdzvd.conf"])
-    token = os.path.join(tmp, "token")
-    with open(token, "w") as f:
-        f.write("k8s-test-token\n")
-    os.chmod(token, 0o600)
+    token = rt.secret_file(os.path.join(tmp, "token"), "k8s-test-token\n")
     # The pod's command line with this machine's paths and free ports.
     args = []
     for a in c["command"][1:]:
@@ -299,10 +296,7 @@ def test_k8s_ha_runs_on_etcd():
         # etcd_lib's members allow a 1 s lease.
         f.write(re.sub(r"^leader-ttl-ms = .*$", "leader-ttl-ms = 1000",
                        text, flags=re.M))
-    token = os.path.join(tmp, "token")
-    with open(token, "w") as f:
-        f.write("k8s-test-token\n")
-    os.chmod(token, 0o600)
+    token = rt.secret_file(os.path.join(tmp, "token"), "k8s-test-token\n")
     ds = []
     for ip in ("127.0.0.1", "127.0.0.2"):
         d = rt.Rdzvd(raw=True, start=False, tmpdir=rt.mktemp("rdzvd-"))

@@ -33,10 +33,7 @@ def prefix_only(etcd):
     etcd.post("/v3/auth/user/grant", {"user": "rdzvd", "role": "rdzvd"})
     etcd.post("/v3/auth/enable", {})
     tmp = rt.mktemp("etcd-role-")
-    pw = os.path.join(tmp, "password")
-    with open(pw, "w") as f:
-        f.write("rdzvdpw\n")
-    os.chmod(pw, 0o600)
+    pw = rt.secret_file(os.path.join(tmp, "password"), "rdzvdpw\n")
     tok = etcd.post("/v3/auth/authenticate", {"name": "root",
                                               "password": "rootpw"})["token"]
     return ["--etcd-user", "rdzvd", "--etcd-password-file", pw], tok

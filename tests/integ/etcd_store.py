@@ -168,9 +168,7 @@ def test_etcd_auth():
     tmp = rt.mktemp("etcd-auth-")
     good, wrong = os.path.join(tmp, "good"), os.path.join(tmp, "wrong")
     for path, pw in ((good, "rootpw\n"), (wrong, "nope\n")):
-        with open(path, "w") as f:
-            f.write(pw)
-        os.chmod(path, 0o600)
+        rt.secret_file(path, pw)
     d = etcd_rdzvd(etcd, extra=["--etcd-user", "root",
                                 "--etcd-password-file", good])
     d.native().set(b"authed", b"1")

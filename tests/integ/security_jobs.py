@@ -47,10 +47,7 @@ def mac(key, tag, a, b):
 
 
 def write(path, data):
-    with open(path, "wb") as f:
-        f.write(data)
-    os.chmod(path, 0o600)
-    return path
+    return rt.secret_file(path, data)
 
 
 def daemon():

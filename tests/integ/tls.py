@@ -136,10 +136,7 @@ def test_tls12_client():
 
 def test_token_auth_inside_tls():
     tmp = rt.mktemp("rdzvd-tls-")
-    tok = os.path.join(tmp, "token")
-    with open(tok, "wb") as f:
-        f.write(TOKEN + b"\n")
-    os.chmod(tok, 0o600)
+    tok = rt.secret_file(os.path.join(tmp, "token"), TOKEN + b"\n")
     d = tls_daemon("--token-file", tok)
 
     def challenged():

@@ -31,11 +31,7 @@ def args(d, job, nnodes="2:2", nproc=2, extra=(), host="127.0.0.1"):
 
 
 def token_file(tmp):
-    p = os.path.join(tmp, "token")
-    with open(p, "wb") as f:
-        f.write(TOKEN + b"\n")
-    os.chmod(p, 0o600)
-    return p
+    return rt.secret_file(os.path.join(tmp, "token"), TOKEN + b"\n")
 
 
 # A worker that records its start like agent_lib's and runs until the

@@ -30,11 +30,8 @@ def tls_daemon(*extra, **kw):
 
 
 def token_file(token=b"tls-client-token"):
-    path = os.path.join(rt.mktemp("rdzv-tls-tok-"), "token")
-    with open(path, "wb") as f:
-        f.write(token + b"\n")
-    os.chmod(path, 0o600)
-    return path
+    return rt.secret_file(os.path.join(rt.mktemp("rdzv-tls-tok-"), "token"),
+                          token + b"\n")
 
 
 def absent(d, key, ns=b""):

@@ -55,6 +55,8 @@ Helpers
     parse_metrics(text) -> (samples, types); metric_value(samples, name,
                       default, **labels)
     mktemp()          a temp dir removed at exit
+    secret_file(path, data) -> path: data (bytes or str) written, mode 0600
+                      (a token or password file the daemons accept)
     make_tls_certs(dir) -> dict of PEM paths made with the openssl CLI: ca,
                       cert/key (localhost, 127.0.0.1, ::1, signed by ca),
                       other_ca (unrelated), wrong_host_cert/_key (signed by
@@ -341,6 +343,15 @@ def mktemp(prefix="rdzvtest-"):
     return d
 
 
+def secret_file(path, data):
+    """Writes data (bytes or str) to path, readable by its owner alone, as
+    rdzvd and rdzv-agent want a token or password file; returns path."""
+    with open(path, "wb" if isinstance(data, bytes) else "w") as f:
+        f.write(data)
+    os.chmod(path, 0o600)
+    return path
+
+
 # ---- small helpers ----
 
 def wait_until(pred, timeout=5.0, interval=0.01, what="condition"):
@@ -539,6 +550,14 @@ def send_all_slowly(sock, data, step=1, pause=0.0):
 
 # ---- TLS test material (openssl CLI) and the client side ----
 
+# A server certificate's extensions; each section adds its names.
+_TLS_LEAF_EXT = """\
+basicConstraints = critical, CA:FALSE
+keyUsage = critical, digitalSignature, keyEncipherment
+extendedKeyUsage = serverAuth
+subjectKeyIdentifier = hash
+authorityKeyIdentifier = keyid
+"""
 _TLS_CNF = """\
 [req]
 distinguished_name = dn
@@ -550,18 +569,10 @@ basicConstraints = critical, CA:TRUE
 keyUsage = critical, keyCertSign, cRLSign
 subjectKeyIdentifier = hash
 [server_ext]
-basicConstraints = critical, CA:FALSE
-keyUsage = critical, digitalSignature, keyEncipherment
-extendedKeyUsage = serverAuth
-subjectKeyIdentifier = hash
-authorityKeyIdentifier = keyid
+""" + _TLS_LEAF_EXT + """\
 subjectAltName = DNS:localhost, IP:127.0.0.1, IP:::1
 [wrong_host_ext]
-basicConstraints = critical, CA:FALSE
-keyUsage = critical, digitalSignature, keyEncipherment
-extendedKeyUsage = serverAuth
-subjectKeyIdentifier = hash
-authorityKeyIdentifier = keyid
+""" + _TLS_LEAF_EXT + """\
 subjectAltName = DNS:not-this-host.example
 """
 
