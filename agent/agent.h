@@ -554,6 +554,9 @@ struct rdzv_cbs {
 	/* A DRAIN push: rdzvd asks this node to leave round on purpose
 	 * (why: "evicted by an operator"). */
 	void	(*drain)(int64_t round, const char *why, void *);
+	/* For each HEARTBEAT: the local ranks (bit l) whose workers are
+	 * replacements that never stepped, up or on their way (0: none). */
+	int64_t	(*unjoined)(void *);
 };
 
 /*

@@ -873,6 +873,29 @@ agent_unjoined(void)
 	return (un);
 }
 
+/*
+ * HEARTBEAT's mask: the replacements here that never stepped, up or on
+ * their way (a dead one's next is), in a running round.  rdzvd closes a
+ * job whose training ended once no member has a worker that trained to
+ * wait for: a node whose every worker is such a replacement has none,
+ * and no worker of it exits 0 to make it report SUCCEEDED.
+ */
+static int64_t
+agent_unjoined_cb(void *arg)
+{
+	uint64_t	step, un = 0;
+	int64_t		when;
+	int		l;
+
+	if (ag.state != AS_RUNNING)
+		return (0);
+	for (l = 0; l < ag.cfg.nproc && l < RZ_REPAIR_LWS_MAX; l++)
+		if ((ag.fresh & (1ULL << l)) &&
+		    progress_get(l, &step, &when) != 0)
+			un |= 1ULL << l;
+	return ((int64_t)un);
+}
+
 /* DONE while replacements that never stepped still run (ag.unjoined):
  * they have no step to do; each hears "stop" before the SIGTERM. */
 static void
@@ -1338,6 +1361,7 @@ static const struct rdzv_cbs agent_rdzv_cbs = {
 	.left = agent_left_cb,
 	.straggler = agent_straggler_cb,
 	.drain = agent_evicted_cb,
+	.unjoined = agent_unjoined_cb,
 };
 
 /* --dry_run: the configuration and each worker's variables. */

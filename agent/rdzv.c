@@ -150,6 +150,8 @@ static int				 rc_leaving;	/* LEAVE asked for */
 static int				 rc_backoff_ms;
 static int				 rc_repairable;	/* HEARTBEAT says */
 static int				 rc_hb_repairable; /* the one in flight */
+static int				 rc_hb_unjoined;	/* it carried unjoined */
+static int				 rc_no_unjoined;	/* rdzvd is older */
 static int64_t				 rc_down_since;	/* first failure */
 static int64_t				 rc_last_rx;	/* mono_ms() */
 static struct event			*rc_retry_ev, *rc_hb_ev, *rc_leave_ev,
@@ -537,7 +539,17 @@ rdzv_reply(const struct nat_msg *m)
 	}
 	if (m->id == rc_hb_id && rc_hb_id != 0) {
 		rc_hb_id = 0;
-		if (code == RDZV_ENOTFOUND) {
+		if (code == RDZV_EPROTO && rc_hb_unjoined && !rc_no_unjoined) {
+			/* An rdzvd older than HEARTBEAT's unjoined: the
+			 * beats go without it (the next one renews the
+			 * lease). */
+			log_info("rdzvd takes no replacement mask in "
+			    "HEARTBEAT (an older rdzvd): not sent again");
+			rc_no_unjoined = 1;
+			if (rc_state == RC_JOINED)
+				rdzv_hb_cb(-1, 0, NULL);
+			return;
+		} else if (code == RDZV_ENOTFOUND) {
 			/* rdzvd dropped this node (lease): join again. */
 			log_warnx("rdzvd no longer knows node %lld: rejoining",
 			    (long long)rc_node_id);
@@ -973,6 +985,7 @@ static void
 rdzv_hb_cb(evutil_socket_t fd, short ev, void *arg)
 {
 	struct nat_wr	wr;
+	int64_t		un;
 	int		lease, dead;
 
 	if (rc_state != RC_JOINED)
@@ -989,8 +1002,15 @@ rdzv_hb_cb(evutil_socket_t fd, short ev, void *arg)
 		rdzv_put_str(&wr, rc_cfg->rdzv_id);
 		rdzv_put_i64(&wr, rc_node_id);
 		rdzv_put_i64(&wr, rc_repairable);
+		/* Written only when not 0: an older rdzvd never sees it
+		 * while no replacement is on its way. */
+		un = rc_no_unjoined || rc_cbs->unjoined == NULL ? 0 :
+		    rc_cbs->unjoined(rc_arg);
+		if (un != 0)
+			rdzv_put_i64(&wr, un);
 		rdzv_end(&wr);
 		rc_hb_repairable = rc_repairable;
+		rc_hb_unjoined = un != 0;
 	}
 	rdzv_timer(rc_hb_ev, rc_hb_ms);
 }

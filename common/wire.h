@@ -183,7 +183,8 @@ enum nat_op {
 				 * i straggler_action]]]
 				 * -> i node_id, i restart_count, i lease_ms
 				 *    (the job's) | ECLOSED */
-	NAT_OP_HEARTBEAT = 22,	/* b job, i node_id [, i repairable]
+	NAT_OP_HEARTBEAT = 22,	/* b job, i node_id [, i repairable
+				 * [, i unjoined]]
 				 * -> i round | ENOTFOUND */
 	NAT_OP_LEAVE = 23,	/* b job, i node_id -> - */
 	NAT_OP_FAILURE = 24,	/* b job, i node_id, i round, i local_rank,

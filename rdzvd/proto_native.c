@@ -856,9 +856,10 @@ native_round_req(struct nat_req *r, struct round_req *rq)
 }
 
 /* ADMIN_CLOSE: a reason; ADMIN_FORGET: the job alone; ADMIN_EVICT, LEAVE
- * and HEARTBEAT: a node id (HEARTBEAT: and maybe repairable; ADMIN_EVICT:
- * and maybe now); SUCCEEDED: a node id and a round, and maybe the
- * replacements that never joined. */
+ * and HEARTBEAT: a node id (HEARTBEAT: and maybe repairable, then maybe
+ * the replacements that never stepped; ADMIN_EVICT: and maybe now);
+ * SUCCEEDED: a node id and a round, and maybe the replacements that never
+ * joined. */
 static int
 native_round_op(struct nat_req *r)
 {
@@ -874,9 +875,15 @@ native_round_op(struct nat_req *r)
 	    (rq.op == NAT_OP_SUCCEEDED &&
 	    nat_get_i64(&r->rd, &rq.round) != 0)))
 		return RDZV_EPROTO;
-	if (rq.op == NAT_OP_HEARTBEAT && r->rd.left > 0 &&
-	    nat_get_i64(&r->rd, &rq.repairable) != 0)
-		return RDZV_EPROTO;
+	if (rq.op == NAT_OP_HEARTBEAT) {
+		rq.unjoined = -1;
+		if (r->rd.left > 0 &&
+		    nat_get_i64(&r->rd, &rq.repairable) != 0)
+			return RDZV_EPROTO;
+		if (r->rd.left > 0 && (nat_get_i64(&r->rd, &rq.unjoined) != 0 ||
+		    rq.unjoined < 0))
+			return RDZV_EPROTO;
+	}
 	if (rq.op == NAT_OP_ADMIN_EVICT && r->rd.left > 0 &&
 	    nat_get_i64(&r->rd, &rq.now) != 0)
 		return RDZV_EPROTO;

@@ -812,16 +812,55 @@ rz_succeeded(struct rz *rz, struct slice job, int64_t node_id, int64_t round,
 	rz_event(rz, j, now, "node %" PRId64 " succeeded round %" PRId64,
 	    nd->id, round);
 	rz_repair_ended(rz, j, nd, unjoined, now);
-	/* A member none of whose workers trained in a round since (each
-	 * dead, or a replacement that never joined: a standby that took a
-	 * lost node's place, a node whose every worker was replaced) has
-	 * nothing to report. */
-	TAILQ_FOREACH(nd, &j->nodes, entry)
-		if (nd->state == RZN_MEMBER && !nd->succeeded &&
-		    nd->lws > __builtin_popcountll((unsigned long long)
-		    (nd->dead_local | nd->ready_local)))
-			return 0;
-	rz_close_job(rz, ob, j, RZJ_DONE, now);
+	rz_done_if_ended(rz, ob, j, now);
+	return 0;
+}
+
+/*
+ * Training ended (a member succeeded: a synchronous group never finishes
+ * without its members): the job is DONE once every other member
+ * succeeded too, or has no worker that trained to wait for (each dead,
+ * READY, or a replacement its agent says never stepped: a standby that
+ * took a lost node's place, a node whose every worker was replaced).
+ */
+void
+rz_done_if_ended(struct rz *rz, struct rz_outbox *ob, struct rz_job *j,
+    int64_t now)
+{
+	struct rz_node	*nd;
+	int		 ended = 0;
+
+	if (j->state != RZJ_RUNNING)
+		return;
+	TAILQ_FOREACH(nd, &j->nodes, entry) {
+		if (nd->state != RZN_MEMBER)
+			continue;
+		if (nd->succeeded) {
+			ended = 1;
+			continue;
+		}
+		if (nd->lws > __builtin_popcountll((unsigned long long)
+		    (nd->dead_local | nd->ready_local | nd->unjoined)))
+			return;
+	}
+	if (ended)
+		rz_close_job(rz, ob, j, RZJ_DONE, now);
+}
+
+int
+rz_unjoined(struct rz *rz, struct slice job, int64_t node_id,
+    int64_t unjoined, int64_t now, struct rz_outbox *ob)
+{
+	struct rz_job	*j;
+	struct rz_node	*nd;
+
+	if ((j = rz_find_job(rz, job)) == NULL ||
+	    (nd = rz_find_node(j, node_id)) == NULL)
+		return RDZV_ENOTFOUND;
+	if (nd->unjoined == unjoined)
+		return 0;
+	nd->unjoined = unjoined;
+	rz_done_if_ended(rz, ob, j, now);
 	return 0;
 }
 

@@ -203,6 +203,14 @@ int	rz_join(struct rz *, const struct nat_join *, void *conn,
 /* repairable: 1 or 0 as the agent said it, -1 not said (kept). */
 int	rz_heartbeat(struct rz *, struct slice job, int64_t node_id,
 	    int64_t repairable, void *conn, int64_t now_ms, struct rz_outbox *);
+/*
+ * HEARTBEAT's unjoined (bit l: local rank l's worker is a replacement
+ * that never stepped, up or on its way): kept for the node (not in
+ * rows); once training ended, a member all of whose workers are such
+ * has nothing to report, and the job may close (see rz_succeeded).
+ */
+int	rz_unjoined(struct rz *, struct slice job, int64_t node_id,
+	    int64_t unjoined, int64_t now_ms, struct rz_outbox *);
 int	rz_leave(struct rz *, struct slice job, int64_t node_id, int64_t now_ms,
 	    struct rz_outbox *);
 int	rz_failure(struct rz *, const struct nat_failure *, int64_t now_ms,

@@ -64,6 +64,10 @@ struct rz_node {
 	int64_t			 fresh;		/* bit l: local rank l's
 						 * replacement is ready, not in
 						 * a round yet (never a donor) */
+	int64_t			 unjoined;	/* bit l: a replacement
+						 * that never stepped, as its
+						 * agent's HEARTBEAT said
+						 * (not in rows) */
 	unsigned char		 repl_fails[RZ_REPAIR_LWS_MAX];
 						/* [l]: local rank l's
 						 * replacements dead before
@@ -172,6 +176,8 @@ void rz_nodes_free(struct rz_job *j);
 int rz_repair_lost(struct rz *rz, struct rz_outbox *ob, struct rz_job *j,
     const struct rz_node *lost, const char *how, int64_t now);
 void rz_repair_timeout(struct rz *rz, struct rz_outbox *ob, struct rz_job *j,
+    int64_t now);
+void rz_done_if_ended(struct rz *, struct rz_outbox *, struct rz_job *,
     int64_t now);
 void rz_repair_ended(struct rz *rz, struct rz_job *j, const struct rz_node *nd,
     int64_t unjoined, int64_t now);

@@ -23,6 +23,7 @@
 static const char *rz_repair_refused(struct rz_job *, struct rz_node *,
 		    int64_t, char *, size_t);
 static void	rz_repair_next(struct rz_job *, int64_t);
+static int	rz_training_ended(const struct rz_job *);
 static void	rz_repair_shrink(struct rz *, struct rz_outbox *,
 		    struct rz_job *, struct rz_node *, int64_t, const char *,
 		    int64_t);
@@ -84,10 +85,20 @@ rz_failure(struct rz *rz, const struct nat_failure *r, int64_t now,
 	 */
 	if (r->repair && r->local_rank >= 0 &&
 	    r->local_rank < RZ_REPAIR_LWS_MAX &&
-	    ((nd->dead_local | nd->ready_local) & (1LL << r->local_rank))) {
+	    ((nd->dead_local | nd->ready_local | nd->unjoined) &
+	    (1LL << r->local_rank))) {
 		nd->ready_local &= ~(1LL << r->local_rank);
 		nd->dead_local |= 1LL << r->local_rank;
 		rz_save_node(rz, j, nd);
+		/* Training ended: no grow comes, nothing to count. */
+		if (rz_training_ended(j)) {
+			rz_event(rz, j, now, "repair: node %" PRId64 " local "
+			    "rank %" PRId64 "'s replacement died (%s) after "
+			    "training ended: nothing to replace", nd->id,
+			    r->local_rank, what);
+			rz_done_if_ended(rz, ob, j, now);
+			return 0;
+		}
 		n = ++nd->repl_fails[r->local_rank];
 		if (n <= RZ_REPL_FAILS_MAX) {
 			rz_event(rz, j, now, "repair: node %" PRId64 " local "
@@ -377,9 +388,8 @@ rz_ready(struct rz *rz, const struct nat_ready *r, int64_t now,
 	if (nd->joining)
 		return rz_elastic_ready(rz, ob, j, nd, r->local_rank, now);
 	/* Training ended in the smaller group: no grow any more. */
-	TAILQ_FOREACH(m, &j->nodes, entry)
-		if (m->state == RZN_MEMBER && m->succeeded)
-			return 0;
+	if (rz_training_ended(j))
+		return 0;
 	nd->dead_local &= ~(1LL << r->local_rank);
 	nd->ready_local |= 1LL << r->local_rank;
 	nd->fresh |= 1LL << r->local_rank;	/* never the donor */
@@ -511,6 +521,19 @@ rz_repair_ended(struct rz *rz, struct rz_job *j, const struct rz_node *nd,
 	    PRId64 ": training ended, the grow is called off", nd->id,
 	    n == 1 ? "" : "s", n == 1 ? "" : "s", ranks,
 	    j->kind == NAT_KIND_GROW ? "grow" : "repair", j->round);
+}
+
+/* Whether training ended: a member succeeded (a synchronous group never
+ * finishes without its members). */
+static int
+rz_training_ended(const struct rz_job *j)
+{
+	const struct rz_node	*m;
+
+	TAILQ_FOREACH(m, &j->nodes, entry)
+		if (m->state == RZN_MEMBER && m->succeeded)
+			return 1;
+	return 0;
 }
 
 /* The pending replacement did not say READY in time: a restart. */

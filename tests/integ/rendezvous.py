@@ -154,6 +154,29 @@ def test_all_succeeded_closes():
     assert "state succeeded" in st, st
 
 
+def test_heartbeat_unjoined_ends_a_finished_job():
+    """A HEARTBEAT's last field names the node's replacements that never
+    stepped: once another node succeeded (training ended), a node all of
+    whose workers are such has nothing to report, and the job is DONE.
+    A negative mask is refused (and, as every protocol error, ends the
+    connection: an agent then leaves the field out, PROTOCOL.md)."""
+    d = daemon()
+    a, b = Agent(d, "j4u"), Agent(d, "j4u")
+    a.join(), b.join()
+    r = a.push()
+    b.push()
+    a.succeeded(r["round"])
+    b.c.call(OP_HEARTBEAT, b.job, b.node_id, 0, 1)    # one of two
+    try:
+        b.c.call(OP_HEARTBEAT, b.job, b.node_id, 0, -1)
+        raise AssertionError("a negative unjoined mask accepted")
+    except rt.RdzvError:
+        pass
+    b.reconnect()		# rdzvd ends a connection that breaks the protocol
+    b.c.call(OP_HEARTBEAT, b.job, b.node_id, 0, 3)
+    assert a.push()["state"] == DONE and b.push()["state"] == DONE
+
+
 def test_lease_expiry_smaller_round():
     d = daemon()
     a = Agent(d, "j5", nodes=(1, 2), lease_ms=800)

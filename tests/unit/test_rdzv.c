@@ -1591,6 +1591,53 @@ test_repair_replacement_fails_per_rank(void **state)
 }
 
 /*
+ * Training ends while every worker of node 1 is a replacement that a
+ * grow took in but that never stepped (the survivor on node 2 finished
+ * before it joined): node 1 has no worker that exits 0, so it never
+ * reports SUCCEEDED; its agent's HEARTBEAT names them (unjoined), and
+ * the job is DONE then.  A replacement's death after training ended is
+ * nothing to replace: no count, no restart.
+ */
+static void
+test_repair_ends_with_node_unjoined(void **state)
+{
+	struct fx	*f = *state;
+	struct rz_stats	st;
+
+	repair_job(f, 1, 1);
+	assert_int_equal(run(f, fail_repair(f, 1, 1, 0, 100)), 0);
+	assert_int_equal(run(f, fail_repair(f, 1, 2, 1, 110)), 0);
+	assert_int_equal(run(f, ready(f, 1, 3, 0, 200)), 0);
+	assert_int_equal(ready(f, 1, 3, 1, 210), 0);
+	assert_int_equal(ob.npush, 2);
+	assert_int_equal(ob.push[0].round.kind, NAT_KIND_GROW);
+	assert_int_equal(ob.push[0].round.round, 4);
+	drain(f->rz);
+	assert_int_equal(rz_succeeded(f->rz, slice_str("ob"), 2, 4, 0, 300,
+	    &ob), 0);
+	assert_int_equal(ob.npush, 0);		/* node 1 not heard of */
+	drain(f->rz);
+	/* Its replacement of local rank 0 dies and comes back, unjoined. */
+	assert_int_equal(rz_unjoined(f->rz, slice_str("ob"), 1, 1, 310, &ob),
+	    0);
+	assert_int_equal(ob.npush, 0);		/* local rank 1 trained? */
+	drain(f->rz);
+	assert_int_equal(fail_repair(f, 1, 4, 0, 320), 0);
+	assert_int_equal(ob.npush, 0);
+	drain(f->rz);
+	assert_true(event_has(f, "repair: node 1 local rank 0's replacement "
+	    "died (signal 9) after training ended: nothing to replace"));
+	assert_int_equal(rz_unjoined(f->rz, slice_str("ob"), 1, 3, 330, &ob),
+	    0);
+	assert_int_equal(ob.npush, 2);
+	assert_int_equal(ob.push[0].round.state, RDZV_ROUND_DONE);
+	drain(f->rz);
+	rz_get_stats(f->rz, &st);
+	assert_int_equal(st.restarts_total, 0);
+	assert_false(event_has(f, "escalated"));
+}
+
+/*
  * Two replacements on their way; the first is READY and waits for the
  * second (one grow takes both) when it dies: it had joined nothing, so
  * nothing shrinks (the survivors' world stays 2) and nothing restarts;
@@ -2296,6 +2343,8 @@ main(void)
 		    test_repair_replacement_dies_loading, setup, teardown),
 		cmocka_unit_test_setup_teardown(
 		    test_repair_replacement_fails_per_rank, setup, teardown),
+		cmocka_unit_test_setup_teardown(
+		    test_repair_ends_with_node_unjoined, setup, teardown),
 		cmocka_unit_test_setup_teardown(
 		    test_repair_ready_replacement_dies, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_repair_lost_standby,
