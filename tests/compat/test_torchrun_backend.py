@@ -40,7 +40,8 @@ import compatlib                                        # noqa: E402
 compatlib.use_torch2()
 
 import rdzvtest as rt                                   # noqa: E402
-from agent_lib import children, ctl, job_events, job_status  # noqa: E402
+from agent_lib import (DDP_LINEAR, DDP_SAME, RECORD, children, ctl,  # noqa: E402
+                       job_events, job_status)
 
 JOB = "trun"
 PKG = None          # the directory pip installed the rdzv package into
@@ -56,14 +57,7 @@ import torch.distributed as dist
 
 d = sys.argv[1]
 pid = os.getpid()
-
-
-def record(name, obj):
-    tmp = os.path.join(d, ".%s.tmp" % name)
-    with open(tmp, "w") as f:
-        json.dump(obj, f)
-    os.rename(tmp, os.path.join(d, name))
-
+''' + RECORD + r'''
 
 dist.init_process_group("gloo")        # env://, as torchrun's workers do
 rank, world = dist.get_rank(), dist.get_world_size()
@@ -73,19 +67,10 @@ record("start.%d" % pid, {"rank": rank, "world": world, "pid": pid,
        "addr": env["MASTER_ADDR"], "port": int(env["MASTER_PORT"]),
        "agent_store": env["TORCHELASTIC_USE_AGENT_STORE"],
        "group_rank": int(env["GROUP_RANK"])})
-torch.manual_seed(0)
-model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 1))
-opt = torch.optim.SGD(model.parameters(), lr=0.02)
-x = torch.randn(32, 4) + rank
-y = x.sum(1, keepdim=True)
-losses = []
+''' + DDP_LINEAR + r'''
 step = 0
 while True:
-    opt.zero_grad()
-    loss = ((model(x) - y) ** 2).mean()
-    loss.backward()                    # gradients all-reduced by DDP
-    opt.step()
-    losses.append(loss.item())
+    train_step()
     step += 1
     record("step.%d" % pid, step)
     stop = torch.tensor([float(os.path.exists(os.path.join(d, "finish")))])
@@ -93,12 +78,9 @@ while True:
     if stop.item() > 0 and step >= 5:
         break
     time.sleep(0.02)
-p = torch.cat([q.detach().flatten() for q in model.parameters()])
-ps = [torch.zeros_like(p) for _ in range(world)]
-dist.all_gather(ps, p)
-record("result.%d" % pid, {"rank": rank, "world": world, "same": all(
-       bool(torch.equal(ps[0], q)) for q in ps), "first": losses[0],
-       "last": losses[-1]})
+''' + DDP_SAME + r'''
+record("result.%d" % pid, {"rank": rank, "world": world, "same": same,
+       "first": losses[0], "last": losses[-1]})
 dist.barrier()
 dist.destroy_process_group()
 # torch's gloo may abort the interpreter's finalization (a known race of
@@ -323,9 +305,7 @@ def test_native_token_and_tls():
     tmp = rt.mktemp("trun-auth-")
     good, bad = os.path.join(tmp, "good"), os.path.join(tmp, "bad")
     for path, tok in ((good, "s3cret\n"), (bad, "wrong")):
-        with open(path, "w") as f:
-            f.write(tok)
-        os.chmod(path, 0o600)
+        rt.secret_file(path, tok)
     d = rt.Rdzvd(["--token-file", good], tls=t)
     events = []
     lock = threading.Condition()
@@ -525,20 +505,14 @@ def test_etcd_leader_lost():
     """Three rdzvds on a three-member etcd; the job's torchruns are given
     all three: the leader is killed mid-job, the handlers follow the new
     leader, no worker restarts, both exit 0."""
-    from etcd_lib import ETCD, EtcdCluster, etcd_rdzvd
+    from etcd_lib import ETCD, EtcdCluster, etcd_trio
     if not os.access(ETCD, os.X_OK):
         rt.skip("etcd is not installed (scripts/deps.sh installs Debian's "
                 "etcd-server)")
     etcd = EtcdCluster(3)
-    hosts = ["127.0.0.1", "127.0.0.2", "127.0.0.3"]
-    ds = [etcd_rdzvd(etcd, host=h, start=False) for h in hosts]
-    ds[0].start()
-    for x in ds[1:]:
-        x.start(wait=False)
-    for x in ds[1:]:
-        rt.wait_until(lambda: "standing by" in x.log_text(), 30,
-                      what="a standby")
-    S["d"] = ds[0]
+    leader, standbys = etcd_trio(etcd, timeout=30)
+    ds = [leader] + standbys
+    S["d"] = leader
     tmp = rt.mktemp("trun-etcd-")
     prog = os.path.join(tmp, "train.py")
     with open(prog, "w") as f:

@@ -36,6 +36,42 @@ def agent_path():
     return os.path.join(rt.top_builddir(), "agent", "rdzv-agent")
 
 
+# Pieces of the Python programs the tests run as workers, joined into one
+# program's source.  RECORD: record(name, obj) writes obj as JSON to
+# DIR/name at once (a temporary file renamed), d being DIR.  DDP_LINEAR:
+# a DDP linear model for rank (torch, gloo initialised) with
+# train_step(), one step whose loss it appends to losses.  DDP_SAME: same,
+# whether every rank ends with the same parameters (an all_gather).
+RECORD = r'''
+def record(name, obj):
+    tmp = os.path.join(d, ".%s.tmp" % name)
+    with open(tmp, "w") as f:
+        json.dump(obj, f)
+    os.rename(tmp, os.path.join(d, name))
+'''
+DDP_LINEAR = r'''
+torch.manual_seed(0)
+model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 1))
+opt = torch.optim.SGD(model.parameters(), lr=0.02)
+x = torch.randn(32, 4) + rank
+y = x.sum(1, keepdim=True)
+losses = []
+
+
+def train_step():
+    opt.zero_grad()
+    loss = ((model(x) - y) ** 2).mean()
+    loss.backward()                    # gradients all-reduced by DDP
+    opt.step()
+    losses.append(loss.item())
+'''
+DDP_SAME = r'''
+p = torch.cat([q.detach().flatten() for q in model.parameters()])
+ps = [torch.zeros_like(p) for _ in range(dist.get_world_size())]
+dist.all_gather(ps, p)
+same = all(bool(torch.equal(ps[0], q)) for q in ps)
+'''
+
 # The worker: records its start (env, pid) in DIR/start.<round>.<rank>.<pid>,
 # then behaves as W_* variables say:
 #   W_EXIT="restart:rank:code,..."  exit with code in that restart and rank
@@ -54,13 +90,7 @@ rank = int(env["RANK"])
 restart = int(env["TORCHELASTIC_RESTART_COUNT"])
 rnd = env["RDZV_ROUND"]
 pid = os.getpid()
-
-def record(name, obj):
-    tmp = os.path.join(d, ".%s.tmp" % name)
-    with open(tmp, "w") as f:
-        json.dump(obj, f)
-    os.rename(tmp, os.path.join(d, name))
-
+''' + RECORD + r'''
 if env.get("W_TRAPTERM") == "1":
     def onterm(s, f):
         record("term.%d.%d" % (rank, pid), {"rank": rank})

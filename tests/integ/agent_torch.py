@@ -18,7 +18,8 @@ import signal
 import time
 
 import rdzvtest as rt
-from agent_lib import Scope, agent_path, conf, job_status, let_end
+from agent_lib import (DDP_LINEAR, DDP_SAME, Scope, agent_path, conf,
+                       job_status, let_end)
 
 TORCH = rt.TORCH_PYTHON
 TORCH2 = rt.TORCH2_PYTHON
@@ -38,20 +39,11 @@ exit_rank = int(sys.argv[2]) if len(sys.argv) > 2 else -1
 dist.init_process_group("gloo")        # env://, as under torchrun
 rank, world = dist.get_rank(), dist.get_world_size()
 restart = int(os.environ["TORCHELASTIC_RESTART_COUNT"])
-torch.manual_seed(0)
-model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 1))
-opt = torch.optim.SGD(model.parameters(), lr=0.02)
-x = torch.randn(32, 4) + rank
-y = x.sum(1, keepdim=True)
-losses = []
+''' + DDP_LINEAR + r'''
 t0 = time.monotonic()
 step = 0
 while True:
-    opt.zero_grad()
-    loss = ((model(x) - y) ** 2).mean()
-    loss.backward()                    # gradients all-reduced by DDP
-    opt.step()
-    losses.append(loss.item())
+    train_step()
     step += 1
     if step == 3:
         tmp = os.path.join(d, ".running.%d.%d" % (restart, rank))
@@ -69,12 +61,10 @@ while True:
     time.sleep(0.02)
 t = torch.tensor([float(rank + 1)])
 dist.all_reduce(t)
-p = torch.cat([q.detach().flatten() for q in model.parameters()])
-ps = [torch.zeros_like(p) for _ in range(world)]
-dist.all_gather(ps, p)
+''' + DDP_SAME + r'''
 with open(os.path.join(d, "result.%d.%d" % (restart, rank)), "w") as f:
-    json.dump({"sum": t.item(), "same": all(bool(torch.equal(ps[0], q))
-               for q in ps), "first": losses[0], "last": losses[-1],
+    json.dump({"sum": t.item(), "same": same, "first": losses[0],
+               "last": losses[-1],
                "world": world, "steps": step, "pid": os.getpid(),
                "torch": torch.__version__}, f)
 dist.barrier()

@@ -31,25 +31,8 @@ import subprocess
 
 import rdzvtest as rt
 from agent_lib import Scope, conf, job_events, let_end, until
-from etcd_lib import (EtcdCluster, etcd_rdzvd, skip_without_etcd,
-                      standby_http)
+from etcd_lib import EtcdCluster, etcd_trio, skip_without_etcd, standby_http
 from etcd_store import DEPOSED, AckLog, check_acked
-
-HOSTS = ["127.0.0.1", "127.0.0.2", "127.0.0.3"]
-
-
-def trio(etcd):
-    """Three rdzvds; returns (leader, [standbys]) once one leads."""
-    ds = [etcd_rdzvd(etcd, host=h, start=False) for h in HOSTS]
-    ds[0].start()
-    for d in ds[1:]:
-        d.start(wait=False)
-    # The standbys have said whom they wait for.
-    for d in ds[1:]:
-        rt.wait_until(lambda: "standing by" in d.log_text(), 20,
-                      what="standby")
-    return ds[0], ds[1:]
-
 
 def check_standby(d, leader):
     """d stands by and says, on HTTP, that leader leads (and where)."""
@@ -103,7 +86,7 @@ def next_leader(standbys, timeout=30.0):
 
 def failover(kill_member):
     etcd = EtcdCluster(3)
-    leader, standbys = trio(etcd)
+    leader, standbys = etcd_trio(etcd)
     for d in standbys:
         check_standby(standby_http(d), leader)
     w = AckLog(leader)
@@ -153,7 +136,7 @@ def test_host_lost():
 
 def test_paused_leader_commits_nothing():
     etcd = EtcdCluster(3)
-    leader, standbys = trio(etcd)
+    leader, standbys = etcd_trio(etcd)
     c = leader.native(timeout=30)
     c.set(b"before", b"1")
     leader.signal(signal.SIGSTOP)
@@ -196,7 +179,7 @@ def test_job_survives_failover():
     from repair_agent import need_data
     need_data()
     etcd = EtcdCluster(3)
-    leader, standbys = trio(etcd)
+    leader, standbys = etcd_trio(etcd)
     job_args, program, end = c_job(leader, standbys, "ha")
     with Scope("etcd-job-") as s:
         a = s.agent(job_args, program=program)
@@ -240,7 +223,7 @@ def test_repair_in_flight_failover():
     from repair_agent2 import GATE_SH
     need_data()
     etcd = EtcdCluster(3)
-    leader, standbys = trio(etcd)
+    leader, standbys = etcd_trio(etcd)
     job_args, program, end = c_job(leader, standbys, "inflight")
     program = ["/bin/sh", "-c", GATE_SH, "gate"] + program
     with Scope("etcd-inflight-") as s:
@@ -287,7 +270,7 @@ def test_torch_job_survives_failover():
     if not rt.has_torch(rt.TORCH2_PYTHON):
         rt.skip("no torch 2.x at %s (TORCH2_PYTHON)" % rt.TORCH2_PYTHON)
     etcd = EtcdCluster(3)
-    leader, standbys = trio(etcd)
+    leader, standbys = etcd_trio(etcd)
     eps = ",".join(d.endpoint for d in [leader] + standbys)
     with Scope("etcd-torch-") as s:
         prog = os.path.join(s.tmp, "train.py")

@@ -17,6 +17,8 @@
     c.wait_serving()       until a range request succeeds
     skip_without_etcd()    skip the whole file when etcd is not installed
     etcd_rdzvd(c, ...)     an rdzvd on c (see there)
+    etcd_trio(c)           three rdzvds on c, on 127.0.0.1, .2 and .3:
+                           (leader, [standbys]) once both stand by
     standby_http(d)        a standby's HTTP port, once it listens
     leader_and_standby(a, b)  starts a (it leads) and b (it stands by) and
                            checks their /readyz: 200 and 503 naming a
@@ -223,6 +225,23 @@ def standby_http(d):
                   "the standby's http port file")
     d.http_port = d._read_port(d.http_port_file)
     return d
+
+
+TRIO_HOSTS = ["127.0.0.1", "127.0.0.2", "127.0.0.3"]
+
+
+def etcd_trio(cluster, timeout=20):
+    """Three rdzvds on cluster, one per address of TRIO_HOSTS; returns
+    (leader, [standbys]) once the first leads and the others have said,
+    within timeout seconds, whom they stand by for."""
+    ds = [etcd_rdzvd(cluster, host=h, start=False) for h in TRIO_HOSTS]
+    ds[0].start()
+    for d in ds[1:]:
+        d.start(wait=False)
+    for d in ds[1:]:
+        rt.wait_until(lambda: "standing by" in d.log_text(), timeout,
+                      what="a standby")
+    return ds[0], ds[1:]
 
 
 def leader_and_standby(a, b):
