@@ -74,7 +74,9 @@ peer_python() {
 # (awk "$AWK_TABLES"'...'): median(LIST) of a space-separated list ("nan"
 # when empty); add(ARR, KEY, V) appends V to ARR[KEY] unless it is "nan" or
 # empty; fmt(X, D) X with D decimals and thou(X) X with thousands
-# separators, both "—" for "nan" or empty.
+# separators, both "—" for "nan" or empty; paired(ARR, G, REPS, A, B) the
+# ratios ARR[G "\t" r "\t" B] / ARR[G "\t" r "\t" A] of the repetitions r
+# (1..REPS) where both are numbers, space-separated.
 AWK_TABLES='
 function median(list,    a, n, i, j, t) {
 	n = split(list, a, " ")
@@ -103,5 +105,14 @@ function thou(x,    s, r) {
 		s = substr(s, 1, length(s) - 3)
 	}
 	return s r
+}
+function paired(arr, g, reps, a, b,    r, x, y, out) {
+	out = ""
+	for (r = 1; r <= reps; r++) {
+		x = arr[g "\t" r "\t" a]; y = arr[g "\t" r "\t" b]
+		if (x != "" && x != "nan" && y != "" && y != "nan" && x > 0)
+			out = out " " y / x
+	}
+	return out
 }
 '

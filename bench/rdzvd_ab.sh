@@ -119,15 +119,8 @@ END {
 	printf "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n"
 	for (i = 1; i <= ng; i++) {
 		g = order[i]; split(g, gk, "\t")
-		pr = ""; cr = ""
-		for (r = 1; r <= reps; r++) {
-			o = val[g "\t" r "\t" "old"]; n = val[g "\t" r "\t" "new"]
-			if (o != "" && o != "nan" && n != "" && n != "nan" && o > 0)
-				pr = pr " " n / o
-			o = cval[g "\t" r "\t" "old"]; n = cval[g "\t" r "\t" "new"]
-			if (o != "" && o != "nan" && n != "" && n != "nan" && o > 0)
-				cr = cr " " n / o
-		}
+		pr = paired(val, g, reps, "old", "new")
+		cr = paired(cval, g, reps, "old", "new")
 		mo = median(ops[g "\told"]); mn = median(ops[g "\tnew"])
 		printf "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n",
 		    gk[1], gk[2], thou(mo), thou(mn),

@@ -174,15 +174,8 @@ END {
 	printf "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n"
 	for (i = 1; i <= ng; i++) {
 		g = order[i]; split(g, gk, "\t")
-		po = ""; pl = ""
-		for (r = 1; r <= reps; r++) {
-			a = v[g "\t" r "\tplain"]; b = v[g "\t" r "\ttls"]
-			if (a != "" && a != "nan" && b != "" && b != "nan" && a > 0)
-				po = po " " b / a
-			a = l[g "\t" r "\tplain"]; b = l[g "\t" r "\ttls"]
-			if (a != "" && a != "nan" && b != "" && b != "nan" && a > 0)
-				pl = pl " " b / a
-		}
+		po = paired(v, g, reps, "plain", "tls")
+		pl = paired(l, g, reps, "plain", "tls")
 		printf "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n",
 		    gk[1], size(gk[2]), thou(median(ops[g "\tplain"])),
 		    thou(median(ops[g "\ttls"])),
