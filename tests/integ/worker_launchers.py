@@ -40,56 +40,46 @@ def expect_agent_store(want):
             'exec "$0" "$@"' % (want, want))
 
 
+def coll_ok(n, args, agent_store=None, python=TORCH, env=None):
+    """torchrun of python with args runs the worker's quick collectives on
+    n ranks (after checking, with agent_store, that
+    TORCHELASTIC_USE_AGENT_STORE is it): it exits 0, every rank ok."""
+    prog = [wl.prog(), "coll", "quick"]
+    if agent_store is not None:
+        prog = ["/bin/sh", "-c", expect_agent_store(agent_store)] + prog
+    rc, out = torchrun(args + ["--nproc_per_node", str(n), "--no_python"] +
+                       prog, python=python, env=env)
+    assert rc == 0, out[-3000:]
+    for r in range(n):
+        assert "ok coll rank=%d" % r in out, out[-3000:]
+
+
 def test_torchrun_c10d_rank0_hosts_store():
     need_torch()
-    rc, out = torchrun(["--standalone", "--nproc_per_node", "3",
-                        "--no_python", "--redirects", "9:1", "--tee", "9:1",
-                        wl.prog(), "coll", "quick"])
-    assert rc == 0, out[-3000:]
-    for r in range(3):
-        assert "ok coll rank=%d" % r in out, out[-3000:]
+    coll_ok(3, ["--standalone", "--redirects", "9:1", "--tee", "9:1"])
 
 
 def test_torchrun_static_agent_store():
     need_torch()
     # The static rendezvous gives TORCHELASTIC_USE_AGENT_STORE=True: the
     # ranks are clients of the agent's TCPStore, keys under a prefix.
-    script = ('[ "$TORCHELASTIC_USE_AGENT_STORE" = True ] || '
-              '{ echo "agent store not used"; exit 9; }; exec "$0" "$@"')
-    rc, out = torchrun(["--nproc_per_node", "2", "--master_port",
-                        str(rt.free_port()), "--no_python", "--redirects",
-                        "9:1", "--tee", "9:1", "/bin/sh", "-c", script,
-                        wl.prog(), "coll", "quick"])
-    assert rc == 0, out[-3000:]
-    for r in range(2):
-        assert "ok coll rank=%d" % r in out, out[-3000:]
+    coll_ok(2, ["--master_port", str(rt.free_port()), "--redirects", "9:1",
+                "--tee", "9:1"], agent_store="True")
 
 
 def test_torchrun2_rank0_hosts_store():
     need_torch(TORCH2)
     # torch 2.13's c10d agents share their TCPStore with the workers
     # unless told not to: then rank 0 hosts one, as under 1.13.
-    rc, out = torchrun(["--standalone", "--nproc_per_node", "3",
-                        "--no_python", "/bin/sh", "-c",
-                        expect_agent_store("False"), wl.prog(), "coll",
-                        "quick"], python=TORCH2,
-                       env={"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"})
-    assert rc == 0, out[-3000:]
-    for r in range(3):
-        assert "ok coll rank=%d" % r in out, out[-3000:]
+    coll_ok(3, ["--standalone"], agent_store="False", python=TORCH2,
+            env={"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"})
 
 
 def test_torchrun2_agent_store():
     need_torch(TORCH2)
     # torch 2.13's default: the rank-0 agent hosts a TCPStore (a 2.x
     # server) and every worker is its client.
-    rc, out = torchrun(["--standalone", "--nproc_per_node", "3",
-                        "--no_python", "/bin/sh", "-c",
-                        expect_agent_store("True"), wl.prog(), "coll",
-                        "quick"], python=TORCH2)
-    assert rc == 0, out[-3000:]
-    for r in range(3):
-        assert "ok coll rank=%d" % r in out, out[-3000:]
+    coll_ok(3, ["--standalone"], agent_store="True", python=TORCH2)
 
 
 def run_family(n, rank_env):
