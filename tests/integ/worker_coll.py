@@ -21,6 +21,17 @@ def check_all_ok(res, mode):
         assert ("ok %s rank=%d" % (mode, r)) in out, (r, out, err[-2000:])
 
 
+def ok_on_daemon(sizes, args, env=None, timeout=150):
+    """worker_check ARGS as a group of each size in sizes, one after the
+    other, against one fresh rdzvd: every rank says ok ARGS[0]."""
+    d = daemon()
+    for n in sizes:
+        res = wl.run_ok(n, [wl.prog()] + args, d=d, env=env,
+                        timeout=timeout)
+        check_all_ok(res, args[0])
+    d.stop()
+
+
 def test_world_1_needs_nothing():
     # No launcher variables at all: a world of one, no store.
     res = wl.run_ok(1, [wl.prog(), "init"], store=None,
@@ -29,20 +40,11 @@ def test_world_1_needs_nothing():
 
 
 def test_coll_native_tcp():
-    d = daemon()
-    for n in (2, 3, 4, 5):
-        res = wl.run_ok(n, [wl.prog(), "coll", "quick"], d=d,
-                        env={"RDZV_SHM": "0"}, timeout=150)
-        check_all_ok(res, "coll")
-    d.stop()
+    ok_on_daemon((2, 3, 4, 5), ["coll", "quick"], env={"RDZV_SHM": "0"})
 
 
 def test_coll_shm():
-    d = daemon()
-    for n in (1, 2, 3, 4, 5):
-        res = wl.run_ok(n, [wl.prog(), "coll", "quick"], d=d, timeout=150)
-        check_all_ok(res, "coll")
-    d.stop()
+    ok_on_daemon((1, 2, 3, 4, 5), ["coll", "quick"])
 
 
 def test_shm_small_slots():
@@ -69,11 +71,7 @@ def test_coll_large_and_tcpstore():
 def test_p2p_ordering():
     # Ordered matching, both directions at once (3 MiB each way), blocking
     # send/recv, sends to oneself, a mismatched length.
-    d = daemon()
-    for n in (1, 2, 3, 4, 5):
-        res = wl.run_ok(n, [wl.prog(), "p2p"], d=d, timeout=120)
-        check_all_ok(res, "p2p")
-    d.stop()
+    ok_on_daemon((1, 2, 3, 4, 5), ["p2p"], timeout=120)
 
 
 def test_async_allreduce():
@@ -100,35 +98,24 @@ def test_shm_needs_every_rank():
 def test_recursive_doubling():
     # Small allreduces among "many" ranks: recursive doubling, with the
     # ranks beyond the largest power of two folded in and out.
-    d = daemon()
-    for n in (3, 5):
-        res = wl.run_ok(n, [wl.prog(), "coll", "quick"], d=d,
-                        env={"RDZV_SHM": "0", "RDZV_CPU_DIRECT_RANKS": "1"},
-                        timeout=150)
-        check_all_ok(res, "coll")
-    d.stop()
+    ok_on_daemon((3, 5), ["coll", "quick"],
+                 env={"RDZV_SHM": "0", "RDZV_CPU_DIRECT_RANKS": "1"})
 
 
 def test_direct_threshold_off():
     # Every allreduce/allgather/reduce through the ring and chains.
-    d = daemon()
-    res = wl.run_ok(4, [wl.prog(), "coll", "quick"], d=d,
-                    env={"RDZV_SHM": "0", "RDZV_CPU_DIRECT_MAX": "0",
-                         "RDZV_CPU_CHUNK": "4096"}, timeout=150)
-    check_all_ok(res, "coll")
-    d.stop()
+    ok_on_daemon((4,), ["coll", "quick"],
+                 env={"RDZV_SHM": "0", "RDZV_CPU_DIRECT_MAX": "0",
+                      "RDZV_CPU_CHUNK": "4096"})
 
 
 def test_chunk_of_odd_size():
     # The ring reduces each chunk as soon as it has arrived: a chunk size
     # that is no multiple of 8 (rounded down to one of 64) must still
     # reduce whole f64/i64 elements only.
-    d = daemon()
-    res = wl.run_ok(2, [wl.prog(), "coll", "quick"], d=d,
-                    env={"RDZV_SHM": "0", "RDZV_CPU_DIRECT_MAX": "0",
-                         "RDZV_CPU_CHUNK": "6002"}, timeout=150)
-    check_all_ok(res, "coll")
-    d.stop()
+    ok_on_daemon((2,), ["coll", "quick"],
+                 env={"RDZV_SHM": "0", "RDZV_CPU_DIRECT_MAX": "0",
+                      "RDZV_CPU_CHUNK": "6002"})
 
 
 if __name__ == "__main__":
