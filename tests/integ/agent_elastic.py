@@ -42,12 +42,19 @@ def round_with(tmp, world, after=0):
             return r, ranks
 
 
+def two_running(s, d, job, nnodes, extra=(), env=None):
+    """Agents a and b of job (2 workers each) in scope s; returns (a, b,
+    round, {rank: info}) once the 4 ranks of a first round started."""
+    a = s.agent(common(d, job, nnodes, extra=extra), env=env)
+    b = s.agent(common(d, job, nnodes, extra=extra), env=env)
+    r, ranks = round_with(s.tmp, 4)
+    return a, b, r, ranks
+
+
 def test_worker_sigkill_restarts_group():
     d = rt.Rdzvd()
     with Scope() as s:
-        a = s.agent(common(d, "kill1", "2:2"))
-        b = s.agent(common(d, "kill1", "2:2"))
-        r1, ranks = round_with(s.tmp, 4)
+        a, b, r1, ranks = two_running(s, d, "kill1", "2:2")
         assert {i["TORCHELASTIC_RESTART_COUNT"] for i in ranks.values()} \
             == {"0"}
         # Same port, namespace and restart count on every node.
@@ -104,9 +111,7 @@ def test_nonzero_exit_until_max_restarts():
 def test_agent_sigkill_smaller_round():
     d = rt.Rdzvd()
     with Scope() as s:
-        a = s.agent(common(d, "shrink", "1:2"))
-        b = s.agent(common(d, "shrink", "1:2"))
-        r1, ranks = round_with(s.tmp, 4)
+        a, b, r1, ranks = two_running(s, d, "shrink", "1:2")
         bpids = set(b.children())
         assert len(bpids) == 2
         t0 = time.monotonic()
@@ -147,9 +152,7 @@ def test_scale_up_below_max():
 def test_standby_replaces_failed_node():
     d = rt.Rdzvd()
     with Scope() as s:
-        a = s.agent(common(d, "spare", "2:2"))
-        b = s.agent(common(d, "spare", "2:2"))
-        r1, ranks = round_with(s.tmp, 4)
+        a, b, r1, ranks = two_running(s, d, "spare", "2:2")
         c = s.agent(common(d, "spare", "2:2"))
         rt.wait_until(lambda: "standby" in c.output(), timeout=5,
                       what="the third agent on standby")
@@ -170,9 +173,7 @@ def test_rdzvd_kill9_and_restart():
     d = rt.Rdzvd(["--listen", "127.0.0.1:%d" % port], durability="strict")
     assert d.port == port
     with Scope() as s:
-        a = s.agent(common(d, "phoenix", "2:2"))
-        b = s.agent(common(d, "phoenix", "2:2"))
-        r1, ranks = round_with(s.tmp, 4)
+        a, b, r1, ranks = two_running(s, d, "phoenix", "2:2")
         n_before = len(starts(s.tmp))
         d.kill9()
         time.sleep(0.3)
@@ -201,11 +202,8 @@ def test_sigterm_agent_leaves():
     d = rt.Rdzvd()
     with Scope() as s:
         env = {"W_TRAPTERM": "1"}
-        a = s.agent(common(d, "bye", "1:2", extra=["--rdzv_conf",
-                                                   conf(0.2, 30)]), env=env)
-        b = s.agent(common(d, "bye", "1:2", extra=["--rdzv_conf",
-                                                   conf(0.2, 30)]), env=env)
-        r1, ranks = round_with(s.tmp, 4)
+        a, b, r1, ranks = two_running(
+            s, d, "bye", "1:2", extra=["--rdzv_conf", conf(0.2, 30)], env=env)
         t0 = time.monotonic()
         b.signal(signal.SIGTERM)
         assert b.wait(10) == 143, b.output()
