@@ -206,6 +206,26 @@ xalloc(size_t n)
 	return (p);
 }
 
+/*
+ * Checks r's count elements against the reduction over every rank of
+ * elements first..first + count - 1 of val(), salt salt; says the first
+ * that differs, as what.
+ */
+static void
+check_reduced(const char *what, enum rdzv_dtype dt, enum rdzv_op op,
+    size_t count, const void *r, size_t first, int salt)
+{
+	size_t	i;
+
+	for (i = 0; i < count; i++)
+		if (!close_enough(dt, get(r, dt, i), expect(dt, op, first + i,
+		    size, salt))) {
+			fail(what, dt, op, count, i, get(r, dt, i),
+			    expect(dt, op, first + i, size, salt));
+			break;
+		}
+}
+
 static void
 check_allreduce(enum rdzv_dtype dt, enum rdzv_op op, size_t count, int inplace)
 {
@@ -217,14 +237,8 @@ check_allreduce(enum rdzv_dtype dt, enum rdzv_op op, size_t count, int inplace)
 		put(s, dt, i, val(rank, i, op, salt));
 	r = inplace ? s : xalloc(count * es);
 	call_ok("allreduce", rdzv_allreduce(comm, s, r, count, dt, op, -1));
-	for (i = 0; i < count; i++)
-		if (!close_enough(dt, get(r, dt, i), expect(dt, op, i, size,
-		    salt))) {
-			fail(inplace ? "allreduce(in place)" : "allreduce", dt,
-			    op, count, i, get(r, dt, i),
-			    expect(dt, op, i, size, salt));
-			break;
-		}
+	check_reduced(inplace ? "allreduce(in place)" : "allreduce", dt, op,
+	    count, r, 0, salt);
 	if (!inplace)
 		free(r);
 	free(s);
@@ -242,13 +256,7 @@ check_reduce(enum rdzv_dtype dt, enum rdzv_op op, size_t count)
 	call_ok("reduce", rdzv_reduce(comm, s, rank == root ? r : NULL, count,
 	    dt, op, root, -1));
 	if (rank == root)
-		for (i = 0; i < count; i++)
-			if (!close_enough(dt, get(r, dt, i),
-			    expect(dt, op, i, size, salt))) {
-				fail("reduce", dt, op, count, i, get(r, dt, i),
-				    expect(dt, op, i, size, salt));
-				break;
-			}
+		check_reduced("reduce", dt, op, count, r, 0, salt);
 	free(s);
 	free(r);
 }
@@ -264,16 +272,8 @@ check_reduce_scatter(enum rdzv_dtype dt, enum rdzv_op op, size_t count)
 		put(s, dt, i, val(rank, i, op, salt));
 	call_ok("reduce_scatter", rdzv_reduce_scatter(comm, s, r, count, dt,
 	    op, -1));
-	for (i = 0; i < count; i++) {
-		size_t	gi = (size_t)rank * count + i;
-
-		if (!close_enough(dt, get(r, dt, i), expect(dt, op, gi, size,
-		    salt))) {
-			fail("reduce_scatter", dt, op, count, i, get(r, dt, i),
-			    expect(dt, op, gi, size, salt));
-			break;
-		}
-	}
+	check_reduced("reduce_scatter", dt, op, count, r,
+	    (size_t)rank * count, salt);
 	free(s);
 	free(r);
 }
