@@ -83,22 +83,28 @@ rz_failure(struct rz *rz, const struct nat_failure *r, int64_t now,
 	 * replacements of different ranks dying (several failures at
 	 * once, kills from outside) tell nothing of one that cannot start.
 	 */
+	/* Training ended: a replacement that never stepped (its agent's
+	 * HEARTBEAT says so, or none took it in) has nothing to do and no
+	 * grow comes for the next one: nothing to count. */
 	if (r->repair && r->local_rank >= 0 &&
-	    r->local_rank < RZ_REPAIR_LWS_MAX &&
+	    r->local_rank < RZ_REPAIR_LWS_MAX && rz_training_ended(j) &&
 	    ((nd->dead_local | nd->ready_local | nd->unjoined) &
 	    (1LL << r->local_rank))) {
 		nd->ready_local &= ~(1LL << r->local_rank);
 		nd->dead_local |= 1LL << r->local_rank;
 		rz_save_node(rz, j, nd);
-		/* Training ended: no grow comes, nothing to count. */
-		if (rz_training_ended(j)) {
-			rz_event(rz, j, now, "repair: node %" PRId64 " local "
-			    "rank %" PRId64 "'s replacement died (%s) after "
-			    "training ended: nothing to replace", nd->id,
-			    r->local_rank, what);
-			rz_done_if_ended(rz, ob, j, now);
-			return 0;
-		}
+		rz_event(rz, j, now, "repair: node %" PRId64 " local rank %"
+		    PRId64 "'s replacement died (%s) after training ended: "
+		    "nothing to replace", nd->id, r->local_rank, what);
+		rz_done_if_ended(rz, ob, j, now);
+		return 0;
+	}
+	if (r->repair && r->local_rank >= 0 &&
+	    r->local_rank < RZ_REPAIR_LWS_MAX &&
+	    ((nd->dead_local | nd->ready_local) & (1LL << r->local_rank))) {
+		nd->ready_local &= ~(1LL << r->local_rank);
+		nd->dead_local |= 1LL << r->local_rank;
+		rz_save_node(rz, j, nd);
 		n = ++nd->repl_fails[r->local_rank];
 		if (n <= RZ_REPL_FAILS_MAX) {
 			rz_event(rz, j, now, "repair: node %" PRId64 " local "

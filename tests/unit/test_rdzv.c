@@ -1638,6 +1638,29 @@ test_repair_ends_with_node_unjoined(void **state)
 }
 
 /*
+ * A replacement a grow took in is in the round though it never stepped
+ * (its agent's HEARTBEAT names it unjoined): while training goes on, its
+ * death shrinks the round as any worker's does, its peers being in a
+ * group with it.
+ */
+static void
+test_repair_unjoined_in_round_shrinks(void **state)
+{
+	struct fx	*f = *state;
+
+	repair_job(f, 1, 1);
+	assert_int_equal(run(f, fail_repair(f, 1, 1, 0, 100)), 0);
+	assert_int_equal(run(f, ready(f, 1, 2, 0, 200)), 0);
+	assert_int_equal(rz_unjoined(f->rz, slice_str("ob"), 1, 1, 210, &ob),
+	    0);
+	assert_int_equal(ob.npush, 0);
+	assert_int_equal(fail_repair(f, 1, 3, 0, 220), 0);
+	assert_int_equal(ob.npush, 2);
+	assert_int_equal(ob.push[0].round.kind, NAT_KIND_SHRINK);
+	drain(f->rz);
+}
+
+/*
  * Two replacements on their way; the first is READY and waits for the
  * second (one grow takes both) when it dies: it had joined nothing, so
  * nothing shrinks (the survivors' world stays 2) and nothing restarts;
@@ -2345,6 +2368,8 @@ main(void)
 		    test_repair_replacement_fails_per_rank, setup, teardown),
 		cmocka_unit_test_setup_teardown(
 		    test_repair_ends_with_node_unjoined, setup, teardown),
+		cmocka_unit_test_setup_teardown(
+		    test_repair_unjoined_in_round_shrinks, setup, teardown),
 		cmocka_unit_test_setup_teardown(
 		    test_repair_ready_replacement_dies, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_repair_lost_standby,
