@@ -588,6 +588,9 @@ void	rdzv_report_ready(int64_t round, int local_rank);
 /* Whether every local worker can repair, as HEARTBEAT tells rdzvd (a
  * change to 1 is sent at once). */
 void	rdzv_set_repairable(int on);
+/* The replacements that never stepped changed (a new one): HEARTBEAT
+ * tells rdzvd at once (rdzv_cbs.unjoined says which). */
+void	rdzv_unjoined_changed(void);
 /*
  * Reports that every local worker of round exited 0, but for the
  * replacements in unjoined (bit l: local rank l), which are up or on

@@ -965,6 +965,7 @@ agent_respawn(int l)
 	ag.strag_killed &= ~(1ULL << l);
 	ag.pending |= 1ULL << l;
 	ag.fresh |= 1ULL << l;
+	rdzv_unjoined_changed();
 	log_info("worker %d (rank %lld): replacement pid %ld started%s; the "
 	    "others go on", l, (long long)(ag.cur.rank_base + l), (long)pid,
 	    warm ? " (the warm spare)" : "");

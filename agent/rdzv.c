@@ -1273,6 +1273,15 @@ rdzv_queue(struct rdzv_report *r)
 }
 
 void
+rdzv_unjoined_changed(void)
+{
+	/* A replacement is never the donor: rdzvd must know it before
+	 * the next failure, not at the next beat. */
+	if (rc_state == RC_JOINED && rc_hb_id == 0 && !rc_no_unjoined)
+		rdzv_hb_cb(-1, 0, NULL);
+}
+
+void
 rdzv_set_repairable(int on)
 {
 	on = on != 0;

@@ -241,7 +241,8 @@ rz_live(const struct rz_node *nd)
  * donor_local) while it lives: a replacement that came in by a grow may
  * not hold the job's state yet when the next round opens (two grows
  * back to back), so the lowest live rank is taken only when the donor
- * died, and never the pending replacement.  Returns 0 or RDZV_ENOMEM.
+ * died, and never the pending replacement nor one whose agent says it
+ * never stepped (HEARTBEAT's unjoined).  Returns 0 or RDZV_ENOMEM.
  */
 int
 rz_rank_bases(struct rz *rz, struct rz_job *j)
@@ -267,8 +268,10 @@ rz_rank_bases(struct rz *rz, struct rz_job *j)
 		for (l = k = 0; l < nd->lws; l++) {
 			if (nd->dead_local & (1LL << l))
 				continue;
-			/* A replacement coming in has no state to give. */
-			if (nd->fresh & (1LL << l)) {
+			/* A replacement coming in, or one in that never
+			 * stepped (its agent's HEARTBEAT): no state to
+			 * give. */
+			if ((nd->fresh | nd->unjoined) & (1LL << l)) {
 				k++;
 				continue;
 			}

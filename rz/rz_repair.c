@@ -156,7 +156,38 @@ rz_repair_refused(struct rz_job *j, struct rz_node *nd, int64_t l,
 		return "the failed local rank is not a live one";
 	if (j->world_size <= 1)
 		return "no worker would be left";
+	if (!rz_state_left(j, nd, l))
+		return "no worker that holds the job's state would be left "
+		    "(each other one is a replacement that never stepped)";
 	return rz_topo_unwhole(j, nd, l);
+}
+
+/*
+ * Whether a live worker other than nd's local rank l holds the job's
+ * state: one that is no replacement on its way or READY (fresh), none
+ * that its agent says never stepped (unjoined: taken in by a grow whose
+ * group never formed, it received nothing).  Without one, a repair
+ * would start the job again from nothing and call it a repair.
+ */
+int
+rz_state_left(const struct rz_job *j, const struct rz_node *nd, int64_t l)
+{
+	const struct rz_node	*m;
+	int64_t			 k;
+
+	TAILQ_FOREACH(m, &j->nodes, entry) {
+		if (m->state != RZN_MEMBER)
+			continue;
+		for (k = 0; k < m->lws && k < RZ_REPAIR_LWS_MAX; k++) {
+			if ((m->dead_local | m->ready_local | m->fresh |
+			    m->unjoined) & (1LL << k))
+				continue;
+			if (m == nd && k == l)
+				continue;
+			return 1;
+		}
+	}
+	return 0;
 }
 
 /*
@@ -237,6 +268,9 @@ rz_repair_lost(struct rz *rz, struct rz_outbox *ob, struct rz_job *j,
 		why = "no standby, and fewer than min_nodes would be left";
 	if (why == NULL && sb == NULL && left == 0)
 		why = "no node would be left";
+	if (why == NULL && !rz_state_left(j, NULL, -1))
+		why = "no worker that holds the job's state would be left "
+		    "(each one is a replacement that never stepped)";
 	if (why != NULL) {
 		rz_event(rz, j, now, "repair escalated to restart: node %"
 		    PRId64 " (host %s) lost (%s): %s", lost->id, lost->host,

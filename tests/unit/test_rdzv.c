@@ -1661,6 +1661,44 @@ test_repair_unjoined_in_round_shrinks(void **state)
 }
 
 /*
+ * The job's state holders are the workers that stepped: node 2's two
+ * workers died and their replacements came in by a grow whose group
+ * never formed (their agent's HEARTBEAT says they never stepped).  Node
+ * 1's local rank 1 died meanwhile; when its local rank 0, the last to
+ * hold the state, dies too, a repair would start the job from nothing:
+ * the job restarts, saying why.  Until then none of the unjoined ones
+ * is the donor.
+ */
+static void
+test_repair_no_state_left_restarts(void **state)
+{
+	struct fx	*f = *state;
+	struct rz_stats	st;
+
+	repair_job(f, 1, 1);
+	assert_int_equal(run(f, fail_repair(f, 2, 1, 0, 100)), 0);
+	assert_int_equal(run(f, fail_repair(f, 2, 2, 1, 110)), 0);
+	assert_int_equal(run(f, ready(f, 2, 3, 0, 200)), 0);
+	assert_int_equal(ready(f, 2, 3, 1, 210), 0);
+	assert_int_equal(ob.push[0].round.kind, NAT_KIND_GROW);
+	drain(f->rz);
+	assert_int_equal(rz_unjoined(f->rz, slice_str("ob"), 2, 3, 220, &ob),
+	    0);
+	drain(f->rz);
+	assert_int_equal(fail_repair(f, 1, 4, 1, 300), 0);
+	assert_int_equal(ob.npush, 2);
+	assert_int_equal(ob.push[0].round.kind, NAT_KIND_SHRINK);
+	assert_int_equal(ob.push[0].round.donor, 0);	/* node 1 local 0 */
+	drain(f->rz);
+	assert_int_equal(fail_repair(f, 1, 5, 0, 400), 0);
+	drain(f->rz);
+	assert_true(event_has(f, "repair escalated to restart: no worker "
+	    "that holds the job's state would be left"));
+	rz_get_stats(f->rz, &st);
+	assert_int_equal(st.restarts_total, 1);
+}
+
+/*
  * Two replacements on their way; the first is READY and waits for the
  * second (one grow takes both) when it dies: it had joined nothing, so
  * nothing shrinks (the survivors' world stays 2) and nothing restarts;
@@ -2370,6 +2408,8 @@ main(void)
 		    test_repair_ends_with_node_unjoined, setup, teardown),
 		cmocka_unit_test_setup_teardown(
 		    test_repair_unjoined_in_round_shrinks, setup, teardown),
+		cmocka_unit_test_setup_teardown(
+		    test_repair_no_state_left_restarts, setup, teardown),
 		cmocka_unit_test_setup_teardown(
 		    test_repair_ready_replacement_dies, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_repair_lost_standby,
