@@ -227,10 +227,13 @@ def reset(socks):
 def comm_error(e):
     """Whether e looks like a collective cut off by a peer (gloo's
     "Connection closed by peer", NCCL errors, timeouts), not a bug in
-    the step itself."""
+    the step itself.  A store's error counts too (DistStoreError, e.g.
+    a round's group whose peer's address never came: the peer died, or
+    rdzvd restarted under the group being made): the next round
+    repairs it."""
     import torch.distributed as dist
     if isinstance(e, (ConnectionError, getattr(dist, "DistBackendError",
-        ()))):
+        ()), getattr(dist, "DistStoreError", ()))):
         return True
     return isinstance(e, RuntimeError) and re.search(
         r"(?i)gloo|nccl|connection|peer|socket|broken pipe|timed out",

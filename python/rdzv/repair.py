@@ -643,8 +643,10 @@ class Job(Watcher):
         """Checkpoints the job in directory root (torch.distributed.
         checkpoint): the model, the tracked objects and the position,
         as root/step-N, then root/latest names it.  Call it after a
-        committed step; a peer's death during it is repaired and the
-        save done again.  Returns the checkpoint's path
+        committed step, on every rank; a peer's death during it is
+        repaired and the save done again (with replica groups, a death
+        in the writing replica drops that save: latest keeps naming the
+        last complete one).  Returns the checkpoint's path
         (rdzv/checkpoint.py)."""
         return checkpoint.save(self, root)
 
