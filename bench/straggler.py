@@ -103,8 +103,7 @@ def main():
                 row = {"before": rate(d, job)}
                 victim = sorted(b.children())[1]
                 t0 = time.time()
-                th = Throttle(victim)
-                try:
+                with Throttle(victim):
                     row["throttled"] = rate(d, job)
                     rt.wait_until(lambda: first(d, job, "straggler: rank ")
                                   is not None, timeout=90, what="named")
@@ -125,8 +124,6 @@ def main():
                                    (time.time() - t0))
                     time.sleep(wait)
                     row["after"] = rate(d, job)
-                finally:
-                    th.stop()
         finally:
             d.stop()
         row["after/before"] = row["after"] / max(row["before"], 1e-9)

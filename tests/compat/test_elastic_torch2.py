@@ -172,9 +172,8 @@ def test_torch_straggler_replaced():
         # little more than a third of one, so a rank run 30% of the time
         # (the C tests' throttle) is hardly slower than its peers, and
         # rightly not named (seen: its speed of work 0.5-1x theirs).
-        th = Throttle(victim, duty=0.1)
-        t0 = time.monotonic()
-        try:
+        with Throttle(victim, duty=0.1):
+            t0 = time.monotonic()
             slow = steps_per_s(d, "ts")
             try:
                 rt.wait_until(lambda: named(d, "ts"), timeout=60,
@@ -188,8 +187,6 @@ def test_torch_straggler_replaced():
             rt.wait_until(lambda: any(t.startswith("repair: grow to 4")
                                       for t in job_events(d, "ts")),
                           timeout=120, what="the straggler replaced")
-        finally:
-            th.stop()
         time.sleep(1)
         after = steps_per_s(d, "ts")
         compatlib.log("steps/s before %.1f, throttled %.1f, after "

@@ -404,7 +404,8 @@ def rank_of(pid):
 
 class Throttle:
     """Runs pid about `duty` of the time: SIGCONT, run, SIGSTOP, pause,
-    in 100 ms periods, until stop() or the process is gone."""
+    in 100 ms periods, until stop() or the process is gone; as a context
+    manager, until the block ends."""
 
     def __init__(self, pid, duty=0.3, period=0.1):
         self.pid, self.duty, self.period = pid, duty, period
@@ -430,6 +431,12 @@ class Throttle:
     def stop(self):
         self.done.set()
         self.t.join(5)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.stop()
 
 
 def history(d, job):

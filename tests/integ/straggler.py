@@ -73,9 +73,8 @@ def test_named_never_the_waiting():
         pids = sorted(a.children()) + sorted(b.children())
         victim = sorted(b.children())[1]
         vr = rank_of(victim)
-        th = Throttle(victim)
-        t0 = time.monotonic()
-        try:
+        with Throttle(victim):
+            t0 = time.monotonic()
             rt.wait_until(lambda: named(d, "slow"), timeout=40,
                           what="the straggler named")
             print("  named %.1f s after the throttle began (window %d s)"
@@ -95,8 +94,6 @@ def test_named_never_the_waiting():
             assert h["stragglers"] == [vr], h
             # Still throttled a while: the others are never named.
             time.sleep(WINDOW + 1)
-        finally:
-            th.stop()
         ev = named(d, "slow")
         assert all(t.startswith("straggler: rank %d " % vr) for t in ev), ev
         # Action off: nothing was killed, no repair, no restart.
@@ -119,14 +116,11 @@ def test_replace():
         survivors = set(a.children()) | set(b.children())
         survivors.discard(victim)
         before = steps_per_s(d, "rep")
-        th = Throttle(victim)
-        try:
+        with Throttle(victim):
             slow = steps_per_s(d, "rep")
             rt.wait_until(lambda: any(t.startswith("repair: grow to 4")
                                       for t in events(d, "rep")),
                           timeout=60, what="the straggler replaced")
-        finally:
-            th.stop()
         time.sleep(1)
         after = steps_per_s(d, "rep")
         print("  steps/s before %.1f, throttled %.1f, after replacement %.1f"
@@ -159,13 +153,10 @@ def test_standby_takes_its_place():
         rt.wait_until(lambda: "standby" in c.output(), timeout=20,
                       what="the standby")
         victim = sorted(b.children())[0]
-        th = Throttle(victim)
-        try:
+        with Throttle(victim):
             rt.wait_until(lambda: any(t.startswith("repair: grow to 4")
                                       for t in events(d, "sb")),
                           timeout=60, what="the standby in")
-        finally:
-            th.stop()
         ev = events(d, "sb")
         assert any("evicted for standby node" in t for t in ev), ev
         assert any("takes its place" in t for t in ev), ev
