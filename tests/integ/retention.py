@@ -123,14 +123,6 @@ def join_refused(d, job):
     raise AssertionError("JOIN of closed job %s accepted" % job)
 
 
-def stop_clean(d):
-    """SIGTERM: exit 0 and no sanitizer report (an --enable-asan build
-    exits non-zero on a leak or a memory error)."""
-    rc = d.stop()
-    log = d.log_text()
-    assert rc == 0 and "Sanitizer" not in log, (rc, log[-3000:])
-
-
 def rdzvctl():
     p = os.path.join(rt.top_builddir(), "client", "rdzvctl")
     return p if os.access(p, os.X_OK) else None
@@ -226,7 +218,7 @@ def test_closed_job_purged_after_retention():
     assert c.get(b"w", ns=lp["store_ns"]) == b"still here"
     for x in live:
         x.c.close()
-    stop_clean(d)
+    d.stop_clean()
 
 
 def test_failed_and_operator_closed_jobs_purged():
@@ -243,7 +235,7 @@ def test_failed_and_operator_closed_jobs_purged():
     assert re.search(r"job fail purged: it failed", d.log_text())
     for a in agents:
         a.c.close()
-    stop_clean(d)
+    d.stop_clean()
 
 
 def test_running_job_never_purged():
@@ -261,7 +253,7 @@ def test_running_job_never_purged():
         a.succeeded(p["round"])
     rt.wait_until(lambda: "run" not in jobs(d), 5, what="run purged")
     assert "forming" in jobs(d)
-    stop_clean(d)
+    d.stop_clean()
 
 
 def test_retention_zero_keeps_closed_jobs():
@@ -274,7 +266,7 @@ def test_retention_zero_keeps_closed_jobs():
     assert d.native().num_keys(ns=b"job/kept/extra") == 1
     msg = join_refused(d, "kept")
     assert "--job-retention 0" in msg, msg
-    stop_clean(d)
+    d.stop_clean()
 
 
 def test_bad_retention_refused():
@@ -290,7 +282,7 @@ def test_bad_retention_refused():
         finish(d, "u")
         msg = join_refused(d, "u")
         assert "--job-retention (%d s)" % secs in msg, (good, msg)
-        stop_clean(d)
+        d.stop_clean()
 
 
 def test_sigkill_then_restart_after_retention_purges_at_startup():
@@ -308,7 +300,7 @@ def test_sigkill_then_restart_after_retention_purges_at_startup():
     rt.wait_until(lambda: "k9" not in jobs(d), 3, what="k9 purged at start")
     assert d.metric("rdzvd_jobs_purged_total") == 1
     assert d.native().num_keys(ns=b"job/k9/round/1") == 0
-    stop_clean(d)
+    d.stop_clean()
     assert db_rows(d.db, "k9") == dict(job=0, nodes=0, events=0, keys=0,
                                        queue=0)
     assert db_total(d.db) == 0
@@ -326,7 +318,7 @@ def test_retention_counts_from_close_across_restart():
     gone = time.time() - closed
     # From the close, not from the restart (which would be >= 4.5 s).
     assert 2.8 <= gone < 4.3, gone
-    stop_clean(d)
+    d.stop_clean()
 
 
 def test_dead_round_namespaces_swept():
@@ -368,7 +360,7 @@ def test_dead_round_namespaces_swept():
     time.sleep(1.2)
     assert c.num_keys(ns=px["store_ns"]) == 1
     assert c.get(b"k", ns=r2["store_ns"]) == b"v"
-    stop_clean(d)
+    d.stop_clean()
 
 
 def test_many_jobs_purged_in_batches_while_serving():
@@ -445,7 +437,7 @@ def test_many_jobs_purged_in_batches_while_serving():
               n, len(ticks), (t_b - t_a) * 1e3, max(ticks), len(during),
               max(during, default=0) * 1e3, len(lat) - 1,
               max([e - s for s, e in lat[1:]], default=0) * 1e3))
-    stop_clean(d)
+    d.stop_clean()
     assert db_total(d.db) == 0
 
 

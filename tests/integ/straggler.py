@@ -100,9 +100,7 @@ def test_named_never_the_waiting():
         assert sorted(a.children()) + sorted(b.children()) == pids
         assert not any(t.startswith(("repair", "restart"))
                        for t in events(d, "slow")), events(d, "slow")
-    # A clean exit (under --enable-asan: nothing leaked or overrun).
-    assert d.stop() == 0, d.diagnostics()
-    assert "Sanitizer" not in d.log_text(), d.diagnostics()
+    d.stop_clean()
 
 
 def test_replace():
@@ -137,9 +135,7 @@ def test_replace():
         now = set(a.children()) | set(b.children())
         assert survivors <= now and victim not in now, (survivors, now)
         assert d.metric("rdzvd_job_straggler_actions_total", job="rep") == 1
-    # A clean exit (under --enable-asan: nothing leaked or overrun).
-    assert d.stop() == 0, d.diagnostics()
-    assert "Sanitizer" not in d.log_text(), d.diagnostics()
+    d.stop_clean()
 
 
 def test_standby_takes_its_place():
@@ -165,9 +161,7 @@ def test_standby_takes_its_place():
         rt.wait_until(lambda: len(c.children()) == 2, timeout=20,
                       what="the standby's workers")
         assert b.wait(30) is not None
-    # A clean exit (under --enable-asan: nothing leaked or overrun).
-    assert d.stop() == 0, d.diagnostics()
-    assert "Sanitizer" not in d.log_text(), d.diagnostics()
+    d.stop_clean()
 
 
 if __name__ == "__main__":

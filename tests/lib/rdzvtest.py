@@ -11,6 +11,8 @@ Running rdzvd
     d = Rdzvd(extra_args, durability=..., db=...)   # starts it, waits for ready
     d.port, d.http_port, d.tmpdir, d.log_path, d.db, d.pid
     d.stop()      SIGTERM, SIGKILL after a grace; returns the exit status
+    d.stop_clean()  d.stop(), asserting exit 0 and no sanitizer report in
+                  its log (an --enable-asan build)
     d.kill9()     SIGKILL, no drain
     d.restart()   starts again with the same arguments and the same --db
     d.metrics()   /metrics parsed (see parse_metrics); d.metric(name, **labels)
@@ -1010,6 +1012,12 @@ class Rdzvd:
         rc = self.proc.returncode
         _untrack(self.proc)
         return rc
+
+    def stop_clean(self):
+        """stop(), asserting a clean exit: status 0 and no sanitizer report
+        in the log (an --enable-asan build: nothing leaked or overrun)."""
+        assert self.stop() == 0, self.diagnostics()
+        assert "Sanitizer" not in self.log_text(), self.diagnostics()
 
     def kill9(self):
         """SIGKILL, no chance to drain; returns once it is reaped."""
