@@ -352,10 +352,7 @@ def test_grace_then_sigkill():
         a = s.agent(["--nproc_per_node", "2", "--grace", "0.5"],
                     env={"W_IGNTERM": "1"})
         wait_starts(s.tmp, lambda l: len(l) == 2)
-        t0 = time.monotonic()
-        a.signal(signal.SIGTERM)
-        rc = a.wait(10)
-        dt = time.monotonic() - t0
+        rc, dt = a.term(10)
         assert rc == 143, (rc, a.output())
         assert 0.4 < dt < 3.0, dt
         assert "SIGKILL" in a.output()

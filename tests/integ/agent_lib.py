@@ -212,6 +212,14 @@ class Agent:
         if self.proc.poll() is None:
             os.kill(self.pid, sig)
 
+    def term(self, timeout):
+        """SIGTERM, then wait(timeout); returns (exit status, seconds from
+        the signal to the exit)."""
+        t0 = time.monotonic()
+        self.signal(signal.SIGTERM)
+        rc = self.wait(timeout)
+        return rc, time.monotonic() - t0
+
     def kill(self):
         if self.proc.poll() is None:
             os.kill(self.pid, signal.SIGKILL)
