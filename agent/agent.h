@@ -441,13 +441,15 @@ int	logs_error_to_parent(const char *program, const char *host,
 enum progress_note {
 	PROGRESS_HELLO,		/* "hello": progress_can_repair() may change */
 	PROGRESS_READY,		/* "ready": a replacement can join now */
+	PROGRESS_STEP,		/* its first step report (a replacement:
+				 * it holds the job's state) */
 };
 typedef void	(*progress_note_cb)(int local_rank, enum progress_note,
 		    void *);
 
 void	progress_init(struct event_base *);
 /*
- * cb hears of each "hello" and "ready", always from the event loop (never
+ * cb hears of each "hello", "ready" and first step, always from the event loop (never
  * from inside a progress_* call), and only for the worker whose socket
  * is armed when it runs: a note from a worker whose rank was re-armed
  * since is dropped.  cb may call any progress_* function.

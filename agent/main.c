@@ -1042,10 +1042,16 @@ agent_take_place(const struct rdzv_round *r)
 		    (1ULL << ag.cfg.nproc) - 1;
 }
 
-/* A worker said hello or ready on its channel. */
+/* A worker said hello or ready on its channel, or its first step. */
 static void
 agent_note_cb(int l, enum progress_note note, void *arg)
 {
+	if (note == PROGRESS_STEP) {
+		/* A replacement's: rdzvd may take it for a donor now. */
+		if (l < RZ_REPAIR_LWS_MAX && (ag.fresh & (1ULL << l)))
+			rdzv_unjoined_changed();
+		return;
+	}
 	if (note == PROGRESS_HELLO) {
 		/* A replacement in place not up yet runs the program of the
 		 * worker it replaces, which said it can repair. */

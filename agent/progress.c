@@ -40,6 +40,7 @@
 /* Notes for the main loop not delivered yet. */
 #define PROGRESS_NOTE_HELLO	0x1
 #define PROGRESS_NOTE_READY	0x2
+#define PROGRESS_NOTE_STEP	0x4	/* its first step */
 
 struct progress_rank {
 	int		 fd;		/* the agent's end, -1 when closed */
@@ -86,6 +87,8 @@ progress_handle(struct progress_rank *p, const char *buf, size_t len)
 	}
 	switch (m.verb) {
 	case CHAN_PROGRESS:
+		if (!p->seen)
+			p->notes |= PROGRESS_NOTE_STEP;
 		p->seen = 1;
 		p->step = m.step;
 		p->when = mono_ms();
@@ -188,6 +191,9 @@ progress_note_cb_ev(evutil_socket_t fd, short ev, void *arg)
 		if ((notes & PROGRESS_NOTE_READY) != 0 && i < progress_nranks &&
 		    progress_ranks[i].ready)
 			progress_note_fn(i, PROGRESS_READY, progress_note_arg);
+		if ((notes & PROGRESS_NOTE_STEP) != 0 && i < progress_nranks &&
+		    progress_ranks[i].seen)
+			progress_note_fn(i, PROGRESS_STEP, progress_note_arg);
 	}
 }
 

@@ -150,7 +150,7 @@ static int				 rc_leaving;	/* LEAVE asked for */
 static int				 rc_backoff_ms;
 static int				 rc_repairable;	/* HEARTBEAT says */
 static int				 rc_hb_repairable; /* the one in flight */
-static int				 rc_hb_unjoined;	/* it carried unjoined */
+static int64_t				 rc_hb_unjoined;	/* the mask it carried */
 static int				 rc_no_unjoined;	/* rdzvd is older */
 static int64_t				 rc_down_since;	/* first failure */
 static int64_t				 rc_last_rx;	/* mono_ms() */
@@ -539,7 +539,8 @@ rdzv_reply(const struct nat_msg *m)
 	}
 	if (m->id == rc_hb_id && rc_hb_id != 0) {
 		rc_hb_id = 0;
-		if (code == RDZV_EPROTO && rc_hb_unjoined && !rc_no_unjoined) {
+		if (code == RDZV_EPROTO && rc_hb_unjoined != 0 &&
+		    !rc_no_unjoined) {
 			/* An rdzvd older than HEARTBEAT's unjoined: the
 			 * beats go without it (the next one renews the
 			 * lease). */
@@ -560,7 +561,9 @@ rdzv_reply(const struct nat_msg *m)
 		/* Whether the workers can repair changed while it was in
 		 * flight: rdzvd must know before a failure comes, not at the
 		 * next beat (a kill then restarted a job that could repair). */
-		if (rc_state == RC_JOINED && rc_hb_repairable != rc_repairable)
+		if (rc_state == RC_JOINED && (rc_hb_repairable != rc_repairable ||
+		    (!rc_no_unjoined && rc_cbs->unjoined != NULL &&
+		    rc_cbs->unjoined(rc_arg) != rc_hb_unjoined)))
 			rdzv_hb_cb(-1, 0, NULL);
 		return;
 	}
@@ -1010,7 +1013,7 @@ rdzv_hb_cb(evutil_socket_t fd, short ev, void *arg)
 			rdzv_put_i64(&wr, un);
 		rdzv_end(&wr);
 		rc_hb_repairable = rc_repairable;
-		rc_hb_unjoined = un != 0;
+		rc_hb_unjoined = un;
 	}
 	rdzv_timer(rc_hb_ev, rc_hb_ms);
 }

@@ -876,7 +876,7 @@ native_round_op(struct nat_req *r)
 	    nat_get_i64(&r->rd, &rq.round) != 0)))
 		return RDZV_EPROTO;
 	if (rq.op == NAT_OP_HEARTBEAT) {
-		rq.unjoined = -1;
+		rq.unjoined = 0;	/* absent: none (written when not 0) */
 		if (r->rd.left > 0 &&
 		    nat_get_i64(&r->rd, &rq.repairable) != 0)
 			return RDZV_EPROTO;

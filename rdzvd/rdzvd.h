@@ -360,8 +360,8 @@ struct round_req {
 	int64_t			 node_id, round;
 	int64_t			 repairable;	/* HEARTBEAT: -1 not said */
 	int64_t			 now;		/* ADMIN_EVICT: 1 drop now */
-	int64_t			 unjoined;	/* SUCCEEDED: 0 not said;
-						 * HEARTBEAT: -1 not said */
+	int64_t			 unjoined;	/* SUCCEEDED, HEARTBEAT:
+						 * 0 not said */
 	struct slice		 reason;	/* ADMIN_CLOSE */
 	struct nat_ready	 ready;		/* READY */
 	struct nat_join		 join;		/* JOIN */

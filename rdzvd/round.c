@@ -322,7 +322,7 @@ round_request(struct conn *c, const struct round_req *r)
 	case NAT_OP_HEARTBEAT:
 		rc = rz_heartbeat(server.rz, r->job, r->node_id,
 		    r->repairable, c, now, &outbox);
-		if (rc == 0 && r->unjoined >= 0)
+		if (rc == 0)
 			rc = rz_unjoined(server.rz, r->job, r->node_id,
 			    r->unjoined, now, &outbox);
 		reply = round_reply_heartbeat;

@@ -475,6 +475,10 @@ class Job(Watcher):
                 "channel before this replacement's round came")
         self._repair_in(r)
         self._joined = True
+        # It holds the job's state now: its agent stops counting it a
+        # replacement that never stepped (rdzvd never takes one for a
+        # donor), and watches it from here.
+        self._send(str(self.step_count))
 
     def _wait_round(self, forever=False):
         """The newest round received (waiting up to the repair timeout

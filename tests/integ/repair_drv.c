@@ -178,6 +178,8 @@ drv_note_cb(int r, enum progress_note note, void *arg)
 		}
 		return;
 	}
+	if (note == PROGRESS_STEP)
+		return;		/* the agent's HEARTBEAT; none here */
 	drv_say("ready %d replacement=%d", r, drv.respawned);
 	if (!drv.repair || r != drv.kill || !drv.respawned || drv.grown) {
 		drv_fail("unexpected ready");
