@@ -47,11 +47,18 @@ class Watcher:
     def _in_torch(self):
         """Whether the training thread's innermost Python frame is
         torch's own code (a collective, or the backward pass that runs
-        DDP's allreduce), not the script's."""
+        DDP's allreduce), not the script's, or rdzv.group's waiting for
+        a round's ranks to come (group.arrive: a rank blocked there by a
+        stopped peer must not be taken for hung itself, or the watchdog
+        kills it with the stopped one, and with it maybe the last rank
+        that holds the job's state)."""
         import torch
         f = sys._current_frames().get(self._main)
-        return f is not None and f.f_code.co_filename.startswith(
-            os.path.dirname(torch.__file__) + os.sep)
+        if f is None:
+            return False
+        name = f.f_code.co_filename
+        return name.startswith(os.path.dirname(torch.__file__) + os.sep) \
+            or name == group.__file__
 
     def _say_wait(self):
         """Says "wait" (about once a second) while the training thread
