@@ -490,9 +490,17 @@ int	progress_get(int local_rank, uint64_t *step, int64_t *when);
 int64_t	progress_waited(int local_rank);
 /*
  * Restarts local_rank's --progress_timeout clock (its last step stays):
- * a repair round was just sent to it, and rebuilding takes its time.
+ * a repair round was just sent to it, and rebuilding takes its time.  A
+ * replacement that said "ready" and has reported no step is watched from
+ * then: it must join (and report the step it received) in time.
  */
 void	progress_touch(int local_rank);
+/*
+ * What the --progress_timeout watchdog watches: as progress_get, or a
+ * replacement joining a round since progress_touch (*joining 1, *step 0).
+ */
+int	progress_watch_get(int local_rank, uint64_t *step, int64_t *when,
+	    int *joining);
 /*
  * Whether local_rank's current worker (the one on its socket now, running
  * or just exited) said "hello repair=1": 1 or 0.

@@ -737,12 +737,12 @@ agent_watch_cb(evutil_socket_t fd, short ev, void *arg)
 	uint64_t	step;
 	double		limit = ag.cfg.progress_timeout_ms / 1000.0;
 	double		grace = ag.cfg.grace_ms / 1000.0;
-	int		i, peers;
+	int		i, peers, joining;
 
 	if (ag.state != AS_RUNNING)
 		return;
 	for (i = 0; i < ag.cfg.nproc; i++) {
-		if (progress_get(i, &step, &when) != 0)
+		if (progress_watch_get(i, &step, &when, &joining) != 0)
 			continue;
 		if (ag.hung_at[i] != 0) {
 			if (agent_age(ag.hung_at[i]) * 1000 >= ag.cfg.grace_ms)
@@ -760,11 +760,19 @@ agent_watch_cb(evutil_socket_t fd, short ev, void *arg)
 		/* A stopped worker takes the SIGABRT once continued. */
 		(void)sup_signal_rank(i, SIGCONT);
 		ag.hung_at[i] = mono_ms();
-		log_warnx("worker %d (rank %lld) reported no progress for %g "
-		    "s after step %llu%s: sending SIGABRT", i,
-		    (long long)(ag.cur.rank_base + i), peers ? 2 * limit +
-		    grace : limit, (unsigned long long)step, peers ? " (all that time "
-		    "waiting on its peers)" : "");
+		if (joining)
+			log_warnx("worker %d (rank %lld), a replacement, did "
+			    "not join its round within %g s%s: sending "
+			    "SIGABRT", i, (long long)(ag.cur.rank_base + i),
+			    peers ? 2 * limit + grace : limit, peers ?
+			    " (all that time waiting on its peers)" : "");
+		else
+			log_warnx("worker %d (rank %lld) reported no progress "
+			    "for %g s after step %llu%s: sending SIGABRT", i,
+			    (long long)(ag.cur.rank_base + i), peers ? 2 *
+			    limit + grace : limit, (unsigned long long)step,
+			    peers ? " (all that time waiting on its peers)" :
+			    "");
 	}
 }
 

@@ -51,6 +51,8 @@ struct progress_rank {
 	int64_t		 when;		/* mono_ms() of the last one */
 	int		 can_repair;	/* said "hello repair=1" */
 	int		 ready;		/* said "ready" */
+	int		 joining;	/* ready, a round sent to it, no
+					 * report yet: watched from then */
 	int64_t		 waited;	/* mono_ms() of its last "wait" */
 	int		 notes;		/* PROGRESS_NOTE_* to deliver */
 	int		 warned;	/* a malformed message was logged */
@@ -335,8 +337,27 @@ progress_touch(int local_rank)
 {
 	struct progress_rank	*p;
 
-	if ((p = progress_rank_read(local_rank)) != NULL && p->seen)
+	if ((p = progress_rank_read(local_rank)) == NULL)
+		return;
+	if (p->seen || p->ready) {
+		p->joining = !p->seen;
 		p->when = mono_ms();
+	}
+}
+
+int
+progress_watch_get(int local_rank, uint64_t *step, int64_t *when,
+    int *joining)
+{
+	struct progress_rank	*p;
+
+	if ((p = progress_rank_read(local_rank)) == NULL ||
+	    !(p->seen || p->joining))
+		return (RDZV_ENOTFOUND);
+	*step = p->step;
+	*when = p->when;
+	*joining = !p->seen;
+	return (0);
 }
 
 int64_t

@@ -69,7 +69,9 @@ class Watcher:
         nothing).  A rank stuck inside torch's own computation looks
         the same; it is killed a timeout later, as a deadlock is."""
         now = time.monotonic()
-        if not self._joined or not self._in_torch():
+        # A replacement joining its round too: its agent watches it
+        # from the round's push (it must join in time).
+        if not self._in_torch():
             self._blocked = None
             return
         if self._blocked is None or self._blocked[0] != self.step_count:
