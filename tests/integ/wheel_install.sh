@@ -48,6 +48,12 @@ fail() {
 	exit 1
 }
 
+# scripts/wheel.sh builds the wheel's programs itself, never with this
+# build's sanitizers: the sanitizer leg would run the same test again.
+if [ "${RDZV_SANITIZERS:-0}" = 1 ] && [ -z "${RDZV_WHEEL:-}" ]; then
+	echo "SKIP: the sanitizer leg: scripts/wheel.sh builds the wheel without this build's sanitizers (the plain leg tests it)"
+	exit 77
+fi
 [ -x "$TP" ] || skip "no torch 2.x python at $TP (scripts/deps.sh makes it)"
 "$TP" -c 'import torch, venv, ensurepip' 2>/dev/null ||
 	skip "$TP cannot import torch, venv or ensurepip"
