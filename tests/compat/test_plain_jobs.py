@@ -8,9 +8,9 @@ cannot hurt them.
 - The job's steps reach every place an operator looks (`rdzvctl members`
   and `top`, the status page's history, /metrics), as a C job's and a
   repairing job's do; without report() the same script shows none.
-- A SIGSTOPped worker of such a job is caught by the agents'
-  --progress_timeout (the job restarts: it cannot repair), and the
-  restarted job trains to its end.
+- A SIGSTOPped worker of such a job (a plain script's, a Lightning
+  job's) is caught by the agents' --progress_timeout (the job restarts:
+  it cannot repair), and the restarted job trains to its end.
 - A Lightning job (Lightning's own DDP under rdzv-agent) with
   rdzv.hooks.LightningProgress, and an Accelerate job with one
   report() a step: their steps on every surface too.
@@ -239,6 +239,41 @@ def test_lightning_job_on_every_surface():
         a, b = start(s, d, "pl", report=False, program=LIGHTNING,
                      restarts=0)
         torch_surfaces(d, "pl")
+        finish(s, [a, b])
+    d.stop()
+
+
+def test_lightning_stopped_worker_caught():
+    """SIGSTOP of a rank of a Lightning job reporting through
+    LightningProgress: the agents' --progress_timeout kills it (the
+    framework's own collectives would wait out gloo's 30 minutes), and
+    the job restarts and trains on."""
+    try:
+        subprocess.run([rt.TORCH2_PYTHON, "-c", "import lightning"],
+                       check=True, capture_output=True, timeout=120)
+    except subprocess.CalledProcessError as e:
+        rt.no_torch("lightning not importable by %s: %s" % (
+            rt.TORCH2_PYTHON, e.stderr[-300:]), whole_file=False)
+        return
+    d = rt.Rdzvd()
+    with Scope("progress-lightning-") as s:
+        a, b = start(s, d, "plstop", report=False, program=LIGHTNING,
+                     restarts=1, extra=["--progress_timeout", "3"])
+        victim = running(s.tmp, 0)[1]["pid"]
+        os.kill(victim, signal.SIGSTOP)
+        try:
+            rt.wait_until(lambda: len(running(s.tmp, 1)) == 4, timeout=120,
+                          what="4 Lightning ranks training again after "
+                          "the watchdog's kill")
+        finally:        # never leave a stopped process behind
+            try:
+                os.kill(victim, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        out = a.output() + b.output()
+        check("reported no progress" in out, out[-3000:])
+        ev = job_events(d, "plstop")
+        check(any(t.startswith("restart 1 of") for t in ev), ev)
         finish(s, [a, b])
     d.stop()
 
