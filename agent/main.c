@@ -853,6 +853,22 @@ agent_exit_cb(const struct sup_exit *x, void *arg)
 	agent_begin_stop();
 }
 
+/* The replacements here (bit l: local rank l, up or on their way: a
+ * dead one's next is) that reported no step on their channel. */
+static uint64_t
+agent_unstepped(void)
+{
+	uint64_t	step, un = 0;
+	int64_t		when;
+	int		l;
+
+	for (l = 0; l < ag.cfg.nproc && l < RZ_REPAIR_LWS_MAX; l++)
+		if ((ag.fresh & (1ULL << l)) &&
+		    progress_get(l, &step, &when) != 0)
+			un |= 1ULL << l;
+	return (un);
+}
+
 /*
  * The replacements here that never stepped (bit l: local rank l, up or
  * on its way, no step on its channel), when every other local worker
@@ -865,18 +881,14 @@ agent_exit_cb(const struct sup_exit *x, void *arg)
 static uint64_t
 agent_unjoined(void)
 {
-	uint64_t	step, un = 0;
-	int64_t		when;
-	int		l, n = 0;
+	uint64_t	un = agent_unstepped();
+	int		l;
 
-	for (l = 0; l < ag.cfg.nproc && l < RZ_REPAIR_LWS_MAX; l++) {
-		if (!(ag.fresh & (1ULL << l)) || sup_pid(l) <= 0 ||
-		    progress_get(l, &step, &when) == 0)
-			continue;
-		un |= 1ULL << l;
-		n++;
-	}
-	if (un == 0 || ag.nok != ag.cfg.nproc - n)
+	for (l = 0; l < ag.cfg.nproc && l < RZ_REPAIR_LWS_MAX; l++)
+		if (sup_pid(l) <= 0)
+			un &= ~(1ULL << l);	/* up ones only */
+	if (un == 0 || ag.nok != ag.cfg.nproc -
+	    __builtin_popcountll((unsigned long long)un))
 		return (0);
 	return (un);
 }
@@ -891,17 +903,7 @@ agent_unjoined(void)
 static int64_t
 agent_unjoined_cb(void *arg)
 {
-	uint64_t	step, un = 0;
-	int64_t		when;
-	int		l;
-
-	if (ag.state != AS_RUNNING)
-		return (0);
-	for (l = 0; l < ag.cfg.nproc && l < RZ_REPAIR_LWS_MAX; l++)
-		if ((ag.fresh & (1ULL << l)) &&
-		    progress_get(l, &step, &when) != 0)
-			un |= 1ULL << l;
-	return ((int64_t)un);
+	return (ag.state == AS_RUNNING ? (int64_t)agent_unstepped() : 0);
 }
 
 /* DONE while replacements that never stepped still run (ag.unjoined):

@@ -831,23 +831,15 @@ rz_done_if_ended(struct rz *rz, struct rz_outbox *ob, struct rz_job *j,
     int64_t now)
 {
 	struct rz_node	*nd;
-	int		 ended = 0;
 
-	if (j->state != RZJ_RUNNING)
+	if (j->state != RZJ_RUNNING || !rz_training_ended(j))
 		return;
-	TAILQ_FOREACH(nd, &j->nodes, entry) {
-		if (nd->state != RZN_MEMBER)
-			continue;
-		if (nd->succeeded) {
-			ended = 1;
-			continue;
-		}
-		if (nd->lws > __builtin_popcountll((unsigned long long)
+	TAILQ_FOREACH(nd, &j->nodes, entry)
+		if (nd->state == RZN_MEMBER && !nd->succeeded &&
+		    nd->lws > __builtin_popcountll((unsigned long long)
 		    (nd->dead_local | nd->ready_local | nd->unjoined)))
 			return;
-	}
-	if (ended)
-		rz_close_job(rz, ob, j, RZJ_DONE, now);
+	rz_close_job(rz, ob, j, RZJ_DONE, now);
 }
 
 int

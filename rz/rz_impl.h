@@ -180,6 +180,7 @@ void rz_repair_timeout(struct rz *rz, struct rz_outbox *ob, struct rz_job *j,
 void rz_done_if_ended(struct rz *, struct rz_outbox *, struct rz_job *,
     int64_t now);
 int rz_state_left(const struct rz_job *, const struct rz_node *, int64_t);
+int rz_training_ended(const struct rz_job *);
 void rz_repair_ended(struct rz *rz, struct rz_job *j, const struct rz_node *nd,
     int64_t unjoined, int64_t now);
 const char *rz_repair_refused_job(struct rz_job *j, char *buf, size_t bufsz);

@@ -23,7 +23,6 @@
 static const char *rz_repair_refused(struct rz_job *, struct rz_node *,
 		    int64_t, char *, size_t);
 static void	rz_repair_next(struct rz_job *, int64_t);
-static int	rz_training_ended(const struct rz_job *);
 static void	rz_repair_shrink(struct rz *, struct rz_outbox *,
 		    struct rz_job *, struct rz_node *, int64_t, const char *,
 		    int64_t);
@@ -565,7 +564,7 @@ rz_repair_ended(struct rz *rz, struct rz_job *j, const struct rz_node *nd,
 
 /* Whether training ended: a member succeeded (a synchronous group never
  * finishes without its members). */
-static int
+int
 rz_training_ended(const struct rz_job *j)
 {
 	const struct rz_node	*m;
