@@ -147,23 +147,29 @@ def test_stopped_worker_caught_by_watchdog():
     with Scope("progress-api-") as s:
         a, b = start(s, d, "stop", report=True,
                      extra=["--progress_timeout", "3"])
-        victim = running(s.tmp, 0)[3]["pid"]
-        os.kill(victim, signal.SIGSTOP)
-        try:
-            rt.wait_until(lambda: len(running(s.tmp, 1)) == 4, timeout=90,
-                          what="4 ranks training again after the "
-                          "watchdog's kill")
-        finally:        # never leave a stopped process behind
-            try:
-                os.kill(victim, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        out = a.output() + b.output()
-        check("reported no progress" in out, out[-3000:])
-        ev = job_events(d, "stop")
-        check(any(t.startswith("restart 1 of") for t in ev), ev)
+        stop_one(s, d, "stop", [a, b], 3, timeout=90)
         finish(s, [a, b])
     d.stop()
+
+
+def stop_one(s, d, job, agents, rank, timeout):
+    """SIGSTOPs rank of job's first attempt; the agents' watchdog must
+    kill it and the job restart with every rank training again."""
+    victim = running(s.tmp, 0)[rank]["pid"]
+    os.kill(victim, signal.SIGSTOP)
+    try:
+        rt.wait_until(lambda: len(running(s.tmp, 1)) == 4, timeout=timeout,
+                      what="4 ranks training again after the watchdog's "
+                      "kill")
+    finally:        # never leave a stopped process behind
+        try:
+            os.kill(victim, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    out = "".join(x.output() for x in agents)
+    check("reported no progress" in out, out[-3000:])
+    ev = job_events(d, job)
+    check(any(t.startswith("restart 1 of") for t in ev), ev)
 
 
 # A LightningModule trained by Lightning's own DDP under rdzv-agent
@@ -259,21 +265,7 @@ def test_lightning_stopped_worker_caught():
     with Scope("progress-lightning-") as s:
         a, b = start(s, d, "plstop", report=False, program=LIGHTNING,
                      restarts=1, extra=["--progress_timeout", "3"])
-        victim = running(s.tmp, 0)[1]["pid"]
-        os.kill(victim, signal.SIGSTOP)
-        try:
-            rt.wait_until(lambda: len(running(s.tmp, 1)) == 4, timeout=120,
-                          what="4 Lightning ranks training again after "
-                          "the watchdog's kill")
-        finally:        # never leave a stopped process behind
-            try:
-                os.kill(victim, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        out = a.output() + b.output()
-        check("reported no progress" in out, out[-3000:])
-        ev = job_events(d, "plstop")
-        check(any(t.startswith("restart 1 of") for t in ev), ev)
+        stop_one(s, d, "plstop", [a, b], 1, timeout=120)
         finish(s, [a, b])
     d.stop()
 
