@@ -205,6 +205,16 @@ rz_find_node(struct rz_job *j, int64_t id)
 	return NULL;
 }
 
+/* Node node_id of job `job`, its job in *jp; NULL when either is unknown. */
+static struct rz_node *
+rz_find_job_node(struct rz *rz, struct slice job, int64_t node_id,
+    struct rz_job **jp)
+{
+	if ((*jp = rz_find_job(rz, job)) == NULL)
+		return NULL;
+	return rz_find_node(*jp, node_id);
+}
+
 int
 rz_closed(const struct rz_job *j)
 {
@@ -749,8 +759,7 @@ rz_heartbeat(struct rz *rz, struct slice job, int64_t node_id,
 	struct rz_job	*j;
 	struct rz_node	*nd;
 
-	if ((j = rz_find_job(rz, job)) == NULL ||
-	    (nd = rz_find_node(j, node_id)) == NULL)
+	if ((nd = rz_find_job_node(rz, job, node_id, &j)) == NULL)
 		return RDZV_ENOTFOUND;
 	nd->lease_end = now + j->lease_ms;
 	if (repairable >= 0 && nd->repairable != (repairable == 1)) {
@@ -772,8 +781,7 @@ rz_leave(struct rz *rz, struct slice job, int64_t node_id, int64_t now,
 	struct rz_node	*nd, gone;
 	int		 was_member;
 
-	if ((j = rz_find_job(rz, job)) == NULL ||
-	    (nd = rz_find_node(j, node_id)) == NULL)
+	if ((nd = rz_find_job_node(rz, job, node_id, &j)) == NULL)
 		return RDZV_ENOTFOUND;
 	was_member = nd->state == RZN_MEMBER;
 	rz_event(rz, j, now, "leave node %" PRId64 " host %s", nd->id, nd->host);
@@ -802,8 +810,7 @@ rz_succeeded(struct rz *rz, struct slice job, int64_t node_id, int64_t round,
 	struct rz_job	*j;
 	struct rz_node	*nd;
 
-	if ((j = rz_find_job(rz, job)) == NULL ||
-	    (nd = rz_find_node(j, node_id)) == NULL)
+	if ((nd = rz_find_job_node(rz, job, node_id, &j)) == NULL)
 		return RDZV_ENOTFOUND;
 	/* A node whose workers finished before it heard of a repair
 	 * round reports the round before it: same members, so it counts. */
@@ -849,8 +856,7 @@ rz_unjoined(struct rz *rz, struct slice job, int64_t node_id,
 	struct rz_job	*j;
 	struct rz_node	*nd;
 
-	if ((j = rz_find_job(rz, job)) == NULL ||
-	    (nd = rz_find_node(j, node_id)) == NULL)
+	if ((nd = rz_find_job_node(rz, job, node_id, &j)) == NULL)
 		return RDZV_ENOTFOUND;
 	if (nd->unjoined == unjoined)
 		return 0;
@@ -1205,8 +1211,7 @@ rz_admin_evict(struct rz *rz, struct slice job, int64_t node_id, int hard,
 	struct rz_job	*j;
 	struct rz_node	*nd;
 
-	if ((j = rz_find_job(rz, job)) == NULL ||
-	    (nd = rz_find_node(j, node_id)) == NULL)
+	if ((nd = rz_find_job_node(rz, job, node_id, &j)) == NULL)
 		return RDZV_ENOTFOUND;
 	/* A closed job keeps its members for the record; none can go. */
 	if (rz_closed(j))

@@ -125,16 +125,30 @@ rz_save_job(struct rz *rz, struct rz_job *j)
 	    "donor_local", (json_int_t)j->donor_local)));
 }
 
+/* Where node nd's row lives: its namespace and key, with their room. */
+struct rz_node_row {
+	char		nsbuf[RZ_ID_MAX + 32], keybuf[32];
+	struct slice	ns, key;
+};
+
+static void
+rz_node_row(struct rz_node_row *r, const struct rz_job *j,
+    const struct rz_node *nd)
+{
+	int	k;
+
+	rz_ns_name(r->nsbuf, sizeof r->nsbuf, "node", j, &r->ns);
+	k = snprintf(r->keybuf, sizeof r->keybuf, "%" PRId64, nd->id);
+	r->key = (struct slice){ (const uint8_t *)r->keybuf, (size_t)k };
+}
+
 void
 rz_save_node(struct rz *rz, struct rz_job *j, struct rz_node *nd)
 {
-	char		nsbuf[RZ_ID_MAX + 32], key[32];
-	struct slice	ns;
-	int		k;
+	struct rz_node_row	row;
 
-	rz_ns_name(nsbuf, sizeof nsbuf, "node", j, &ns);
-	k = snprintf(key, sizeof key, "%" PRId64, nd->id);
-	rz_put_row(rz, ns, (struct slice){ (const uint8_t *)key, (size_t)k },
+	rz_node_row(&row, j, nd);
+	rz_put_row(rz, row.ns, row.key,
 	    json_pack("{s:s, s:s, s:s, s:I, s:I, s:i, s:I, s:I, s:I, s:i, "
 	    "s:I, s:I, s:I, s:I, s:i, s:i}",
 	    "instance", nd->instance, "host", nd->host, "addr", nd->addr,
@@ -152,13 +166,10 @@ rz_save_node(struct rz *rz, struct rz_job *j, struct rz_node *nd)
 void
 rz_drop_node_row(struct rz *rz, struct rz_job *j, struct rz_node *nd)
 {
-	char		nsbuf[RZ_ID_MAX + 32], key[32];
-	struct slice	ns;
-	int		k;
+	struct rz_node_row	row;
 
-	rz_ns_name(nsbuf, sizeof nsbuf, "node", j, &ns);
-	k = snprintf(key, sizeof key, "%" PRId64, nd->id);
-	kv_delete(rz->kv, ns, (struct slice){ (const uint8_t *)key, (size_t)k });
+	rz_node_row(&row, j, nd);
+	kv_delete(rz->kv, row.ns, row.key);
 }
 
 /* Appends one line to the job's event log, dropping the oldest past
