@@ -56,6 +56,14 @@ static struct rdzv_client	*connect_rdzvd(const char *, int *);
 	}								\
 } while (0)
 
+/* The value v (len bytes) a call returned: the string s; freed, v NULL. */
+#define CHECK_VALUE(v, len, s) do {					\
+	CHECK((v) != NULL && (len) == sizeof(s) - 1 &&			\
+	    memcmp((v), (s), sizeof(s) - 1) == 0);			\
+	free(v);							\
+	(v) = NULL;							\
+} while (0)
+
 struct pushes {
 	int	n;
 	int	last_op;
@@ -317,30 +325,23 @@ main(int argc, char **argv)
 	CHECK(rdzv_client_errmsg(c)[0] != '\0');
 	v = NULL;
 	CHECK_RV(rdzv_client_get(c, "n", &v, &len, 5000), 0);
-	CHECK(v != NULL && len == 2 && memcmp(v, "-2", 2) == 0);
-	free(v);
+	CHECK_VALUE(v, len, "-2");
 
 	/* cas with TCPStore's rules */
 	v = NULL;
 	CHECK_RV(rdzv_client_cas(c, "cas", "", 0, "one", 3, &v, &len, 5000), 0);
-	CHECK(v != NULL && len == 3 && memcmp(v, "one", 3) == 0);
-	free(v);
-	v = NULL;
+	CHECK_VALUE(v, len, "one");
 	CHECK_RV(rdzv_client_cas(c, "cas", "nope", 4, "two", 3, &v, &len,
 	    5000), 0);
-	CHECK(v != NULL && len == 3 && memcmp(v, "one", 3) == 0);
-	free(v);
+	CHECK_VALUE(v, len, "one");
 	CHECK_RV(rdzv_client_cas(c, "cas", "one", 3, "two", 3, NULL, NULL,
 	    5000), 0);
 	v = NULL;
 	CHECK_RV(rdzv_client_get(c, "cas", &v, &len, 5000), 0);
-	CHECK(v != NULL && len == 3 && memcmp(v, "two", 3) == 0);
-	free(v);
-	v = NULL;
+	CHECK_VALUE(v, len, "two");
 	CHECK_RV(rdzv_client_cas(c, "cas-missing", "x", 1, "y", 1, &v, &len,
 	    5000), 0);
-	CHECK(v != NULL && len == 1 && memcmp(v, "x", 1) == 0);
-	free(v);
+	CHECK_VALUE(v, len, "x");
 
 	/* check / wait */
 	keys[0] = "a";
@@ -375,8 +376,7 @@ main(int argc, char **argv)
 	CHECK_RV(rdzv_client_append(c, "log", "cd", 2, 5000), 0);
 	v = NULL;
 	CHECK_RV(rdzv_client_get(c, "log", &v, &len, 5000), 0);
-	CHECK(v != NULL && len == 4 && memcmp(v, "abcd", 4) == 0);
-	free(v);
+	CHECK_VALUE(v, len, "abcd");
 
 	/* multi_set / multi_get */
 	keys[0] = "m1";
@@ -410,12 +410,9 @@ main(int argc, char **argv)
 	CHECK(iv == 2);
 	v = NULL;
 	CHECK_RV(rdzv_client_queue_pop(c, "q", &v, &len, 5000), 0);
-	CHECK(v != NULL && len == 5 && memcmp(v, "first", 5) == 0);
-	free(v);
-	v = NULL;
+	CHECK_VALUE(v, len, "first");
 	CHECK_RV(rdzv_client_queue_pop(c, "q", &v, &len, 0), 0);
-	CHECK(v != NULL && len == 6 && memcmp(v, "second", 6) == 0);
-	free(v);
+	CHECK_VALUE(v, len, "second");
 	CHECK_RV(rdzv_client_queue_pop(c, "q", &v, &len, 0), RDZV_ETIMEDOUT);
 	CHECK_RV(rdzv_client_queue_pop(c, "q", &v, &len, 100), RDZV_ETIMEDOUT);
 	CHECK_RV(rdzv_client_queue_len(c, "q", &iv, 5000), 0);

@@ -182,6 +182,28 @@ fail(const char *what, enum rdzv_dtype dt, enum rdzv_op op, size_t count,
 		    got, want);
 }
 
+/*
+ * Checks a gathered buffer r of size blocks: block j (count elements)
+ * holds rank j's val(j, i, RDZV_SUM, 4).  Reports the first that does not.
+ */
+static void
+check_blocks(const char *what, enum rdzv_dtype dt, const void *r,
+    size_t count)
+{
+	size_t	i, k;
+	int	j;
+
+	for (j = 0; j < size; j++)
+		for (i = 0; i < count; i++) {
+			k = (size_t)j * count + i;
+			if (get(r, dt, k) != val(j, i, RDZV_SUM, 4)) {
+				fail(what, dt, RDZV_SUM, count, i, get(r, dt, k),
+				    val(j, i, RDZV_SUM, 4));
+				return;
+			}
+		}
+}
+
 static void
 call_ok(const char *what, int rc)
 {
@@ -301,32 +323,14 @@ check_moves(enum rdzv_dtype dt, size_t count)
 	for (i = 0; i < count; i++)
 		put(s, dt, i, val(rank, i, RDZV_SUM, 4));
 	call_ok("allgather", rdzv_allgather(comm, s, r, count, dt, -1));
-	for (j = 0; j < size; j++)
-		for (i = 0; i < count; i++)
-			if (get(r, dt, (size_t)j * count + i) !=
-			    val(j, i, RDZV_SUM, 4)) {
-				fail("allgather", dt, RDZV_SUM, count, i,
-				    get(r, dt, (size_t)j * count + i),
-				    val(j, i, RDZV_SUM, 4));
-				j = size;
-				break;
-			}
+	check_blocks("allgather", dt, r, count);
 
 	/* gather to root */
 	memset(r, 0, all * es);
 	call_ok("gather", rdzv_gather(comm, s, rank == root ? r : NULL, count,
 	    dt, root, -1));
 	if (rank == root)
-		for (j = 0; j < size; j++)
-			for (i = 0; i < count; i++)
-				if (get(r, dt, (size_t)j * count + i) !=
-				    val(j, i, RDZV_SUM, 4)) {
-					fail("gather", dt, RDZV_SUM, count, i,
-					    get(r, dt, (size_t)j * count + i),
-					    val(j, i, RDZV_SUM, 4));
-					j = size;
-					break;
-				}
+		check_blocks("gather", dt, r, count);
 
 	/* scatter from root: block j goes to rank j */
 	for (i = 0; i < all; i++)

@@ -31,6 +31,16 @@ parse(const char *s, struct chan_msg *m)
 	return (chan_parse(s, strlen(s), m));
 }
 
+/* The verb of line s, which must parse. */
+static enum chan_verb
+verb_of(const char *s)
+{
+	struct chan_msg	m;
+
+	assert_int_equal(parse(s, &m), 0);
+	return (m.verb);
+}
+
 #define ROUND_TEXT							\
 	"round round=7 kind=grow ns=job/j1/round/7 rank=2 world=4 "	\
 	"donor=0 master_addr=127.0.0.1 master_port=29500 local_rank=1 "	\
@@ -78,10 +88,8 @@ test_progress(void **state)
 	assert_int_equal(parse("18446744073709551616", &m), RDZV_EPROTO);
 	assert_int_equal(parse("99999999999999999999999", &m), RDZV_EPROTO);
 	/* A sign makes it a verb this codec does not know: ignored. */
-	assert_int_equal(parse("-1", &m), 0);
-	assert_int_equal(m.verb, CHAN_UNKNOWN);
-	assert_int_equal(parse("+1", &m), 0);
-	assert_int_equal(m.verb, CHAN_UNKNOWN);
+	assert_int_equal(verb_of("-1"), CHAN_UNKNOWN);
+	assert_int_equal(verb_of("+1"), CHAN_UNKNOWN);
 	assert_int_equal(parse(" 1", &m), RDZV_EPROTO);
 	assert_int_equal(parse("1 ", &m), RDZV_EPROTO);
 	assert_int_equal(parse("12x", &m), RDZV_EPROTO);
@@ -124,10 +132,8 @@ test_hello_ready(void **state)
 	assert_int_equal(m.repair, 0);
 	assert_int_equal(parse("hello =1", &m), 0);
 	assert_int_equal(m.repair, 0);
-	assert_int_equal(parse("ready", &m), 0);
-	assert_int_equal(m.verb, CHAN_READY);
-	assert_int_equal(parse("ready step=9", &m), 0);
-	assert_int_equal(m.verb, CHAN_READY);
+	assert_int_equal(verb_of("ready"), CHAN_READY);
+	assert_int_equal(verb_of("ready step=9"), CHAN_READY);
 	/* repair= means something after hello only. */
 	assert_int_equal(parse("ready repair=1", &m), 0);
 	assert_int_equal(m.repair, 0);
@@ -139,17 +145,12 @@ test_unknown_and_malformed(void **state)
 	struct chan_msg	m;
 	char		big[RDZV_CHAN_MSG_MAX + 2];
 
-	assert_int_equal(parse("helo repair=1", &m), 0);
-	assert_int_equal(m.verb, CHAN_UNKNOWN);
-	assert_int_equal(parse("hellox", &m), 0);
-	assert_int_equal(m.verb, CHAN_UNKNOWN);
-	assert_int_equal(parse("HELLO repair=1", &m), 0);
-	assert_int_equal(m.verb, CHAN_UNKNOWN);
-	assert_int_equal(parse("rewind to=3", &m), 0);
-	assert_int_equal(m.verb, CHAN_UNKNOWN);
+	assert_int_equal(verb_of("helo repair=1"), CHAN_UNKNOWN);
+	assert_int_equal(verb_of("hellox"), CHAN_UNKNOWN);
+	assert_int_equal(verb_of("HELLO repair=1"), CHAN_UNKNOWN);
+	assert_int_equal(verb_of("rewind to=3"), CHAN_UNKNOWN);
 	/* An unknown verb's words are its own business. */
-	assert_int_equal(parse("stats a=1 b", &m), 0);
-	assert_int_equal(m.verb, CHAN_UNKNOWN);
+	assert_int_equal(verb_of("stats a=1 b"), CHAN_UNKNOWN);
 
 	assert_int_equal(chan_parse("", 0, &m), RDZV_EPROTO);
 	assert_int_equal(parse("hello  repair=1", &m), RDZV_EPROTO);
@@ -203,16 +204,12 @@ test_round_stop(void **state)
 	assert_int_equal(m.round, INT_MAX);
 	assert_int_equal(m.world, INT_MAX);
 
-	assert_int_equal(parse("stop", &m), 0);
-	assert_int_equal(m.verb, CHAN_STOP);
-	assert_int_equal(parse("stop reason=x", &m), 0);
-	assert_int_equal(m.verb, CHAN_STOP);
+	assert_int_equal(verb_of("stop"), CHAN_STOP);
+	assert_int_equal(verb_of("stop reason=x"), CHAN_STOP);
 	assert_int_equal(parse("stop now", &m), RDZV_EPROTO);
 
-	assert_int_equal(parse("leave", &m), 0);
-	assert_int_equal(m.verb, CHAN_LEAVE);
-	assert_int_equal(parse("leave at=3", &m), 0);
-	assert_int_equal(m.verb, CHAN_LEAVE);
+	assert_int_equal(verb_of("leave"), CHAN_LEAVE);
+	assert_int_equal(verb_of("leave at=3"), CHAN_LEAVE);
 	assert_int_equal(parse("leave now", &m), RDZV_EPROTO);
 }
 
