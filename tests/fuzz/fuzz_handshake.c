@@ -26,6 +26,7 @@
 
 #include "auth.h"
 #include "handshake.h"
+#include "hs_nonce.h"
 #include "rdzv_err.h"
 #include "wire.h"
 
@@ -36,18 +37,6 @@ static char	fuzz_cred[RDZV_CRED_FILE_MAX + 1];	/* FUZZ_JOB's */
 static uint8_t	fuzz_key[RDZV_CRED_KEY_LEN];
 
 int	LLVMFuzzerTestOneInput(const uint8_t *, size_t);
-
-/* Our nonce: byte i is i * 7 + 1 (make-corpus.py knows it too). */
-static int
-fuzz_random(void *buf, size_t n)
-{
-	uint8_t	*p = buf;
-	size_t	 i;
-
-	for (i = 0; i < n; i++)
-		p[i] = (uint8_t)(i * 7 + 1);
-	return (0);
-}
 
 struct fuzz_run {
 	int		 rv;
@@ -184,7 +173,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		cfg.tokenlen = strlen(cfg.token);
 	}
 	cfg.endpoint = "127.0.0.1:29400";
-	cfg.random = fuzz_random;
+	cfg.random = hs_fixed_random;
 	s = data + 2;
 	len = size - 2;
 	cut = len > 0 ? data[1] % (len + 1) : 0;

@@ -79,7 +79,8 @@ if HAVE_CMOCKA
 # The client's handshake machine (common/handshake.c).
 check_PROGRAMS += tests/unit/test_handshake
 TESTS += tests/unit/test_handshake
-tests_unit_test_handshake_SOURCES = tests/unit/test_handshake.c
+tests_unit_test_handshake_SOURCES = tests/unit/test_handshake.c tests/lib/hs_nonce.h
+tests_unit_test_handshake_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/tests/lib
 tests_unit_test_handshake_CFLAGS = $(AM_CFLAGS) $(CMOCKA_CFLAGS) $(LIBEVENT_CFLAGS)
 tests_unit_test_handshake_LDADD = common/libcommon.la $(CMOCKA_LIBS) $(LIBEVENT_LIBS) $(LIBBSD_LIBS)
 endif

@@ -25,6 +25,7 @@
 
 #include "auth.h"
 #include "handshake.h"
+#include "hs_nonce.h"
 #include "rdzv_err.h"
 #include "wire.h"
 
@@ -32,18 +33,6 @@
 #define TOKEN		"the-shared-token"
 #define TAIL		"\x0c\0\0\0\x1a\0\x04\0\0\0\0\0"	/* a session frame */
 #define TAIL_LEN	12
-
-/* Our nonce, fixed so that rdzvd's answer can be written beforehand. */
-static int
-fixed_random(void *buf, size_t n)
-{
-	uint8_t	*p = buf;
-	size_t	 i;
-
-	for (i = 0; i < n; i++)
-		p[i] = (uint8_t)(i * 7 + 1);
-	return (0);
-}
 
 static int
 failing_random(void *buf, size_t n)
@@ -65,7 +54,7 @@ config(const char *token)
 	cfg.endpoint = EP;
 	cfg.token_flag = "--token_file";
 	cfg.ca_flag = "--tls_ca";
-	cfg.random = fixed_random;
+	cfg.random = hs_fixed_random;
 	return (cfg);
 }
 
@@ -105,7 +94,7 @@ put_proof(struct evbuffer *b, const char *token, const uint8_t *cn)
 static void
 our_nonce(uint8_t cn[NAT_NONCE_LEN])
 {
-	fixed_random(cn, NAT_NONCE_LEN);
+	hs_fixed_random(cn, NAT_NONCE_LEN);
 }
 
 /* The whole stream of an rdzvd that wants token and proves it holds it. */
