@@ -355,6 +355,39 @@ def repair_agents(scope, d, job, prog_args, env_b=None, steps=8,
     return a, b
 
 
+def script_agents(scope, d, job, program, restarts, nodes=2, extra=(),
+                  env=None):
+    """Starts `nodes` agents (scope: agent_lib.Scope) of two workers each
+    in job on rdzvd d, every worker running program (a script's text,
+    written to scope.tmp/train.py) with scope.tmp as its argument, under
+    TORCH2_PYTHON with the source tree's rdzv package; extra is added to
+    the agents' options, env to their environment.  Returns the agents,
+    a list, at once."""
+    from agent_lib import conf
+    prog = os.path.join(scope.tmp, "train.py")
+    with open(prog, "w") as f:
+        f.write(program)
+    argv = ["--nnodes", str(nodes), "--nproc-per-node", "2",
+            "--rdzv-endpoint", "127.0.0.1:%d" % d.port, "--rdzv-id", job,
+            "--max-restarts", str(restarts), "--grace", "1",
+            "--rdzv-conf", conf(0.2, 5.0)] + list(extra)
+    env = dict({"PYTHON": TORCH2_PY, "GLOO_SOCKET_IFNAME": "lo",
+                "PYTHONPATH": os.path.join(rdzvtest.top_srcdir(), "python")},
+               **(env or {}))
+    return [scope.agent(argv, env=env, program=[prog, scope.tmp])
+            for _ in range(nodes)]
+
+
+def script_finish(scope, agents, timeout):
+    """Tells script_agents' scripts to end (scope.tmp/finish) and checks
+    that each of agents then exits 0 within timeout seconds."""
+    with open(os.path.join(scope.tmp, "finish"), "w"):
+        pass
+    for x in agents:
+        rc = x.wait(timeout)
+        check(rc == 0, (rc, x.output()[-3000:]))
+
+
 def _ctl(d, *args):
     p = os.path.join(rdzvtest.top_builddir(), "client", "rdzvctl")
     import subprocess

@@ -32,13 +32,10 @@ import compatlib                                        # noqa: E402
 compatlib.use_torch2()
 
 import rdzvtest as rt                                   # noqa: E402
-from agent_lib import Scope, conf, job_events           # noqa: E402
+from agent_lib import Scope, job_events                 # noqa: E402
 from agent_torch import running                         # noqa: E402
-from compatlib import check, checkpoints_complete, log  # noqa: E402
-
-PYDIR = os.path.join(rt.top_srcdir(), "python")
-ENV = {"PYTHON": rt.TORCH2_PYTHON, "GLOO_SOCKET_IFNAME": "lo",
-       "PYTHONPATH": PYDIR}
+from compatlib import (check, checkpoints_complete, log,  # noqa: E402
+                       script_agents, script_finish)
 
 # A repairable script (job.ddp, job.track, job.batches, job.step) that
 # trains until DIR/finish exists (the ranks agree inside the step).  At
@@ -149,23 +146,12 @@ os._exit(0)
 
 
 def start(s, d, job, mode, restarts, env=None):
-    prog = os.path.join(s.tmp, "train.py")
-    with open(prog, "w") as f:
-        f.write(PROGRAM)
-    args = ["--nnodes", "2", "--nproc-per-node", "2",
-            "--rdzv-endpoint", "127.0.0.1:%d" % d.port, "--rdzv-id", job,
-            "--max-restarts", str(restarts), "--grace", "1",
-            "--rdzv-conf", conf(0.2, 5.0)]
-    env = dict(ENV, MODE=mode, **(env or {}))
-    return [s.agent(args, env=env, program=[prog, s.tmp]) for _ in range(2)]
+    return script_agents(s, d, job, PROGRAM, restarts,
+                         env=dict(MODE=mode, **(env or {})))
 
 
 def finish(s, agents):
-    with open(os.path.join(s.tmp, "finish"), "w"):
-        pass
-    for x in agents:
-        rc = x.wait(90)
-        check(rc == 0, (rc, x.output()[-3000:]))
+    script_finish(s, agents, 90)
 
 
 def test_crash_at_start_fails_fast():

@@ -36,13 +36,12 @@ import compatlib                                        # noqa: E402
 compatlib.use_torch2()
 
 import rdzvtest as rt                                   # noqa: E402
-from agent_lib import Scope, conf, job_events           # noqa: E402
+from agent_lib import Scope, job_events                 # noqa: E402
 from agent_torch import running                         # noqa: E402
-from compatlib import check, torch_surfaces             # noqa: E402
+from compatlib import (check, script_agents,  # noqa: E402
+                       script_finish, torch_surfaces)
 
 PYDIR = os.path.join(rt.top_srcdir(), "python")
-ENV = {"PYTHON": rt.TORCH2_PYTHON, "GLOO_SOCKET_IFNAME": "lo",
-       "PYTHONPATH": PYDIR}
 
 # A plain DDP script that reports its steps (REPORT=1) or not; it trains
 # until DIR/finish exists (the ranks agree through a MAX all-reduce) and
@@ -95,27 +94,16 @@ def start(s, d, job, report, extra=(), env=None, program=PROGRAM,
     """nodes agents (two by default) of two workers each running program
     (its text, as DIR/train.py) in job, once its ranks train
     (agent_torch.running's files); returns the agents."""
-    prog = os.path.join(s.tmp, "train.py")
-    with open(prog, "w") as f:
-        f.write(program)
-    args = ["--nnodes", str(nodes), "--nproc-per-node", "2",
-            "--rdzv-endpoint", "127.0.0.1:%d" % d.port, "--rdzv-id", job,
-            "--max-restarts", str(restarts), "--grace", "1",
-            "--rdzv-conf", conf(0.2, 5.0)] + list(extra)
-    env = dict(ENV, REPORT="1" if report else "0", **(env or {}))
-    agents = tuple(s.agent(args, env=env, program=[prog, s.tmp])
-                   for _ in range(nodes))
+    agents = tuple(script_agents(
+        s, d, job, program, restarts, nodes=nodes, extra=extra,
+        env=dict(REPORT="1" if report else "0", **(env or {}))))
     rt.wait_until(lambda: len(running(s.tmp, 0)) == 2 * nodes, timeout=120,
                   what="%d ranks training" % (2 * nodes))
     return agents
 
 
 def finish(s, agents):
-    with open(os.path.join(s.tmp, "finish"), "w"):
-        pass
-    for x in agents:
-        rc = x.wait(60)
-        check(rc == 0, (rc, x.output()[-3000:]))
+    script_finish(s, agents, 60)
 
 
 def members_progress(d, job):
