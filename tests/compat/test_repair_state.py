@@ -44,6 +44,24 @@ def parts(seed):
     return m, opt, sched
 
 
+def given_parts(seed):
+    """A job whose script gave it parts(seed): (job, model, optimizer,
+    schedule)."""
+    j = job()
+    m, opt, sched = parts(seed)
+    j._module = m
+    j.track(opt, sched)
+    return j, m, opt, sched
+
+
+def received(donor):
+    """The model, optimizer and schedule of a fresh rank (its own given)
+    once it received donor's state."""
+    fresh, m, opt, sched = given_parts(0)
+    state.unpack(fresh, state.pack(donor))
+    return m, opt, sched
+
+
 def same(a, b):
     """Whether two state_dicts (nested) hold equal values."""
     import torch
@@ -58,10 +76,7 @@ def same(a, b):
 
 
 def test_donor_with_received_state():
-    donor = job()
-    m, opt, sched = parts(5)
-    donor._module = m
-    donor.track(opt, sched)
+    donor, m, opt, sched = given_parts(5)
     donor.step_count, donor.epoch, donor.pos = 5, 1, 80
     blob = state.pack(donor)
     # A replacement: the state arrives before its model and optimizer.
@@ -77,11 +92,7 @@ def test_donor_with_received_state():
             r._module = m2
             state.apply_model(r)
         # r is the donor of the next round: a fresh rank receives.
-        fresh = job()
-        m3, opt3, sched3 = parts(0)
-        fresh._module = m3
-        fresh.track(opt3, sched3)
-        state.unpack(fresh, state.pack(r))
+        m3, opt3, sched3 = received(r)
         check(same(m3.state_dict(), m.state_dict()),
               "the model of a donor that had not made its own (%d)" % given)
         check(same(opt3.state_dict(), opt.state_dict()),
@@ -97,11 +108,7 @@ def test_donor_with_received_state():
     r._module = m4
     state.apply_model(r)
     r.track(opt4)
-    fresh = job()
-    m5, opt5, sched5 = parts(0)
-    fresh._module = m5
-    fresh.track(opt5, sched5)
-    state.unpack(fresh, state.pack(r))
+    _, opt5, sched5 = received(r)
     check(same(opt5.state_dict(), opt.state_dict()), "optimizer, part")
     check(same(sched5.state_dict(), sched.state_dict()), "schedule, part")
 
