@@ -447,29 +447,19 @@ def test_basic():
     C = run_basic(SRV, CTR)
 
 
-@rdzvtest.needs("test_basic")
-def test_raw_ops():
-    run_raw(SRV, C, CTR)
+def after_basic(run):
+    """A section that runs run(SRV, C, CTR) on test_basic's client."""
+    @rdzvtest.needs("test_basic")
+    def section():
+        run(SRV, C, CTR)
+    return section
 
 
-@rdzvtest.needs("test_basic")
-def test_wait_timeout():
-    run_wait_timeout(SRV, C, CTR)
-
-
-@rdzvtest.needs("test_basic")
-def test_large_values():
-    run_large(SRV, C, CTR)
-
-
-@rdzvtest.needs("test_basic")
-def test_prefix_store():
-    run_prefix(SRV, C, CTR)
-
-
-@rdzvtest.needs("test_basic")
-def test_processes():
-    run_processes(SRV, C, CTR)
+test_raw_ops = after_basic(run_raw)
+test_wait_timeout = after_basic(run_wait_timeout)
+test_large_values = after_basic(run_large)
+test_prefix_store = after_basic(run_prefix)
+test_processes = after_basic(run_processes)
 
 
 def test_idle_clients():
