@@ -29,6 +29,18 @@ def clean(out):
     return out
 
 
+def failed_run(s, opts, env):
+    """The output of an agent (scope s) of two worker_check workers in
+    "progress" mode for 400 steps (opts: its options besides
+    --nproc_per_node 2 --no_python; env: theirs), once it exited 1."""
+    a = s.agent(["--nproc_per_node", "2", "--no_python"] + opts, env=env,
+                program=[prog(), "progress", "400", s.tmp])
+    rc = a.wait(40)
+    out = clean(a.output())
+    assert rc == 1, (rc, out)
+    return out
+
+
 def steps_in_summary(out):
     """{rank: (step, age)} from the summary's progress section."""
     got = {}
@@ -40,12 +52,7 @@ def steps_in_summary(out):
 
 def test_summary_names_last_steps():
     with Scope() as s:
-        a = s.agent(["--nproc_per_node", "2", "--no_python"],
-                    env={"W_FAIL": "1:30"},
-                    program=[prog(), "progress", "400", s.tmp])
-        rc = a.wait(40)
-        out = clean(a.output())
-        assert rc == 1, (rc, out)
+        out = failed_run(s, [], {"W_FAIL": "1:30"})
         assert "failing rank=1 step=30" in out, out
         assert "Last progress reported" in out, out
         got = steps_in_summary(out)
@@ -126,13 +133,8 @@ def test_watchdog_restarts_hung_rank():
 
 def test_watchdog_failure_summary():
     with Scope() as s:
-        a = s.agent(["--nproc_per_node", "2", "--no_python",
-                     "--progress_timeout", "1", "--grace", "1"],
-                    env={"W_HANG": "0:10"},
-                    program=[prog(), "progress", "400", s.tmp])
-        rc = a.wait(40)
-        out = clean(a.output())
-        assert rc == 1, (rc, out)
+        out = failed_run(s, ["--progress_timeout", "1", "--grace", "1"],
+                         {"W_HANG": "0:10"})
         assert "signal    : 6 (SIGABRT)" in out, out
         assert "(no progress: stopped by the watchdog)" in out, out
         m = re.search(r"  job       : (.*)", out)

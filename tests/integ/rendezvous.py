@@ -69,6 +69,16 @@ def daemon(*args, **kw):
     return rt.Rdzvd(args=list(args), **kw)
 
 
+def running_pair(d, job, **kw):
+    """Two Agents of job (kw: Agent's options), joined and pushed the first
+    round: (a, b, a's push)."""
+    a, b = Agent(d, job, **kw), Agent(d, job, **kw)
+    a.join(), b.join()
+    r = a.push()
+    b.push()
+    return a, b, r
+
+
 def test_round_forms_at_max_with_ranks():
     d = daemon()
     a, b = Agent(d, "j1", lws=2), Agent(d, "j1", lws=3)
@@ -89,10 +99,7 @@ def test_round_forms_at_max_with_ranks():
 
 def test_round_store_port_serves_its_namespace():
     d = daemon()
-    a, b = Agent(d, "j2"), Agent(d, "j2")
-    a.join(), b.join()
-    p = a.push()
-    b.push()
+    a, b, p = running_pair(d, "j2")
     # A TCPStore 1.13 client on the round's port sees only that round.
     t = rt.TCPStore113(rt.connect("127.0.0.1", p["store_port"]))
     t.set(b"/x", b"round1")
@@ -114,10 +121,7 @@ def test_round_store_port_serves_its_namespace():
 
 def test_failure_restarts_then_fails():
     d = daemon()
-    a, b = Agent(d, "j3", max_restarts=1), Agent(d, "j3", max_restarts=1)
-    a.join(), b.join()
-    r1 = a.push()
-    b.push()
+    a, b, r1 = running_pair(d, "j3", max_restarts=1)
     b.failure(r1["round"], "worker 3 died", code=7, rank=3)
     a.failure(r1["round"], "collateral")     # survivors' echo: not counted
     assert a.push()["state"] == STOP
@@ -143,10 +147,7 @@ def test_failure_restarts_then_fails():
 
 def test_all_succeeded_closes():
     d = daemon()
-    a, b = Agent(d, "j4"), Agent(d, "j4")
-    a.join(), b.join()
-    r = a.push()
-    b.push()
+    a, b, r = running_pair(d, "j4")
     a.succeeded(r["round"])
     b.succeeded(r["round"])
     assert a.push()["state"] == DONE and b.push()["state"] == DONE
@@ -161,10 +162,7 @@ def test_heartbeat_unjoined_ends_a_finished_job():
     A negative mask is refused (and, as every protocol error, ends the
     connection: an agent then leaves the field out, PROTOCOL.md)."""
     d = daemon()
-    a, b = Agent(d, "j4u"), Agent(d, "j4u")
-    a.join(), b.join()
-    r = a.push()
-    b.push()
+    a, b, r = running_pair(d, "j4u")
     a.succeeded(r["round"])
     b.c.call(OP_HEARTBEAT, b.job, b.node_id, 0, 1)    # one of two
     try:
@@ -179,11 +177,7 @@ def test_heartbeat_unjoined_ends_a_finished_job():
 
 def test_lease_expiry_smaller_round():
     d = daemon()
-    a = Agent(d, "j5", nodes=(1, 2), lease_ms=800)
-    b = Agent(d, "j5", nodes=(1, 2), lease_ms=800)
-    a.join(), b.join()
-    r1 = a.push()
-    b.push()
+    a, b, r1 = running_pair(d, "j5", nodes=(1, 2), lease_ms=800)
     assert r1["group_world_size"] == 2
     b.c.close()                      # b dies; a keeps its lease
     t0 = time.time()
@@ -262,10 +256,7 @@ def test_events_wait_answers_at_once_when_behind():
 
 def test_rdzvd_kill9_is_invisible():
     d = daemon(durability="strict")
-    a, b = Agent(d, "j8", lease_ms=3000), Agent(d, "j8", lease_ms=3000)
-    a.join(), b.join()
-    r1 = a.push()
-    b.push()
+    a, b, r1 = running_pair(d, "j8", lease_ms=3000)
     t = rt.TCPStore113(rt.connect("127.0.0.1", r1["store_port"]))
     t.set(b"/k", b"v")
     t.num_keys()                        # a reply: the SET is committed

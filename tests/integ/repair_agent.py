@@ -251,13 +251,20 @@ def lost_node(s, d, job, nnodes, standby):
     return out, events(d, job), before
 
 
-def test_lost_node_standby_takes_place():
-    """Agent b killed, standby c waiting: c's workers replace b's."""
+def lost_node_run(job, nnodes, standby):
+    """lost_node on a new rdzvd, its repair events printed: (rdzvd,
+    output, events)."""
     need_data()
     d = rt.Rdzvd()
     with Scope("repair-agent-") as s:
-        out, ev, _ = lost_node(s, d, "sb", "2", True)
+        out, ev, _ = lost_node(s, d, job, nnodes, standby)
     print("  " + "\n  ".join(t for t in ev if "repair" in t))
+    return d, out, ev
+
+
+def test_lost_node_standby_takes_place():
+    """Agent b killed, standby c waiting: c's workers replace b's."""
+    d, out, ev = lost_node_run("sb", "2", True)
     assert any(re.match(r"repair: node [12] \(host \S+\) lost \(lease "
                         r"expired\): standby node 3 .* shrink to 2", t)
                for t in ev), ev
@@ -271,11 +278,7 @@ def test_lost_node_standby_takes_place():
 
 def test_lost_node_shrinks():
     """Agent b killed, no standby, --nnodes 1:2: a finishes alone."""
-    need_data()
-    d = rt.Rdzvd()
-    with Scope("repair-agent-") as s:
-        out, ev, _ = lost_node(s, d, "shr", "1:2", False)
-    print("  " + "\n  ".join(t for t in ev if "repair" in t))
+    d, out, ev = lost_node_run("shr", "1:2", False)
     assert any(re.match(r"repair: shrink to 2 after node [12] \(host \S+\) "
                         r"was lost \(lease expired\): 1 nodes left", t)
                for t in ev), ev

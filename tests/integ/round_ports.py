@@ -149,16 +149,25 @@ def test_config_file_key():
     assert rc != 0 and "rdzvd.conf:1" in err and "9-8" in err, err
 
 
-def test_agent_standalone_round_ports():
+def standalone_agent(nports, script):
+    """A standalone rdzv-agent with --round_ports on a free range of
+    nports ports, the first held by another socket, its one worker
+    running /bin/sh -c script (its %s: OUT, a path in a new folder).
+    Returns (agent, lo, hi, held socket, OUT); skips the test when the
+    agent is not built."""
     if not os.access(al.agent_path(), os.X_OK):
         rt.skip("agent/rdzv-agent is not built")
-    lo, hi = free_range(2)
+    lo, hi = free_range(nports)
     held = hold(lo)
     tmp = rt.mktemp("round-ports-agent-")
-    out = os.path.join(tmp, "port")
+    out = os.path.join(tmp, "out")
     a = al.Agent(["--standalone", "--round_ports", "%d-%d" % (lo, hi),
-                  "--no_python", "/bin/sh", "-c",
-                  'echo "$MASTER_PORT" > %s' % out], tmp)
+                  "--no_python", "/bin/sh", "-c", script % out], tmp)
+    return a, lo, hi, held, out
+
+
+def test_agent_standalone_round_ports():
+    a, lo, hi, held, out = standalone_agent(2, 'echo "$MASTER_PORT" > %s')
     assert a.wait() == 0, a.output()
     with open(out) as f:
         assert int(f.read()) == hi, (lo, hi)
@@ -168,14 +177,7 @@ def test_agent_standalone_round_ports():
 def test_agent_range_full_fails_saying_so():
     """A real agent whose round can get no port: it exits 1 at once, its
     output naming the range, instead of starting workers on no store."""
-    if not os.access(al.agent_path(), os.X_OK):
-        rt.skip("agent/rdzv-agent is not built")
-    lo, hi = free_range(1)
-    held = hold(lo)
-    tmp = rt.mktemp("round-ports-agent-")
-    out = os.path.join(tmp, "started")
-    a = al.Agent(["--standalone", "--round_ports", "%d-%d" % (lo, hi),
-                  "--no_python", "/bin/sh", "-c", "touch %s" % out], tmp)
+    a, lo, hi, held, out = standalone_agent(1, "touch %s")
     assert a.wait() == 1, a.output()
     assert "--round-ports %d-%d" % (lo, hi) in a.output(), a.output()
     assert not os.path.exists(out)
