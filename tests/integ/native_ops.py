@@ -18,6 +18,12 @@ def daemon(*args):
     return rt.Rdzvd(list(args), durability="memory", db=":memory:")
 
 
+def daemon_client():
+    """A new rdzvd (daemon()) and a native client of it: (rdzvd, client)."""
+    d = daemon()
+    return d, d.native()
+
+
 def expect_err(code, fn, *a, **kw):
     try:
         v = fn(*a, **kw)
@@ -57,8 +63,7 @@ def test_unsupported_version_refused():
 
 
 def test_set_get_delete():
-    d = daemon()
-    c = d.native()
+    d, c = daemon_client()
     c.set("a", b"1")
     assert c.get("a") == b"1"
     c.set("a", b"\0\xff binary")
@@ -78,8 +83,7 @@ def test_set_get_delete():
 
 
 def test_add():
-    d = daemon()
-    c = d.native()
+    d, c = daemon_client()
     assert c.add("n", 5) == 5
     assert c.add("n", -7) == -2
     assert c.get("n") == b"-2"
@@ -95,8 +99,7 @@ def test_add():
 
 
 def test_cas():
-    d = daemon()
-    c = d.native()
+    d, c = daemon_client()
     # missing key, empty expected: stored, reply desired
     assert c.cas("x", b"", b"d1") == b"d1"
     assert c.get("x") == b"d1"
@@ -111,8 +114,7 @@ def test_cas():
 
 
 def test_check_num_keys_list_keys():
-    d = daemon()
-    c = d.native()
+    d, c = daemon_client()
     assert c.num_keys() == 0
     assert c.list_keys() == []
     assert c.check(["a"]) == 0
@@ -134,8 +136,7 @@ def test_check_num_keys_list_keys():
 
 
 def test_append():
-    d = daemon()
-    c = d.native()
+    d, c = daemon_client()
     c.append("log", b"ab")
     assert c.get("log") == b"ab"
     c.append("log", b"cd")
@@ -144,8 +145,7 @@ def test_append():
 
 
 def test_multi_get_set():
-    d = daemon()
-    c = d.native()
+    d, c = daemon_client()
     c.multi_set([("a", b"1"), ("b", b""), ("c", b"3")])
     assert c.multi_get(["c", "a", "b"]) == [b"3", b"1", b""]
     assert c.multi_get([]) == []
@@ -157,8 +157,7 @@ def test_multi_get_set():
 
 
 def test_wait_present_and_woken():
-    d = daemon()
-    c = d.native()
+    d, c = daemon_client()
     c.set("here", b"1")
     c.wait(["here"], 0)
     c.wait(["here"], -1)
@@ -179,8 +178,7 @@ def test_wait_present_and_woken():
 
 
 def test_wait_timeout():
-    d = daemon()
-    c = d.native()
+    d, c = daemon_client()
     t0 = time.monotonic()
     expect_err(rt.RDZV_ETIMEDOUT, c.wait, ["never"], 0)
     assert time.monotonic() - t0 < 1.0
@@ -195,8 +193,7 @@ def test_wait_timeout():
 
 
 def test_wait_cancel():
-    d = daemon()
-    c = d.native()
+    d, c = daemon_client()
     wid = c.wait_send(["k"], -1)
     assert no_data(c.sock, 0.1)
     c.cancel(wid)
@@ -217,8 +214,7 @@ def test_wait_cancel():
 
 
 def test_waits_of_closed_connection_dropped():
-    d = daemon()
-    c = d.native()
+    d, c = daemon_client()
     w = d.native()
     w.wait_send(["gone"], -1)
     w.queue_pop_send("q", -1)
@@ -234,8 +230,7 @@ def test_waits_of_closed_connection_dropped():
 
 
 def test_queue_ops():
-    d = daemon()
-    c = d.native()
+    d, c = daemon_client()
     assert c.queue_len("q") == 0
     expect_err(rt.RDZV_ETIMEDOUT, c.queue_pop, "q", 0)
     for i in range(10):
@@ -253,8 +248,7 @@ def test_queue_ops():
 
 
 def test_queue_pop_timeout():
-    d = daemon()
-    c = d.native()
+    d, c = daemon_client()
     t0 = time.monotonic()
     expect_err(rt.RDZV_ETIMEDOUT, c.queue_pop, "q", 200)
     dt = time.monotonic() - t0
@@ -371,8 +365,7 @@ def test_namespaces_isolate():
 
 
 def test_pipelined_requests():
-    d = daemon()
-    c = d.native()
+    d, c = daemon_client()
     # one segment carrying many requests; replies matched by id
     frames = []
     ids = []

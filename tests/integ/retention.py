@@ -48,9 +48,14 @@ def finish(d, job, nodes=2, lease_ms=60000):
         a.succeeded(pushes[0]["round"])
     assert all(a.push()["state"] == DONE for a in agents)
     closed = time.time()
+    hang_up(agents)
+    return pushes[0], closed
+
+
+def hang_up(agents):
+    """Closes each agent's connection to rdzvd."""
     for a in agents:
         a.c.close()
-    return pushes[0], closed
 
 
 def start_running(d, job):
@@ -216,8 +221,7 @@ def test_closed_job_purged_after_retention():
     b.succeeded(1)
     assert a.push()["state"] == DONE
     assert c.get(b"w", ns=lp["store_ns"]) == b"still here"
-    for x in live:
-        x.c.close()
+    hang_up(live)
     d.stop_clean()
 
 
@@ -233,8 +237,7 @@ def test_failed_and_operator_closed_jobs_purged():
     rt.wait_until(lambda: not jobs(d), 5, what="failed jobs purged")
     assert d.metric("rdzvd_jobs_purged_total") == 2
     assert re.search(r"job fail purged: it failed", d.log_text())
-    for a in agents:
-        a.c.close()
+    hang_up(agents)
     d.stop_clean()
 
 

@@ -34,10 +34,13 @@ WINDOW = 4
 RATIO = 0.5
 
 
-def need_data():
+def data_daemon():
+    """A new rdzvd for a job on Fashion-MNIST; skips the file without the
+    data set."""
     if not os.path.exists(os.path.join(DATA, "train-images-idx3-ubyte.gz")):
         rt.skip_all("no Fashion-MNIST at %s (Debian's dataset-fashion-mnist)"
                     % DATA)
+    return rt.Rdzvd()
 
 
 def prog():
@@ -66,8 +69,7 @@ def start_job(s, d, job, extra_conf=""):
 
 def test_named_never_the_waiting():
     """Throttled to 30%: named; the ranks waiting on it never are."""
-    need_data()
-    d = rt.Rdzvd()
+    d = data_daemon()
     with Scope("straggler-") as s:
         a, b = start_job(s, d, "slow")
         pids = sorted(a.children()) + sorted(b.children())
@@ -105,8 +107,7 @@ def test_named_never_the_waiting():
 
 def test_replace():
     """straggler_action=replace: killed, the job repairs around it."""
-    need_data()
-    d = rt.Rdzvd()
+    d = data_daemon()
     with Scope("straggler-") as s:
         a, b = start_job(s, d, "rep", "straggler_action=replace")
         victim = sorted(b.children())[1]
@@ -140,8 +141,7 @@ def test_replace():
 
 def test_standby_takes_its_place():
     """replace with a standby: the straggler's node is evicted for it."""
-    need_data()
-    d = rt.Rdzvd()
+    d = data_daemon()
     with Scope("straggler-") as s:
         a, b = start_job(s, d, "sb", "straggler_action=replace")
         c = s.agent(args(d, "sb", "straggler_action=replace"),

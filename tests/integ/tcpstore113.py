@@ -199,9 +199,7 @@ def test_num_keys_and_init():
     assert c.num_keys() == 1
     c.set(b"/a", b"1")
     assert c.num_keys() == 2
-    rt.wait_until(lambda: d.metric("rdzvd_connections",
-                                   dialect="tcpstore113") == 1, 5,
-                  what="tcpstore113 connection gauge")
+    d.wait_metric("rdzvd_connections", 1, dialect="tcpstore113")
 
 
 def test_watch_then_requests_on_same_connection():

@@ -34,9 +34,7 @@ def test_handshake():
     for nonce in (0, 0xFFFFFFFF, 0x3C85F7CE):
         assert t.ping(nonce) == nonce
     assert t.add(b"init/", 1) == 1
-    rt.wait_until(lambda: d.metric("rdzvd_connections",
-                                   dialect="tcpstore2") == 1, 5,
-                  what="tcpstore2 connection gauge")
+    d.wait_metric("rdzvd_connections", 1, dialect="tcpstore2")
 
 
 def test_handshake_split():
@@ -126,13 +124,20 @@ def test_cancel_wait_nothing_pending():
     assert t.ping(1) == 1
 
 
-def test_cancel_wait_pending():
+def waiting(key):
+    """A new rdzvd d, its TCPStore 2 client t blocked in a WAIT on key
+    (nothing answered), and another client o: (d, t, o)."""
     d = daemon()
     t = d.tcps2()
     o = d.tcps2()
-    # as torch's client does on a wait timeout: WAIT, nothing, CANCEL_WAIT
-    t.send_raw(rt.enc2("wait", [b"never"]))
+    t.send_raw(rt.enc2("wait", [key]))
     assert no_data(t.sock, 0.2)
+    return d, t, o
+
+
+def test_cancel_wait_pending():
+    # as torch's client does on a wait timeout: WAIT, nothing, CANCEL_WAIT
+    d, t, o = waiting(b"never")
     assert t.cancel_wait() == [rt.WAIT_CANCELED]
     # the cancelled wait must never answer later
     o.set(b"never", b"1")
@@ -180,11 +185,7 @@ def test_queue_ops():
 def test_queue_blocking_pop_via_wait():
     # torch 2.8's blocking queue_pop is WAIT(key) then QUEUE_POP: a push
     # must satisfy a wait on the queue's name
-    d = daemon()
-    t = d.tcps2()
-    o = d.tcps2()
-    t.send_raw(rt.enc2("wait", [b"jobs"]))
-    assert no_data(t.sock, 0.2)
+    d, t, o = waiting(b"jobs")
     o.queue_push(b"jobs", b"work")
     assert t.read_u8() == rt.STOP_WAITING
     assert t.queue_pop(b"jobs") == b"work"

@@ -68,6 +68,13 @@ class TlsScope(Scope):
         Scope.close(self)
 
 
+def tls_rdzvd():
+    """New test certificates and an rdzvd serving TLS with them: (certs,
+    rdzvd)."""
+    certs = rt.make_tls_certs()
+    return certs, rt.Rdzvd(tls=certs)
+
+
 def fails_fast(a, limit, *needles):
     """The agent exits 1 within limit seconds saying every needle."""
     t0 = time.monotonic()
@@ -126,8 +133,7 @@ def test_two_agents_tls_and_token():
 
 
 def test_no_ca_against_tls_required():
-    certs = rt.make_tls_certs()
-    d = rt.Rdzvd(tls=certs)
+    certs, d = tls_rdzvd()
     with TlsScope("tlsagent-") as s:
         a = s.agent(args(d, "noca"), env={"RDZV_TLS_CA": ""})
         fails_fast(a, 5, "rdzvd at 127.0.0.1:%d requires TLS" % d.port,
@@ -139,8 +145,7 @@ def test_no_ca_against_tls_required():
 
 
 def test_wrong_ca_fails_fast():
-    certs = rt.make_tls_certs()
-    d = rt.Rdzvd(tls=certs)
+    certs, d = tls_rdzvd()
     with TlsScope("tlsagent-") as s:
         a = s.agent(args(d, "wrongca", extra=["--tls_ca",
                                               certs["other_ca"]]))
@@ -180,8 +185,7 @@ def test_ca_against_plaintext_rdzvd():
 
 
 def test_bad_ca_file_is_usage_error():
-    certs = rt.make_tls_certs()
-    d = rt.Rdzvd(tls=certs)
+    certs, d = tls_rdzvd()
     with TlsScope("tlsagent-") as s:
         a = s.agent(args(d, "badca", extra=["--tls_ca", certs["key"]]))
         assert a.wait(10) == 2, a.output()

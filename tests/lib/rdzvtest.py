@@ -1087,6 +1087,12 @@ class Rdzvd:
         """One sample from a fresh /metrics scrape (default when absent)."""
         return metric_value(self.metrics(), name, default, **labels)
 
+    def wait_metric(self, name, want, timeout=5.0, **labels):
+        """Waits until metric(name, **labels) == want; AssertionError
+        after timeout seconds."""
+        wait_until(lambda: self.metric(name, **labels) == want, timeout,
+                   what="%s%s == %s" % (name, labels or "", want))
+
     # -- clients --
 
     def connect(self, timeout=10.0):
