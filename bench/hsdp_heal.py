@@ -24,11 +24,11 @@ import json
 import os
 import re
 import socket
-import sys
 import threading
 import time
 
 import figures
+import harness
 
 REPORT_RE = re.compile(r"^(?:\[\w+\]:)?REPORT (\{.*\})$", re.M)
 # dim, layers: 8 dim^2 per layer, about 1, 10 and 100 M parameters.
@@ -67,13 +67,9 @@ def main():
     ap.add_argument("build")
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--sizes", default="1,10,100")
-    ap.add_argument("--python", default=os.path.expanduser(
-        "~/.cache/rdzv/torch-2.13/bin/python"))
+    ap.add_argument("--python", default=harness.TORCH2_PYTHON)
     a = ap.parse_args()
-    src = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    sys.path[:0] = [os.path.join(src, "tests", "lib"),
-                    os.path.join(src, "tests", "integ")]
-    os.environ["RDZV_TOP_BUILDDIR"] = os.path.abspath(a.build)
+    src = harness.use_build(a.build)
     import rdzvtest as rt
     from agent_lib import Scope, conf
 

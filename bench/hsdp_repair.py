@@ -36,10 +36,10 @@ import shutil
 import signal
 import statistics
 import subprocess
-import sys
 import time
 
 import figures
+import harness
 
 # The agents' output: each worker's line after its "[default0]:" tag.
 STEP_RE = re.compile(r"^(?:\[\w+\]:)?STEP (\d+) (\d+) (\d+) ([0-9.]+) "
@@ -55,13 +55,9 @@ def main():
     ap.add_argument("--torchft-dir", default="/tmp/peers/torchft",
                     help="the peers' torchft scripts (../shared/peers, "
                     "copied where they expect to live)")
-    ap.add_argument("--python", default=os.path.expanduser(
-        "~/.cache/rdzv/torch-2.13/bin/python"))
+    ap.add_argument("--python", default=harness.TORCH2_PYTHON)
     a = ap.parse_args()
-    src = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    sys.path[:0] = [os.path.join(src, "tests", "lib"),
-                    os.path.join(src, "tests", "integ")]
-    os.environ["RDZV_TOP_BUILDDIR"] = os.path.abspath(a.build)
+    src = harness.use_build(a.build)
     import rdzvtest as rt
     from agent_lib import Scope, conf
 

@@ -35,9 +35,10 @@ EXTRA_DIST += bench/etcd_ha.py
 # under rdzv-agent beside a full restart and torchrun 2.13
 # (or the fake agent of tests/lib/fakeagent.py); bench/jobs.py starts
 # their 2 x 2 jobs, goodput.py's too; bench/figures.py keeps the samples
-# of these and the HSDP and straggler benchmarks.
+# of these and the HSDP and straggler benchmarks; bench/harness.py points
+# those that use the test helpers at the build.
 EXTRA_DIST += bench/repair_c.py bench/repair_torch.py bench/jobs.py
-EXTRA_DIST += bench/figures.py
+EXTRA_DIST += bench/figures.py bench/harness.py
 EXTRA_DIST += bench/straggler.py bench/join_c.py bench/hsdp_repair.py
 # A Lightning job's restart, warm and cold, beside torchrun; a checkpoint's
 # cost to the loop (job.save, dcp.save, dcp.async_save).

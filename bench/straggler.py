@@ -41,10 +41,10 @@ Prints one line per job, then median [min max] per side and figure.
 
 import argparse
 import os
-import sys
 import time
 
 import figures
+import harness
 
 
 def main():
@@ -54,10 +54,7 @@ def main():
     ap.add_argument("--window", type=int, default=5)
     ap.add_argument("--torch", metavar="PYTHON")
     a = ap.parse_args()
-    src = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    sys.path[:0] = [os.path.join(src, "tests", "lib"),
-                    os.path.join(src, "tests", "integ")]
-    os.environ["RDZV_TOP_BUILDDIR"] = os.path.abspath(a.build)
+    src = harness.use_build(a.build)
     import rdzvtest as rt
     import straggler as st
     from agent_lib import Scope, Throttle, conf, job_events, steps_per_s
