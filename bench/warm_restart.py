@@ -42,7 +42,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 TOP = os.path.dirname(HERE)
 sys.path[:0] = [os.path.join(TOP, "tests", "lib"),
                 os.path.join(TOP, "tests", "integ")]
-from agent_lib import children  # noqa: E402
+from agent_lib import PL_LINEAR, children  # noqa: E402
 from rdzvtest import wait_until  # noqa: E402
 
 PROGRAM = r'''
@@ -53,19 +53,7 @@ import lightning.pytorch as pl
 d = sys.argv[1]
 attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
 
-
-class Net(pl.LightningModule):
-    def __init__(self):
-        super().__init__()
-        self.lin = torch.nn.Linear(4, 1)
-
-    def training_step(self, batch, i):
-        x, y = batch
-        return ((self.lin(x) - y) ** 2).mean()
-
-    def configure_optimizers(self):
-        return torch.optim.SGD(self.parameters(), lr=0.02)
-
+''' + PL_LINEAR + r'''
 
 class Mark(pl.Callback):
     def __init__(self):

@@ -36,7 +36,7 @@ import compatlib                                        # noqa: E402
 compatlib.use_torch2()
 
 import rdzvtest as rt                                   # noqa: E402
-from agent_lib import Scope, job_events                 # noqa: E402
+from agent_lib import PL_LINEAR, Scope, job_events      # noqa: E402
 from agent_torch import running                         # noqa: E402
 from compatlib import (check, script_agents,  # noqa: E402
                        script_finish, torch_surfaces)
@@ -172,19 +172,7 @@ from rdzv.hooks import LightningProgress
 
 d = sys.argv[1]
 
-
-class Net(pl.LightningModule):
-    def __init__(self):
-        super().__init__()
-        self.lin = torch.nn.Linear(4, 1)
-
-    def training_step(self, batch, i):
-        x, y = batch
-        return ((self.lin(x) - y) ** 2).mean()
-
-    def configure_optimizers(self):
-        return torch.optim.SGD(self.parameters(), lr=0.02)
-
+''' + PL_LINEAR + r'''
 
 class Until(pl.Callback):
     def on_train_batch_end(self, trainer, *a):

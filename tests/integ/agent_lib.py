@@ -42,6 +42,8 @@ def agent_path():
 # a DDP linear model for rank (torch, gloo initialised) with
 # train_step(), one step whose loss it appends to losses.  DDP_SAME: same,
 # whether every rank ends with the same parameters (an all_gather).
+# PL_LINEAR: Net, a LightningModule of one linear layer (torch and
+# lightning.pytorch as pl imported), for Lightning's own DDP.
 RECORD = r'''
 def record(name, obj):
     tmp = os.path.join(d, ".%s.tmp" % name)
@@ -70,6 +72,19 @@ p = torch.cat([q.detach().flatten() for q in model.parameters()])
 ps = [torch.zeros_like(p) for _ in range(dist.get_world_size())]
 dist.all_gather(ps, p)
 same = all(bool(torch.equal(ps[0], q)) for q in ps)
+'''
+PL_LINEAR = r'''
+class Net(pl.LightningModule):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 1)
+
+    def training_step(self, batch, i):
+        x, y = batch
+        return ((self.lin(x) - y) ** 2).mean()
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.02)
 '''
 
 # The worker: records its start (env, pid) in DIR/start.<round>.<rank>.<pid>,
