@@ -54,6 +54,23 @@ def need(module):
     return False
 
 
+def surfaces_of(module, job, program, assets=None):
+    """Job `job` of one agent of two workers running program (offline,
+    with assets(DIR) written first) on a new rdzvd: its steps on every
+    surface (torch_surfaces).  Skips visibly without module."""
+    if not need(module):
+        return
+    d = rt.Rdzvd()
+    with Scope("progress-%s-" % job) as s:
+        if assets is not None:
+            assets(s.tmp)
+        agents = start(s, d, job, report=False, program=program,
+                       restarts=0, nodes=1, env=offline(s))
+        torch_surfaces(d, job, world=2)
+        finish(s, agents)
+    d.stop()
+
+
 # transformers' Trainer on a 1-layer GPT-2 of 16 dims made from its config
 # (no download), reporting through rdzv.hooks.TransformersProgress; Until
 # stops it once DIR/finish exists (any rank's view, a MAX all-reduce) and
@@ -116,15 +133,7 @@ os._exit(0)        # torch's gloo may abort a finalizing process
 def test_transformers_job_on_every_surface():
     """A transformers Trainer job with rdzv.hooks.TransformersProgress:
     its steps where operators look."""
-    if not need("transformers"):
-        return
-    d = rt.Rdzvd()
-    with Scope("progress-hf-") as s:
-        agents = start(s, d, "hf", report=False, program=TRANSFORMERS,
-                       restarts=0, nodes=1, env=offline(s))
-        torch_surfaces(d, "hf", world=2)
-        finish(s, agents)
-    d.stop()
+    surfaces_of("transformers", "hf", TRANSFORMERS)
 
 
 # torchtitan's own main (torchtitan.train.main) with --module train
@@ -260,16 +269,7 @@ def torchtitan_assets(tmp):
 def test_torchtitan_job_on_every_surface():
     """A torchtitan job whose Trainer is rdzv.hooks.TorchtitanProgress:
     its steps where operators look."""
-    if not need("torchtitan"):
-        return
-    d = rt.Rdzvd()
-    with Scope("progress-titan-") as s:
-        torchtitan_assets(s.tmp)
-        agents = start(s, d, "titan", report=False, program=TORCHTITAN,
-                       restarts=0, nodes=1, env=offline(s))
-        torch_surfaces(d, "titan", world=2)
-        finish(s, agents)
-    d.stop()
+    surfaces_of("torchtitan", "titan", TORCHTITAN, torchtitan_assets)
 
 
 if __name__ == "__main__":
