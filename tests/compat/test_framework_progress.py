@@ -31,7 +31,7 @@ import compatlib                                        # noqa: E402
 compatlib.use_torch2()
 
 import rdzvtest as rt                                   # noqa: E402
-from agent_lib import Scope                             # noqa: E402
+from agent_lib import RECORD, Scope                     # noqa: E402
 from compatlib import torch_surfaces                    # noqa: E402
 from test_plain_jobs import finish, start               # noqa: E402
 
@@ -84,6 +84,7 @@ from transformers import (GPT2Config, GPT2LMHeadModel, Trainer,
 from rdzv.hooks import TransformersProgress
 
 d = sys.argv[1]
+''' + RECORD + r'''
 
 
 class Tokens(torch.utils.data.Dataset):
@@ -105,11 +106,8 @@ class Until(TrainerCallback):
         if stop.item() > 0 and state.global_step >= 5:
             control.should_training_stop = True
         if state.global_step == 3:
-            p = os.path.join(d, "running.%s.%s" % (
-                os.environ["TORCHELASTIC_RESTART_COUNT"], os.environ["RANK"]))
-            with open(p + ".tmp", "w") as f:
-                json.dump({"pid": os.getpid()}, f)
-            os.rename(p + ".tmp", p)
+            record("running.%s.%s" % (os.environ["TORCHELASTIC_RESTART_COUNT"],
+                                      os.environ["RANK"]), {"pid": os.getpid()})
         time.sleep(0.02)
 
 
@@ -200,6 +198,7 @@ from torchtitan.models.llama3.config_registry import llama3_debugmodel  # noqa: 
 from rdzv.hooks import TorchtitanProgress                         # noqa: E402
 
 d = os.path.dirname(os.path.abspath(__file__))
+''' + RECORD + r'''
 
 
 class Until(TorchtitanProgress):
@@ -211,11 +210,8 @@ class Until(TorchtitanProgress):
         stop = torch.tensor([float(os.path.exists(os.path.join(d, "finish")))])
         dist.all_reduce(stop, op=dist.ReduceOp.MAX)
         if self.step == 3:
-            p = os.path.join(d, "running.%s.%s" % (
-                os.environ["TORCHELASTIC_RESTART_COUNT"], os.environ["RANK"]))
-            with open(p + ".tmp", "w") as f:
-                json.dump({"pid": os.getpid()}, f)
-            os.rename(p + ".tmp", p)
+            record("running.%s.%s" % (os.environ["TORCHELASTIC_RESTART_COUNT"],
+                                      os.environ["RANK"]), {"pid": os.getpid()})
         time.sleep(0.05)        # the surfaces need steps, not speed
         return not (stop.item() > 0 and self.step >= 5)
 
