@@ -150,6 +150,22 @@ def start(s, d, job, mode, restarts, env=None):
                          env=dict(MODE=mode, **(env or {})))
 
 
+def start_training(s, d, job, mode, restarts, timeout):
+    """start(), once its 4 ranks train (within timeout seconds)."""
+    agents = start(s, d, job, mode, restarts)
+    rt.wait_until(lambda: len(running(s.tmp, 0)) == 4, timeout=timeout,
+                  what="4 ranks training")
+    return agents
+
+
+def kill_replaced(s, home):
+    """SIGKILLs the process at home rank `home`; returns once its
+    replacement steps."""
+    os.kill(running(s.tmp, 0)[home]["pid"], signal.SIGKILL)
+    rt.wait_until(lambda: running(s.tmp, 0)[home]["replacement"],
+                  timeout=240, what="home %d's replacement stepping" % home)
+
+
 def finish(s, agents):
     script_finish(s, agents, 90)
 
@@ -183,9 +199,8 @@ def test_replacement_crash_restarts_once():
     repair) and trains to its end."""
     d = rt.Rdzvd()
     with Scope("fail-fast-") as s:
-        agents = start(s, d, "crashrepl", "crash_repl", restarts=1)
-        rt.wait_until(lambda: len(running(s.tmp, 0)) == 4, timeout=120,
-                      what="4 ranks training")
+        agents = start_training(s, d, "crashrepl", "crash_repl", restarts=1,
+                                timeout=120)
         os.kill(running(s.tmp, 0)[3]["pid"], signal.SIGKILL)
         rt.wait_until(lambda: len(running(s.tmp, 1)) == 4, timeout=120,
                       what="4 ranks training after the restart")
@@ -207,9 +222,8 @@ def test_home_zero_logger_across_its_kill():
     survivor is rank 0; one file, home 0 alone, no restart."""
     d = rt.Rdzvd()
     with Scope("home-logger-") as s:
-        agents = start(s, d, "logger", "", restarts=0)
-        rt.wait_until(lambda: len(running(s.tmp, 0)) == 4, timeout=120,
-                      what="4 ranks training")
+        agents = start_training(s, d, "logger", "", restarts=0,
+                                timeout=120)
         victim = running(s.tmp, 0)[0]["pid"]
         path = os.path.join(s.tmp, "log.txt")
 
@@ -279,9 +293,7 @@ def test_checkpoint_cut_by_a_kill():
         rt.wait_until(lambda: os.path.exists(os.path.join(s.tmp,
                                                           "saving")),
                       timeout=240, what="home 3 at the save of step 10")
-        os.kill(running(s.tmp, 0)[3]["pid"], signal.SIGKILL)
-        rt.wait_until(lambda: running(s.tmp, 0)[3]["replacement"],
-                      timeout=240, what="home 3's replacement stepping")
+        kill_replaced(s, 3)
         rt.wait_until(lambda: checkpoints_complete(root) >= "step-%09d"
                       % 20, timeout=240, what="a checkpoint after the "
                       "replacement joined")
@@ -371,12 +383,9 @@ def test_step_driven_by_a_framework():
     every global batch of each epoch is trained once."""
     d = rt.Rdzvd()
     with Scope("driven-") as s:
-        agents = start(s, d, "driven", "driven", restarts=0)
-        rt.wait_until(lambda: len(running(s.tmp, 0)) == 4, timeout=240,
-                      what="4 ranks training")
-        os.kill(running(s.tmp, 0)[1]["pid"], signal.SIGKILL)
-        rt.wait_until(lambda: running(s.tmp, 0)[1]["replacement"],
-                      timeout=240, what="home 1's replacement stepping")
+        agents = start_training(s, d, "driven", "driven", restarts=0,
+                                timeout=240)
+        kill_replaced(s, 1)
         finish(s, agents)
         ev = job_events(d, "driven")
         check(not any(t.startswith("restart ") for t in ev), ev)
@@ -401,12 +410,9 @@ def _compiled(mode):
     d = rt.Rdzvd()
     with Scope("compile-") as s:
         job = mode.replace("_", "")
-        agents = start(s, d, job, mode, restarts=0)
-        rt.wait_until(lambda: len(running(s.tmp, 0)) == 4, timeout=240,
-                      what="4 ranks training")
-        os.kill(running(s.tmp, 0)[3]["pid"], signal.SIGKILL)
-        rt.wait_until(lambda: running(s.tmp, 0)[3]["replacement"],
-                      timeout=240, what="home 3's replacement stepping")
+        agents = start_training(s, d, job, mode, restarts=0,
+                                timeout=240)
+        kill_replaced(s, 3)
         finish(s, agents)
         out = "".join(x.output() for x in agents)
         ev = job_events(d, job)
