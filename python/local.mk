@@ -12,6 +12,8 @@ RDZV_PY = python/rdzv/__init__.py python/rdzv/repair.py \
 RDZV_PY += python/rdzv/mesh.py
 # rdzv.progress: any job's steps to the agent and rdzvd, no repair needed.
 RDZV_PY += python/rdzv/progress.py python/rdzv/hooks.py
+# rdzv.lightning: a Lightning job repaired in place (its RepairStrategy).
+RDZV_PY += python/rdzv/lightning.py
 # torchrun's `rdzv` rendezvous backend on rdzvd, and its native client.
 RDZV_PY += python/rdzv/torchrun.py python/rdzv/native.py
 # rdzv.checkpoint: DCP checkpoints of a repairing job (rdzv.repair imports it).

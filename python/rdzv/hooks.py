@@ -26,7 +26,10 @@ framework's job under rdzv-agent shows its steps in `rdzvctl members`,
     progress.report(step)
 
 A hook's class is made when it is first named (module __getattr__), so
-importing rdzv.hooks needs none of the frameworks.
+importing rdzv.hooks needs none of the frameworks.  A Lightning job that
+repairs in place (rdzv.lightning.RepairStrategy) needs no hook: the
+repair helper reports its committed steps, and LightningProgress beside
+it stays quiet (rdzv.progress.report does nothing under the helper).
 """
 
 from . import progress

@@ -39,6 +39,8 @@ COMPAT_TESTS += tests/compat/test_helper_scripts.py
 COMPAT_TESTS += tests/compat/test_repair_chaos.py
 # torchrun's own `rdzv` backend (python/rdzv/torchrun.py) on rdzvd.
 COMPAT_TESTS += tests/compat/test_torchrun_backend.py
+# rdzv.lightning's RepairStrategy: a Lightning job repaired in place.
+COMPAT_TESTS += tests/compat/test_lightning_repair.py
 TESTS += $(COMPAT_TESTS)
 EXTRA_DIST += $(COMPAT_TESTS) tests/compat/compatlib.py
 # test_repair_torch's fake agent, tests/lib/fakeagent.py, is listed in
