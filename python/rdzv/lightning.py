@@ -445,6 +445,15 @@ class RepairStrategy(DDPStrategy):
         x = t.lightning_module._on_before_batch_transfer(x,
             dataloader_idx=0)
         x = self.batch_to_device(x, dataloader_idx=0)
+        # The batch Lightning holds is the one its hooks see after the
+        # step (on_train_batch_end): a list or a dict is made this one.
+        if type(batch) is list and type(x) is list:
+            batch[:] = x
+            x = batch
+        elif type(batch) is dict and type(x) is dict:
+            batch.clear()
+            batch.update(x)
+            x = batch
         self._fresh = (want, x)
         log.debug("rank %d: step %d's batch made again for world %d at "
             "position %d", job.rank, job.step_count, job.world, job.pos)

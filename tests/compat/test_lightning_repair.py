@@ -7,7 +7,8 @@ rdzvd and two real rdzv-agents of two workers each.
   the lines `diff -u` marks + and -: at most 3 (an import added, the
   Trainer's strategy changed).
 - The plain script, failure-free, gives the reference: its final loss
-  over the whole data set.
+  over the whole data set (and its steps' samples are the global batches
+  of the permutation the strategy's data position follows).
 - The repairable one has a worker SIGKILLed at a gate (every rank waits
   after global step 5 until the test says go; the victim is killed
   there, so the survivors' next step is the one cut off), and waits
@@ -18,7 +19,11 @@ rdzvd and two real rdzv-agents of two workers each.
   rank, every rank with the same final loss (the replacement received
   the model, the momentum and the LR schedule) and that loss within
   the tolerance below of the plain run's, each rank having trained the
-  same number of steps.
+  same number of steps, and each committed step having trained the
+  global batch at the job's position (from the sample ids each rank
+  prints: none twice, none skipped, a DataLoader worker process each);
+  home 0's replacement logs into the same logger version and writes the
+  checkpoints after the repair.
 """
 
 import csv
@@ -72,7 +77,7 @@ class Net(pl.LightningModule):
         self.lin = torch.nn.Linear(4, 1)
 
     def training_step(self, batch, i):
-        x, y = batch
+        x, y, ids = batch
         loss = ((self.lin(x) - y) ** 2).mean()
         self.log("loss", loss, sync_dist=True)
         return loss
@@ -85,9 +90,13 @@ class Net(pl.LightningModule):
 
 
 class Gate(pl.Callback):
-    """Waits after global step 5 until DIR/go, after 12 until DIR/go2."""
+    """Prints each step's samples; waits after global step 5 until
+    DIR/go, after 12 until DIR/go2."""
 
-    def on_train_batch_end(self, trainer, *a):
+    def on_train_batch_end(self, trainer, module, outputs, batch, i):
+        print("COMMIT %d %d %d %d %.6f %s" % (trainer.current_epoch,
+              trainer.global_step, trainer.world_size, trainer.global_rank,
+              time.time(), ",".join(map(str, batch[2].tolist()))), flush=True)
         for step, name in ((5, "go"), (12, "go2")):
             if trainer.global_step == step:
                 record("at%d.%d" % (step, home), {"pid": os.getpid()})
@@ -98,7 +107,7 @@ class Gate(pl.Callback):
 torch.manual_seed(0)
 x = torch.randn(512, 4)
 y = x @ torch.tensor([[1.0], [-2.0], [3.0], [0.5]]) + 0.3 * torch.randn(512, 1)
-data = torch.utils.data.TensorDataset(x, y)
+data = torch.utils.data.TensorDataset(x, y, torch.arange(512))
 trainer = pl.Trainer(strategy="ddp",
                      accelerator="cpu", devices=2, num_nodes=2,
                      max_epochs=3, default_root_dir=d,
@@ -107,7 +116,8 @@ trainer = pl.Trainer(strategy="ddp",
                      callbacks=[Gate(), pl.callbacks.ModelCheckpoint(
                          every_n_train_steps=8, save_top_k=-1)])
 net = Net()
-trainer.fit(net, torch.utils.data.DataLoader(data, batch_size=8))
+trainer.fit(net, torch.utils.data.DataLoader(data, batch_size=8,
+                                             num_workers=1))
 with torch.no_grad():
     loss = ((net.lin(x) - y) ** 2).mean().item()
 print("FINAL home %d pid %d step %d replacement %s loss %.9f" % (
@@ -152,6 +162,14 @@ def agents(s, d, job, program):
            "OMP_NUM_THREADS": "1", "PYTHONPATH": PYDIR,
            "RDZV_SPARE_IMPORTS": "lightning.pytorch"}
     return [s.agent(args, env=env, program=[prog, s.tmp]) for _ in range(2)]
+
+
+def running(xs):
+    """True while every agent runs (one that ended fails the test at
+    once, with its output)."""
+    for x in xs:
+        check(x.alive(), "an agent ended:\n" + x.output()[-4000:])
+    return True
 
 
 def finals(out):
@@ -206,6 +224,10 @@ def test_reference():
     losses = {v[3] for v in got.values()}
     check(len(losses) == 1, got)
     check({v[1] for v in got.values()} == {EPOCHS * STEPS_PER_EPOCH}, got)
+    # Lightning's DistributedSampler trains the global batches of the
+    # permutation the strategy's position follows.
+    compatlib.check_samples(xs[0].output() + xs[1].output(), 512, 8, EPOCHS,
+                            policy="global")
     st["ref"] = losses.pop()
     log("failure-free plain run: final loss %.6f" % st["ref"])
 
@@ -218,8 +240,9 @@ def test_kill_repairs_in_place():
     with Scope("lightning-repair-") as s:
         xs = agents(s, d, "plrep", REPAIR)
         try:
-            rt.wait_until(lambda: len(at(s.tmp, 5)) == 4, timeout=180,
-                          what="4 ranks at the gate after step 5")
+            rt.wait_until(lambda: running(xs) and len(at(s.tmp, 5)) == 4,
+                          timeout=180, what="4 ranks at the gate after "
+                          "step 5")
             before = at(s.tmp, 5)
             victim = before[VICTIM]
             t0 = time.monotonic()
@@ -228,9 +251,9 @@ def test_kill_repairs_in_place():
                                if h != VICTIM)))
             os.kill(victim, signal.SIGKILL)
             open(os.path.join(s.tmp, "go"), "w").close()
-            rt.wait_until(lambda: any(t.startswith("repair: grow")
-                                      for t in job_events(d, "plrep")),
-                          timeout=120, what="the grow round")
+            rt.wait_until(lambda: running(xs) and any(
+                t.startswith("repair: grow") for t in job_events(d, "plrep")),
+                timeout=120, what="the grow round")
             log("kill -> grow round opened: %.1f s" % (
                 time.monotonic() - t0))
             open(os.path.join(s.tmp, "go2"), "w").close()
@@ -258,6 +281,9 @@ def test_kill_repairs_in_place():
     check(any(t.startswith("repair: grow to 4") for t in ev), ev)
     check(not any(t.startswith("restart ") or "escalated" in t
                   for t in ev), ev)
+    # Each committed step trained the global batch at the job's
+    # position (shared among 3 while short), none twice, none skipped.
+    compatlib.check_samples(out, 512, 8, EPOCHS, policy="global")
     got = finals(out)
     for h in range(4):
         if h != VICTIM:
