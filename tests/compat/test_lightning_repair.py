@@ -9,14 +9,16 @@ rdzvd and two real rdzv-agents of two workers each.
 - The plain script, failure-free, gives the reference: its final loss
   over the whole data set (and its steps' samples are the global batches
   of the permutation the strategy's data position follows).
-- The repairable one has a worker SIGKILLed at a gate (every rank waits
+- The repairable one has home 0 SIGKILLed at a gate (every rank waits
   after global step 5 until the test says go; the victim is killed
   there, so the survivors' next step is the one cut off), and waits
   again after step 12 until rdzvd has opened the grow round, so that
-  the replacement joins while the job trains.  It must end with exit 0,
-  no restart (a shrink to 3, a grow to 4), the survivors' pids those
-  they had before the kill, the replacement holding the victim's home
-  rank, every rank with the same final loss (the replacement received
+  the replacement joins while the job trains; then home 2 SIGKILLs
+  itself inside step 29 (its peers cut off in that step's collectives)
+  and the others wait after step 30 for the second grow.  It must end
+  with exit 0, no restart (two shrinks to 3, two grows to 4), homes 1
+  and 3 with the pids they had before the kills, homes 0 and 2 held by
+  replacements, every rank with the same final loss (the replacement received
   the model, the momentum and the LR schedule) and that loss within
   the tolerance below of the plain run's, each rank having trained the
   same number of steps, and each committed step having trained the
@@ -54,7 +56,8 @@ EPOCHS, STEPS_PER_EPOCH = 3, 16         # the scripts' max_epochs; 512 / (8 x 4)
 # weights or without its momentum, a batch trained twice) moves the
 # final loss of this regression by well over 10%.
 TOLERANCE = 0.01                        # relative, final loss
-VICTIM = 0                              # the home rank killed
+VICTIM = 0                              # the home rank killed at a gate
+SECOND, DIE_STEP = 2, 28                # killing itself in step 29
 
 PLAIN = r'''
 import json, os, sys, time
@@ -78,6 +81,9 @@ class Net(pl.LightningModule):
 
     def training_step(self, batch, i):
         x, y, ids = batch
+        if os.environ.get("DIE_AT") == "%d.%d" % (self.global_step, home) \
+                and os.environ.get("RDZV_REPLACEMENT") != "1":
+            os.kill(os.getpid(), 9)         # the test's second death
         loss = ((self.lin(x) - y) ** 2).mean()
         self.log("loss", loss, sync_dist=True)
         return loss
@@ -91,13 +97,13 @@ class Net(pl.LightningModule):
 
 class Gate(pl.Callback):
     """Prints each step's samples; waits after global step 5 until
-    DIR/go, after 12 until DIR/go2."""
+    DIR/go, after 12 until DIR/go2, after 30 until DIR/go3."""
 
     def on_train_batch_end(self, trainer, module, outputs, batch, i):
         print("COMMIT %d %d %d %d %.6f %s" % (trainer.current_epoch,
               trainer.global_step, trainer.world_size, trainer.global_rank,
               time.time(), ",".join(map(str, batch[2].tolist()))), flush=True)
-        for step, name in ((5, "go"), (12, "go2")):
+        for step, name in ((5, "go"), (12, "go2"), (30, "go3")):
             if trainer.global_step == step:
                 record("at%d.%d" % (step, home), {"pid": os.getpid()})
                 while not os.path.exists(os.path.join(d, name)):
@@ -148,7 +154,7 @@ def lightning_or_skip():
             rt.TORCH2_PYTHON, r.stderr[-300:]))
 
 
-def agents(s, d, job, program):
+def agents(s, d, job, program, env=None):
     prog = os.path.join(s.tmp, "train.py")
     with open(prog, "w") as f:
         f.write(program)
@@ -160,7 +166,7 @@ def agents(s, d, job, program):
     # in about a second rather than after Lightning's import.
     env = {"PYTHON": rt.TORCH2_PYTHON, "GLOO_SOCKET_IFNAME": "lo",
            "OMP_NUM_THREADS": "1", "PYTHONPATH": PYDIR,
-           "RDZV_SPARE_IMPORTS": "lightning.pytorch"}
+           "RDZV_SPARE_IMPORTS": "lightning.pytorch", **(env or {})}
     return [s.agent(args, env=env, program=[prog, s.tmp]) for _ in range(2)]
 
 
@@ -213,7 +219,7 @@ def test_reference():
     lightning_or_skip()
     d = rt.Rdzvd()
     with Scope("lightning-plain-") as s:
-        for name in ("go", "go2"):
+        for name in ("go", "go2", "go3"):
             open(os.path.join(s.tmp, name), "w").close()
         xs = agents(s, d, "plplain", PLAIN)
         for x in xs:
@@ -233,12 +239,14 @@ def test_reference():
 
 
 def test_kill_repairs_in_place():
-    """Home 0 SIGKILLed: shrink, grow, same survivors, same loss; its
-    replacement logs and checkpoints where it did."""
+    """Home 0 SIGKILLed at a gate, home 2 inside a step: each a shrink
+    and a grow, the same survivors, the same loss; home 0's replacement
+    logs and checkpoints where it did."""
     lightning_or_skip()
     d = rt.Rdzvd()
     with Scope("lightning-repair-") as s:
-        xs = agents(s, d, "plrep", REPAIR)
+        xs = agents(s, d, "plrep", REPAIR,
+                    env={"DIE_AT": "%d.%d" % (DIE_STEP, SECOND)})
         try:
             rt.wait_until(lambda: running(xs) and len(at(s.tmp, 5)) == 4,
                           timeout=180, what="4 ranks at the gate after "
@@ -257,6 +265,12 @@ def test_kill_repairs_in_place():
             log("kill -> grow round opened: %.1f s" % (
                 time.monotonic() - t0))
             open(os.path.join(s.tmp, "go2"), "w").close()
+            # Home SECOND kills itself inside step DIE_STEP + 1; the
+            # others wait after step 30 for its replacement.
+            rt.wait_until(lambda: running(xs) and sum(
+                t.startswith("repair: grow") for t in job_events(d, "plrep"))
+                == 2, timeout=120, what="the second grow round")
+            open(os.path.join(s.tmp, "go3"), "w").close()
             for x in xs:
                 rc = x.wait(180)
                 check(rc == 0, (rc, x.output()[-6000:]))
@@ -277,8 +291,8 @@ def test_kill_repairs_in_place():
     log("events: %s" % ev)
     log("the ranks' repair lines:\n" + "\n".join(
         ln for ln in out.splitlines() if "rdzv.repair[" in ln))
-    check(any(t.startswith("repair: shrink to 3") for t in ev), ev)
-    check(any(t.startswith("repair: grow to 4") for t in ev), ev)
+    check(sum(t.startswith("repair: shrink to 3") for t in ev) == 2, ev)
+    check(sum(t.startswith("repair: grow to 4") for t in ev) == 2, ev)
     check(not any(t.startswith("restart ") or "escalated" in t
                   for t in ev), ev)
     # Each committed step trained the global batch at the job's
@@ -286,10 +300,11 @@ def test_kill_repairs_in_place():
     compatlib.check_samples(out, 512, 8, EPOCHS, policy="global")
     got = finals(out)
     for h in range(4):
-        if h != VICTIM:
+        if h not in (VICTIM, SECOND):
             check(got[h][0] == before[h] and not got[h][2],
                   "home %d: pid %d, was %d" % (h, got[h][0], before[h]))
-    check(got[VICTIM][0] != victim and got[VICTIM][2], got)
+        else:
+            check(got[h][0] != before[h] and got[h][2], got)
     check({v[1] for v in got.values()} == {EPOCHS * STEPS_PER_EPOCH}, got)
     losses = {v[3] for v in got.values()}
     check(len(losses) == 1, "the replicas differ: %s" % got)
