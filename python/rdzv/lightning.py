@@ -70,10 +70,11 @@ it changes, and why:
   was cut for the position and group the step has, and after a repair
   makes the right one from the data set (collate_fn, the batch transfer
   hooks) -- at most two batches a repair are made so.  A loader this
-  cannot take apart (an IterableDataset, a batch_sampler of the
-  script's) is left to Lightning, and said so: a dropped step's batch is
-  retried, but after a repair each rank goes on with its old
-  DistributedSampler slice.
+  cannot take apart (an IterableDataset, a sampler or batch_sampler of
+  the script's) is left to Lightning, and said so: a dropped step's
+  batch is retried and every rank trains every step, but after a repair
+  each rank goes on with its old DistributedSampler slice, and a
+  replacement starts its slice of the epoch from the beginning.
 - A replacement starts Lightning from scratch: until its first step the
   strategy's collectives (the setup barriers, ModelCheckpoint's
   broadcast, the data length check) stay local -- the survivors are
@@ -89,7 +90,10 @@ Limits: automatic optimization, one optimizer step per batch
 (accumulate_grad_batches=1); a peer's death inside validation or in a
 callback's collective outside the batch (an epoch-end sync_dist log, a
 checkpoint's barrier) is repaired but that collective returns this
-rank's own value (rdzv/collectives.py); CPU (gloo) is what is tested.
+rank's own value (rdzv/collectives.py); a replacement skips the sanity
+check; on_train_batch_end sees a batch made again after a repair only
+when it is a list or a dict (refilled in place); CPU (gloo) is what is
+tested (tests/compat/test_lightning_repair.py).
 """
 
 import collections
@@ -102,7 +106,7 @@ from lightning.pytorch.utilities.rank_zero import rank_zero_only
 from lightning_utilities.core.rank_zero import rank_zero_only as \
     utils_rank_zero_only
 from torch.utils.data import (BatchSampler, DataLoader, DistributedSampler,
-    RandomSampler)
+    RandomSampler, SequentialSampler)
 
 from . import data, log, repair
 from .channel import open_channel
@@ -268,8 +272,6 @@ class RepairStrategy(DDPStrategy):
     "popen" (rdzv-agent starts the processes).  Outside rdzv-agent it
     is Lightning's DDPStrategy, unchanged."""
 
-    strategy_name = "rdzv_repair"
-
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.job = None		# rdzv.repair's Job, from setup_distributed
@@ -392,11 +394,11 @@ class RepairStrategy(DDPStrategy):
         why = None
         if type(dataloader.batch_sampler) is not BatchSampler:
             why = "a batch_sampler of its own"
-        elif isinstance(s, DistributedSampler):
+        elif type(s) is DistributedSampler:	# not Lightning's wrapper
             shuffle, seed = s.shuffle, s.seed
-        elif isinstance(s, RandomSampler):
+        elif type(s) is RandomSampler and s.generator is None:
             shuffle, seed = True, 0
-        elif type(s).__name__ == "SequentialSampler":
+        elif type(s) is SequentialSampler:
             shuffle, seed = False, 0
         else:
             why = "a sampler of its own (%s)" % type(s).__name__
@@ -490,8 +492,7 @@ class RepairStrategy(DDPStrategy):
                 out = super().optimizer_step(optimizer, closure, model,
                     **kwargs)
             except Exception as e:
-                if job.end_step(e):	# raises what is not a death
-                    return None
+                job.end_step(e)		# raises what is not a peer's death
                 if job.step_count > start:
                     # The donor's state holds this step: done.
                     self._skip_sched = True
@@ -556,15 +557,23 @@ class RepairStrategy(DDPStrategy):
         job, el, fl = self.job, t.fit_loop.epoch_loop, t.fit_loop
         if job.step_count == 0:
             return
+        if self._batches is not None:
+            epoch = job.epoch
+            done = job.pos // self._batches.plan.global_batch(job)
+        else:
+            # Lightning's own loader: the job keeps no position, but
+            # every epoch has its length (a DistributedSampler fixed at
+            # setup).  This rank's sampler starts the epoch again.
+            n = t.num_training_batches
+            epoch, done = divmod(job.step_count, n) if \
+                0 < n < float("inf") else (job.epoch, 0)
         for p in (fl.epoch_progress.total, fl.epoch_progress.current):
-            _progress_to(p, job.epoch)
+            _progress_to(p, epoch)
         opt = el.automatic_optimization.optim_progress.optimizer
         _progress_to(opt.step.total, job.step_count)
         _progress_to(opt.zero_grad.total, job.step_count)
         _progress_to(el.batch_progress.total, job.step_count)
         el._batches_that_stepped = job.step_count
-        g = self.job._plan.global_batch(job) if self.job._plan else 0
-        done = job.pos // g if g else 0
         if not done:
             return
         reset = el.reset

@@ -26,6 +26,9 @@ rdzvd and two real rdzv-agents of two workers each.
   prints: none twice, none skipped, a DataLoader worker process each);
   home 0's replacement logs into the same logger version and writes the
   checkpoints after the repair.
+- The repairable script with a sampler of its own (left to Lightning):
+  a SIGKILL is still repaired in place, every rank trains every step,
+  the replicas stay the same.
 """
 
 import csv
@@ -236,6 +239,56 @@ def test_reference():
                             policy="global")
     st["ref"] = losses.pop()
     log("failure-free plain run: final loss %.6f" % st["ref"])
+
+
+def test_own_sampler_left_to_lightning():
+    """A train DataLoader with a sampler of its own: left to Lightning
+    (and said so); a SIGKILL is still repaired in place, every rank
+    trains every step and the replicas stay the same."""
+    lightning_or_skip()
+    own = REPAIR.replace(
+        "batch_size=8,\n",
+        "batch_size=8, sampler=Order(),\n").replace(
+        "torch.manual_seed(0)\nx =",
+        "class Order(torch.utils.data.Sampler):\n"
+        "    def __iter__(self):\n"
+        "        return iter(range(511, -1, -1))\n\n"
+        "    def __len__(self):\n"
+        "        return 512\n\n\n"
+        "torch.manual_seed(0)\nx =")
+    check("sampler=Order()" in own and "class Order" in own, own)
+    d = rt.Rdzvd()
+    with Scope("lightning-own-") as s:
+        xs = agents(s, d, "plown", own)
+        try:
+            rt.wait_until(lambda: running(xs) and len(at(s.tmp, 5)) == 4,
+                          timeout=180, what="4 ranks at the gate after "
+                          "step 5")
+            before = at(s.tmp, 5)
+            os.kill(before[3], signal.SIGKILL)
+            open(os.path.join(s.tmp, "go"), "w").close()
+            rt.wait_until(lambda: running(xs) and any(
+                t.startswith("repair: grow") for t in job_events(d, "plown")),
+                timeout=120, what="the grow round")
+            for name in ("go2", "go3"):
+                open(os.path.join(s.tmp, name), "w").close()
+            for x in xs:
+                rc = x.wait(180)
+                check(rc == 0, (rc, x.output()[-6000:]))
+        except BaseException:
+            log("agents' output:\n" + (xs[0].output() +
+                                        xs[1].output())[-12000:])
+            raise
+        out = xs[0].output() + xs[1].output()
+        ev = job_events(d, "plown")
+    d.stop()
+    check("has a sampler of its own (DistributedSamplerWrapper): left to "
+          "Lightning" in out, out[-4000:])
+    check(not any(t.startswith("restart ") for t in ev), ev)
+    got = finals(out)
+    check(all(got[h][0] == before[h] for h in (0, 1, 2)), (got, before))
+    check({v[1] for v in got.values()} == {EPOCHS * STEPS_PER_EPOCH}, got)
+    check(len({v[3] for v in got.values()}) == 1, got)
 
 
 def test_kill_repairs_in_place():
