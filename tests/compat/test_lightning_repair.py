@@ -9,6 +9,9 @@ rdzvd and two real rdzv-agents of two workers each.
 - The plain script, failure-free, gives the reference: its final loss
   over the whole data set (and its steps' samples are the global batches
   of the permutation the strategy's data position follows).
+- The scripts train a linear regression (SGD with momentum, a per-step
+  StepLR, sync_dist logging, a DataLoader worker, validation at each
+  epoch's end, a CSVLogger, a ModelCheckpoint every 8 steps).
 - The repairable one has home 0 SIGKILLed at a gate (every rank waits
   after global step 5 until the test says go; the victim is killed
   there, so the survivors' next step is the one cut off), and waits
@@ -91,6 +94,10 @@ class Net(pl.LightningModule):
         self.log("loss", loss, sync_dist=True)
         return loss
 
+    def validation_step(self, batch, i):
+        x, y, ids = batch
+        self.log("val_loss", ((self.lin(x) - y) ** 2).mean(), sync_dist=True)
+
     def configure_optimizers(self):
         opt = torch.optim.SGD(self.parameters(), lr=0.02, momentum=0.9)
         sched = torch.optim.lr_scheduler.StepLR(opt, 20, 0.5)
@@ -126,7 +133,8 @@ trainer = pl.Trainer(strategy="ddp",
                          every_n_train_steps=8, save_top_k=-1)])
 net = Net()
 trainer.fit(net, torch.utils.data.DataLoader(data, batch_size=8,
-                                             num_workers=1))
+                                             num_workers=1),
+            torch.utils.data.DataLoader(data, batch_size=64))
 with torch.no_grad():
     loss = ((net.lin(x) - y) ** 2).mean().item()
 print("FINAL home %d pid %d step %d replacement %s loss %.9f" % (
