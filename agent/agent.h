@@ -443,13 +443,17 @@ enum progress_note {
 	PROGRESS_READY,		/* "ready": a replacement can join now */
 	PROGRESS_STEP,		/* its first step report (a replacement:
 				 * it holds the job's state) */
+	PROGRESS_MOVED,		/* its first report past the step it had
+				 * at progress_touch: a step in the round
+				 * sent then */
 };
 typedef void	(*progress_note_cb)(int local_rank, enum progress_note,
 		    void *);
 
 void	progress_init(struct event_base *);
 /*
- * cb hears of each "hello", "ready" and first step, always from the event loop (never
+ * cb hears of each "hello", "ready", first step and first step past a
+ * round's mark (progress_touch), always from the event loop (never
  * from inside a progress_* call), and only for the worker whose socket
  * is armed when it runs: a note from a worker whose rank was re-armed
  * since is dropped.  cb may call any progress_* function.
@@ -492,7 +496,9 @@ int64_t	progress_waited(int local_rank);
  * Restarts local_rank's --progress_timeout clock (its last step stays):
  * a repair round was just sent to it, and rebuilding takes its time.  A
  * replacement that said "ready" and has reported no step is watched from
- * then: it must join (and report the step it received) in time.
+ * then: it must join (and report the step it received) in time.  Its
+ * first report past the step it has now is a PROGRESS_MOVED note (a
+ * step committed in that round).
  */
 void	progress_touch(int local_rank);
 /*
@@ -567,6 +573,9 @@ struct rdzv_cbs {
 	/* For each HEARTBEAT: the local ranks (bit l) whose workers are
 	 * replacements that never stepped, up or on their way (0: none). */
 	int64_t	(*unjoined)(void *);
+	/* For each HEARTBEAT: the latest round a local worker committed a
+	 * step in (0: none yet). */
+	int64_t	(*stepped)(void *);
 };
 
 /*
@@ -601,6 +610,9 @@ void	rdzv_set_repairable(int on);
 /* The replacements that never stepped changed (a new one): HEARTBEAT
  * tells rdzvd at once (rdzv_cbs.unjoined says which). */
 void	rdzv_unjoined_changed(void);
+/* A local worker committed its first step in a round (rdzv_cbs.stepped
+ * says which): HEARTBEAT tells rdzvd at once, a grow may wait for it. */
+void	rdzv_stepped_changed(void);
 /*
  * Reports that every local worker of round exited 0, but for the
  * replacements in unjoined (bit l: local rank l), which are up or on

@@ -169,6 +169,8 @@ static struct {
 	uint64_t		 unjoined;	/* bit l: a replacement that
 						 * never stepped, reported with
 						 * SUCCEEDED: stopped at DONE */
+	int64_t			 stepped;	/* the latest round a worker
+						 * committed a step in */
 } ag;
 
 static const int agent_signals[4] = { SIGTERM, SIGINT, SIGHUP, SIGQUIT };
@@ -906,6 +908,12 @@ agent_unjoined_cb(void *arg)
 	return (ag.state == AS_RUNNING ? (int64_t)agent_unstepped() : 0);
 }
 
+static int64_t
+agent_stepped_cb(void *arg)
+{
+	return (ag.stepped);
+}
+
 /* DONE while replacements that never stepped still run (ag.unjoined):
  * they have no step to do; each hears "stop" before the SIGTERM. */
 static void
@@ -1060,6 +1068,15 @@ agent_note_cb(int l, enum progress_note note, void *arg)
 		/* A replacement's: rdzvd may take it for a donor now. */
 		if (l < RZ_REPAIR_LWS_MAX && (ag.fresh & (1ULL << l)))
 			rdzv_unjoined_changed();
+		return;
+	}
+	if (note == PROGRESS_MOVED) {
+		/* A step in the repair round sent last: a grow after a
+		 * shrink waits for one (PROTOCOL.md, READY). */
+		if (ag.cur.round > ag.stepped) {
+			ag.stepped = ag.cur.round;
+			rdzv_stepped_changed();
+		}
 		return;
 	}
 	if (note == PROGRESS_HELLO) {
@@ -1379,6 +1396,7 @@ static const struct rdzv_cbs agent_rdzv_cbs = {
 	.straggler = agent_straggler_cb,
 	.drain = agent_evicted_cb,
 	.unjoined = agent_unjoined_cb,
+	.stepped = agent_stepped_cb,
 };
 
 /* --dry_run: the configuration and each worker's variables. */

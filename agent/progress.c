@@ -41,6 +41,7 @@
 #define PROGRESS_NOTE_HELLO	0x1
 #define PROGRESS_NOTE_READY	0x2
 #define PROGRESS_NOTE_STEP	0x4	/* its first step */
+#define PROGRESS_NOTE_MOVED	0x8	/* its first past the mark */
 
 struct progress_rank {
 	int		 fd;		/* the agent's end, -1 when closed */
@@ -53,6 +54,10 @@ struct progress_rank {
 	int		 ready;		/* said "ready" */
 	int		 joining;	/* ready, a round sent to it, no
 					 * report yet: watched from then */
+	int		 marked;	/* a round sent to it, no step
+					 * past mark reported since */
+	uint64_t	 mark;		/* its step when that round went
+					 * (0: none reported yet) */
 	int64_t		 waited;	/* mono_ms() of its last "wait" */
 	int		 notes;		/* PROGRESS_NOTE_* to deliver */
 	int		 warned;	/* a malformed message was logged */
@@ -91,6 +96,10 @@ progress_handle(struct progress_rank *p, const char *buf, size_t len)
 	case CHAN_PROGRESS:
 		if (!p->seen)
 			p->notes |= PROGRESS_NOTE_STEP;
+		if (p->marked && (!p->seen || m.step > p->mark)) {
+			p->notes |= PROGRESS_NOTE_MOVED;
+			p->marked = 0;
+		}
 		p->seen = 1;
 		p->step = m.step;
 		p->when = mono_ms();
@@ -196,6 +205,9 @@ progress_note_cb_ev(evutil_socket_t fd, short ev, void *arg)
 		if ((notes & PROGRESS_NOTE_STEP) != 0 && i < progress_nranks &&
 		    progress_ranks[i].seen)
 			progress_note_fn(i, PROGRESS_STEP, progress_note_arg);
+		if ((notes & PROGRESS_NOTE_MOVED) != 0 && i < progress_nranks &&
+		    progress_ranks[i].seen)
+			progress_note_fn(i, PROGRESS_MOVED, progress_note_arg);
 	}
 }
 
@@ -343,6 +355,11 @@ progress_touch(int local_rank)
 		p->joining = !p->seen;
 		p->when = mono_ms();
 	}
+	/* What it reports from now on is of the round just sent: a note
+	 * still pending from the drain above is of the one before. */
+	p->marked = 1;
+	p->mark = p->seen ? p->step : 0;
+	p->notes &= ~PROGRESS_NOTE_MOVED;
 }
 
 int

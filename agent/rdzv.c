@@ -151,7 +151,10 @@ static int				 rc_backoff_ms;
 static int				 rc_repairable;	/* HEARTBEAT says */
 static int				 rc_hb_repairable; /* the one in flight */
 static int64_t				 rc_hb_unjoined;	/* the mask it carried */
+static int64_t				 rc_hb_stepped = -1; /* its stepped,
+							   * -1 none */
 static int				 rc_no_unjoined;	/* rdzvd is older */
+static int				 rc_no_stepped;	/* rdzvd is older */
 static int64_t				 rc_down_since;	/* first failure */
 static int64_t				 rc_last_rx;	/* mono_ms() */
 static struct event			*rc_retry_ev, *rc_hb_ev, *rc_leave_ev,
@@ -173,6 +176,7 @@ static void	rdzv_connect(void);
 static void	rdzv_drop(const char *why);
 static void	rdzv_event_cb(struct bufferevent *, short, void *);
 static void	rdzv_hb_cb(evutil_socket_t, short, void *);
+static int64_t	rdzv_hb_stepped(void);
 
 /* Moves the link to state s: the only place rc_state changes. */
 static void
@@ -539,11 +543,19 @@ rdzv_reply(const struct nat_msg *m)
 	}
 	if (m->id == rc_hb_id && rc_hb_id != 0) {
 		rc_hb_id = 0;
-		if (code == RDZV_EPROTO && rc_hb_unjoined != 0 &&
+		if (code == RDZV_EPROTO && rc_hb_stepped >= 0) {
+			/* An rdzvd older than HEARTBEAT's stepped (the
+			 * last field): the beats go without it (the next
+			 * one renews the lease). */
+			log_info("rdzvd takes no stepped round in HEARTBEAT "
+			    "(an older rdzvd): not sent again");
+			rc_no_stepped = 1;
+			if (rc_state == RC_JOINED)
+				rdzv_hb_cb(-1, 0, NULL);
+			return;
+		} else if (code == RDZV_EPROTO && rc_hb_unjoined != 0 &&
 		    !rc_no_unjoined) {
-			/* An rdzvd older than HEARTBEAT's unjoined: the
-			 * beats go without it (the next one renews the
-			 * lease). */
+			/* Older still: no unjoined either. */
 			log_info("rdzvd takes no replacement mask in "
 			    "HEARTBEAT (an older rdzvd): not sent again");
 			rc_no_unjoined = 1;
@@ -563,7 +575,8 @@ rdzv_reply(const struct nat_msg *m)
 		 * next beat (a kill then restarted a job that could repair). */
 		if (rc_state == RC_JOINED && (rc_hb_repairable != rc_repairable ||
 		    (!rc_no_unjoined && rc_cbs->unjoined != NULL &&
-		    rc_cbs->unjoined(rc_arg) != rc_hb_unjoined)))
+		    rc_cbs->unjoined(rc_arg) != rc_hb_unjoined) ||
+		    rdzv_hb_stepped() > rc_hb_stepped))
 			rdzv_hb_cb(-1, 0, NULL);
 		return;
 	}
@@ -988,7 +1001,7 @@ static void
 rdzv_hb_cb(evutil_socket_t fd, short ev, void *arg)
 {
 	struct nat_wr	wr;
-	int64_t		un;
+	int64_t		un, st;
 	int		lease, dead;
 
 	if (rc_state != RC_JOINED)
@@ -1009,11 +1022,15 @@ rdzv_hb_cb(evutil_socket_t fd, short ev, void *arg)
 		 * while no replacement is on its way. */
 		un = rc_no_unjoined || rc_cbs->unjoined == NULL ? 0 :
 		    rc_cbs->unjoined(rc_arg);
-		if (un != 0)
+		st = rdzv_hb_stepped();
+		if (un != 0 || st >= 0)
 			rdzv_put_i64(&wr, un);
+		if (st >= 0)
+			rdzv_put_i64(&wr, st);
 		rdzv_end(&wr);
 		rc_hb_repairable = rc_repairable;
 		rc_hb_unjoined = un;
+		rc_hb_stepped = st;
 	}
 	rdzv_timer(rc_hb_ev, rc_hb_ms);
 }
@@ -1273,6 +1290,31 @@ rdzv_queue(struct rdzv_report *r)
 	TAILQ_INSERT_TAIL(&rc_reports, r, entry);
 	if (rc_state == RC_JOINED)
 		rdzv_send_report(r);
+}
+
+/*
+ * HEARTBEAT's stepped: the latest round a local worker committed a step
+ * in, once one did; -1 leaves the field out (none yet, an older rdzvd,
+ * or one that takes no unjoined before it).
+ */
+static int64_t
+rdzv_hb_stepped(void)
+{
+	int64_t	st;
+
+	if (rc_no_stepped || rc_no_unjoined || rc_cbs->stepped == NULL)
+		return (-1);
+	st = rc_cbs->stepped(rc_arg);
+	return (st > 0 ? st : -1);
+}
+
+void
+rdzv_stepped_changed(void)
+{
+	/* A grow after a shrink waits for a step in it: now, not at the
+	 * next beat. */
+	if (rc_state == RC_JOINED && rc_hb_id == 0 && rdzv_hb_stepped() >= 0)
+		rdzv_hb_cb(-1, 0, NULL);
 }
 
 void

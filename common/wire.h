@@ -184,7 +184,7 @@ enum nat_op {
 				 * -> i node_id, i restart_count, i lease_ms
 				 *    (the job's) | ECLOSED */
 	NAT_OP_HEARTBEAT = 22,	/* b job, i node_id [, i repairable
-				 * [, i unjoined]]
+				 * [, i unjoined [, i stepped]]]
 				 * -> i round | ENOTFOUND */
 	NAT_OP_LEAVE = 23,	/* b job, i node_id -> - */
 	NAT_OP_FAILURE = 24,	/* b job, i node_id, i round, i local_rank,

@@ -883,6 +883,10 @@ native_round_op(struct nat_req *r)
 		if (r->rd.left > 0 && (nat_get_i64(&r->rd, &rq.unjoined) != 0 ||
 		    rq.unjoined < 0))
 			return RDZV_EPROTO;
+		rq.stepped = -1;	/* absent: not said (an older agent) */
+		if (r->rd.left > 0 && (nat_get_i64(&r->rd, &rq.stepped) != 0 ||
+		    rq.stepped < 0))
+			return RDZV_EPROTO;
 	}
 	if (rq.op == NAT_OP_ADMIN_EVICT && r->rd.left > 0 &&
 	    nat_get_i64(&r->rd, &rq.now) != 0)

@@ -362,6 +362,7 @@ struct round_req {
 	int64_t			 now;		/* ADMIN_EVICT: 1 drop now */
 	int64_t			 unjoined;	/* SUCCEEDED, HEARTBEAT:
 						 * 0 not said */
+	int64_t			 stepped;	/* HEARTBEAT: -1 not said */
 	struct slice		 reason;	/* ADMIN_CLOSE */
 	struct nat_ready	 ready;		/* READY */
 	struct nat_join		 join;		/* JOIN */

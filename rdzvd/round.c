@@ -325,6 +325,9 @@ round_request(struct conn *c, const struct round_req *r)
 		if (rc == 0)
 			rc = rz_unjoined(server.rz, r->job, r->node_id,
 			    r->unjoined, now, &outbox);
+		if (rc == 0 && r->stepped >= 0)
+			rc = rz_stepped(server.rz, r->job, r->node_id,
+			    r->stepped, now, &outbox);
 		reply = round_reply_heartbeat;
 		break;
 	case NAT_OP_LEAVE:

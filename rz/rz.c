@@ -865,6 +865,23 @@ rz_unjoined(struct rz *rz, struct slice job, int64_t node_id,
 	return 0;
 }
 
+int
+rz_stepped(struct rz *rz, struct slice job, int64_t node_id,
+    int64_t stepped, int64_t now, struct rz_outbox *ob)
+{
+	struct rz_job	*j;
+	struct rz_node	*nd;
+
+	if ((nd = rz_find_job_node(rz, job, node_id, &j)) == NULL)
+		return RDZV_ENOTFOUND;
+	if (nd->says_stepped && nd->stepped == stepped)
+		return 0;
+	nd->says_stepped = 1;
+	nd->stepped = stepped;
+	rz_grow_if_due(rz, ob, j, now);
+	return 0;
+}
+
 void
 rz_conn_gone(struct rz *rz, void *conn, struct rz_outbox *ob)
 {

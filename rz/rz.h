@@ -211,6 +211,14 @@ int	rz_heartbeat(struct rz *, struct slice job, int64_t node_id,
  */
 int	rz_unjoined(struct rz *, struct slice job, int64_t node_id,
 	    int64_t unjoined, int64_t now_ms, struct rz_outbox *);
+/*
+ * HEARTBEAT's stepped: the latest round a worker of the node committed a
+ * step in (0: none yet), kept for the node (not in rows).  A grow waits
+ * for a step in the shrink round before it (rz_repair.c, rz_grow_held):
+ * this is the news that opens it.
+ */
+int	rz_stepped(struct rz *, struct slice job, int64_t node_id,
+	    int64_t stepped, int64_t now_ms, struct rz_outbox *);
 int	rz_leave(struct rz *, struct slice job, int64_t node_id, int64_t now_ms,
 	    struct rz_outbox *);
 int	rz_failure(struct rz *, const struct nat_failure *, int64_t now_ms,

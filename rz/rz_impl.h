@@ -68,6 +68,10 @@ struct rz_node {
 						 * that never stepped, as its
 						 * agent's HEARTBEAT said
 						 * (not in rows) */
+	int			 says_stepped;	/* its HEARTBEAT has stepped */
+	int64_t			 stepped;	/* the latest round a worker
+						 * of it committed a step in,
+						 * as it said (not in rows) */
 	unsigned char		 repl_fails[RZ_REPAIR_LWS_MAX];
 						/* [l]: local rank l's
 						 * replacements dead before
@@ -187,6 +191,8 @@ const char *rz_repair_refused_job(struct rz_job *j, char *buf, size_t bufsz);
 const char *rz_repair_cannot(struct rz_job *j, char *buf, size_t bufsz);
 void rz_repair_round(struct rz *rz, struct rz_outbox *ob, struct rz_job *j,
     int64_t kind);
+void rz_grow_if_due(struct rz *, struct rz_outbox *, struct rz_job *,
+    int64_t now);
 void rz_restart(struct rz *rz, struct rz_outbox *ob, struct rz_job *j,
     int64_t now, const char *cause, const char *why);
 

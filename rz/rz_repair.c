@@ -23,6 +23,7 @@
 static const char *rz_repair_refused(struct rz_job *, struct rz_node *,
 		    int64_t, char *, size_t);
 static void	rz_repair_next(struct rz_job *, int64_t);
+static int	rz_grow_held(const struct rz_job *);
 static void	rz_repair_shrink(struct rz *, struct rz_outbox *,
 		    struct rz_job *, struct rz_node *, int64_t, const char *,
 		    int64_t);
@@ -338,14 +339,19 @@ rz_repair_round(struct rz *rz, struct rz_outbox *ob, struct rz_job *j,
 	rz->stats.rounds_total++;
 	rz_mark(rz, j);
 	TAILQ_FOREACH(nd, &j->nodes, entry) {
-		/* The rows keep fresh and ready_local (a grow cleared the
-		 * latter): an rdzvd restarted later must not take a worker
-		 * of this round for a replacement that never joined. */
-		int	save = nd->fresh != 0 || kind == NAT_KIND_GROW;
+		/* The rows keep fresh and ready_local: an rdzvd restarted
+		 * later must not take a worker of this round for a
+		 * replacement that never joined. */
+		int	save = nd->fresh != 0 || nd->ready_local != 0 ||
+		    kind == NAT_KIND_GROW;
 
 		if (nd->state == RZN_MEMBER)
 			rz_push_node(ob, j, nd, RDZV_ROUND_RUNNING, NULL);
 		nd->fresh = 0;	/* in the round now: donors from here on */
+		/* A READY replacement is live in any repair round, a shrink
+		 * too (a second death while it waited for its grow): it
+		 * joins it, and its death from now on is a member's. */
+		nd->ready_local = 0;
 		if (kind == NAT_KIND_GROW)	/* every replacement is in */
 			memset(nd->repl_fails, 0, sizeof nd->repl_fails);
 		if (save && nd->state == RZN_MEMBER)
@@ -411,9 +417,7 @@ rz_ready(struct rz *rz, const struct nat_ready *r, int64_t now,
     struct rz_outbox *ob)
 {
 	struct rz_job	*j;
-	struct rz_node	*nd, *m;
-	int64_t		 n;
-	int		 standby;
+	struct rz_node	*nd;
 
 	if ((j = rz_find_job(rz, r->job)) == NULL ||
 	    (nd = rz_find_node(j, r->node_id)) == NULL)
@@ -433,34 +437,87 @@ rz_ready(struct rz *rz, const struct nat_ready *r, int64_t now,
 	nd->ready_local |= 1LL << r->local_rank;
 	nd->fresh |= 1LL << r->local_rank;	/* never the donor */
 	rz_save_node(rz, j, nd);
-	/*
-	 * Every replacement on its way comes in with one grow round (a
-	 * standby's workers too): two grows back to back would catch the
-	 * first one's replacement still bootstrapping in a round the
-	 * others have already left for the second.
-	 */
-	n = 0;
+	rz_grow_if_due(rz, ob, j, now);
+	if (j->kind == NAT_KIND_SHRINK && rz_grow_held(j) &&
+	    (nd->ready_local & (1LL << r->local_rank)))
+		rz_event(rz, j, now, "repair: node %" PRId64 " local rank %"
+		    PRId64 "'s replacement is ready; its grow waits for a step "
+		    "in shrink round %" PRId64, nd->id, r->local_rank,
+		    j->round);
+	return 0;
+}
+
+/*
+ * Whether the grow must wait for a step in the shrink round j->round:
+ * every member's agent says in its HEARTBEAT the latest round a worker
+ * of it committed a step in, and none says j->round yet.  A grow taken
+ * while the survivors are still building the shrink's group would catch
+ * them between two groups; once one of them committed a step there, the
+ * group of every rank that steps in it was whole (a step is a
+ * collective over all of them), so the grow may open.  A repair that
+ * went on (not a restart) always has ranks that step in the shrink: all
+ * survivors of a DDP job, a replica with no dead rank of a sharded one
+ * (rz_topo.c).  An agent that does not say (an older one, or none since
+ * rdzvd restarted) holds nothing back.
+ */
+static int
+rz_grow_held(const struct rz_job *j)
+{
+	const struct rz_node	*m;
+
+	if (j->kind != NAT_KIND_SHRINK)
+		return 0;
+	TAILQ_FOREACH(m, &j->nodes, entry) {
+		if (m->state != RZN_MEMBER || m->joining)
+			continue;
+		if (!m->says_stepped || m->stepped >= j->round)
+			return 0;
+	}
+	return 1;
+}
+
+/*
+ * Opens the grow round once it is due: every replacement on its way is
+ * READY (a standby's workers too), at least one is, training goes on,
+ * and no step in the shrink is awaited (rz_grow_held).  Every
+ * replacement comes in with one grow round: two grows back to back
+ * would catch the first one's replacement still bootstrapping in a
+ * round the others have already left for the second.
+ */
+void
+rz_grow_if_due(struct rz *rz, struct rz_outbox *ob, struct rz_job *j,
+    int64_t now)
+{
+	struct rz_node	*m, *one = NULL, *standby = NULL;
+	int64_t		 n = 0;
+	int		 l;
+
+	if (j->state != RZJ_RUNNING || rz_training_ended(j))
+		return;
 	TAILQ_FOREACH(m, &j->nodes, entry) {
 		if (m->state != RZN_MEMBER || m->joining)
 			continue;
 		if (m->dead_local != 0)
-			return 0;
-		n += __builtin_popcountll((unsigned long long)m->fresh);
+			return;
+		if (m->ready_local != 0 && one == NULL)
+			one = m;
+		n += __builtin_popcountll((unsigned long long)m->ready_local);
+		if (m->id == j->pend_node && j->pend_local < 0)
+			standby = m;
 	}
-	standby = j->pend_node == nd->id && j->pend_local < 0;
-	TAILQ_FOREACH(m, &j->nodes, entry)
-		m->ready_local = 0;	/* in the grow round now */
+	if (n == 0 || rz_grow_held(j))
+		return;
+	l = __builtin_ctzll((unsigned long long)one->ready_local);
 	rz_repair_round(rz, ob, j, NAT_KIND_GROW);
-	if (standby)
+	if (standby != NULL)
 		rz_event(rz, j, now, "repair: grow to %" PRId64 ", node %"
 		    PRId64 " (host %s) in with %" PRId64 " workers, round %"
-		    PRId64 ", donor %" PRId64, j->world_size, nd->id, nd->host,
-		    nd->lws, j->round, j->donor);
+		    PRId64 ", donor %" PRId64, j->world_size, standby->id,
+		    standby->host, standby->lws, j->round, j->donor);
 	else if (n == 1)
 		rz_event(rz, j, now, "repair: grow to %" PRId64 ", node %"
-		    PRId64 " local rank %" PRId64 " back, round %" PRId64
-		    ", donor %" PRId64, j->world_size, nd->id, r->local_rank,
-		    j->round, j->donor);
+		    PRId64 " local rank %d back, round %" PRId64 ", donor %"
+		    PRId64, j->world_size, one->id, l, j->round, j->donor);
 	else
 		rz_event(rz, j, now, "repair: grow to %" PRId64 ", %" PRId64
 		    " replacements back in one round (failures during a "
@@ -468,7 +525,6 @@ rz_ready(struct rz *rz, const struct nat_ready *r, int64_t now,
 		    j->world_size, n, j->round, j->donor);
 	j->pend_node = 0;
 	j->pend_local = j->pend_deadline = -1;
-	return 0;
 }
 
 /*
@@ -530,6 +586,16 @@ rz_repair_ended(struct rz *rz, struct rz_job *j, const struct rz_node *nd,
 	size_t	len = 0;
 	int	l, n = 0;
 
+	if (j->pend_node != 0 && rz_grow_held(j)) {
+		rz_event(rz, j, now, "repair: no grow: node %" PRId64
+		    " finished before a rank stepped in shrink round %" PRId64
+		    " (the grow waits for one, its replacements ready): "
+		    "training ended, the grow is called off", nd->id, j->round);
+		j->pend_node = 0;
+		j->pend_local = j->pend_deadline = -1;
+		rz_mark(rz, j);
+		return;
+	}
 	if (j->pend_node != 0) {
 		if (j->pend_local >= 0)
 			rz_event(rz, j, now, "repair: no grow: node %" PRId64
@@ -580,10 +646,15 @@ void
 rz_repair_timeout(struct rz *rz, struct rz_outbox *ob, struct rz_job *j,
     int64_t now)
 {
-	char	cause[128];
+	char	cause[160];
 
 	rz_repair_next(j, now);		/* one still awaited, for its name */
-	if (j->pend_local >= 0)
+	if (j->pend_node == 0)		/* every one READY: rz_grow_held */
+		snprintf(cause, sizeof cause, "no rank stepped in shrink "
+		    "round %" PRId64 " within %" PRId64 " ms (the grow of the "
+		    "ready replacements waits for one)", j->round,
+		    j->repair_timeout_ms);
+	else if (j->pend_local >= 0)
 		snprintf(cause, sizeof cause, "node %" PRId64 " local rank %"
 		    PRId64 ": its replacement was not ready within %" PRId64
 		    " ms", j->pend_node, j->pend_local, j->repair_timeout_ms);
@@ -592,5 +663,6 @@ rz_repair_timeout(struct rz *rz, struct rz_outbox *ob, struct rz_job *j,
 		    "a lost node's place): its workers were not ready within %"
 		    PRId64 " ms", j->pend_node, j->repair_timeout_ms);
 	rz_event(rz, j, now, "repair escalated to restart: %s", cause);
-	rz_restart(rz, ob, j, now, cause, "a replacement was not ready");
+	rz_restart(rz, ob, j, now, cause, j->pend_node == 0 ?
+	    "no step in the shrink round" : "a replacement was not ready");
 }

@@ -79,7 +79,6 @@ from .channel import Round, home_rank, open_channel
 from .repair import Job, _start
 
 __all__ = ["init_process_group", "MeshJob", "plan", "fully_shard"]
-GROW_GAP = 0.5		# s from a warm spare's takeover to its READY
 # What init_process_group imports before a replacement says ready (FSDP2,
 # DTensor, the device mesh: over a second): an agent's warm spare
 # (rdzv.spare) imports them ahead for a script that imports this module.
@@ -845,28 +844,10 @@ def init_process_group(backend="gloo", replicas=1, timeout=None):
         return job
     job._repairing = _start(job, offer=job.replacement)
     if job.replacement:
-        _after_shrink()
         job._join()
     else:
         job._repair_in(r)
     return job
-
-
-def _after_shrink():
-    """A replacement from a warm spare gets here some 20 ms after the
-    death, while the other replicas are still taking the shrink round:
-    its READY would bring the grow round before they began a step in
-    the shrink, and a grow taken straight from the dropped step hung a
-    job once in about twenty kills (bench/runs/2026-11-27.md).  It waits
-    until GROW_GAP after it took the rank (a cold replacement, seconds in
-    its imports, never waits)."""
-    try:
-        taken = float(os.environ.get("RDZV_SPARE_TAKEN", ""))
-    except ValueError:
-        return
-    left = GROW_GAP - (time.monotonic() - taken)
-    if 0 < left <= GROW_GAP:
-        time.sleep(left)
 
 
 def _mesh_only(job):

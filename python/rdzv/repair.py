@@ -253,6 +253,7 @@ class Job(Watcher):
         self._socks = {}		# the current group's sockets
         self._store = None
         self._reported = 0.0
+        self._said_round = None	# the round of the last step sent
         self._main = threading.get_ident()	# the training thread
         self._blocked = None		# (step, since) seen inside torch
         self._waited = 0.0
@@ -546,9 +547,12 @@ class Job(Watcher):
             self._offer_repair()	# before the step: hello first
             if self._plan is not None:
                 self._plan.commit(self)
+            # The first commit in a round at once: rdzvd opens a grow
+            # after a shrink only once a rank stepped in the shrink.
             now = time.monotonic()
-            if now - self._reported >= PROGRESS_EVERY:
-                self._reported = now
+            if now - self._reported >= PROGRESS_EVERY or \
+                self._round is not self._said_round:
+                self._reported, self._said_round = now, self._round
                 self._send(str(self.step_count))
             if self._leave_asked:
                 self._leave("at a step boundary")

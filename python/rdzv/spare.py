@@ -22,8 +22,7 @@ datagram,
 WORLD_SIZE, RDZV_*, RDZV_REPLACEMENT=1, ...) with three descriptors
 (SCM_RIGHTS): the rank's stdout, stderr and progress channel, as a cold
 replacement would have them.  The spare puts them at fds 1, 2 and 3,
-takes the environment (plus RDZV_SPARE_TAKEN, the CLOCK_MONOTONIC time it
-took the rank), and runs the program as python would (runpy: a
+takes the environment, and runs the program as python would (runpy: a
 script as __main__ with its directory first on sys.path, or -m MODULE),
 exiting as the program exits.  The agent closing the socket without a
 datagram ends the spare quietly.
@@ -48,7 +47,6 @@ import os
 import runpy
 import socket
 import sys
-import time
 
 __all__ = ["parse_handoff", "program", "preload_names", "main"]
 
@@ -217,9 +215,6 @@ def _become(fd, argv, env, fds):
         os.close(fd)
     os.environ.clear()
     os.environb.update(env)
-    # When the rank was taken (CLOCK_MONOTONIC, any process's): what a
-    # replacement's helper measures its start from (rdzv.mesh).
-    os.environ["RDZV_SPARE_TAKEN"] = "%.6f" % time.monotonic()
     _comm(os.path.basename(argv[0]))
     sys.argv = [target] + args
     if kind == "module":

@@ -5,7 +5,8 @@ and one real rdzv-agent of four workers.
 
 A first worker is SIGKILLed; its replacement joins in a grow round and
 steps.  A second is SIGKILLed; its replacement is held (a gate) while
-the survivors step on in the shrink round.  The survivors are then held
+the survivors step on in the shrink round (rdzvd opens no grow before
+a step there).  The survivors are then held
 inside a step (a file they wait on), the job's end is decided (a file
 each reads into that step's all-reduce), and the replacement is let go:
 it says ready and rdzvd opens a grow round, which the survivors agree to
@@ -93,6 +94,19 @@ def reporting(d, job):
                for m in doc["members"])
 
 
+def min_step(d, job):
+    """The lowest step the running round's ranks reported in it (-1:
+    none reported yet)."""
+    c = d.native()
+    try:
+        doc = json.loads(c.call(OP_ADMIN_JOB, job)[0])
+    finally:
+        c.close()
+    got = [(m.get("progress") or {}).get("min_step") for m in
+           doc["members"]]
+    return min(got) if got and None not in got else -1
+
+
 def shrinks(d, job):
     """The job's shrink events after a worker's death, oldest first."""
     return [t for t in events(d, job)
@@ -148,10 +162,14 @@ def test_torch_end_calls_off_open_grow():
         rt.wait_until(lambda: len(shrinks(d, job)) == 2, timeout=60,
                       what="the second shrink")
         rnd = int(re.search(r", round (\d+),", shrinks(d, job)[1]).group(1))
-        # The three survivors whole in it, stepping.
-        rt.wait_until(lambda: len(re.findall(r": shrink round %d, world " %
-                                             rnd, a.output())) == 3,
+        # The three survivors whole in it, stepping: a step committed
+        # there (rdzvd opens no grow before one).
+        took = r": shrink round %d, world .* at step (\d+)" % rnd
+        rt.wait_until(lambda: len(re.findall(took, a.output())) == 3,
                       timeout=120, what="3 survivors in round %d" % rnd)
+        at = max(int(x) for x in re.findall(took, a.output()))
+        rt.wait_until(lambda: min_step(d, job) > at, timeout=120,
+                      what="a step in round %d past step %d" % (rnd, at))
         os.unlink(go)                   # held inside their next step
         rt.wait_until(lambda: len([n for n in os.listdir(s.tmp)
                                    if n.startswith("held.")]) == 3,

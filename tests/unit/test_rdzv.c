@@ -1331,6 +1331,40 @@ test_repair_second_failure(void **state)
 	assert_int_equal(st.repairs_total, 3);
 }
 
+/*
+ * A READY replacement is live in the next repair round even when it is
+ * a shrink (a third death while it waited for its grow): it joins that
+ * round, so its death after it is a member's (a shrink round), not a
+ * replacement's dead before it joined (nothing shrinks: the survivors
+ * would wait on it until the repair timeout).
+ */
+static void
+test_repair_ready_in_shrink_dies(void **state)
+{
+	struct fx	*f = *state;
+
+	repair_job(f, 1, 1);
+	assert_int_equal(run(f, fail_repair(f, 2, 1, 1, 100)), 0);
+	assert_int_equal(run(f, fail_repair(f, 1, 2, 0, 110)), 0);
+	assert_int_equal(run(f, ready(f, 2, 3, 1, 200)), 0);
+	/* Node 1's last worker dies: node 2's two (one the READY
+	 * replacement) are the shrink round. */
+	assert_int_equal(fail_repair(f, 1, 3, 1, 300), 0);
+	assert_int_equal(ob.npush, 2);
+	assert_repair_push(0, NAT_KIND_SHRINK, 4, 1, 2, 0, 0, 0);
+	assert_repair_push(1, NAT_KIND_SHRINK, 4, 2, 2, 0, 0, 3);
+	drain(f->rz);
+	/* The one that came in by the shrink dies: a shrink again. */
+	assert_int_equal(fail_repair(f, 2, 4, 1, 400), 0);
+	assert_int_equal(ob.npush, 2);
+	assert_repair_push(1, NAT_KIND_SHRINK, 5, 2, 1, 0, 0, 1);
+	drain(f->rz);
+	assert_true(event_has(f, "repair: shrink to 1 after node 2 local rank "
+	    "1 died (signal 9), round 5"));
+	assert_false(event_has(f, "died before it joined"));
+	assert_false(event_has(f, "escalated"));
+}
+
 /* Two failures pending, the second replacement never ready: the
  * repair timeout from the second death restarts the job, naming it. */
 static void
@@ -1415,6 +1449,128 @@ test_repair_ready_timeout(void **state)
 	assert_int_equal(ready(f, 2, 2, 1, 700), 0);
 	assert_int_equal(ob.npush, 0);
 	drain(f->rz);
+}
+
+/* node's HEARTBEAT says its workers last stepped in round stepped. */
+static int
+stepped(struct fx *f, int64_t node, int64_t round, int64_t now)
+{
+	return rz_stepped(f->rz, slice_str("ob"), node, round, now, &ob);
+}
+
+/*
+ * After a shrink the grow waits for a step in it when every agent says
+ * where its workers stepped: a warm spare READY some 20 ms after the
+ * death must not take the survivors out of the shrink's group before
+ * it is whole.  A step in an older round opens nothing; the first step
+ * in the shrink round, from any member, opens the grow.  An agent that
+ * does not say (older) holds nothing back (test_repair_shrink_grow).
+ */
+static void
+test_repair_grow_waits_step(void **state)
+{
+	struct fx	*f = *state;
+
+	repair_job(f, 1, 1);
+	assert_int_equal(stepped(f, 1, 1, 20), 0);
+	assert_int_equal(stepped(f, 2, 1, 20), 0);
+	assert_int_equal(ob.npush, 0);
+	drain(f->rz);
+	assert_int_equal(fail_repair(f, 2, 1, 1, 100), 0);
+	assert_int_equal(ob.npush, 2);		/* shrink round 2 */
+	drain(f->rz);
+	assert_int_equal(ready(f, 2, 2, 1, 120), 0);
+	assert_int_equal(ob.npush + ob.nport, 0);	/* held */
+	drain(f->rz);
+	assert_true(event_has(f, "repair: node 2 local rank 1's replacement "
+	    "is ready; its grow waits for a step in shrink round 2"));
+	assert_int_equal(stepped(f, 2, 1, 130), 0);	/* no news */
+	assert_int_equal(ob.npush, 0);
+	drain(f->rz);
+	assert_int_equal(stepped(f, 2, 2, 140), 0);
+	assert_int_equal(ob.npush, 2);
+	assert_repair_push(0, NAT_KIND_GROW, 3, 1, 4, 0, 0, 3);
+	assert_repair_push(1, NAT_KIND_GROW, 3, 2, 4, 2, 0, 3);
+	drain(f->rz);
+	assert_true(event_has(f, "repair: grow to 4, node 2 local rank 1 "
+	    "back, round 3, donor 0"));
+	/* A later step news opens no second grow. */
+	assert_int_equal(stepped(f, 1, 3, 150), 0);
+	assert_int_equal(ob.npush, 0);
+	drain(f->rz);
+}
+
+/* A repairable job of two nodes whose agents say where they stepped
+ * (round 1), with leases that outlive the test and a 500 ms repair
+ * timeout. */
+static void
+held_job(struct fx *f)
+{
+	struct nat_join	 r;
+	int64_t		 n;
+
+	join_req(&r, "ob", "i1", 2, 2);
+	r.local_world_size = 2;
+	r.lease_ms = 1000000;
+	r.repair_timeout_ms = 500;
+	assert_int_equal(run(f, rz_join(f->rz, &r, &conn_a, 0, &ob)), 0);
+	r.instance = slice_str("i2");
+	assert_int_equal(run(f, rz_join(f->rz, &r, &conn_b, 0, &ob)), 0);
+	for (n = 1; n <= 2; n++) {
+		assert_int_equal(run(f, rz_heartbeat(f->rz, slice_str("ob"),
+		    n, 1, n == 1 ? &conn_a : &conn_b, 10, &ob)), 0);
+		assert_int_equal(run(f, stepped(f, n, 1, 20)), 0);
+	}
+}
+
+/*
+ * A grow held for a step in the shrink: no step within the repair
+ * timeout from the death restarts the job, saying why; training that
+ * ends first calls the grow off, never a restart.
+ */
+static void
+test_repair_grow_held_ends(void **state)
+{
+	struct fx	*f = *state;
+
+	held_job(f);
+	assert_int_equal(fail_repair(f, 2, 1, 1, 100), 0);
+	drain(f->rz);
+	assert_int_equal(ready(f, 2, 2, 1, 120), 0);
+	assert_int_equal(ob.npush, 0);
+	drain(f->rz);
+	rz_tick(f->rz, 599, &ob);
+	assert_int_equal(ob.npush, 0);
+	drain(f->rz);
+	rz_tick(f->rz, 600, &ob);
+	assert_restart(f, 3, "repair escalated to restart: no rank stepped "
+	    "in shrink round 2 within 500 ms (the grow of the ready "
+	    "replacements waits for one)");
+}
+
+static void
+test_repair_grow_held_training_ends(void **state)
+{
+	struct fx	*f = *state;
+
+	held_job(f);
+	assert_int_equal(fail_repair(f, 2, 1, 1, 100), 0);
+	drain(f->rz);
+	assert_int_equal(ready(f, 2, 2, 1, 120), 0);
+	drain(f->rz);
+	assert_int_equal(rz_succeeded(f->rz, slice_str("ob"), 1, 2, 0, 150,
+	    &ob), 0);
+	drain(f->rz);
+	assert_true(event_has(f, "repair: no grow: node 1 finished before a "
+	    "rank stepped in shrink round 2 (the grow waits for one, its "
+	    "replacements ready): training ended, the grow is called off"));
+	/* The step news after it opens nothing. */
+	assert_int_equal(stepped(f, 1, 2, 160), 0);
+	assert_int_equal(ob.npush, 0);
+	drain(f->rz);
+	rz_tick(f->rz, 600, &ob);
+	drain(f->rz);
+	assert_false(event_has(f, "escalated"));
 }
 
 /*
@@ -2373,6 +2529,14 @@ main(void)
 		cmocka_unit_test_setup_teardown(test_outbox_lease_expiry, setup,
 		    teardown),
 		cmocka_unit_test_setup_teardown(test_repair_shrink_grow, setup,
+		    teardown),
+		cmocka_unit_test_setup_teardown(test_repair_ready_in_shrink_dies, setup,
+		    teardown),
+		cmocka_unit_test_setup_teardown(test_repair_grow_waits_step, setup,
+		    teardown),
+		cmocka_unit_test_setup_teardown(test_repair_grow_held_ends, setup,
+		    teardown),
+		cmocka_unit_test_setup_teardown(test_repair_grow_held_training_ends, setup,
 		    teardown),
 		cmocka_unit_test_setup_teardown(test_repair_donor, setup,
 		    teardown),
