@@ -83,6 +83,11 @@ it changes, and why:
   the epoch) are set from the job's position, so its progress bar,
   checkpoints' names, epoch ends and validation come when the others'
   do.
+- A whole-job restart (RDZV_REPAIR=0, a repair that failed, a job
+  below its minimum) that resumes from one of Lightning's checkpoints
+  (trainer.fit(ckpt_path="last")) starts the job's position at the
+  checkpoint's step: the epoch's fixed number of steps places it, so the
+  steps left train the batches they would have.
 - Progress: the helper reports each committed step to the agent, so
   rdzv.hooks.LightningProgress is not needed (with it, it does nothing).
 
@@ -209,6 +214,15 @@ class _Batches:
             self._next = (e, pos + g, job.rank, job.world)
             self.pending.append(cut)
             yield batch
+
+    def state_dict(self):
+        """The job's position, for Lightning's checkpoints (a loader
+        with state is one Lightning resumes without a warning; the
+        position is restored from the checkpoint's step)."""
+        return {"epoch": self.job.epoch, "pos": self.job.pos}
+
+    def load_state_dict(self, sd):
+        pass
 
     def make(self, job):
         """This rank's batch of the step at job's position, made here
@@ -533,7 +547,24 @@ class RepairStrategy(DDPStrategy):
                 sched(interval, update_plateau_schedulers)
         el.update_lr_schedulers = update_lr_schedulers
         self._same_versions(t)
+        self._resume_position(t)
         self._resume_counters(t)
+
+    def _resume_position(self, t):
+        """A job Lightning resumed from one of its checkpoints
+        (trainer.fit(ckpt_path=...), after a whole-job restart): the
+        job's position starts at the checkpoint's step, which the
+        epoch's fixed number of steps places (epoch, batch of the
+        epoch), so its batches go on where they were."""
+        job, b = self.job, self._batches
+        if job.replacement or job.step_count or not t.global_step or \
+            b is None or not len(b):
+            return
+        job.step_count = t.global_step
+        job.epoch, k = divmod(t.global_step, len(b))
+        job.pos = k * b.plan.global_batch(job)
+        log.debug("rank %d: resumed at step %d: epoch %d, position %d",
+            job.rank, job.step_count, job.epoch, job.pos)
 
     def _same_versions(self, t):
         """Every rank's loggers take home 0's versions (a logger of

@@ -29,6 +29,10 @@ rdzvd and two real rdzv-agents of two workers each.
   prints: none twice, none skipped, a DataLoader worker process each);
   home 0's replacement logs into the same logger version and writes the
   checkpoints after the repair.
+- The repairable script with RDZV_REPAIR=0 and ckpt_path="last": a
+  SIGKILL after step 12 restarts the job, which resumes from the
+  checkpoint of step 8 mid-epoch; steps 9-12 are trained again with the
+  samples of their position, and the final loss is the plain run's.
 - The repairable script with a sampler of its own (left to Lightning):
   a SIGKILL is still repaired in place, every rank trains every step,
   the replicas stay the same.
@@ -165,13 +169,13 @@ def lightning_or_skip():
             rt.TORCH2_PYTHON, r.stderr[-300:]))
 
 
-def agents(s, d, job, program, env=None):
+def agents(s, d, job, program, env=None, restarts=0):
     prog = os.path.join(s.tmp, "train.py")
     with open(prog, "w") as f:
         f.write(program)
     args = ["--nnodes", "2", "--nproc-per-node", "2",
             "--rdzv-endpoint", "127.0.0.1:%d" % d.port, "--rdzv-id", job,
-            "--max-restarts", "0", "--grace", "2",
+            "--max-restarts", str(restarts), "--grace", "2",
             "--rdzv-conf", conf(0.2, 5.0)]
     # The warm spare imports Lightning too, so a replacement is ready
     # in about a second rather than after Lightning's import.
@@ -297,6 +301,67 @@ def test_own_sampler_left_to_lightning():
     check(all(got[h][0] == before[h] for h in (0, 1, 2)), (got, before))
     check({v[1] for v in got.values()} == {EPOCHS * STEPS_PER_EPOCH}, got)
     check(len({v[3] for v in got.values()}) == 1, got)
+
+
+def test_restart_resumes_from_lightning_checkpoint():
+    """RDZV_REPAIR=0 (no repair: a death restarts the job) and the
+    script resuming with ckpt_path="last": a worker SIGKILLed at the gate
+    after step 12, the restarted job resumes from the checkpoint of step
+    8 (mid-epoch) and trains the steps left, each step's samples those of
+    its position, to the plain run's final loss."""
+    lightning_or_skip()
+    # A fixed logger version: the restarted job's checkpoint directory
+    # is the first one's, where "last" is found.
+    prog = REPAIR.replace(
+        "every_n_train_steps=8, save_top_k=-1)",
+        "every_n_train_steps=4, save_top_k=-1, save_last=True)").replace(
+        "batch_size=64))",
+        "batch_size=64),\n            ckpt_path=\"last\")").replace(
+        "CSVLogger(d)", "CSVLogger(d, version=0)")
+    check(prog.count('ckpt_path="last"') == 1 and "save_last" in prog and
+          "version=0" in prog, prog)
+    d = rt.Rdzvd()
+    with Scope("lightning-resume-") as s:
+        for name in ("go", "go3"):
+            open(os.path.join(s.tmp, name), "w").close()
+        xs = agents(s, d, "plres", prog, env={"RDZV_REPAIR": "0"},
+                    restarts=1)
+        try:
+            rt.wait_until(lambda: running(xs) and len(at(s.tmp, 12)) == 4,
+                          timeout=180, what="4 ranks at the gate after "
+                          "step 12")
+            os.kill(at(s.tmp, 12)[1], signal.SIGKILL)
+            open(os.path.join(s.tmp, "go2"), "w").close()
+            for x in xs:
+                rc = x.wait(180)
+                check(rc == 0, (rc, x.output()[-6000:]))
+        except BaseException:
+            log("agents' output:\n" + (xs[0].output() +
+                                        xs[1].output())[-12000:])
+            raise
+        out = xs[0].output() + xs[1].output()
+        ev = job_events(d, "plres")
+    d.stop()
+    check(any(t.startswith("restart 1 of") for t in ev), ev)
+    check(not any(t.startswith("repair") for t in ev), ev)
+    # Steps 1-8 were trained once (the first attempt), 9-12 twice (the
+    # second resumed from step 8's checkpoint), the rest once.
+    times = {}
+    for _, step, _, _, _, _ in compatlib.COMMIT_RE.findall(out):
+        times[int(step)] = times.get(int(step), 0) + 1
+    log("ranks' commits of each step: %s" % times)
+    check(all(times[k] == (8 if 9 <= k <= 12 else 4)
+              for k in range(1, EPOCHS * STEPS_PER_EPOCH + 1)), times)
+    compatlib.check_samples(out, 512, 8, EPOCHS, policy="global")
+    got = finals(out)
+    check({v[1] for v in got.values()} == {EPOCHS * STEPS_PER_EPOCH}, got)
+    losses = {v[3] for v in got.values()}
+    check(len(losses) == 1, got)
+    ref = st.get("ref")
+    log("restarted run: final loss %.6f, failure-free %s" % (
+        min(losses), "%.6f" % ref if ref is not None else "not run"))
+    if ref is not None:
+        check(abs(min(losses) - ref) <= 1e-4 * ref, (losses, ref))
 
 
 def test_kill_repairs_in_place():
