@@ -35,7 +35,7 @@ COMPAT_TESTS += tests/compat/test_plain_jobs.py
 COMPAT_TESTS += tests/compat/test_framework_progress.py
 COMPAT_TESTS += tests/compat/test_helper_scripts.py
 # In-place repair under a seeded random schedule of kills, rdzvd kill -9
-# and SIGSTOPs (opt-in: RDZV_TEST_CHAOS=1; two seeds a leg when on).
+# and SIGSTOPs (two seeds a leg; RDZV_TEST_CHAOS=0 skips it).
 COMPAT_TESTS += tests/compat/test_repair_chaos.py
 # torchrun's own `rdzv` backend (python/rdzv/torchrun.py) on rdzvd.
 COMPAT_TESTS += tests/compat/test_torchrun_backend.py
