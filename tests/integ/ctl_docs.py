@@ -401,5 +401,53 @@ def test_repair_settings_documented():
             "%s is not in rdzv-agent(1)'s ENVIRONMENT" % n
 
 
+DOCS = ["README.md", "HACKING.md", "common/PROTOCOL.md"] + sorted(
+    os.path.join("doc", f) for f in os.listdir(os.path.join(SRC, "doc"))
+    if f.endswith(".md"))
+
+
+def code_lines(text):
+    """The lines of text's fenced blocks and its inline code spans."""
+    blocks = re.findall(r"```[a-z]*\n(.*?)```", text, re.S)
+    rest = re.sub(r"```.*?```", "", text, flags=re.S)
+    return [ln for b in blocks for ln in b.splitlines()] + \
+        re.findall(r"`([^`\n]+)`", rest)
+
+
+def test_docs_name_what_exists():
+    """Every path the README and doc/ name in code (a first part that is
+    a directory or file of the tree) exists in the source or the build
+    tree (a library named without its .la too), and every option a command line there gives rdzv-agent, rdzvd
+    or rdzvctl (before the program it runs) is in that program's
+    --help."""
+    tops = set(os.listdir(SRC)) - {"build"}
+    helps = {p: help_text(PAGES[m]) for m, p in (
+        ("rdzv-agent.1", "rdzv-agent"), ("rdzvd.8", "rdzvd"),
+        ("rdzvctl.1", "rdzvctl"))}
+    bad = []
+    for doc in DOCS:
+        for ln in code_lines(open(os.path.join(SRC, doc)).read()):
+            for tok in re.split(r"[\s,()]+", ln):
+                tok = tok.strip("'\".:;").split(":")[0].rstrip("/")
+                if "/" not in tok or re.search(r"[*<{$]", tok) or \
+                        tok.split("/")[0] not in tops:
+                    continue
+                if not any(os.path.exists(os.path.join(t, tok + x))
+                           for t in (SRC, BUILD) for x in ("", ".la")):
+                    bad.append("%s: path %s" % (doc, tok))
+            m = re.match(r"(?:\$\s+)?(?:\S*/)?(rdzv-agent|rdzvd|rdzvctl)"
+                         r"\s(.*)", ln.strip())
+            if not m:
+                continue
+            for tok in m.group(2).split():
+                if tok.endswith(".py") or tok.startswith(("./", "-m")) or \
+                        tok in ("python", "python3"):
+                    break       # the program it runs: its own options
+                if re.match(r"--[a-z][a-z0-9_-]*$", tok.split("=")[0]) \
+                        and tok.split("=")[0] not in helps[m.group(1)]:
+                    bad.append("%s: %s %s" % (doc, m.group(1), tok))
+    assert not bad, "stale names in the docs:\n  " + "\n  ".join(bad)
+
+
 if __name__ == "__main__":
     rt.main(globals())
