@@ -432,6 +432,47 @@ void	logs_summary_end(FILE *f);
 int	logs_error_to_parent(const char *program, const char *host,
 	    const struct logs_failure *first, const char *job_msg);
 
+/* ---- host.c: whether this agent hosts the rendezvous ---- */
+
+/*
+ * Hosts the rendezvous where torchrun's agent would (--standalone, node
+ * rank 0 of a static one, c10d's is_host with its port free), an
+ * embedded rdzvd on base: *hosted 1 then, and c's endpoint gets the port
+ * it got for a port 0.  0, or -1 (logged) when the agent cannot go on.
+ */
+int	host_rendezvous(struct agent_config *c, struct event_base *base,
+	    int *hosted);
+/* Stops the rdzvd host_rendezvous started. */
+void	host_stop(void);
+
+/* ---- env.c: what each worker gets in its environment ---- */
+
+struct rdzv_round;
+
+/* Appends NAME=value to a growing NULL-terminated array (*n entries in
+ * *cap slots): a worker's variables before env_merge. */
+void	env_set(char ***envp, size_t *n, size_t *cap, const char *name,
+	    const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+/* The defaults torchrun sets only when the user has not (a worker's and
+ * the warm spare's, which loads the libraries that read them). */
+void	env_defaults(const struct agent_config *, char ***envp, size_t *n,
+	    size_t *cap);
+/* The agent's environment less what vars set, plus vars (nv of them);
+ * takes vars' array. */
+char  **env_merge(char **vars, size_t nv);
+/* The world size workers started in round r are told (a standby's,
+ * started into a repair round: the world once the round grows). */
+int64_t	env_world(const struct agent_config *, const struct rdzv_round *r);
+/* The variables rdzv-agent sets for local_rank in round r, alone (*np
+ * of them, NULL-terminated; --dry_run prints them). */
+char  **env_vars(const struct agent_config *, int local_rank,
+	    const struct rdzv_round *r, size_t *np);
+/* local_rank's whole environment for round r. */
+char  **env_worker(const struct agent_config *, int local_rank,
+	    const struct rdzv_round *r);
+/* Frees what env_worker or env_merge made (our strings only). */
+void	env_free(char **);
+
 /* ---- progress.c: the channel to each worker (steps, repair) ---- */
 
 /* The fd number a worker finds its progress socket at. */

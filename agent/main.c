@@ -52,22 +52,17 @@
  * they are killed when the agent leaves.
  *
  * Before JOINING, the agent may host the rendezvous itself, an embedded
- * rdzvd on its event loop (agent_rendezvous): --standalone; node rank 0
+ * rdzvd on its event loop (host.c): --standalone; node rank 0
  * of a static rendezvous; under c10d the agent on the endpoint's host
  * that finds its port free.  It then joins it like any other agent.
  */
 #include "config.h"
 
 #include <sys/types.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 
-#include <netinet/in.h>
-
 #include <errno.h>
-#include <netdb.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -78,16 +73,11 @@
 
 #include "agent.h"
 #include "chan.h"
-#include "hostport.h"
 #include "log.h"
 #include "mono.h"
 #include "rdzv_err.h"
-#include "rz.h"		/* rz_topo_*: replica groups */
+#include "rz.h"		/* RZ_REPAIR_LWS_MAX */
 #include "wire.h"
-
-#ifdef HAVE_RDZVD_EMBED
-#include "embed.h"
-#endif
 
 enum agent_state {
 	AS_JOINING = 0,	/* no round yet (the state the agent starts in) */
@@ -195,262 +185,6 @@ agent_set_state(enum agent_state s)
 	ag.state = s;
 }
 
-static void
-agent_setenv(char ***envp, size_t *n, size_t *cap, const char *name,
-    const char *fmt, ...) __attribute__((format(printf, 5, 6)));
-
-/* Appends NAME=value to a growing NULL-terminated array. */
-static void
-agent_setenv(char ***envp, size_t *n, size_t *cap, const char *name,
-    const char *fmt, ...)
-{
-	va_list	 ap;
-	char	*val, *kv, **e;
-
-	va_start(ap, fmt);
-	if (vasprintf(&val, fmt, ap) == -1)
-		fatalx("out of memory");
-	va_end(ap);
-	if (asprintf(&kv, "%s=%s", name, val) == -1)
-		fatalx("out of memory");
-	free(val);
-	if (*n + 2 > *cap) {
-		*cap = *cap ? *cap * 2 : 64;
-		if ((e = reallocarray(*envp, *cap, sizeof *e)) == NULL)
-			fatalx("out of memory");
-		*envp = e;
-	}
-	(*envp)[(*n)++] = kv;
-	(*envp)[*n] = NULL;
-}
-
-/* Whether envp sets the variable named by the first l bytes of name. */
-static int
-agent_env_has(char **envp, size_t n, const char *name, size_t l)
-{
-	size_t	i;
-
-	for (i = 0; i < n; i++)
-		if (strncmp(envp[i], name, l) == 0 && envp[i][l] == '=')
-			return (1);
-	return (0);
-}
-
-/*
- * Whether workers see only their own devices (--gpus_per_worker,
- * --virtual_local_rank): then LOCAL_RANK is 0, the index of a worker's
- * first device, so that torch.cuda.set_device(LOCAL_RANK) works in every
- * worker; the rank on the node stays in RDZV_LOCAL_RANK.
- */
-static int
-agent_own_devices(void)
-{
-	return (ag.cfg.gpus_per_worker > 0 || ag.cfg.virtual_local_rank);
-}
-
-/* The CUDA_VISIBLE_DEVICES of local_rank: its share of the GPU list. */
-static void
-agent_gpus(int local_rank, char *out, size_t outsz)
-{
-	const char	*p = ag.cfg.gpu_list;
-	int		 per = ag.cfg.gpus_per_worker > 0 ?
-			    ag.cfg.gpus_per_worker : 1;
-	int		 first = local_rank * per, i = 0;
-	size_t		 o = 0, n;
-
-	out[0] = '\0';
-	while (p != NULL && *p != '\0') {
-		n = strcspn(p, ",");
-		if (i >= first && i < first + per &&
-		    o + n + 2 < outsz) {
-			if (o > 0)
-				out[o++] = ',';
-			memcpy(out + o, p, n);
-			o += n;
-			out[o] = '\0';
-		}
-		i++;
-		p += n + (p[n] == ',');
-	}
-}
-
-/*
- * The world size workers started in round r are told: the round's,
- * or, started into a repair round (a standby taking a lost node's
- * place), the one they will be in once the round grows with them (their
- * ranks from r's rank base are already those).
- */
-static int64_t
-agent_world(const struct rdzv_round *r)
-{
-	if (r->kind == NAT_KIND_NORMAL)
-		return (r->world_size);
-	return (r->world_size + ag.cfg.nproc -
-	    __builtin_popcountll((unsigned long long)r->live_local));
-}
-
-/*
- * The defaults torchrun sets only when the user has not; a worker and
- * the warm spare (which loads the libraries that read them) get them.
- */
-static void
-agent_default_vars(char ***e, size_t *n, size_t *cap)
-{
-	if (getenv("NCCL_ASYNC_ERROR_HANDLING") == NULL)
-		agent_setenv(e, n, cap, "NCCL_ASYNC_ERROR_HANDLING", "1");
-	if (getenv("TORCH_NCCL_ASYNC_ERROR_HANDLING") == NULL)
-		agent_setenv(e, n, cap, "TORCH_NCCL_ASYNC_ERROR_HANDLING",
-		    "1");
-	if (getenv("OMP_NUM_THREADS") == NULL && ag.cfg.nproc > 1)
-		agent_setenv(e, n, cap, "OMP_NUM_THREADS", "1");
-}
-
-/*
- * A job of replica groups (--rdzv_conf replicas=R, which rdzvd checked
- * against the world): where local_rank sits, by its home rank (group
- * rank x nproc + local rank; rz/rz_topo.c).
- */
-static void
-agent_topo_vars(char ***e, size_t *n, size_t *cap, int local_rank,
-    const struct rdzv_round *r, int64_t world)
-{
-	struct rz_topo	t;
-	char		why[256];
-
-	if (ag.cfg.replicas < 1 || r->group_rank < 0 ||
-	    rz_topo_check(world, ag.cfg.replicas, why, sizeof why) != 0)
-		return;
-	rz_topo_rank(world, ag.cfg.replicas, r->group_rank * ag.cfg.nproc +
-	    local_rank, &t);
-	agent_setenv(e, n, cap, "RDZV_REPLICAS", "%lld",
-	    (long long)t.replicas);
-	agent_setenv(e, n, cap, "RDZV_REPLICA", "%lld", (long long)t.replica);
-	agent_setenv(e, n, cap, "RDZV_SHARD", "%lld", (long long)t.shard);
-}
-
-/*
- * The variables rdzv-agent sets for local_rank in round r (torchrun's,
- * see shared/reference/tcpstore-wire.md section 6, plus RDZV_*).
- */
-static char **
-agent_worker_vars(int local_rank, const struct rdzv_round *r, size_t *np)
-{
-	char		**e = NULL, gpus[1024];
-	size_t		  n = 0, cap = 0;
-	int64_t		  rank = r->rank_base + local_rank;
-	int64_t		  world = agent_world(r);
-
-	agent_setenv(&e, &n, &cap, "LOCAL_RANK", "%d",
-	    agent_own_devices() ? 0 : local_rank);
-	agent_setenv(&e, &n, &cap, "RDZV_LOCAL_RANK", "%d", local_rank);
-	agent_setenv(&e, &n, &cap, "RANK", "%lld", (long long)rank);
-	agent_setenv(&e, &n, &cap, "GROUP_RANK", "%lld",
-	    (long long)r->group_rank);
-	agent_setenv(&e, &n, &cap, "ROLE_RANK", "%lld", (long long)rank);
-	agent_setenv(&e, &n, &cap, "ROLE_NAME", "%s", ag.cfg.role);
-	agent_setenv(&e, &n, &cap, "LOCAL_WORLD_SIZE", "%d", ag.cfg.nproc);
-	agent_setenv(&e, &n, &cap, "WORLD_SIZE", "%lld", (long long)world);
-	agent_setenv(&e, &n, &cap, "GROUP_WORLD_SIZE", "%lld",
-	    (long long)r->group_world_size);
-	agent_setenv(&e, &n, &cap, "ROLE_WORLD_SIZE", "%lld",
-	    (long long)world);
-	agent_setenv(&e, &n, &cap, "MASTER_ADDR", "%s", rdzv_master_host());
-	agent_setenv(&e, &n, &cap, "MASTER_PORT", "%lld",
-	    (long long)r->store_port);
-	agent_setenv(&e, &n, &cap, "TORCHELASTIC_RESTART_COUNT", "%lld",
-	    (long long)r->restart_count);
-	agent_setenv(&e, &n, &cap, "TORCHELASTIC_MAX_RESTARTS", "%lld",
-	    (long long)r->max_restarts);
-	agent_setenv(&e, &n, &cap, "TORCHELASTIC_RUN_ID", "%s",
-	    ag.cfg.rdzv_id);
-	agent_setenv(&e, &n, &cap, "TORCHELASTIC_USE_AGENT_STORE", "True");
-	agent_setenv(&e, &n, &cap, "TORCHELASTIC_ERROR_FILE", "%s",
-	    logs_error_file(local_rank));
-	agent_setenv(&e, &n, &cap, "RDZV_ENDPOINT", "%s", ag.cfg.endpoint);
-	if (rdzv_worker_token_file() != NULL)
-		agent_setenv(&e, &n, &cap, "RDZV_TOKEN_FILE", "%s",
-		    rdzv_worker_token_file());
-	if (ag.cfg.tls_ca != NULL)
-		agent_setenv(&e, &n, &cap, "RDZV_TLS_CA", "%s",
-		    ag.cfg.tls_ca);
-	agent_setenv(&e, &n, &cap, "RDZV_PROGRESS_FD", "%d",
-	    PROGRESS_CHILD_FD);
-	agent_setenv(&e, &n, &cap, "RDZV_JOB", "%s", ag.cfg.rdzv_id);
-	agent_setenv(&e, &n, &cap, "RDZV_ROUND", "%lld", (long long)r->round);
-	agent_setenv(&e, &n, &cap, "RDZV_NAMESPACE", "%s", r->store_ns);
-	agent_setenv(&e, &n, &cap, "RDZV_NODE_ID", "%lld",
-	    (long long)r->node_id);
-	agent_topo_vars(&e, &n, &cap, local_rank, r, world);
-	/* Started into a repair round: it takes a lost node's place. */
-	if (r->kind != NAT_KIND_NORMAL)
-		agent_setenv(&e, &n, &cap, "RDZV_REPLACEMENT", "1");
-	if (agent_own_devices()) {
-		agent_gpus(local_rank, gpus, sizeof gpus);
-		agent_setenv(&e, &n, &cap, "CUDA_VISIBLE_DEVICES", "%s", gpus);
-	}
-	agent_default_vars(&e, &n, &cap);
-	*np = n;
-	return (e);
-}
-
-/* The whole environment: the agent's, less what vars set, plus vars. */
-static char **
-agent_merge_env(char **vars, size_t nv)
-{
-	extern char	**environ;
-	char		**e;
-	size_t		  ne = 0, i;
-
-	for (i = 0; environ[i] != NULL; i++)
-		;
-	if ((e = calloc(i + nv + 1, sizeof *e)) == NULL)
-		fatalx("out of memory");
-	for (i = 0; environ[i] != NULL; i++) {
-		if (strchr(environ[i], '=') == NULL)
-			continue;
-		if (!agent_env_has(vars, nv, environ[i],
-		    strcspn(environ[i], "=")))
-			e[ne++] = environ[i];
-	}
-	for (i = 0; i < nv; i++)
-		e[ne++] = vars[i];
-	e[ne] = NULL;
-	free(vars);	/* the strings now belong to e */
-	return (e);
-}
-
-/* A worker's whole environment. */
-static char **
-agent_worker_env(int local_rank, const struct rdzv_round *r)
-{
-	char	**vars;
-	size_t	  nv;
-
-	vars = agent_worker_vars(local_rank, r, &nv);
-	return (agent_merge_env(vars, nv));
-}
-
-/* Frees what agent_worker_env allocated (our strings only). */
-static void
-agent_free_env(char **e)
-{
-	extern char	**environ;
-	size_t		  i, j;
-	int		  ours;
-
-	for (i = 0; e[i] != NULL; i++) {
-		ours = 1;
-		for (j = 0; environ[j] != NULL; j++)
-			if (environ[j] == e[i]) {
-				ours = 0;
-				break;
-			}
-		if (ours)
-			free(e[i]);
-	}
-	free(e);
-}
-
 /*
  * Starts the warm spare when one is wanted and none runs: --warm_spare,
  * a python program (the spare runs python -u -m rdzv.spare PROGRAM
@@ -487,13 +221,13 @@ agent_spare_want(void)
 	argv[3] = "rdzv.spare";
 	for (i = 2; i < ag.cfg.argc; i++)
 		argv[i + 2] = ag.cfg.argv[i];
-	agent_default_vars(&vars, &n, &cap);
-	agent_setenv(&vars, &n, &cap, "RDZV_SPARE_FD", "%d",
+	env_defaults(&ag.cfg, &vars, &n, &cap);
+	env_set(&vars, &n, &cap, "RDZV_SPARE_FD", "%d",
 	    PROGRESS_CHILD_FD);
-	env = agent_merge_env(vars, n);
+	env = env_merge(vars, n);
 	while (rv == 0 && sup_spare_count() < want)
 		rv = sup_spare_start(argv, env);
-	agent_free_env(env);
+	env_free(env);
 	free(argv);
 	if (rv != 0 && rv != RDZV_EBUSY)
 		log_warnx("cannot start a warm spare: %s; workers start cold",
@@ -621,7 +355,7 @@ agent_start_round(const struct rdzv_round *r)
 	    (long long)r->group_rank, (long long)r->group_world_size,
 	    (long long)r->rank_base,
 	    (long long)r->rank_base + ag.cfg.nproc - 1,
-	    (long long)agent_world(r), (long long)r->restart_count);
+	    (long long)env_world(&ag.cfg, r), (long long)r->restart_count);
 	memset(ag.hung_at, 0, ag.cfg.nproc * sizeof *ag.hung_at);
 	ag.pending = 0;
 	ag.fresh = 0;
@@ -644,14 +378,14 @@ agent_start_round(const struct rdzv_round *r)
 		return;
 	}
 	for (i = 0; i < ag.cfg.nproc; i++) {
-		env = agent_worker_env(i, r);
+		env = env_worker(&ag.cfg, i, r);
 		logs_child_fds(i, &out_fd, &err_fd);
 		rv = sup_spawn(i, ag.cfg.argv, env, out_fd, err_fd,
 		    progress_child_fd(i), &pid, &warm);
 		nwarm += rv == 0 && warm;
 		logs_spawned(i);
 		progress_spawned(i);
-		agent_free_env(env);
+		env_free(env);
 		if (rv != 0) {
 			rdzv_report_failure(r->round, i, r->rank_base + i,
 			    127, 0, 0, "rdzv-agent could not fork the worker");
@@ -1416,187 +1150,13 @@ agent_dry_run(void)
 	r.node_id = 0;
 	r.store_port = 0;
 	for (i = 0; i < ag.cfg.nproc; i++) {
-		vars = agent_worker_vars(i, &r, &n);
+		vars = env_vars(&ag.cfg, i, &r, &n);
 		for (j = 0; j < n; j++) {
 			printf("env[%d] %s\n", i, vars[j]);
 			free(vars[j]);
 		}
 		free(vars);
 	}
-}
-
-/*
- * Whether host names this machine: some address of it can be bound here
- * (torchrun's is_host test, without listing the interfaces).
- */
-static int
-agent_host_is_local(const char *host)
-{
-	struct addrinfo	 hints, *res, *ai;
-	int		 fd, local = 0;
-
-	memset(&hints, 0, sizeof hints);
-	hints.ai_family = AF_UNSPEC;
-	hints.ai_socktype = SOCK_DGRAM;
-	if (getaddrinfo(host, "0", &hints, &res) != 0)
-		return (0);
-	for (ai = res; ai != NULL && !local; ai = ai->ai_next) {
-		if ((fd = socket(ai->ai_family, SOCK_DGRAM | SOCK_CLOEXEC,
-		    0)) == -1)
-			continue;
-		local = bind(fd, ai->ai_addr, ai->ai_addrlen) == 0;
-		close(fd);
-	}
-	freeaddrinfo(res);
-	return (local);
-}
-
-/*
- * Whether nothing listens on port on any address, as a TCPStore server
- * (rdzvd's, torch's) would; spec gets the listen address to host on:
- * every address, IPv6 and IPv4 at once where the kernel has IPv6.
- * Returns 1 free, 0 taken, -1 on another error (logged).
- */
-static int
-agent_port_free(int port, char *spec, size_t specsz)
-{
-	struct sockaddr_in6	s6;
-	struct sockaddr_in	s4;
-	int			fd, one = 1, zero = 0, rv, err;
-
-	memset(&s6, 0, sizeof s6);
-	s6.sin6_family = AF_INET6;
-	s6.sin6_port = htons(port);
-	s6.sin6_addr = in6addr_any;
-	memset(&s4, 0, sizeof s4);
-	s4.sin_family = AF_INET;
-	s4.sin_port = htons(port);
-	s4.sin_addr.s_addr = htonl(INADDR_ANY);
-	if ((fd = socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0)) != -1) {
-		(void)setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero,
-		    sizeof zero);
-		(void)hostport_join(spec, specsz, "*", port);
-	} else if ((fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC,
-	    0)) != -1)
-		(void)hostport_join(spec, specsz, "0.0.0.0", port);
-	else {
-		log_warn("socket");
-		return (-1);
-	}
-	/* As the listener will: a port in TIME_WAIT is free, not taken. */
-	(void)setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-	rv = spec[0] == '*' ? bind(fd, (struct sockaddr *)&s6, sizeof s6) :
-	    bind(fd, (struct sockaddr *)&s4, sizeof s4);
-	err = errno;
-	close(fd);
-	if (rv == 0)
-		return (1);
-	if (err == EADDRINUSE)
-		return (0);
-	log_warnx("port %d: %s", port, strerror(err));
-	return (-1);
-}
-
-/* The endpoint with its port 0 replaced by the one the host got. */
-static void
-agent_endpoint_port(int port)
-{
-	char	ep[RDZV_HOSTPORT_MAX];
-
-	if (hostport_join(ep, sizeof ep, ag.cfg.ep_host, port) != 0)
-		fatalx("endpoint too long");	/* cli_endpoint split it */
-	free(ag.cfg.endpoint);
-	if ((ag.cfg.endpoint = strdup(ep)) == NULL)
-		fatalx("out of memory");
-	ag.cfg.ep_port = port;
-}
-
-/* Starts the in-process rdzvd on listen; sets *port.  0 or -1. */
-static int
-agent_embed(const char *listen, int *port)
-{
-#ifdef HAVE_RDZVD_EMBED
-	rdzvd_embed_round_ports(ag.cfg.round_ports[0], ag.cfg.round_ports[1]);
-	if (rdzvd_embed_start(ag.base, listen, port) != 0)
-		return (-1);
-	ag.embedded = 1;
-	return (0);
-#else
-	log_warnx("this build has no embedded rdzvd: start rdzvd and pass "
-	    "--rdzv_endpoint");
-	return (-1);
-#endif
-}
-
-static int
-agent_standalone(void)
-{
-	int	port;
-
-	if (agent_embed("127.0.0.1:0", &port) != 0) {
-		log_warnx("--standalone: cannot start the embedded rdzvd");
-		return (-1);
-	}
-	/* cli_rdzv_mode made the endpoint 127.0.0.1:0. */
-	agent_endpoint_port(port);
-	log_debug("embedded rdzvd on %s", ag.cfg.endpoint);
-	return (0);
-}
-
-/*
- * Hosts the rendezvous where torchrun's agent would: node rank 0 of a
- * static rendezvous, and under c10d (is_host) the agent on the
- * endpoint's host when nothing listens on its port yet.  Every agent,
- * this one too, then joins it at the endpoint.  An agent that finds the
- * port taken joins what listens there (rdzvd, or the agent beside it
- * that was first).  Returns 0, or -1 when the agent cannot go on.
- */
-static int
-agent_rendezvous(void)
-{
-	char	spec[64];
-	int	port = ag.cfg.ep_port, got, free_;
-
-	if (ag.cfg.standalone)
-		return (agent_standalone());
-	if (ag.cfg.rdzv_mode == AGENT_RDZV_STATIC) {
-		if (ag.cfg.node_rank != 0)
-			return (0);
-	} else if (ag.cfg.rdzv_mode == AGENT_RDZV_C10D) {
-		if (ag.cfg.is_host == 0 || (ag.cfg.is_host == -1 &&
-		    !agent_host_is_local(ag.cfg.ep_host))) {
-			if (port != 0)
-				return (0);
-			log_warnx("c10d endpoint %s: port 0 is for the agent "
-			    "that hosts the rendezvous", ag.cfg.endpoint);
-			return (-1);
-		}
-	} else
-		return (0);
-	if ((free_ = agent_port_free(port, spec, sizeof spec)) == 0) {
-		log_info("%s rendezvous: port %d is taken here: joining what "
-		    "listens there", ag.cfg.rdzv_backend, port);
-		return (0);
-	}
-	if (free_ == -1)
-		return (-1);
-	if (ag.cfg.tls_ca != NULL) {
-		log_warnx("a rendezvous hosted by rdzv-agent speaks no TLS: "
-		    "run rdzvd with --tls-cert, or drop --tls_ca");
-		return (-1);
-	}
-	if (agent_embed(spec, &got) != 0) {
-		/* Another agent of this host was quicker: join it. */
-		log_info("%s rendezvous: cannot host on port %d: joining what "
-		    "listens there", ag.cfg.rdzv_backend, port);
-		return (0);
-	}
-	if (port == 0)
-		agent_endpoint_port(got);
-	log_info("hosting the %s rendezvous of job %s on port %d; it ends "
-	    "with this agent (run rdzvd for one that outlives any node)",
-	    ag.cfg.rdzv_backend, ag.cfg.rdzv_id, got);
-	return (0);
 }
 
 int
@@ -1622,7 +1182,7 @@ main(int argc, char **argv)
 	ag.hostname[sizeof ag.hostname - 1] = '\0';
 	if ((ag.base = event_base_new()) == NULL)
 		fatalx("event_base_new");
-	if (agent_rendezvous() != 0)
+	if (host_rendezvous(&ag.cfg, ag.base, &ag.embedded) != 0)
 		return (1);
 	if ((rv = logs_init(ag.base, &ag.cfg)) != 0) {
 		log_warnx("cannot create the log directory: %s",
@@ -1695,10 +1255,8 @@ main(int argc, char **argv)
 	logs_end_attempt();
 	progress_end_attempt();
 	logs_cleanup();
-#ifdef HAVE_RDZVD_EMBED
 	if (ag.embedded)
-		rdzvd_embed_stop();
-#endif
+		host_stop();
 	fflush(stdout);
 	return (ag.exit_code);
 }
