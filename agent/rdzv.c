@@ -34,6 +34,12 @@
  *   rdzv_shutdown: any state -> CLOSED; rdzv_fatal: shutdown, then tell
  * Every transition is made by rdzv_set_state(), which checks it against
  * rc_next[] and logs it at debug.
+ *
+ * Why about 1,450 lines: it is one connection's life (connect, TLS, the
+ * handshake, JOIN, beats, the reports kept until acknowledged,
+ * reconnects, the pushes decoded), and its state (rc_*) and timers are
+ * shared by all of it; cut by topic, each part would reach into the
+ * others' state.
  */
 #include "config.h"
 

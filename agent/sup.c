@@ -27,6 +27,10 @@
  * program as __main__.  From then on it is that rank's worker.  A spare
  * that dies before it is used is reaped with one log line and none is
  * started again (workers start cold).
+ *
+ * Why about 1,250 lines: every fork of the agent is here on purpose
+ * (spawn, respawn, the spares' handoff, reaping), sharing the children's
+ * table and the SIGCHLD path.
  */
 #include "config.h"
 

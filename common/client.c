@@ -13,6 +13,12 @@
  * TLS the socket is non-blocking underneath OpenSSL too (through a BIO
  * of our own that never raises SIGPIPE; common/tls.h says why), and a
  * WANT_READ/WANT_WRITE becomes a ppoll() in that direction.
+ *
+ * Why about 1,400 lines: one connection's blocking I/O (resolution,
+ * connect, TLS, the handshake) and one short function per op of the
+ * protocol, each through the one request helper (client_request,
+ * client_call); the ops are the public API of client.h, one place to
+ * read them.
  */
 #include "config.h"
 

@@ -16,6 +16,10 @@
  * kv->firing just removes it from there, so it never fires.  The namespace
  * being mutated is marked busy so a cancellation cannot free it under the
  * mutation; it is collected when the mutation ends.
+ *
+ * Why about 1,350 lines: one data structure: keys, queues, waiters and
+ * the two-phase firing share the per-namespace tables and one walk of
+ * them; apart, each part would reach into the others' tables.
  */
 #include "config.h"
 

@@ -5,6 +5,9 @@ Everything a test needs to drive a real rdzvd over loopback, in pure Python
 (no torch needed, so it runs under any python3; /usr/bin/python3 is used by
 `make check` because the compat tests also import torch).
 
+Why about 2,000 lines: every integration test imports this one module
+(one import, one place to look); its parts are listed below.
+
 What is here
 ------------
 Running rdzvd

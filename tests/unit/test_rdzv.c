@@ -11,6 +11,11 @@
  * lease expiry), drained here as rdzvd's round.c drains it; repair
  * rounds (shrink on a repairable FAILURE, grow on READY, the donor, each
  * escalation to a restart, a reload mid-repair).
+ *
+ * Why about 2,600 lines: one test per rule of the machine over one
+ * fixture (a kv core, a fake clock, the outbox drained as round.c does);
+ * split by the rz file under test, each part would carry the fixture
+ * again.
  */
 #include "config.h"
 

@@ -8,6 +8,9 @@
  * and hold on to fixtures that store.c must cope with, and to inject
  * faults: the Nth sqlite call or allocation fails (sqlite's faultsim
  * habit), see "Fault injection" below.
+ *
+ * Why about 1,300 lines: one test per way a sqlite file can be or fail,
+ * over one fixture and the fault injection below.
  */
 #include "config.h"
 
