@@ -25,3 +25,5 @@ endif
 EXTRA_DIST += $(RDZV_PY) python/pyproject.toml examples/torch_ddp_repair.py \
 	examples/torch_plain_ddp.py examples/torch_repair_ddp.py \
 	examples/torch_hsdp_repair.py
+# Accelerate repaired in place: the plain script and its twin.
+EXTRA_DIST += examples/accelerate_plain.py examples/accelerate_repair.py

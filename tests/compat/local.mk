@@ -41,6 +41,8 @@ COMPAT_TESTS += tests/compat/test_repair_chaos.py
 COMPAT_TESTS += tests/compat/test_torchrun_backend.py
 # rdzv.lightning's RepairStrategy: a Lightning job repaired in place.
 COMPAT_TESTS += tests/compat/test_lightning_repair.py
+# An Accelerate script repaired in place (examples/accelerate_repair.py).
+COMPAT_TESTS += tests/compat/test_accelerate_repair.py
 TESTS += $(COMPAT_TESTS)
 EXTRA_DIST += $(COMPAT_TESTS) tests/compat/compatlib.py
 # test_repair_torch's fake agent, tests/lib/fakeagent.py, is listed in
