@@ -11,7 +11,10 @@ accelerate_repair.py is the same script repaired in place by rdzv.repair:
 a worker's death costs the survivors one step, they keep their processes,
 and the agent's replacement joins with the model, the optimizer's and the
 schedule's state and the data position.  `diff -u examples/accelerate_plain.py
-examples/accelerate_repair.py | grep -c '^[+-][^+-]'` counts 20 lines, these:
+examples/accelerate_repair.py | grep -c '^[+-][^+-]'` counts 20 lines (a
+plain DDP script's twin takes 18, a Lightning script's 3: Accelerate has no
+strategy object the helper could stand in, so the script hands the helper
+the group, the model's wrapper, the data and the step itself), these:
 
     from rdzv import repair                               # +
     job = repair.init_process_group("gloo")               # + before Accelerator()
@@ -69,16 +72,20 @@ Why each, from accelerate 1.15's source:
 What does not survive a repair, because Accelerate reads it once, when
 the Accelerator is made (PartialState caches it):
 - accelerator.process_index, num_processes, is_main_process,
-  is_last_process: the values at the process's start.  After a shrink no
-  survivor has process_index 0 until the replacement of rank 0 joins;
-  read job.rank, job.world (or dist.get_rank(), get_world_size()) where
-  they are used, and job.home for "one process logs".
+  is_last_process: the values at the process's start.  With rank 0
+  killed, the shrink made home 1 the group's rank 0 while its
+  process_index stayed 1 and num_processes 4 in a world of 3; the
+  replacement got rank 0 back in the grow (so is_main_process was right
+  again, but that is the grow's order, not a promise).  Read job.rank,
+  job.world (or dist.get_rank(), get_world_size()) where they are used,
+  and job.home for "one process logs".
 - accelerator.gather() (and gather_for_metrics, pad_across_processes)
   allocate num_processes outputs: while the job is short of ranks gloo
-  refuses them.  accelerator.reduce(t, "mean") divides a sum over the
-  live ranks by the process count of the start.  Both are collectives
-  outside job.step() too: cut by a death they repair the job and return
-  this rank's own value (rdzv.collectives).
+  refuses them (RuntimeError: "invalid output tensor list").
+  accelerator.reduce(t, "mean") divides a sum over the live ranks by the
+  process count of the start.  Called outside job.step(), a death cutting
+  them repairs the job and they return without a result
+  (rdzv.collectives).
 - A prepared DataLoader (its shards and seed), save_state()/load_state()
   (the model is not in accelerator._models; use job.save()/job.load()),
   trackers made by init_trackers() on is_main_process, and
@@ -89,7 +96,10 @@ the Accelerator is made (PartialState caches it):
   fewer processes in its AcceleratedScheduler than the survivors: in such
   an elastic job step the schedule unprepared.  CPU and gloo are what is
   tested (tests/compat/test_accelerate_repair.py); on GPUs the batches
-  need .to(accelerator.device) and job.ddp(model, device_ids=[...]).
+  need .to(accelerator.device) and job.ddp(model, device_ids=[...])
+  (untested).  On a CPU-only torch, Accelerator() without cpu=True (or
+  ACCELERATE_USE_CPU=1, which `accelerate launch --cpu` sets) is
+  DistributedType.NO, one process on its own: hence cpu=True here.
 
     PYTHONPATH=python rdzv-agent --standalone --nproc_per_node 4 \\
         examples/accelerate_repair.py
