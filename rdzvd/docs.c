@@ -9,9 +9,10 @@
  *
  * Job detail: rz.c's document plus, per member of the running round,
  * how far its ranks got, read from the "progress/<rank>" keys workers
- * write into the round's namespace.  It is done here, at output time,
- * because it needs the kv store and the wall clock, which the pure state
- * machine must not read.
+ * write into the round's namespace, through progwatch.c's one reader
+ * (progwatch_read).  It is done here, at output time, because it needs
+ * the kv store and the wall clock, which the pure state machine must
+ * not read.
  */
 #include "config.h"
 
@@ -24,10 +25,6 @@
 
 #include "rdzv_err.h"
 #include "rdzvd.h"
-
-/* Longest "progress/<rank>" value taken: "<step> <unix_ms> [<wait_ms>]",
- * int64 each. */
-#define DOCS_PROGRESS_VALUE_MAX	64
 
 /* doc as compact ASCII JSON text (malloc'ed), and doc released; NULL
  * when doc is NULL or out of memory. */
@@ -99,82 +96,6 @@ docs_jobs(void)
 }
 
 /*
- * Parses a "progress/<rank>" value, "<step> <unix_ms>" in decimal, and
- * maybe " <wait_ms>" (the rank's total wait on its peers; *wait -1 when
- * absent).  Anyone who can reach the round's namespace may have written
- * it, so anything else (signs, blanks, a missing or extra field,
- * overflow) is refused with -1 rather than shown.
- */
-static int
-docs_progress_parse(struct slice v, int64_t *step, int64_t *ms, int64_t *wait)
-{
-	char		 buf[DOCS_PROGRESS_VALUE_MAX + 1], *f[3];
-	const char	*errstr;
-	int64_t		*out[3] = { step, ms, wait };
-	size_t		 i, nf = 1;
-
-	if (v.len == 0 || v.len > DOCS_PROGRESS_VALUE_MAX)
-		return -1;
-	memcpy(buf, v.p, v.len);
-	buf[v.len] = '\0';
-	f[0] = buf;
-	for (i = 0; i < v.len; i++) {
-		if (buf[i] == ' ') {
-			if (nf == 3)
-				return -1;
-			buf[i] = '\0';
-			f[nf++] = buf + i + 1;
-		} else if (buf[i] < '0' || buf[i] > '9')
-			return -1;
-	}
-	if (nf < 2)
-		return -1;
-	*wait = -1;
-	for (i = 0; i < nf; i++) {
-		if (*f[i] == '\0')
-			return -1;
-		*out[i] = strtonum(f[i], 0, INT64_MAX, &errstr);
-		if (errstr != NULL)
-			return -1;
-	}
-	return 0;
-}
-
-/*
- * A rank's report is "progress/<rank>" as librdzvworker writes it, or
- * "/progress/<rank>" as a torch TCPStore client (the python helper's
- * reporter, rdzv/watcher.py) writes the same key: torch puts "/" before
- * every key it sends.
- */
-int
-docs_progress_read(struct slice ns, int64_t rank, int64_t *step, int64_t *ms,
-    int64_t *wait)
-{
-	struct slice	 key, v;
-	char		 kbuf[48];
-	int		 k;
-
-	k = snprintf(kbuf, sizeof kbuf, "/progress/%" PRId64, rank);
-	key.p = (const uint8_t *)kbuf + 1;
-	key.len = (size_t)k - 1;
-	if (kv_get(server.kv, ns, key, &v) != 0) {
-		key.p = (const uint8_t *)kbuf;
-		key.len = (size_t)k;
-		if (kv_get(server.kv, ns, key, &v) != 0)
-			return -1;
-	}
-	return docs_progress_parse(v, step, ms, wait);
-}
-
-int
-docs_progress_get(struct slice ns, int64_t rank, int64_t *step, int64_t *ms)
-{
-	int64_t	wait;
-
-	return docs_progress_read(ns, rank, step, ms, &wait);
-}
-
-/*
  * The "progress" of the member whose ranks are base .. base + lws - 1 in
  * namespace ns (round round of job) at wall-clock time wall: one lookup
  * per rank, no more; "stragglers": those of its ranks named now.
@@ -184,13 +105,14 @@ static json_t *
 docs_member_progress(const char *job, int64_t round, struct slice ns,
     int64_t base, int64_t lws, int64_t wall)
 {
-	int64_t		 r, step, ms, age, n = 0, lo = 0, hi = 0, oldest = 0;
+	int64_t		 r, step, ms, wait, age, n = 0, lo = 0, hi = 0;
+	int64_t		 oldest = 0;
 	json_t		*strag;
 
 	if ((strag = json_array()) == NULL)
 		return NULL;
 	for (r = 0; r < lws; r++) {
-		if (docs_progress_get(ns, base + r, &step, &ms) != 0)
+		if (progwatch_read(ns, base + r, &step, &ms, &wait) != 0)
 			continue;
 		if (n == 0 || step < lo)
 			lo = step;
@@ -200,7 +122,7 @@ docs_member_progress(const char *job, int64_t round, struct slice ns,
 		age = wall > ms ? wall - ms : 0;
 		if (age > oldest)
 			oldest = age;
-		if (stragwatch_named(job, round, base + r))
+		if (progwatch_named(job, round, base + r))
 			json_array_append_new(strag, json_integer(base + r));
 		n++;
 	}
@@ -279,7 +201,8 @@ docs_add_ranks(json_t *ranks, json_t *strag, json_t *jd, int64_t wall)
 	int64_t		 round;
 	double		 speed;
 	int		 named;
-	int64_t		 r, lws, step, ms, slow = -1, slow_step = 0, slow_ms = 0;
+	int64_t		 r, lws, step, ms, wait, slow = -1, slow_step = 0;
+	int64_t		 slow_ms = 0;
 	size_t		 i;
 
 	ns = json_string_value(json_object_get(jd, "store_ns"));
@@ -294,10 +217,11 @@ docs_add_ranks(json_t *ranks, json_t *strag, json_t *jd, int64_t wall)
 		lws = json_integer_value(json_object_get(m,
 		    "local_world_size"));
 		for (r = json_integer_value(base); lws-- > 0; r++) {
-			if (docs_progress_get(slice_str(ns), r, &step, &ms) != 0)
+			if (progwatch_read(slice_str(ns), r, &step, &ms,
+			    &wait) != 0)
 				continue;
-			named = stragwatch_named(job, round, r);
-			speed = stragwatch_speed(job, round, r);
+			named = progwatch_named(job, round, r);
+			speed = progwatch_speed(job, round, r);
 			json_array_append_new(ranks, json_pack("{s:I, s:I, "
 			    "s:I, s:b, s:o}", "rank", (json_int_t)r, "step",
 			    (json_int_t)step, "age_ms", (json_int_t)(wall > ms ?
@@ -323,7 +247,7 @@ docs_history(struct slice job)
 	json_t	*doc, *jd, *ranks, *strag;
 	int64_t	 slow = -1;
 
-	if ((doc = history_doc(job)) == NULL)
+	if ((doc = history_doc(progwatch_history(job), job)) == NULL)
 		return NULL;
 	ranks = json_array();
 	strag = json_array();

@@ -3,17 +3,18 @@
  * history.c: each job's progress over time, for the status page's chart,
  * /api/jobs/JOB/history and the per-job series of /metrics.
  *
- * A timer (every --history-interval-ms, 10 s by default) samples every
- * open job: the lowest step its ranks reported in the running round's
- * "progress/<rank>" keys (docs_progress_get), how many ranks reported,
- * and the steps per second since the previous sample.  Nothing is done
- * per store operation: a job's cost is one kv lookup per rank per tick.
+ * Every --history-interval-ms (10 s by default) progwatch.c, which owns
+ * the per-job table, the timer and the reading of the running round's
+ * "progress/<rank>" keys, hands each job to history_update: an open
+ * job is sampled, the lowest step its ranks reported, how many ranks
+ * reported, and the steps per second since the previous sample.
+ * Nothing is done per store operation.
  *
  * Bounds: a job keeps its newest HIST_SAMPLES_MAX samples (4 hours at
  * the default interval; 32 bytes each, so at most 46 KiB a job, grown as
  * it runs) and its newest HIST_MARKS_MAX marks.  Jobs themselves are
- * bounded by --job-retention: round.c calls history_drop for each job
- * rz_purge forgets, which also drops its rows.
+ * bounded by --job-retention: round.c calls progwatch_drop for each job
+ * rz_purge forgets, which drops its rows here (history_drop).
  *
  * Marks are the job's events (rz_events_doc, read incrementally each
  * tick) that interrupt training: failures and lapsed leases, restarts,
@@ -40,9 +41,7 @@
 #include <string.h>
 
 #include <event2/buffer.h>
-#include <event2/event.h>
 #include <jansson.h>
-#include <uthash.h>
 
 #include "log.h"
 #include "rdzvd.h"
@@ -88,16 +87,13 @@ struct hist_job {
 	int64_t			 ev_after;	/* last event seq read */
 	int64_t			 counts[HK_COUNT];
 	int64_t			 world, newest_ms; /* newest report */
-	int			 seen;		/* in this tick's job list */
 	int			 open;		/* forming or running */
-	UT_hash_handle		 hh;
+	int			 loaded;	/* its rows were read */
 };
 
-static struct hist_job	*hjobs;
-static struct event	*hist_timer;
 static int64_t		 hist_interval_ms;
-
-static void	hist_free_job(struct hist_job *);
+/* progwatch.c's hook, while history_init loads the rows */
+static struct hist_job	*(*hist_adopt)(const char *);
 
 static void
 hist_ns(const char *id, char *buf, size_t sz, struct slice *ns)
@@ -144,20 +140,25 @@ hist_del_row(const char *id, char kind, int64_t seq)
 	    (size_t)k });
 }
 
-static struct hist_job *
-hist_find(const char *id, int create)
+struct hist_job *
+history_new(const char *id)
 {
 	struct hist_job	*hj;
 
-	HASH_FIND_STR(hjobs, id, hj);
-	if (hj != NULL || !create || strlen(id) > RZ_ID_MAX)
-		return hj;
-	if ((hj = calloc(1, sizeof *hj)) == NULL)
+	if (strlen(id) > RZ_ID_MAX || (hj = calloc(1, sizeof *hj)) == NULL)
 		return NULL;
 	strlcpy(hj->id, id, sizeof hj->id);
 	hj->ev_after = -1;
-	HASH_ADD_STR(hjobs, id, hj);
 	return hj;
+}
+
+void
+history_free(struct hist_job *hj)
+{
+	if (hj == NULL)
+		return;
+	free(hj->s);
+	free(hj);
 }
 
 static struct hist_sample *
@@ -303,18 +304,30 @@ hist_rate(struct hist_job *hj, const struct hist_sample *smp)
 	    (double)(tfirst - o->t);
 }
 
+/* bsearch's order of a sample's reports: by rank. */
+static int
+hist_rank_cmp(const void *key, const void *elt)
+{
+	int64_t	rank = *(const int64_t *)key;
+	int64_t	r = ((const struct progwatch_rank *)elt)->rank;
+
+	return rank < r ? -1 : rank > r;
+}
+
 /*
- * Samples one job: its running round's ranks (from rz_job_doc's members'
- * rank_base and local_world_size) read through docs_progress_get.
+ * Samples one open job: the reports in pr (progwatch.c's, NULL when the
+ * job is not running) of its running round's ranks, each member's
+ * rank_base .. + local_world_size in doc (its rz_job_doc).
  */
 static void
-hist_sample_job(struct hist_job *hj, const char *state, int64_t wall)
+hist_sample_job(struct hist_job *hj, const struct progwatch_sample *pr,
+    json_t *doc, int64_t wall)
 {
+	const struct progwatch_rank *rp;
 	struct hist_sample	 smp, *prev;
 	struct hist_mark	*mk;
-	json_t			*doc, *members, *m, *base;
-	const char		*ns = NULL;
-	int64_t			 r, lws, step, ms, lo = 0, n = 0, first;
+	json_t			*m, *base;
+	int64_t			 r, rank, lws, step, ms, lo = 0, n = 0, first;
 	size_t			 i, k, pending = 0;
 
 	memset(&smp, 0, sizeof smp);
@@ -322,23 +335,21 @@ hist_sample_job(struct hist_job *hj, const char *state, int64_t wall)
 	for (k = 0; k < hj->nm; k++)
 		if (hist_mark_at(hj, k)->recovery == -1)
 			pending++;
-	doc = rz_job_doc(server.rz, slice_str(hj->id), mono_ms());
-	if (doc != NULL)
-		ns = json_string_value(json_object_get(doc, "store_ns"));
-	members = doc != NULL ? json_object_get(doc, "members") : NULL;
-	if (strcmp(state, "running") == 0 && ns != NULL && *ns != '\0' &&
-	    json_is_array(members)) {
-		json_array_foreach(members, i, m) {
+	if (pr != NULL && doc != NULL) {
+		json_array_foreach(json_object_get(doc, "members"), i, m) {
 			base = json_object_get(m, "rank_base");
 			if (!json_is_integer(base))
 				continue;
 			lws = json_integer_value(json_object_get(m,
 			    "local_world_size"));
 			for (r = 0; r < lws; r++) {
-				if (docs_progress_get(slice_str(ns),
-				    json_integer_value(base) + r, &step,
-				    &ms) != 0)
+				rank = json_integer_value(base) + r;
+				if (pr->n == 0 || (rp = bsearch(&rank,
+				    pr->r, pr->n, sizeof *pr->r,
+				    hist_rank_cmp)) == NULL)
 					continue;
+				step = rp->step;
+				ms = rp->ms;
 				if (n == 0 || step < lo)
 					lo = step;
 				if (ms > hj->newest_ms)
@@ -366,7 +377,6 @@ hist_sample_job(struct hist_job *hj, const char *state, int64_t wall)
 			    "ms", (json_int_t)mk->recovery));
 		}
 	}
-	json_decref(doc);
 	prev = hj->n > 0 ? hist_at(hj, hj->n - 1) : NULL;
 	smp.ranks = n;
 	smp.step = n > 0 ? lo : (prev != NULL ? prev->step : 0);
@@ -382,69 +392,29 @@ hist_sample_job(struct hist_job *hj, const char *state, int64_t wall)
 	    smp.rate, "newest", (json_int_t)hj->newest_ms));
 }
 
-static void
-hist_free_job(struct hist_job *hj)
-{
-	HASH_DEL(hjobs, hj);
-	free(hj->s);
-	free(hj);
-}
-
 void
-history_tick(void)
+history_update(struct hist_job *hj, json_t *row,
+    const struct progwatch_sample *pr, json_t *doc, int64_t wall)
 {
-	struct hist_job	*hj, *tmp;
-	json_t		*jobs, *j;
-	const char	*id, *state;
-	int64_t		 wall = round_wall_ms();
-	size_t		 i;
+	const char	*state;
 
-	if (server.rz == NULL || (jobs = rz_jobs_doc(server.rz)) == NULL)
-		return;
-	HASH_ITER(hh, hjobs, hj, tmp)
-		hj->seen = 0;
-	json_array_foreach(jobs, i, j) {
-		id = json_string_value(json_object_get(j, "job"));
-		state = json_string_value(json_object_get(j, "state"));
-		if (id == NULL || state == NULL || (hj = hist_find(id, 1)) == NULL)
-			continue;
-		hj->seen = 1;
-		hj->world = json_integer_value(json_object_get(j, "world_size"));
-		hist_read_events(hj, NULL);
-		hj->open = strcmp(state, "running") == 0 ||
-		    strcmp(state, "forming") == 0;
-		if (hj->open)
-			hist_sample_job(hj, state, wall);
-	}
-	json_decref(jobs);
-	/* A job the rendezvous no longer has (purged): forgotten too. */
-	HASH_ITER(hh, hjobs, hj, tmp)
-		if (!hj->seen)
-			history_drop(hj->id);
-}
-
-static void
-hist_timer_cb(evutil_socket_t fd, short ev, void *arg)
-{
-	struct timeval	tv;
-
-	history_tick();
-	tv.tv_sec = hist_interval_ms / 1000;
-	tv.tv_usec = (hist_interval_ms % 1000) * 1000;
-	evtimer_add(hist_timer, &tv);
+	state = json_string_value(json_object_get(row, "state"));
+	hj->world = json_integer_value(json_object_get(row, "world_size"));
+	hist_read_events(hj, NULL);
+	hj->open = state != NULL && (strcmp(state, "running") == 0 ||
+	    strcmp(state, "forming") == 0);
+	if (hj->open)
+		hist_sample_job(hj, pr, doc, wall);
 }
 
 void
 history_drop(const char *job)
 {
-	struct hist_job	*hj;
 	char		 nsbuf[HIST_NS_PREFIX_LEN + RZ_ID_MAX + 1];
 	struct slice	 ns;
 
 	hist_ns(job, nsbuf, sizeof nsbuf, &ns);
 	kv_ns_drop(server.kv, ns);
-	if ((hj = hist_find(job, 0)) != NULL)
-		hist_free_job(hj);
 }
 
 struct hist_load {
@@ -505,17 +475,17 @@ hist_load_ns_cb(void *arg, struct slice ns)
 		return;
 	memcpy(id, ns.p + HIST_NS_PREFIX_LEN, n);
 	id[n] = '\0';
-	if (hist_find(id, 0) != NULL)
-		return;		/* loaded by an earlier listing */
 	if ((doc = rz_job_doc(server.rz, slice_str(id), mono_ms())) == NULL) {
 		/* Its job is gone: dropped after the listing. */
 		*dead = ns;
 		return;
 	}
 	json_decref(doc);
-	if ((hl.hj = hist_find(id, 1)) == NULL ||
-	    (hl.recov = json_object()) == NULL)
+	if ((hl.hj = hist_adopt(id)) == NULL || hl.hj->loaded)
+		return;		/* loaded by an earlier listing */
+	if ((hl.recov = json_object()) == NULL)
 		return;
+	hl.hj->loaded = 1;
 	hl.ns = ns;
 	kv_list(server.kv, ns, hist_load_row_cb, &hl);
 	/* kv_list's order is unspecified: the ring is filled, then sorted
@@ -527,7 +497,7 @@ hist_load_ns_cb(void *arg, struct slice ns)
 }
 
 int
-history_init(void)
+history_init(struct hist_job *(*adopt)(const char *))
 {
 	struct slice	 dead;
 	char		 buf[HIST_NS_PREFIX_LEN + RZ_ID_MAX + 1];
@@ -536,6 +506,7 @@ history_init(void)
 	hist_interval_ms = server.cfg->history_interval_ms;
 	if (hist_interval_ms <= 0)
 		hist_interval_ms = 10000;
+	hist_adopt = adopt;
 	/* Rows of jobs that are gone are dropped one per listing, as the
 	 * callback must not mutate. */
 	do {
@@ -548,30 +519,19 @@ history_init(void)
 			kv_ns_drop(server.kv, dead);
 		}
 	} while (dead.len > 0 && n > 0);
-	if ((hist_timer = evtimer_new(server.base, hist_timer_cb,
-	    NULL)) == NULL)
-		return -1;
-	hist_timer_cb(-1, 0, NULL);
+	hist_adopt = NULL;
 	return 0;
 }
 
-void
-history_fini(void)
+int64_t
+history_interval_ms(void)
 {
-	struct hist_job	*hj, *tmp;
-
-	if (hist_timer != NULL) {
-		event_free(hist_timer);
-		hist_timer = NULL;
-	}
-	HASH_ITER(hh, hjobs, hj, tmp)
-		hist_free_job(hj);
+	return hist_interval_ms;
 }
 
 json_t *
-history_doc(struct slice job)
+history_doc(struct hist_job *hj, struct slice job)
 {
-	struct hist_job		*hj;
 	struct hist_sample	*s;
 	struct hist_mark	*mk;
 	json_t			*doc, *samples, *marks, *counts;
@@ -583,12 +543,11 @@ history_doc(struct slice job)
 		return NULL;
 	memcpy(id, job.p, job.len);
 	id[job.len] = '\0';
-	if ((hj = hist_find(id, 0)) == NULL) {
+	if (hj == NULL) {
 		/* Known to the rendezvous, not sampled yet: empty. */
 		if ((doc = rz_job_doc(server.rz, job, mono_ms())) == NULL)
 			return NULL;
 		json_decref(doc);
-		hj = NULL;
 	}
 	samples = json_array();
 	marks = json_array();
@@ -630,7 +589,7 @@ history_label(struct evbuffer *out, const char *s)
 }
 
 void
-history_metrics(struct evbuffer *out)
+history_metrics(struct evbuffer *out, struct hist_job *const *v, size_t n)
 {
 	static const struct {
 		const char	*name, *type, *help;
@@ -649,42 +608,43 @@ history_metrics(struct evbuffer *out)
 		{ "rdzvd_job_restarts_total", "counter",
 		  "Restarts in the job's events." },
 	};
-	struct hist_job	*hj, *tmp;
-	double		 v;
+	struct hist_job	*hj;
+	double		 x;
 	int64_t		 wall = round_wall_ms();
-	size_t		 i;
+	size_t		 i, j;
 
 	for (i = 0; i < sizeof series / sizeof series[0]; i++) {
 		evbuffer_add_printf(out, "# HELP %s %s\n# TYPE %s %s\n",
 		    series[i].name, series[i].help, series[i].name,
 		    series[i].type);
-		HASH_ITER(hh, hjobs, hj, tmp) {
+		for (j = 0; j < n; j++) {
+			hj = v[j];
 			switch (i) {
 			case 0:
-				v = hj->open && hj->n > 0 ?
+				x = hj->open && hj->n > 0 ?
 				    hist_at(hj, hj->n - 1)->rate : 0;
 				break;
 			case 1:
-				v = hj->newest_ms == 0 ? -1 :
+				x = hj->newest_ms == 0 ? -1 :
 				    (double)(wall > hj->newest_ms ?
 				    wall - hj->newest_ms : 0) / 1000.0;
 				break;
 			case 2:
-				v = (double)hj->world;
+				x = (double)hj->world;
 				break;
 			case 3:
-				v = (double)hj->counts[HK_FAILURE];
+				x = (double)hj->counts[HK_FAILURE];
 				break;
 			case 4:
-				v = (double)hj->counts[HK_REPAIR];
+				x = (double)hj->counts[HK_REPAIR];
 				break;
 			default:
-				v = (double)hj->counts[HK_RESTART];
+				x = (double)hj->counts[HK_RESTART];
 				break;
 			}
 			evbuffer_add_printf(out, "%s{job=\"", series[i].name);
 			history_label(out, hj->id);
-			evbuffer_add_printf(out, "\"} %.6g\n", v);
+			evbuffer_add_printf(out, "\"} %.6g\n", x);
 		}
 	}
 }

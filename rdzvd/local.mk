@@ -24,7 +24,7 @@ rdzvd_librdzvd_la_SOURCES = \
 	rdzvd/proto_tcpstore.c rdzvd/tcps_group.c \
 	rdzvd/proto_native.c \
 	rdzvd/round.c rdzvd/http.c rdzvd/metrics.c
-rdzvd_librdzvd_la_SOURCES += rdzvd/docs.c rdzvd/history.c rdzvd/stragwatch.c
+rdzvd_librdzvd_la_SOURCES += rdzvd/docs.c rdzvd/history.c rdzvd/progwatch.c
 rdzvd_librdzvd_la_CFLAGS = $(AM_CFLAGS) $(LIBEVENT_CFLAGS) $(LIBEVENT_OPENSSL_CFLAGS) $(JANSSON_CFLAGS) $(LIBSYSTEMD_CFLAGS) -DRDZV_STATEDIR='"$(localstatedir)/lib/rdzv"' -DRDZV_SYSCONFDIR='"$(sysconfdir)/rdzv"'
 rdzvd_librdzvd_la_LIBADD = rdzvd/librdzvstate.la kv/libkv.la common/libcommon.la $(LIBEVENT_OPENSSL_LIBS) $(LIBEVENT_LIBS) $(LIBBSD_LIBS) $(JANSSON_LIBS) $(LIBSYSTEMD_LIBS)
 

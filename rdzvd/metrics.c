@@ -199,6 +199,5 @@ metrics_write(struct evbuffer *out)
 	    "rdzvd_commit_seconds_count %" PRIu64 "\n",
 	    (double)st.commit_usec_sum / 1e6, st.commits);
 	metrics_write_leader(out);
-	history_metrics(out);
-	stragwatch_metrics(out);
+	progwatch_metrics(out);
 }

@@ -410,46 +410,81 @@ char	*docs_events(struct slice job, int64_t after);
  * report among equals), or null.
  */
 char	*docs_history(struct slice job);
+
+/* ---- progwatch.c: workers' progress reports, one reader, one timer ---- */
+
+struct hist_job;		/* history.c's state of a job */
+
+/* One rank's report as read at a tick. */
+struct progwatch_rank {
+	int64_t		rank, step, ms, wait;
+};
+/* A running round's reports, read once at a tick from ranks 0 ..
+ * nread - 1: the n found, in rank order. */
+struct progwatch_sample {
+	const char		*ns;
+	int64_t			 round, nread;
+	struct progwatch_rank	*r;
+	size_t			 n;
+};
+
 /* Rank rank's report in namespace ns ("progress/<rank>", or a torch
- * TCPStore client's "/progress/<rank>", = "<step>
- * <unix_ms>"): 0, or -1 when absent or malformed. */
-int	docs_progress_get(struct slice ns, int64_t rank, int64_t *step,
-	    int64_t *ms);
-/* The same with the report's third field, the rank's total wait on its
- * peers in ms (*wait -1 when the report has none). */
-int	docs_progress_read(struct slice ns, int64_t rank, int64_t *step,
+ * TCPStore client's "/progress/<rank>", = "<step> <unix_ms>
+ * [<wait_ms>]"): 0, or -1 when absent or malformed.  *wait is the
+ * rank's total wait on its peers in ms (-1 when the report has none). */
+int	progwatch_read(struct slice ns, int64_t rank, int64_t *step,
 	    int64_t *ms, int64_t *wait);
-
-/* ---- stragwatch.c: naming stragglers (rz/straggler.c) ---- */
-
-/* Starts judging every running job about once a second. */
-int	stragwatch_init(void);
-void	stragwatch_fini(void);
-/* Judges every running job now (the timer's work). */
-void	stragwatch_tick(void);
+/* Loads the history (history_init, after round_init) and starts the
+ * timer: history's turn every cfg->history_interval_ms, the straggler
+ * detector's about once a second. */
+int	progwatch_init(void);
+void	progwatch_fini(void);
+/* Forgets job's history and its rows (the job was purged). */
+void	progwatch_drop(const char *job);
+/* job's history (NULL: not sampled yet), for history_doc. */
+struct hist_job	*progwatch_history(struct slice job);
 /* Whether rank of job's round is named a straggler now. */
-int	stragwatch_named(const char *job, int64_t round, int64_t rank);
+int	progwatch_named(const char *job, int64_t round, int64_t rank);
 /* Its steps/s of work (-1: none yet). */
-double	stragwatch_speed(const char *job, int64_t round, int64_t rank);
-/* The series of /metrics: rdzvd_job_stragglers and the totals. */
-void	stragwatch_metrics(struct evbuffer *out);
+double	progwatch_speed(const char *job, int64_t round, int64_t rank);
+/* The per-job series of /metrics: history's, then the detector's
+ * (rdzvd_job_stragglers and the totals). */
+void	progwatch_metrics(struct evbuffer *out);
 
 /* ---- history.c: each job's progress over time ---- */
 
-/* Loads the persisted samples (after round_init) and starts sampling
- * every cfg->history_interval_ms. */
-int	history_init(void);
-void	history_fini(void);
-/* Samples every open job now (the timer's work). */
-void	history_tick(void);
-/* Forgets job's history and its rows (the job was purged). */
+/*
+ * Sets the interval and loads the persisted samples: adopt(job) gives
+ * the state a job's rows are loaded into (progwatch.c's table holds it),
+ * NULL when out of memory.  Returns 0.
+ */
+int	history_init(struct hist_job *(*adopt)(const char *job));
+/* The sampling interval in ms (--history-interval-ms). */
+int64_t	history_interval_ms(void);
+/* A job's empty state, NULL when out of memory; history_free frees it
+ * (NULL: nothing). */
+struct hist_job	*history_new(const char *job);
+void	history_free(struct hist_job *);
+/*
+ * History's turn for one job: row is its entry in rz_jobs_doc; pr the
+ * reports progwatch.c read (NULL: the job is not running) and doc its
+ * rz_job_doc (the members' ranks), wall the wall clock in ms.  Reads the
+ * job's new events into marks and, if it is open, takes a sample.
+ */
+void	history_update(struct hist_job *, struct json_t *row,
+	    const struct progwatch_sample *pr, struct json_t *doc,
+	    int64_t wall);
+/* Drops job's rows (the job was purged). */
 void	history_drop(const char *job);
 /* {"job", "interval_ms", "samples_max", "samples": [{"time_ms", "step",
  * "ranks", "steps_per_s"}], "marks": [{"time_ms", "kind", "text",
- * "recovery_ms"}], "counts": {kind: n}}, or NULL for an unknown job. */
-struct json_t	*history_doc(struct slice job);
-/* The per-job series of /metrics, one label job="..." each. */
-void	history_metrics(struct evbuffer *out);
+ * "recovery_ms"}], "counts": {kind: n}} of job, whose state is hj
+ * (NULL: not sampled yet), or NULL for an unknown job. */
+struct json_t	*history_doc(struct hist_job *hj, struct slice job);
+/* The per-job series of /metrics of the n jobs v, one label job="..."
+ * each. */
+void	history_metrics(struct evbuffer *out, struct hist_job *const *v,
+	    size_t n);
 /* Writes s as a Prometheus label value: '\\', '"' and newline escaped. */
 void	history_label(struct evbuffer *out, const char *s);
 

@@ -297,7 +297,7 @@ round_apply(struct conn *c, const struct round_req *r, int rc,
 			    round_wall_ms() - pg->closed_ms), round_secs(b,
 			    sizeof b, server.cfg->job_retention_ms),
 			    (long long)pg->keys);
-		history_drop(pg->job);
+		progwatch_drop(pg->job);
 	}
 	if (ob->lost > 0)
 		log_warnx("rendezvous: out of memory, %d pushes or ports lost",

@@ -84,12 +84,8 @@ serve_open(int *port)
 		log_warnx("rendezvous: cannot start");
 		return -1;
 	}
-	if (history_init() != 0) {
-		log_warnx("history: cannot start");
-		return -1;
-	}
-	if (stragwatch_init() != 0) {
-		log_warnx("stragglers: cannot start");
+	if (progwatch_init() != 0) {
+		log_warnx("history and stragglers: cannot start");
 		return -1;
 	}
 	return 0;
@@ -208,8 +204,7 @@ rdzvd_serve_stop(void)
 	etcd_info = NULL;
 	server_shutdown();
 	http_stop();
-	history_fini();
-	stragwatch_fini();
+	progwatch_fini();
 	round_fini();
 	if (server.store != NULL) {
 		/* Commits whatever is pending. */
