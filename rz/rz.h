@@ -308,7 +308,7 @@ int	rz_admin_evict(struct rz *, struct slice job, int64_t node_id,
 
 /*
  * Stragglers (rz_strag.c; the detector is rz/straggler.c, fed by
- * rdzvd/stragwatch.c).  rz_strag_each calls cb with every running job
+ * rdzvd/progwatch.c).  rz_strag_each calls cb with every running job
  * whose detection is on (its JOIN's straggler_ratio > 0) and that waits
  * for no replacement (a job left out is forgotten by the detector).
  */

@@ -2,7 +2,7 @@
 /*
  * straggler.h: naming the ranks of a running round that hold the job
  * back, a pure detector (no I/O, no clock: the caller passes the time
- * in, rdzvd/stragwatch.c feeds it the ranks' progress reports).
+ * in, rdzvd/progwatch.c feeds it the ranks' progress reports).
  *
  * A rank's speed is its steps per second of its own work: steps over
  * the wall time between two of its reports less the time it spent
