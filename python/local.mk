@@ -14,6 +14,8 @@ RDZV_PY += python/rdzv/mesh.py
 RDZV_PY += python/rdzv/progress.py python/rdzv/hooks.py
 # rdzv.lightning: a Lightning job repaired in place (its RepairStrategy).
 RDZV_PY += python/rdzv/lightning.py
+# rdzv.accelerate: an Accelerate script repaired in place (its Accelerator).
+RDZV_PY += python/rdzv/accelerate.py
 # torchrun's `rdzv` rendezvous backend on rdzvd, and its native client.
 RDZV_PY += python/rdzv/torchrun.py python/rdzv/native.py
 # rdzv.checkpoint: DCP checkpoints of a repairing job (rdzv.repair imports it).

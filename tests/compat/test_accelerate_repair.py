@@ -1,11 +1,12 @@
 # SPDX-License-Identifier: Apache-2.0
 """test_accelerate_repair: an Accelerate 1.15 script repaired in place by
-rdzv.repair (examples/accelerate_repair.py), torch 2.13 gloo on CPU, under
-a real rdzvd and two real rdzv-agents of two workers each.
+rdzv.accelerate's Accelerator (examples/accelerate_repair.py), torch 2.13
+gloo on CPU, under a real rdzvd and two real rdzv-agents of two workers
+each.
 
 - The repairable script differs from its plain twin
   (examples/accelerate_plain.py) in the lines `diff -u` marks + and -,
-  as many as its docstring says.
+  as many as its docstring says: the import and the step counter (4).
 - The plain twin (everything through accelerator.prepare) runs under
   rdzv-agent as it is: it trains to its end, exit 0, every rank with the
   same parameters and Accelerate seeing 4 processes.
@@ -20,7 +21,11 @@ a real rdzvd and two real rdzv-agents of two workers each.
   homes 1-3 with the pids they had at the gate, home 0 held by a
   replacement, every rank having trained every step with the same final
   parameters (a digest each rank prints), and the final loss within
-  TOLERANCE of the reference's.
+  TOLERANCE of the reference's.  At the second gate (the job short of
+  home 0, unless the replacement joined before it) Accelerate's
+  process_index and num_processes are the group's, is_main_process is
+  home 0's alone and reduce(1, "mean") is 1; at the end too; and only
+  home 0 logs (no step logged twice, none while home 0 was dead).
 """
 
 import os
@@ -138,15 +143,31 @@ def logged(out):
     return got
 
 
-def at(tmp, step):
-    """{home: pid} of the ranks waiting at the gate after step."""
+def gated(tmp, step):
+    """{home: (pid, group rank, world, Accelerate's process_index,
+    num_processes, is_main_process, reduce(1, "mean"))} of the ranks
+    waiting at the gate after step."""
     out = {}
     for n in os.listdir(tmp):
         m = re.match(r"at%d\.(\d+)$" % step, n)
         if m:
             with open(os.path.join(tmp, n)) as f:
-                out[int(m.group(1))] = int(f.read())
+                v = f.read().split()
+            out[int(m.group(1))] = tuple(int(x) for x in v[:6]) + (
+                float(v[6]),)
     return out
+
+
+def at(tmp, step):
+    """{home: pid} of the ranks waiting at the gate after step."""
+    return {h: v[0] for h, v in gated(tmp, step).items()}
+
+
+def all_at(tmp, step):
+    """True once every rank of the group is waiting at the gate after
+    step (as many as the world they say)."""
+    g = gated(tmp, step)
+    return bool(g) and all(len(g) == v[2] for v in g.values())
 
 
 def go(tmp, step):
@@ -164,7 +185,7 @@ def test_diff():
     with open(REPAIR) as f:
         doc = f.read()
     check("counts %d lines" % len(lines) in doc, "the docstring's count")
-    check(0 < len(lines) <= 24, r.stdout)
+    check(len(lines) == 4, r.stdout)
 
 
 def test_plain_dropin():
@@ -232,6 +253,18 @@ def test_kill_repairs_in_place():
                                                                  "acckill")),
                 timeout=90, what="the grow round")
             log("kill -> grow round opened: %.1f s" % (time.monotonic() - t1))
+            # The ranks at the second gate (the survivors, and the
+            # replacement when it joined before it): Accelerate's
+            # identity is the group's, home 0 alone is the main process
+            # and reduce's mean divides by the live ranks.
+            rt.wait_until(lambda: running(xs) and all_at(s.tmp, HOLD_AT),
+                          timeout=60, what="the ranks at the gate after "
+                          "step %d" % HOLD_AT)
+            held = gated(s.tmp, HOLD_AT)
+            log("at the gate after step %d: %s" % (HOLD_AT, held))
+            for h, v in held.items():
+                check(v[1:3] == v[3:5] and v[5] == (h == 0) and v[6] == 1.0,
+                      (h, v))
             go(s.tmp, HOLD_AT)
             out = ended(xs, 120)
         except BaseException:
@@ -261,6 +294,7 @@ def test_kill_repairs_in_place():
     check({v[1] for v in got.values()} == {EPOCHS * STEPS_PER_EPOCH}, got)
     check(len({v[3] for v in got.values()}) == 1, "replicas differ: %s" %
           got)
+    check(all(v[4] == v[5] for v in got.values()), got)
     lost = _LOST.findall(out)
     log("repairs: %s" % ", ".join("%s %s s" % x for x in lost))
     check(any(k == "shrink" for k, _ in lost), out[-4000:])
