@@ -2,7 +2,7 @@
 /*
  * rz_strag.c: the rendezvous' side of stragglers (rz.h): each job's
  * straggler settings (from its first JOIN, kept in its row), the running
- * jobs the detector (rdzvd/stragwatch.c) looks at, the events naming a
+ * jobs the detector (rdzvd/progwatch.c) looks at, the events naming a
  * straggler, and the action on one with straggler_action=replace: with
  * a standby waiting, the straggler's node is evicted in its favour (the
  * standby takes its place as after any lost node); else the straggler's
