@@ -10,6 +10,8 @@ each.
 - The plain twin (everything through accelerator.prepare) runs under
   rdzv-agent as it is: it trains to its end, exit 0, every rank with the
   same parameters and Accelerate seeing 4 processes.
+- Without rdzv-agent the repairable script is Accelerate's, one process
+  on its own.
 - The repairable script, failure-free, gives the reference: its final
   loss over the whole data set (every rank the same parameters).
 - The repairable script with home 0 SIGKILLed at a gate (every rank
@@ -205,6 +207,25 @@ def test_plain_dropin():
           got)
     check({(v[4][1], v[5][1]) for v in got.values()} == {(4, 4)}, got)
     check(sorted(logged(out)) == [16, 32], out[-4000:])
+
+
+def test_outside_agent():
+    """The repairable script without rdzv-agent: rdzv.accelerate's
+    Accelerator is Accelerate's, one process on its own, every step
+    counted by accelerator.step_count."""
+    accelerate_or_skip()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RDZV_")
+           and k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
+    env.update({"PYTHONPATH": PYDIR, "OMP_NUM_THREADS": "1"})
+    r = subprocess.run([rt.TORCH2_PYTHON, REPAIR, "--epochs", "1"],
+                       capture_output=True, text=True, timeout=120, env=env)
+    check(r.returncode == 0, r.stdout[-2000:] + r.stderr[-4000:])
+    got = _FINAL.findall(r.stdout)
+    steps = 1024 // 8                   # one process: batch 8
+    check(len(got) == 1 and int(got[0][2]) == steps and
+          got[0][5:] == ("0", "1", "0", "1"), r.stdout[-2000:])
+    check(sorted(logged(r.stdout)) == list(range(16, steps + 1, 16)),
+          r.stdout[-2000:])
 
 
 def test_reference():
