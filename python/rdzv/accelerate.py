@@ -94,7 +94,8 @@ import os
 import accelerate
 import torch
 import torch.distributed as dist
-from accelerate.utils import DistributedType, InitProcessGroupKwargs
+from accelerate.utils import (DistributedType, InitProcessGroupKwargs,
+    parse_flag_from_env)
 from accelerate.utils.operations import recursively_apply, send_to_device
 from torch.utils.data import (BatchSampler, DataLoader, RandomSampler,
     SequentialSampler)
@@ -188,8 +189,8 @@ class Accelerator(accelerate.Accelerator):
         backend accelerate would choose (cpu=True on a torch without
         CUDA), InitProcessGroupKwargs' timeout."""
         cpu = kwargs.get("cpu", False) or \
-            os.environ.get("ACCELERATE_USE_CPU", "").lower() in \
-            ("1", "true", "yes") or not torch.cuda.is_available()
+            parse_flag_from_env("ACCELERATE_USE_CPU") or \
+            not torch.cuda.is_available()
         if cpu:
             kwargs["cpu"] = True
         else:
