@@ -378,16 +378,37 @@ class RepairStrategy(DDPStrategy):
     def broadcast(self, obj, src=0):
         return obj if self._local else super().broadcast(obj, src)
 
+    def _cut_ok(self, call, local):
+        """call(), Lightning's collective of several calls (a barrier,
+        then the reduction): when a peer's death cut one off outside a
+        step, rdzv.collectives repaired the job there and returned
+        without a result, and the next call of it meets the old group
+        (torch's ValueError); local() then, this rank's own value, as
+        rdzv.collectives gives.  In a step the death raises and the
+        step runs again."""
+        n = self.job.repairs if self.job is not None else 0
+        try:
+            return call()
+        except ValueError:
+            if self.job is None or self.job.repairs == n:
+                raise
+            return local()
+
     def reduce(self, tensor, group=None, reduce_op="mean"):
         if self._local:
             return tensor
-        return super().reduce(tensor, group, reduce_op)
+        keep = tensor.detach().clone() if hasattr(tensor, "detach") \
+            else tensor
+        return self._cut_ok(lambda: super(RepairStrategy, self).reduce(
+            tensor, group, reduce_op), lambda: keep)
 
     def all_gather(self, tensor, group=None, sync_grads=False):
+        mine = tensor.unsqueeze(0) if hasattr(tensor, "unsqueeze") \
+            else tensor
         if self._local:
-            return tensor.unsqueeze(0) if hasattr(tensor, "unsqueeze") \
-                else tensor
-        return super().all_gather(tensor, group, sync_grads)
+            return mine
+        return self._cut_ok(lambda: super(RepairStrategy, self).all_gather(
+            tensor, group, sync_grads), lambda: mine)
 
     def reduce_boolean_decision(self, decision, all=True):
         if self._local:

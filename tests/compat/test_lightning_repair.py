@@ -18,9 +18,13 @@ rdzvd and two real rdzv-agents of two workers each.
   again after step 12 until rdzvd has opened the grow round, so that
   the replacement joins while the job trains; then home 2 SIGKILLs
   itself inside step 29 (its peers cut off in that step's collectives)
-  and the others wait after step 30 for the second grow.  It must end
-  with exit 0, no restart (two shrinks to 3, two grows to 4), homes 1
-  and 3 with the pids they had before the kills, homes 0 and 2 held by
+  and the others wait after step 30 for the second grow; then home 1
+  SIGKILLs itself after epoch 1's last validation batch, before the
+  validation metrics' sync (a collective of Lightning's outside any
+  step: a barrier, then the reduction), and
+  the others wait after step 40 for the third grow.  It must end with
+  exit 0, no restart (three shrinks to 3, three grows to 4), home 3
+  with the pid it had before the kills, homes 0, 1 and 2 held by
   replacements, every rank with the same final loss (the replacements
   received the model, the momentum and the LR schedule) and that loss
   within the tolerance below of the plain run's, each rank having trained the
@@ -70,6 +74,7 @@ EPOCHS, STEPS_PER_EPOCH = 3, 16         # the scripts' max_epochs; 512 / (8 x 4)
 TOLERANCE = 0.01                        # relative, final loss
 VICTIM = 0                              # the home rank killed at a gate
 SECOND, DIE_STEP = 2, 28                # killing itself in step 29
+THIRD = 1                               # and after epoch 1's validation
 
 PLAIN = r'''
 import json, os, sys, time
@@ -104,6 +109,13 @@ class Net(pl.LightningModule):
         x, y, ids = batch
         self.log("val_loss", ((self.lin(x) - y) ** 2).mean(), sync_dist=True)
 
+    def on_validation_batch_end(self, outputs, batch, i):
+        if os.environ.get("DIE_VAL") == "%d.%d.%d" % (
+                self.current_epoch, i, home) \
+                and not self.trainer.sanity_checking \
+                and os.environ.get("RDZV_REPLACEMENT") != "1":
+            os.kill(os.getpid(), 9)         # the test's third death
+
     def configure_optimizers(self):
         opt = torch.optim.SGD(self.parameters(), lr=0.02, momentum=0.9)
         sched = torch.optim.lr_scheduler.StepLR(opt, 20, 0.5)
@@ -113,13 +125,14 @@ class Net(pl.LightningModule):
 
 class Gate(pl.Callback):
     """Prints each step's samples; waits after global step 5 until
-    DIR/go, after 12 until DIR/go2, after 30 until DIR/go3."""
+    DIR/go, after 12 until DIR/go2, after 30 until DIR/go3, after 40
+    until DIR/go4."""
 
     def on_train_batch_end(self, trainer, module, outputs, batch, i):
         print("COMMIT %d %d %d %d %.6f %s" % (trainer.current_epoch,
               trainer.global_step, trainer.world_size, trainer.global_rank,
               time.time(), ",".join(map(str, batch[2].tolist()))), flush=True)
-        for step, name in ((5, "go"), (12, "go2"), (30, "go3")):
+        for step, name in ((5, "go"), (12, "go2"), (30, "go3"), (40, "go4")):
             if trainer.global_step == step:
                 record("at%d.%d" % (step, home), {"pid": os.getpid()})
                 while not os.path.exists(os.path.join(d, name)):
@@ -236,7 +249,7 @@ def test_reference():
     lightning_or_skip()
     d = rt.Rdzvd()
     with Scope("lightning-plain-") as s:
-        for name in ("go", "go2", "go3"):
+        for name in ("go", "go2", "go3", "go4"):
             open(os.path.join(s.tmp, name), "w").close()
         xs = agents(s, d, "plplain", PLAIN)
         for x in xs:
@@ -284,7 +297,7 @@ def test_own_sampler_left_to_lightning():
             rt.wait_until(lambda: running(xs) and any(
                 t.startswith("repair: grow") for t in job_events(d, "plown")),
                 timeout=120, what="the grow round")
-            for name in ("go2", "go3"):
+            for name in ("go2", "go3", "go4"):
                 open(os.path.join(s.tmp, name), "w").close()
             for x in xs:
                 rc = x.wait(180)
@@ -324,7 +337,7 @@ def test_restart_resumes_from_lightning_checkpoint():
           "version=0" in prog, prog)
     d = rt.Rdzvd()
     with Scope("lightning-resume-") as s:
-        for name in ("go", "go3"):
+        for name in ("go", "go3", "go4"):
             open(os.path.join(s.tmp, name), "w").close()
         xs = agents(s, d, "plres", prog, env={"RDZV_REPAIR": "0"},
                     restarts=1)
@@ -374,7 +387,8 @@ def test_kill_repairs_in_place():
     d = rt.Rdzvd()
     with Scope("lightning-repair-") as s:
         xs = agents(s, d, "plrep", REPAIR,
-                    env={"DIE_AT": "%d.%d" % (DIE_STEP, SECOND)})
+                    env={"DIE_AT": "%d.%d" % (DIE_STEP, SECOND),
+                         "DIE_VAL": "1.1.%d" % THIRD})
         try:
             rt.wait_until(lambda: running(xs) and len(at(s.tmp, 5)) == 4,
                           timeout=180, what="4 ranks at the gate after "
@@ -399,6 +413,13 @@ def test_kill_repairs_in_place():
                 t.startswith("repair: grow") for t in job_events(d, "plrep"))
                 == 2, timeout=120, what="the second grow round")
             open(os.path.join(s.tmp, "go3"), "w").close()
+            # Home THIRD kills itself after epoch 1's last validation
+            # batch, before the metrics' sync; the others wait after step
+            # 40.
+            rt.wait_until(lambda: running(xs) and sum(
+                t.startswith("repair: grow") for t in job_events(d, "plrep"))
+                == 3, timeout=120, what="the third grow round")
+            open(os.path.join(s.tmp, "go4"), "w").close()
             for x in xs:
                 rc = x.wait(180)
                 check(rc == 0, (rc, x.output()[-6000:]))
@@ -419,8 +440,8 @@ def test_kill_repairs_in_place():
     log("events: %s" % ev)
     log("the ranks' repair lines:\n" + "\n".join(
         ln for ln in out.splitlines() if "rdzv.repair[" in ln))
-    check(sum(t.startswith("repair: shrink to 3") for t in ev) == 2, ev)
-    check(sum(t.startswith("repair: grow to 4") for t in ev) == 2, ev)
+    check(sum(t.startswith("repair: shrink to 3") for t in ev) == 3, ev)
+    check(sum(t.startswith("repair: grow to 4") for t in ev) == 3, ev)
     check(not any(t.startswith("restart ") or "escalated" in t
                   for t in ev), ev)
     # Each committed step trained the global batch at the job's
@@ -428,7 +449,7 @@ def test_kill_repairs_in_place():
     compatlib.check_samples(out, 512, 8, EPOCHS, policy="global")
     got = finals(out)
     for h in range(4):
-        if h not in (VICTIM, SECOND):
+        if h not in (VICTIM, SECOND, THIRD):
             check(got[h][0] == before[h] and not got[h][2],
                   "home %d: pid %d, was %d" % (h, got[h][0], before[h]))
         else:
