@@ -97,6 +97,42 @@ How a repair goes:
   (job.leave_requested is True meanwhile); the others shrink around it
   and lose no step.
 
+The states of a process, and who moves them (every field another thread
+writes is read and written under self._cv):
+
+  JOINING (a replacement, _joined False: said "ready")
+     | its round (the watcher appends it to _rounds)
+     v
+  REPAIRING (_repair_in: the round's group, its ranks all come or none,
+     |       _sync: the donor's state where the steps differ)
+     | done: _whole, repair_times
+     v
+  WHOLE (the group made, synced, unbroken) --job.step() (_begin)--> IN STEP
+     ^  |                                                    (_in_step)
+     |  | a grow heard while WHOLE (watcher: _freeze = r)      |  |
+     |  v                                                      |  |
+     | AGREEING (the rdzv-agree thread posts the steps begun;  |  |
+     |  |       _target = the switch step)                     |  |
+     |  | _begin once step_count reaches _target:              |  |
+     |  +--> REPAIRING in r, no step dropped                   |  |
+     +---------------------- commit (_end) --------------------+  |
+                                                                  |
+  a shrink heard (watcher: _abort breaks the group), or a peer's  |
+  death raised in the step or a collective (_end, _recover) <-----+
+     --> CUT (_lost_since; the step dropped) --> REPAIRING in the
+         newest round (_wait_round: None after repair_timeout: raise)
+  any: "leave" (watcher: _leave_asked) --> LEAVING: exit 0 at the step's
+       end; "stop" --> exit 1; the channel's end (_chan_gone) ends every
+       wait for a round.
+
+The threads: the training thread owns the group, the step and every
+state above but JOINING's wait; the watcher (watcher.py) only reads the
+channel, notes rounds, "leave" and the channel's end, says "wait", and
+breaks the group on a shrink; one rdzv-agree thread per grow posts and
+sets _target; the reporter writes the committed step to rdzvd.  These
+are flags today (_joined, _whole, _in_step, _freeze/_target,
+_lost_since, _leave_asked, _chan_gone), not one state variable.
+
 The modules: channel (the agent's messages), watcher (the threads: rounds,
 "wait", progress to rdzvd), group (sockets, stores, errors), state (what a
 donor sends), data (the data position and loader), waits (the time spent
