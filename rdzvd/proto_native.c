@@ -859,68 +859,132 @@ native_round_req(struct nat_req *r, struct round_req *rq)
 	rq->job = r->job;
 }
 
-/* ADMIN_CLOSE: a reason; ADMIN_FORGET: the job alone; ADMIN_EVICT, LEAVE
- * and HEARTBEAT: a node id (HEARTBEAT: and maybe repairable, then maybe
- * the replacements that never stepped; ADMIN_EVICT: and maybe now);
- * SUCCEEDED: a node id and a round, and maybe the replacements that never
- * joined. */
+/* HEARTBEAT: a node id, then maybe repairable, then maybe the
+ * replacements that never stepped, then maybe the round a worker last
+ * stepped in (each absent from an older agent). */
 static int
-native_round_op(struct nat_req *r)
+native_heartbeat(struct nat_req *r)
 {
 	struct round_req	rq;
 
 	native_round_req(r, &rq);
-	rq.repairable = -1;
-	if (rq.op == NAT_OP_ADMIN_CLOSE) {
-		if (nat_get_bytes(&r->rd, &rq.reason) != 0)
-			return RDZV_EPROTO;
-	} else if (rq.op != NAT_OP_ADMIN_FORGET &&
-	    (nat_get_i64(&r->rd, &rq.node_id) != 0 ||
-	    (rq.op == NAT_OP_SUCCEEDED &&
-	    nat_get_i64(&r->rd, &rq.round) != 0)))
+	rq.repairable = rq.stepped = -1;	/* not said */
+	if (nat_get_i64(&r->rd, &rq.node_id) != 0 ||
+	    (r->rd.left > 0 && nat_get_i64(&r->rd, &rq.repairable) != 0) ||
+	    (r->rd.left > 0 && (nat_get_i64(&r->rd, &rq.unjoined) != 0 ||
+	    rq.unjoined < 0)) ||
+	    (r->rd.left > 0 && (nat_get_i64(&r->rd, &rq.stepped) != 0 ||
+	    rq.stepped < 0)) || native_end(r) != 0)
 		return RDZV_EPROTO;
-	if (rq.op == NAT_OP_HEARTBEAT) {
-		rq.unjoined = 0;	/* absent: none (written when not 0) */
-		if (r->rd.left > 0 &&
-		    nat_get_i64(&r->rd, &rq.repairable) != 0)
-			return RDZV_EPROTO;
-		if (r->rd.left > 0 && (nat_get_i64(&r->rd, &rq.unjoined) != 0 ||
-		    rq.unjoined < 0))
-			return RDZV_EPROTO;
-		rq.stepped = -1;	/* absent: not said (an older agent) */
-		if (r->rd.left > 0 && (nat_get_i64(&r->rd, &rq.stepped) != 0 ||
-		    rq.stepped < 0))
-			return RDZV_EPROTO;
-	}
-	if (rq.op == NAT_OP_ADMIN_EVICT && r->rd.left > 0 &&
-	    nat_get_i64(&r->rd, &rq.now) != 0)
+	round_heartbeat(r->c, &rq);
+	return 0;
+}
+
+/* LEAVE: a node id. */
+static int
+native_leave(struct nat_req *r)
+{
+	struct round_req	rq;
+
+	native_round_req(r, &rq);
+	if (nat_get_i64(&r->rd, &rq.node_id) != 0 || native_end(r) != 0)
 		return RDZV_EPROTO;
-	if (rq.op == NAT_OP_SUCCEEDED && r->rd.left > 0 &&
-	    nat_get_i64(&r->rd, &rq.unjoined) != 0)
+	round_leave(r->c, &rq);
+	return 0;
+}
+
+/* SUCCEEDED: a node id and a round, and maybe the replacements that
+ * never joined. */
+static int
+native_succeeded(struct nat_req *r)
+{
+	struct round_req	rq;
+
+	native_round_req(r, &rq);
+	if (nat_get_i64(&r->rd, &rq.node_id) != 0 ||
+	    nat_get_i64(&r->rd, &rq.round) != 0 ||
+	    (r->rd.left > 0 && nat_get_i64(&r->rd, &rq.unjoined) != 0) ||
+	    native_end(r) != 0)
 		return RDZV_EPROTO;
+	round_succeeded(r->c, &rq);
+	return 0;
+}
+
+/* ADMIN_CLOSE: a reason. */
+static int
+native_admin_close(struct nat_req *r)
+{
+	struct round_req	rq;
+
+	native_round_req(r, &rq);
+	if (nat_get_bytes(&r->rd, &rq.reason) != 0 || native_end(r) != 0)
+		return RDZV_EPROTO;
+	round_admin_close(r->c, &rq);
+	return 0;
+}
+
+/* ADMIN_FORGET: the job alone. */
+static int
+native_admin_forget(struct nat_req *r)
+{
+	struct round_req	rq;
+
+	native_round_req(r, &rq);
 	if (native_end(r) != 0)
 		return RDZV_EPROTO;
-	round_request(r->c, &rq);
+	round_admin_forget(r->c, &rq);
+	return 0;
+}
+
+/* ADMIN_EVICT: a node id, and maybe now (1: drop it at once). */
+static int
+native_admin_evict(struct nat_req *r)
+{
+	struct round_req	rq;
+
+	native_round_req(r, &rq);
+	if (nat_get_i64(&r->rd, &rq.node_id) != 0 ||
+	    (r->rd.left > 0 && nat_get_i64(&r->rd, &rq.now) != 0) ||
+	    native_end(r) != 0)
+		return RDZV_EPROTO;
+	round_admin_evict(r->c, &rq);
 	return 0;
 }
 
 /* JOIN, FAILURE and READY: the whole payload is the op's message. */
 static int
-native_join_failure(struct nat_req *r)
+native_join(struct nat_req *r)
 {
 	struct round_req	rq;
-	int			rc;
 
 	native_round_req(r, &rq);
-	if (rq.op == NAT_OP_JOIN)
-		rc = nat_join_decode(r->m->payload, &rq.join);
-	else if (rq.op == NAT_OP_READY)
-		rc = nat_ready_decode(r->m->payload, &rq.ready);
-	else
-		rc = nat_failure_decode(r->m->payload, &rq.failure);
-	if (rc != 0)
+	if (nat_join_decode(r->m->payload, &rq.join) != 0)
 		return RDZV_EPROTO;
-	round_request(r->c, &rq);
+	round_join(r->c, &rq);
+	return 0;
+}
+
+static int
+native_failure(struct nat_req *r)
+{
+	struct round_req	rq;
+
+	native_round_req(r, &rq);
+	if (nat_failure_decode(r->m->payload, &rq.failure) != 0)
+		return RDZV_EPROTO;
+	round_failure(r->c, &rq);
+	return 0;
+}
+
+static int
+native_ready(struct nat_req *r)
+{
+	struct round_req	rq;
+
+	native_round_req(r, &rq);
+	if (nat_ready_decode(r->m->payload, &rq.ready) != 0)
+		return RDZV_EPROTO;
+	round_ready(r->c, &rq);
 	return 0;
 }
 
@@ -960,11 +1024,13 @@ static const struct nat_handler native_handlers[NAT_OP_MAX + 1] = {
 	[NAT_OP_CANCEL] = { OPK_CANCEL, 0, native_cancel, NA_ANY },
 	[NAT_OP_WATCH] = { OPK_WATCH, NF_NS | NF_KEY, native_watch, NA_NS },
 	[NAT_OP_WATCH_EVENT] = { OPK_WATCH, NF_PUSH, NULL },
-	[NAT_OP_JOIN] = { OPK_JOIN, 0, native_join_failure, NA_JOB },
-	[NAT_OP_HEARTBEAT] = { OPK_HEARTBEAT, NF_JOB, native_round_op, NA_JOB },
-	[NAT_OP_LEAVE] = { OPK_LEAVE, NF_JOB, native_round_op, NA_JOB },
-	[NAT_OP_FAILURE] = { OPK_FAILURE, 0, native_join_failure, NA_JOB },
-	[NAT_OP_SUCCEEDED] = { OPK_SUCCEEDED, NF_JOB, native_round_op, NA_JOB },
+	[NAT_OP_JOIN] = { OPK_JOIN, 0, native_join, NA_JOB },
+	[NAT_OP_HEARTBEAT] = { OPK_HEARTBEAT, NF_JOB, native_heartbeat,
+	    NA_JOB },
+	[NAT_OP_LEAVE] = { OPK_LEAVE, NF_JOB, native_leave, NA_JOB },
+	[NAT_OP_FAILURE] = { OPK_FAILURE, 0, native_failure, NA_JOB },
+	[NAT_OP_SUCCEEDED] = { OPK_SUCCEEDED, NF_JOB, native_succeeded,
+	    NA_JOB },
 	[NAT_OP_ROUND] = { OPK_JOIN, NF_PUSH, NULL },
 	[NAT_OP_JOB_STATUS] = { OPK_JOB_STATUS, NF_JOB,
 	    native_job_status, NA_JOB },
@@ -974,16 +1040,16 @@ static const struct nat_handler native_handlers[NAT_OP_MAX + 1] = {
 	    native_admin_job, NA_JOB },
 	[NAT_OP_ADMIN_EVENTS] = { OPK_ADMIN, NF_JOB,
 	    native_admin_events, NA_JOB },
-	[NAT_OP_ADMIN_CLOSE] = { OPK_ADMIN, NF_JOB, native_round_op,
+	[NAT_OP_ADMIN_CLOSE] = { OPK_ADMIN, NF_JOB, native_admin_close,
 	    NA_JOB },
-	[NAT_OP_ADMIN_EVICT] = { OPK_ADMIN, NF_JOB, native_round_op,
+	[NAT_OP_ADMIN_EVICT] = { OPK_ADMIN, NF_JOB, native_admin_evict,
 	    NA_OPERATOR },
 	[NAT_OP_AUTH_CHALLENGE] = { OPK_ADMIN, NF_PUSH, NULL },
 	[NAT_OP_AUTH] = { OPK_ADMIN, 0, NULL },
-	[NAT_OP_READY] = { OPK_READY, 0, native_join_failure, NA_JOB },
+	[NAT_OP_READY] = { OPK_READY, 0, native_ready, NA_JOB },
 	[NAT_OP_STRAGGLER] = { OPK_JOIN, NF_PUSH, NULL },
 	[NAT_OP_DRAIN] = { OPK_JOIN, NF_PUSH, NULL },
-	[NAT_OP_ADMIN_FORGET] = { OPK_ADMIN, NF_JOB, native_round_op,
+	[NAT_OP_ADMIN_FORGET] = { OPK_ADMIN, NF_JOB, native_admin_forget,
 	    NA_OPERATOR },
 };
 

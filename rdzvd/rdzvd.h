@@ -368,9 +368,18 @@ struct round_req {
 	struct nat_join		 join;		/* JOIN */
 	struct nat_failure	 failure;	/* FAILURE */
 };
-/* Serves r from c through the state machine: the reply, then the
- * ROUND pushes, ports and timers the event brings. */
-void	round_request(struct conn *c, const struct round_req *r);
+/* Serve r (its op's fields) from c through the state machine: the
+ * reply, then the ROUND pushes, ports and timers the event brings.  One
+ * an op, called from its row of proto_native.c's table. */
+void	round_join(struct conn *c, const struct round_req *r);
+void	round_heartbeat(struct conn *c, const struct round_req *r);
+void	round_leave(struct conn *c, const struct round_req *r);
+void	round_failure(struct conn *c, const struct round_req *r);
+void	round_ready(struct conn *c, const struct round_req *r);
+void	round_succeeded(struct conn *c, const struct round_req *r);
+void	round_admin_close(struct conn *c, const struct round_req *r);
+void	round_admin_forget(struct conn *c, const struct round_req *r);
+void	round_admin_evict(struct conn *c, const struct round_req *r);
 /* c is closing: its nodes get no more pushes. */
 void	round_conn_gone(struct conn *c);
 /* Acts on a straggler (rz_straggler_replace) and carries it out. */

@@ -306,59 +306,80 @@ round_apply(struct conn *c, const struct round_req *r, int rc,
 	rz_outbox_reset(ob);
 }
 
+/* Each rendezvous op, served through the state machine (rz.h) and its
+ * outbox carried out (round_apply): one function an op, called from its
+ * row of proto_native.c's table. */
 void
-round_request(struct conn *c, const struct round_req *r)
+round_join(struct conn *c, const struct round_req *r)
+{
+	round_apply(c, r, rz_join(server.rz, &r->join, c, mono_ms(), &outbox),
+	    round_reply_join);
+}
+
+void
+round_heartbeat(struct conn *c, const struct round_req *r)
 {
 	int64_t	now = mono_ms();
 	int	rc;
-	void	(*reply)(struct conn *, const struct round_req *, int) =
-	    round_reply_plain;
 
-	switch (r->op) {
-	case NAT_OP_JOIN:
-		rc = rz_join(server.rz, &r->join, c, now, &outbox);
-		reply = round_reply_join;
-		break;
-	case NAT_OP_HEARTBEAT:
-		rc = rz_heartbeat(server.rz, r->job, r->node_id,
-		    r->repairable, c, now, &outbox);
-		if (rc == 0)
-			rc = rz_unjoined(server.rz, r->job, r->node_id,
-			    r->unjoined, now, &outbox);
-		if (rc == 0 && r->stepped >= 0)
-			rc = rz_stepped(server.rz, r->job, r->node_id,
-			    r->stepped, now, &outbox);
-		reply = round_reply_heartbeat;
-		break;
-	case NAT_OP_LEAVE:
-		rc = rz_leave(server.rz, r->job, r->node_id, now, &outbox);
-		break;
-	case NAT_OP_FAILURE:
-		rc = rz_failure(server.rz, &r->failure, now, &outbox);
-		break;
-	case NAT_OP_READY:
-		rc = rz_ready(server.rz, &r->ready, now, &outbox);
-		break;
-	case NAT_OP_SUCCEEDED:
-		rc = rz_succeeded(server.rz, r->job, r->node_id, r->round,
-		    r->unjoined, now, &outbox);
-		break;
-	case NAT_OP_ADMIN_CLOSE:
-		rc = rz_admin_close(server.rz, r->job, r->reason, now, &outbox);
-		break;
-	case NAT_OP_ADMIN_FORGET:
-		rc = rz_admin_forget(server.rz, r->job, &outbox);
-		reply = round_reply_forget;
-		break;
-	case NAT_OP_ADMIN_EVICT:
-		rc = rz_admin_evict(server.rz, r->job, r->node_id,
-		    r->now != 0, now, &outbox);
-		reply = round_reply_evict;
-		break;
-	default:
-		fatalx("round_request: op %u", r->op);
-	}
-	round_apply(c, r, rc, reply);
+	rc = rz_heartbeat(server.rz, r->job, r->node_id, r->repairable, c,
+	    now, &outbox);
+	if (rc == 0)
+		rc = rz_unjoined(server.rz, r->job, r->node_id, r->unjoined,
+		    now, &outbox);
+	if (rc == 0 && r->stepped >= 0)
+		rc = rz_stepped(server.rz, r->job, r->node_id, r->stepped,
+		    now, &outbox);
+	round_apply(c, r, rc, round_reply_heartbeat);
+}
+
+void
+round_leave(struct conn *c, const struct round_req *r)
+{
+	round_apply(c, r, rz_leave(server.rz, r->job, r->node_id, mono_ms(),
+	    &outbox), round_reply_plain);
+}
+
+void
+round_failure(struct conn *c, const struct round_req *r)
+{
+	round_apply(c, r, rz_failure(server.rz, &r->failure, mono_ms(),
+	    &outbox), round_reply_plain);
+}
+
+void
+round_ready(struct conn *c, const struct round_req *r)
+{
+	round_apply(c, r, rz_ready(server.rz, &r->ready, mono_ms(), &outbox),
+	    round_reply_plain);
+}
+
+void
+round_succeeded(struct conn *c, const struct round_req *r)
+{
+	round_apply(c, r, rz_succeeded(server.rz, r->job, r->node_id,
+	    r->round, r->unjoined, mono_ms(), &outbox), round_reply_plain);
+}
+
+void
+round_admin_close(struct conn *c, const struct round_req *r)
+{
+	round_apply(c, r, rz_admin_close(server.rz, r->job, r->reason,
+	    mono_ms(), &outbox), round_reply_plain);
+}
+
+void
+round_admin_forget(struct conn *c, const struct round_req *r)
+{
+	round_apply(c, r, rz_admin_forget(server.rz, r->job, &outbox),
+	    round_reply_forget);
+}
+
+void
+round_admin_evict(struct conn *c, const struct round_req *r)
+{
+	round_apply(c, r, rz_admin_evict(server.rz, r->job, r->node_id,
+	    r->now != 0, mono_ms(), &outbox), round_reply_evict);
 }
 
 int
