@@ -21,7 +21,10 @@ test loss, and every sample of every epoch trained exactly once
 (compatlib.check_samples: each committed step the global batch at the
 job's position).  A failure says its seed; RDZV_CHAOS_SEEDS=N draws the
 same events (their timing, and so what they hit, varies with the
-machine); RDZV_CHAOS_KINDS=kill,two,rdzvd,stop picks the kinds (weights
+machine).  At most three replacements that have not joined are killed
+or stopped in a seed: a fourth of one local rank between two grows is
+rdzvd's rule for a replacement that cannot start (a restart), another
+test.  RDZV_CHAOS_KINDS=kill,two,rdzvd,stop picks the kinds (weights
 by repetition).
 
 On in every suite run (RDZV_TEST_CHAOS=0 skips it, saying so).  Found
@@ -112,6 +115,27 @@ def spare_one(victims, old):
     return [v for v in victims if v != keep]
 
 
+# rdzvd restarts a job whose local rank's replacements die before they
+# join more than 3 times between two grows (a replacement that cannot
+# start is no repair: rz_failure).  The schedule kills (or stops) at most
+# that many replacements that have not joined (not holders) in a seed:
+# it cannot tell when rdzvd's count starts afresh (a grow's opening).
+UNJOINED_KILLS = 3
+
+
+def within_budget(victims, hold, budget):
+    """victims, less the replacements that never joined (not in hold)
+    beyond budget of them."""
+    out = []
+    for v in victims:
+        if v not in hold:
+            if budget <= 0:
+                continue
+            budget -= 1
+        out.append(v)
+    return out
+
+
 def schedule(seed, d, a, b, job):
     """Draws and applies the seed's events while the job runs; returns
     what it did, one string an event."""
@@ -119,6 +143,7 @@ def schedule(seed, d, a, b, job):
     done = []
     stopped = None
     old = set(workers(a, b))
+    unjoined = 0
     end = time.monotonic() + CHAOS_S
     while time.monotonic() < end:
         time.sleep(rng.uniform(1.0, 3.0))
@@ -134,15 +159,20 @@ def schedule(seed, d, a, b, job):
         kind = rng.choice(KINDS)
         if kind == "stop" and stopped is not None:
             kind = "kill"
+        left = UNJOINED_KILLS - unjoined
         if kind == "kill":
-            v = spare_one([rng.choice(ws)], hold)
+            v = within_budget(spare_one([rng.choice(ws)], hold), old,
+                              left)
             if not v:
                 continue
             v = v[0]
+            unjoined += v not in old
             _kill(v)
             done.append("kill %d" % v)
         elif kind == "two":
-            v = spare_one(rng.sample(ws, min(2, len(ws))), hold)
+            v = within_budget(spare_one(rng.sample(ws, min(2, len(ws))),
+                                        hold), old, left)
+            unjoined += len([x for x in v if x not in old])
             if not v:
                 continue
             gap = rng.uniform(0.0, 0.3)
@@ -157,10 +187,12 @@ def schedule(seed, d, a, b, job):
             d.start()
             done.append("rdzvd kill -9, restarted")
         else:
-            v = spare_one([rng.choice(ws)], hold)
+            v = within_budget(spare_one([rng.choice(ws)], hold), old,
+                              left)
             if not v:
                 continue
             stopped = v[0]
+            unjoined += stopped not in old
             os.kill(stopped, signal.SIGSTOP)
             done.append("SIGSTOP %d" % stopped)
         log("seed %d: %s" % (seed, done[-1]))
