@@ -802,15 +802,19 @@ agent_take_place(const struct rdzv_round *r)
 static void
 agent_note_cb(int l, enum progress_note note, void *arg)
 {
-	if (note == PROGRESS_STEP) {
-		/* A replacement's: rdzvd may take it for a donor now. */
-		if (l < RZ_REPAIR_LWS_MAX && (ag.fresh & (1ULL << l)))
-			rdzv_unjoined_changed();
+	if (note == PROGRESS_STEP && l < RZ_REPAIR_LWS_MAX &&
+	    (ag.fresh & (1ULL << l))) {
+		/* A replacement's first report, the step it received as it
+		 * joined (no step of its own): rdzvd may take it for a
+		 * donor now. */
+		rdzv_unjoined_changed();
 		return;
 	}
-	if (note == PROGRESS_MOVED) {
-		/* A step in the repair round sent last: a grow after a
-		 * shrink waits for one (PROTOCOL.md, READY). */
+	if (note == PROGRESS_STEP || note == PROGRESS_MOVED) {
+		/* A step committed in the round sent last (a worker's first
+		 * of the attempt, or its first past the mark a repair round
+		 * set): a grow after a shrink waits for one (PROTOCOL.md,
+		 * READY), so rdzvd hears of it at once. */
 		if (ag.cur.round > ag.stepped) {
 			ag.stepped = ag.cur.round;
 			rdzv_stepped_changed();
