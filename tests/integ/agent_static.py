@@ -105,17 +105,35 @@ def test_static_pet_forms():
         check_static_world(s.tmp, 2, 2)
 
 
+def c10d_pair(s, port):
+    """Two c10d agents of one job on port; None when neither could host
+    it (another process of the machine took the free port first: both
+    say "cannot host" and would wait on it)."""
+    args = ["--nnodes", "2", "--nproc_per_node", "2", "--rdzv_backend",
+            "c10d", "--rdzv_endpoint", "127.0.0.1:%d" % port,
+            "--rdzv_id", "c10djob", "--rdzv_conf", "last_call_timeout=0.2"]
+    agents = [s.agent(args, env={"W_STORE": "1", "W_RUN": "0"})
+              for _ in range(2)]
+    said = rt.wait_until(lambda: [a for a in agents if "hosting the c10d "
+                                  "rendezvous" in a.output()] or
+                         all("cannot host" in a.output() for a in agents),
+                         timeout=30, what="an agent hosting the rendezvous")
+    if said is True:
+        for a in agents:
+            a.kill()
+        return None
+    return agents
+
+
 def test_c10d_is_host():
     """c10d with an endpoint on this host and nothing there: one agent
     hosts it, the other finds the port taken and joins."""
-    port = rt.free_port()
     with Scope() as s:
-        args = ["--nnodes", "2", "--nproc_per_node", "2", "--rdzv_backend",
-                "c10d", "--rdzv_endpoint", "127.0.0.1:%d" % port,
-                "--rdzv_id", "c10djob", "--rdzv_conf",
-                "last_call_timeout=0.2"]
-        agents = [s.agent(args, env={"W_STORE": "1", "W_RUN": "0"})
-                  for _ in range(2)]
+        for _ in range(3):
+            agents = c10d_pair(s, rt.free_port())
+            if agents is not None:
+                break
+        assert agents is not None, "every free port was taken at once"
         for a in agents:
             assert a.wait(30) == 0, a.output()
         hosts = [a for a in agents
