@@ -586,18 +586,14 @@ rz_repair_ended(struct rz *rz, struct rz_job *j, const struct rz_node *nd,
 	size_t	len = 0;
 	int	l, n = 0;
 
-	if (j->pend_node != 0 && rz_grow_held(j)) {
-		rz_event(rz, j, now, "repair: no grow: node %" PRId64
-		    " finished before a rank stepped in shrink round %" PRId64
-		    " (the grow waits for one, its replacements ready): "
-		    "training ended, the grow is called off", nd->id, j->round);
-		j->pend_node = 0;
-		j->pend_local = j->pend_deadline = -1;
-		rz_mark(rz, j);
-		return;
-	}
 	if (j->pend_node != 0) {
-		if (j->pend_local >= 0)
+		if (rz_grow_held(j))
+			rz_event(rz, j, now, "repair: no grow: node %" PRId64
+			    " finished before a rank stepped in shrink round %"
+			    PRId64 " (the grow waits for one, its replacements "
+			    "ready): training ended, the grow is called off",
+			    nd->id, j->round);
+		else if (j->pend_local >= 0)
 			rz_event(rz, j, now, "repair: no grow: node %" PRId64
 			    " finished before the replacement of node %"
 			    PRId64 " local rank %" PRId64 " was ready: "
