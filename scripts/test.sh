@@ -38,6 +38,7 @@ fi
 pass=0 fail=0 skip=0 rc=0
 failed_logs=()
 times=""	# "seconds leg test" lines, from each log's "# elapsed" line
+walls=""	# each leg's make check, wall clock
 
 # run NAME DIR CONFIGURE-ARGS...: build in DIR and run make check
 # (with $CHECK_ARGS, e.g. a TESTS= override).
@@ -51,8 +52,10 @@ run() {
 	make -C "$dir" -j2 >"$dir/build.log" 2>&1 || {
 		tail -40 "$dir/build.log"; rc=1; fail=$((fail + 1)); return; }
 	echo "== $name: make check"
+	local t0=$SECONDS
 	make -C "$dir" -j2 check ${CHECK_ARGS:-} >"$dir/check.log" 2>&1
 	local crc=$?
+	walls+="   $name: make check took $((SECONDS - t0)) s"$'\n'
 	grep -E '^(PASS|FAIL|SKIP|XFAIL|XPASS|ERROR):' "$dir/check.log" | sed "s/^/   /"
 	local p f s
 	p=$(grep -cE '^(PASS|XFAIL):' "$dir/check.log")
@@ -118,6 +121,7 @@ done
 # Where the time went: each leg's total and the slowest tests.
 if [ -n "${times//$'\n'/}" ]; then
 	echo "== per-test times (seconds; the slowest 25 of $(grep -c . <<<"$times"))"
+	printf '%s' "$walls"
 	awk 'NF == 3 { t[$2] += $1 } END { for (l in t) printf "   %s: %.0f s in all\n", l, t[l] }' <<<"$times"
 	sort -rn <<<"$times" | grep . | head -25 | awk '{ printf "   %8.1f  %-6s %s\n", $1, $2, $3 }'
 fi

@@ -86,6 +86,23 @@ def use_torch2():
     return dist
 
 
+def python_layer(what, whole_file=True):
+    """Skips, in the sanitizer leg (RDZV_SANITIZERS=1) only, a test of a
+    Python layer over rdzvd and rdzv-agent (a framework integration, a
+    torch.compile path): under it the sanitized C programs do what the
+    test_repair_* files already run them through in that leg, and the
+    frameworks' imports and compiles would cost the leg minutes.  The
+    plain leg runs it."""
+    if os.environ.get("RDZV_SANITIZERS") != "1":
+        return
+    why = ("%s: a Python layer over the same rdzvd and agent paths the "
+           "sanitizer leg runs in test_repair_*; the plain leg runs it"
+           % what)
+    if whole_file:
+        rdzvtest.skip_all(why)
+    rdzvtest.skip(why)
+
+
 def server_kind():
     k = os.environ.get("RDZV_COMPAT_SERVER", "rdzvd")
     if k not in ("rdzvd", "torch"):

@@ -28,6 +28,7 @@ import sys
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                 "..", "integ"))
 import compatlib                                        # noqa: E402
+compatlib.python_layer("transformers' and torchtitan's progress hooks")
 compatlib.use_torch2()
 
 import rdzvtest as rt                                   # noqa: E402

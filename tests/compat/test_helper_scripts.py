@@ -427,10 +427,12 @@ def _compiled(mode):
 
 
 def test_compile_after_ddp():
+    compatlib.python_layer("torch.compile", whole_file=False)
     _compiled("compile_after")
 
 
 def test_compile_before_ddp():
+    compatlib.python_layer("torch.compile", whole_file=False)
     _compiled("compile_before")
 
 

@@ -54,6 +54,7 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                 "..", "integ"))
 import compatlib                                        # noqa: E402
+compatlib.python_layer("Lightning's RepairStrategy")
 compatlib.use_torch2()
 
 import rdzvtest as rt                                   # noqa: E402

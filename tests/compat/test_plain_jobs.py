@@ -222,6 +222,7 @@ def need_lightning():
 def test_lightning_job_on_every_surface():
     """A Lightning job with rdzv.hooks.LightningProgress: its steps where
     operators look, as a repairing torch job's."""
+    compatlib.python_layer("a Lightning job's surfaces", whole_file=False)
     if not need_lightning():
         return
     d = rt.Rdzvd()
@@ -238,6 +239,7 @@ def test_lightning_stopped_worker_caught():
     LightningProgress: the agents' --progress_timeout kills it (the
     framework's own collectives would wait out gloo's 30 minutes), and
     the job restarts and trains on."""
+    compatlib.python_layer("a stopped Lightning rank", whole_file=False)
     if not need_lightning():
         return
     d = rt.Rdzvd()
@@ -296,6 +298,7 @@ os._exit(0)
 def test_accelerate_job_on_every_surface():
     """An Accelerate job reporting with rdzv.progress.report: its steps
     on every surface, as a plain script's."""
+    compatlib.python_layer("an Accelerate job's surfaces", whole_file=False)
     d = rt.Rdzvd()
     with Scope("progress-acc-") as s:
         a, b = start(s, d, "acc", report=True, program=ACCELERATE)
