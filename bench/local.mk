@@ -39,7 +39,8 @@ EXTRA_DIST += bench/etcd_ha.py
 # those that use the test helpers at the build.
 EXTRA_DIST += bench/repair_c.py bench/repair_torch.py bench/jobs.py
 EXTRA_DIST += bench/figures.py bench/harness.py
-EXTRA_DIST += bench/straggler.py bench/join_c.py bench/hsdp_repair.py
+EXTRA_DIST += bench/straggler.py bench/join_c.py bench/hsdp_repair.py \
+	bench/hsdp_heal.py bench/hsdp_goodput.py
 # A Lightning job's restart, warm and cold, beside torchrun; a checkpoint's
 # cost to the loop (job.save, dcp.save, dcp.async_save).
 EXTRA_DIST += bench/warm_restart.py bench/ckpt_save.py

@@ -92,6 +92,23 @@ if [ $quick -eq 0 ] && [ -f "$top/build/Makefile" ]; then
 	if make -C "$top/build" -j2 distcheck TESTS= >"$top/build/distcheck.log" 2>&1; then
 		echo "   PASS: make distcheck"
 		pass=$((pass + 1))
+		# Every tracked file but the CI's own is in it (EXTRA_DIST).
+		if ! git -C "$top" rev-parse --git-dir >/dev/null 2>&1; then
+			echo "   SKIP: the tarball's contents: not a git checkout"
+			skip=$((skip + 1))
+		else
+			left=$(comm -23 <(git -C "$top" ls-files 2>/dev/null |
+			    grep -vE '^(\.ci/|\.gitignore$)' | sort) \
+			    <(tar tzf "$top"/build/rdzv-*.tar.gz | sed 's|^[^/]*/||' | sort))
+			if [ -z "$left" ]; then
+				echo "   PASS: the tarball holds every tracked file"
+				pass=$((pass + 1))
+			else
+				echo "   FAIL: tracked but not in the tarball (add to EXTRA_DIST):" $left
+				fail=$((fail + 1))
+				rc=1
+			fi
+		fi
 	else
 		echo "   FAIL: make distcheck"
 		tail -40 "$top/build/distcheck.log"
