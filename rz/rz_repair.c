@@ -589,9 +589,10 @@ rz_repair_ended(struct rz *rz, struct rz_job *j, const struct rz_node *nd,
 	if (j->pend_node != 0) {
 		if (rz_grow_held(j))
 			rz_event(rz, j, now, "repair: no grow: node %" PRId64
-			    " finished before a rank stepped in shrink round %"
-			    PRId64 " (the grow waits for one, its replacements "
-			    "ready): training ended, the grow is called off",
+			    " finished before rdzvd heard of a step in shrink "
+			    "round %" PRId64 " (the grow waits for one, its "
+			    "replacements ready): training ended, the grow is "
+			    "called off",
 			    nd->id, j->round);
 		else if (j->pend_local >= 0)
 			rz_event(rz, j, now, "repair: no grow: node %" PRId64

@@ -1566,9 +1566,10 @@ test_repair_grow_held_training_ends(void **state)
 	assert_int_equal(rz_succeeded(f->rz, slice_str("ob"), 1, 2, 0, 150,
 	    &ob), 0);
 	drain(f->rz);
-	assert_true(event_has(f, "repair: no grow: node 1 finished before a "
-	    "rank stepped in shrink round 2 (the grow waits for one, its "
-	    "replacements ready): training ended, the grow is called off"));
+	assert_true(event_has(f, "repair: no grow: node 1 finished before "
+	    "rdzvd heard of a step in shrink round 2 (the grow waits for "
+	    "one, its replacements ready): training ended, the grow is "
+	    "called off"));
 	/* The step news after it opens nothing. */
 	assert_int_equal(stepped(f, 1, 2, 160), 0);
 	assert_int_equal(ob.npush, 0);
