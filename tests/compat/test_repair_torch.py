@@ -30,6 +30,7 @@ import contextlib
 import io
 import json
 import os
+import re
 import runpy
 import sys
 import time
@@ -103,9 +104,9 @@ def main(torch2=False):
     srv = rdzvtest.Rdzvd(tmpdir=rdzvtest.mktemp("rdzv-repair-torch-"))
     st = {}
 
-    def agent(argv, n):
+    def agent(argv, n, **env):
         return fa.FakeAgent(argv, n, "127.0.0.1:%d" % srv.port,
-            env=fa.torch_env(srv.port))
+            env=dict(fa.torch_env(srv.port), **env))
 
     def test_round_messages():
         sys.path.insert(0, os.path.join(rdzvtest.top_srcdir(), "python"))
@@ -224,8 +225,10 @@ def main(torch2=False):
             pass
 
     def test_start():
+        # RDZV_REPAIR_DEBUG=1: the ranks say whose state they took.
         a = agent([sys.executable, EXAMPLE] + JOB +
-            ["--log-steps", "--step-delay", "0.02"], WORLD)
+            ["--log-steps", "--step-delay", "0.02"], WORLD,
+            RDZV_REPAIR_DEBUG="1")
         st["a"] = a
         a.start()
         st["spare"] = a.spawn_replacement(2)
@@ -257,7 +260,10 @@ def main(torch2=False):
         log("survivors stepped on to %d after the kill" % (top + 3))
         a.wait_ready(st["spare"], timeout=120)
         check(st["spare"].steps == [], "the spare stepped before joining")
-        a.grow()
+        # The donor is rdzvd's to choose (common/PROTOCOL.md): rank 2 of
+        # the grow (local rank 3), not the lowest rank a worker would
+        # take by itself.
+        a.grow(donor=2)
         st["res"] = a.wait(150)
 
     def test_outcome():
@@ -281,6 +287,11 @@ def main(torch2=False):
         check(r["replacement"] and r["repairs"] == 1 and
             r["joined_step"] > 0, "replacement: %r" % r)
         check(worlds(out) == [4], "replacement worlds %s" % worlds(out))
+        err = res[2][2]
+        took = re.findall(r"state of step \d+ from rank (\d+)", err)
+        check(took == ["2"], "the replacement took the state from ranks "
+            "%s, not from rank 2, the donor its round named:\n%s" % (took,
+            err[-3000:]))
         steps = {x["step"] for x, _ in reps.values()}
         digests = {x["digest"] for x, _ in reps.values()}
         check(len(steps) == 1, "step counts differ: %s" % steps)
