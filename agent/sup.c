@@ -106,7 +106,7 @@ static int			 sup_spare_dead; /* one died unused: no more */
 static int	sup_spare_find(pid_t);
 static void	sup_spare_died(int, int);
 static int	sup_spare_hand(int, char *const [], char *const [], int, int,
-		    int, int, pid_t *);
+		    int, pid_t *);
 
 /* --numa_binding: where each local rank runs. */
 struct sup_bind {
@@ -399,17 +399,13 @@ sup_slot(void)
 	return (&sup_workers[sup_nworkers - 8]);
 }
 
-/* Forks the worker of local_rank (see sup_spawn) into a free slot. */
+/* Forks the worker of local_rank (see sup_spawn): 0 with *pidp set. */
 static int
 sup_fork(int local_rank, char *const argv[], char *const envp[], int out_fd,
-    int err_fd, int prog_fd, int replacement, pid_t *pidp)
+    int err_fd, int prog_fd, pid_t *pidp)
 {
-	struct sup_worker	*w;
 	sigset_t		 all, old;
 	pid_t			 pid, parent = getpid();
-
-	if ((w = sup_slot()) == NULL)
-		return (RDZV_ENOMEM);
 
 	/*
 	 * Signals stay blocked across fork so that no handler of the agent
@@ -427,14 +423,48 @@ sup_fork(int local_rank, char *const argv[], char *const envp[], int out_fd,
 		log_warn("fork");
 		return (RDZV_EIO);
 	}
+	*pidp = pid;
+	return (0);
+}
+
+/*
+ * Starts local_rank's worker with argv and envp, the one way sup_spawn
+ * and sup_respawn start one: the oldest warm spare takes the launch when
+ * one waits and can (the worker has a channel, no stop is under way, no
+ * --numa_binding for the rank: a spare runs unbound), else a fork.
+ */
+static int
+sup_start(int local_rank, char *const argv[], char *const envp[], int out_fd,
+    int err_fd, int prog_fd, int replacement, pid_t *pidp, int *warm)
+{
+	struct sup_worker	*w;
+	pid_t			 pid;
+	int			 hot = 0, rv;
+
+	if (warm != NULL)
+		*warm = 0;
+	if ((w = sup_slot()) == NULL)
+		return (RDZV_ENOMEM);
+	if (sup_nspares > 0 && prog_fd >= 0 && sup_done_fn == NULL &&
+	    (sup_binds == NULL || local_rank >= sup_nbinds) &&
+	    sup_spare_hand(local_rank, argv, envp, out_fd, err_fd, prog_fd,
+	    &pid) == 0)
+		hot = 1;
+	else {
+		if ((rv = sup_fork(local_rank, argv, envp, out_fd, err_fd,
+		    prog_fd, &pid)) != 0)
+			return (rv);
+		log_debug("worker %d %s, pid %ld", local_rank, replacement ?
+		    "replacement started" : "started", (long)pid);
+	}
 	w->pid = pid;
 	w->local_rank = local_rank;
 	w->stopping = 0;
 	w->replacement = replacement;
 	if (pidp != NULL)
 		*pidp = pid;
-	log_debug("worker %d %s, pid %ld", local_rank, replacement ?
-	    "replacement started" : "started", (long)pid);
+	if (warm != NULL)
+		*warm = hot;
 	return (0);
 }
 
@@ -448,19 +478,8 @@ sup_spawn(int local_rank, char *const argv[], char *const envp[], int out_fd,
 		return (RDZV_EINVAL);
 	if ((rv = sup_keep(local_rank, argv, envp)) != 0)
 		return (rv);
-	if (warm != NULL)
-		*warm = 0;
-	/* A restart's worker from a warm spare when one waits. */
-	if (sup_nspares > 0 && prog_fd >= 0 && sup_done_fn == NULL &&
-	    (sup_binds == NULL || local_rank >= sup_nbinds) &&
-	    sup_spare_hand(local_rank, argv, envp, out_fd, err_fd, prog_fd,
-	    0, pidp) == 0) {
-		if (warm != NULL)
-			*warm = 1;
-		return (0);
-	}
-	return (sup_fork(local_rank, argv, envp, out_fd, err_fd, prog_fd, 0,
-	    pidp));
+	return (sup_start(local_rank, argv, envp, out_fd, err_fd, prog_fd, 0,
+	    pidp, warm));
 }
 
 pid_t
@@ -506,16 +525,8 @@ sup_respawn(int local_rank, int out_fd, int err_fd, int prog_fd, pid_t *pidp,
 			env[n++] = l->envp[i];
 	env[n++] = (char *)SUP_REPLACEMENT_VAR "=1";
 	env[n] = NULL;
-	if (warm != NULL)
-		*warm = 0;
-	if (sup_nspares > 0 && sup_spare_hand(local_rank, l->argv, env,
-	    out_fd, err_fd, prog_fd, 1, pidp) == 0) {
-		if (warm != NULL)
-			*warm = 1;
-		rv = 0;
-	} else
-		rv = sup_fork(local_rank, l->argv, env, out_fd, err_fd,
-		    prog_fd, 1, pidp);
+	rv = sup_start(local_rank, l->argv, env, out_fd, err_fd, prog_fd, 1,
+	    pidp, warm);
 	free(env);
 	return (rv);
 }
@@ -672,13 +683,12 @@ sup_spare_msg(char *const argv[], char *const envp[], char **out,
  */
 static int
 sup_spare_hand(int local_rank, char *const argv[], char *const envp[],
-    int out_fd, int err_fd, int prog_fd, int replacement, pid_t *pidp)
+    int out_fd, int err_fd, int prog_fd, pid_t *pidp)
 {
 	union {
 		struct cmsghdr	hdr;
 		char		buf[CMSG_SPACE(3 * sizeof(int))];
 	} cm;
-	struct sup_worker	*w;
 	struct cmsghdr		*c;
 	struct msghdr		 mh;
 	struct iovec		 iov;
@@ -690,8 +700,6 @@ sup_spare_hand(int local_rank, char *const argv[], char *const envp[],
 
 	if (prog_fd < 0)
 		rv = RDZV_EINVAL;	/* no channel: nothing to repair with */
-	else if ((w = sup_slot()) == NULL)
-		rv = RDZV_ENOMEM;
 	else
 		rv = sup_spare_msg(argv, envp, &msg, &len);
 	if (rv != 0)
@@ -721,12 +729,7 @@ sup_spare_hand(int local_rank, char *const argv[], char *const envp[],
 	}
 	/* Closing our end leaves the datagram queued for the spare. */
 	sup_spare_forget(0, 0);
-	w->pid = pid;
-	w->local_rank = local_rank;
-	w->stopping = 0;
-	w->replacement = replacement;
-	if (pidp != NULL)
-		*pidp = pid;
+	*pidp = pid;
 	log_debug("worker %d: the warm spare, pid %ld", local_rank,
 	    (long)pid);
 	return (0);
