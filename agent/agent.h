@@ -7,9 +7,11 @@
  * torchrun's agent would (main.c), starts the local workers of each round
  * and supervises them (sup.c, the only file that forks), routes their
  * output and error files (logs.c), and ties the three together in one
- * event-driven state machine (main.c).  cli_opts.c reads torchrun's
- * command line, PET_* and SLURM_* variables through one table of
- * options; cli.c resolves what they mean into a struct agent_config.
+ * event-driven state machine (main.c).  rank.c keeps what each local
+ * rank is (struct agent_rank) and starts every worker of one.
+ * cli_opts.c reads torchrun's command line, PET_* and SLURM_* variables
+ * through one table of options; cli.c resolves what they mean into a
+ * struct agent_config.
  * progress.c is the two-way channel to each worker (steps, "hello",
  * "ready" in; repair rounds and "stop" out); common/chan.c has its
  * messages.
@@ -220,6 +222,64 @@ int	cli_std_for(const char *spec, int local_rank);
  */
 int	cli_rank_shown(const struct agent_config *, int local_rank);
 
+/* ---- rank.c: what one local rank is, and how its worker starts ---- */
+
+struct rdzv_round;
+
+/*
+ * One local rank of this node (0 .. nproc - 1), as the state machine
+ * (main.c) keeps it: rank.c's table, one for each, for the agent's life.
+ * The rest of a local rank lives with the file that serves it, under the
+ * same number, private there: its running worker and the argv and
+ * environment it was last started with in sup.c (sup_pid; sup_respawn
+ * starts a replacement from them), its output streams and error file in
+ * logs.c, its channel and the steps it reported in progress.c.  Every
+ * worker a local rank gets (the first of a round, a replacement in place
+ * after a death, a warm spare handed the rank for either) is started by
+ * rank_spawn().  Only local ranks below RZ_REPAIR_LWS_MAX, the ranks
+ * rdzvd's masks hold, are ever replaced in place.
+ */
+struct agent_rank {
+	int		 local_rank;
+	int64_t		 hung_at;	/* mono_ms() the watchdog sent it
+					 * SIGABRT; 0: not hung */
+	int		 strag_killed;	/* killed as a straggler (rdzvd's
+					 * straggler_action=replace) */
+	int		 pending;	/* replaced in place, its READY not
+					 * sent yet */
+	int		 fresh;		/* a replacement in place, until the
+					 * round changes */
+	int		 unjoined;	/* a replacement that never stepped,
+					 * reported with SUCCEEDED: stopped
+					 * at DONE */
+};
+
+/* Makes the table: cfg->nproc ranks, none marked (cfg is kept). */
+void	rank_init(const struct agent_config *cfg);
+/* Local rank local_rank's state; a rank out of range is fatal. */
+struct agent_rank *rank_get(int local_rank);
+/* A new round: no rank is hung, pending, fresh or unjoined any more. */
+void	rank_new_round(void);
+/* Whether any rank is pending: a replacement on its way, READY unsent. */
+int	rank_any_pending(void);
+/* Whether any rank's worker is a replacement in place (fresh). */
+int	rank_any_fresh(void);
+/*
+ * The one way a worker is started for ar: the first of round r
+ * (replacement 0: env_worker's environment for r, on the output streams
+ * and channel that logs_attempt and progress_attempt made), or a
+ * replacement in place for the worker that just died, its exit reaped
+ * (replacement 1: fresh streams and channel, logs_rearm and
+ * progress_rearm, and sup_respawn's launch: the predecessor's argv and
+ * environment plus RDZV_REPLACEMENT=1; ar is then pending and fresh,
+ * rdzvd hears of it with the next HEARTBEAT and one line is logged).
+ * Either way a warm spare, when one waits, takes the launch instead of
+ * a fork (sup.c); *warm says so.  Returns 0, or an RDZV_E* code with no
+ * worker started.
+ */
+int	rank_spawn(struct agent_rank *ar, const struct rdzv_round *r,
+	    int replacement, int *warm);
+
 /* ---- sup.c: spawning and supervising workers (the only fork) ---- */
 
 /* --numa_binding, torch's modes. */
@@ -268,12 +328,13 @@ int	sup_spawn(int local_rank, char *const argv[], char *const envp[],
  * Starts a replacement for local_rank alone (in-place recovery): the argv
  * and environment of local_rank's last sup_spawn, plus RDZV_REPLACEMENT=1,
  * with these descriptors (as sup_spawn's; a fresh progress socket from
- * progress_rearm).  No other worker is touched or signalled.  The warm
- * spare, when one runs, becomes the replacement (*warm, when not NULL,
- * says which).  Returns 0 with *pid set; RDZV_EINVAL (local_rank out of range), RDZV_ENOTFOUND
- * (local_rank was never spawned), RDZV_EEXIST (a worker of local_rank is
- * still running: its exit must be reaped first), RDZV_EBUSY (sup_stop is
- * under way), RDZV_ENOMEM or RDZV_EIO.
+ * progress_rearm).  No other worker is touched or signalled.  A warm
+ * spare, when one waits, becomes the replacement as in sup_spawn (*warm,
+ * when not NULL, says which).  Returns 0 with *pid set; RDZV_EINVAL
+ * (local_rank out of range), RDZV_ENOTFOUND (local_rank was never
+ * spawned), RDZV_EEXIST (a worker of local_rank is still running: its
+ * exit must be reaped first), RDZV_EBUSY (sup_stop is under way),
+ * RDZV_ENOMEM or RDZV_EIO.
  */
 int	sup_respawn(int local_rank, int out_fd, int err_fd, int prog_fd,
 	    pid_t *pid, int *warm);

@@ -58,7 +58,8 @@
  *
  * Why about 1,250 lines: the state machine's transitions and every
  * callback that drives them; the options (cli.c), the workers'
- * environment (env.c) and the hosted rdzvd (host.c) live apart.
+ * environment (env.c), the local ranks and the one way a worker starts
+ * (rank.c) and the hosted rdzvd (host.c) live apart.
  */
 #include "config.h"
 
@@ -152,17 +153,6 @@ static struct {
 						 * restart are wanted */
 	int			 spare_restart;	/* they are */
 	int64_t			 round_ms;	/* mono_ms the round began */
-	int64_t			*hung_at;	/* per local rank; 0: not */
-	uint64_t		 strag_killed;	/* bit l: killed as a straggler */
-	uint64_t		 pending;	/* bit l: local rank l is
-						 * replaced in place, its READY
-						 * not sent */
-	uint64_t		 fresh;		/* bit l: local rank l is a
-						 * replacement in place, until
-						 * the round changes */
-	uint64_t		 unjoined;	/* bit l: a replacement that
-						 * never stepped, reported with
-						 * SUCCEEDED: stopped at DONE */
 	int64_t			 stepped;	/* the latest round a worker
 						 * committed a step in */
 } ag;
@@ -214,7 +204,7 @@ agent_spare_want(void)
 		return;
 	if (!ag.cfg.warm_spare || ag.cfg.no_python || ag.cfg.argc < 3 ||
 	    ag.cfg.numa_mode != SUP_NUMA_NONE || sup_spare_count() >= want ||
-	    ag.state != AS_RUNNING || ag.pending != 0)
+	    ag.state != AS_RUNNING || rank_any_pending())
 		return;
 	/* cli_command's python -u [-m] PROGRAM ARGS... */
 	if ((argv = calloc(ag.cfg.argc + 3, sizeof *argv)) == NULL)
@@ -310,7 +300,7 @@ agent_summary_progress(const char *thin)
 		fprintf(stderr, "  rank %lld (local_rank: %d): step %llu, "
 		    "%.1f s ago%s\n", (long long)(ag.cur.rank_base + i), i,
 		    (unsigned long long)step, agent_age(when),
-		    ag.hung_at[i] != 0 ? " (no progress: stopped by "
+		    rank_get(i)->hung_at != 0 ? " (no progress: stopped by "
 		    "the watchdog)" : "");
 	}
 }
@@ -343,9 +333,7 @@ agent_finish(int code)
 static void
 agent_start_round(const struct rdzv_round *r)
 {
-	char	**env;
-	pid_t	  pid;
-	int	  i, out_fd, err_fd, rv, warm, nwarm = 0;
+	int	i, rv, warm, nwarm = 0;
 
 	ag.cur = *r;
 	ag.nok = 0;
@@ -360,10 +348,7 @@ agent_start_round(const struct rdzv_round *r)
 	    (long long)r->rank_base,
 	    (long long)r->rank_base + ag.cfg.nproc - 1,
 	    (long long)env_world(&ag.cfg, r), (long long)r->restart_count);
-	memset(ag.hung_at, 0, ag.cfg.nproc * sizeof *ag.hung_at);
-	ag.pending = 0;
-	ag.fresh = 0;
-	ag.unjoined = 0;
+	rank_new_round();
 	ag.spare_restart = 0;
 	ag.round_ms = mono_ms();
 	agent_spare_look();
@@ -382,14 +367,8 @@ agent_start_round(const struct rdzv_round *r)
 		return;
 	}
 	for (i = 0; i < ag.cfg.nproc; i++) {
-		env = env_worker(&ag.cfg, i, r);
-		logs_child_fds(i, &out_fd, &err_fd);
-		rv = sup_spawn(i, ag.cfg.argv, env, out_fd, err_fd,
-		    progress_child_fd(i), &pid, &warm);
+		rv = rank_spawn(rank_get(i), r, 0, &warm);
 		nwarm += rv == 0 && warm;
-		logs_spawned(i);
-		progress_spawned(i);
-		env_free(env);
 		if (rv != 0) {
 			rdzv_report_failure(r->round, i, r->rank_base + i,
 			    127, 0, 0, "rdzv-agent could not fork the worker");
@@ -440,12 +419,11 @@ agent_progress_note(int local_rank, char *msg, size_t msgsz)
 
 	if (progress_get(local_rank, &step, &when) != 0)
 		return;
-	if (local_rank < RZ_REPAIR_LWS_MAX &&
-	    (ag.strag_killed & (1ULL << local_rank)))
+	if (rank_get(local_rank)->strag_killed)
 		snprintf(note, sizeof note, "%slast step %llu: killed by "
 		    "rdzv-agent as a straggler (straggler_action=replace)",
 		    sep, (unsigned long long)step);
-	else if (ag.hung_at[local_rank] != 0)
+	else if (rank_get(local_rank)->hung_at != 0)
 		snprintf(note, sizeof note, "%sno progress for %g s after "
 		    "step %llu: stopped by rdzv-agent's --progress_timeout",
 		    sep, ag.cfg.progress_timeout_ms / 1000.0,
@@ -473,6 +451,7 @@ agent_progress_note(int local_rank, char *msg, size_t msgsz)
 static void
 agent_watch_cb(evutil_socket_t fd, short ev, void *arg)
 {
+	struct agent_rank	*ar;
 	int64_t		when, waited;
 	uint64_t	step;
 	double		limit = ag.cfg.progress_timeout_ms / 1000.0;
@@ -484,8 +463,9 @@ agent_watch_cb(evutil_socket_t fd, short ev, void *arg)
 	for (i = 0; i < ag.cfg.nproc; i++) {
 		if (progress_watch_get(i, &step, &when, &joining) != 0)
 			continue;
-		if (ag.hung_at[i] != 0) {
-			if (agent_age(ag.hung_at[i]) * 1000 >= ag.cfg.grace_ms)
+		ar = rank_get(i);
+		if (ar->hung_at != 0) {
+			if (agent_age(ar->hung_at) * 1000 >= ag.cfg.grace_ms)
 				(void)sup_signal_rank(i, SIGKILL);
 			continue;
 		}
@@ -499,7 +479,7 @@ agent_watch_cb(evutil_socket_t fd, short ev, void *arg)
 			continue;	/* already gone: its exit is reported */
 		/* A stopped worker takes the SIGABRT once continued. */
 		(void)sup_signal_rank(i, SIGCONT);
-		ag.hung_at[i] = mono_ms();
+		ar->hung_at = mono_ms();
 		if (joining)
 			log_warnx("worker %d (rank %lld), a replacement, did "
 			    "not join its round within %g s%s: sending "
@@ -535,7 +515,9 @@ agent_exit_cb(const struct sup_exit *x, void *arg)
 		return;		/* stopping: expected */
 	}
 	if (WIFEXITED(x->status) && WEXITSTATUS(x->status) == 0) {
-		uint64_t	un = 0;
+		struct agent_rank	*ar;
+		uint64_t		 un = 0;
+		int			 l;
 
 		if (++ag.nok == ag.cfg.nproc || (un = agent_unjoined()) != 0) {
 			log_info("round %lld: every local worker succeeded%s",
@@ -543,8 +525,12 @@ agent_exit_cb(const struct sup_exit *x, void *arg)
 			    "replacements that never stepped: reported, rdzvd "
 			    "calls their grow off" : "");
 			agent_set_state(AS_SUCCEEDED);
-			ag.pending = 0;		/* no READY from here on */
-			ag.unjoined = un;
+			for (l = 0; l < ag.cfg.nproc; l++) {
+				ar = rank_get(l);
+				ar->pending = 0;	/* no READY now */
+				ar->unjoined = l < RZ_REPAIR_LWS_MAX &&
+				    (un & (1ULL << l)) != 0;
+			}
 			logs_end_attempt();
 			progress_end_attempt();
 			rdzv_report_succeeded(ag.cur.round, (int64_t)un);
@@ -603,8 +589,7 @@ agent_unstepped(void)
 	int		l;
 
 	for (l = 0; l < ag.cfg.nproc && l < RZ_REPAIR_LWS_MAX; l++)
-		if ((ag.fresh & (1ULL << l)) &&
-		    progress_get(l, &step, &when) != 0)
+		if (rank_get(l)->fresh && progress_get(l, &step, &when) != 0)
 			un |= 1ULL << l;
 	return (un);
 }
@@ -652,22 +637,25 @@ agent_stepped_cb(void *arg)
 	return (ag.stepped);
 }
 
-/* DONE while replacements that never stepped still run (ag.unjoined):
+/* DONE while replacements that never stepped still run (unjoined):
  * they have no step to do; each hears "stop" before the SIGTERM. */
 static void
 agent_stop_unjoined(void)
 {
-	int	l;
+	struct agent_rank	*ar;
+	int			 l;
 
-	for (l = 0; l < ag.cfg.nproc && l < RZ_REPAIR_LWS_MAX; l++) {
-		if (!(ag.unjoined & (1ULL << l)) || sup_pid(l) <= 0)
-			continue;
-		log_info("worker %d: training ended before its replacement "
-		    "joined (rdzvd called the grow off): stopping the "
-		    "replacement", l);
-		(void)progress_send(l, &(struct chan_msg){ .verb = CHAN_STOP });
+	for (l = 0; l < ag.cfg.nproc; l++) {
+		ar = rank_get(l);
+		if (ar->unjoined && sup_pid(l) > 0) {
+			log_info("worker %d: training ended before its "
+			    "replacement joined (rdzvd called the grow off): "
+			    "stopping the replacement", l);
+			(void)progress_send(l, &(struct chan_msg){
+			    .verb = CHAN_STOP });
+		}
+		ar->unjoined = 0;
 	}
-	ag.unjoined = 0;
 }
 
 /*
@@ -682,8 +670,7 @@ agent_can_repair(void)
 	if (ag.cfg.nproc < 1)
 		return (0);
 	for (l = 0; l < ag.cfg.nproc; l++)
-		if (!(l < RZ_REPAIR_LWS_MAX && (ag.pending & (1ULL << l))) &&
-		    !progress_can_repair(l))
+		if (!rank_get(l)->pending && !progress_can_repair(l))
 			return (0);
 	return (1);
 }
@@ -701,30 +688,15 @@ agent_can_repair(void)
 static int
 agent_respawn(int l)
 {
-	char	moved[4096];
-	pid_t	pid;
-	int	out_fd, err_fd, rv, warm;
+	int	rv, warm;
 
 	if (l >= RZ_REPAIR_LWS_MAX || !agent_can_repair())
 		return (-1);
-	if ((rv = logs_rearm(l, &out_fd, &err_fd, moved, sizeof moved)) != 0 ||
-	    (rv = progress_rearm(l)) != 0 ||
-	    (rv = sup_respawn(l, out_fd, err_fd, progress_child_fd(l),
-	    &pid, &warm)) != 0) {
+	if ((rv = rank_spawn(rank_get(l), &ag.cur, 1, &warm)) != 0) {
 		log_warnx("worker %d cannot be replaced in place: %s; the "
 		    "job restarts", l, rdzv_strerror(rv));
 		return (-1);
 	}
-	logs_spawned(l);
-	progress_spawned(l);
-	ag.hung_at[l] = 0;
-	ag.strag_killed &= ~(1ULL << l);
-	ag.pending |= 1ULL << l;
-	ag.fresh |= 1ULL << l;
-	rdzv_unjoined_changed();
-	log_info("worker %d (rank %lld): replacement pid %ld started%s; the "
-	    "others go on", l, (long long)(ag.cur.rank_base + l), (long)pid,
-	    warm ? " (the warm spare)" : "");
 	return (0);
 }
 
@@ -787,23 +759,24 @@ agent_repair_round(const struct rdzv_round *r)
 static void
 agent_take_place(const struct rdzv_round *r)
 {
+	int	l;
+
 	log_info("round %lld: this node takes a lost node's place or joins "
 	    "in place (group rank %lld): starting %d workers as replacements",
 	    (long long)r->round, (long long)r->group_rank, ag.cfg.nproc);
 	logs_end_attempt();
 	progress_end_attempt();
 	agent_start_round(r);
-	if (ag.state == AS_RUNNING)
-		ag.pending = ag.cfg.nproc >= RZ_REPAIR_LWS_MAX ? 0 :
-		    (1ULL << ag.cfg.nproc) - 1;
+	if (ag.state == AS_RUNNING && ag.cfg.nproc < RZ_REPAIR_LWS_MAX)
+		for (l = 0; l < ag.cfg.nproc; l++)
+			rank_get(l)->pending = 1;
 }
 
 /* A worker said hello or ready on its channel, or its first step. */
 static void
 agent_note_cb(int l, enum progress_note note, void *arg)
 {
-	if (note == PROGRESS_STEP && l < RZ_REPAIR_LWS_MAX &&
-	    (ag.fresh & (1ULL << l))) {
+	if (note == PROGRESS_STEP && rank_get(l)->fresh) {
 		/* A replacement's first report, the step it received as it
 		 * joined (no step of its own): rdzvd may take it for a
 		 * donor now. */
@@ -825,13 +798,13 @@ agent_note_cb(int l, enum progress_note note, void *arg)
 		/* A replacement in place not up yet runs the program of the
 		 * worker it replaces, which said it can repair. */
 		rdzv_set_repairable(progress_all_can_repair() ||
-		    (ag.fresh != 0 && agent_can_repair()));
+		    (rank_any_fresh() && agent_can_repair()));
 		agent_spare_want();
 		return;
 	}
-	if (note == PROGRESS_READY && l < RZ_REPAIR_LWS_MAX && (ag.pending & (1ULL << l)) &&
+	if (note == PROGRESS_READY && rank_get(l)->pending &&
 	    ag.state == AS_RUNNING) {
-		ag.pending &= ~(1ULL << l);
+		rank_get(l)->pending = 0;
 		/* A worker here finished: the group has no step left. */
 		if (ag.nok > 0) {
 			log_info("worker %d: its replacement is ready, but "
@@ -902,7 +875,7 @@ agent_leave_on_purpose(const char *cause)
 	int		n, half = ag.cfg.grace_ms / 2;
 
 	/* Alone in the job there is nobody to go on: stop as before. */
-	if (ag.state != AS_RUNNING || ag.pending != 0 || sup_live() == 0 ||
+	if (ag.state != AS_RUNNING || rank_any_pending() || sup_live() == 0 ||
 	    ag.cur.group_world_size < 2 || !progress_all_can_repair())
 		return (-1);
 	n = progress_send_all(&(struct chan_msg){ .verb = CHAN_LEAVE });
@@ -1109,7 +1082,7 @@ agent_straggler_cb(int64_t round, int l, void *arg)
 	log_warnx("worker %d (rank %lld): rdzvd names it a straggler: "
 	    "killing it to be replaced", l, (long long)(ag.cur.rank_base + l));
 	if (sup_signal_rank(l, SIGKILL) == 0 && l < RZ_REPAIR_LWS_MAX)
-		ag.strag_killed |= 1ULL << l;
+		rank_get(l)->strag_killed = 1;
 }
 
 /*
@@ -1222,8 +1195,8 @@ main(int argc, char **argv)
 		fatalx("evtimer_new");
 	progress_init(ag.base);
 	progress_set_cb(agent_note_cb, NULL);
-	if ((ag.hung_at = calloc(ag.cfg.nproc, sizeof *ag.hung_at)) == NULL ||
-	    (ag.others = calloc(ag.cfg.nproc, sizeof *ag.others)) == NULL)
+	rank_init(&ag.cfg);
+	if ((ag.others = calloc(ag.cfg.nproc, sizeof *ag.others)) == NULL)
 		fatalx("out of memory");
 	if (ag.cfg.progress_timeout_ms > 0) {
 		struct timeval	tv;
