@@ -76,7 +76,7 @@ import time
 
 from . import collectives, group, log
 from .channel import Round, home_rank, open_channel
-from .repair import Job, _start
+from .repair import Job, State, _start
 
 __all__ = ["init_process_group", "MeshJob", "plan", "fully_shard"]
 # What init_process_group imports before a replacement says ready (FSDP2,
@@ -377,7 +377,9 @@ class MeshJob(Job):
                 self._factories[1] is not None and \
                 not self._in_step and self._rounds and \
                 self._freeze is not self._rounds[-1]:
-                self._in_step = True	# after the next vote
+                # Taken after the next vote.
+                self._step_begins("a step before round %d's vote"
+                    % self._rounds[-1].round)
                 return
         super()._begin()
         self._heal_pending()
@@ -403,7 +405,7 @@ class MeshJob(Job):
         return super()._recover(e, what)
 
     def _abort(self):
-        self._whole = False
+        self._cut_group()
         group.reset(self._rep_socks)
 
     def _agree_world(self, mine):
@@ -442,8 +444,7 @@ class MeshJob(Job):
         t0 = time.monotonic()
         lost = self._lost_since if self._lost_since is not None else t0
         current = lambda: not self._superseded(r)	# noqa: E731
-        with self._cv:
-            self._whole = False
+        self._to(State.REPAIRING, "round %d" % r.round)
         self._take = False	# taken (a vote's or a cut step's)
         if not current():
             raise ConnectionError("round %d superseded" % r.round)
@@ -464,6 +465,8 @@ class MeshJob(Job):
             self._round = r
         if self.replica not in p["whole"]:
             self.active = False
+            self._to(State.WAITING, "round %d: replica %d not whole"
+                % (r.round, self.replica))
             self._drop_rep()
             log.info("rank %d (replica %d shard %d): replica %d waits "
                 "for its replacement, round %d", self.home, self.replica,
@@ -500,8 +503,10 @@ class MeshJob(Job):
             # Stepping in a whole group: a grow's agreement (the
             # watcher's _agree) has its ranks switch after the same
             # step, not each at its next boundary (one would wait in
-            # the new round while its shard peer began a step).
-            self._whole = True
+            # the new round while its shard peer began a step).  A
+            # break posted while it was made is dropped, as in Job's.
+            self._cut_posted = False
+            self._to(State.WHOLE, "round %d made" % r.round)
         if r.kind != "start":
             self.repairs += 1
         self._lost_since = None
@@ -866,3 +871,4 @@ def _mesh_only(job):
             mesh_dim_names=("shard",))
     job.active, job.stepping = True, 1
     job.rank, job.world = job.home, job.full_world
+    job._state = State.WHOLE	# its start, not a move: nothing repairs

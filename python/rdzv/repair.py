@@ -97,41 +97,63 @@ How a repair goes:
   (job.leave_requested is True meanwhile); the others shrink around it
   and lose no step.
 
-The states of a process, and who moves them (every field another thread
-writes is read and written under self._cv):
+The states of a process (State, one field: self._state) and the moves
+between them (_MOVES, the one table Job._to checks every move against):
 
-  JOINING (a replacement, _joined False: said "ready")
-     | its round (the watcher appends it to _rounds)
+  JOINING (a replacement: said "ready", holds no state yet)
+     | its round (_join: _wait_round, then _repair)
      v
-  REPAIRING (_repair_in: the round's group, its ranks all come or none,
+  REPAIRING (_repair: the round's group, its ranks all come or none;
      |       _sync: the donor's state where the steps differ)
-     | done: _whole, repair_times
+     |--- rdzv.mesh: this replica is not whole --> WAITING (its
+     |    survivors wait, process and state kept) --the next round-->
+     |    REPAIRING
+     | the group made and synced (repair_times)
      v
-  WHOLE (the group made, synced, unbroken) --job.step() (_begin)--> IN STEP
-     ^  |                                                    (_in_step)
-     |  | a grow heard while WHOLE (watcher: _freeze = r)      |  |
-     |  v                                                      |  |
-     | AGREEING (the rdzv-agree thread posts the steps begun;  |  |
-     |  |       _target = the switch step)                     |  |
-     |  | _begin once step_count reaches _target:              |  |
-     |  +--> REPAIRING in r, no step dropped                   |  |
-     +---------------------- commit (_end) --------------------+  |
-                                                                  |
-  a shrink heard (watcher: _abort breaks the group), or a peer's  |
-  death raised in the step or a collective (_end, _recover) <-----+
-     --> CUT (_lost_since; the step dropped) --> REPAIRING in the
-         newest round (_wait_round: None after repair_timeout: raise)
-  any: "leave" (watcher: _leave_asked) --> LEAVING: exit 0 at the step's
-       end; "stop" --> exit 1; the channel's end (_chan_gone) ends every
-       wait for a round.
+  WHOLE --------------- job.step() (_begin) ---------------> STEP
+     | ^ <------------------- commit or drop (_end) ---------+  |
+     |                                                          |
+     | a round pending at _begin (a grow agreed on while        |
+     | WHOLE: once step_count reaches its _target, no step      |
+     | dropped) --> REPAIRING                                   |
+     |                                                          |
+     | a break of the group                       a break of it |
+     v                                                          v
+  CUT (the group broken, _lost_since) ---a step---> CUT_STEP (a step
+     |  ^--------------------- its end (_end) ------+  begun on it:
+     |                                                 rdzv.mesh's
+     | the newest round (_wait_round; None after       vote drops it)
+     | repair_timeout: raise)
+     v
+  REPAIRING
 
-The threads: the training thread owns the group, the step and every
-state above but JOINING's wait; the watcher (watcher.py) only reads the
-channel, notes rounds, "leave" and the channel's end, says "wait", and
-breaks the group on a shrink; one rdzv-agree thread per grow posts and
-sets _target; the reporter writes the committed step to rdzvd.  These
-are flags today (_joined, _whole, _in_step, _freeze/_target,
-_lost_since, _leave_asked, _chan_gone), not one state variable.
+  A break of the group: one another thread posted (_look applies it at
+  the step's ends and in the waits), or the training thread's own (_abort
+  in _recover: a peer's death raised in the step, a collective or DDP();
+  in _repair_in: the repair itself cut off: REPAIRING -> CUT).  A break
+  posted during a repair is dropped at its end (the newer round it came
+  with is taken at the next step's beginning).  In any state: "leave"
+  (_leave_asked) exits 0 at the step's end; "stop" exits 1; the
+  channel's end (_chan_gone) ends every wait for a round.
+
+The threads: the training thread (Job._main) owns the state, the group
+and the step: only it moves the state, through Job._to (a move not in
+_MOVES, or one made from another thread, is logged as an internal
+error; RDZV_REPAIR_DEBUG=1 logs every move).  The others post, under
+self._cv, for it to apply at its next look:
+- the watcher (watcher.py), reading the channel: a round (appended to
+  _rounds), "leave" (_leave_asked), the channel's end (_chan_gone), and a
+  break of the group for a shrink or a grow the group is not whole for
+  (_abort resets the group's sockets or aborts the NCCL communicator at
+  once, as the training thread may be blocked in a collective, and posts
+  _cut_posted); it reads _group_whole() and says "wait";
+- one rdzv-agree thread per grow: the switch step (_target), or, with
+  no agreement, the grow given up (_freeze None) and a break posted;
+- the reporter writes the committed step to rdzvd; it posts nothing.
+Beside the state, as data: _joined (this process holds the job's state:
+a mesh replacement is in its whole group before its heal), _stepped,
+_tainted, _nccl_cut, _lost_since, _freeze and _target (the grow round
+being agreed on and its switch step), _dcp.
 
 The modules: channel (the agent's messages), watcher (the threads: rounds,
 "wait", progress to rdzvd), group (sockets, stores, errors), state (what a
@@ -141,6 +163,7 @@ outside the step); this one holds the step and the repair itself.
 """
 
 import atexit
+import enum
 import os
 import socket
 import sys
@@ -232,6 +255,31 @@ def _single(module):
     return Single(module)
 
 
+class State(enum.Enum):
+    """Where a process stands (the diagram above).  Only the training
+    thread moves it (Job._to); the others post what they saw."""
+    JOINING = "joining"	# a replacement before its round
+    REPAIRING = "repairing"	# making a round's group, syncing the state
+    WHOLE = "whole"		# the group made, synced, unbroken; no step
+    STEP = "step"		# a step in flight on a whole group
+    CUT = "cut"		# the group broken; waiting for a round
+    CUT_STEP = "cut step"	# a step in flight on a broken group
+    WAITING = "waiting"	# rdzv.mesh: the replica waits for its heal
+
+
+# The moves State allows, written once: Job._to checks each against it.
+_MOVES = {
+    State.JOINING: (State.REPAIRING,),
+    State.REPAIRING: (State.WHOLE, State.CUT, State.WAITING),
+    State.WHOLE: (State.STEP, State.REPAIRING, State.CUT),
+    State.STEP: (State.WHOLE, State.CUT_STEP),
+    State.CUT: (State.REPAIRING, State.CUT_STEP),
+    State.CUT_STEP: (State.CUT,),
+    State.WAITING: (State.REPAIRING,),
+}
+_IN_STEP = (State.STEP, State.CUT_STEP)
+
+
 class ScriptError(RuntimeError):
     """A use of the helper that cannot work (the script's to fix): it
     ends the job as a script error does (_fail_fast), never repaired."""
@@ -283,7 +331,6 @@ class Job(Watcher):
         self._tracked = []
         self._cv = threading.Condition()
         self._rounds = []		# received, not yet taken
-        self._in_step = False
         self._freeze = None		# the grow round being agreed on
         self._target = None		# its switch step once agreed
         self._socks = {}		# the current group's sockets
@@ -304,9 +351,99 @@ class Job(Watcher):
         self._nccl_cut = False		# the group's NCCL comm aborted
         self._tainted = False		# a step ran on it and "ended"
         self._leave_asked = False	# "leave": go at the step's end
-        self._whole = False		# the group is made, synced, unbroken
+        # The state (the training thread's), and the group's break that
+        # another thread posted for it (_cut_group).
+        self._state = State.WHOLE if chan is None else \
+            State.JOINING if self.replacement else State.REPAIRING
+        self._cut_posted = False
         self._closing = threading.Event()	# the interpreter exits
         self._reporter = None		# the progress reporter thread
+
+    # ---- the state ----
+
+    def _to(self, new, why):
+        """Training thread: moves the state to new (why: for the debug
+        line), a move _MOVES allows; another move, or one from another
+        thread, is an internal error: said, and made all the same."""
+        with self._cv:
+            old = self._state
+            if new is old:
+                return
+            if new not in _MOVES[old] or \
+                threading.get_ident() != self._main:
+                log.warn("internal error: state %s -> %s (%s) in thread "
+                    "%s: not a move of the table", old.name, new.name,
+                    why, threading.current_thread().name)
+            log.debug("state %s -> %s: %s", old.name, new.name, why)
+            self._state = new
+
+    def _look(self):
+        """Training thread, at a step's ends and in its waits: applies a
+        break of the group that another thread posted (a whole group is
+        cut; elsewhere the group is not whole anyway, and a repair's end
+        makes it whole, as the break was made before or during it)."""
+        with self._cv:
+            if not self._cut_posted:
+                return
+            self._cut_posted = False
+            if self._state is State.WHOLE:
+                self._to(State.CUT, "a break posted")
+            elif self._state is State.STEP:
+                self._to(State.CUT_STEP, "a break posted")
+
+    def _cut_group(self):
+        """The group is being broken (_abort): the training thread moves
+        to CUT (CUT_STEP in a step) itself; another thread posts it,
+        which _group_whole() reads at once and _look() applies."""
+        with self._cv:
+            if threading.get_ident() != self._main:
+                self._cut_posted = True
+                return
+            self._cut_posted = False
+            if self._state in _IN_STEP:
+                self._to(State.CUT_STEP, "the group broken")
+            elif self._state in (State.WHOLE, State.REPAIRING):
+                self._to(State.CUT, "the group broken")
+
+    def _group_whole(self):
+        """Any thread: whether the group is made, synced and unbroken (a
+        grow's agreement keeps it only then: the watcher's _on_round)."""
+        with self._cv:
+            return self._state in (State.WHOLE, State.STEP) and \
+                not self._cut_posted
+
+    @property
+    def _in_step(self):
+        """Whether a step is in flight (read by rdzv.data, collectives,
+        checkpoint and the frameworks' modules)."""
+        return self._state in _IN_STEP
+
+    @_in_step.setter
+    def _in_step(self, v):
+        """rdzv.data: False for a step begun whose batch the epoch does
+        not have (no step after all)."""
+        if v:
+            self._step_begins("begun")
+        else:
+            self._step_ends("not taken")
+
+    def _step_begins(self, why):
+        """Training thread: a step begins, on a whole group or, where a
+        peer's death already broke it, on a broken one (rdzv.mesh: its
+        vote drops it)."""
+        with self._cv:
+            self._look()
+            self._to(State.CUT_STEP if self._state is State.CUT else
+                State.STEP, why)
+
+    def _step_ends(self, why):
+        """Training thread: the step in flight ends (committed or not)."""
+        with self._cv:
+            self._look()
+            if self._state is State.STEP:
+                self._to(State.WHOLE, why)
+            elif self._state is State.CUT_STEP:
+                self._to(State.CUT, why)
 
     # ---- channel ----
 
@@ -323,7 +460,7 @@ class Job(Watcher):
         on it (watcher on a shrink, or a survivor whose step failed)."""
         import torch
         import torch.distributed as dist
-        self._whole = False
+        self._cut_group()
         if self.backend == "nccl":
             # The communicator only, never the group: the training
             # thread may be using the default group right now (taking
@@ -408,7 +545,7 @@ class Job(Watcher):
         lost = self._lost_since if self._lost_since is not None else t0
         old = self.world
         with self._cv:
-            self._whole = False
+            self._to(State.REPAIRING, "round %d" % r.round)
             if self._freeze is r:	# taken: no agreement breaks it now
                 self._freeze = self._target = None
         self._ddp = None
@@ -426,7 +563,11 @@ class Job(Watcher):
         with self._cv:
             if self._freeze is r:
                 self._freeze = self._target = None
-            self._whole = True
+            # A break posted while the group was made is dropped here:
+            # a newer round (which that break came with) is taken at the
+            # next step's beginning.
+            self._cut_posted = False
+            self._to(State.WHOLE, "round %d made" % r.round)
         self.repairs += 1
         self._lost_since = None
         now = time.monotonic()
@@ -524,6 +665,7 @@ class Job(Watcher):
         forever) once this node leaves: no round comes for it."""
         end = time.monotonic() + self.repair_timeout
         with self._cv:
+            self._look()
             while not self._rounds:
                 left = end - time.monotonic()
                 if self._chan_gone or (not forever and
@@ -545,9 +687,10 @@ class Job(Watcher):
             self._join()
         while True:
             with self._cv:
+                self._look()
                 r = self._rounds[-1] if self._rounds else None
                 if r is None:
-                    self._in_step = True
+                    self._step_begins("a step")
                     return
                 if self._freeze is r:
                     end = time.monotonic() + self.repair_timeout
@@ -559,7 +702,8 @@ class Job(Watcher):
                         continue	# superseded: look again
                     if self._target is not None and \
                         self.step_count < self._target:
-                        self._in_step = True
+                        self._step_begins("a step before the switch "
+                            "to round %d" % r.round)
                         return
                 del self._rounds[:]
             self._repair_in(r)
@@ -574,7 +718,7 @@ class Job(Watcher):
             e = RuntimeError("nccl: the group was aborted during step "
                 "%d" % self.step_count)
         with self._cv:		# what the watcher's _agree() reads
-            self._in_step = False
+            self._step_ends("committed" if e is None else "not committed")
             self.committed = e is None
             if e is None:
                 self.step_count += 1
@@ -929,5 +1073,5 @@ def init_process_group(backend="gloo", timeout=None):
             master_addr=env.get("MASTER_ADDR", "127.0.0.1"),
             master_port=int(env["MASTER_PORT"]))
         job._group(r)
-        job._whole = True
+        job._to(State.WHOLE, "the start round's group made")
     return job

@@ -147,7 +147,8 @@ class Watcher:
             self._rounds.append(r)
             # A grow keeps the group the survivors step in only if
             # that group is whole on every one of them (_agree).
-            healthy = r.kind == "grow" and self._joined and self._whole
+            healthy = r.kind == "grow" and self._joined and \
+                self._group_whole()
             # A newer round supersedes a grow still being agreed on
             # (its replacement may be the peer that just died).
             self._freeze, self._target = (r if healthy else None), None

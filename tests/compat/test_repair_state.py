@@ -9,7 +9,9 @@ tracked object's -- not its own empty or fresh objects' (an optimizer
 of step 0 on one rank, Adam's moments on the others: the replicas
 drift apart while every step still commits).  And the step at which the
 survivors of a grow switch (watcher.switch_step): only a group whole on
-every rank keeps stepping until then."""
+every rank keeps stepping until then.  And the helper's states
+(repair.State): moved by the training thread alone, through one table;
+a break another thread posts is applied at the step's end."""
 
 import compatlib as cl
 
@@ -127,6 +129,41 @@ def test_grow_switch_step():
     check(switch_step([b"-1", b"10 6 3", b"10 5 3", b"10 6 3"]) is None,
           "two groups")
     check(switch_step([b"-1"] * 4) is None, "nobody whole")
+
+
+
+def test_state_moves():
+    import contextlib
+    import io
+    import threading
+    S = repair.State
+    check(set(repair._MOVES) == set(S) and all(b in S for bs in
+          repair._MOVES.values() for b in bs), "a table of States")
+    j = job()		# no channel: its group (none, or torchrun's) whole
+    check(j._state is S.WHOLE and j._group_whole(), j._state)
+    with j.step():
+        check(j._state is S.STEP and j._in_step, j._state)
+    check(j._state is S.WHOLE and j.step_count == 1, j._state)
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        with j.step():
+            # The watcher breaks the group (a shrink): it posts the
+            # break; the training thread's state moves at the step's end.
+            t = threading.Thread(target=j._cut_group)
+            t.start()
+            t.join()
+            check(j._state is S.STEP and not j._group_whole(),
+                  (j._state, "after a posted break"))
+        check(j._state is S.CUT and not j._group_whole(), j._state)
+        with j.step():
+            check(j._state is S.CUT_STEP and j._in_step, j._state)
+        check(j._state is S.CUT, j._state)
+    check("internal error" not in err.getvalue(), err.getvalue())
+    # A move the table has not: said, as an internal error.
+    with contextlib.redirect_stderr(err):
+        j._to(S.JOINING, "a test's illegal move")
+    check("internal error: state CUT -> JOINING" in err.getvalue(),
+          err.getvalue())
 
 
 if __name__ == "__main__":

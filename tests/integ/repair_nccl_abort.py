@@ -80,6 +80,7 @@ def job_with(group):
     c10d._abort_process_group = forbidden
     job = repair.Job("nccl", None, chan=FakeChan())
     job._joined = True
+    job._to(repair.State.WHOLE, "a made group (faked)")
     job.world = 2
     repaired = []
     job._wait_round = lambda: "round"
