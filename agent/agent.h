@@ -313,14 +313,17 @@ int	sup_numa_init(const struct agent_config *);
 /* Installs the SIGCHLD event.  cb hears of every worker exit. */
 int	sup_init(struct event_base *, sup_exit_cb cb, void *arg);
 /*
- * Starts one worker: fork with every signal blocked; the child gets its
- * own session and process group, a parent-death SIGKILL, default signal handlers,
+ * Starts one worker for local_rank (kept as its launch for sup_respawn):
+ * fork with every signal blocked; the child gets its own session and
+ * process group, a parent-death SIGKILL, default signal handlers,
  * out_fd/err_fd (>= 0) as stdout/stderr, prog_fd (>= 0) as fd
  * PROGRESS_CHILD_FD, no other descriptor, and execs argv[0] (PATH
  * search) with envp.  With a warm spare waiting (and prog_fd >= 0, no
- * --numa_binding for the rank) the spare takes the launch instead, as
- * in sup_respawn (*warm, when not NULL, says which).  Returns 0 with
- * *pid set, or RDZV_EIO / RDZV_EINVAL.
+ * --numa_binding for the rank, no stop under way) the spare takes the
+ * launch instead, as in sup_respawn (*warm, when not NULL, says which).
+ * Returns 0 with *pid set; RDZV_EINVAL (a bad argv or envp, local_rank
+ * out of range), RDZV_EEXIST (a worker of local_rank still runs: its
+ * exit must be reaped first), RDZV_ENOMEM or RDZV_EIO.
  */
 int	sup_spawn(int local_rank, char *const argv[], char *const envp[],
 	    int out_fd, int err_fd, int prog_fd, pid_t *pid, int *warm);

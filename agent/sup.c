@@ -28,8 +28,12 @@
  * that dies before it is used is reaped with one log line and none is
  * started again (workers start cold).
  *
- * Why about 1,250 lines: every fork of the agent is here on purpose
- * (spawn, respawn, the spares' handoff, reaping), sharing the children's
+ * One record per local rank (struct sup_rank) holds what sup.c knows of
+ * it: its running worker (one at a time), its last launch and its
+ * --numa_binding.
+ *
+ * Why about 1,200 lines: every fork of the agent is here on purpose
+ * (spawn, respawn, the spares' handoff, reaping), sharing the ranks'
  * table and the SIGCHLD path.
  */
 #include "config.h"
@@ -61,17 +65,24 @@
 #include "mono.h"
 #include "rdzv_err.h"
 
-struct sup_worker {
-	pid_t		 pid;		/* 0: slot free */
-	int		 local_rank;
-	int		 stopping;
-	int		 replacement;	/* started by sup_respawn */
+/* --numa_binding: where a local rank runs. */
+struct sup_bind {
+	int		 valid;		/* 0: the rank is not bound */
+	int		 node;		/* preferred memory node, -1 none */
+	cpu_set_t	 cpus;
 };
 
-/* How local_rank was last started (sup_spawn), for sup_respawn. */
-struct sup_launch {
-	char		**argv;		/* NULL-terminated copies */
-	char		**envp;
+/*
+ * What sup.c knows of one local rank (struct agent_rank in agent.h says
+ * what else a local rank has): its worker, one at a time, the launch
+ * sup_respawn starts a replacement from, and its --numa_binding.
+ */
+struct sup_rank {
+	pid_t		 pid;		/* its running worker; 0: none */
+	int		 replacement;	/* that one started by sup_respawn */
+	char		**argv;		/* its last sup_spawn's, NULL- */
+	char		**envp;		/* terminated copies; NULL: none */
+	struct sup_bind	 bind;
 };
 
 /* The variable a replacement worker finds set. */
@@ -95,10 +106,8 @@ static sup_exit_cb		 sup_exit_fn;
 static void			*sup_exit_arg;
 static sup_done_cb		 sup_done_fn;
 static void			*sup_done_arg;
-static struct sup_worker	*sup_workers;
-static size_t			 sup_nworkers;
-static struct sup_launch	*sup_launches;	/* by local rank */
-static int			 sup_nlaunches;
+static struct sup_rank		*sup_ranks;	/* by local rank */
+static int			 sup_nranks;
 static struct sup_spare		 sup_spares[SUP_SPARES_MAX]; /* oldest first */
 static int			 sup_nspares;
 static int			 sup_spare_dead; /* one died unused: no more */
@@ -108,14 +117,6 @@ static void	sup_spare_died(int, int);
 static int	sup_spare_hand(int, char *const [], char *const [], int, int,
 		    int, pid_t *);
 
-/* --numa_binding: where each local rank runs. */
-struct sup_bind {
-	int		 valid;
-	int		 node;		/* preferred memory node, -1 none */
-	cpu_set_t	 cpus;
-};
-static struct sup_bind		*sup_binds;
-static int			 sup_nbinds;
 static const char		 sup_affinity_msg[] =
     "rdzv-agent: --numa_binding: sched_setaffinity failed\n";
 
@@ -134,25 +135,48 @@ sup_kill_group(pid_t pid, int sig)
 	return (kill(pid, sig));
 }
 
-static struct sup_worker *
+/* The local rank whose worker pid is, or -1. */
+static int
 sup_find(pid_t pid)
 {
-	size_t	i;
+	int	i;
 
-	for (i = 0; i < sup_nworkers; i++)
-		if (sup_workers[i].pid == pid)
-			return (&sup_workers[i]);
-	return (NULL);
+	for (i = 0; i < sup_nranks; i++)
+		if (sup_ranks[i].pid == pid)
+			return (i);
+	return (-1);
+}
+
+/*
+ * Local rank local_rank's record, the table grown to hold it (zeroed):
+ * NULL for a rank out of range, or out of memory.
+ */
+static struct sup_rank *
+sup_rank(int local_rank)
+{
+	struct sup_rank	*nr;
+	int		 n;
+
+	if (local_rank < 0 || local_rank >= AGENT_NPROC_MAX)
+		return (NULL);
+	if (local_rank >= sup_nranks) {
+		n = local_rank + 1;
+		if ((nr = reallocarray(sup_ranks, n, sizeof *nr)) == NULL)
+			return (NULL);
+		memset(nr + sup_nranks, 0, (n - sup_nranks) * sizeof *nr);
+		sup_ranks = nr;
+		sup_nranks = n;
+	}
+	return (&sup_ranks[local_rank]);
 }
 
 int
 sup_live(void)
 {
-	size_t	i;
-	int	n = 0;
+	int	i, n = 0;
 
-	for (i = 0; i < sup_nworkers; i++)
-		if (sup_workers[i].pid != 0)
+	for (i = 0; i < sup_nranks; i++)
+		if (sup_ranks[i].pid != 0)
 			n++;
 	return (n);
 }
@@ -180,11 +204,10 @@ sup_done_cb_ev(evutil_socket_t fd, short ev, void *arg)
 static void
 sup_chld_cb(evutil_socket_t sig, short ev, void *arg)
 {
-	struct sup_worker	*w;
 	struct sup_exit		 x;
 	siginfo_t		 si;
 	pid_t			 pid;
-	int			 status, spare;
+	int			 status, spare, l;
 
 	for (;;) {
 		memset(&si, 0, sizeof si);
@@ -200,20 +223,20 @@ sup_chld_cb(evutil_socket_t sig, short ev, void *arg)
 		 * worker left in its group is killed before the id is freed.
 		 */
 		spare = sup_spare_find(pid);
-		if ((w = sup_find(pid)) != NULL || spare >= 0)
+		if ((l = sup_find(pid)) != -1 || spare >= 0)
 			(void)kill(-pid, SIGKILL);
 		if (waitpid(pid, &status, 0) == -1)
 			continue;
 		if (spare >= 0)
 			sup_spare_died(spare, status);
-		if (w == NULL)
+		if (l == -1)
 			continue;
-		x.local_rank = w->local_rank;
+		x.local_rank = l;
 		x.pid = pid;
 		x.status = status;
 		clock_gettime(CLOCK_REALTIME, &x.when);
-		x.replacement = w->replacement;
-		w->pid = 0;
+		x.replacement = sup_ranks[l].replacement;
+		sup_ranks[l].pid = 0;
 		log_debug("worker %d (pid %ld) exited, status 0x%x",
 		    x.local_rank, (long)pid, status);
 		if (sup_exit_fn != NULL)
@@ -225,15 +248,14 @@ sup_chld_cb(evutil_socket_t sig, short ev, void *arg)
 static void
 sup_grace_cb(evutil_socket_t fd, short ev, void *arg)
 {
-	size_t	i;
+	int	i;
 
-	for (i = 0; i < sup_nworkers; i++) {
-		if (sup_workers[i].pid == 0)
+	for (i = 0; i < sup_nranks; i++) {
+		if (sup_ranks[i].pid == 0)
 			continue;
 		log_info("worker %d (pid %ld) still running after the grace "
-		    "period: SIGKILL", sup_workers[i].local_rank,
-		    (long)sup_workers[i].pid);
-		(void)sup_kill_group(sup_workers[i].pid, SIGKILL);
+		    "period: SIGKILL", i, (long)sup_ranks[i].pid);
+		(void)sup_kill_group(sup_ranks[i].pid, SIGKILL);
 	}
 }
 
@@ -346,63 +368,29 @@ sup_free_vec(char **v)
 	free(v);
 }
 
-/* Keeps argv and envp as local_rank's launch; 0 or RDZV_ENOMEM. */
+/* Keeps argv and envp as r's launch; 0 or RDZV_ENOMEM. */
 static int
-sup_keep(int local_rank, char *const argv[], char *const envp[])
+sup_keep(struct sup_rank *r, char *const argv[], char *const envp[])
 {
-	struct sup_launch	*nl, *l;
-	char			**a, **e;
-	int			  n;
+	char	**a, **e;
 
-	if (local_rank < 0 || local_rank >= AGENT_NPROC_MAX)
-		return (0);	/* sup_respawn refuses such a rank anyway */
-	if (local_rank >= sup_nlaunches) {
-		n = local_rank + 1;
-		nl = reallocarray(sup_launches, n, sizeof *nl);
-		if (nl == NULL)
-			return (RDZV_ENOMEM);
-		memset(nl + sup_nlaunches, 0,
-		    (n - sup_nlaunches) * sizeof *nl);
-		sup_launches = nl;
-		sup_nlaunches = n;
-	}
 	if ((a = sup_copy_vec(argv)) == NULL)
 		return (RDZV_ENOMEM);
 	if ((e = sup_copy_vec(envp)) == NULL) {
 		sup_free_vec(a);
 		return (RDZV_ENOMEM);
 	}
-	l = &sup_launches[local_rank];
-	sup_free_vec(l->argv);
-	sup_free_vec(l->envp);
-	l->argv = a;
-	l->envp = e;
+	sup_free_vec(r->argv);
+	sup_free_vec(r->envp);
+	r->argv = a;
+	r->envp = e;
 	return (0);
 }
 
-/* A free worker slot (pid 0), the table grown if need be; NULL: ENOMEM. */
-static struct sup_worker *
-sup_slot(void)
-{
-	struct sup_worker	*nw;
-	size_t			 i;
-
-	for (i = 0; i < sup_nworkers; i++)
-		if (sup_workers[i].pid == 0)
-			return (&sup_workers[i]);
-	nw = reallocarray(sup_workers, sup_nworkers + 8, sizeof *nw);
-	if (nw == NULL)
-		return (NULL);
-	memset(nw + sup_nworkers, 0, 8 * sizeof *nw);
-	sup_workers = nw;
-	sup_nworkers += 8;
-	return (&sup_workers[sup_nworkers - 8]);
-}
-
-/* Forks the worker of local_rank (see sup_spawn): 0 with *pidp set. */
+/* Forks a worker (see sup_spawn) bound by bind: 0 with *pidp set. */
 static int
-sup_fork(int local_rank, char *const argv[], char *const envp[], int out_fd,
-    int err_fd, int prog_fd, pid_t *pidp)
+sup_fork(const struct sup_bind *bind, char *const argv[], char *const envp[],
+    int out_fd, int err_fd, int prog_fd, pid_t *pidp)
 {
 	sigset_t		 all, old;
 	pid_t			 pid, parent = getpid();
@@ -415,9 +403,7 @@ sup_fork(int local_rank, char *const argv[], char *const envp[], int out_fd,
 	sigprocmask(SIG_BLOCK, &all, &old);
 	pid = fork();
 	if (pid == 0)
-		sup_child(parent, argv, envp, out_fd, err_fd, prog_fd,
-		    sup_binds != NULL && local_rank >= 0 &&
-		    local_rank < sup_nbinds ? &sup_binds[local_rank] : NULL);
+		sup_child(parent, argv, envp, out_fd, err_fd, prog_fd, bind);
 	sigprocmask(SIG_SETMASK, &old, NULL);
 	if (pid == -1) {
 		log_warn("fork");
@@ -429,38 +415,35 @@ sup_fork(int local_rank, char *const argv[], char *const envp[], int out_fd,
 
 /*
  * Starts local_rank's worker with argv and envp, the one way sup_spawn
- * and sup_respawn start one: the oldest warm spare takes the launch when
- * one waits and can (the worker has a channel, no stop is under way, no
- * --numa_binding for the rank: a spare runs unbound), else a fork.
+ * and sup_respawn start one (the rank has its record, and no worker
+ * running): the oldest warm spare takes the launch when one waits and
+ * can (the worker has a channel, no stop is under way, no --numa_binding
+ * for the rank: a spare runs unbound), else a fork.
  */
 static int
 sup_start(int local_rank, char *const argv[], char *const envp[], int out_fd,
     int err_fd, int prog_fd, int replacement, pid_t *pidp, int *warm)
 {
-	struct sup_worker	*w;
-	pid_t			 pid;
-	int			 hot = 0, rv;
+	struct sup_rank	*r = &sup_ranks[local_rank];
+	pid_t		 pid;
+	int		 hot = 0, rv;
 
 	if (warm != NULL)
 		*warm = 0;
-	if ((w = sup_slot()) == NULL)
-		return (RDZV_ENOMEM);
 	if (sup_nspares > 0 && prog_fd >= 0 && sup_done_fn == NULL &&
-	    (sup_binds == NULL || local_rank >= sup_nbinds) &&
+	    !r->bind.valid &&
 	    sup_spare_hand(local_rank, argv, envp, out_fd, err_fd, prog_fd,
 	    &pid) == 0)
 		hot = 1;
 	else {
-		if ((rv = sup_fork(local_rank, argv, envp, out_fd, err_fd,
+		if ((rv = sup_fork(&r->bind, argv, envp, out_fd, err_fd,
 		    prog_fd, &pid)) != 0)
 			return (rv);
 		log_debug("worker %d %s, pid %ld", local_rank, replacement ?
 		    "replacement started" : "started", (long)pid);
 	}
-	w->pid = pid;
-	w->local_rank = local_rank;
-	w->stopping = 0;
-	w->replacement = replacement;
+	r->pid = pid;
+	r->replacement = replacement;
 	if (pidp != NULL)
 		*pidp = pid;
 	if (warm != NULL)
@@ -472,11 +455,18 @@ int
 sup_spawn(int local_rank, char *const argv[], char *const envp[], int out_fd,
     int err_fd, int prog_fd, pid_t *pidp, int *warm)
 {
-	int	rv;
+	struct sup_rank	*r;
+	int		 rv;
 
-	if (argv == NULL || argv[0] == NULL || envp == NULL)
+	if (argv == NULL || argv[0] == NULL || envp == NULL ||
+	    local_rank < 0 || local_rank >= AGENT_NPROC_MAX)
 		return (RDZV_EINVAL);
-	if ((rv = sup_keep(local_rank, argv, envp)) != 0)
+	if ((r = sup_rank(local_rank)) == NULL)
+		return (RDZV_ENOMEM);
+	/* One worker per rank: the last one's exit is reaped first. */
+	if (r->pid != 0)
+		return (RDZV_EEXIST);
+	if ((rv = sup_keep(r, argv, envp)) != 0)
 		return (rv);
 	return (sup_start(local_rank, argv, envp, out_fd, err_fd, prog_fd, 0,
 	    pidp, warm));
@@ -485,13 +475,9 @@ sup_spawn(int local_rank, char *const argv[], char *const envp[], int out_fd,
 pid_t
 sup_pid(int local_rank)
 {
-	size_t	i;
-
-	for (i = 0; i < sup_nworkers; i++)
-		if (sup_workers[i].pid != 0 &&
-		    sup_workers[i].local_rank == local_rank)
-			return (sup_workers[i].pid);
-	return (0);
+	if (local_rank < 0 || local_rank >= sup_nranks)
+		return (0);
+	return (sup_ranks[local_rank].pid);
 }
 
 int
@@ -499,33 +485,32 @@ sup_respawn(int local_rank, int out_fd, int err_fd, int prog_fd, pid_t *pidp,
     int *warm)
 {
 	static const char	 var[] = SUP_REPLACEMENT_VAR "=";
-	struct sup_launch	*l;
+	struct sup_rank		*r;
 	char			**env;
 	size_t			  i, n = 0;
 	int			  rv;
 
 	if (local_rank < 0 || local_rank >= AGENT_NPROC_MAX)
 		return (RDZV_EINVAL);
-	if (local_rank >= sup_nlaunches ||
-	    sup_launches[local_rank].argv == NULL)
+	if (local_rank >= sup_nranks || sup_ranks[local_rank].argv == NULL)
 		return (RDZV_ENOTFOUND);
-	if (sup_pid(local_rank) != 0)
+	r = &sup_ranks[local_rank];
+	if (r->pid != 0)
 		return (RDZV_EEXIST);
 	/* A stop waits for every worker: a new one would outlive it. */
 	if (sup_done_fn != NULL)
 		return (RDZV_EBUSY);
-	l = &sup_launches[local_rank];
-	for (i = 0; l->envp[i] != NULL; i++)
+	for (i = 0; r->envp[i] != NULL; i++)
 		;
 	/* The kept strings, less any RDZV_REPLACEMENT, plus ours. */
 	if ((env = calloc(i + 2, sizeof *env)) == NULL)
 		return (RDZV_ENOMEM);
-	for (i = 0; l->envp[i] != NULL; i++)
-		if (strncmp(l->envp[i], var, sizeof var - 1) != 0)
-			env[n++] = l->envp[i];
+	for (i = 0; r->envp[i] != NULL; i++)
+		if (strncmp(r->envp[i], var, sizeof var - 1) != 0)
+			env[n++] = r->envp[i];
 	env[n++] = (char *)SUP_REPLACEMENT_VAR "=1";
 	env[n] = NULL;
-	rv = sup_start(local_rank, l->argv, env, out_fd, err_fd, prog_fd, 1,
+	rv = sup_start(local_rank, r->argv, env, out_fd, err_fd, prog_fd, 1,
 	    pidp, warm);
 	free(env);
 	return (rv);
@@ -747,22 +732,20 @@ fail:
 void
 sup_signal(int sig)
 {
-	size_t	i;
+	int	i;
 
-	for (i = 0; i < sup_nworkers; i++)
-		if (sup_workers[i].pid != 0)
-			(void)sup_kill_group(sup_workers[i].pid, sig);
+	for (i = 0; i < sup_nranks; i++)
+		if (sup_ranks[i].pid != 0)
+			(void)sup_kill_group(sup_ranks[i].pid, sig);
 }
 
 int
 sup_forward(int sig)
 {
-	size_t	i;
-	int	n = 0;
+	int	i, n = 0;
 
-	for (i = 0; i < sup_nworkers; i++)
-		if (sup_workers[i].pid != 0 &&
-		    kill(sup_workers[i].pid, sig) == 0)
+	for (i = 0; i < sup_nranks; i++)
+		if (sup_ranks[i].pid != 0 && kill(sup_ranks[i].pid, sig) == 0)
 			n++;
 	return (n);
 }
@@ -770,30 +753,21 @@ sup_forward(int sig)
 int
 sup_signal_rank(int local_rank, int sig)
 {
-	size_t	i;
+	pid_t	pid;
 
-	for (i = 0; i < sup_nworkers; i++)
-		if (sup_workers[i].pid != 0 &&
-		    sup_workers[i].local_rank == local_rank)
-			return (sup_kill_group(sup_workers[i].pid, sig) == 0 ?
-			    0 : RDZV_EIO);
-	return (RDZV_ENOTFOUND);
+	if ((pid = sup_pid(local_rank)) == 0)
+		return (RDZV_ENOTFOUND);
+	return (sup_kill_group(pid, sig) == 0 ? 0 : RDZV_EIO);
 }
 
 void
 sup_stop(int sig, int grace_ms, sup_done_cb done, void *arg)
 {
 	struct timeval	tv;
-	size_t		i;
 
 	sup_done_fn = done;
 	sup_done_arg = arg;
-	for (i = 0; i < sup_nworkers; i++) {
-		if (sup_workers[i].pid == 0)
-			continue;
-		sup_workers[i].stopping = 1;
-		(void)sup_kill_group(sup_workers[i].pid, sig);
-	}
+	sup_signal(sig);
 	if (sup_live() > 0) {
 		tv.tv_sec = grace_ms / 1000;
 		tv.tv_usec = (grace_ms % 1000) * 1000;
@@ -1135,6 +1109,7 @@ sup_numa_init(const struct agent_config *cfg)
 	static const char *const modes[] = { "", "node", "socket",
 	    "exclusive", "core-complex" };
 	static cpu_set_t	 nodecpus[64];
+	struct sup_bind		*b;
 	const char		*mode = modes[cfg->numa_mode];
 	cpu_set_t		 online, allowed, pkg;
 	char			 path[256], list[1024];
@@ -1170,11 +1145,11 @@ sup_numa_init(const struct agent_config *cfg)
 		    "workers keep every CPU", mode);
 		return (0);
 	}
-	if ((sup_binds = calloc(cfg->nproc, sizeof *sup_binds)) == NULL ||
+	/* Every rank's record, its bind among them (nproc is in range). */
+	if (sup_rank(cfg->nproc - 1) == NULL ||
 	    (gpu_node = calloc(1024, sizeof *gpu_node)) == NULL ||
 	    (rank_node = calloc(cfg->nproc, sizeof *rank_node)) == NULL)
 		fatalx("out of memory");
-	sup_nbinds = cfg->nproc;
 	ngpu = sup_gpu_nodes(gpu_node, 1024);
 	/* Each rank's node: its GPU's, else the ranks spread in blocks. */
 	for (i = 0; i < cfg->nproc; i++) {
@@ -1188,9 +1163,10 @@ sup_numa_init(const struct agent_config *cfg)
 	for (i = 0; i < cfg->nproc; i++) {
 		k = rank_node[i];
 		node = nodes[k];
-		sup_binds[i].valid = 1;
-		sup_binds[i].node = node;
-		sup_binds[i].cpus = nodecpus[k];
+		b = &sup_ranks[i].bind;
+		b->valid = 1;
+		b->node = node;
+		b->cpus = nodecpus[k];
 		/* The index of this rank among its node's, and how many. */
 		for (j = 0, n = 0, nw = 0; j < cfg->nproc; j++)
 			if (rank_node[j] == k) {
@@ -1204,8 +1180,8 @@ sup_numa_init(const struct agent_config *cfg)
 				if (sup_cpu_package(sup_first(&nodecpus[j])) ==
 				    p) {
 					pkg = nodecpus[j];
-					CPU_OR(&sup_binds[i].cpus,
-					    &sup_binds[i].cpus, &pkg);
+					CPU_OR(&b->cpus,
+					    &b->cpus, &pkg);
 				}
 			break;
 		case SUP_NUMA_EXCLUSIVE:
@@ -1221,7 +1197,7 @@ sup_numa_init(const struct agent_config *cfg)
 			extra = j % nw;
 			p = n * per + (n < extra ? n : extra);
 			sup_pick(&nodecpus[k], "topology/thread_siblings_list",
-			    keys, p, p + per + (n < extra), &sup_binds[i].cpus);
+			    keys, p, p + per + (n < extra), &b->cpus);
 			break;
 		case SUP_NUMA_CORE_COMPLEX:
 			j = sup_groups(&nodecpus[k], "cache/index3/"
@@ -1229,12 +1205,12 @@ sup_numa_init(const struct agent_config *cfg)
 			if (j > 0)
 				sup_pick(&nodecpus[k], "cache/index3/"
 				    "shared_cpu_list", keys, n % j, n % j + 1,
-				    &sup_binds[i].cpus);
+				    &b->cpus);
 			break;
 		default:
 			break;
 		}
-		sup_format_list(&sup_binds[i].cpus, list, sizeof list);
+		sup_format_list(&b->cpus, list, sizeof list);
 		log_info("--numa_binding %s: local rank %d on NUMA node %d%s, "
 		    "CPUs %s", mode, i, node, ngpu > 0 && sup_device_of(cfg,
 		    i) >= 0 && sup_device_of(cfg, i) < ngpu ? " (its GPU's)" :
