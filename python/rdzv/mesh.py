@@ -501,7 +501,7 @@ class MeshJob(Job):
             if self._freeze is r:
                 self._freeze = self._target = None
             # Stepping in a whole group: a grow's agreement (the
-            # watcher's _agree) has its ranks switch after the same
+            # watcher.agree) has its ranks switch after the same
             # step, not each at its next boundary (one would wait in
             # the new round while its shard peer began a step).  A
             # break posted while it was made is dropped, as in Job's.

@@ -171,10 +171,9 @@ import threading
 import time
 
 from . import (checkpoint, collectives, data, group, log, progress,
-    state, waits)
+    state, waits, watcher)
 from .channel import Round, home_rank, open_channel
 from .channel import MSG_MAX, parse_message, parse_round  # noqa: F401 (tests)
-from .watcher import Watcher
 
 # The public surface; the channel's grammar (Round, parse_round,
 # parse_message, MSG_MAX) is rdzv.channel's, importable here for tests.
@@ -297,7 +296,7 @@ class _Step:
         return self.job._end(e)
 
 
-class Job(Watcher):
+class Job:
     """A training job's group, state and sampler position; made by
     init_process_group()."""
 
@@ -444,6 +443,35 @@ class Job(Watcher):
                 self._to(State.WHOLE, why)
             elif self._state is State.CUT_STEP:
                 self._to(State.CUT, why)
+
+    # ---- the other threads (their bodies: rdzv.watcher) ----
+
+    def _watch(self):
+        """The watcher thread (watcher.watch)."""
+        watcher.watch(self)
+
+    def _on_round(self, r):
+        """Watcher thread: a round heard (watcher.on_round)."""
+        watcher.on_round(self, r)
+
+    def _in_torch(self):
+        """Whether the training thread is blocked on its peers (the
+        watcher's "wait": watcher.in_torch)."""
+        return watcher.in_torch(self)
+
+    def _agree_world(self, mine):
+        """How many ranks step in the group of round mine (a grow's
+        agreement, watcher.agree): all of that round's."""
+        return mine.world
+
+    def _superseded(self, r):
+        """Whether a round newer than r came and waits to be taken:
+        rdzvd closed r's store port when it opened that one."""
+        return bool(self._rounds) and self._rounds[-1].round > r.round
+
+    def _close(self):
+        """At the interpreter's exit: the reporter stops (watcher.close)."""
+        watcher.close(self)
 
     # ---- channel ----
 
@@ -717,7 +745,7 @@ class Job(Watcher):
                 self._tainted = True
             e = RuntimeError("nccl: the group was aborted during step "
                 "%d" % self.step_count)
-        with self._cv:		# what the watcher's _agree() reads
+        with self._cv:		# what watcher.agree() reads
             self._step_ends("committed" if e is None else "not committed")
             self.committed = e is None
             if e is None:
@@ -1019,7 +1047,7 @@ def _start(job, offer=True):
     _fail_fast(job)
     threading.Thread(target=job._watch, name="rdzv-repair",
         daemon=True).start()
-    job._reporter = threading.Thread(target=job._report,
+    job._reporter = threading.Thread(target=watcher.report, args=(job,),
         name="rdzv-progress", daemon=True)
     job._reporter.start()
     atexit.register(job._close)
