@@ -305,6 +305,20 @@ class MeshJob(Job):
                         out.append(_local(st[k]))
         return out
 
+    @property
+    def stats(self):
+        """rdzv.repair's job.stats, with the heals': how many, the
+        seconds each took (last 100), the last one's bytes, seconds
+        moving them and peak memory over before; and where this rank is
+        (replica, shard) and how many replicas step."""
+        st = super().stats
+        st.update({"heals": len(self.heal_times),
+            "heal_seconds": list(self.heal_times[-100:]),
+            "heal_bytes": self.heal_bytes, "heal_xfer": self.heal_xfer,
+            "heal_peak": self.heal_peak, "replica": self.replica,
+            "shard": self.shard, "stepping": self.stepping})
+        return st
+
     def objects(self):
         """(model, optimizer, scheduler) as they are now (for a
         checkpoint: a heal makes them again)."""

@@ -11,7 +11,8 @@ drift apart while every step still commits).  And the step at which the
 survivors of a grow switch (watcher.switch_step): only a group whole on
 every rank keeps stepping until then.  And the helper's states
 (repair.State): moved by the training thread alone, through one table;
-a break another thread posts is applied at the step's end."""
+a break another thread posts is applied at the step's end; the counters
+in job.stats."""
 
 import compatlib as cl
 
@@ -164,6 +165,24 @@ def test_state_moves():
         j._to(S.JOINING, "a test's illegal move")
     check("internal error: state CUT -> JOINING" in err.getvalue(),
           err.getvalue())
+
+
+
+def test_stats_and_surface():
+    # The counters are in job.stats (a heal's too, with replica groups);
+    # neither module's __all__ names the channel's internals.
+    from rdzv import channel, mesh
+    st = job().stats
+    check(st["steps"] == 0 and st["repairs"] == 0 and
+          st["repair_seconds"] == [] and st["wait_ms"] == 0.0, st)
+    m = mesh.MeshJob("gloo", None, None, 2, 4, 1)
+    st = m.stats
+    check(st["replica"] == 0 and st["shard"] == 1 and st["heals"] == 0 and
+          st["heal_seconds"] == [] and st["heal_bytes"] == 0 and
+          st["steps"] == 0, st)
+    inner = set(n for n in dir(channel) if not n.startswith("__"))
+    for mod in (repair, mesh):
+        check(not set(mod.__all__) & inner, (mod.__name__, mod.__all__))
 
 
 if __name__ == "__main__":
