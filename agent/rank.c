@@ -113,11 +113,13 @@ rank_spawn(struct agent_rank *ar, const struct rdzv_round *r,
 	progress_spawned(l);
 	if (rv != 0)
 		return (rv);
+	/* A new process: never hung, never killed as a straggler (a
+	 * restart's first start too, not only a replacement's). */
 	ar->hung_at = 0;
+	ar->strag_killed = 0;
 	ar->pending = ar->fresh = replacement;
 	if (!replacement)
 		return (0);
-	ar->strag_killed = 0;
 	rdzv_unjoined_changed();
 	log_info("worker %d (rank %lld): replacement pid %ld started%s; the "
 	    "others go on", l, (long long)(r->rank_base + l), (long)pid,
