@@ -55,3 +55,5 @@ EXTRA_DIST += $(COMPAT_TESTS) tests/compat/compatlib.py
 # tests/integ/local.mk (repair_c.py shares it).
 # compatlib.py sits next to the tests, so python finds it by the script's
 # own directory; PYTHONPATH (tests/lib) carries rdzvtest.
+# The torchtitan jobs' CPU shim, tokenizer and text.
+EXTRA_DIST += tests/compat/titanlib.py

@@ -21,7 +21,6 @@ under RDZV_REQUIRE_TORCH=1 (CI) it fails it.
 """
 
 import importlib.util
-import json
 import os
 import sys
 
@@ -35,6 +34,7 @@ import rdzvtest as rt                                   # noqa: E402
 from agent_lib import RECORD, Scope                     # noqa: E402
 from compatlib import torch_surfaces                    # noqa: E402
 from test_plain_jobs import finish, start               # noqa: E402
+from titanlib import SHIM, torchtitan_assets            # noqa: E402
 
 
 def offline(s):
@@ -139,59 +139,9 @@ def test_transformers_job_on_every_surface():
 # --config rdzv_debug: this file, imported again as the module "train",
 # gives the config function, its llama3 debug model on the test's
 # tokenizer and text, its Trainer rdzv.hooks.TorchtitanProgress (Until
-# adds the test's gate).  DDP (replicate) on gloo, 32 tokens a sample.
-# The shim, for torchtitan 0.3 on a CPU: torchtitan takes "cuda" when no
-# accelerator is found; FlexAttention cannot run a backward on CPU in
-# eager mode (causal SDPA stands in); torch.cpu lacks what its memory
-# monitor asks; its expert-parallel kernels import triton, which torch's
-# CPU build lacks (a dense model never runs them); after step 1 it
-# shortens its groups' timeouts behind a barrier on device "cpu", which
-# gloo refuses (they keep their length).
-TORCHTITAN = r'''
-import json, os, sys, time, types
-import torch
-import torch.nn.functional as F
-
-torch._utils._get_available_device_type = lambda: "cpu"
-for name, fn in {"get_device_name": lambda d=None: "cpu",
-                 "get_device_properties": lambda d=None: types.SimpleNamespace(
-                     total_memory=1 << 34),
-                 "reset_peak_memory_stats": lambda d=None: None,
-                 "empty_cache": lambda: None,
-                 "memory_stats": lambda d=None: {}}.items():
-    if not hasattr(torch.cpu, name):
-        setattr(torch.cpu, name, fn)
-
-
-class Inert(types.ModuleType):
-    def __getattr__(self, name):
-        if name.startswith("__"):
-            raise AttributeError(name)
-        return self
-
-    def __call__(self, *a, **kw):
-        return self
-
-
-KERNELS = "torchtitan.distributed.minimal_async_ep.kernels"
-sys.modules.setdefault(KERNELS, Inert(KERNELS))
-
-from torchtitan.distributed import utils as dist_utils            # noqa: E402
-from torchtitan.models.common.attention import FlexAttention      # noqa: E402
-
-
-def causal_sdpa(self, q_BLNH, k_BLNH, v_BLNH, *, scale=None,
-                enable_gqa=False, **kw):
-    out = F.scaled_dot_product_attention(
-        q_BLNH.transpose(1, 2), k_BLNH.transpose(1, 2),
-        v_BLNH.transpose(1, 2), scale=scale, is_causal=True,
-        enable_gqa=enable_gqa)
-    return out.transpose(1, 2)
-
-
-FlexAttention.forward = causal_sdpa
-dist_utils.set_pg_timeouts = lambda **kw: None
-
+# adds the test's gate).  DDP (replicate) on gloo, 32 tokens a sample, on a
+# CPU through titanlib's SHIM.
+TORCHTITAN = SHIM + r'''
 from dataclasses import dataclass                                 # noqa: E402
 import torch.distributed as dist                                  # noqa: E402
 from torchtitan.config.override import derive                     # noqa: E402
@@ -241,27 +191,6 @@ if __name__ == "__main__":
     sys.stdout.flush(); sys.stderr.flush()
     os._exit(0)
 '''
-
-# The words of the torchtitan job's tokenizer and text.
-WORDS = ("the a of to and in is on for with rank step train model data "
-         "loss").split()
-
-
-def torchtitan_assets(tmp):
-    """A word-level tokenizer (DIR/tokenizer/tokenizer.json) and a json
-    text set (DIR/text) for the torchtitan job."""
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    vocab = {w: i for i, w in enumerate(["<unk>", "<s>", "</s>"] + WORDS)}
-    tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
-    tok.pre_tokenizer = pre_tokenizers.Whitespace()
-    os.makedirs(os.path.join(tmp, "tokenizer"))
-    tok.save(os.path.join(tmp, "tokenizer", "tokenizer.json"))
-    os.makedirs(os.path.join(tmp, "text"))
-    with open(os.path.join(tmp, "text", "train.json"), "w") as f:
-        for i in range(64):
-            words = (WORDS[(i + j) % len(WORDS)] for j in range(40))
-            f.write(json.dumps({"text": " ".join(words)}) + "\n")
-
 
 def test_torchtitan_job_on_every_surface():
     """A torchtitan job whose Trainer is rdzv.hooks.TorchtitanProgress:
