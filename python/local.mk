@@ -12,6 +12,8 @@ RDZV_PY = python/rdzv/__init__.py python/rdzv/repair.py \
 RDZV_PY += python/rdzv/mesh.py
 # rdzv.progress: any job's steps to the agent and rdzvd, no repair needed.
 RDZV_PY += python/rdzv/progress.py python/rdzv/hooks.py
+# rdzv.torchtitan: torchtitan's HSDP replica groups healed in place.
+RDZV_PY += python/rdzv/torchtitan.py
 # rdzv.lightning: a Lightning job repaired in place (its RepairStrategy).
 RDZV_PY += python/rdzv/lightning.py
 # rdzv.accelerate: an Accelerate script repaired in place (its Accelerator).

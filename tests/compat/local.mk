@@ -57,3 +57,5 @@ EXTRA_DIST += $(COMPAT_TESTS) tests/compat/compatlib.py
 # own directory; PYTHONPATH (tests/lib) carries rdzvtest.
 # The torchtitan jobs' CPU shim, tokenizer and text.
 EXTRA_DIST += tests/compat/titanlib.py
+# torchtitan's HSDP replica groups healed in place (rdzv.torchtitan).
+COMPAT_TESTS += tests/compat/test_torchtitan_repair.py
