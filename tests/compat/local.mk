@@ -25,6 +25,8 @@ COMPAT_TESTS += tests/compat/test_elastic_torch2.py
 COMPAT_TESTS += tests/compat/test_repair_spare.py
 # torchrun's own `rdzv` backend (python/rdzv/torchrun.py) on rdzvd.
 COMPAT_TESTS += tests/compat/test_torchrun_backend.py
+# torchtitan's HSDP replica groups healed in place (rdzv.torchtitan).
+COMPAT_TESTS += tests/compat/test_torchtitan_repair.py
 # rdzv.hooks in transformers' Trainer and torchtitan jobs (its start()).
 COMPAT_TESTS += tests/compat/test_framework_progress.py
 # An Accelerate script repaired in place (examples/accelerate_repair.py).
@@ -57,5 +59,3 @@ EXTRA_DIST += $(COMPAT_TESTS) tests/compat/compatlib.py
 # own directory; PYTHONPATH (tests/lib) carries rdzvtest.
 # The torchtitan jobs' CPU shim, tokenizer and text.
 EXTRA_DIST += tests/compat/titanlib.py
-# torchtitan's HSDP replica groups healed in place (rdzv.torchtitan).
-COMPAT_TESTS += tests/compat/test_torchtitan_repair.py

@@ -29,6 +29,7 @@ import sys
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                 "..", "integ"))
 import compatlib                                        # noqa: E402
+compatlib.python_layer("rdzv.torchtitan's RepairTrainer")
 compatlib.use_torch2()
 
 import rdzvtest as rt                                   # noqa: E402
