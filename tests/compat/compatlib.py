@@ -86,6 +86,19 @@ def use_torch2():
     return dist
 
 
+def need_module(module):
+    """True when this python (the torch 2.13 one, after use_torch2())
+    finds module (a framework: lightning, accelerate, transformers,
+    torchtitan); else a visible skip of the test, a failure under
+    RDZV_REQUIRE_TORCH=1."""
+    import importlib.util
+    if importlib.util.find_spec(module) is not None:
+        return True
+    rdzvtest.no_torch("%s not importable by %s" % (module, sys.executable),
+        whole_file=False)
+    return False
+
+
 def python_layer(what, whole_file=True):
     """Skips, in the sanitizer leg (RDZV_SANITIZERS=1) only, a test of a
     Python layer over rdzvd and rdzv-agent (a framework integration, a

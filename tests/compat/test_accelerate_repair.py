@@ -84,14 +84,6 @@ _LOST = re.compile(r"rdzv\.repair\[\d+\]: rank \d+: (shrink|grow|joined "
 st = {}
 
 
-def accelerate_or_skip():
-    r = subprocess.run([rt.TORCH2_PYTHON, "-c", "import accelerate"],
-                       capture_output=True, timeout=120)
-    if r.returncode != 0:
-        rt.no_torch("accelerate not importable by %s: %s" % (
-            rt.TORCH2_PYTHON, r.stderr[-300:]))
-
-
 def agents(s, d, job, prog, args=(), restarts=0):
     """The two agents of job on rdzvd d, each running prog args with the
     gates' directory s.tmp."""
@@ -194,7 +186,7 @@ def test_diff():
 def test_plain_dropin():
     """The plain twin under rdzv-agent: Accelerate's own DDP, sharded
     DataLoader and scheduler on the agents' group, to its end."""
-    accelerate_or_skip()
+    compatlib.need_module("accelerate")
     d = rt.Rdzvd()
     t0 = time.monotonic()
     with Scope("accelerate-plain-") as s:
@@ -214,7 +206,7 @@ def test_outside_agent():
     """The repairable script without rdzv-agent: rdzv.accelerate's
     Accelerator is Accelerate's, one process on its own, every step
     counted by accelerator.step_count."""
-    accelerate_or_skip()
+    compatlib.need_module("accelerate")
     env = {k: v for k, v in os.environ.items() if not k.startswith("RDZV_")
            and k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
     env.update({"PYTHONPATH": PYDIR, "OMP_NUM_THREADS": "1"})
@@ -231,7 +223,7 @@ def test_outside_agent():
 
 def test_reference():
     """The repairable script, failure-free: the reference loss."""
-    accelerate_or_skip()
+    compatlib.need_module("accelerate")
     d = rt.Rdzvd()
     t0 = time.monotonic()
     with Scope("accelerate-ref-") as s:
@@ -256,7 +248,7 @@ def test_reference():
 def test_kill_repairs_in_place():
     """Home 0 SIGKILLed at a gate: a shrink and a grow, the same
     survivors, the same parameters everywhere, the reference's loss."""
-    accelerate_or_skip()
+    compatlib.need_module("accelerate")
     d = rt.Rdzvd()
     t0 = time.monotonic()
     with Scope("accelerate-kill-") as s:

@@ -20,7 +20,6 @@ set time.  A framework that does not import skips its test, visibly;
 under RDZV_REQUIRE_TORCH=1 (CI) it fails it.
 """
 
-import importlib.util
 import os
 import sys
 
@@ -45,14 +44,7 @@ def offline(s):
             "WANDB_MODE": "disabled", "TOKENIZERS_PARALLELISM": "false"}
 
 
-def need(module):
-    """True when the torch 2.13 python has module; else a visible skip of
-    the test (a failure under RDZV_REQUIRE_TORCH=1)."""
-    if importlib.util.find_spec(module) is not None:
-        return True
-    rt.no_torch("%s not importable by %s" % (module, sys.executable),
-                whole_file=False)
-    return False
+need = compatlib.need_module  # (test_torchtitan_repair imports it)
 
 
 def surfaces_of(module, job, program, assets=None):

@@ -177,14 +177,6 @@ _LOST = re.compile(r"rdzv\.repair\[\d+\]: rank \d+: (shrink|grow|joined "
 st = {}
 
 
-def lightning_or_skip():
-    r = subprocess.run([rt.TORCH2_PYTHON, "-c", "import lightning"],
-                       capture_output=True, timeout=120)
-    if r.returncode != 0:
-        rt.no_torch("lightning not importable by %s: %s" % (
-            rt.TORCH2_PYTHON, r.stderr[-300:]))
-
-
 def agents(s, d, job, program, env=None, restarts=0):
     prog = os.path.join(s.tmp, "train.py")
     with open(prog, "w") as f:
@@ -247,7 +239,7 @@ def test_diff():
 
 def test_reference():
     """The plain script (Lightning's own DDP), failure-free."""
-    lightning_or_skip()
+    compatlib.need_module("lightning")
     d = rt.Rdzvd()
     with Scope("lightning-plain-") as s:
         for name in ("go", "go2", "go3", "go4"):
@@ -273,7 +265,7 @@ def test_own_sampler_left_to_lightning():
     """A train DataLoader with a sampler of its own: left to Lightning
     (and said so); a SIGKILL is still repaired in place, every rank
     trains every step and the replicas stay the same."""
-    lightning_or_skip()
+    compatlib.need_module("lightning")
     own = REPAIR.replace(
         "batch_size=8,\n",
         "batch_size=8, sampler=Order(),\n").replace(
@@ -325,7 +317,7 @@ def test_restart_resumes_from_lightning_checkpoint():
     after step 12, the restarted job resumes from the checkpoint of step
     8 (mid-epoch) and trains the steps left, each step's samples those of
     its position, to the plain run's final loss."""
-    lightning_or_skip()
+    compatlib.need_module("lightning")
     # A fixed logger version: the restarted job's checkpoint directory
     # is the first one's, where "last" is found.
     prog = REPAIR.replace(
@@ -384,7 +376,7 @@ def test_kill_repairs_in_place():
     """Home 0 SIGKILLed at a gate, home 2 inside a step: each a shrink
     and a grow, the same survivors, the same loss; home 0's replacement
     logs and checkpoints where it did."""
-    lightning_or_skip()
+    compatlib.need_module("lightning")
     d = rt.Rdzvd()
     with Scope("lightning-repair-") as s:
         xs = agents(s, d, "plrep", REPAIR,

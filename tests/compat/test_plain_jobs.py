@@ -206,24 +206,11 @@ os._exit(0)
 '''
 
 
-def need_lightning():
-    """True when the torch 2.13 python imports lightning; else a visible
-    skip of the test (a failure under RDZV_REQUIRE_TORCH=1)."""
-    try:
-        subprocess.run([rt.TORCH2_PYTHON, "-c", "import lightning"],
-                       check=True, capture_output=True, timeout=120)
-    except subprocess.CalledProcessError as e:
-        rt.no_torch("lightning not importable by %s: %s" % (
-            rt.TORCH2_PYTHON, e.stderr[-300:]), whole_file=False)
-        return False
-    return True
-
-
 def test_lightning_job_on_every_surface():
     """A Lightning job with rdzv.hooks.LightningProgress: its steps where
     operators look, as a repairing torch job's."""
     compatlib.python_layer("a Lightning job's surfaces", whole_file=False)
-    if not need_lightning():
+    if not compatlib.need_module("lightning"):
         return
     d = rt.Rdzvd()
     with Scope("progress-lightning-") as s:
@@ -240,7 +227,7 @@ def test_lightning_stopped_worker_caught():
     framework's own collectives would wait out gloo's 30 minutes), and
     the job restarts and trains on."""
     compatlib.python_layer("a stopped Lightning rank", whole_file=False)
-    if not need_lightning():
+    if not compatlib.need_module("lightning"):
         return
     d = rt.Rdzvd()
     with Scope("progress-lightning-") as s:
