@@ -45,6 +45,15 @@ DCP's own collectives run as torch's (rdzv/collectives.py passes calls
 from torch's modules through); one called by the script directly in a
 job that repairs is refused at once, since a peer's death inside it
 would leave the ranks in different collectives: see refuse_direct().
+
+The model's state is taken with torch's get_model_state_dict and given
+back with set_model_state_dict, unless the integration names its own
+way (model_io(job, get, put)): torchtitan's models rename parameters in
+state_dict hooks (a fused qkv weight saved as wq, wk, wv), which torch's
+helpers cannot follow, so rdzv.torchtitan passes the model's own
+state_dict() and load_state_dict(), as torchtitan's checkpointer does.
+The optimizer goes through get/set_optimizer_state_dict either way (its
+state is keyed by the parameters' own names).
 """
 
 import os
@@ -72,6 +81,32 @@ def _objects(job):
     return job._module, job._tracked
 
 
+def model_io(job, get, put):
+    """Has job's checkpoints take its model's state as get(model) (a
+    state dict, DTensors sharded as the model is) and give a loaded one
+    back as put(model, state dict), in place of torch's
+    get_model_state_dict and set_model_state_dict; model is the one
+    _objects() finds at the time (a heal makes it again).  Call it
+    before the first job.save() or job.load()."""
+    job._model_io = (get, put)
+
+
+def _model_get(job, m):
+    io = getattr(job, "_model_io", None)
+    if io is not None:
+        return io[0](m)
+    from torch.distributed.checkpoint.state_dict import get_model_state_dict
+    return get_model_state_dict(m)
+
+
+def _model_put(job, m, sd):
+    io = getattr(job, "_model_io", None)
+    if io is not None:
+        return io[1](m, sd)
+    from torch.distributed.checkpoint.state_dict import set_model_state_dict
+    return set_model_state_dict(m, sd)
+
+
 def _replicated(job):
     """Whether job's default group is one replica's shard group
     (rdzv.mesh with replica groups that repair in place): one replica
@@ -84,13 +119,13 @@ def _replicated(job):
 def _state(job):
     """The state dict a checkpoint of job holds (as it is now: a load
     fills it in place)."""
-    from torch.distributed.checkpoint.state_dict import (
-        get_model_state_dict, get_optimizer_state_dict)
+    from torch.distributed.checkpoint.state_dict import \
+        get_optimizer_state_dict
     st = {"job": {"step": job.step_count, "epoch": job.epoch,
         "pos": job.pos, "full_world": job.full_world}}
     m, tracked = _objects(job)
     if m is not None:
-        st["model"] = get_model_state_dict(m)
+        st["model"] = _model_get(job, m)
     for i, o in enumerate(tracked):
         if m is not None and _optimizer(o):
             st["tracked%d" % i] = get_optimizer_state_dict(m, o)
@@ -101,11 +136,11 @@ def _state(job):
 
 def _apply(job, st):
     """Makes st (a loaded _state) job's state."""
-    from torch.distributed.checkpoint.state_dict import (
-        set_model_state_dict, set_optimizer_state_dict)
+    from torch.distributed.checkpoint.state_dict import \
+        set_optimizer_state_dict
     m, tracked = _objects(job)
     if m is not None:
-        set_model_state_dict(m, st["model"])
+        _model_put(job, m, st["model"])
     for i, o in enumerate(tracked):
         if m is not None and _optimizer(o):
             set_optimizer_state_dict(m, o, st["tracked%d" % i])
@@ -269,9 +304,11 @@ def load(job, root):
         path = latest(root)
         if path is None:
             return False
-        st = _state(job)
         job._dcp = True
         try:
+            # Inside: a model's state_dict hooks may gather (collectives
+            # a death can cut, as DCP's own).
+            st = _state(job)
             dcp.load(st, checkpoint_id=path)
             _apply(job, st)
             log.info("rank %d: resumed from %s: epoch %d, step %d, %d "
