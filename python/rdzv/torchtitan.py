@@ -59,23 +59,44 @@ things, and the subclass overrides only these:
   replica still being healed; set_pg_timeouts (a barrier outside any
   step, then new timeouts on groups the helper owns and rebuilds) is
   not called.
+- checkpoints (checkpoint.enable): rdzv.checkpoint's job.save() and
+  job.load() stand in for torchtitan's checkpointer (which would save
+  in every replica at once, outside any step, where a death cannot be
+  repaired).  Every checkpoint.interval steps (and at the last step,
+  and at step 1 with enable_first_step_checkpoint) the committed step
+  is saved in DUMP/FOLDER (dump_folder, checkpoint.folder) by the
+  lowest stepping replica, the others meeting it; a death in that
+  replica drops the save, never leaving latest on an incomplete one.
+  At the start, job.load() reads DUMP/FOLDER/latest in every replica
+  (a replacement never loads: its donor's state is newer) and the
+  trainer's step is the checkpoint's, the rank's data iterator moved
+  to it as after a heal, so a whole-job restart (every replica lost,
+  below the minimum, preemption) resumes at the last complete
+  checkpoint's step with its model, optimizer and LR scheduler.  The
+  model's state goes through its own state_dict() and
+  load_state_dict(), as torchtitan's checkpointer takes it (torch's
+  get_model_state_dict cannot follow the state_dict hooks that save
+  llama3's fused qkv weight as wq, wk, wv); rdzv.checkpoint.model_io.
+  Not as torchtitan's: the layout (DUMP/FOLDER/step-NNNNNNNNN and
+  latest, not step-N; a torchtitan checkpoint is not loaded, nor one of
+  these by torchtitan's Trainer); async_mode (saved synchronously),
+  keep_latest_k (every checkpoint is kept), last_save_model_only and
+  export_dtype (the last save is whole, in the training dtype) are
+  ignored, with a line in the log; ntokens_seen restarts from 0 (a
+  metric); initial_load_path, load_step, exclude_from_loading,
+  create_seed_checkpoint, load_only and last_save_in_hf are refused.
 
 Limits (refused at start, with the reason): tensor, pipeline, context
-and expert parallelism; one optimizer and one model part; checkpoints
-(checkpoint.enable).  torchtitan's checkpointer would run its DCP save in
-every replica at once (R writers of the same files) and outside any
-step, where a death cannot be repaired; rdzv.mesh's job.save, which
-handles both, goes through torch's get_model_state_dict, and that fails
-on torchtitan's llama3 ("'FusedQKVLinear' object has no attribute
-'wq'": its state_dict hook names the fused qkv weight's parts, which
-are no attributes).  Validation runs outside the step: a death during
-it is not repaired.
+and expert parallelism; one optimizer and one model part; the
+checkpoint options above.  Validation runs outside the step: a death
+during it is not repaired.
 """
 
 import contextlib
+import dataclasses
 import os
 
-from . import log, mesh
+from . import checkpoint, log, mesh
 
 # The class is made when it is first named (module __getattr__), so
 # importing rdzv.torchtitan needs no torchtitan.
@@ -135,13 +156,45 @@ def _refuse(config):
                 "RepairTrainer heals replica groups of FSDP shards only "
                 "(set it to 1, or use torchtitan's Trainer)" % (name,
                 getattr(p, name)))
-    if config.checkpoint.enable:
-        raise RuntimeError("rdzv.torchtitan: checkpoint.enable: not yet "
-            "with RepairTrainer (torchtitan's checkpointer would save in "
-            "every replica at once, outside any step, and rdzv.mesh's "
-            "job.save cannot take torchtitan's model: torch's "
-            "get_model_state_dict fails on its fused qkv's state_dict "
-            "names); set checkpoint.enable = False")
+    _refuse_checkpoint(config.checkpoint)
+
+
+# torchtitan's checkpoint options that job.save()/job.load() cannot
+# keep: (name, the value that says "unused").
+_CKPT_REFUSED = (("initial_load_path", None), ("load_step", -1),
+    ("exclude_from_loading", []), ("create_seed_checkpoint", False),
+    ("load_only", False), ("last_save_in_hf", False))
+# Those it ignores, with a line in the log: (name, its default).
+_CKPT_IGNORED = (("async_mode", "disabled"), ("keep_latest_k", 10),
+    ("last_save_model_only", True), ("export_dtype", "float32"))
+
+
+def _refuse_checkpoint(ck):
+    """Raises for a checkpoint option RepairTrainer cannot keep (see
+    above); logs the ones it ignores.  Nothing without enable."""
+    if not ck.enable:
+        return
+    for name, unused in _CKPT_REFUSED:
+        v = getattr(ck, name, unused)
+        if v != unused:
+            raise RuntimeError("rdzv.torchtitan: checkpoint.%s = %r: "
+                "RepairTrainer's checkpoints are rdzv's job.save() and "
+                "job.load() (latest of DUMP/FOLDER, whole state), which "
+                "do not take it; leave it unset, or use torchtitan's "
+                "Trainer" % (name, v))
+    for name, default in _CKPT_IGNORED:
+        v = getattr(ck, name, default)
+        if v != default:
+            log.info("torchtitan: checkpoint.%s = %r is ignored by "
+                "RepairTrainer (see rdzv.torchtitan)", name, v)
+
+
+def _replicas(config):
+    """The replica groups the job asks for: the agent's replicas=
+    (RDZV_REPLICAS), else data_parallel_replicate_degree."""
+    if os.environ.get("RDZV_REPLICAS", "").isdigit():
+        return int(os.environ["RDZV_REPLICAS"])
+    return config.parallelism.data_parallel_replicate_degree
 
 
 def _repairs():
@@ -207,9 +260,7 @@ def _repair_trainer():
 
         def init_distributed(self):
             c = self.config
-            replicas = c.parallelism.data_parallel_replicate_degree
-            if os.environ.get("RDZV_REPLICAS", "").isdigit():
-                replicas = int(os.environ["RDZV_REPLICAS"])
+            replicas = _replicas(c)
             if not _repairs() or replicas < 2:
                 return super().init_distributed()
             _refuse(c)
@@ -231,10 +282,22 @@ def _repair_trainer():
                 spmd_backend=self.config.parallelism.spmd_backend)
 
         def __init__(self, config):
+            # torchtitan's checkpointer is built disabled where the job
+            # repairs: job.save() and job.load() take its place.
+            self._ckpt = self._ckpt_dir = None
+            ck = config.checkpoint
+            if ck.enable and _repairs() and _replicas(config) >= 2:
+                _refuse(config)
+                self._ckpt = ck
+                self._ckpt_dir = os.path.join(config.dump_folder,
+                    ck.folder)
+                config.checkpoint = dataclasses.replace(ck, enable=False)
             super().__init__(config)
             job = self.rdzv
             if job is None:
                 return
+            checkpoint.model_io(job, lambda m: m.state_dict(),
+                lambda m, sd: m.load_state_dict(sd))
             c = self.config
             # Each rank reads its own slice of the job's data (R x S),
             # as torchtitan's HSDP does over its batch mesh.
@@ -319,9 +382,28 @@ def _repair_trainer():
 
         # ---- the loop ----
 
+        def _save_due(self, step):
+            ck = self._ckpt
+            return ck is not None and (step % ck.interval == 0 or
+                step == self.config.training.steps or
+                (step == 1 and ck.enable_first_step_checkpoint))
+
+        def _load(self):
+            """The latest complete checkpoint, where checkpoints are on
+            (not in a replacement): the job's step and position are its,
+            and the trainer's step; the data iterator follows at the
+            first step (_catch_up)."""
+            job = self.rdzv
+            if self._ckpt is None or not job.load(self._ckpt_dir):
+                return
+            self.step = job.step_count
+            log.info("torchtitan: home %d resumes at step %d from %s",
+                job.home, self.step, self._ckpt_dir)
+
         def train(self):
             if self.rdzv is None:
                 return super().train()
+            self._load()
             with _no_pg_timeouts():
                 for _ in self.rdzv.epochs(1):
                     super().train()
@@ -360,6 +442,8 @@ def _repair_trainer():
                     super().train_step(it)
                 if job.committed:
                     it.commit()
+                    if self._save_due(job.step_count):
+                        job.save(self._ckpt_dir)
                     return None
                 it.drop()	# the same batches again, maybe healed
                 self.ntokens_seen = seen

@@ -15,8 +15,12 @@ replica's survivor are the ones that started; the replacement was
 healed from the other replica at a later step; at the end every shard's
 parameters and optimizer state are equal across the replicas (digest)
 and both replicas took STEPS steps; the loss of the last steps is a
-failure-free run's within LOSS_NOISE.  torchtitan not importable: a
-visible skip (a failure under RDZV_REQUIRE_TORCH=1).
+failure-free run's within LOSS_NOISE.  With torchtitan's checkpoints
+on (job.save() every CKPT_EVERY steps), the job stopped whole after step
+HOLD (both agents SIGKILLed) and started again resumes from the last
+complete checkpoint in every rank, with the uninterrupted run's loss
+(within RESUME_NOISE) and the replicas equal at the end.  torchtitan
+not importable: a visible skip (a failure under RDZV_REQUIRE_TORCH=1).
 """
 
 import glob
@@ -68,6 +72,7 @@ from rdzv.torchtitan import RepairTrainer                         # noqa: E402
 
 d = os.path.dirname(os.path.abspath(__file__))
 die = [int(x) for x in os.environ.get("T_DIE", "").split()]
+hold = int(os.environ.get("T_HOLD", "0"))
 ''' + RECORD + r'''
 
 
@@ -93,6 +98,10 @@ class Test(RepairTrainer):
         job = self.rdzv
         if job.committed:
             self.losses[self.step] = self.loss
+            if hold == self.step:
+                record("held.%d" % job.home, {"step": self.step})
+                while True:		# until the test kills the job
+                    time.sleep(0.1)
         alone = os.environ.get("T_ALONE")
         if alone and die and job.stepping < job.replicas and \
                 self.step == die[0] + int(alone):
@@ -128,7 +137,10 @@ def rdzv_repair():
     c.parallelism.spmd_backend = "partial_dtensor"
     c.parallelism.data_parallel_replicate_degree = 2
     c.parallelism.data_parallel_shard_degree = 2
-    c.checkpoint.enable = False
+    c.checkpoint.enable = bool(os.environ.get("T_CKPT"))
+    if c.checkpoint.enable:
+        c.checkpoint.interval = int(os.environ["T_CKPT"])
+        c.checkpoint.folder = "ckpt"
     c.validator.enable = False
     c.metrics.log_freq = 10 ** 6
     if os.environ.get("T_SEED"):
@@ -162,36 +174,50 @@ def _files(tmp, prefix):
     return out
 
 
-def _run(d, job, die, seed=None):
-    """The job over two agents of two workers (one replica group each),
-    rank DIE_HOME dying in step DIE_STEP when die, torchtitan's
-    debug.seed seed (None: the helper's 0); returns (starts, reports,
-    the agents' output, the job's events)."""
-    with Scope("titan-repair-") as s:
+def _agents(d, s, job, **t_env):
+    """Starts the job over two agents of two workers (one replica group
+    each) in s's directory (the program and its data written there
+    once); t_env: the program's T_* settings over T_STEPS and T_ALONE.
+    Returns the agents."""
+    prog = os.path.join(s.tmp, "train.py")
+    if not os.path.exists(prog):
         torchtitan_assets(s.tmp, lines=256)
-        prog = os.path.join(s.tmp, "train.py")
         with open(prog, "w") as f:
             f.write(PROGRAM)
-        env = dict(offline(s), PYTHON=sys.executable, GLOO_SOCKET_IFNAME="lo",
-                   OMP_NUM_THREADS="1", RDZV_REPAIR_DEBUG="1",
-                   PYTHONPATH=os.path.join(rt.top_srcdir(), "python"),
-                   T_STEPS=str(STEPS), T_ALONE=str(ALONE))
-        if seed is not None:
-            env["T_SEED"] = str(seed)
-        if die:
-            env["T_DIE"] = "%d %d" % (DIE_STEP, DIE_HOME)
-        args = ["--nnodes", "2", "--nproc_per_node", "2",
-                "--rdzv_endpoint", "127.0.0.1:%d" % d.port,
-                "--rdzv_id", job, "--max_restarts", "0", "--grace", "2",
-                "--warm_spare", "0",
-                "--rdzv_conf", conf(0.2, 5.0, "replicas=2")]
-        agents = [s.agent(args, env=env, program=[prog]) for _ in range(2)]
-        for x in agents:
-            rc = x.wait(300)
-            check(rc == 0, (rc, "\n".join(
-                ln[:300] for ln in "".join(y.output() for y in agents)
-                .splitlines() if "Warning" not in ln)[-12000:]))
-        out = "".join(x.output() for x in agents)
+    env = dict(offline(s), PYTHON=sys.executable, GLOO_SOCKET_IFNAME="lo",
+               OMP_NUM_THREADS="1", RDZV_REPAIR_DEBUG="1",
+               PYTHONPATH=os.path.join(rt.top_srcdir(), "python"),
+               T_STEPS=str(STEPS), T_ALONE=str(ALONE))
+    env.update({"T_" + k: str(v) for k, v in t_env.items()})
+    args = ["--nnodes", "2", "--nproc_per_node", "2",
+            "--rdzv_endpoint", "127.0.0.1:%d" % d.port,
+            "--rdzv_id", job, "--max_restarts", "0", "--grace", "2",
+            "--warm_spare", "0",
+            "--rdzv_conf", conf(0.2, 5.0, "replicas=2")]
+    return [s.agent(args, env=env, program=[prog]) for _ in range(2)]
+
+
+def _wait_ok(agents):
+    """Waits for the agents to exit 0; returns their output."""
+    for x in agents:
+        rc = x.wait(300)
+        check(rc == 0, (rc, "\n".join(
+            ln[:300] for ln in "".join(y.output() for y in agents)
+            .splitlines() if "Warning" not in ln)[-12000:]))
+    return "".join(x.output() for x in agents)
+
+
+def _run(d, job, die, seed=None):
+    """The job, rank DIE_HOME dying in step DIE_STEP when die,
+    torchtitan's debug.seed seed (None: the helper's 0); returns
+    (starts, reports, the agents' output, the job's events)."""
+    t_env = {}
+    if seed is not None:
+        t_env["SEED"] = seed
+    if die:
+        t_env["DIE"] = "%d %d" % (DIE_STEP, DIE_HOME)
+    with Scope("titan-repair-") as s:
+        out = _wait_ok(_agents(d, s, job, **t_env))
         return (_files(s.tmp, "start"), _files(s.tmp, "report"), out,
                 job_events(d, job, full=True))
 
@@ -229,17 +255,92 @@ def test_torchtitan_kill_heals_in_place():
     d.stop()
 
 
+CKPT_EVERY, HOLD = 5, 17	# checkpoints every 5 steps; killed after 17
+# How far a resumed run's loss may be from the uninterrupted run's: it
+# restores the model, optimizer, LR schedule, step and data position
+# that run had, so nothing but the order of float sums may differ.
+# Measured (2026-11-29): equal to the last bit, at step 16 and over the
+# last 5 steps, in both replicas; a data position off by a step, or a
+# fresh optimizer, moves it by more than this.
+RESUME_NOISE = 0.005
+_RESUMED = re.compile(r"torchtitan: home (\d+) resumes at step (\d+) from")
+
+
+def test_torchtitan_restart_resumes_from_checkpoint():
+    """torchtitan's checkpoint.enable under RepairTrainer: job.save()
+    every CKPT_EVERY steps.  The job is stopped whole after step HOLD
+    (both agents SIGKILLed, their workers with them, once every rank
+    has committed it: a gate), two steps past the last checkpoint; the
+    job started again loads step 15 in both replicas, trains steps 16
+    to STEPS on the data it would have read, and ends with the replicas
+    equal shard by shard and the loss of an uninterrupted run."""
+    if not need("torchtitan"):
+        return
+    d = rt.Rdzvd()
+    _, clean, _, _ = _run(d, "titan-ck-clean", die=False)
+    last = HOLD - HOLD % CKPT_EVERY
+    with Scope("titan-ckpt-") as s:
+        root = os.path.join(s.tmp, "outputs", "ckpt")
+        first = _agents(d, s, "titan-ck0", CKPT=CKPT_EVERY, HOLD=HOLD)
+        rt.wait_until(lambda: len(glob.glob(os.path.join(s.tmp, "held.*")))
+                      == 4, timeout=300, what="4 ranks at step %d" % HOLD)
+        check(compatlib.checkpoints_complete(root) == "step-%09d" % last,
+              os.listdir(root))
+        for x in first:
+            x.kill()
+        held = _files(s.tmp, "held")
+        check(all(h["step"] == HOLD for h in held), held)
+        out = _wait_ok(_agents(d, s, "titan-ck1", CKPT=CKPT_EVERY))
+        reports = _files(s.tmp, "report")
+        ends = compatlib.checkpoints_complete(root)
+    resumed = sorted((int(h), int(st)) for h, st in _RESUMED.findall(out))
+    check(resumed == [(h, last) for h in range(4)], out[-6000:])
+    check(ends == "step-%09d" % STEPS, ends)
+    check(sorted(r["home"] for r in reports) == [0, 1, 2, 3], out[-6000:])
+    for r in reports:
+        check(r["steps"] == r["job_steps"] == STEPS and not r["replacement"],
+              r)
+        check(sorted(int(k) for k in r["losses"]) ==
+              list(range(last + 1, STEPS + 1)), r)
+    for shard in (0, 1):
+        check(len({r["digest"] for r in reports if r["shard"] == shard})
+              == 1, reports)
+    # The first step after the load, and the last LAST steps, against
+    # the uninterrupted run.
+    first_step = [sum(r["losses"][str(last + 1)] for r in rs)
+                  for rs in ([r for r in reports if r["replica"] == g]
+                             for g in (0, 1))]
+    first_clean = [sum(r["losses"][str(last + 1)] for r in rs)
+                   for rs in ([r for r in clean if r["replica"] == g]
+                              for g in (0, 1))]
+    got = [_replica_loss(reports, g) for g in (0, 1)]
+    want = [_replica_loss(clean, g) for g in (0, 1)]
+    check(all(abs(a - b) <= RESUME_NOISE for a, b in
+              zip(got + first_step, want + first_clean)),
+          "loss resumed %s (step %d: %s), uninterrupted %s (step %d: %s)"
+          % (got, last + 1, first_step, want, last + 1, first_clean))
+    compatlib.log("torchtitan: restarted whole after step %d from the "
+                  "checkpoint of step %d; loss at step %d %s (uninterrupted "
+                  "%s), of the last %d steps %s (uninterrupted %s)" % (
+                      HOLD, last, last + 1, first_step, first_clean, LAST,
+                      got, want))
+    d.stop()
+
+
 # RepairTrainer's checks on a config, in a python of their own (the
 # shim patches torch): a line a setting, REFUSED NAME MESSAGE or TAKEN
-# NAME ("none": the debug model as HSDP, checkpoints off).
+# NAME ("none": the debug model as HSDP, checkpoints off; "checkpoint":
+# on; "load_step": on, from step 3).
 REFUSALS = SHIM + r'''
 from rdzv.torchtitan import _refuse                               # noqa: E402
 from torchtitan.models.llama3.config_registry import llama3_debugmodel  # noqa: E402
 
 for name in ("tensor_parallel_degree", "pipeline_parallel_degree",
-             "checkpoint", "none"):
+             "checkpoint", "load_step", "none"):
     c = llama3_debugmodel()
-    c.checkpoint.enable = name == "checkpoint"
+    c.checkpoint.enable = name in ("checkpoint", "load_step")
+    if name == "load_step":
+        c.checkpoint.load_step = 3
     if name.endswith("_degree"):
         setattr(c.parallelism, name, 2)
     try:
@@ -265,10 +366,11 @@ def test_refuses_what_it_cannot_heal():
                         "parallelism.tensor_parallel_degree = 2"),
                        ("pipeline_parallel_degree",
                         "parallelism.pipeline_parallel_degree = 2"),
-                       ("checkpoint", "checkpoint.enable")):
+                       ("load_step", "checkpoint.load_step = 3")):
         check(got.get(name, "").startswith("REFUSED") and says in got[name]
               and "rdzv.torchtitan" in got[name], r)
     check(got.get("none") == "TAKEN none", r)
+    check(got.get("checkpoint") == "TAKEN checkpoint", r)
 
 
 def _check_healed(clean, starts, reports, out, ev):
