@@ -230,14 +230,29 @@ def comm_error(e):
     the step itself.  A store's error counts too (DistStoreError, e.g.
     a round's group whose peer's address never came: the peer died, or
     rdzvd restarted under the group being made): the next round
-    repairs it."""
+    repairs it.  A backend's refusal of the call itself ("Cannot use
+    ReduceOp.PREMUL_SUM with Gloo", an unsupported op or dtype, NCCL's
+    invalid usage) is the script's bug, raised before any peer was
+    reached: taken for a death, it would wait for a repair no death
+    brings, where it must fail at once with its traceback."""
     import torch.distributed as dist
-    if isinstance(e, (ConnectionError, getattr(dist, "DistBackendError",
-        ()), getattr(dist, "DistStoreError", ()))):
+    if isinstance(e, (ConnectionError, getattr(dist, "DistStoreError",
+        ()))):
         return True
-    return isinstance(e, RuntimeError) and re.search(
-        r"(?i)gloo|nccl|connection|peer|socket|broken pipe|timed out",
-        str(e)) is not None
+    if not isinstance(e, RuntimeError):
+        return False
+    text = str(e)
+    if _USAGE.search(text) and not _PEER.search(text):
+        return False
+    return isinstance(e, getattr(dist, "DistBackendError", ())) or \
+        re.search(r"(?i)gloo|nccl", text) is not None or \
+        _PEER.search(text) is not None
+
+
+# What a peer's death says, and what a refused call says (comm_error).
+_PEER = re.compile(r"(?i)connection|peer|socket|broken pipe|timed out")
+_USAGE = re.compile(r"(?i)cannot use|not supported|unsupported|"
+    r"invalid usage|invalid argument")
 
 
 def reset_names():

@@ -150,6 +150,51 @@ def main(torch2=False):
             except ValueError:
                 pass
 
+    def test_comm_error():
+        # A peer's death is repaired; a call the backend refuses (the
+        # script's bug) is not: taken for a death it would wait for a
+        # round no death brings instead of failing with its traceback.
+        sys.path.insert(0, os.path.join(rdzvtest.top_srcdir(), "python"))
+        import datetime
+        import torch
+        import torch.distributed as dist
+        from rdzv import group
+        said = {
+            "[../third_party/gloo/gloo/transport/tcp/pair.cc:534] "
+            "Connection closed by peer [127.0.0.1]:41234": True,
+            "[enforce fail at ../third_party/gloo/gloo/transport/tcp/"
+            "pair.cc:446] op.preamble.length <= op.nbytes. 8 vs 4": True,
+            "NCCL error: remote process exited or there was a network "
+            "error": True,
+            "Socket Timeout": True,
+            "Cannot use ReduceOp.PREMUL_SUM with Gloo": False,
+            "NCCL error in: x.cpp:1, invalid usage (run with "
+            "NCCL_DEBUG=WARN for details)": False,
+            "The size of tensor a (3) must match the size of tensor b "
+            "(4)": False}
+        for text, want in said.items():
+            check(group.comm_error(RuntimeError(text)) == want,
+                "comm_error(%r) is not %s" % (text, want))
+        check(group.comm_error(ConnectionResetError()), "a reset socket")
+        # The real refusal, from a group of one.
+        if not hasattr(dist, "_make_nccl_premul_sum"):
+            log("no PREMUL_SUM in torch %s: the literal case stands for "
+                "it" % torch.__version__)
+            return
+        st = dist.TCPStore("127.0.0.1", 0, 1, True,
+            datetime.timedelta(seconds=10))
+        dist.init_process_group("gloo", store=st, rank=0, world_size=1)
+        try:
+            dist.all_reduce(torch.ones(2),
+                op=dist._make_nccl_premul_sum(0.5))
+            check(False, "gloo took PREMUL_SUM")
+        except RuntimeError as e:
+            check(not group.comm_error(e), "the refusal %r was taken for "
+                "a peer's death" % str(e))
+            log("gloo's refusal, not a death: %s" % str(e)[:80])
+        finally:
+            dist.destroy_process_group()
+
     def test_arrive_all_or_none():
         # group.arrive, the round barrier a newer round calls off: in
         # every trial the ranks all pass or all give up, never some of
@@ -344,6 +389,7 @@ def main(torch2=False):
         p.close()
 
     cl.run_sections(dict(test_round_messages=test_round_messages,
+        test_comm_error=test_comm_error,
         test_arrive_all_or_none=test_arrive_all_or_none,
         test_start=test_start,
         test_kill_shrink_grow=test_kill_shrink_grow,
