@@ -222,6 +222,19 @@ def _run(d, job, die, seed=None):
                 job_events(d, job, full=True))
 
 
+_CLEAN = []
+
+
+def _clean_run(d):
+    """The failure-free run's reports, made once: both the heal and the
+    restart are held against it."""
+    if not _CLEAN:
+        _, clean, _, _ = _run(d, "titan-clean", die=False)
+        check(sorted(r["home"] for r in clean) == [0, 1, 2, 3], clean)
+        _CLEAN.append(clean)
+    return _CLEAN[0]
+
+
 def _replica_loss(reports, replica):
     """The mean over the last LAST steps of a replica's loss (its
     shards' sum)."""
@@ -248,8 +261,7 @@ def test_torchtitan_kill_heals_in_place():
     if not need("torchtitan"):
         return
     d = rt.Rdzvd()
-    _, clean, _, _ = _run(d, "titan-clean", die=False)
-    check(sorted(r["home"] for r in clean) == [0, 1, 2, 3], clean)
+    clean = _clean_run(d)
     starts, reports, out, ev = _run(d, "titan-kill", die=True)
     _check_healed(clean, starts, reports, out, ev)
     d.stop()
@@ -277,7 +289,7 @@ def test_torchtitan_restart_resumes_from_checkpoint():
     if not need("torchtitan"):
         return
     d = rt.Rdzvd()
-    _, clean, _, _ = _run(d, "titan-ck-clean", die=False)
+    clean = _clean_run(d)
     last = HOLD - HOLD % CKPT_EVERY
     with Scope("titan-ckpt-") as s:
         root = os.path.join(s.tmp, "outputs", "ckpt")
