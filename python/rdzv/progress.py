@@ -154,7 +154,7 @@ class _Reporter:
     def close(self):
         """At the interpreter's exit: the writer finishes the write it
         is in and stops, so that no thread is inside torch's C++ code
-        while Python finalizes (see rdzv.watcher's _close)."""
+        while Python finalizes (see rdzv.watcher.close)."""
         self.closing.set()
         t = self.thread
         if t is not None and t.is_alive() and \
