@@ -31,26 +31,18 @@ COMPAT_TESTS += tests/compat/test_torchtitan_repair.py
 COMPAT_TESTS += tests/compat/test_framework_progress.py
 # An Accelerate script repaired in place (examples/accelerate_repair.py).
 COMPAT_TESTS += tests/compat/test_accelerate_repair.py
-COMPAT_TESTS += \
-	tests/compat/test_repair_ddp_twin.py \
-	tests/compat/test_repair_agent_torch1.py \
-	tests/compat/test_repair_torch2.py \
-	tests/compat/test_torch2_env.py \
-	tests/compat/test_torchrun_dropin.py
-# Training that ends while a grow round is open (torch 2.13 DDP).
-COMPAT_TESTS += tests/compat/test_repair_end_torch2.py
-COMPAT_TESTS += \
-	tests/compat/test_store_semantics.py \
-	tests/compat/test_torchrun.py \
-	tests/compat/test_torch2_torchrun.py \
-	tests/compat/test_repair_torch.py \
-	tests/compat/test_tcpstore2_client.py \
-	tests/compat/test_tcpstore_client.py \
-	tests/compat/test_gloo_pg.py \
-	tests/compat/test_repair_data.py \
-	tests/compat/test_repair_state.py
-# rdzv.waits: the wait on peers timed, the script's comm hook kept.
-COMPAT_TESTS += tests/compat/test_repair_waits.py
+# The shorter ones; test_repair_end_torch2: training that ends while a
+# grow round is open; test_repair_waits: rdzv.waits, the wait on peers
+# timed, the script's comm hook kept.
+COMPAT_TESTS += tests/compat/test_repair_ddp_twin.py \
+	tests/compat/test_repair_agent_torch1.py tests/compat/test_repair_torch2.py \
+	tests/compat/test_torch2_env.py tests/compat/test_torchrun_dropin.py \
+	tests/compat/test_repair_end_torch2.py tests/compat/test_store_semantics.py \
+	tests/compat/test_torchrun.py tests/compat/test_torch2_torchrun.py \
+	tests/compat/test_repair_torch.py tests/compat/test_tcpstore2_client.py \
+	tests/compat/test_tcpstore_client.py tests/compat/test_gloo_pg.py \
+	tests/compat/test_repair_data.py tests/compat/test_repair_state.py \
+	tests/compat/test_repair_waits.py
 TESTS += $(COMPAT_TESTS)
 EXTRA_DIST += $(COMPAT_TESTS) tests/compat/compatlib.py
 # test_repair_torch's fake agent, tests/lib/fakeagent.py, is listed in
