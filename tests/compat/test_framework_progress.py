@@ -136,8 +136,6 @@ def test_transformers_job_on_every_surface():
 TORCHTITAN = SHIM + r'''
 from dataclasses import dataclass                                 # noqa: E402
 import torch.distributed as dist                                  # noqa: E402
-from torchtitan.config.override import derive                     # noqa: E402
-from torchtitan.models.llama3.config_registry import llama3_debugmodel  # noqa: E402
 from rdzv.hooks import TorchtitanProgress                         # noqa: E402
 
 d = os.path.dirname(os.path.abspath(__file__))
@@ -160,14 +158,8 @@ class Until(TorchtitanProgress):
 
 
 def rdzv_debug():
-    c = derive(llama3_debugmodel(), Until.Config)
-    c.hf_assets_path = os.path.join(d, "tokenizer")
-    c.dump_folder = os.path.join(d, "outputs")
-    c.dataloader.dataset_path = os.path.join(d, "text")
-    c.training.seq_len = 32
-    c.training.local_batch_size = 2
+    c = debug_config(Until.Config)
     c.training.steps = 10 ** 6
-    c.parallelism.spmd_backend = "partial_dtensor"
     c.parallelism.data_parallel_shard_degree = 1
     c.parallelism.data_parallel_replicate_degree = int(os.environ["WORLD_SIZE"])
     c.checkpoint.enable = False

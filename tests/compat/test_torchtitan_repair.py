@@ -66,8 +66,6 @@ _HEALED = re.compile(r"rank (\d+) \(replica (\d+) shard (\d+)\): shard "
 PROGRAM = SHIM + r'''
 import signal                                                     # noqa: E402
 from dataclasses import dataclass                                 # noqa: E402
-from torchtitan.config.override import derive                     # noqa: E402
-from torchtitan.models.llama3.config_registry import llama3_debugmodel  # noqa: E402
 from rdzv.torchtitan import RepairTrainer                         # noqa: E402
 
 d = os.path.dirname(os.path.abspath(__file__))
@@ -127,14 +125,8 @@ class Test(RepairTrainer):
 
 
 def rdzv_repair():
-    c = derive(llama3_debugmodel(), Test.Config)
-    c.hf_assets_path = os.path.join(d, "tokenizer")
-    c.dump_folder = os.path.join(d, "outputs")
-    c.dataloader.dataset_path = os.path.join(d, "text")
-    c.training.seq_len = 32
-    c.training.local_batch_size = 2
+    c = debug_config(Test.Config)
     c.training.steps = int(os.environ["T_STEPS"])
-    c.parallelism.spmd_backend = "partial_dtensor"
     c.parallelism.data_parallel_replicate_degree = 2
     c.parallelism.data_parallel_shard_degree = 2
     c.checkpoint.enable = bool(os.environ.get("T_CKPT"))

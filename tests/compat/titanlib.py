@@ -65,6 +65,23 @@ FlexAttention.forward = causal_sdpa
 Decoder.get_attention_masks = lambda self, positions: None
 dist_utils.set_pg_timeouts = lambda **kw: None
 
+
+
+def debug_config(trainer_config):
+    """torchtitan's llama3 debug model as the tests run it: derived into
+    trainer_config, the test's tokenizer and text (beside this file),
+    32 tokens a sample, 2 samples a rank, the partial_dtensor backend."""
+    from torchtitan.config.override import derive
+    from torchtitan.models.llama3.config_registry import llama3_debugmodel
+    d = os.path.dirname(os.path.abspath(__file__))
+    c = derive(llama3_debugmodel(), trainer_config)
+    c.hf_assets_path = os.path.join(d, "tokenizer")
+    c.dump_folder = os.path.join(d, "outputs")
+    c.dataloader.dataset_path = os.path.join(d, "text")
+    c.training.seq_len = 32
+    c.training.local_batch_size = 2
+    c.parallelism.spmd_backend = "partial_dtensor"
+    return c
 '''
 
 # The words of the torchtitan job's tokenizer and text.
