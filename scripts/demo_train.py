@@ -228,7 +228,8 @@ def main():
             "happen)" % ("s" if len(failed) > 1 else "",
                          ", ".join(map(str, failed))))
         return 1
-    say("every part passed: %s" % ", ".join(map(str, sorted(got))))
+    say("passed: part%s %s" % ("s" if len(got) > 1 else "",
+        ", ".join(map(str, sorted(got)))))
     return 0
 
 
