@@ -181,6 +181,10 @@ def test_http_tls():
 
 # ---- headless Chromium over the DevTools protocol ----
 
+class DevToolsError(AssertionError):
+    """An error answer from DevTools (the whole answer is its text)."""
+
+
 class DevTools:
     """A minimal client of Chromium's DevTools websocket (RFC 6455 text
     frames, masked as a client must)."""
@@ -241,13 +245,19 @@ class DevTools:
             if b0 & 0x80:
                 return json.loads(msg)
 
+    # What Chromium answers an evaluation that met a navigation (the
+    # page's own redirect to /login, a form's submit): not yet, ask again.
+    NAVIGATING = ("navigated or closed", "context was destroyed",
+                  "Cannot find context")
+
     def call(self, method, **params):
         self.id += 1
         self._send({"id": self.id, "method": method, "params": params})
         while True:
             m = self._recv()
             if m.get("id") == self.id:
-                assert "error" not in m, m
+                if "error" in m:
+                    raise DevToolsError(m)
                 return m.get("result", {})
 
     def js(self, expr):
@@ -258,8 +268,12 @@ class DevTools:
     def until(self, expr, what, timeout=30.0):
         end = time.monotonic() + timeout
         while time.monotonic() < end:
-            if self.js(expr):
-                return
+            try:
+                if self.js(expr):
+                    return
+            except DevToolsError as e:
+                if not any(w in str(e) for w in self.NAVIGATING):
+                    raise
             time.sleep(0.1)
         raise AssertionError("page: %s not seen in %ds (at %s: %s)" % (
             what, timeout, self.js("location.href"),
