@@ -247,17 +247,37 @@ rz_live(const struct rz_node *nd)
 }
 
 /*
+ * Whether local rank l of member nd holds the job's state: live, and
+ * none of a replacement on its way or READY (fresh, ready_local), one
+ * its agent says never stepped (unjoined: taken in by a round whose
+ * group never formed, it received nothing), a worker of a node joining
+ * in place.  A replacement holds it from the repair round that took it
+ * in (rz_repair_round clears fresh), the one that named it pending
+ * included.  The one rule for the donor (rz_rank_bases) and for whether
+ * a repair has anything to go on from (rz_state_left).
+ */
+int
+rz_holds_state(const struct rz_node *nd, int64_t l)
+{
+	if (nd->state != RZN_MEMBER || nd->joining || l < 0 || l >= nd->lws ||
+	    l >= RZ_REPAIR_LWS_MAX)
+		return 0;
+	return !((nd->dead_local | nd->ready_local | nd->fresh |
+	    nd->unjoined) & (1LL << l));
+}
+
+/*
  * Sets each member's rank base (the global rank of its first live
  * worker: the live workers of the members ranked before it),
  * j->members, j->world_size and j->donor, in one pass over the members
  * in group rank order (a job loaded from its rows, a repair round); the
  * group ranks are closed up to 0..members-1 (a lost node's gone).  The
  * donor is the worker that was the donor before (donor_node,
- * donor_local) while it lives: a replacement that came in by a grow may
- * not hold the job's state yet when the next round opens (two grows
- * back to back), so the lowest live rank is taken only when the donor
- * died, and never the pending replacement nor one whose agent says it
- * never stepped (HEARTBEAT's unjoined).  Returns 0 or RDZV_ENOMEM.
+ * donor_local) while it holds the state: a replacement that came in by
+ * a grow may not have its state yet when the next round opens (two
+ * grows back to back), so the lowest rank that holds it
+ * (rz_holds_state) is taken only when the donor died; -1 when none
+ * does.  Returns 0 or RDZV_ENOMEM.
  */
 int
 rz_rank_bases(struct rz *rz, struct rz_job *j)
@@ -283,17 +303,7 @@ rz_rank_bases(struct rz *rz, struct rz_job *j)
 		for (l = k = 0; l < nd->lws; l++) {
 			if (nd->dead_local & (1LL << l))
 				continue;
-			/* A replacement coming in, or one in that never
-			 * stepped (its agent's HEARTBEAT): no state to
-			 * give. */
-			if ((nd->fresh | nd->unjoined) & (1LL << l)) {
-				k++;
-				continue;
-			}
-			/* Never a replacement (pend_local -1: the whole
-			 * node's workers are). */
-			if (nd->id != j->pend_node || (j->pend_local >= 0 &&
-			    l != j->pend_local)) {
+			if (rz_holds_state(nd, l)) {
 				if (nd->id == j->donor_node &&
 				    l == j->donor_local)
 					kept = base + k;

@@ -185,7 +185,8 @@ rz_elastic_grow(struct rz *rz, struct rz_outbox *ob, struct rz_job *j,
 		    "%s%" PRId64, o ? ", " : "", nd->id)) > 0)
 			o += (size_t)r;
 	}
-	rz_repair_round(rz, ob, j, NAT_KIND_GROW);	/* clears joining */
+	if (rz_repair_round(rz, ob, j, NAT_KIND_GROW, now) != 0)
+		return;		/* restarted: no donor */
 	rz_event(rz, j, now, "join: grow to %" PRId64 ", %" PRId64 " node%s "
 	    "in place (%s) with %" PRId64 " workers, round %" PRId64 ", donor %"
 	    PRId64, j->world_size, k, k == 1 ? "" : "s", ids, w, j->round,

@@ -174,6 +174,7 @@ void rz_node_add(struct rz_job *j, struct rz_node *nd);
 void rz_evict(struct rz *rz, struct rz_outbox *ob, struct rz_job *j,
     struct rz_node *nd, int64_t now, const char *why);
 int64_t rz_live(const struct rz_node *nd);
+int rz_holds_state(const struct rz_node *nd, int64_t l);
 void rz_nodes_free(struct rz_job *j);
 
 /* ---- rz_repair.c ---- */
@@ -189,8 +190,8 @@ void rz_repair_ended(struct rz *rz, struct rz_job *j, const struct rz_node *nd,
     int64_t unjoined, int64_t now);
 const char *rz_repair_refused_job(struct rz_job *j, char *buf, size_t bufsz);
 const char *rz_repair_cannot(struct rz_job *j, char *buf, size_t bufsz);
-void rz_repair_round(struct rz *rz, struct rz_outbox *ob, struct rz_job *j,
-    int64_t kind);
+int rz_repair_round(struct rz *rz, struct rz_outbox *ob, struct rz_job *j,
+    int64_t kind, int64_t now);
 void rz_grow_if_due(struct rz *, struct rz_outbox *, struct rz_job *,
     int64_t now);
 void rz_restart(struct rz *rz, struct rz_outbox *ob, struct rz_job *j,

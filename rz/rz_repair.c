@@ -163,11 +163,9 @@ rz_repair_refused(struct rz_job *j, struct rz_node *nd, int64_t l,
 }
 
 /*
- * Whether a live worker other than nd's local rank l holds the job's
- * state: one that is no replacement on its way or READY (fresh), none
- * that its agent says never stepped (unjoined: taken in by a grow whose
- * group never formed, it received nothing).  Without one, a repair
- * would start the job again from nothing and call it a repair.
+ * Whether a worker other than nd's local rank l holds the job's state
+ * (rz_holds_state).  Without one, a repair would start the job again
+ * from nothing and call it a repair.
  */
 int
 rz_state_left(const struct rz_job *j, const struct rz_node *nd, int64_t l)
@@ -175,18 +173,10 @@ rz_state_left(const struct rz_job *j, const struct rz_node *nd, int64_t l)
 	const struct rz_node	*m;
 	int64_t			 k;
 
-	TAILQ_FOREACH(m, &j->nodes, entry) {
-		if (m->state != RZN_MEMBER)
-			continue;
-		for (k = 0; k < m->lws && k < RZ_REPAIR_LWS_MAX; k++) {
-			if ((m->dead_local | m->ready_local | m->fresh |
-			    m->unjoined) & (1LL << k))
-				continue;
-			if (m == nd && k == l)
-				continue;
-			return 1;
-		}
-	}
+	TAILQ_FOREACH(m, &j->nodes, entry)
+		for (k = 0; k < m->lws; k++)
+			if (rz_holds_state(m, k) && !(m == nd && k == l))
+				return 1;
 	return 0;
 }
 
@@ -293,7 +283,8 @@ rz_repair_lost(struct rz *rz, struct rz_outbox *ob, struct rz_job *j,
 			j->pend_deadline = now + j->repair_timeout_ms;
 		}
 	}
-	rz_repair_round(rz, ob, j, NAT_KIND_SHRINK);
+	if (rz_repair_round(rz, ob, j, NAT_KIND_SHRINK, now) != 0)
+		return 0;	/* restarted */
 	if (sb != NULL)
 		rz_event(rz, j, now, "repair: node %" PRId64 " (host %s) "
 		    "lost (%s): standby node %" PRId64 " (host %s) takes its "
@@ -312,14 +303,31 @@ rz_repair_lost(struct rz *rz, struct rz_outbox *ob, struct rz_job *j,
  * Opens a repair round of kind (SHRINK or GROW) for the members as they
  * stand (dead_local, the pending replacement): the old round's namespace
  * and port go, a fresh namespace and port come, rank bases and the donor
- * are set over the live workers, every member is pushed.
+ * are set over the live workers, every member is pushed.  Returns 0, or
+ * -1 when no live worker holds the job's state (no donor): no round
+ * with nothing to repair from is sent, the job restarts instead
+ * (rz_restart, the event says why).
  */
-void
+int
 rz_repair_round(struct rz *rz, struct rz_outbox *ob, struct rz_job *j,
-    int64_t kind)
+    int64_t kind, int64_t now)
 {
 	struct rz_node	*nd;
+	char		 cause[160];
 
+	/* On no memory the bases stay, the round is sent anyway: the
+	 * workers' numbering is then wrong and the next failure restarts. */
+	rz_rank_bases(rz, j);
+	if (j->donor < 0) {
+		snprintf(cause, sizeof cause, "no live worker holds the job's "
+		    "state for a %s round after round %" PRId64 " (each is a "
+		    "replacement that never received it)",
+		    kind == NAT_KIND_GROW ? "grow" : "shrink", j->round);
+		rz_event(rz, j, now, "repair escalated to restart: %s", cause);
+		rz_restart(rz, ob, j, now, cause, "no worker holds the job's "
+		    "state");
+		return -1;
+	}
 	if (j->port > 0)
 		rz_out_port_close(ob, j);
 	/* The ending round's keys stay until the next repair round: a
@@ -330,9 +338,6 @@ rz_repair_round(struct rz *rz, struct rz_outbox *ob, struct rz_job *j,
 	j->round++;
 	rz_round_ns(j->ns, sizeof j->ns, j, j->round);
 	j->kind = kind;
-	/* On no memory the bases stay, the round is sent anyway: the
-	 * workers' numbering is then wrong and the next failure restarts. */
-	rz_rank_bases(rz, j);
 	rz_out_port_open(ob, j, 0);
 	j->repairs++;
 	rz->stats.repairs_total++;
@@ -358,6 +363,7 @@ rz_repair_round(struct rz *rz, struct rz_outbox *ob, struct rz_job *j,
 			rz_save_node(rz, j, nd);
 	}
 	rz_elastic_opened(rz, j);
+	return 0;
 }
 
 /* Local rank l of nd died and its agent respawns it: the survivors go
@@ -379,7 +385,8 @@ rz_repair_shrink(struct rz *rz, struct rz_outbox *ob, struct rz_job *j,
 		j->pend_local = l;
 	}
 	j->pend_deadline = now + j->repair_timeout_ms;
-	rz_repair_round(rz, ob, j, NAT_KIND_SHRINK);
+	if (rz_repair_round(rz, ob, j, NAT_KIND_SHRINK, now) != 0)
+		return;		/* restarted */
 	rz_topo_lost(rz, j, nd, l, now);
 	rz_event(rz, j, now, "repair: shrink to %" PRId64 " after node %"
 	    PRId64 " local rank %" PRId64 " died (%s), round %" PRId64
@@ -508,7 +515,8 @@ rz_grow_if_due(struct rz *rz, struct rz_outbox *ob, struct rz_job *j,
 	if (n == 0 || rz_grow_held(j))
 		return;
 	l = __builtin_ctzll((unsigned long long)one->ready_local);
-	rz_repair_round(rz, ob, j, NAT_KIND_GROW);
+	if (rz_repair_round(rz, ob, j, NAT_KIND_GROW, now) != 0)
+		return;		/* restarted */
 	if (standby != NULL)
 		rz_event(rz, j, now, "repair: grow to %" PRId64 ", node %"
 		    PRId64 " (host %s) in with %" PRId64 " workers, round %"

@@ -648,7 +648,14 @@ class Job:
         if top < 0 and self._tainted:
             raise RuntimeError("rdzv.repair: every rank's state may "
                 "hold a step cut off by an NCCL abort; none to resume")
-        if top < 0 or min(steps) == top:
+        if top < 0:
+            # Every rank a replacement that never received the state:
+            # going on would train again from nothing and call it a
+            # repair.  rdzvd sends no such round; an older one might.
+            raise RuntimeError("rdzv.repair: no rank of round %d holds "
+                "the job's state (each is a replacement that never "
+                "received it); the job must restart" % r.round)
+        if min(steps) == top:
             return
         donor = r.donor if 0 <= r.donor < self.world and \
             steps[r.donor] == top else steps.index(top)

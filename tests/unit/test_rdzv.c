@@ -1370,6 +1370,67 @@ test_repair_ready_in_shrink_dies(void **state)
 	assert_false(event_has(f, "escalated"));
 }
 
+/*
+ * The replacement named pending (the first death's) holds the state
+ * once a round took it in, a shrink too: when the last first worker
+ * dies it is the donor.  The pending name kept from that first death
+ * used to keep it out of the donors while the repair went on, and the
+ * shrink round went out with donor -1 (its agent refused to send it;
+ * the job then ran on from nothing).
+ */
+static void
+test_repair_pending_joined_is_donor(void **state)
+{
+	struct fx	*f = *state;
+
+	repair_job(f, 1, 1);
+	assert_int_equal(run(f, fail_repair(f, 2, 1, 1, 100)), 0);
+	assert_int_equal(run(f, fail_repair(f, 1, 2, 0, 110)), 0);
+	assert_int_equal(run(f, ready(f, 2, 3, 1, 200)), 0);
+	/* Node 1's last worker dies: node 2's READY replacement is in. */
+	assert_int_equal(fail_repair(f, 1, 3, 1, 300), 0);
+	assert_int_equal(ob.npush, 2);
+	assert_repair_push(1, NAT_KIND_SHRINK, 4, 2, 2, 0, 0, 3);
+	drain(f->rz);
+	/* The last first worker dies: the replacement is all that holds
+	 * the state, and the donor. */
+	assert_int_equal(fail_repair(f, 2, 4, 0, 400), 0);
+	assert_int_equal(ob.npush, 2);
+	assert_repair_push(0, NAT_KIND_SHRINK, 5, 1, 1, 0, 0, 0);
+	assert_repair_push(1, NAT_KIND_SHRINK, 5, 2, 1, 0, 0, 2);
+	drain(f->rz);
+	assert_true(event_has(f, "repair: shrink to 1 after node 2 local rank "
+	    "0 died (signal 9), round 5, donor 0"));
+	assert_false(event_has(f, "escalated"));
+}
+
+/*
+ * No repair round goes out without a worker that holds the state: the
+ * one left says it never stepped (its agent's HEARTBEAT), every other
+ * is a READY replacement, so the grow due has no donor and the job
+ * restarts, saying why, instead of training on from nothing.
+ */
+static void
+test_repair_no_donor_restarts(void **state)
+{
+	struct fx	*f = *state;
+
+	repair_job(f, 1, 1);
+	assert_int_equal(run(f, fail_repair(f, 2, 1, 1, 100)), 0);
+	assert_int_equal(run(f, fail_repair(f, 1, 2, 0, 110)), 0);
+	assert_int_equal(run(f, ready(f, 2, 3, 1, 200)), 0);
+	assert_int_equal(run(f, fail_repair(f, 1, 3, 1, 300)), 0);
+	assert_int_equal(run(f, fail_repair(f, 2, 4, 0, 400)), 0);
+	/* The replacement left never stepped in round 4 or 5. */
+	assert_int_equal(run(f, rz_unjoined(f->rz, slice_str("ob"), 2, 2, 410,
+	    &ob)), 0);
+	assert_int_equal(run(f, ready(f, 1, 5, 0, 500)), 0);
+	assert_int_equal(run(f, ready(f, 1, 5, 1, 510)), 0);
+	assert_int_equal(ready(f, 2, 5, 0, 520), 0);
+	assert_restart(f, 6, "repair escalated to restart: no live worker "
+	    "holds the job's state for a grow round after round 5");
+}
+
 /* Two failures pending, the second replacement never ready: the
  * repair timeout from the second death restarts the job, naming it. */
 static void
@@ -2538,6 +2599,10 @@ main(void)
 		    teardown),
 		cmocka_unit_test_setup_teardown(test_repair_ready_in_shrink_dies, setup,
 		    teardown),
+		cmocka_unit_test_setup_teardown(test_repair_pending_joined_is_donor,
+		    setup, teardown),
+		cmocka_unit_test_setup_teardown(test_repair_no_donor_restarts,
+		    setup, teardown),
 		cmocka_unit_test_setup_teardown(test_repair_grow_waits_step, setup,
 		    teardown),
 		cmocka_unit_test_setup_teardown(test_repair_grow_held_ends, setup,
