@@ -39,7 +39,11 @@ stopped as it joined never caught, and a READY replacement taken into a
 shrink round (a death while it waited for its grow) whose own death was
 then taken for a replacement's dead before it joined: nothing shrank,
 every survivor waited on it until the watchdog killed them, and the job
-failed with no worker holding its state.
+failed with no worker holding its state; and a shrink round sent with no
+donor (the one worker left that held the state was the replacement
+still named pending since the repair's first death, in a round since:
+the donor's rule left it out, the repair's rule counted it), after which
+the replacements trained epoch 0 again from nothing.
 """
 
 import os
