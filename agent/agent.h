@@ -608,7 +608,9 @@ int64_t	progress_waited(int local_rank);
 void	progress_touch(int local_rank);
 /*
  * What the --progress_timeout watchdog watches: as progress_get, or a
- * replacement joining a round since progress_touch (*joining 1, *step 0).
+ * replacement joining a round since progress_touch (*joining 1, *step 0);
+ * RDZV_ENOTFOUND for a worker that said "done" (its training ended) and
+ * has reported no step since.
  */
 int	progress_watch_get(int local_rank, uint64_t *step, int64_t *when,
 	    int *joining);

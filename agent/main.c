@@ -446,7 +446,9 @@ agent_progress_note(int local_rank, char *msg, size_t msgsz)
  * timeout plus the grace: the rank they wait on (a stopped one says
  * nothing; SIGCONT lets it take the SIGABRT) is killed first, and they
  * repair around it instead of dying with it; if all of them only wait
- * (a deadlock), they are killed that much later.
+ * (a deadlock), they are killed that much later.  A worker that said
+ * "done" (its training ended: a final evaluation or checkpoint takes no
+ * steps) is not watched until it reports a step again.
  */
 static void
 agent_watch_cb(evutil_socket_t fd, short ev, void *arg)

@@ -59,6 +59,7 @@ struct progress_rank {
 	uint64_t	 mark;		/* its step when that round went
 					 * (0: none reported yet) */
 	int64_t		 waited;	/* mono_ms() of its last "wait" */
+	int		 done;		/* said "done", no step since */
 	int		 notes;		/* PROGRESS_NOTE_* to deliver */
 	int		 warned;	/* a malformed message was logged */
 };
@@ -94,6 +95,7 @@ progress_handle(struct progress_rank *p, const char *buf, size_t len)
 	}
 	switch (m.verb) {
 	case CHAN_PROGRESS:
+		p->done = 0;	/* it trains again */
 		if (!p->seen)
 			p->notes |= PROGRESS_NOTE_STEP;
 		if (p->marked && (!p->seen || m.step > p->mark)) {
@@ -116,6 +118,12 @@ progress_handle(struct progress_rank *p, const char *buf, size_t len)
 		break;
 	case CHAN_WAIT:
 		p->waited = mono_ms();
+		return;
+	case CHAN_DONE:
+		/* Its training ended: what it does before it exits (a
+		 * final evaluation, a checkpoint) takes no steps. */
+		p->done = 1;
+		log_debug("worker %d: done", r);
 		return;
 	default:
 		/* A verb for a newer agent, or one only an agent says. */
@@ -369,7 +377,7 @@ progress_watch_get(int local_rank, uint64_t *step, int64_t *when,
 	struct progress_rank	*p;
 
 	if ((p = progress_rank_read(local_rank)) == NULL ||
-	    !(p->seen || p->joining))
+	    !(p->seen || p->joining) || p->done)
 		return (RDZV_ENOTFOUND);
 	*step = p->step;
 	*when = p->when;

@@ -68,6 +68,7 @@ static const char *const chan_verbs[] = {
 	[CHAN_STOP] = "stop",
 	[CHAN_WAIT] = "wait",
 	[CHAN_LEAVE] = "leave",
+	[CHAN_DONE] = "done",
 };
 #define CHAN_NVERBS	(sizeof chan_verbs / sizeof chan_verbs[0])
 
@@ -150,6 +151,7 @@ chan_fields_ok(const struct chan_msg *m)
 	case CHAN_STOP:
 	case CHAN_WAIT:
 	case CHAN_LEAVE:
+	case CHAN_DONE:
 		break;
 	default:
 		return (0);

@@ -28,6 +28,7 @@ enum chan_verb {
 	CHAN_STOP,		/* agent: "stop", the repair failed */
 	CHAN_WAIT,		/* worker: "wait", blocked on its peers */
 	CHAN_LEAVE,		/* agent: "leave", at the next step boundary */
+	CHAN_DONE,		/* worker: "done", its training ended */
 };
 
 enum chan_kind {

@@ -62,6 +62,7 @@ _VERBS = {
     "stop": {},
     "wait": {},
     "leave": {},
+    "done": {},
 }
 _DIGITS = re.compile(r"[0-9]{1,%d}" % _NUM_MAX)
 

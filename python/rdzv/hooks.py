@@ -47,11 +47,15 @@ def _lightning_progress():
 
     class LightningProgress(Callback):
         """A Lightning Callback: reports trainer.global_step (optimizer
-        steps done) after each training batch."""
+        steps done) after each training batch, and the end of training
+        (progress.done())."""
 
         def on_train_batch_end(self, trainer, pl_module, outputs,
             batch, batch_idx):
             progress.report(trainer.global_step)
+
+        def on_train_end(self, trainer, pl_module):
+            progress.done()
 
     return LightningProgress
 
@@ -61,10 +65,14 @@ def _transformers_progress():
 
     class TransformersProgress(TrainerCallback):
         """A transformers TrainerCallback: reports state.global_step
-        after each optimizer step."""
+        after each optimizer step, and the end of training
+        (progress.done())."""
 
         def on_step_end(self, args, state, control, **kwargs):
             progress.report(state.global_step)
+
+        def on_train_end(self, args, state, control, **kwargs):
+            progress.done()
 
     return TransformersProgress
 

@@ -7,6 +7,8 @@ script, Lightning, Accelerate, torchtitan, transformers' Trainer):
     from rdzv import progress
     ...
     progress.report(step)		# after each optimizer step
+    ...
+    progress.done()			# training ended (optional)
 
 Each step reaches the agent at once (its --progress_timeout watchdog
 kills a worker whose step stops moving) and rdzvd within a second
@@ -54,6 +56,16 @@ def report(step):
     r = _get()
     if r is not None:
         r.note(step)
+
+
+def done():
+    """Tells the agent that training ended: its --progress_timeout
+    watchdog stops watching this worker (a final evaluation, a
+    checkpoint, the exit take no steps) until report() is called again.
+    Does nothing where report() does nothing."""
+    r = _get()
+    if r is not None:
+        r.done()
 
 
 def last_step():
@@ -129,6 +141,13 @@ class _Reporter:
             self.chan.send(b"%d" % step, socket.MSG_DONTWAIT)
         except OSError:
             pass		# the agent's socket is full or gone
+
+    def done(self):
+        """Says "done" to the agent (never blocks)."""
+        try:
+            self.chan.send(b"done", socket.MSG_DONTWAIT)
+        except OSError:
+            pass
 
     def _write_loop(self):
         """Thread: writes the newest step to rdzvd when it moved, at most

@@ -153,7 +153,9 @@ self._cv, for it to apply at its next look:
 Beside the state, as data: _joined (this process holds the job's state:
 a mesh replacement is in its whole group before its heal), _stepped,
 _tainted, _nccl_cut, _lost_since, _freeze and _target (the grow round
-being agreed on and its switch step), _dcp.
+being agreed on and its switch step), _dcp, _peer_wait (the training
+thread in a wait of the helper's own on its peers: the watcher says
+"wait" for it as for a collective).
 
 The modules: channel (the agent's messages), watcher (the threads: rounds,
 "wait", progress to rdzvd), group (sockets, stores, errors), state (what a
@@ -338,6 +340,7 @@ class Job:
         self._said_round = None	# the round of the last step sent
         self._main = threading.get_ident()	# the training thread
         self._blocked = None		# (step, since) seen inside torch
+        self._peer_wait = False		# in a wait of its own on its peers
         self._waited = 0.0
         self._plan = None		# the data.Plan steps advance
         self._round = None		# the group's round
@@ -456,8 +459,12 @@ class Job:
 
     def _in_torch(self):
         """Whether the training thread is blocked on its peers (the
-        watcher's "wait": watcher.in_torch)."""
-        return watcher.in_torch(self)
+        watcher's "wait"): inside torch (watcher.in_torch), or in a
+        wait of the helper's own on them (a grow's switch step agreed
+        by every rank of the round, rdzvd's next round): a survivor
+        held there by a stopped replacement is not hung itself, or the
+        watchdog kills it with the stopped one."""
+        return self._peer_wait or watcher.in_torch(self)
 
     def _agree_world(self, mine):
         """How many ranks step in the group of round mine (a grow's
@@ -701,12 +708,16 @@ class Job:
         end = time.monotonic() + self.repair_timeout
         with self._cv:
             self._look()
-            while not self._rounds:
-                left = end - time.monotonic()
-                if self._chan_gone or (not forever and
-                    (left <= 0 or self._leave_asked)):
-                    return None
-                self._cv.wait(left if not forever else WAIT_LONG)
+            self._peer_wait = True	# on rdzvd's next round
+            try:
+                while not self._rounds:
+                    left = end - time.monotonic()
+                    if self._chan_gone or (not forever and
+                        (left <= 0 or self._leave_asked)):
+                        return None
+                    self._cv.wait(left if not forever else WAIT_LONG)
+            finally:
+                self._peer_wait = False
             r = self._rounds[-1]
             del self._rounds[:]
             return r
@@ -729,10 +740,14 @@ class Job:
                     return
                 if self._freeze is r:
                     end = time.monotonic() + self.repair_timeout
-                    while self._target is None and \
-                        self._freeze is r and \
-                        time.monotonic() < end:
-                        self._cv.wait(end - time.monotonic())
+                    self._peer_wait = True	# on the grow's ranks
+                    try:
+                        while self._target is None and \
+                            self._freeze is r and \
+                            time.monotonic() < end:
+                            self._cv.wait(end - time.monotonic())
+                    finally:
+                        self._peer_wait = False
                     if self._rounds[-1] is not r:
                         continue	# superseded: look again
                     if self._target is not None and \
@@ -933,7 +948,10 @@ class Job:
 
     def epochs(self, n):
         """Yields epoch numbers up to n, from the one the job is in (a
-        replacement's is the donor's)."""
+        replacement's is the donor's).  At the end it tells the agent
+        that training ended ("done"): what the script does after it (a
+        final evaluation, a checkpoint) is not taken for a hang by the
+        --progress_timeout watchdog."""
         if not self._joined:
             self._join()
         while self.epoch < n:
@@ -941,6 +959,7 @@ class Job:
             yield e
             if self.epoch == e:	# the body did not use batches()
                 self.epoch, self.pos = e + 1, 0
+        self._send("done")
 
     def batches(self, n, batch_size, seed=0, shuffle=True, policy="rank"):
         """Yields this rank's indices (a list) of each global batch

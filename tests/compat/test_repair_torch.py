@@ -353,6 +353,12 @@ def main(torch2=False):
             for t in x["repair_times"]]))
         for w in a.workers.values():
             check(w.other == [], "unexpected messages %r" % w.other)
+            # It said its training ended (job.epochs() ran out), after
+            # its last step.
+            check(w.done is not None and w.steps and
+                  w.done >= w.steps[-1][0],
+                  "no \"done\" after the last step: %r %r" % (
+                      w.done, w.steps[-3:]))
         a.close()
 
     def test_stop_exits():

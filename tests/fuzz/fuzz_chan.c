@@ -71,9 +71,9 @@ static void
 fuzz_parse(const uint8_t *data, size_t size)
 {
 	static const char *const verbs[] = { "hello", "ready", "round",
-	    "stop", "wait", "leave" };
+	    "stop", "wait", "leave", "done" };
 	static const enum chan_verb codes[] = { CHAN_HELLO, CHAN_READY,
-	    CHAN_ROUND, CHAN_STOP, CHAN_WAIT, CHAN_LEAVE };
+	    CHAN_ROUND, CHAN_STOP, CHAN_WAIT, CHAN_LEAVE, CHAN_DONE };
 	static const char *const rkeys[] = { " round=", " kind=", " ns=",
 	    " rank=", " world=", " donor=", " master_addr=", " master_port=",
 	    " local_rank=", " local_world=" };
@@ -216,7 +216,7 @@ fuzz_format(const uint8_t *data, size_t size)
 	int		 n, ok, wn = 0;
 
 	memset(&m, 0, sizeof m);
-	m.verb = (enum chan_verb)(fuzz_byte(&in) % 9);	/* 8: none */
+	m.verb = (enum chan_verb)(fuzz_byte(&in) % 10);	/* 9: none */
 	out = fuzz_byte(&in);
 	out = (out << 8 | fuzz_byte(&in)) % (sizeof buf + 1);
 	switch (m.verb) {
@@ -240,10 +240,11 @@ fuzz_format(const uint8_t *data, size_t size)
 	case CHAN_STOP:
 	case CHAN_WAIT:
 	case CHAN_LEAVE:
+	case CHAN_DONE:
 		ok = 1;
 		wn = snprintf(want, sizeof want, "%s", m.verb == CHAN_READY ?
 		    "ready" : m.verb == CHAN_STOP ? "stop" : m.verb == CHAN_WAIT ?
-		    "wait" : "leave");
+		    "wait" : m.verb == CHAN_LEAVE ? "leave" : "done");
 		break;
 	case CHAN_ROUND:
 		m.round = fuzz_int(&in);

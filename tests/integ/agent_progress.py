@@ -155,6 +155,45 @@ def test_no_watchdog_without_reports():
         assert "no progress" not in out, out
 
 
+# A worker that speaks the agent's channel itself: steps, then "done"
+# when SAY_DONE=1, then 3 s of work with no step (a final evaluation).
+AFTER_TRAINING = r'''
+import os, socket, time
+s = socket.socket(fileno=int(os.environ["RDZV_PROGRESS_FD"]))
+for step in range(1, 6):
+    s.send(str(step).encode())
+    time.sleep(0.02)
+if os.environ.get("SAY_DONE") == "1":
+    s.send(b"done")
+time.sleep(3.0)
+print("evaluated after training", flush=True)
+'''
+
+
+def test_done_ends_the_watch():
+    """A worker that said "done" (the torch helper at the end of
+    job.epochs()) is not taken for hung while it works on with no step
+    (a final evaluation, a checkpoint); one that did not say it is."""
+    with Scope() as s:
+        prog = os.path.join(s.tmp, "after_training.py")
+        with open(prog, "w") as f:
+            f.write(AFTER_TRAINING)
+        opts = ["--nproc_per_node", "1", "--progress_timeout", "1",
+                "--grace", "1"]
+        a = s.agent(opts, env={"SAY_DONE": "1"}, program=[prog])
+        rc = a.wait(30)
+        out = clean(a.output())
+        assert rc == 0, (rc, out)
+        assert "evaluated after training" in out, out
+        assert "no progress" not in out, out
+        b = s.agent(opts, env={"SAY_DONE": "0"}, program=[prog])
+        rc = b.wait(30)
+        out = clean(b.output())
+        assert rc == 1 and "reported no progress for 1 s after step 5" \
+            in out, (rc, out)
+        assert "evaluated after training" not in out, out
+
+
 def test_bad_option():
     p = subprocess.run([agent_path(), "--progress_timeout", "soon",
                         "--standalone", "--", "true"],

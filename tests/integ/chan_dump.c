@@ -70,6 +70,9 @@ dump_one(const char *buf, size_t len)
 	case CHAN_LEAVE:
 		puts("leave");
 		break;
+	case CHAN_DONE:
+		puts("done");
+		break;
 	case CHAN_ROUND:
 		printf("round %d %s %s %d %d %d %s %d %d %d\n", m.round,
 		    m.kind == CHAN_GROW ? "grow" : "shrink", m.ns, m.rank,

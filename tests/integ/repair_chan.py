@@ -35,7 +35,7 @@ GOOD = [
     b"round round=1 kind=shrink ns=job/a/b/round/1 rank=0 world=3 donor=1 "
     b"master_addr=::1 master_port=1 local_rank=0 local_world=1",
     b"hello repair=1", b"hello", b"hello v=2 repair=0 nccl=1", b"ready",
-    b"stop", b"leave", b"1234", b"17 t=3", b"stats a=1 b",
+    b"stop", b"leave", b"done", b"1234", b"17 t=3", b"stats a=1 b",
 ]
 
 
@@ -156,7 +156,7 @@ def test_parser_agrees_with_c():
     seen = {c.split(" ")[0] for c in out}
     # The corpus reaches every verdict, so agreeing means something.
     assert seen == {"err", "unknown", "progress", "hello", "ready", "stop",
-                    "wait", "leave", "round"}, seen
+                    "wait", "leave", "done", "round"}, seen
     n_ok = sum(c != "err" for c in out)
     assert n_ok > 200 and len(out) - n_ok > 200, (n_ok, len(out))
     print("  %d messages, %d accepted, %d refused: both sides agree" %

@@ -91,6 +91,7 @@ class Worker:
         self.ready = None               # time it said "ready"
         self.steps = []                 # [(time, step)] as reported
         self.waits = []                 # times it said "wait"
+        self.done = None                # time it said "done"
         self.other = []                 # [(time, text)] anything else
         self.closed = None              # time its end of the channel closed
 
@@ -223,6 +224,8 @@ class FakeAgent:
             w.ready = now
         elif text == "wait":             # blocked on its peers
             w.waits.append(now)
+        elif text == "done":             # its training ended
+            w.done = now
         else:
             w.other.append((now, text))
 

@@ -211,6 +211,9 @@ test_round_stop(void **state)
 	assert_int_equal(verb_of("leave"), CHAN_LEAVE);
 	assert_int_equal(verb_of("leave at=3"), CHAN_LEAVE);
 	assert_int_equal(parse("leave now", &m), RDZV_EPROTO);
+
+	assert_int_equal(verb_of("done"), CHAN_DONE);
+	assert_int_equal(parse("done now", &m), RDZV_EPROTO);
 }
 
 /* ROUND_TEXT with the word of key replaced by word (NULL: dropped). */
@@ -429,6 +432,8 @@ test_round_trips(void **state)
 	round_trip(&m, "stop");
 	m.verb = CHAN_LEAVE;
 	round_trip(&m, "leave");
+	m.verb = CHAN_DONE;
+	round_trip(&m, "done");
 
 	round_ok(&m);
 	round_trip(&m, ROUND_TEXT);
