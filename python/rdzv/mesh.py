@@ -384,9 +384,13 @@ class MeshJob(Job):
         with self._cv:
             if take:	# a peer heard it first: it comes here too
                 end = time.monotonic() + self.repair_timeout
-                while not self._rounds and not self._chan_gone and \
-                    time.monotonic() < end:
-                    self._cv.wait(end - time.monotonic())
+                self._peer_wait = True
+                try:
+                    while not self._rounds and not self._chan_gone and \
+                        time.monotonic() < end:
+                        self._cv.wait(end - time.monotonic())
+                finally:
+                    self._peer_wait = False
             elif self._repairing and self._joined and \
                 self._factories[1] is not None and \
                 not self._in_step and self._rounds and \
@@ -465,7 +469,9 @@ class MeshJob(Job):
         # A port rdzvd closed (a newer round came while this one
         # connects) is given up at once, not tried for the timeout.
         store = group.round_store(r, self.repair_timeout, current)
-        step = self.step_count if self._joined else -1
+        # A heal cut off holds nothing: what it received is partial.
+        step = self.step_count if self._joined and self._heal is None \
+            else -1
         store.set(_POST % r.rank, "%d %d" % (self.home, step))
         group.arrive(store, _ARRIVE, r.world, current,
             self.repair_timeout)
@@ -642,15 +648,21 @@ class MeshJob(Job):
         buf = torch.frombuffer(bytearray(f.getvalue()), dtype=torch.uint8)
         n = torch.tensor([buf.numel()], dtype=torch.int64)
         size = sum(t.numel() * t.element_size() for t in tensors)
-        for i in to:
-            self._rep.send([n], i, 1).wait()
-            self._rep.send([buf], i, 2).wait()
-            # All posted at once, then waited for: no round trip a
-            # tensor.
-            works = [self._rep.send([t.contiguous()], i, 3 + k)
-                for k, t in enumerate(tensors) if t.numel() > 0]
-            for w in works:
-                w.wait()
+        # Each send waits for its receiver (a replacement builds its
+        # model first): a wait on a peer, said so to the agent.
+        self._peer_wait = True
+        try:
+            for i in to:
+                self._rep.send([n], i, 1).wait()
+                self._rep.send([buf], i, 2).wait()
+                # All posted at once, then waited for: no round trip
+                # a tensor.
+                works = [self._rep.send([t.contiguous()], i, 3 + k)
+                    for k, t in enumerate(tensors) if t.numel() > 0]
+                for w in works:
+                    w.wait()
+        finally:
+            self._peer_wait = False
         log.debug("sent %d bytes of shard %d to %s in %.3f s", size,
             self.shard, to, time.monotonic() - t0)
 
@@ -669,10 +681,11 @@ class MeshJob(Job):
 
     def _heal_pending(self):
         """Receives the donor's shards when a heal waits and the objects
-        to load them in exist: each tensor straight into this rank's own
-        (a parameter's shard, the optimizer state made for it), so the
-        heal needs no memory beyond the state itself."""
-        import torch
+        to load them in exist.  The donor's death during the transfer is
+        repaired as a death in a step is: until its heal is done this
+        rank holds nothing of the job's state (_repair posts step -1),
+        so the next round's plan heals it again from another replica, or
+        finds none whole and the job restarts."""
         if self._heal is None:
             return
         if self._model is None or self._factories[1] is not None and \
@@ -680,7 +693,23 @@ class MeshJob(Job):
             raise RuntimeError("rdzv.mesh: give job.fsdp(), "
                 "job.optimizer() and job.scheduler() before the "
                 "training loop: a heal loads them")
-        src, self._heal = self._heal, None
+        while self._heal is not None:
+            try:
+                self._peer_wait = True		# on the donor
+                try:
+                    self._heal_from(self._heal)
+                finally:
+                    self._peer_wait = False
+            except Exception as e:
+                if not group.comm_error(e) or \
+                    not self._recover(e, "the heal of this rank's shard"):
+                    raise
+
+    def _heal_from(self, src):
+        """The heal from replica index src: each tensor straight into
+        this rank's own (a parameter's shard, the optimizer state made
+        for it), so it needs no memory beyond the state itself."""
+        import torch
         t0, rss0 = time.monotonic(), _rss_mark()
         n = torch.zeros(1, dtype=torch.int64)
         self._rep.recv([n], src, 1).wait()
@@ -731,6 +760,7 @@ class MeshJob(Job):
         self.heal_xfer = time.monotonic() - t1
         self.heal_bytes = size
         self.heal_peak = _rss_peak(rss0)
+        self._heal = None
         self._joined = True
         self._send(str(self.step_count))	# its agent: it has joined
         log.info("rank %d (replica %d shard %d): shard healed from "
