@@ -417,8 +417,13 @@ def test_kill_repairs_in_place():
                 rc = x.wait(180)
                 check(rc == 0, (rc, x.output()[-6000:]))
         except BaseException:
-            log("agents' output:\n" + (xs[0].output() +
-                                        xs[1].output())[-12000:])
+            out = xs[0].output() + xs[1].output()
+            log("agents' output:\n" + out[-12000:])
+            # Where each rank was: the agents' and the helper's lines
+            # (the tail above is mostly the last tracebacks).
+            log("agents' and helper's lines:\n" + "\n".join(
+                ln[:300] for ln in out.splitlines() if "rdzv-agent[" in ln
+                or "rdzv.repair[" in ln)[-12000:])
             log("events: %s" % job_events(d, "plrep", soon=True))
             raise
         out = xs[0].output() + xs[1].output()
