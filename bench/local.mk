@@ -41,6 +41,9 @@ EXTRA_DIST += bench/repair_c.py bench/repair_torch.py bench/jobs.py
 EXTRA_DIST += bench/figures.py bench/harness.py
 EXTRA_DIST += bench/straggler.py bench/join_c.py bench/hsdp_repair.py \
 	bench/hsdp_heal.py bench/hsdp_goodput.py
+# A torchtitan job's goodput: RepairTrainer beside a restart from
+# torchtitan's checkpoint (and torchft's integration).
+EXTRA_DIST += bench/titan_goodput.py
 # A Lightning job's restart, warm and cold, beside torchrun; a checkpoint's
 # cost to the loop (job.save, dcp.save, dcp.async_save).
 EXTRA_DIST += bench/warm_restart.py bench/ckpt_save.py
