@@ -57,6 +57,56 @@ from goodput import at, done_with, lost  # noqa: E402
 STEP_RE = re.compile(r"STEP (\d+) (\d+) (\d+) ([0-9.]+) ([0-9.]+) (\d+)$")
 
 
+def tree(build):
+    """The build folder (absolute), the source tree, and the tests'
+    rdzvtest module (rdzvd, free ports), the tests' environment set."""
+    build = os.path.abspath(build)
+    src = os.path.dirname(HERE)
+    os.environ.setdefault("RDZV_TOP_BUILDDIR", build)
+    os.environ.setdefault("RDZV_TOP_SRCDIR", src)
+    sys.path[:0] = [os.path.join(src, "tests", "lib"),
+                    os.path.join(src, "tests", "integ")]
+    import rdzvtest
+    return build, src, rdzvtest
+
+
+def window(job, t0, end, ev, rng, label, load):
+    """Runs job (commits(), workers(), rounds(), stop()), launched at
+    t0, until end, SIGKILLing one of its live workers chosen by rng
+    every ev seconds from its first committed step (ev 0: none), then
+    stops it and prints one line (label first; load: the load average
+    at its launch).  Returns its steps at end, the seconds lost per
+    kill, and the in-job figure (1 - lost / time trained)."""
+    first, nxt, kills = None, None, []
+    try:
+        while time.time() < end:
+            if first is None and job.commits():
+                first = min(c[0] for c in job.commits())
+                nxt = first + ev if ev else end + 1
+            if nxt is not None and time.time() >= nxt:
+                nxt += ev
+                ws = job.workers()
+                if ws:
+                    os.kill(rng.choice(ws), signal.SIGKILL)
+                    kills.append(time.time())
+            time.sleep(0.05)
+        time.sleep(0.3)	# lines in flight
+        cv = progress(job.commits())
+        what = job.rounds()
+    finally:
+        job.stop()
+    ls = lost(cv, kills, ev, end) if ev else []
+    t1 = cv[0][0] if cv else end	# the first step
+    g = 1 - sum(ls) / (end - t1) if end > t1 else 0.0
+    p = at(cv, end)
+    print("%s every %-3g kills %2d steps %7.1f first step %5.1fs lost/kill "
+          "%s in-job %5.1f%% %s load %.1f->%.1f" % (
+              label, ev, len(kills), p, t1 - t0,
+              ",".join("%.2f" % x for x in ls) or "-", 100 * g, what,
+              load, os.getloadavg()[0]), flush=True)
+    return p, ls, g
+
+
 def progress(commits, replicas=2):
     """p(t): [(t, steps)] from [(t, step, replicas stepping)]: each step
     number once, at its first commit, weighted by the most replicas seen
@@ -193,13 +243,7 @@ def main():
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--keep", action="store_true")
     a = ap.parse_args()
-    build = os.path.abspath(a.build)
-    src = os.path.dirname(HERE)
-    os.environ.setdefault("RDZV_TOP_BUILDDIR", build)
-    os.environ.setdefault("RDZV_TOP_SRCDIR", src)
-    sys.path[:0] = [os.path.join(src, "tests", "lib"),
-                    os.path.join(src, "tests", "integ")]
-    import rdzvtest as rt
+    build, src, rt = tree(a.build)
 
     sides = a.sides.split(",")
     if "torchft" in sides and not os.access(
@@ -223,38 +267,11 @@ def main():
                     job = Rdzv(jd, d.port, build, src, a.python,
                                "hg%d" % n) if side == "rdzv" else \
                         Torchft(jd, a.torchft, a.torchft_dir, n)
-                    end, first, nxt, kills = t0 + a.seconds, None, None, []
-                    try:
-                        while time.time() < end:
-                            if first is None and job.commits():
-                                first = min(c[0] for c in job.commits())
-                                nxt = first + ev if ev else end + 1
-                            if nxt is not None and time.time() >= nxt:
-                                nxt += ev
-                                ws = job.workers()
-                                if ws:
-                                    os.kill(rng.choice(ws), signal.SIGKILL)
-                                    kills.append(time.time())
-                            time.sleep(0.05)
-                        time.sleep(0.3)	# lines in flight
-                        cv = progress(job.commits())
-                        what = job.rounds()
-                    finally:
-                        job.stop()
-                    p = at(cv, end)
-                    ls = lost(cv, kills, ev, end) if ev else []
-                    t1 = cv[0][0] if cv else end
-                    g = 1 - sum(ls) / (end - t1) if end > t1 else 0.0
+                    p, ls, g = window(job, t0, t0 + a.seconds, ev, rng,
+                                      "rep %d %-7s" % (rep + 1, side), load)
                     steps.setdefault((side, ev), []).append(p)
                     inj.setdefault((side, ev), []).append(g)
                     losses.setdefault((side, ev), []).extend(ls)
-                    print("rep %d %-7s every %-3g kills %2d steps %7.1f "
-                          "first step %5.1fs lost/kill %s in-job %5.1f%% "
-                          "%s load %.1f->%.1f" % (
-                              rep + 1, side, ev, len(kills), p, t1 - t0,
-                              ",".join("%.2f" % x for x in ls) or "-",
-                              100 * g, what, load, os.getloadavg()[0]),
-                          flush=True)
     finally:
         if d is not None:
             d.stop()

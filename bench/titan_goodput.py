@@ -78,8 +78,8 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from goodput import at, done_with, lost  # noqa: E402
-from hsdp_goodput import progress  # noqa: E402
+from goodput import done_with  # noqa: E402
+from hsdp_goodput import tree, window  # noqa: E402
 
 SIDES = ("rdzv", "restart", "torchft")
 
@@ -310,13 +310,7 @@ def main():
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--keep", action="store_true")
     a = ap.parse_args()
-    build = os.path.abspath(a.build)
-    src = os.path.dirname(HERE)
-    os.environ.setdefault("RDZV_TOP_BUILDDIR", build)
-    os.environ.setdefault("RDZV_TOP_SRCDIR", src)
-    sys.path[:0] = [os.path.join(src, "tests", "lib"),
-                    os.path.join(src, "tests", "integ")]
-    import rdzvtest as rt
+    build, src, rt = tree(a.build)
 
     sides = a.sides.split(",")
     for side in sides:
@@ -342,41 +336,14 @@ def main():
                     load = os.getloadavg()[0]
                     t0 = time.time()
                     job = Job(side, jd, tmp, a, d.port if d else 0, build, n)
-                    end, first, nxt, kills = t0 + a.seconds, None, None, []
-                    try:
-                        while time.time() < end:
-                            if first is None and job.commits():
-                                first = min(c[0] for c in job.commits())
-                                nxt = first + ev if ev else end + 1
-                            if nxt is not None and time.time() >= nxt:
-                                nxt += ev
-                                ws = job.workers()
-                                if ws:
-                                    os.kill(rng.choice(ws), signal.SIGKILL)
-                                    kills.append(time.time())
-                            time.sleep(0.05)
-                        time.sleep(0.3)	# lines in flight
-                        cv = progress(job.commits())
-                        what = job.rounds()
-                    finally:
-                        job.stop()
-                    p = at(cv, end)
-                    ls = lost(cv, kills, ev, end) if ev else []
-                    t1 = cv[0][0] if cv else end
-                    g = 1 - sum(ls) / (end - t1) if end > t1 else 0.0
+                    p, ls, g = window(job, t0, t0 + a.seconds, ev, rng,
+                                      "rep %d %-7s" % (rep + 1, side), load)
                     steps.setdefault((side, ev), []).append(p)
                     if ev and steps[(side, 0.0)][-1]:
                         ratio.setdefault(side, []).append(
                             p / steps[(side, 0.0)][-1])
                     inj.setdefault((side, ev), []).append(g)
                     losses.setdefault((side, ev), []).extend(ls)
-                    print("rep %d %-7s every %-3g kills %2d steps %7.1f "
-                          "first step %5.1fs lost/kill %s in-job %5.1f%% "
-                          "%s load %.1f->%.1f" % (
-                              rep + 1, side, ev, len(kills), p, t1 - t0,
-                              ",".join("%.2f" % x for x in ls) or "-",
-                              100 * g, what, load, os.getloadavg()[0]),
-                          flush=True)
     finally:
         if d is not None:
             d.stop()
