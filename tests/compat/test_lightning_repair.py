@@ -187,9 +187,11 @@ def agents(s, d, job, program, env=None, restarts=0):
             "--rdzv-conf", conf(0.2, 5.0)]
     # The warm spare imports Lightning too (rdzv.lightning would import
     # it anyway), so a replacement does not after the kill.
+    # RDZV_REPAIR_DEBUG: each rank's state moves, for a failure's log.
     env = {"PYTHON": rt.TORCH2_PYTHON, "GLOO_SOCKET_IFNAME": "lo",
            "OMP_NUM_THREADS": "1", "PYTHONPATH": PYDIR,
-           "RDZV_SPARE_IMPORTS": "lightning.pytorch", **(env or {})}
+           "RDZV_SPARE_IMPORTS": "lightning.pytorch",
+           "RDZV_REPAIR_DEBUG": "1", **(env or {})}
     return [s.agent(args, env=env, program=[prog, s.tmp]) for _ in range(2)]
 
 
