@@ -1379,10 +1379,8 @@ test_repair_ready_in_shrink_dies(void **state)
  * the job then ran on from nothing).
  */
 static void
-test_repair_pending_joined_is_donor(void **state)
+pending_joined_alone(struct fx *f)
 {
-	struct fx	*f = *state;
-
 	repair_job(f, 1, 1);
 	assert_int_equal(run(f, fail_repair(f, 2, 1, 1, 100)), 0);
 	assert_int_equal(run(f, fail_repair(f, 1, 2, 0, 110)), 0);
@@ -1404,6 +1402,12 @@ test_repair_pending_joined_is_donor(void **state)
 	assert_false(event_has(f, "escalated"));
 }
 
+static void
+test_repair_pending_joined_is_donor(void **state)
+{
+	pending_joined_alone(*state);
+}
+
 /*
  * No repair round goes out without a worker that holds the state: the
  * one left says it never stepped (its agent's HEARTBEAT), every other
@@ -1415,12 +1419,7 @@ test_repair_no_donor_restarts(void **state)
 {
 	struct fx	*f = *state;
 
-	repair_job(f, 1, 1);
-	assert_int_equal(run(f, fail_repair(f, 2, 1, 1, 100)), 0);
-	assert_int_equal(run(f, fail_repair(f, 1, 2, 0, 110)), 0);
-	assert_int_equal(run(f, ready(f, 2, 3, 1, 200)), 0);
-	assert_int_equal(run(f, fail_repair(f, 1, 3, 1, 300)), 0);
-	assert_int_equal(run(f, fail_repair(f, 2, 4, 0, 400)), 0);
+	pending_joined_alone(f);
 	/* The replacement left never stepped in round 4 or 5. */
 	assert_int_equal(run(f, rz_unjoined(f->rz, slice_str("ob"), 2, 2, 410,
 	    &ob)), 0);
