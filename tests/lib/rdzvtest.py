@@ -421,6 +421,40 @@ def stacks(pids, frames=10, budget=60.0):
     return out
 
 
+def _tree(pids):
+    """pids and every live process descended from them, parents first."""
+    kids = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open("/proc/%s/stat" % name) as f:
+                st = f.read()
+        except OSError:
+            continue
+        ppid = int(st[st.rfind(")") + 2:].split()[1])
+        kids.setdefault(ppid, []).append(int(name))
+    out, todo = [], list(pids)
+    while todo:
+        pid = todo.pop(0)
+        if pid not in out:
+            out.append(pid)
+            todo.extend(sorted(kids.get(pid, ())))
+    return out
+
+
+def _where_tracked():
+    """stacks() of every process a test started and not yet reaped, and
+    of their children (workers, their DataLoader processes): printed when
+    a test runs past its deadline, before they are killed, so a hang's
+    log says where each one waited."""
+    with _procs_lock:
+        pids = [p.pid for p, _ in _procs.values() if p.poll() is None]
+    if pids:
+        print("--- where the test's processes were ---")
+        print("\n".join(stacks(_tree(pids), budget=45.0)), flush=True)
+
+
 def top_builddir():
     d = os.environ.get("RDZV_TOP_BUILDDIR")
     if d:
@@ -1952,6 +1986,8 @@ def main(namespace, per_test=60.0, total=170.0, only=None, sections=False,
             print("FAIL %s (%.2fs)" % (name, time.monotonic() - t0),
                   flush=True)
             traceback.print_exc(file=sys.stdout)
+            if isinstance(sys.exc_info()[1], Deadline):
+                _where_tracked()
             if sections:
                 srv = server() if callable(server) else server
                 if srv is not None:
