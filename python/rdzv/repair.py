@@ -68,8 +68,10 @@ traceback as under torchrun.
 job.home is the rank a process started as (channel.home_rank), kept
 across repairs and inherited by a replacement: where a rank-0 logger
 belongs, since dist.get_rank() == 0 moves when rank 0 dies.
-  RDZV_REPAIR_DEBUG=1     every step of a repair on stderr; without it a
-                          rank says one line per repair.
+  RDZV_REPAIR_DEBUG=1     every step of a repair on stderr, and a step or a
+                          repair that holds 20 s dumps every thread's
+                          stack there; without it a rank says one line
+                          per repair.
 
 How a repair goes:
 - shrink (a peer died): gloo raises in every survivor within ~0.1 s (a
@@ -378,6 +380,7 @@ class Job:
                     why, threading.current_thread().name)
             log.debug("state %s -> %s: %s", old.name, new.name, why)
             self._state = new
+            log.stall(new is not State.WHOLE)
 
     def _look(self):
         """Training thread, at a step's ends and in its waits: applies a
@@ -1016,7 +1019,9 @@ class Job:
 def _close_in_child(job):
     """After a fork (a DataLoader's workers): the child closes its copies
     of the group's sockets and of the channel, so a dead trainer's peers
-    and agent see its end at once, not when its children exit."""
+    and agent see its end at once, not when its children exit; and
+    stops the parent's stall timer (faulthandler restarts it here)."""
+    log.stall(False)
     for fd, link in list(job._socks.items()):
         try:
             # Only while it is the same socket: a group made and

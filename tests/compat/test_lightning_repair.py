@@ -187,12 +187,28 @@ def agents(s, d, job, program, env=None, restarts=0):
             "--rdzv-conf", conf(0.2, 5.0)]
     # The warm spare imports Lightning too (rdzv.lightning would import
     # it anyway), so a replacement does not after the kill.
-    # RDZV_REPAIR_DEBUG: each rank's state moves, for a failure's log.
+    # RDZV_REPAIR_DEBUG: each rank's state moves, and the stacks of a
+    # step or repair that holds 20 s, for a failure's log (where()).
     env = {"PYTHON": rt.TORCH2_PYTHON, "GLOO_SOCKET_IFNAME": "lo",
            "OMP_NUM_THREADS": "1", "PYTHONPATH": PYDIR,
            "RDZV_SPARE_IMPORTS": "lightning.pytorch",
            "RDZV_REPAIR_DEBUG": "1", **(env or {})}
     return [s.agent(args, env=env, program=[prog, s.tmp]) for _ in range(2)]
+
+
+_WHERE = re.compile(r"rdzv-agent\[|rdzv\.repair\[|\]:(Timeout \(|Thread 0x|"
+                    r"Current thread 0x|  File )")
+
+
+def where(d, job, xs):
+    """Logs the agents' output's tail, then each rank's lines: the
+    agents', the helper's state moves and the stacks its stall timer
+    dumped (RDZV_REPAIR_DEBUG), and rdzvd's events: a failure's log."""
+    out = xs[0].output() + xs[1].output()
+    log("agents' output:\n" + out[-12000:])
+    log("agents' and helper's lines, stacks of a stall:\n" + "\n".join(
+        ln[:300] for ln in out.splitlines() if _WHERE.search(ln))[-24000:])
+    log("events: %s" % job_events(d, job, soon=True))
 
 
 def running(xs):
@@ -298,8 +314,7 @@ def test_own_sampler_left_to_lightning():
                 rc = x.wait(180)
                 check(rc == 0, (rc, x.output()[-6000:]))
         except BaseException:
-            log("agents' output:\n" + (xs[0].output() +
-                                        xs[1].output())[-12000:])
+            where(d, "plown", xs)
             raise
         out = xs[0].output() + xs[1].output()
         ev = job_events(d, "plown")
@@ -346,8 +361,7 @@ def test_restart_resumes_from_lightning_checkpoint():
                 rc = x.wait(180)
                 check(rc == 0, (rc, x.output()[-6000:]))
         except BaseException:
-            log("agents' output:\n" + (xs[0].output() +
-                                        xs[1].output())[-12000:])
+            where(d, "plres", xs)
             raise
         out = xs[0].output() + xs[1].output()
         ev = job_events(d, "plres")
@@ -419,14 +433,7 @@ def test_kill_repairs_in_place():
                 rc = x.wait(180)
                 check(rc == 0, (rc, x.output()[-6000:]))
         except BaseException:
-            out = xs[0].output() + xs[1].output()
-            log("agents' output:\n" + out[-12000:])
-            # Where each rank was: the agents' and the helper's lines
-            # (the tail above is mostly the last tracebacks).
-            log("agents' and helper's lines:\n" + "\n".join(
-                ln[:300] for ln in out.splitlines() if "rdzv-agent[" in ln
-                or "rdzv.repair[" in ln)[-12000:])
-            log("events: %s" % job_events(d, "plrep", soon=True))
+            where(d, "plrep", xs)
             raise
         out = xs[0].output() + xs[1].output()
         ev = job_events(d, "plrep")

@@ -11,7 +11,9 @@
   - an empty datagram is a legal message on SOCK_SEQPACKET, not the end
     of the channel: the helper's watcher ignores it and still hears the
     round after it, and still sees the end when the agent's end closes,
-    even with empty datagrams and a round queued before it.
+    even with empty datagrams and a round queued before it;
+  - RDZV_REPAIR_DEBUG=1's stall timer dumps the stacks of a step held
+    past it, and nothing otherwise.
 """
 
 import os
@@ -239,6 +241,45 @@ def test_only_empty_then_end():
     w.thread.join(30)
     assert not w.thread.is_alive(), "the watcher missed the channel's end"
     assert w.rounds.empty()
+
+
+_STALL = """
+import sys, time
+sys.path.insert(0, sys.argv[1])
+from rdzv import log
+log.STALL_S = 0.3
+def held_step():
+    log.stall(True)
+    time.sleep(1.0)
+def quick_step():
+    log.stall(True)
+    log.stall(False)
+    time.sleep(1.0)
+{call}()
+print("end")
+"""
+
+
+def test_stall_dumps_the_stacks():
+    """The helper's stall timer (rdzv/log.py, the one a hang's log
+    needs): with RDZV_REPAIR_DEBUG=1 a step held past it dumps the
+    thread's stack on stderr, naming the function it waits in; one
+    that ended in time, or any without the variable, dumps nothing."""
+    py = os.path.join(rt.top_srcdir(), "python")
+
+    def run(call, debug):
+        env = dict(os.environ, RDZV_REPAIR_DEBUG="1" if debug else "0")
+        r = subprocess.run([sys.executable, "-c", _STALL.format(call=call),
+                            py], capture_output=True, text=True, env=env,
+                           timeout=30)
+        assert r.returncode == 0 and r.stdout == "end\n", r
+        return r.stderr
+
+    err = run("held_step", True)
+    assert "Timeout (" in err and "in held_step" in err, err
+    for call, debug in (("quick_step", True), ("held_step", False)):
+        err = run(call, debug)
+        assert "Timeout (" not in err and "File " not in err, (call, err)
 
 
 if __name__ == "__main__":
