@@ -33,7 +33,9 @@ def stall(watch):
     dumps every thread's stack to stderr unless the next stall() comes
     within STALL_S seconds; False cancels.  faulthandler's one timer,
     so a script's own dump_traceback_later() is replaced while
-    debugging."""
+    debugging.  Never in a forked child (a DataLoader worker): the
+    timer's thread is not there, and arming or cancelling waits for it
+    for ever."""
     if not _debugging():
         return
     if watch:

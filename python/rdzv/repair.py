@@ -1019,9 +1019,9 @@ class Job:
 def _close_in_child(job):
     """After a fork (a DataLoader's workers): the child closes its copies
     of the group's sockets and of the channel, so a dead trainer's peers
-    and agent see its end at once, not when its children exit; and
-    stops the parent's stall timer (faulthandler restarts it here)."""
-    log.stall(False)
+    and agent see its end at once, not when its children exit.  (The
+    parent's stall timer is left alone: its thread is not in the child,
+    and cancelling it here would wait for that thread for ever.)"""
     for fd, link in list(job._socks.items()):
         try:
             # Only while it is the same socket: a group made and
