@@ -498,6 +498,41 @@ agent_watch_cb(evutil_socket_t fd, short ev, void *arg)
 	}
 }
 
+static uint64_t	agent_unjoined(void);
+
+/*
+ * This node's part of training is done when every local worker exited 0,
+ * or every other one did and the rest are replacements that never
+ * stepped (agent_unjoined): reports SUCCEEDED (rdzvd calls their grow
+ * off).  Called at each exit 0, and when a replacement says ready after
+ * one: a worker that failed after its peers here finished (killed on its
+ * way out) is replaced, and that replacement has no step left to join.
+ */
+static void
+agent_maybe_succeeded(void)
+{
+	struct agent_rank	*ar;
+	uint64_t		 un = 0;
+	int			 l;
+
+	if (ag.state != AS_RUNNING || (ag.nok != ag.cfg.nproc &&
+	    (un = agent_unjoined()) == 0))
+		return;
+	log_info("round %lld: every local worker succeeded%s",
+	    (long long)ag.cur.round, un != 0 ? " but replacements that never "
+	    "stepped: reported, rdzvd calls their grow off" : "");
+	agent_set_state(AS_SUCCEEDED);
+	for (l = 0; l < ag.cfg.nproc; l++) {
+		ar = rank_get(l);
+		ar->pending = 0;	/* no READY now */
+		ar->unjoined = l < RZ_REPAIR_LWS_MAX &&
+		    (un & (1ULL << l)) != 0;
+	}
+	logs_end_attempt();
+	progress_end_attempt();
+	rdzv_report_succeeded(ag.cur.round, (int64_t)un);
+}
+
 /* The exit of one worker. */
 static void
 agent_exit_cb(const struct sup_exit *x, void *arg)
@@ -517,26 +552,8 @@ agent_exit_cb(const struct sup_exit *x, void *arg)
 		return;		/* stopping: expected */
 	}
 	if (WIFEXITED(x->status) && WEXITSTATUS(x->status) == 0) {
-		struct agent_rank	*ar;
-		uint64_t		 un = 0;
-		int			 l;
-
-		if (++ag.nok == ag.cfg.nproc || (un = agent_unjoined()) != 0) {
-			log_info("round %lld: every local worker succeeded%s",
-			    (long long)ag.cur.round, un != 0 ? " but "
-			    "replacements that never stepped: reported, rdzvd "
-			    "calls their grow off" : "");
-			agent_set_state(AS_SUCCEEDED);
-			for (l = 0; l < ag.cfg.nproc; l++) {
-				ar = rank_get(l);
-				ar->pending = 0;	/* no READY now */
-				ar->unjoined = l < RZ_REPAIR_LWS_MAX &&
-				    (un & (1ULL << l)) != 0;
-			}
-			logs_end_attempt();
-			progress_end_attempt();
-			rdzv_report_succeeded(ag.cur.round, (int64_t)un);
-		}
+		ag.nok++;
+		agent_maybe_succeeded();
 		return;
 	}
 	sup_describe(x->status, desc, sizeof desc);
@@ -811,6 +828,7 @@ agent_note_cb(int l, enum progress_note note, void *arg)
 		if (ag.nok > 0) {
 			log_info("worker %d: its replacement is ready, but "
 			    "training ended: not reported", l);
+			agent_maybe_succeeded();
 			return;
 		}
 		log_info("worker %d: its replacement is ready", l);

@@ -14,6 +14,10 @@ through librdzvworker).  Checks:
     test's own deadline, not as a slow pass.  (A grow already open when
     training ends is tests/unit/test_rdzv.c's test_repair_ends_in_grow:
     C workers take a grow at once, so they cannot finish before it.)
+  - a worker whose training ended and that lingers on its way out is
+    killed after every other worker here exited 0: its replacement says
+    ready with no step left; the agent reports the node's success
+    then, and the job succeeds (it waited for ever before).
 The replacements are held as in repair_agent2.py (gated()).
 """
 
@@ -93,6 +97,51 @@ def test_end_calls_off_grow():
                    for t in ev), ev
     assert "stopping the replacement" in out, out[-3000:]
     assert d.metric("rdzvd_restarts_total") == 0
+    d.stop()
+
+
+# Local rank 0 of the first attempt lingers after its program ended (as
+# a process stuck on its way out), saying so in GATE.linger.
+LINGER_SH = ('"$@"; rc=$?; if [ "$LOCAL_RANK" = 0 ] && '
+             '[ "$RDZV_REPLACEMENT" != 1 ]; then : > "$RDZV_E2E_GATE.linger"; '
+             'sleep 3600; fi; exit $rc')
+
+
+def test_death_on_the_way_out():
+    """Training ends; a worker whose training ended lingers on its way
+    out and is killed after every other worker here exited 0.  The
+    agent replaces it (a worker's death), but the replacement has no
+    step to join: when it says ready the node reports its success, rdzvd
+    calls its grow off and the job succeeds (it waited for ever
+    before)."""
+    need_data()
+    d = rt.Rdzvd()
+    job = "lingering"
+    with Scope("repair-end-") as s:
+        gate = os.path.join(s.tmp, "gate")
+        program, env = gated(gate)
+        program = ["/bin/sh", "-c", LINGER_SH, "linger"] + program
+        open(gate, "w").close()         # replacements start at once
+        a = s.agent(args(d, job), program=program, env=env)
+        rt.wait_until(lambda: len(a.children()) == 4 and
+                      "step " in a.output(), timeout=30,
+                      what="4 workers training")
+        end(gate)
+        rt.wait_until(lambda: os.path.exists(gate + ".linger") and
+                      len(a.children()) == 1, timeout=60,
+                      what="three workers done, local rank 0 lingering")
+        os.kill(a.children()[0], signal.SIGKILL)
+        rc = a.wait(60)
+        out = a.output()
+        ev = events(d, job)
+        print("  " + "\n  ".join(ev))
+        assert rc == 0, (rc, out[-3000:])
+        assert_gone(s.tmp)
+    assert "its replacement is ready, but training ended" in out, out[-3000:]
+    assert "every local worker succeeded but replacements that never " \
+        "stepped" in out, out[-3000:]
+    assert not any(t.startswith("restart ") or "escalated" in t
+                   for t in ev), ev
     d.stop()
 
 
