@@ -93,6 +93,10 @@ How a repair goes:
   every rank that is not whole posts -1, the group is broken everywhere
   and the ranks meet in the grow round from their committed steps.  Afterwards every rank holds
   bit-identical parameters (the bytes of the donor's tensors).
+- a gloo call that the break of its group did not end (seen once: a
+  barrier of Lightning's) ends the process after 30 s (or half the
+  repair timeout) on one frame of torch's: exit 1, its stacks on
+  stderr, and the agent replaces the rank (watcher.backstop).
 - stop: the repair failed and the job restarts the old way: exit.
 - leave: this node leaves the job on purpose (SIGTERM to its agent): the
   step in flight commits, then the process exits 0 at the step boundary
@@ -342,6 +346,7 @@ class Job:
         self._said_round = None	# the round of the last step sent
         self._main = threading.get_ident()	# the training thread
         self._blocked = None		# (step, since) seen inside torch
+        self._stuck = None		# ((frame, at), since): watcher.backstop
         self._peer_wait = False		# in a wait of its own on its peers
         self._waited = 0.0
         self._plan = None		# the data.Plan steps advance

@@ -5,7 +5,9 @@ Owns, as functions of a repair.Job (the threads' bodies; Job starts
 them): the watcher thread that reads the agent's messages (a round: note
 it, agree on the switch step of a grow, break the group of a shrink;
 stop: exit; leave: noted for the step's end), the "wait" it says while
-the training thread is blocked on its peers, and the reporter thread
+the training thread is blocked on its peers, the backstop that ends a
+rank whose gloo call outlived its group's break (backstop), and the
+reporter thread
 that writes the committed step where rdzvd reads it ("progress/<rank>"
 = "STEP WALL_MS WAIT_MS" in the round's namespace, as librdzvworker's
 rdzv_report_progress does; WAIT_MS is rdzv.waits' total), so that
@@ -33,6 +35,7 @@ WAIT_EVERY = 1.0		# "wait" while blocked in torch this long, as often
 STORE_EVERY = 1.0		# seconds between steps written to rdzvd's store
 STORE_TIMEOUT = 2.0		# seconds a progress write may take
 AGREE_POLL = 0.02		# seconds between looks at a grow's posts
+CUT_GRACE = 30.0		# seconds a gloo call may hold on a broken group
 _KEY = "rdzv_repair/begun/%d"	# boundary agreement of a grow round
 
 
@@ -58,13 +61,10 @@ def in_torch(job):
     stopped peer must not be taken for hung itself, or the watchdog
     kills it with the stopped one, and with it maybe the last rank
     that holds the job's state)."""
-    import torch
     f = sys._current_frames().get(job._main)
     if f is None:
         return False
-    name = f.f_code.co_filename
-    return name.startswith(os.path.dirname(torch.__file__) + os.sep) \
-        or name == group.__file__
+    return _torch_code(f) or f.f_code.co_filename == group.__file__
 
 
 def say_wait(job):
@@ -90,6 +90,50 @@ def say_wait(job):
         job._send("wait")
 
 
+def backstop(job):
+    """Ends the process (exit 1: the agent replaces it) when its training
+    thread has stayed in one call of torch's, on the same frame, for
+    CUT_GRACE seconds (or half the repair timeout, if less) since this
+    rank's watcher broke its gloo group while it was whole: a collective
+    that the broken connections did not end.  gloo raises in such a
+    call within ~0.1 s in every case we could make; one Lightning's
+    barrier after a shrink did not, and held the rank (and the peers
+    waiting for it in the new round) until rdzvd failed the job.  Its
+    stacks go to stderr first.  Never during a repair (a large state's
+    transfer may hold one frame for long), nor on NCCL (its abort
+    ends its kernels)."""
+    from .repair import State
+    f = None
+    if job.backend == "gloo":
+        with job._cv:
+            if job._cut_posted and job._state in (State.WHOLE, State.STEP):
+                f = sys._current_frames().get(job._main)
+    if f is None or not _torch_code(f):
+        job._stuck = None
+        return
+    now, here = time.monotonic(), (f, f.f_lasti)
+    if job._stuck is None or job._stuck[0] != here:
+        job._stuck = (here, now)
+        return
+    grace = min(CUT_GRACE, job.repair_timeout / 2)
+    if now - job._stuck[1] < grace:
+        return
+    log.warn("still inside %s:%d %.0f s after its group was broken by a "
+        "peer's death: exiting so that the agent replaces this rank",
+        f.f_code.co_filename, f.f_lineno, now - job._stuck[1])
+    import faulthandler
+    faulthandler.dump_traceback(sys.stderr, all_threads=True)
+    sys.stderr.flush()
+    os._exit(1)
+
+
+def _torch_code(f):
+    """Whether frame f runs torch's own Python code."""
+    import torch
+    return f.f_code.co_filename.startswith(
+        os.path.dirname(torch.__file__) + os.sep)
+
+
 def watch(job):
     """The watcher thread's body: reads the agent's messages until the
     channel ends, then posts its end (job._chan_gone)."""
@@ -110,8 +154,10 @@ def _watch_chan(job):
         try:
             if not p.poll(WAIT_EVERY * 500):
                 say_wait(job)
+                backstop(job)
                 continue
             say_wait(job)
+            backstop(job)
             msg = job._chan.recv(MSG_MAX + 1)
         except InterruptedError:
             continue

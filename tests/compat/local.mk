@@ -33,7 +33,8 @@ COMPAT_TESTS += tests/compat/test_framework_progress.py
 COMPAT_TESTS += tests/compat/test_accelerate_repair.py
 # The shorter ones; test_repair_end_torch2: training that ends while a
 # grow round is open; test_repair_waits: rdzv.waits, the wait on peers
-# timed, the script's comm hook kept.
+# timed, the script's comm hook kept; test_repair_backstop: a gloo call
+# a broken group did not end.
 COMPAT_TESTS += tests/compat/test_repair_ddp_twin.py \
 	tests/compat/test_repair_agent_torch1.py tests/compat/test_repair_torch2.py \
 	tests/compat/test_torch2_env.py tests/compat/test_torchrun_dropin.py \
@@ -42,7 +43,7 @@ COMPAT_TESTS += tests/compat/test_repair_ddp_twin.py \
 	tests/compat/test_repair_torch.py tests/compat/test_tcpstore2_client.py \
 	tests/compat/test_tcpstore_client.py tests/compat/test_gloo_pg.py \
 	tests/compat/test_repair_data.py tests/compat/test_repair_state.py \
-	tests/compat/test_repair_waits.py
+	tests/compat/test_repair_waits.py tests/compat/test_repair_backstop.py
 TESTS += $(COMPAT_TESTS)
 EXTRA_DIST += $(COMPAT_TESTS) tests/compat/compatlib.py
 # test_repair_torch's fake agent, tests/lib/fakeagent.py, is listed in

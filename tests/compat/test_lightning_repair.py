@@ -49,6 +49,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
@@ -193,7 +194,23 @@ def agents(s, d, job, program, env=None, restarts=0):
            "OMP_NUM_THREADS": "1", "PYTHONPATH": PYDIR,
            "RDZV_SPARE_IMPORTS": "lightning.pytorch",
            "RDZV_REPAIR_DEBUG": "1", **(env or {})}
-    return [s.agent(args, env=env, program=[prog, s.tmp]) for _ in range(2)]
+    xs = [s.agent(args, env=env, program=[prog, s.tmp]) for _ in range(2)]
+    threading.Thread(target=stacks_of_a_stall, args=(xs,),
+                     daemon=True).start()
+    return xs
+
+
+def stacks_of_a_stall(xs):
+    """Logs gdb's stacks of the agents and their workers (every thread:
+    gloo's, the DataLoader's) at the first stall dump in their output, a
+    step or repair held 20 s, while they are held: the C side of a
+    hang, which the helper's Python dump lacks."""
+    while any(x.alive() for x in xs):
+        if any("Timeout (" in x.output() for x in xs):
+            log("gdb stacks of the held job:\n" + "\n".join(rt.stacks(
+                rt._tree([x.pid for x in xs]), frames=16, budget=90.0)))
+            return
+        time.sleep(1.0)
 
 
 _WHERE = re.compile(r"rdzv-agent\[|rdzv\.repair\[|\]:(Timeout \(|Thread 0x|"
