@@ -326,20 +326,8 @@ def _helper_unused(job, program):
 def spares(agent_pids):
     """The pids of the warm spares (comm rdzv-spare, once warm) whose
     parent is one of agent_pids."""
-    out = set()
-    for d in os.listdir("/proc"):
-        if not d.isdigit():
-            continue
-        try:
-            with open("/proc/%s/stat" % d) as f:
-                st = f.read()
-        except OSError:
-            continue
-        comm = st[st.index("(") + 1:st.rindex(")")]
-        ppid = int(st[st.rindex(")") + 2:].split()[1])
-        if comm == "rdzv-spare" and ppid in agent_pids:
-            out.add(int(d))
-    return out
+    return {pid for pid, comm, _, ppid in rt.procs()
+            if comm == "rdzv-spare" and ppid in agent_pids}
 
 
 def test_restart_is_warm():

@@ -269,21 +269,10 @@ def children(parents, name=None, spares=False):
     /proc/PID/stat's, is name when given), sorted; a warm spare that no
     rank took yet (is_spare) is no worker: left out unless spares."""
     parents = set(parents)
-    out = []
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            with open("/proc/%s/stat" % pid) as f:
-                st = f.read()
-        except OSError:
-            continue
-        fields = st[st.rfind(")") + 2:].split()
-        if (fields[0] not in ("Z", "X") and int(fields[1]) in parents and
-                (name is None or
-                 st[st.find("(") + 1:st.rfind(")")] == name) and
-                (spares or not is_spare(int(pid)))):
-            out.append(int(pid))
+    out = [pid for pid, comm, state, ppid in rt.procs()
+           if state not in ("Z", "X") and ppid in parents and
+           (name is None or comm == name) and
+           (spares or not is_spare(pid))]
     return sorted(out)
 
 

@@ -51,20 +51,37 @@ def reporting(d, job):
                for m in doc["members"])
 
 
+# Local rank 0 of the first attempt lingers after its program ended (as
+# a process stuck on its way out), saying so in GATE.linger.
+LINGER_SH = ('"$@"; rc=$?; if [ "$LOCAL_RANK" = 0 ] && '
+             '[ "$RDZV_REPLACEMENT" != 1 ]; then : > "$RDZV_E2E_GATE.linger"; '
+             'sleep 3600; fi; exit $rc')
+
+
+def start(s, d, job, linger=False, env=None):
+    """The gate, open (a replacement starts at once), and an agent of
+    four workers (gated, with LINGER_SH when linger), once all four
+    train: (the agent, the gate)."""
+    gate = os.path.join(s.tmp, "gate")
+    program, genv = gated(gate)
+    if linger:
+        program = ["/bin/sh", "-c", LINGER_SH, "linger"] + program
+    open(gate, "w").close()
+    a = s.agent(args(d, job), program=program, env={**genv, **(env or {})})
+    rt.wait_until(lambda: len(a.children()) == 4 and
+                  "step " in a.output(), timeout=30,
+                  what="4 workers training")
+    return a, gate
+
+
 def test_end_calls_off_grow():
     """The survivors finish while a replacement is on its way."""
     need_data()
     d = rt.Rdzvd()
     job = "ending"
     with Scope("repair-end-") as s:
-        gate = os.path.join(s.tmp, "gate")
-        program, env = gated(gate)
-        env["RDZV_REPAIR_TIMEOUT_MS"] = str(HOUR * 1000)
-        open(gate, "w").close()         # the first replacement at once
-        a = s.agent(args(d, job), program=program, env=env)
-        rt.wait_until(lambda: len(a.children()) == 4 and
-                      "step " in a.output(), timeout=30,
-                      what="4 workers training")
+        a, gate = start(s, d, job, env={"RDZV_REPAIR_TIMEOUT_MS":
+                                        str(HOUR * 1000)})
         first = sorted(a.children())[1]
         os.kill(first, signal.SIGKILL)
         wait_event(d, job, "repair: grow to 4", [a], 60, "the first grow")
@@ -100,13 +117,6 @@ def test_end_calls_off_grow():
     d.stop()
 
 
-# Local rank 0 of the first attempt lingers after its program ended (as
-# a process stuck on its way out), saying so in GATE.linger.
-LINGER_SH = ('"$@"; rc=$?; if [ "$LOCAL_RANK" = 0 ] && '
-             '[ "$RDZV_REPLACEMENT" != 1 ]; then : > "$RDZV_E2E_GATE.linger"; '
-             'sleep 3600; fi; exit $rc')
-
-
 def test_death_on_the_way_out():
     """Training ends; a worker whose training ended lingers on its way
     out and is killed after every other worker here exited 0.  The
@@ -118,14 +128,7 @@ def test_death_on_the_way_out():
     d = rt.Rdzvd()
     job = "lingering"
     with Scope("repair-end-") as s:
-        gate = os.path.join(s.tmp, "gate")
-        program, env = gated(gate)
-        program = ["/bin/sh", "-c", LINGER_SH, "linger"] + program
-        open(gate, "w").close()         # replacements start at once
-        a = s.agent(args(d, job), program=program, env=env)
-        rt.wait_until(lambda: len(a.children()) == 4 and
-                      "step " in a.output(), timeout=30,
-                      what="4 workers training")
+        a, gate = start(s, d, job, linger=True)
         end(gate)
         rt.wait_until(lambda: os.path.exists(gate + ".linger") and
                       len(a.children()) == 1, timeout=60,

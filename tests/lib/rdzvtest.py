@@ -421,9 +421,11 @@ def stacks(pids, frames=10, budget=60.0):
     return out
 
 
-def _tree(pids):
-    """pids and every live process descended from them, parents first."""
-    kids = {}
+def procs():
+    """(pid, comm, state, ppid) of each process in /proc now (one that
+    ends while it is read is left out): the one reader of
+    /proc/PID/stat for the tests."""
+    out = []
     for name in os.listdir("/proc"):
         if not name.isdigit():
             continue
@@ -432,8 +434,17 @@ def _tree(pids):
                 st = f.read()
         except OSError:
             continue
-        ppid = int(st[st.rfind(")") + 2:].split()[1])
-        kids.setdefault(ppid, []).append(int(name))
+        fields = st[st.rfind(")") + 2:].split()
+        out.append((int(name), st[st.find("(") + 1:st.rfind(")")],
+                    fields[0], int(fields[1])))
+    return out
+
+
+def _tree(pids):
+    """pids and every live process descended from them, parents first."""
+    kids = {}
+    for pid, _, _, ppid in procs():
+        kids.setdefault(ppid, []).append(pid)
     out, todo = [], list(pids)
     while todo:
         pid = todo.pop(0)
