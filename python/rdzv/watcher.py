@@ -39,6 +39,25 @@ CUT_GRACE = 30.0		# seconds a gloo call may hold on a broken group
 _KEY = "rdzv_repair/begun/%d"	# boundary agreement of a grow round
 
 
+# sys._current_frames() holds the interpreter's thread-list lock while it
+# makes frame objects, which may collect garbage and run a finalizer that
+# lets the GIL go: a fork then (a DataLoader's workers, forked by the
+# training thread) leaves the child stuck for ever in CPython's after-fork
+# code on that lock (CPython issue 112275: 3.11.7, this project's python,
+# has it; 3.12 reinitializes the lock first).  So every look at the
+# frames takes _frames, and a fork waits for it.
+_frames = threading.Lock()
+os.register_at_fork(before=_frames.acquire,
+    after_in_parent=_frames.release, after_in_child=_frames.release)
+
+
+def frame_of(tid):
+    """The innermost Python frame of thread tid (None if it has none),
+    safe beside a fork (_frames)."""
+    with _frames:
+        return sys._current_frames().get(tid)
+
+
 def switch_step(posts):
     """The step after which the survivors of a grow switch, from every
     rank's post in its store (agree: b"-1" or b"BEGUN ROUND WORLD"):
@@ -61,7 +80,7 @@ def in_torch(job):
     stopped peer must not be taken for hung itself, or the watchdog
     kills it with the stopped one, and with it maybe the last rank
     that holds the job's state)."""
-    f = sys._current_frames().get(job._main)
+    f = frame_of(job._main)
     if f is None:
         return False
     return _torch_code(f) or f.f_code.co_filename == group.__file__
@@ -106,8 +125,9 @@ def backstop(job):
     f = None
     if job.backend == "gloo":
         with job._cv:
-            if job._cut_posted and job._state in (State.WHOLE, State.STEP):
-                f = sys._current_frames().get(job._main)
+            cut = job._cut_posted and job._state in (State.WHOLE,
+                State.STEP)
+        f = frame_of(job._main) if cut else None
     if f is None or not _torch_code(f):
         job._stuck = None
         return
