@@ -105,6 +105,7 @@ import collections
 import types
 
 import torch.distributed as dist
+from lightning.pytorch.loops.optimization.automatic import ClosureResult
 from lightning.pytorch.strategies import DDPStrategy
 from lightning.pytorch.trainer import call
 from lightning.pytorch.utilities.rank_zero import rank_zero_only
@@ -269,6 +270,17 @@ class _TrainerState:
             call._call_callbacks_load_state_dict(self._trainer(),
                 {"callbacks": self._callbacks})
             self._callbacks = None
+
+
+def no_result(closure):
+    """Gives Lightning's closure of a step whose training this rank
+    never finished (a peer's death cut it, and the donor's state holds
+    the step) the result of a training_step that returned None:
+    Lightning reads the closure's result after the optimizer's step,
+    and one that never ran raises MisconfigurationException ("The
+    closure hasn't been executed"), ending the rank."""
+    if getattr(closure, "_result", False) is None:
+        closure._result = ClosureResult.from_training_step_output(None)
 
 
 def _progress_to(p, n):
@@ -530,6 +542,7 @@ class RepairStrategy(DDPStrategy):
                 job.end_step(e)		# raises what is not a peer's death
                 if job.step_count > start:
                     # The donor's state holds this step: done.
+                    no_result(closure)
                     self._skip_sched = True
                     self._local = True
                     return None

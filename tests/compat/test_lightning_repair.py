@@ -256,6 +256,37 @@ def at(tmp, step):
     return out
 
 
+def test_cut_closure_is_a_none_step():
+    """A step cut inside Lightning's closure (its training_step or
+    backward) on a rank whose donor's state holds the step: the strategy
+    gives the closure the result of a training_step that returned None
+    (rdzv.lightning.no_result), so Lightning's read of it after the
+    optimizer's step does not raise "The closure hasn't been executed"
+    and end the rank (seen: two ranks cut in step 27's backward while
+    the donor had committed it exited 1)."""
+    sys.path.insert(0, PYDIR)
+    from lightning.pytorch.loops.optimization.automatic import Closure
+    from rdzv import lightning as rl
+
+    def cut():
+        raise ConnectionError("a peer's death")
+
+    c = Closure(step_fn=cut)
+    try:
+        c()
+    except ConnectionError:
+        pass
+    rl.no_result(c)
+    r = c.consume_result()
+    check(r.loss is None and r.closure_loss is None and r.extra == {}, r)
+    done = Closure(step_fn=lambda: rl.ClosureResult.from_training_step_output(
+        None))
+    done()
+    kept = done._result
+    rl.no_result(done)          # a closure that ran keeps its result
+    check(done.consume_result() is kept, kept)
+
+
 def test_diff():
     """The lines a user changes: diff -u's + and - lines, counted."""
     with Scope("lightning-diff-") as s:

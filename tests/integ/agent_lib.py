@@ -211,8 +211,9 @@ class Agent:
         try:
             rc = self.proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
-            # Where it and its workers are (a hang's cause).
-            where = "\n".join(rt.stacks([self.pid] + self.children()))
+            # Where it, its workers and theirs (a DataLoader's) are: a
+            # hang's cause.
+            where = "\n".join(rt.stacks(rt._tree([self.pid])))
             raise AssertionError(
                 "%s still running after %.1fs; output:\n%s\nit and its "
                 "workers:\n%s" % (self.name, timeout,
