@@ -171,6 +171,8 @@ def ddp_victims(rng, ags, hold, n):
     """n workers of any agent; one spared when they would take every
     holder (spare_one)."""
     ws = workers(*ags)
+    if not ws:          # the job ended since the schedule looked
+        return []
     return spare_one(rng.sample(ws, min(n, len(ws))) if n > 1 else
                      [rng.choice(ws)], hold)
 

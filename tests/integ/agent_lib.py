@@ -268,12 +268,15 @@ def spares(parents):
 def children(parents, name=None, spares=False):
     """Live pids whose parent is one of parents (and whose command name,
     /proc/PID/stat's, is name when given), sorted; a warm spare that no
-    rank took yet (is_spare) is no worker: left out unless spares."""
+    rank took yet (is_spare) is no worker: left out unless spares; nor
+    is an agent's child that has not run its program yet (its command
+    name still the agent's: a spare on a loaded machine, seen there
+    for seconds)."""
     parents = set(parents)
     out = [pid for pid, comm, state, ppid in rt.procs()
            if state not in ("Z", "X") and ppid in parents and
            (name is None or comm == name) and
-           (spares or not is_spare(pid))]
+           (spares or comm != "rdzv-agent" and not is_spare(pid))]
     return sorted(out)
 
 
