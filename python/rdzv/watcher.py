@@ -172,12 +172,11 @@ def _watch_chan(job):
     p.register(job._chan.fileno(), select.POLLIN)
     while True:
         try:
-            if not p.poll(WAIT_EVERY * 500):
-                say_wait(job)
-                backstop(job)
-                continue
+            ready = p.poll(WAIT_EVERY * 500)
             say_wait(job)
             backstop(job)
+            if not ready:
+                continue
             msg = job._chan.recv(MSG_MAX + 1)
         except InterruptedError:
             continue

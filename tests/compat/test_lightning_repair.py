@@ -208,7 +208,7 @@ def stacks_of_a_stall(xs):
     while any(x.alive() for x in xs):
         if any("Timeout (" in x.output() for x in xs):
             log("gdb stacks of the held job:\n" + "\n".join(rt.stacks(
-                rt._tree([x.pid for x in xs]), frames=16, budget=90.0)))
+                rt.tree([x.pid for x in xs]), frames=16, budget=90.0)))
             return
         time.sleep(1.0)
 

@@ -213,7 +213,7 @@ class Agent:
         except subprocess.TimeoutExpired:
             # Where it, its workers and theirs (a DataLoader's) are: a
             # hang's cause.
-            where = "\n".join(rt.stacks(rt._tree([self.pid])))
+            where = "\n".join(rt.stacks(rt.tree([self.pid])))
             raise AssertionError(
                 "%s still running after %.1fs; output:\n%s\nit and its "
                 "workers:\n%s" % (self.name, timeout,

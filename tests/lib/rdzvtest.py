@@ -440,7 +440,7 @@ def procs():
     return out
 
 
-def _tree(pids):
+def tree(pids):
     """pids and every live process descended from them, parents first."""
     kids = {}
     for pid, _, _, ppid in procs():
@@ -463,7 +463,7 @@ def _where_tracked():
         pids = [p.pid for p, _ in _procs.values() if p.poll() is None]
     if pids:
         print("--- where the test's processes were ---")
-        print("\n".join(stacks(_tree(pids), budget=45.0)), flush=True)
+        print("\n".join(stacks(tree(pids), budget=45.0)), flush=True)
 
 
 def top_builddir():
