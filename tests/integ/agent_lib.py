@@ -38,7 +38,9 @@ def agent_path():
 
 # Pieces of the Python programs the tests run as workers, joined into one
 # program's source.  RECORD: record(name, obj) writes obj as JSON to
-# DIR/name at once (a temporary file renamed), d being DIR.  DDP_LINEAR:
+# DIR/name at once (a temporary file of this process's renamed: ranks
+# that write one name at the same time each rename a whole file; the
+# last one stays), d being DIR.  DDP_LINEAR:
 # a DDP linear model for rank (torch, gloo initialised) with
 # train_step(), one step whose loss it appends to losses.  DDP_SAME: same,
 # whether every rank ends with the same parameters (an all_gather).
@@ -46,7 +48,7 @@ def agent_path():
 # lightning.pytorch as pl imported), for Lightning's own DDP.
 RECORD = r'''
 def record(name, obj):
-    tmp = os.path.join(d, ".%s.tmp" % name)
+    tmp = os.path.join(d, ".%s.%d.tmp" % (name, os.getpid()))
     with open(tmp, "w") as f:
         json.dump(obj, f)
     os.rename(tmp, os.path.join(d, name))
